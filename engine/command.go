@@ -1,0 +1,142 @@
+package engine
+
+// This file is the contract between the engine and its callers (cluster, forward,
+// the intake). Names and meanings here are fixed; the encoding and the storage
+// behind them are the engine's own business.
+
+// State is the lifecycle state of one event (DESIGN.md section 2).
+type State uint8
+
+// The states of an event. The zero value is not a state.
+const (
+	StatePending    State = 1 // claimed and durable, waiting for a lease
+	StateProcessing State = 2 // leased to a worker until LeaseUntil under Token
+	StateDone       State = 3 // the handler answered 2xx
+	StateDead       State = 4 // max attempts reached (dead letter)
+	StateStale      State = 5 // older than the newest event for its order object; never forwarded
+)
+
+// Op names a command.
+type Op uint8
+
+// The commands the engine applies.
+const (
+	OpClaim        Op = 1 // claim Key for Source, store Payload+Headers
+	OpLease        Op = 2 // lease up to Max due pending events for LeaseFor; token = entry index
+	OpComplete     Op = 3 // Key done under Token, optionally caching Response
+	OpFail         Op = 4 // Key failed under Token: pending again after RetryIn, or dead at MaxAttempts
+	OpReclaim      Op = 5 // every processing event whose lease ended by Now returns to pending
+	OpReplay       Op = 6 // Keys, or State+Source+Since, back to pending with an audit record
+	OpExpire       Op = 7 // delete every whole retention bucket that ended by Now
+	OpDropPayloads Op = 8 // drop payloads of done events completed before Before
+	OpNoop         Op = 9 // does nothing; used as a barrier and in tests
+)
+
+// Header is one provider header kept with an event and passed to its handler.
+type Header struct {
+	Name  string
+	Value string
+}
+
+// Response is a handler's answer cached for sync-mode duplicates.
+type Response struct {
+	Status int
+	Body   []byte
+}
+
+// Command is one state change. Every time is unix nanoseconds. Now is stamped by
+// the proposer (the Raft leader) when the command enters the log; durations are
+// relative to Now so that a follower can build a command without reading a clock
+// that matters. The engine never reads a clock or random numbers.
+type Command struct {
+	Op  Op
+	Now int64
+
+	Key    string // claim, complete, fail
+	Source string // claim; replay filter
+
+	// Claim.
+	Payload   []byte
+	Headers   []Header
+	Retention int64 // the key lives at least Now+Retention (rounded up to a whole bucket)
+	// Ordering guard: when OrderObject is set, a claim whose OrderTime is older
+	// than the newest OrderTime applied for that object becomes StateStale.
+	OrderObject string
+	OrderTime   int64
+	// LeaseFor on a claim is stored with the event and is its lease length
+	// (per source); on a lease command it is the default for events without one.
+
+	// Lease.
+	Max      int   // at most this many events
+	LeaseFor int64 // lease end = Now+event's LeaseFor, or Now+this when the event has none
+
+	// Complete, Fail.
+	Token    uint64    // fencing token the worker holds
+	Response *Response // complete: cached answer (sync mode); may be nil
+
+	// Fail.
+	RetryIn     int64  // next try = Now+RetryIn (jitter decided by the leader)
+	MaxAttempts int    // attempts after this failure >= MaxAttempts -> dead
+	Reason      string // fail: last error; replay: the operator's reason
+
+	// Replay: either Keys, or State (+ optional Source) with UpdatedAt >= Since.
+	Keys  []string
+	State State
+	Since int64
+	Who   string
+
+	// DropPayloads.
+	Before int64
+}
+
+// AuditEntry records an operator action on an event.
+type AuditEntry struct {
+	At     int64
+	Who    string
+	Action string // "replay"
+	Reason string
+	From   State
+}
+
+// Event is the stored view of one claimed key.
+type Event struct {
+	Key           string
+	Source        string
+	State         State
+	Attempts      uint32
+	Token         uint64 // fencing token of the latest lease (0 before the first)
+	CreatedAt     int64
+	UpdatedAt     int64
+	NextAttemptAt int64
+	LeaseUntil    int64
+	ExpiresAt     int64 // end of the retention bucket that holds the key
+	LeaseFor      int64 // lease length stored at claim time (0: the lease command's)
+	LastError     string
+	Headers       []Header
+	Response      *Response
+	Audit         []AuditEntry
+	Payload       []byte // filled by Lease results and by Get when asked
+}
+
+// Result is the outcome of one command. A rejected command (stale token, wrong
+// state, unknown key) carries its error in Err; it never aborts the batch.
+type Result struct {
+	// Claim: Created is true for a new key; State is the state after the command
+	// (for a duplicate, the state the existing event is in).
+	Created bool
+	State   State
+	// Lease: the events now processing, oldest due first, with payload, headers
+	// and the new Token.
+	Events []Event
+	// Reclaim, Replay, Expire, DropPayloads: how many events changed.
+	N int
+	// Replay: the keys that moved (for the operator's report).
+	Keys []string
+	Err  error
+}
+
+// Entry is one Raft log entry's worth of commands, applied under its index.
+type Entry struct {
+	Index uint64
+	Cmds  []Command
+}

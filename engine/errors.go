@@ -1,0 +1,22 @@
+package engine
+
+import "errors"
+
+// Outcomes callers branch on. A duplicate claim is not an error (Result.Created == false).
+var (
+	// ErrStaleToken: a complete or fail carried a fencing token older than the
+	// event's current lease; the late worker's result is discarded.
+	ErrStaleToken = errors.New("engine: stale fencing token")
+	// ErrNotFound: no event with that key.
+	ErrNotFound = errors.New("engine: event not found")
+	// ErrWrongState: the command does not apply to the event's current state
+	// (e.g. complete of a pending event, fail after done, replay of a pending event).
+	ErrWrongState = errors.New("engine: wrong state for command")
+	// ErrAlreadyApplied: the entry's index is not newer than the last applied
+	// index; the command was skipped (safe log replay after restart).
+	ErrAlreadyApplied = errors.New("engine: entry already applied")
+	// ErrCorrupt: a stored record or an encoded command failed to decode.
+	ErrCorrupt = errors.New("engine: corrupt record")
+	// ErrBadCommand: a command is malformed (unknown op, empty key, ...).
+	ErrBadCommand = errors.New("engine: bad command")
+)

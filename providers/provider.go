@@ -1,0 +1,86 @@
+package providers
+
+// This file is the contract between providers and its callers (the intake in
+// package main, the `send` command, bench/). The signatures here are fixed; how
+// each scheme is implemented is this package's own business.
+
+import "time"
+
+// Headers is the read side of a request's headers. Lookup is case-insensitive.
+// *fasthttp.RequestHeader satisfies it as is; an http.Header needs a two-line adapter.
+type Headers interface {
+	Peek(name string) []byte
+}
+
+// Request is what a verifier sees of one delivery.
+type Request struct {
+	Body   []byte  // the raw body, exactly as received
+	Header Headers // the request headers
+	URL    string  // the public URL the sender signed (twilio); may be empty
+	Now    time.Time
+}
+
+// Options configures one source's verifier.
+type Options struct {
+	// Secrets are the source's active secrets, newest or oldest first; any one
+	// verifies (rotation). Their meaning is the scheme's: a whsec_ string for
+	// standard/svix, a shared token for gitlab/asaas, a raw key elsewhere.
+	Secrets [][]byte
+	// Tolerance is the timestamp window, applied both ways; zero means 5 minutes.
+	Tolerance time.Duration
+	// HMAC describes the generic "hmac" scheme; nil for every other scheme.
+	HMAC *HMACSpec
+}
+
+// HMACSpec is the operator's description of a generic HMAC sender.
+type HMACSpec struct {
+	Header          string // header carrying the signature
+	Algorithm       string // sha1 | sha256 | sha512
+	Encoding        string // hex | base64
+	Prefix          string // e.g. "sha256="; stripped before decoding
+	TimestampHeader string // optional; enables tolerance checks
+	IDHeader        string // optional; value for {id}
+	Template        string // signed content from {id} {timestamp} {body}; default "{body}"
+}
+
+// Defaults are a provider's defaults for a source that does not override them.
+type Defaults struct {
+	Key       []string      // key parts, e.g. ["header:X-GitHub-Delivery"]
+	Retention time.Duration // the provider's retry window plus margin
+	AckStatus int           // answer for a new event (asaas: 200, else 202)
+}
+
+// Scheme is one provider's signature scheme.
+type Scheme interface {
+	Name() string
+	Defaults() Defaults
+	// NewVerifier checks the options (e.g. a malformed whsec_ secret) and
+	// precomputes what it can, so that Verify does no setup work.
+	NewVerifier(opts Options) (Verifier, error)
+	// Sign produces the headers a real sender would attach to body, signed
+	// with secret at now; id is the delivery/event id for schemes that send one
+	// in a header. Used by `oncehook send`, bench/ and tests.
+	Sign(body []byte, secret []byte, now time.Time, id string, spec *HMACSpec) ([]Header, error)
+}
+
+// Header is one name/value pair produced by Sign.
+type Header struct {
+	Name  string
+	Value string
+}
+
+// Verifier checks deliveries for one source. It is safe for concurrent use.
+type Verifier interface {
+	// Verify returns nil or an error wrapping one of ErrMissingHeader,
+	// ErrMalformedHeader, ErrBadSignature, ErrTimestamp. The error never says
+	// which secret or which byte.
+	Verify(r *Request) error
+}
+
+// Handshaker is implemented by verifiers of providers that must answer a
+// challenge before they enable a webhook (Slack url_verification, Zoom
+// endpoint.url_validation). The intake calls it after Verify succeeded; when ok,
+// it answers status/body/contentType and stores nothing.
+type Handshaker interface {
+	Handshake(r *Request) (status int, body []byte, contentType string, ok bool)
+}
