@@ -1,0 +1,420 @@
+package main
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"oncehook/cluster"
+	"oncehook/engine"
+)
+
+// The admin API lives on its own net/http listener. Every route but /metrics
+// needs a bearer token from [admin] tokens; the token's name is recorded as
+// "who" on replays.
+
+type ctxKey int
+
+const whoKey ctxKey = 0
+
+func (n *node) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
+	auth := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.requireToken(h)) }
+	auth("GET /livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
+	auth("GET /readyz", n.adminReady)
+	auth("GET /v1/status", n.adminStatus)
+	auth("GET /v1/events", n.adminEvents)
+	auth("GET /v1/events/{key...}", n.adminEvent)
+	auth("POST /v1/replay", n.adminReplay)
+	auth("POST /v1/cluster/join", n.adminJoin)
+	auth("DELETE /v1/cluster/peers/{id}", n.adminRemovePeer)
+	auth("GET /v1/backup", n.adminBackup)
+	auth("GET /debug/pprof/", pprof.Index)
+	auth("GET /debug/pprof/cmdline", pprof.Cmdline)
+	auth("GET /debug/pprof/profile", pprof.Profile)
+	auth("GET /debug/pprof/symbol", pprof.Symbol)
+	auth("GET /debug/pprof/trace", pprof.Trace)
+	return mux
+}
+
+func (n *node) requireToken(h http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		tokens := n.cfg.Load().Admin.Tokens
+		if len(tokens) == 0 {
+			jsonError(w, http.StatusUnauthorized, "no admin tokens configured ([admin] tokens)")
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="oncehook"`)
+			jsonError(w, http.StatusUnauthorized, "missing bearer token")
+			return
+		}
+		// Compare against every token without stopping at the first match, so
+		// timing says nothing about which token or how much of it matched.
+		who := ""
+		for _, t := range tokens {
+			if subtle.ConstantTimeCompare([]byte(got), t.Token) == 1 && who == "" {
+				who = t.Name
+			}
+		}
+		if who == "" {
+			jsonError(w, http.StatusUnauthorized, "invalid bearer token")
+			return
+		}
+		h(w, r.WithContext(context.WithValue(r.Context(), whoKey, who)))
+	})
+}
+
+func jsonError(w http.ResponseWriter, status int, msg string) {
+	writeJSON(w, status, map[string]string{"error": msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.Encode(v)
+}
+
+func (n *node) adminReady(w http.ResponseWriter, r *http.Request) {
+	if ok, why := n.cluster.Ready(); !ok {
+		w.Header().Set("Retry-After", "1")
+		http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "ok")
+}
+
+type statusJSON struct {
+	cluster.Status
+	Counts   map[string]int `json:"counts"`
+	Sources  map[string]int `json:"sources"`
+	Version  string         `json:"version"`
+	Ready    bool           `json:"ready"`
+	ReadyWhy string         `json:"ready_reason"`
+}
+
+func (n *node) adminStatus(w http.ResponseWriter, r *http.Request) {
+	st := statusJSON{Status: n.cluster.Status(), Version: version, Counts: map[string]int{}}
+	st.Ready, st.ReadyWhy = n.cluster.Ready()
+	byState, bySource, err := n.cluster.Counts()
+	if err != nil {
+		jsonError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	for _, s := range []engine.State{engine.StatePending, engine.StateProcessing, engine.StateDone, engine.StateDead, engine.StateStale} {
+		st.Counts[stateName(s)] = byState[s]
+	}
+	st.Sources = bySource
+	writeJSON(w, http.StatusOK, st)
+}
+
+// eventJSON is the admin API's event shape (DESIGN.md section 4).
+type eventJSON struct {
+	Key           string            `json:"key"`
+	Source        string            `json:"source"`
+	State         string            `json:"state"`
+	Attempts      uint32            `json:"attempts"`
+	Token         uint64            `json:"token"`
+	CreatedAt     string            `json:"created_at"`
+	UpdatedAt     string            `json:"updated_at"`
+	NextAttemptAt string            `json:"next_attempt_at,omitempty"`
+	LeaseUntil    string            `json:"lease_until,omitempty"`
+	ExpiresAt     string            `json:"expires_at"`
+	LastError     string            `json:"last_error"`
+	Audit         []auditJSON       `json:"audit"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Response      *responseJSON     `json:"response,omitempty"`
+	Payload       *string           `json:"payload,omitempty"`
+}
+
+type auditJSON struct {
+	At     string `json:"at"`
+	Who    string `json:"who"`
+	Action string `json:"action"`
+	Reason string `json:"reason"`
+	From   string `json:"from"`
+}
+
+type responseJSON struct {
+	Status int    `json:"status"`
+	Body   string `json:"body"`
+}
+
+func ts(ns int64) string {
+	if ns == 0 {
+		return ""
+	}
+	return time.Unix(0, ns).UTC().Format(time.RFC3339Nano)
+}
+
+func toEventJSON(ev engine.Event, withBody bool) eventJSON {
+	j := eventJSON{
+		Key: ev.Key, Source: ev.Source, State: stateName(ev.State), Attempts: ev.Attempts, Token: ev.Token,
+		CreatedAt: ts(ev.CreatedAt), UpdatedAt: ts(ev.UpdatedAt), ExpiresAt: ts(ev.ExpiresAt),
+		LastError: ev.LastError, Audit: []auditJSON{},
+	}
+	if ev.State == engine.StatePending {
+		j.NextAttemptAt = ts(ev.NextAttemptAt)
+	}
+	if ev.State == engine.StateProcessing {
+		j.LeaseUntil = ts(ev.LeaseUntil)
+	}
+	for _, a := range ev.Audit {
+		j.Audit = append(j.Audit, auditJSON{At: ts(a.At), Who: a.Who, Action: a.Action, Reason: a.Reason, From: stateName(a.From)})
+	}
+	if withBody {
+		if len(ev.Headers) > 0 {
+			j.Headers = make(map[string]string, len(ev.Headers))
+			for _, h := range ev.Headers {
+				j.Headers[h.Name] = h.Value
+			}
+		}
+		if ev.Response != nil {
+			j.Response = &responseJSON{Status: ev.Response.Status, Body: string(ev.Response.Body)}
+		}
+		if ev.Payload != nil {
+			p := string(ev.Payload)
+			j.Payload = &p
+		}
+	}
+	return j
+}
+
+func parseState(s string) (engine.State, bool) {
+	for _, st := range []engine.State{engine.StatePending, engine.StateProcessing, engine.StateDone, engine.StateDead, engine.StateStale} {
+		if stateName(st) == s {
+			return st, true
+		}
+	}
+	return 0, false
+}
+
+func (n *node) adminEvents(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	f := engine.ListFilter{Source: q.Get("source"), After: q.Get("after"), Limit: 100}
+	if s := q.Get("state"); s != "" {
+		st, ok := parseState(s)
+		if !ok {
+			jsonError(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q (pending|processing|done|dead|stale)", s))
+			return
+		}
+		f.State = st
+	}
+	if l := q.Get("limit"); l != "" {
+		v, err := strconv.Atoi(l)
+		if err != nil || v < 1 || v > 10000 {
+			jsonError(w, http.StatusBadRequest, "limit must be 1..10000")
+			return
+		}
+		f.Limit = v
+	}
+	evs, err := n.cluster.List(f)
+	if err != nil {
+		jsonError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	out := struct {
+		Events []eventJSON `json:"events"`
+		Next   string      `json:"next,omitempty"`
+	}{Events: []eventJSON{}}
+	for _, ev := range evs {
+		out.Events = append(out.Events, toEventJSON(ev, false))
+	}
+	if len(evs) == f.Limit {
+		out.Next = evs[len(evs)-1].Key
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (n *node) adminEvent(w http.ResponseWriter, r *http.Request) {
+	key := r.PathValue("key")
+	withBody := r.URL.Query().Get("body") == "1" || r.URL.Query().Get("body") == "true"
+	ev, err := n.cluster.Get(key, withBody)
+	if errors.Is(err, engine.ErrNotFound) {
+		jsonError(w, http.StatusNotFound, "no event with key "+strconv.Quote(key))
+		return
+	}
+	if err != nil {
+		jsonError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, toEventJSON(ev, withBody))
+}
+
+type replayRequest struct {
+	Source string   `json:"source"`
+	Keys   []string `json:"keys"`
+	State  string   `json:"state"`
+	Since  string   `json:"since"` // RFC3339 time, or a duration back from now ("24h")
+	Reason string   `json:"reason"`
+	DryRun bool     `json:"dry_run"`
+}
+
+func (n *node) adminReplay(w http.ResponseWriter, r *http.Request) {
+	var req replayRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		jsonError(w, http.StatusBadRequest, "bad replay request: "+err.Error())
+		return
+	}
+	if strings.TrimSpace(req.Reason) == "" {
+		jsonError(w, http.StatusBadRequest, "reason is required")
+		return
+	}
+	cmd := engine.Command{Op: engine.OpReplay, Who: r.Context().Value(whoKey).(string), Reason: req.Reason, Source: req.Source}
+	switch {
+	case len(req.Keys) > 0 && req.State != "":
+		jsonError(w, http.StatusBadRequest, "give keys or state, not both")
+		return
+	case len(req.Keys) > 0:
+		cmd.Keys = req.Keys
+	case req.State != "":
+		st, ok := parseState(req.State)
+		if !ok || (st != engine.StateDead && st != engine.StateDone && st != engine.StateStale) {
+			jsonError(w, http.StatusBadRequest, "state must be dead, done or stale")
+			return
+		}
+		cmd.State = st
+		if req.Since != "" {
+			since, err := parseSince(req.Since)
+			if err != nil {
+				jsonError(w, http.StatusBadRequest, err.Error())
+				return
+			}
+			cmd.Since = since
+		}
+	default:
+		jsonError(w, http.StatusBadRequest, "scope required: keys, or state (+ source, since)")
+		return
+	}
+	if req.DryRun {
+		keys, err := n.replayCandidates(cmd)
+		if err != nil {
+			jsonError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "would_replay": len(keys), "keys": keys})
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+	defer cancel()
+	res, err := n.cluster.Replay(ctx, cmd)
+	if err != nil && !errors.Is(err, engine.ErrWrongState) && !errors.Is(err, engine.ErrNotFound) {
+		status := http.StatusInternalServerError
+		if errors.Is(err, cluster.ErrNoLeader) || errors.Is(err, cluster.ErrIndeterminate) {
+			status = http.StatusServiceUnavailable
+		}
+		jsonError(w, status, err.Error())
+		return
+	}
+	out := map[string]any{"replayed": res.N, "keys": nonNil(res.Keys)}
+	if err != nil {
+		out["error"] = err.Error()
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
+
+// replayCandidates lists what a replay would move, without moving it.
+func (n *node) replayCandidates(cmd engine.Command) ([]string, error) {
+	var keys []string
+	if len(cmd.Keys) > 0 {
+		for _, k := range cmd.Keys {
+			ev, err := n.cluster.Get(k, false)
+			if err == nil && (ev.State == engine.StateDead || ev.State == engine.StateDone || ev.State == engine.StateStale) {
+				keys = append(keys, k)
+			}
+		}
+		return nonNil(keys), nil
+	}
+	after := ""
+	for {
+		evs, err := n.cluster.List(engine.ListFilter{State: cmd.State, Source: cmd.Source, After: after, Limit: 1000})
+		if err != nil {
+			return nil, err
+		}
+		for _, ev := range evs {
+			if ev.UpdatedAt >= cmd.Since {
+				keys = append(keys, ev.Key)
+			}
+		}
+		if len(evs) < 1000 {
+			return nonNil(keys), nil
+		}
+		after = evs[len(evs)-1].Key
+	}
+}
+
+func parseSince(s string) (int64, error) {
+	if d, err := time.ParseDuration(s); err == nil {
+		return time.Now().Add(-d).UnixNano(), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, fmt.Errorf("since %q: want an RFC3339 time or a duration like 24h", s)
+	}
+	return t.UnixNano(), nil
+}
+
+func (n *node) adminJoin(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		ID      string `json:"id"`
+		Address string `json:"address"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil || req.ID == "" || req.Address == "" {
+		jsonError(w, http.StatusBadRequest, "join needs JSON {\"id\":..., \"address\":...}")
+		return
+	}
+	if err := n.cluster.Join(r.Context(), req.ID, req.Address); err != nil {
+		jsonError(w, clusterStatus(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"joined": req.ID})
+}
+
+func (n *node) adminRemovePeer(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	if err := n.cluster.RemovePeer(r.Context(), id); err != nil {
+		jsonError(w, clusterStatus(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"removed": id})
+}
+
+func clusterStatus(err error) int {
+	switch {
+	case errors.Is(err, cluster.ErrNotLeader):
+		return http.StatusMisdirectedRequest
+	case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrIndeterminate):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+func (n *node) adminBackup(w http.ResponseWriter, r *http.Request) {
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Disposition", `attachment; filename="oncehook-backup.db"`)
+	if _, err := n.cluster.Backup(w); err != nil {
+		n.log.Error("backup failed", "err", err)
+	}
+}

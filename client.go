@@ -1,0 +1,347 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// adminClient talks to a node's admin API for the client commands.
+type adminClient struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// clientFlags adds -addr and -token-file to fs and returns a constructor.
+func clientFlags(fs *flag.FlagSet) func() (*adminClient, error) {
+	addr := fs.String("addr", os.Getenv("ONCEHOOK_ADDR"), "admin address (env ONCEHOOK_ADDR; default 127.0.0.1:7071)")
+	tokenFile := fs.String("token-file", os.Getenv("ONCEHOOK_TOKEN_FILE"), "file holding the admin token (env ONCEHOOK_TOKEN_FILE, or ONCEHOOK_TOKEN)")
+	return func() (*adminClient, error) {
+		a := *addr
+		if a == "" {
+			a = "127.0.0.1:7071"
+		}
+		if !strings.Contains(a, "://") {
+			a = "http://" + a
+		}
+		tok := os.Getenv("ONCEHOOK_TOKEN")
+		if *tokenFile != "" {
+			b, err := os.ReadFile(*tokenFile)
+			if err != nil {
+				return nil, fmt.Errorf("token file: %w", err)
+			}
+			tok = strings.TrimSpace(string(b))
+		}
+		return &adminClient{base: strings.TrimRight(a, "/"), token: tok, http: &http.Client{Timeout: 60 * time.Second}}, nil
+	}
+}
+
+func (c *adminClient) do(ctx context.Context, method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	resp, err := c.raw(ctx, method, path, rd)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if resp.StatusCode/100 != 2 {
+		var e struct{ Error string }
+		if json.Unmarshal(data, &e) == nil && e.Error != "" {
+			return fmt.Errorf("%s %s: %d: %s", method, path, resp.StatusCode, e.Error)
+		}
+		return fmt.Errorf("%s %s: %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(data)))
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+func (c *adminClient) raw(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("admin API %s: %w", c.base, err)
+	}
+	return resp, nil
+}
+
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("status", stderr)
+	mk := clientFlags(fs)
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	var st map[string]any
+	if err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, st)
+	}
+	fmt.Fprintf(stdout, "node %v: %v (leader %v), term %v, commit %v, applied %v, last contact %v, ready %v (%v)\n",
+		st["node_id"], st["state"], st["leader_id"], st["term"], st["commit_index"], st["applied_index"], st["last_contact"], st["ready"], st["ready_reason"])
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tADDRESS\tSUFFRAGE\tROLE")
+	if nodes, ok := st["nodes"].([]any); ok {
+		for _, x := range nodes {
+			m, _ := x.(map[string]any)
+			fmt.Fprintf(tw, "%v\t%v\t%v\t%v\n", m["id"], m["address"], m["suffrage"], m["state"])
+		}
+	}
+	tw.Flush()
+	if counts, ok := st["counts"].(map[string]any); ok {
+		fmt.Fprintf(stdout, "events: pending %v, processing %v, done %v, dead %v, stale %v\n",
+			counts["pending"], counts["processing"], counts["done"], counts["dead"], counts["stale"])
+	}
+	return nil
+}
+
+func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "show" {
+		return cmdEventShow(ctx, args[1:], stdout, stderr)
+	}
+	fs := newFlags("events", stderr)
+	mk := clientFlags(fs)
+	state := fs.String("state", "", "pending|processing|done|dead|stale")
+	source := fs.String("source", "", "source name")
+	limit := fs.Int("limit", 100, "most events to list")
+	asJSON := fs.Bool("json", false, "print JSON")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	q := url.Values{}
+	if *state != "" {
+		q.Set("state", *state)
+	}
+	if *source != "" {
+		q.Set("source", *source)
+	}
+	q.Set("limit", fmt.Sprint(*limit))
+	var out struct {
+		Events []eventJSON `json:"events"`
+		Next   string      `json:"next"`
+	}
+	if err := c.do(ctx, http.MethodGet, "/v1/events?"+q.Encode(), nil, &out); err != nil {
+		return err
+	}
+	if *asJSON {
+		return printJSON(stdout, out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSTATE\tATTEMPTS\tUPDATED\tLAST ERROR")
+	for _, e := range out.Events {
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", e.Key, e.State, e.Attempts, e.UpdatedAt, e.LastError)
+	}
+	return tw.Flush()
+}
+
+func cmdEventShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("events show", stderr)
+	mk := clientFlags(fs)
+	body := fs.Bool("body", false, "include headers, cached response and payload")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{"events show needs one KEY (e.g. stripe-live:evt_123)"}
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	path := "/v1/events/" + url.PathEscape(fs.Arg(0))
+	if *body {
+		path += "?body=1"
+	}
+	var ev map[string]any
+	if err := c.do(ctx, http.MethodGet, path, nil, &ev); err != nil {
+		return err
+	}
+	return printJSON(stdout, ev)
+}
+
+func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("replay", stderr)
+	mk := clientFlags(fs)
+	var keys multiFlag
+	fs.Var(&keys, "key", "full scoped key to replay (repeatable)")
+	source := fs.String("source", "", "source name (with -state)")
+	state := fs.String("state", "", "replay every event in this state: dead|done|stale")
+	since := fs.String("since", "", "with -state: only events updated since (duration like 24h, or RFC3339)")
+	reason := fs.String("reason", "", "why (recorded in the audit trail; required)")
+	dry := fs.Bool("dry-run", false, "show what would be replayed")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *reason == "" {
+		return usageError{"replay needs -reason"}
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	var out map[string]any
+	req := replayRequest{Source: *source, Keys: keys, State: *state, Since: *since, Reason: *reason, DryRun: *dry}
+	if err := c.do(ctx, http.MethodPost, "/v1/replay", req, &out); err != nil {
+		return err
+	}
+	return printJSON(stdout, out)
+}
+
+func cmdRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"raft needs list-peers or remove-peer"}
+	}
+	fs := newFlags("raft "+args[0], stderr)
+	mk := clientFlags(fs)
+	id := fs.String("id", "", "server id (remove-peer)")
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	switch args[0] {
+	case "list-peers":
+		var st struct {
+			Nodes []struct{ ID, Address, Suffrage, State string } `json:"nodes"`
+		}
+		if err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "Node\tID\tAddress\tState\tVoter")
+		for _, n := range st.Nodes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", n.ID, n.ID, n.Address, n.State, n.Suffrage == "Voter")
+		}
+		return tw.Flush()
+	case "remove-peer":
+		if *id == "" {
+			return usageError{"remove-peer needs -id"}
+		}
+		if err := c.do(ctx, http.MethodDelete, "/v1/cluster/peers/"+url.PathEscape(*id), nil, nil); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "removed %s\n", *id)
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown raft command %q", args[0])}
+}
+
+func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return usageError{"snapshot needs save FILE or restore FILE"}
+	}
+	fs := newFlags("snapshot "+args[0], stderr)
+	mk := clientFlags(fs)
+	if err := parseFlags(fs, args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() != 1 {
+		return usageError{"snapshot " + args[0] + " needs one FILE"}
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	file := fs.Arg(0)
+	switch args[0] {
+	case "save":
+		resp, err := c.raw(ctx, http.MethodGet, "/v1/backup", nil)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			return fmt.Errorf("backup: %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		}
+		tmp := file + ".tmp"
+		f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		n, err := io.Copy(f, resp.Body)
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("write snapshot: %w", err)
+		}
+		if err := os.Rename(tmp, file); err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "saved %s (%d bytes)\n", file, n)
+		return nil
+	case "restore":
+		f, err := os.Open(file)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		resp, err := c.raw(ctx, http.MethodPost, "/v1/restore", f)
+		if err != nil {
+			return err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("restore: %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		}
+		fmt.Fprintf(stdout, "restored %s\n", file)
+		return nil
+	}
+	return usageError{fmt.Sprintf("unknown snapshot command %q", args[0])}
+}
+
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

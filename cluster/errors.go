@@ -1,0 +1,20 @@
+package cluster
+
+import "errors"
+
+// Outcomes callers branch on.
+var (
+	// ErrNotLeader: a leader-only operation ran on a node that is not the leader.
+	ErrNotLeader = errors.New("cluster: not the leader")
+	// ErrNoLeader: there is no known leader (election in progress or no quorum);
+	// the intake answers 503 with Retry-After.
+	ErrNoLeader = errors.New("cluster: no leader")
+	// ErrIndeterminate: the command may or may not have been committed (leadership
+	// lost or a timeout after it entered the log). Never acknowledge it; a retry
+	// of the same claim converges on the committed state either way.
+	ErrIndeterminate = errors.New("cluster: outcome unknown")
+	// ErrShutdown: the node is closing.
+	ErrShutdown = errors.New("cluster: shutting down")
+	// ErrUnauthorized: a peer presented a wrong cluster token or certificate.
+	ErrUnauthorized = errors.New("cluster: peer not authorised")
+)

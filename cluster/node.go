@@ -1,0 +1,523 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
+	"go.etcd.io/bbolt"
+
+	"oncehook/engine"
+)
+
+// Peer is one voter of the bootstrap configuration.
+type Peer struct {
+	ID   string
+	Addr string
+}
+
+// Config describes one node. Zero values are documented per field.
+type Config struct {
+	ID  string // raft server id; required
+	Dir string // data directory: fsm.db, raft/logs.db, raft/snapshots; required
+
+	// Bind is the cluster port (raft and the internal channel). Empty: a
+	// single node on an in-memory transport, reachable by nobody else.
+	Bind      string
+	Advertise string // address peers dial; default Bind
+	Peers     []Peer // bootstrap voters; empty: this node alone
+	Token     []byte // cluster token; required on every node when Peers name others and TLS is off
+	TLS       *TLSConfig
+
+	// Transport replaces the TCP transport (tests: raft.InmemTransport). With it,
+	// Forward names the other nodes so that followers can reach the leader in
+	// process; see ConnectInmem.
+	Transport raft.Transport
+
+	Logger       *slog.Logger // default slog.Default()
+	RaftLogLevel string       // hclog level for the raft library; default "warn"
+	LogOutput    io.Writer    // raft's log output; default os.Stderr
+
+	// Now is the leader's clock, read only by the proposer; default time.Now.
+	Now func() time.Time
+
+	// OnLeader runs leader-only work (delivery, sweeping). It is started after
+	// a Barrier once this node leads and its ctx is cancelled when leadership is
+	// lost or the node closes; Open waits for it to return before a new term.
+	OnLeader func(ctx context.Context)
+
+	// Tuning; zero means the default in parentheses.
+	HeartbeatTimeout   time.Duration // 1s
+	ElectionTimeout    time.Duration // 1s
+	LeaderLeaseTimeout time.Duration // 500ms
+	CommitTimeout      time.Duration // 5ms
+	SnapshotThreshold  uint64        // 4096 entries
+	TrailingLogs       uint64        // 2048 entries
+	SnapshotInterval   time.Duration // 30s
+	MaxBatch           int           // commands per log entry (1024)
+	Inflight           int           // log entries outstanding at once (4)
+
+	// NoSync skips fsync on the log and the engine. Tests only: a crash can
+	// lose acknowledged claims.
+	NoSync bool
+}
+
+// Node is one member of the cluster: a raft instance with the engine as its FSM.
+type Node struct {
+	cfg      Config
+	log      *slog.Logger
+	eng      *engine.Engine
+	fsm      *fsm
+	raft     *raft.Raft
+	logStore *raftboltdb.BoltStore
+	trans    raft.Transport
+	mux      *mux
+	prop     *proposer
+	fwd      *forwarder
+	now      func() time.Time
+
+	wake chan struct{}
+
+	waitMu  sync.Mutex
+	waiters map[string][]chan struct{}
+
+	leaderMu     sync.Mutex
+	leaderCancel context.CancelFunc
+	leaderDone   chan struct{}
+	stopObserve  chan struct{}
+	observeDone  chan struct{}
+	leaderChange uint64
+
+	fatalOnce sync.Once
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// Open starts a node: opens the engine and the raft stores, joins or
+// bootstraps the cluster, and returns once raft runs. Being ready (a leader
+// known, the commit index applied) comes later; see Ready.
+func Open(cfg Config) (*Node, error) {
+	if cfg.ID == "" || cfg.Dir == "" {
+		return nil, errors.New("cluster: ID and Dir are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	if cfg.MaxBatch <= 0 {
+		cfg.MaxBatch = 1024
+	}
+	if cfg.Inflight <= 0 {
+		cfg.Inflight = 4
+	}
+	if cfg.Advertise == "" {
+		cfg.Advertise = cfg.Bind
+	}
+	n := &Node{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		now:         cfg.Now,
+		wake:        make(chan struct{}, 1),
+		waiters:     make(map[string][]chan struct{}),
+		stopObserve: make(chan struct{}),
+		observeDone: make(chan struct{}),
+	}
+	n.fwd = &forwarder{n: n}
+	if err := n.open(); err != nil {
+		n.cleanup()
+		return nil, err
+	}
+	return n, nil
+}
+
+func (n *Node) open() error {
+	cfg := n.cfg
+	raftDir := filepath.Join(cfg.Dir, "raft")
+	if err := os.MkdirAll(raftDir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	eng, err := engine.Open(filepath.Join(cfg.Dir, "fsm.db"), engine.Options{NoSync: cfg.NoSync})
+	if err != nil {
+		return fmt.Errorf("open engine: %w", err)
+	}
+	n.eng = eng
+	n.fsm = &fsm{eng: eng, fatal: n.fatal, notify: n.afterApply}
+
+	n.logStore, err = raftboltdb.New(raftboltdb.Options{
+		Path:   filepath.Join(raftDir, "logs.db"),
+		NoSync: cfg.NoSync,
+		BoltOptions: &bbolt.Options{
+			Timeout:        time.Second,
+			NoFreelistSync: true,
+			FreelistType:   bbolt.FreelistMapType,
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("open raft log: %w", err)
+	}
+	logs, err := raft.NewLogCache(512, n.logStore)
+	if err != nil {
+		return err
+	}
+	hl := hclog.New(&hclog.LoggerOptions{
+		Name:   "raft",
+		Level:  hclog.LevelFromString(orDefault(cfg.RaftLogLevel, "warn")),
+		Output: orWriter(cfg.LogOutput, os.Stderr),
+	})
+	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hl)
+	if err != nil {
+		return fmt.Errorf("open snapshots: %w", err)
+	}
+	// The engine is persistent. raft would restore the newest snapshot over it
+	// at start; instead we restore only when the engine is behind that snapshot
+	// (e.g. fsm.db was lost), and let raft replay the log after it, which the
+	// engine skips up to its own last applied index.
+	if err := n.catchUpFromSnapshot(snaps); err != nil {
+		return err
+	}
+
+	switch {
+	case cfg.Transport != nil:
+		n.trans = cfg.Transport
+	case cfg.Bind == "":
+		_, n.trans = raft.NewInmemTransport(raft.ServerAddress(cfg.ID))
+	default:
+		ln, err := net.Listen("tcp", cfg.Bind)
+		if err != nil {
+			return fmt.Errorf("cluster listen %s: %w", cfg.Bind, err)
+		}
+		n.mux, err = newMux(ln, cfg.Advertise, cfg.Token, cfg.TLS, n.log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		n.mux.onForward = n.serveForward
+		n.mux.serve()
+		n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream:  raftLayer{n.mux},
+			MaxPool: 4,
+			Timeout: 10 * time.Second,
+			Logger:  hl,
+		})
+	}
+
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(cfg.ID)
+	rc.Logger = hl
+	rc.NoSnapshotRestoreOnStart = true
+	rc.BatchApplyCh = true
+	rc.MaxAppendEntries = 64
+	rc.HeartbeatTimeout = orDur(cfg.HeartbeatTimeout, time.Second)
+	rc.ElectionTimeout = orDur(cfg.ElectionTimeout, time.Second)
+	rc.LeaderLeaseTimeout = orDur(cfg.LeaderLeaseTimeout, 500*time.Millisecond)
+	rc.CommitTimeout = orDur(cfg.CommitTimeout, 5*time.Millisecond)
+	rc.SnapshotThreshold = orU64(cfg.SnapshotThreshold, 4096)
+	rc.TrailingLogs = orU64(cfg.TrailingLogs, 2048)
+	rc.SnapshotInterval = orDur(cfg.SnapshotInterval, 30*time.Second)
+	rc.ShutdownOnRemove = false
+
+	existing, err := raft.HasExistingState(logs, n.logStore, snaps)
+	if err != nil {
+		return fmt.Errorf("raft state: %w", err)
+	}
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logStore, snaps, n.trans)
+	if err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	n.prop = newProposer(n, cfg.Inflight, cfg.MaxBatch, 8<<20)
+	go n.observeLeadership()
+
+	if !existing {
+		if err := n.bootstrap(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bootstrap starts a brand-new cluster from the configured peers. Every node
+// is given the identical list, so every node may call this; raft tolerates the
+// repeats. A node whose data was wiped must not bootstrap again while the
+// others still hold a cluster with it as a voter: it asks them first and, if a
+// leader answers, rejoins through it (remove, then add) instead.
+func (n *Node) bootstrap() error {
+	self := raft.Server{ID: raft.ServerID(n.cfg.ID), Address: n.trans.LocalAddr(), Suffrage: raft.Voter}
+	conf := raft.Configuration{}
+	seen := false
+	for _, p := range n.cfg.Peers {
+		if p.ID == n.cfg.ID {
+			seen = true
+			conf.Servers = append(conf.Servers, self)
+			continue
+		}
+		conf.Servers = append(conf.Servers, raft.Server{ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.Addr), Suffrage: raft.Voter})
+	}
+	if !seen {
+		conf.Servers = append(conf.Servers, self)
+	}
+	if len(conf.Servers) > 1 && n.mux != nil && n.rejoinExisting() {
+		return nil
+	}
+	err := n.raft.BootstrapCluster(conf).Error()
+	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("bootstrap: %w", err)
+	}
+	return nil
+}
+
+// rejoinExisting asks each peer to re-add this node. It returns true when a
+// running cluster accepted it.
+func (n *Node) rejoinExisting() bool {
+	body := encodeJoin(n.cfg.ID, string(n.trans.LocalAddr()))
+	for _, p := range n.cfg.Peers {
+		if p.ID == n.cfg.ID {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+		_, err := n.fwd.call(ctx, p.Addr, rpcJoin, body)
+		cancel()
+		n.fwd.closeAll()
+		if err == nil {
+			n.log.Info("rejoined the existing cluster", "via", p.ID)
+			return true
+		}
+	}
+	return false
+}
+
+func (n *Node) catchUpFromSnapshot(snaps raft.SnapshotStore) error {
+	list, err := snaps.List()
+	if err != nil || len(list) == 0 {
+		return err
+	}
+	newest := list[0]
+	if n.eng.LastApplied() >= newest.Index {
+		return nil
+	}
+	_, rc, err := snaps.Open(newest.ID)
+	if err != nil {
+		return fmt.Errorf("open snapshot %s: %w", newest.ID, err)
+	}
+	defer rc.Close()
+	n.log.Warn("engine is behind the newest snapshot; restoring it", "engine_index", n.eng.LastApplied(), "snapshot_index", newest.Index)
+	if err := n.eng.Restore(rc); err != nil {
+		return fmt.Errorf("restore snapshot %s: %w", newest.ID, err)
+	}
+	return nil
+}
+
+func (n *Node) fatal(err error) {
+	n.fatalOnce.Do(func() {
+		n.log.Error("fatal storage error; stopping the process so this replica cannot diverge", "err", err)
+		panic(err)
+	})
+}
+
+// afterApply runs on every node after each applied batch.
+func (n *Node) afterApply(cmds [][]engine.Command, res [][]engine.Result) {
+	wake := false
+	for i := range cmds {
+		for j := range cmds[i] {
+			c, r := &cmds[i][j], &res[i][j]
+			if r.Err != nil {
+				continue
+			}
+			switch c.Op {
+			case engine.OpClaim:
+				if r.Created && r.State == engine.StatePending {
+					wake = true
+				}
+			case engine.OpReplay, engine.OpReclaim:
+				if r.N > 0 {
+					wake = true
+				}
+			case engine.OpComplete, engine.OpFail:
+				n.notifyKey(c.Key)
+			}
+		}
+	}
+	if wake {
+		select {
+		case n.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+func (n *Node) notifyKey(key string) {
+	n.waitMu.Lock()
+	ws := n.waiters[key]
+	delete(n.waiters, key)
+	n.waitMu.Unlock()
+	for _, w := range ws {
+		close(w)
+	}
+}
+
+// observeLeadership starts leader-only work when this node wins an election
+// and stops it when leadership is lost.
+func (n *Node) observeLeadership() {
+	defer close(n.observeDone)
+	ch := n.raft.LeaderCh()
+	for {
+		select {
+		case <-n.stopObserve:
+			n.stopLeaderWork()
+			return
+		case isLeader := <-ch:
+			n.leaderMu.Lock()
+			n.leaderChange++
+			n.leaderMu.Unlock()
+			if isLeader {
+				n.startLeaderWork()
+			} else {
+				n.stopLeaderWork()
+			}
+		}
+	}
+}
+
+func (n *Node) startLeaderWork() {
+	n.stopLeaderWork()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	n.leaderMu.Lock()
+	n.leaderCancel, n.leaderDone = cancel, done
+	n.leaderMu.Unlock()
+	go func() {
+		defer close(done)
+		// Entries of earlier terms may be committed but not yet applied here;
+		// the barrier makes the FSM current before anything is leased or swept.
+		for ctx.Err() == nil {
+			if err := n.raft.Barrier(5 * time.Second).Error(); err == nil {
+				break
+			} else if n.raft.State() != raft.Leader {
+				return
+			}
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		n.log.Info("leading: delivery and sweeping started", "node", n.cfg.ID)
+		if n.cfg.OnLeader != nil {
+			n.cfg.OnLeader(ctx)
+		}
+	}()
+}
+
+func (n *Node) stopLeaderWork() {
+	n.leaderMu.Lock()
+	cancel, done := n.leaderCancel, n.leaderDone
+	n.leaderCancel, n.leaderDone = nil, nil
+	n.leaderMu.Unlock()
+	if cancel != nil {
+		cancel()
+		<-done
+	}
+}
+
+// Close leaves the cluster gracefully: leadership moves to another voter
+// first (so intake elsewhere barely notices), then leader work drains, then
+// raft and the stores close.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		if n.raft != nil && n.raft.State() == raft.Leader && n.voters() > 1 {
+			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+				n.log.Warn("leadership transfer on shutdown", "err", err)
+			}
+		}
+		n.closeErr = n.cleanup()
+	})
+	return n.closeErr
+}
+
+func (n *Node) cleanup() error {
+	var errs []error
+	if n.raft != nil {
+		close(n.stopObserve)
+		<-n.observeDone
+		// Raft first: its shutdown answers every outstanding future, so the
+		// proposer's goroutines can finish.
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+		}
+		if n.prop != nil {
+			n.prop.close()
+		}
+	}
+	n.fwd.closeAll()
+	if n.mux != nil {
+		n.mux.close()
+	}
+	if c, ok := n.trans.(io.Closer); ok && n.cfg.Transport == nil {
+		c.Close()
+	}
+	if n.logStore != nil {
+		if err := n.logStore.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if n.eng != nil {
+		if err := n.eng.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (n *Node) voters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	v := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			v++
+		}
+	}
+	return v
+}
+
+func orDefault(s, d string) string {
+	if s == "" {
+		return d
+	}
+	return s
+}
+
+func orWriter(w, d io.Writer) io.Writer {
+	if w == nil {
+		return d
+	}
+	return w
+}
+
+func orDur(v, d time.Duration) time.Duration {
+	if v <= 0 {
+		return d
+	}
+	return v
+}
+
+func orU64(v, d uint64) uint64 {
+	if v == 0 {
+		return d
+	}
+	return v
+}

@@ -1,0 +1,369 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"oncehook/engine"
+)
+
+// Apply proposes commands on behalf of any caller: through the log when this
+// node leads, through the leader otherwise. Results come back in order.
+func (n *Node) Apply(ctx context.Context, cmds ...engine.Command) ([]engine.Result, error) {
+	return n.propose(ctx, cmds, false)
+}
+
+func (n *Node) propose(ctx context.Context, cmds []engine.Command, leaderOnly bool) ([]engine.Result, error) {
+	if len(cmds) == 0 {
+		return nil, nil
+	}
+	return n.prop.submit(ctx, cmds, leaderOnly)
+}
+
+func (n *Node) applyOne(ctx context.Context, c engine.Command, leaderOnly bool) (engine.Result, error) {
+	res, err := n.propose(ctx, []engine.Command{c}, leaderOnly)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	return res[0], nil
+}
+
+// Claim commits a claim on a majority and reports whether it created the event.
+// A duplicate is Result.Created == false, not an error.
+func (n *Node) Claim(ctx context.Context, c engine.Command) (engine.Result, error) {
+	c.Op = engine.OpClaim
+	r, err := n.applyOne(ctx, c, false)
+	if err != nil {
+		return r, fmt.Errorf("claim %s: %w", c.Key, err)
+	}
+	if r.Err != nil {
+		return r, fmt.Errorf("claim %s: %w", c.Key, r.Err)
+	}
+	return r, nil
+}
+
+// Lease, Complete, Fail, Reclaim and Expire belong to the leader's delivery
+// work; on any other node they fail with ErrNotLeader and are never forwarded,
+// so a deposed leader cannot act through its successor.
+
+// Lease moves up to max due events to processing under a new fencing token.
+func (n *Node) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error) {
+	r, err := n.applyOne(ctx, engine.Command{Op: engine.OpLease, Max: max, LeaseFor: int64(leaseFor)}, true)
+	if err != nil {
+		return nil, fmt.Errorf("lease: %w", err)
+	}
+	if r.Err != nil {
+		return nil, fmt.Errorf("lease: %w", r.Err)
+	}
+	return r.Events, nil
+}
+
+// Complete marks key done under token; engine.ErrStaleToken when fenced.
+func (n *Node) Complete(ctx context.Context, key string, token uint64, resp *engine.Response) error {
+	return n.leaderCmd(ctx, engine.Command{Op: engine.OpComplete, Key: key, Token: token, Response: resp})
+}
+
+// Fail records a failed attempt; the engine decides pending or dead.
+func (n *Node) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason string) error {
+	return n.leaderCmd(ctx, engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn), MaxAttempts: maxAttempts, Reason: reason})
+}
+
+// Reclaim returns expired leases to pending.
+func (n *Node) Reclaim(ctx context.Context) (int, error) {
+	return n.countCmd(ctx, engine.Command{Op: engine.OpReclaim}, true)
+}
+
+// Expire deletes every whole retention bucket that has ended.
+func (n *Node) Expire(ctx context.Context) (int, error) {
+	return n.countCmd(ctx, engine.Command{Op: engine.OpExpire}, true)
+}
+
+// DropPayloads drops the bodies of events done for longer than age.
+func (n *Node) DropPayloads(ctx context.Context, age time.Duration) (int, error) {
+	return n.countCmd(ctx, engine.Command{Op: engine.OpDropPayloads, Before: n.now().Add(-age).UnixNano()}, true)
+}
+
+// Replay moves dead or done events back to pending with an audit record. It
+// may run on any node.
+func (n *Node) Replay(ctx context.Context, c engine.Command) (engine.Result, error) {
+	c.Op = engine.OpReplay
+	r, err := n.applyOne(ctx, c, false)
+	if err != nil {
+		return r, fmt.Errorf("replay: %w", err)
+	}
+	return r, r.Err
+}
+
+func (n *Node) leaderCmd(ctx context.Context, c engine.Command) error {
+	r, err := n.applyOne(ctx, c, true)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", opName(c.Op), c.Key, err)
+	}
+	if r.Err != nil {
+		return fmt.Errorf("%s %s: %w", opName(c.Op), c.Key, r.Err)
+	}
+	return nil
+}
+
+func (n *Node) countCmd(ctx context.Context, c engine.Command, leaderOnly bool) (int, error) {
+	r, err := n.applyOne(ctx, c, leaderOnly)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", opName(c.Op), err)
+	}
+	return r.N, r.Err
+}
+
+func opName(op engine.Op) string {
+	switch op {
+	case engine.OpComplete:
+		return "complete"
+	case engine.OpFail:
+		return "fail"
+	case engine.OpReclaim:
+		return "reclaim"
+	case engine.OpExpire:
+		return "expire"
+	case engine.OpDropPayloads:
+		return "drop payloads"
+	}
+	return fmt.Sprintf("op %d", op)
+}
+
+// Lookup reads this node's applied state. A key found here is committed, so
+// the intake may answer a duplicate from it without a Raft round; a key not
+// found here proves nothing (this node may lag), and the claim decides.
+func (n *Node) Lookup(key string) (engine.State, bool, error) {
+	return n.eng.Exists(key)
+}
+
+// Get reads one event from this node's applied state.
+func (n *Node) Get(key string, withPayload bool) (engine.Event, error) {
+	return n.eng.Get(key, withPayload)
+}
+
+// List reads events from this node's applied state.
+func (n *Node) List(f engine.ListFilter) ([]engine.Event, error) { return n.eng.List(f) }
+
+// Counts reads event counts by state and by source from this node's applied state.
+func (n *Node) Counts() (map[engine.State]int, map[string]int, error) { return n.eng.Counts() }
+
+// Wake is signalled (coalesced) when new work may be due: a claim, a replay
+// or a reclaim was applied.
+func (n *Node) Wake() <-chan struct{} { return n.wake }
+
+// Wait blocks until key's event is completed or failed on this node's applied
+// state, or ctx ends; it returns the event as applied. Used by sync sources.
+func (n *Node) Wait(ctx context.Context, key string, final func(engine.Event) bool) (engine.Event, error) {
+	for {
+		ch := make(chan struct{})
+		n.waitMu.Lock()
+		n.waiters[key] = append(n.waiters[key], ch)
+		n.waitMu.Unlock()
+		ev, err := n.eng.Get(key, false)
+		if err == nil && final(ev) {
+			n.dropWaiter(key, ch)
+			return ev, nil
+		}
+		if err != nil && !errors.Is(err, engine.ErrNotFound) {
+			n.dropWaiter(key, ch)
+			return ev, err
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			n.dropWaiter(key, ch)
+			return ev, ctx.Err()
+		}
+	}
+}
+
+func (n *Node) dropWaiter(key string, ch chan struct{}) {
+	n.waitMu.Lock()
+	defer n.waitMu.Unlock()
+	ws := n.waiters[key]
+	for i, w := range ws {
+		if w == ch {
+			ws = append(ws[:i], ws[i+1:]...)
+			break
+		}
+	}
+	if len(ws) == 0 {
+		delete(n.waiters, key)
+	} else {
+		n.waiters[key] = ws
+	}
+}
+
+// IsLeader reports whether this node currently believes it leads.
+func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
+
+// Ready reports whether the node can serve intake: it knows a leader and has
+// applied everything it knows to be committed. The reason says why not.
+func (n *Node) Ready() (bool, string) {
+	addr, id := n.raft.LeaderWithID()
+	if addr == "" {
+		if n.voters() > 1 {
+			return false, "no leader: waiting for a quorum of peers"
+		}
+		return false, "no leader yet"
+	}
+	if applied, commit := n.raft.AppliedIndex(), n.raft.CommitIndex(); applied < commit {
+		return false, fmt.Sprintf("catching up: applied %d of %d (leader %s)", applied, commit, id)
+	}
+	return true, "leader " + string(id)
+}
+
+// Server is one member as the status API reports it.
+type Server struct {
+	ID       string `json:"id"`
+	Address  string `json:"address"`
+	Suffrage string `json:"suffrage"`
+	State    string `json:"state"` // leader|follower|unknown from this node's point of view
+}
+
+// Status is this node's view of the cluster.
+type Status struct {
+	NodeID        string   `json:"node_id"`
+	State         string   `json:"state"`
+	LeaderID      string   `json:"leader_id"`
+	LeaderAddress string   `json:"leader_address"`
+	Term          uint64   `json:"term"`
+	CommitIndex   uint64   `json:"commit_index"`
+	AppliedIndex  uint64   `json:"applied_index"`
+	LastContact   string   `json:"last_contact"`
+	LeaderChanges uint64   `json:"leader_changes"`
+	Nodes         []Server `json:"nodes"`
+}
+
+// Status reports role, indexes and membership as this node sees them.
+func (n *Node) Status() Status {
+	addr, id := n.raft.LeaderWithID()
+	st := Status{
+		NodeID:        n.cfg.ID,
+		State:         stateName(n.raft.State()),
+		LeaderID:      string(id),
+		LeaderAddress: string(addr),
+		Term:          n.raft.CurrentTerm(),
+		CommitIndex:   n.raft.CommitIndex(),
+		AppliedIndex:  n.raft.AppliedIndex(),
+	}
+	n.leaderMu.Lock()
+	st.LeaderChanges = n.leaderChange
+	n.leaderMu.Unlock()
+	if st.State == "leader" {
+		st.LastContact = "0s"
+	} else if lc := n.raft.LastContact(); !lc.IsZero() {
+		st.LastContact = time.Since(lc).Round(time.Millisecond).String()
+	} else {
+		st.LastContact = "never"
+	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			role := "follower"
+			if s.ID == id {
+				role = "leader"
+			} else if id == "" {
+				role = "unknown"
+			}
+			st.Nodes = append(st.Nodes, Server{ID: string(s.ID), Address: string(s.Address), Suffrage: s.Suffrage.String(), State: role})
+		}
+	}
+	return st
+}
+
+// LastContactAge is how long since this follower heard from the leader (0 on the leader).
+func (n *Node) LastContactAge() time.Duration {
+	if n.raft.State() == raft.Leader {
+		return 0
+	}
+	lc := n.raft.LastContact()
+	if lc.IsZero() {
+		return -1
+	}
+	return time.Since(lc)
+}
+
+func stateName(s raft.RaftState) string {
+	switch s {
+	case raft.Leader:
+		return "leader"
+	case raft.Follower:
+		return "follower"
+	case raft.Candidate:
+		return "candidate"
+	}
+	return "shutdown"
+}
+
+// Join adds (or re-adds) a voter. On a follower it is forwarded to the leader.
+// A node that comes back with the same id but no data is first removed, so that
+// its lost vote record cannot count in a configuration it is still part of.
+func (n *Node) Join(ctx context.Context, id, addr string) error {
+	if id == "" || addr == "" {
+		return errors.New("join: id and address are required")
+	}
+	if n.raft.State() != raft.Leader {
+		laddr, _ := n.raft.LeaderWithID()
+		if laddr == "" {
+			return fmt.Errorf("join %s: %w", id, ErrNoLeader)
+		}
+		_, err := n.fwd.call(ctx, string(laddr), rpcJoin, encodeJoin(id, addr))
+		return err
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("join %s: %w", id, err)
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID == raft.ServerID(id) || s.Address == raft.ServerAddress(addr) {
+			if err := n.raft.RemoveServer(s.ID, 0, 10*time.Second).Error(); err != nil {
+				return fmt.Errorf("join %s: remove old entry: %w", id, translateApplyErr(err))
+			}
+		}
+	}
+	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 10*time.Second).Error(); err != nil {
+		return fmt.Errorf("join %s: %w", id, translateApplyErr(err))
+	}
+	n.log.Info("voter added", "id", id, "address", addr)
+	return nil
+}
+
+// RemovePeer removes a server from the configuration (leader only).
+func (n *Node) RemovePeer(ctx context.Context, id string) error {
+	if n.raft.State() != raft.Leader {
+		return fmt.Errorf("remove %s: %w", id, ErrNotLeader)
+	}
+	if err := n.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
+		return fmt.Errorf("remove %s: %w", id, translateApplyErr(err))
+	}
+	return nil
+}
+
+// Backup writes a consistent copy of this node's engine state.
+func (n *Node) Backup(w io.Writer) (int64, error) {
+	s, err := n.eng.BeginSnapshot()
+	if err != nil {
+		return 0, err
+	}
+	defer s.Close()
+	return s.WriteTo(w)
+}
+
+// Hash digests this node's engine state (replica comparison in tests and status).
+func (n *Node) Hash() ([32]byte, error) { return n.eng.Hash() }
+
+// AppliedIndex is the index of the last entry applied to this node's engine.
+func (n *Node) AppliedIndex() uint64 { return n.raft.AppliedIndex() }
+
+// Barrier waits until every entry committed before it is applied here (leader only).
+func (n *Node) Barrier(timeout time.Duration) error {
+	if err := n.raft.Barrier(timeout).Error(); err != nil {
+		return translateApplyErr(err)
+	}
+	return nil
+}

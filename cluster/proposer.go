@@ -1,0 +1,303 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"oncehook/engine"
+)
+
+// proposal is one caller's commands waiting for their results.
+type proposal struct {
+	cmds       []engine.Command
+	leaderOnly bool // never forward: leases and completions belong to this leader's term
+	res        []engine.Result
+	err        error
+	done       chan struct{}
+}
+
+var proposalPool = sync.Pool{New: func() any { return &proposal{done: make(chan struct{}, 1)} }}
+
+// proposer is group commit in front of Raft: commands that arrive while earlier
+// entries are being stored and applied are packed into one log entry, so a burst
+// of claims costs one entry, one log fsync and one engine transaction instead of
+// one each. At most `inflight` entries are outstanding at a time; that bound is
+// what lets the next batch grow while the previous one commits.
+type proposer struct {
+	n        *Node
+	queue    chan *proposal
+	slots    chan struct{}
+	maxCmds  int
+	maxBytes int
+	stop     chan struct{}
+	wg       sync.WaitGroup
+
+	pending chan pendingApply // raft futures, completed in log order
+}
+
+type pendingApply struct {
+	future raft.ApplyFuture
+	batch  []*proposal
+}
+
+func newProposer(n *Node, inflight, maxCmds, maxBytes int) *proposer {
+	p := &proposer{
+		n:        n,
+		queue:    make(chan *proposal, 4096),
+		slots:    make(chan struct{}, inflight),
+		maxCmds:  maxCmds,
+		maxBytes: maxBytes,
+		stop:     make(chan struct{}),
+		pending:  make(chan pendingApply, inflight),
+	}
+	p.wg.Add(2)
+	go p.loop()
+	go p.complete()
+	return p
+}
+
+func (p *proposer) close() {
+	close(p.stop)
+	p.wg.Wait()
+	// Fail whatever is still queued.
+	for {
+		select {
+		case pr := <-p.queue:
+			pr.err = ErrShutdown
+			pr.done <- struct{}{}
+		default:
+			return
+		}
+	}
+}
+
+// submit queues cmds and waits for their results or ctx. A caller that gives up
+// gets ErrIndeterminate: its commands may still commit.
+func (p *proposer) submit(ctx context.Context, cmds []engine.Command, leaderOnly bool) ([]engine.Result, error) {
+	pr := proposalPool.Get().(*proposal)
+	pr.cmds, pr.leaderOnly, pr.res, pr.err = cmds, leaderOnly, nil, nil
+	select {
+	case p.queue <- pr:
+	case <-ctx.Done():
+		proposalPool.Put(pr)
+		return nil, fmt.Errorf("queue command: %v: %w", ctx.Err(), ErrNoLeader)
+	case <-p.stop:
+		proposalPool.Put(pr)
+		return nil, ErrShutdown
+	}
+	select {
+	case <-pr.done:
+		res, err := pr.res, pr.err
+		pr.cmds, pr.res = nil, nil
+		proposalPool.Put(pr)
+		return res, err
+	case <-ctx.Done():
+		// The proposal still belongs to the proposer; it is not returned to the pool.
+		return nil, fmt.Errorf("wait for commit: %v: %w", ctx.Err(), ErrIndeterminate)
+	}
+}
+
+func (p *proposer) loop() {
+	defer p.wg.Done()
+	var batch []*proposal
+	for {
+		var first *proposal
+		select {
+		case first = <-p.queue:
+		case <-p.stop:
+			return
+		}
+		// Wait for a free slot before draining: while entries are in flight the
+		// queue keeps filling, and the next entry carries all of it.
+		select {
+		case p.slots <- struct{}{}:
+		case <-p.stop:
+			first.err = ErrShutdown
+			first.done <- struct{}{}
+			return
+		}
+		batch = append(batch[:0], first)
+		ncmds, nbytes := len(first.cmds), cmdBytes(first.cmds)
+	drain:
+		for ncmds < p.maxCmds && nbytes < p.maxBytes {
+			select {
+			case pr := <-p.queue:
+				batch = append(batch, pr)
+				ncmds += len(pr.cmds)
+				nbytes += cmdBytes(pr.cmds)
+			default:
+				break drain
+			}
+		}
+		p.dispatch(append([]*proposal(nil), batch...), ncmds)
+	}
+}
+
+func cmdBytes(cmds []engine.Command) int {
+	n := 0
+	for i := range cmds {
+		n += 64 + len(cmds[i].Key) + len(cmds[i].Payload)
+		for _, h := range cmds[i].Headers {
+			n += len(h.Name) + len(h.Value)
+		}
+	}
+	return n
+}
+
+func (p *proposer) release() { <-p.slots }
+
+func finish(batch []*proposal, err error) {
+	for _, pr := range batch {
+		pr.err = err
+		pr.done <- struct{}{}
+	}
+}
+
+// dispatch sends one batch: into the log when this node leads, to the leader
+// over the internal channel otherwise.
+func (p *proposer) dispatch(batch []*proposal, ncmds int) {
+	r := p.n.raft
+	if r.State() == raft.Leader {
+		now := p.n.now().UnixNano()
+		cmds := make([]engine.Command, 0, ncmds)
+		for _, pr := range batch {
+			for _, c := range pr.cmds {
+				c.Now = now
+				cmds = append(cmds, c)
+			}
+		}
+		data := engine.EncodeEntry(nil, cmds)
+		f := r.Apply(data, 0)
+		select {
+		case p.pending <- pendingApply{future: f, batch: batch}:
+		case <-p.stop:
+			p.release()
+			finish(batch, ErrShutdown)
+		}
+		return
+	}
+	// Not the leader: leader-only proposals fail here, the rest travel together.
+	var fwd []*proposal
+	for _, pr := range batch {
+		if pr.leaderOnly {
+			pr.err = ErrNotLeader
+			pr.done <- struct{}{}
+			continue
+		}
+		fwd = append(fwd, pr)
+	}
+	if len(fwd) == 0 {
+		p.release()
+		return
+	}
+	go func() {
+		defer p.release()
+		err := p.n.forwardBatch(fwd)
+		if err != nil {
+			finish(fwd, err)
+		}
+	}()
+}
+
+// complete waits for raft futures in order and hands each proposal its results.
+func (p *proposer) complete() {
+	defer p.wg.Done()
+	for {
+		var pa pendingApply
+		select {
+		case pa = <-p.pending:
+		case <-p.stop:
+			// Futures still outstanding are answered by raft's shutdown.
+			for {
+				select {
+				case pa := <-p.pending:
+					p.settle(pa)
+				default:
+					return
+				}
+			}
+		}
+		p.settle(pa)
+	}
+}
+
+func (p *proposer) settle(pa pendingApply) {
+	defer p.release()
+	if err := pa.future.Error(); err != nil {
+		finish(pa.batch, translateApplyErr(err))
+		return
+	}
+	a, ok := pa.future.Response().(*applied)
+	if !ok || a == nil {
+		finish(pa.batch, fmt.Errorf("unexpected fsm response %T", pa.future.Response()))
+		return
+	}
+	if a.err != nil {
+		finish(pa.batch, a.err)
+		return
+	}
+	i := 0
+	for _, pr := range pa.batch {
+		k := len(pr.cmds)
+		if i+k > len(a.results) {
+			pr.err = errors.New("fsm returned fewer results than commands")
+		} else {
+			pr.res = a.results[i : i+k : i+k]
+		}
+		i += k
+		pr.done <- struct{}{}
+	}
+}
+
+func translateApplyErr(err error) error {
+	switch {
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout):
+		// Never entered the log.
+		return fmt.Errorf("apply: %v: %w", err, ErrNoLeader)
+	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return fmt.Errorf("apply: %v: %w", err, ErrIndeterminate)
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return fmt.Errorf("apply: %v: %w", err, ErrShutdown)
+	}
+	return fmt.Errorf("apply: %v: %w", err, ErrIndeterminate)
+}
+
+// forwardBatch sends a follower's batch to the leader and hands out the results.
+func (n *Node) forwardBatch(batch []*proposal) error {
+	addr, _ := n.raft.LeaderWithID()
+	if addr == "" {
+		return ErrNoLeader
+	}
+	var cmds []engine.Command
+	for _, pr := range batch {
+		cmds = append(cmds, pr.cmds...)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+	defer cancel()
+	body, err := n.fwd.call(ctx, string(addr), rpcApply, engine.EncodeEntry(nil, cmds))
+	if err != nil {
+		return err
+	}
+	res, err := decodeResults(body)
+	if err != nil {
+		return fmt.Errorf("leader answer: %v: %w", err, ErrIndeterminate)
+	}
+	if len(res) != len(cmds) {
+		return fmt.Errorf("leader answered %d results for %d commands: %w", len(res), len(cmds), ErrIndeterminate)
+	}
+	i := 0
+	for _, pr := range batch {
+		k := len(pr.cmds)
+		pr.res = res[i : i+k : i+k]
+		i += k
+		pr.done <- struct{}{}
+	}
+	return nil
+}
+
+var _ = time.Second

@@ -1,0 +1,335 @@
+package cluster
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"oncehook/engine"
+)
+
+// The internal channel: a follower sends framed requests over a forward stream
+// and the leader answers each in order on the same stream.
+//
+//	request:  u32 length | op byte | body
+//	response: u32 length | status byte | body
+const (
+	rpcApply byte = 1 // body: engine entry encoding of the commands
+	rpcJoin  byte = 2 // body: uvarint-length id, address
+
+	rpcOK          byte = 0 // body: encoded results
+	rpcNotLeader   byte = 1
+	rpcNoLeader    byte = 2
+	rpcUnknown     byte = 3 // indeterminate outcome
+	rpcErr         byte = 4 // body: message
+	rpcBadRequest  byte = 5
+	maxFrame            = 64 << 20
+	forwardTimeout      = 10 * time.Second
+)
+
+func writeFrame(w *bufio.Writer, kind byte, body []byte) error {
+	var hdr [5]byte
+	binary.BigEndian.PutUint32(hdr[:4], uint32(len(body)+1))
+	hdr[4] = kind
+	w.Write(hdr[:])
+	w.Write(body)
+	return w.Flush()
+}
+
+func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
+	var hdr [5]byte
+	if _, err := io.ReadFull(r, hdr[:]); err != nil {
+		return 0, nil, err
+	}
+	n := int(binary.BigEndian.Uint32(hdr[:4]))
+	if n < 1 || n > maxFrame {
+		return 0, nil, fmt.Errorf("frame of %d bytes", n)
+	}
+	if cap(buf) < n-1 {
+		buf = make([]byte, n-1)
+	}
+	buf = buf[:n-1]
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return 0, nil, err
+	}
+	return hdr[4], buf, nil
+}
+
+// serveForward answers one follower's stream until it closes.
+func (n *Node) serveForward(c net.Conn) {
+	r := bufio.NewReaderSize(c, 64<<10)
+	w := bufio.NewWriterSize(c, 16<<10)
+	var buf, out []byte
+	for {
+		op, body, err := readFrame(r, buf)
+		if err != nil {
+			return
+		}
+		buf = body[:0]
+		status, resp := n.handleRPC(op, body, out[:0])
+		out = resp[:0]
+		if err := writeFrame(w, status, resp); err != nil {
+			return
+		}
+	}
+}
+
+func (n *Node) handleRPC(op byte, body, out []byte) (byte, []byte) {
+	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+	defer cancel()
+	switch op {
+	case rpcApply:
+		cmds, err := engine.DecodeEntry(body)
+		if err != nil {
+			return rpcBadRequest, append(out, err.Error()...)
+		}
+		res, err := n.propose(ctx, cmds, true)
+		if err != nil {
+			return errStatus(err), append(out, err.Error()...)
+		}
+		return rpcOK, appendResults(out, res)
+	case rpcJoin:
+		id, addr, err := decodeJoin(body)
+		if err != nil {
+			return rpcBadRequest, append(out, err.Error()...)
+		}
+		if err := n.Join(ctx, id, addr); err != nil {
+			return errStatus(err), append(out, err.Error()...)
+		}
+		return rpcOK, out
+	}
+	return rpcBadRequest, append(out, "unknown op"...)
+}
+
+func errStatus(err error) byte {
+	switch {
+	case errors.Is(err, ErrNotLeader):
+		return rpcNotLeader
+	case errors.Is(err, ErrNoLeader), errors.Is(err, ErrShutdown):
+		return rpcNoLeader
+	case errors.Is(err, ErrIndeterminate):
+		return rpcUnknown
+	}
+	return rpcErr
+}
+
+func statusErr(status byte, msg []byte) error {
+	switch status {
+	case rpcNotLeader, rpcNoLeader:
+		return fmt.Errorf("leader refused: %s: %w", msg, ErrNoLeader)
+	case rpcUnknown:
+		return fmt.Errorf("leader: %s: %w", msg, ErrIndeterminate)
+	}
+	return fmt.Errorf("leader: %s", msg)
+}
+
+func encodeJoin(id, addr string) []byte {
+	b := binary.AppendUvarint(nil, uint64(len(id)))
+	b = append(b, id...)
+	return append(b, addr...)
+}
+
+func decodeJoin(b []byte) (string, string, error) {
+	n, k := binary.Uvarint(b)
+	if k <= 0 || uint64(len(b)-k) < n {
+		return "", "", errors.New("bad join request")
+	}
+	return string(b[k : k+int(n)]), string(b[k+int(n):]), nil
+}
+
+// Results travel back without lease events: leases run on the leader only.
+var resultErrs = []error{nil, engine.ErrStaleToken, engine.ErrNotFound, engine.ErrWrongState,
+	engine.ErrAlreadyApplied, engine.ErrCorrupt, engine.ErrBadCommand}
+
+func appendResults(b []byte, res []engine.Result) []byte {
+	b = binary.AppendUvarint(b, uint64(len(res)))
+	for _, r := range res {
+		var flags byte
+		if r.Created {
+			flags = 1
+		}
+		code := byte(len(resultErrs)) // other error
+		for i, e := range resultErrs {
+			if r.Err == e || (e != nil && errors.Is(r.Err, e)) {
+				code = byte(i)
+				break
+			}
+		}
+		b = append(b, flags, byte(r.State), code)
+		if int(code) == len(resultErrs) {
+			msg := r.Err.Error()
+			b = binary.AppendUvarint(b, uint64(len(msg)))
+			b = append(b, msg...)
+		}
+		b = binary.AppendUvarint(b, uint64(r.N))
+		b = binary.AppendUvarint(b, uint64(len(r.Keys)))
+		for _, k := range r.Keys {
+			b = binary.AppendUvarint(b, uint64(len(k)))
+			b = append(b, k...)
+		}
+	}
+	return b
+}
+
+func decodeResults(b []byte) ([]engine.Result, error) {
+	bad := errors.New("malformed results")
+	uv := func() (uint64, bool) {
+		v, k := binary.Uvarint(b)
+		if k <= 0 {
+			return 0, false
+		}
+		b = b[k:]
+		return v, true
+	}
+	str := func() (string, bool) {
+		n, ok := uv()
+		if !ok || uint64(len(b)) < n {
+			return "", false
+		}
+		s := string(b[:n])
+		b = b[n:]
+		return s, true
+	}
+	count, ok := uv()
+	if !ok || count > uint64(len(b)) {
+		return nil, bad
+	}
+	res := make([]engine.Result, count)
+	for i := range res {
+		if len(b) < 3 {
+			return nil, bad
+		}
+		res[i].Created = b[0]&1 != 0
+		res[i].State = engine.State(b[1])
+		code := int(b[2])
+		b = b[3:]
+		switch {
+		case code < len(resultErrs):
+			res[i].Err = resultErrs[code]
+		case code == len(resultErrs):
+			msg, ok := str()
+			if !ok {
+				return nil, bad
+			}
+			res[i].Err = errors.New(msg)
+		default:
+			return nil, bad
+		}
+		nv, ok := uv()
+		if !ok {
+			return nil, bad
+		}
+		res[i].N = int(nv)
+		nk, ok := uv()
+		if !ok || nk > uint64(len(b)) {
+			return nil, bad
+		}
+		for j := uint64(0); j < nk; j++ {
+			k, ok := str()
+			if !ok {
+				return nil, bad
+			}
+			res[i].Keys = append(res[i].Keys, k)
+		}
+	}
+	return res, nil
+}
+
+// forwarder keeps a few open streams to the current leader.
+type forwarder struct {
+	n    *Node
+	mu   sync.Mutex
+	addr string
+	idle []*fwdConn
+}
+
+type fwdConn struct {
+	c   net.Conn
+	r   *bufio.Reader
+	w   *bufio.Writer
+	buf []byte
+}
+
+const maxIdleForward = 8
+
+func (f *forwarder) get(addr string) (*fwdConn, error) {
+	f.mu.Lock()
+	if f.addr != addr {
+		for _, fc := range f.idle {
+			fc.c.Close()
+		}
+		f.idle, f.addr = nil, addr
+	}
+	if k := len(f.idle); k > 0 {
+		fc := f.idle[k-1]
+		f.idle = f.idle[:k-1]
+		f.mu.Unlock()
+		return fc, nil
+	}
+	f.mu.Unlock()
+	if f.n.mux == nil {
+		return nil, fmt.Errorf("forward to %s: %w", addr, ErrNoLeader)
+	}
+	c, err := f.n.mux.dial(addr, kindForward, 5*time.Second)
+	if err != nil {
+		return nil, fmt.Errorf("dial leader %s: %w", addr, err)
+	}
+	return &fwdConn{c: c, r: bufio.NewReaderSize(c, 16<<10), w: bufio.NewWriterSize(c, 64<<10)}, nil
+}
+
+func (f *forwarder) put(addr string, fc *fwdConn) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.addr != addr || len(f.idle) >= maxIdleForward {
+		fc.c.Close()
+		return
+	}
+	f.idle = append(f.idle, fc)
+}
+
+func (f *forwarder) closeAll() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, fc := range f.idle {
+		fc.c.Close()
+	}
+	f.idle = nil
+}
+
+// call sends one request to the leader at addr and returns its answer body.
+func (f *forwarder) call(ctx context.Context, addr string, op byte, body []byte) ([]byte, error) {
+	fc, err := f.get(addr)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(forwardTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	_ = fc.c.SetDeadline(deadline)
+	if err := writeFrame(fc.w, op, body); err != nil {
+		fc.c.Close()
+		// Nothing reached the leader for certain only if the write failed before
+		// any byte left; we cannot tell, so the outcome is unknown.
+		return nil, fmt.Errorf("forward to leader %s: %v: %w", addr, err, ErrIndeterminate)
+	}
+	status, resp, err := readFrame(fc.r, fc.buf)
+	if err != nil {
+		fc.c.Close()
+		return nil, fmt.Errorf("forward to leader %s: %v: %w", addr, err, ErrIndeterminate)
+	}
+	out := append([]byte(nil), resp...)
+	fc.buf = resp[:0]
+	_ = fc.c.SetDeadline(time.Time{})
+	f.put(addr, fc)
+	if status != rpcOK {
+		return nil, statusErr(status, out)
+	}
+	return out, nil
+}

@@ -1,0 +1,326 @@
+package cluster
+
+import (
+	"bufio"
+	"crypto/subtle"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Every connection between nodes starts with a preamble: magic, the kind of
+// stream, and the cluster token. One TCP port carries both Raft's RPCs and the
+// internal channel a follower uses to hand commands to the leader, so an
+// operator opens one port per node and authenticates both with one secret.
+var preambleMagic = [4]byte{'O', 'H', 'K', '1'}
+
+const (
+	kindRaft    byte = 'R'
+	kindForward byte = 'F'
+
+	maxTokenLen      = 1024
+	preambleDeadline = 10 * time.Second
+)
+
+// mux accepts connections on the cluster port, authenticates them and routes
+// them by kind: Raft streams to the raft.StreamLayer side, forward streams to
+// the node's command handler.
+type mux struct {
+	ln        net.Listener
+	advertise net.Addr
+	token     []byte
+	serverTLS *tls.Config
+	clientTLS *tls.Config
+	log       *slog.Logger
+	onForward func(net.Conn)
+
+	raftConns chan net.Conn
+	closing   chan struct{}
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	mu       sync.Mutex
+	open     map[net.Conn]struct{} // forward conns, closed on shutdown
+	rejected uint64
+}
+
+func newMux(ln net.Listener, advertise string, token []byte, tlsc *TLSConfig, log *slog.Logger) (*mux, error) {
+	adv, err := net.ResolveTCPAddr("tcp", advertise)
+	if err != nil {
+		return nil, fmt.Errorf("advertise address %q: %w", advertise, err)
+	}
+	if adv.IP == nil || adv.IP.IsUnspecified() {
+		return nil, fmt.Errorf("advertise address %q: must be a routable address, not a wildcard", advertise)
+	}
+	m := &mux{
+		ln:        ln,
+		advertise: adv,
+		token:     token,
+		log:       log,
+		raftConns: make(chan net.Conn, 16),
+		closing:   make(chan struct{}),
+		open:      make(map[net.Conn]struct{}),
+	}
+	if tlsc != nil {
+		m.serverTLS, m.clientTLS, err = tlsc.configs()
+		if err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+func (m *mux) serve() {
+	m.wg.Add(1)
+	go func() {
+		defer m.wg.Done()
+		for {
+			c, err := m.ln.Accept()
+			if err != nil {
+				select {
+				case <-m.closing:
+					return
+				default:
+				}
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				m.log.Warn("cluster accept", "err", err)
+				time.Sleep(50 * time.Millisecond)
+				continue
+			}
+			m.wg.Add(1)
+			go func() {
+				defer m.wg.Done()
+				m.handshake(c)
+			}()
+		}
+	}()
+}
+
+func (m *mux) handshake(c net.Conn) {
+	_ = c.SetDeadline(time.Now().Add(preambleDeadline))
+	if m.serverTLS != nil {
+		tc := tls.Server(c, m.serverTLS)
+		if err := tc.Handshake(); err != nil {
+			m.reject(c, "tls handshake", err)
+			return
+		}
+		c = tc
+	}
+	kind, err := m.readPreamble(c)
+	if err != nil {
+		m.reject(c, "preamble", err)
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	switch kind {
+	case kindRaft:
+		select {
+		case m.raftConns <- c:
+		case <-m.closing:
+			c.Close()
+		}
+	case kindForward:
+		if !m.track(c) {
+			c.Close()
+			return
+		}
+		defer m.untrack(c)
+		m.onForward(c)
+	}
+}
+
+func (m *mux) readPreamble(c net.Conn) (byte, error) {
+	var hdr [7]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return 0, err
+	}
+	if [4]byte(hdr[:4]) != preambleMagic {
+		return 0, errors.New("bad magic")
+	}
+	kind := hdr[4]
+	if kind != kindRaft && kind != kindForward {
+		return 0, fmt.Errorf("unknown stream kind %q", kind)
+	}
+	n := int(binary.BigEndian.Uint16(hdr[5:7]))
+	if n > maxTokenLen {
+		return 0, errors.New("token too long")
+	}
+	got := make([]byte, n)
+	if _, err := io.ReadFull(c, got); err != nil {
+		return 0, err
+	}
+	// With mutual TLS the certificate already proved membership; a token, when
+	// configured, must match as well. ConstantTimeCompare keeps the token's
+	// bytes from leaking through timing.
+	if len(m.token) > 0 && subtle.ConstantTimeCompare(got, m.token) != 1 {
+		return 0, ErrUnauthorized
+	}
+	return kind, nil
+}
+
+func (m *mux) reject(c net.Conn, what string, err error) {
+	m.mu.Lock()
+	m.rejected++
+	m.mu.Unlock()
+	m.log.Warn("cluster connection rejected", "remote", c.RemoteAddr().String(), "stage", what, "err", err)
+	c.Close()
+}
+
+func (m *mux) track(c net.Conn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	select {
+	case <-m.closing:
+		return false
+	default:
+	}
+	m.open[c] = struct{}{}
+	return true
+}
+
+func (m *mux) untrack(c net.Conn) {
+	m.mu.Lock()
+	delete(m.open, c)
+	m.mu.Unlock()
+	c.Close()
+}
+
+// dial opens an authenticated stream of the given kind to a peer.
+func (m *mux) dial(addr string, kind byte, timeout time.Duration) (net.Conn, error) {
+	d := net.Dialer{Timeout: timeout}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	if m.clientTLS != nil {
+		tc := tls.Client(c, m.clientTLS)
+		_ = tc.SetDeadline(time.Now().Add(preambleDeadline))
+		if err := tc.Handshake(); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
+		}
+		_ = tc.SetDeadline(time.Time{})
+		c = tc
+	}
+	w := bufio.NewWriterSize(c, 64)
+	w.Write(preambleMagic[:])
+	w.WriteByte(kind)
+	var n [2]byte
+	binary.BigEndian.PutUint16(n[:], uint16(len(m.token)))
+	w.Write(n[:])
+	w.Write(m.token)
+	if err := w.Flush(); err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (m *mux) close() {
+	m.closeOnce.Do(func() {
+		close(m.closing)
+		m.ln.Close()
+		m.mu.Lock()
+		for c := range m.open {
+			c.Close()
+		}
+		m.mu.Unlock()
+	})
+	m.wg.Wait()
+	// Drain Raft streams that were authenticated but never taken.
+	for {
+		select {
+		case c := <-m.raftConns:
+			c.Close()
+		default:
+			return
+		}
+	}
+}
+
+// raftLayer is the raft.StreamLayer view of the mux.
+type raftLayer struct{ m *mux }
+
+var _ raft.StreamLayer = raftLayer{}
+
+func (l raftLayer) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.m.raftConns:
+		return c, nil
+	case <-l.m.closing:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l raftLayer) Close() error { return nil } // the node closes the mux itself, after raft
+
+func (l raftLayer) Addr() net.Addr { return l.m.advertise }
+
+func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
+	return l.m.dial(string(addr), kindRaft, timeout)
+}
+
+// TLSConfig names the PEM files for mutual TLS between nodes. Every node
+// presents its certificate and accepts only peers whose certificate chains to CA.
+type TLSConfig struct {
+	CertFile, KeyFile, CAFile string
+}
+
+func (t *TLSConfig) configs() (server, client *tls.Config, err error) {
+	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster tls key pair: %w", err)
+	}
+	pem, err := os.ReadFile(t.CAFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster tls ca: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, nil, fmt.Errorf("cluster tls ca %s: no certificates found", t.CAFile)
+	}
+	server = &tls.Config{
+		MinVersion:   tls.VersionTLS13,
+		Certificates: []tls.Certificate{cert},
+		ClientAuth:   tls.RequireAndVerifyClientCert,
+		ClientCAs:    pool,
+	}
+	// Peers are addressed by IP and host names vary between deployments, so the
+	// client checks that the server's chain ends at our CA instead of matching a
+	// host name: membership in the cluster is proved by the CA's signature.
+	client = &tls.Config{
+		MinVersion:         tls.VersionTLS13,
+		Certificates:       []tls.Certificate{cert},
+		InsecureSkipVerify: true, // replaced by VerifyConnection below
+		VerifyConnection: func(cs tls.ConnectionState) error {
+			if len(cs.PeerCertificates) == 0 {
+				return errors.New("peer sent no certificate")
+			}
+			inter := x509.NewCertPool()
+			for _, c := range cs.PeerCertificates[1:] {
+				inter.AddCert(c)
+			}
+			_, err := cs.PeerCertificates[0].Verify(x509.VerifyOptions{
+				Roots:         pool,
+				Intermediates: inter,
+				KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+			})
+			return err
+		},
+	}
+	return server, client, nil
+}

@@ -1,0 +1,131 @@
+// Command oncehook receives webhooks at least once and runs their effect
+// exactly once. See README.md for the operator's manual and DESIGN.md in
+// ../shared for the contract.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime"
+	"runtime/debug"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		var ue usageError
+		if errors.As(err, &ue) {
+			fmt.Fprintln(os.Stderr, "Error:", ue.msg)
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "Error:", err)
+		os.Exit(1)
+	}
+	if errors.Is(err, flag.ErrHelp) {
+		os.Exit(2)
+	}
+}
+
+// usageError is a mistake in how a command was called (exit 2).
+type usageError struct{ msg string }
+
+func (e usageError) Error() string { return e.msg }
+
+const usage = `oncehook: receive webhooks at least once, run their effect exactly once.
+
+Usage:
+  oncehook serve    [-config oncehook.toml]      run a node (no file: demo single node on ./data)
+  oncehook validate -config F                    check a config file
+  oncehook sink     [-listen 127.0.0.1:9000]     a reference local handler
+  oncehook send     -config F -source S -file P  sign P as S's provider does and POST it
+  oncehook keygen   [-provider standard]         print a new secret
+  oncehook status | events | replay              talk to a node's admin API
+  oncehook raft list-peers | remove-peer -id N   cluster membership
+  oncehook snapshot save F | restore F           consistent backup and restore
+  oncehook version
+
+Client commands find the node with -addr or ONCEHOOK_ADDR and the token with
+-token-file, ONCEHOOK_TOKEN or ONCEHOOK_TOKEN_FILE.
+`
+
+// run is the whole program behind main, callable from tests.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return usageError{"no command given"}
+	}
+	cmd, rest := args[0], args[1:]
+	switch cmd {
+	case "serve":
+		return cmdServe(ctx, rest, stdout, stderr)
+	case "validate":
+		return cmdValidate(rest, stdout, stderr)
+	case "sink":
+		return cmdSink(ctx, rest, stdout, stderr)
+	case "send":
+		return cmdSend(ctx, rest, stdout, stderr)
+	case "keygen":
+		return cmdKeygen(rest, stdout, stderr)
+	case "status":
+		return cmdStatus(ctx, rest, stdout, stderr)
+	case "events":
+		return cmdEvents(ctx, rest, stdout, stderr)
+	case "replay":
+		return cmdReplay(ctx, rest, stdout, stderr)
+	case "raft":
+		return cmdRaft(ctx, rest, stdout, stderr)
+	case "snapshot":
+		return cmdSnapshot(ctx, rest, stdout, stderr)
+	case "version", "-version", "--version":
+		fmt.Fprintln(stdout, versionString())
+		return nil
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	}
+	fmt.Fprint(stderr, usage)
+	return usageError{fmt.Sprintf("unknown command %q", cmd)}
+}
+
+func versionString() string {
+	rev := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				rev = s.Value
+				if len(rev) > 12 {
+					rev = rev[:12]
+				}
+			}
+		}
+	}
+	return fmt.Sprintf("oncehook %s (commit %s, %s %s/%s)", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+}
+
+// newFlags makes a FlagSet that reports errors instead of exiting.
+func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet("oncehook "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err.Error()}
+	}
+	return nil
+}

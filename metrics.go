@@ -1,0 +1,107 @@
+package main
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics holds the intake's and the forwarder's Prometheus collectors. Labels
+// stay low-cardinality: a source name, a status code, an outcome; never a key,
+// a URL or a body field.
+type metrics struct {
+	reg          *prometheus.Registry
+	requests     *prometheus.CounterVec
+	claims       *prometheus.CounterVec
+	sigFailures  *prometheus.CounterVec
+	deliveries   *prometheus.CounterVec
+	claimLatency prometheus.Histogram
+	deliveryTime prometheus.Histogram
+	reloadOK     prometheus.Gauge
+}
+
+var codeStrings = func() (s [600]string) {
+	for i := range s {
+		s[i] = strconv.Itoa(i)
+	}
+	return
+}()
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_requests_total", Help: "Intake requests by source and status code.",
+		}, []string{"source", "code"}),
+		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_claims_total", Help: "Verified deliveries by source and result (new or duplicate).",
+		}, []string{"source", "result"}),
+		sigFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_signature_failures_total", Help: "Rejected signatures by source and reason.",
+		}, []string{"source", "reason"}),
+		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_deliveries_total", Help: "Handler deliveries by source and outcome (done, retry, dead, fenced).",
+		}, []string{"source", "outcome"}),
+		claimLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "oncehook_claim_duration_seconds", Help: "Intake request latency, verify to answer.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
+		}),
+		deliveryTime: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "oncehook_delivery_duration_seconds", Help: "Handler call latency.",
+			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
+		}),
+		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "oncehook_config_last_reload_successful", Help: "1 if the last configuration reload succeeded.",
+		}),
+	}
+	m.reloadOK.Set(1)
+	m.reg.MustRegister(m.requests, m.claims, m.sigFailures, m.deliveries, m.claimLatency, m.deliveryTime, m.reloadOK,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}
+
+func (m *metrics) request(source string, code int) {
+	if m == nil {
+		return
+	}
+	c := "other"
+	if code >= 0 && code < len(codeStrings) {
+		c = codeStrings[code]
+	}
+	m.requests.WithLabelValues(source, c).Inc()
+}
+
+func (m *metrics) claim(source string, created bool) {
+	if m == nil {
+		return
+	}
+	r := "duplicate"
+	if created {
+		r = "new"
+	}
+	m.claims.WithLabelValues(source, r).Inc()
+}
+
+func (m *metrics) signatureFailure(source, reason string) {
+	if m == nil {
+		return
+	}
+	m.sigFailures.WithLabelValues(source, reason).Inc()
+}
+
+func (m *metrics) claimDuration(d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.claimLatency.Observe(d.Seconds())
+}
+
+func (m *metrics) delivery(source, outcome string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.deliveries.WithLabelValues(source, outcome).Inc()
+	m.deliveryTime.Observe(d.Seconds())
+}

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"oncehook/cluster"
+	"oncehook/config"
+	"oncehook/forward"
+	"oncehook/providers"
+)
+
+// node is one running oncehook process: the intake, the admin API, the cluster
+// node and (while leading) the forwarder.
+type node struct {
+	cfg     atomic.Pointer[config.Config]
+	log     *slog.Logger
+	level   *slog.LevelVar
+	metrics *metrics
+	cluster *cluster.Node
+	intake  *intake
+	targets atomic.Pointer[map[string]forward.Target]
+
+	httpSrv *fasthttp.Server
+	httpLn  net.Listener
+	admin   *http.Server
+	adminLn net.Listener
+	served  chan error
+}
+
+func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("serve", stderr)
+	cfgPath := fs.String("config", os.Getenv("ONCEHOOK_CONFIG"), "config file; none: demo mode (single node on ./data, demo source and sink)")
+	demoDir := fs.String("data", "./data", "data directory in demo mode")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	var cfg *config.Config
+	var demo *demoSetup
+	if *cfgPath == "" {
+		var err error
+		demo, err = startDemo(ctx, *demoDir, stderr)
+		if err != nil {
+			return err
+		}
+		defer demo.close()
+		cfg = demo.cfg
+	} else {
+		var err error
+		if cfg, err = config.Load(*cfgPath); err != nil {
+			return err
+		}
+	}
+	level := new(slog.LevelVar)
+	log := newLogger(cfg.Node.LogFormat, level, stderr)
+	setLevel(level, cfg.Node.LogLevel)
+
+	n, err := startNode(cfg, log, level, stderr)
+	if err != nil {
+		return err
+	}
+	if demo != nil {
+		demo.announce(log, n.httpLn.Addr().String())
+	}
+	notifySystemd("READY=1")
+	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "version", version)
+
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	var serveErr error
+loop:
+	for {
+		select {
+		case <-ctx.Done():
+			break loop
+		case err := <-n.served:
+			serveErr = err
+			break loop
+		case <-hup:
+			if *cfgPath != "" {
+				notifySystemd("RELOADING=1")
+				n.reload(*cfgPath)
+				notifySystemd("READY=1")
+			}
+		}
+	}
+	notifySystemd("STOPPING=1")
+	log.Info("shutting down")
+	if err := n.shutdown(); err != nil {
+		return err
+	}
+	return serveErr
+}
+
+// startNode binds the listeners first (a port conflict fails before any state
+// is touched), then opens the cluster node, then serves.
+func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stderr io.Writer) (*node, error) {
+	n := &node{log: log, level: level, metrics: newMetrics(), served: make(chan error, 2)}
+	n.cfg.Store(cfg)
+	set, targets, err := compileSources(cfg)
+	if err != nil {
+		return nil, err
+	}
+	n.targets.Store(&targets)
+
+	if n.httpLn, err = net.Listen("tcp", cfg.Node.Listen); err != nil {
+		return nil, fmt.Errorf("intake listen %s: %w", cfg.Node.Listen, err)
+	}
+	if n.adminLn, err = net.Listen("tcp", cfg.Admin.Listen); err != nil {
+		n.httpLn.Close()
+		return nil, fmt.Errorf("admin listen %s: %w", cfg.Admin.Listen, err)
+	}
+
+	ccfg := cluster.Config{
+		ID:        cfg.Node.ID,
+		Dir:       cfg.Node.DataDir,
+		Logger:    log,
+		LogOutput: stderr,
+		OnLeader:  n.lead,
+	}
+	if c := cfg.Cluster; c != nil {
+		ccfg.Bind = c.RaftListen
+		ccfg.Advertise = c.Advertise
+		ccfg.Token = c.Token
+		for _, p := range c.Peers {
+			ccfg.Peers = append(ccfg.Peers, cluster.Peer{ID: p.ID, Addr: p.Addr})
+		}
+		if c.TLSCert != "" {
+			ccfg.TLS = &cluster.TLSConfig{CertFile: c.TLSCert, KeyFile: c.TLSKey, CAFile: c.TLSCA}
+		}
+	}
+	if n.cluster, err = cluster.Open(ccfg); err != nil {
+		n.httpLn.Close()
+		n.adminLn.Close()
+		return nil, err
+	}
+
+	n.intake = newIntake(n.cluster, set, log, n.metrics)
+	n.httpSrv = n.intake.server()
+	go func() {
+		if err := n.httpSrv.Serve(n.httpLn); err != nil {
+			n.served <- fmt.Errorf("intake: %w", err)
+		}
+	}()
+	n.admin = &http.Server{Handler: n.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := n.admin.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			n.served <- fmt.Errorf("admin: %w", err)
+		}
+	}()
+	return n, nil
+}
+
+// lead is the leader-only work for one term: deliveries and sweeping.
+func (n *node) lead(ctx context.Context) {
+	f := forward.New(forward.Options{
+		Store:   n.cluster,
+		Targets: n.target,
+		Wake:    n.cluster.Wake(),
+		Logger:  n.log,
+		Observe: n.metrics.delivery,
+	})
+	if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		n.log.Error("forwarder stopped", "err", err)
+	}
+}
+
+func (n *node) target(source string) (forward.Target, bool) {
+	t, ok := (*n.targets.Load())[source]
+	return t, ok
+}
+
+// shutdown closes the front door first, then the cluster node (which hands
+// leadership over and stops deliveries), then the admin API.
+func (n *node) shutdown() error {
+	var errs []error
+	if err := n.httpSrv.ShutdownWithContext(timeoutCtx(10 * time.Second)); err != nil {
+		errs = append(errs, fmt.Errorf("intake shutdown: %w", err))
+	}
+	if err := n.cluster.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("cluster close: %w", err))
+	}
+	if err := n.admin.Shutdown(timeoutCtx(5 * time.Second)); err != nil {
+		errs = append(errs, fmt.Errorf("admin shutdown: %w", err))
+	}
+	return errors.Join(errs...)
+}
+
+func timeoutCtx(d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	_ = cancel // released when the deadline passes
+	return ctx
+}
+
+// reload re-reads sources, secrets and the log level. An invalid file is
+// rejected and the running configuration kept.
+func (n *node) reload(path string) {
+	old := n.cfg.Load()
+	cfg, err := config.Load(path)
+	if err != nil {
+		n.metrics.reloadOK.Set(0)
+		n.log.Error("reload rejected; keeping the running configuration", "err", err)
+		return
+	}
+	set, targets, err := compileSources(cfg)
+	if err != nil {
+		n.metrics.reloadOK.Set(0)
+		n.log.Error("reload rejected; keeping the running configuration", "err", err)
+		return
+	}
+	live, restart := config.Diff(old, cfg)
+	n.intake.sources.Store(set)
+	n.targets.Store(&targets)
+	setLevel(n.level, cfg.Node.LogLevel)
+	n.cfg.Store(cfg)
+	n.metrics.reloadOK.Set(1)
+	n.log.Info("configuration reloaded", "applied", live, "needs_restart", restart)
+}
+
+// compileSources turns config sources into the intake's hot-path form and the
+// forwarder's targets.
+func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, error) {
+	set := &sourceSet{byName: make(map[string]*source, len(cfg.Sources))}
+	targets := make(map[string]forward.Target, len(cfg.Sources))
+	for i := range cfg.Sources {
+		s := &cfg.Sources[i]
+		keyer, err := providers.NewKeyer(s.Name, s.Key)
+		if err != nil {
+			return nil, nil, fmt.Errorf("source %s: key: %w", s.Name, err)
+		}
+		src := &source{
+			name:       s.Name,
+			provider:   s.Provider,
+			verifier:   s.Verifier,
+			keyer:      keyer,
+			fwdHeaders: s.ForwardHeaders,
+			allow:      s.AllowIPs,
+			ack:        s.AckStatus,
+			sync:       s.Mode == "sync",
+			maxBody:    int(s.MaxBody),
+			retention:  int64(time.Duration(s.Retention)),
+			leaseFor:   int64(time.Duration(s.Lease)),
+			waitFor:    time.Duration(s.ForwardTimeout) + 2*time.Second,
+		}
+		if h, ok := s.Verifier.(providers.Handshaker); ok {
+			src.handshaker = h
+		}
+		if s.Order != nil {
+			if src.orderObject, err = providers.NewField(s.Order.Object); err != nil {
+				return nil, nil, fmt.Errorf("source %s: order.object: %w", s.Name, err)
+			}
+			if src.orderTime, err = providers.NewField(s.Order.Time); err != nil {
+				return nil, nil, fmt.Errorf("source %s: order.time: %w", s.Name, err)
+			}
+		}
+		if src.maxBody > set.maxBody {
+			set.maxBody = src.maxBody
+		}
+		set.byName[s.Name] = src
+		targets[s.Name] = forward.Target{
+			URL:         s.Forward,
+			Timeout:     time.Duration(s.ForwardTimeout),
+			BackoffMin:  time.Duration(s.BackoffMin),
+			BackoffMax:  time.Duration(s.BackoffMax),
+			MaxAttempts: s.MaxAttempts,
+			Sync:        src.sync,
+		}
+	}
+	return set, targets, nil
+}
+
+func newLogger(format string, level *slog.LevelVar, w io.Writer) *slog.Logger {
+	opts := &slog.HandlerOptions{Level: level}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+func setLevel(v *slog.LevelVar, name string) {
+	switch name {
+	case "debug":
+		v.Set(slog.LevelDebug)
+	case "warn":
+		v.Set(slog.LevelWarn)
+	case "error":
+		v.Set(slog.LevelError)
+	default:
+		v.Set(slog.LevelInfo)
+	}
+}
+
+// notifySystemd sends one sd_notify message when run under systemd with
+// Type=notify; elsewhere it does nothing.
+func notifySystemd(state string) {
+	sock := os.Getenv("NOTIFY_SOCKET")
+	if sock == "" {
+		return
+	}
+	if sock[0] == '@' {
+		sock = "\x00" + sock[1:]
+	}
+	c, err := net.DialUnix("unixgram", nil, &net.UnixAddr{Name: sock, Net: "unixgram"})
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	_, _ = c.Write([]byte(state))
+}
+
+func absPath(p string) string {
+	if a, err := filepath.Abs(p); err == nil {
+		return a
+	}
+	return p
+}

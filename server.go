@@ -1,0 +1,417 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"oncehook/cluster"
+	"oncehook/engine"
+	"oncehook/providers"
+)
+
+// claimStore is what the intake needs from the replicated store. The cluster
+// node satisfies it; the intake never knows whether Raft is underneath.
+type claimStore interface {
+	// Lookup reads this node's applied state: a key found is committed.
+	Lookup(key string) (engine.State, bool, error)
+	// Claim commits a claim on a majority; Created is false for a duplicate.
+	Claim(ctx context.Context, c engine.Command) (engine.Result, error)
+	// Get reads one event from this node's applied state.
+	Get(key string, withPayload bool) (engine.Event, error)
+	// Wait blocks until final(event) holds on this node's applied state.
+	Wait(ctx context.Context, key string, final func(engine.Event) bool) (engine.Event, error)
+	// Ready reports whether the node has a leader and has applied the commit index.
+	Ready() (bool, string)
+}
+
+var _ claimStore = (*cluster.Node)(nil)
+
+// source is one configured source compiled for the hot path.
+type source struct {
+	name        string
+	provider    string
+	verifier    providers.Verifier
+	handshaker  providers.Handshaker
+	keyer       *providers.Keyer
+	orderObject *providers.Field
+	orderTime   *providers.Field
+	fwdHeaders  []string
+	allow       []netip.Prefix
+	ack         int
+	sync        bool
+	maxBody     int
+	retention   int64
+	leaseFor    int64
+	waitFor     time.Duration // sync mode: how long the intake waits for the handler
+}
+
+// sourceSet is swapped whole on reload.
+type sourceSet struct {
+	byName  map[string]*source
+	maxBody int
+}
+
+// intake is the public webhook listener.
+type intake struct {
+	store   claimStore
+	sources atomic.Pointer[sourceSet]
+	log     *slog.Logger
+	now     func() time.Time
+	metrics *metrics
+	timeout time.Duration // how long a claim may wait for a commit
+
+	keyBufs sync.Pool
+}
+
+func newIntake(store claimStore, set *sourceSet, log *slog.Logger, m *metrics) *intake {
+	in := &intake{store: store, log: log, now: time.Now, metrics: m, timeout: 10 * time.Second}
+	in.sources.Store(set)
+	in.keyBufs.New = func() any { b := make([]byte, 0, 600); return &b }
+	return in
+}
+
+// server builds the fasthttp server with limits that bound hostile clients:
+// read/write/idle timeouts against slowloris, a header size limit (431), a
+// body limit (413) and a per-IP connection cap.
+func (in *intake) server() *fasthttp.Server {
+	maxBody := in.sources.Load().maxBody
+	if maxBody < 1<<20 {
+		maxBody = 1 << 20
+	}
+	return &fasthttp.Server{
+		Handler:                       in.handle,
+		Name:                          "oncehook",
+		ReadTimeout:                   10 * time.Second,
+		WriteTimeout:                  15 * time.Second,
+		IdleTimeout:                   60 * time.Second,
+		ReadBufferSize:                16 << 10,
+		MaxRequestBodySize:            maxBody,
+		MaxConnsPerIP:                 4096,
+		DisablePreParseMultipartForm:  true,
+		NoDefaultContentType:          true,
+		DisableHeaderNamesNormalizing: false,
+		CloseOnShutdown:               true,
+		Logger:                        fasthttpLogger{in.log},
+	}
+}
+
+type fasthttpLogger struct{ l *slog.Logger }
+
+func (f fasthttpLogger) Printf(format string, args ...any) {
+	f.l.Debug("http", "msg", format, "args", args)
+}
+
+var (
+	strIn     = []byte("/in/")
+	strLivez  = []byte("/livez")
+	strReadyz = []byte("/readyz")
+	strJSON   = "application/json"
+)
+
+func (in *intake) handle(ctx *fasthttp.RequestCtx) {
+	path := ctx.Path()
+	switch {
+	case bytes.HasPrefix(path, strIn):
+		in.handleIn(ctx, path[len(strIn):])
+	case bytes.Equal(path, strLivez):
+		ctx.SetContentType("text/plain; charset=utf-8")
+		ctx.WriteString("ok\n")
+	case bytes.Equal(path, strReadyz):
+		ctx.SetContentType("text/plain; charset=utf-8")
+		if ok, why := in.store.Ready(); ok {
+			ctx.WriteString("ok: " + why + "\n")
+		} else {
+			ctx.Response.Header.Set("Retry-After", "1")
+			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
+			ctx.WriteString("not ready: " + why + "\n")
+		}
+	default:
+		writeError(ctx, fasthttp.StatusNotFound, "not found")
+	}
+}
+
+func (in *intake) handleIn(ctx *fasthttp.RequestCtx, name []byte) {
+	start := time.Now()
+	set := in.sources.Load()
+	src := set.byName[string(name)]
+	if src == nil {
+		in.metrics.request("", fasthttp.StatusNotFound)
+		writeError(ctx, fasthttp.StatusNotFound, "unknown source")
+		return
+	}
+	code := in.serveSource(ctx, src)
+	in.metrics.request(src.name, code)
+	in.metrics.claimDuration(time.Since(start))
+}
+
+// serveSource runs the hot path of DESIGN.md section 1 and returns the status sent.
+func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source) int {
+	if !ctx.IsPost() {
+		ctx.Response.Header.Set("Allow", "POST")
+		return writeError(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed: use POST")
+	}
+	if len(src.allow) > 0 && !allowed(src.allow, ctx.RemoteIP()) {
+		return writeError(ctx, fasthttp.StatusForbidden, "client address not allowed")
+	}
+	body := ctx.PostBody()
+	if len(body) > src.maxBody {
+		ctx.SetConnectionClose()
+		return writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "body larger than max_body")
+	}
+	if len(body) == 0 {
+		return writeError(ctx, fasthttp.StatusBadRequest, "empty body")
+	}
+	if ce := ctx.Request.Header.Peek("Content-Encoding"); len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {
+		return writeError(ctx, fasthttp.StatusUnsupportedMediaType, "content-encoding not supported: signatures cover the raw body")
+	}
+
+	req := providers.Request{Body: body, Header: &ctx.Request.Header, Now: in.now()}
+	if src.provider == "twilio" {
+		req.URL = publicURL(ctx)
+	}
+	if err := src.verifier.Verify(&req); err != nil {
+		in.metrics.signatureFailure(src.name, verifyReason(err))
+		return writeError(ctx, fasthttp.StatusUnauthorized, err.Error())
+	}
+	if src.handshaker != nil {
+		if status, answer, ct, ok := src.handshaker.Handshake(&req); ok {
+			ctx.SetStatusCode(status)
+			ctx.SetContentType(ct)
+			ctx.SetBody(answer)
+			return status
+		}
+	}
+
+	bp := in.keyBufs.Get().(*[]byte)
+	defer in.keyBufs.Put(bp)
+	key, err := src.keyer.Key((*bp)[:0], &ctx.Request.Header, body)
+	*bp = key[:0]
+	if err != nil {
+		return writeError(ctx, fasthttp.StatusBadRequest, "no idempotency key: "+err.Error())
+	}
+
+	// A key in this node's applied state is committed: answer the duplicate
+	// without a Raft round. Absence proves nothing; the claim decides.
+	if st, ok, err := in.store.Lookup(string(key)); err == nil && ok {
+		in.metrics.claim(src.name, false)
+		return in.answerDuplicate(ctx, src, key, st)
+	}
+
+	cmd := engine.Command{
+		Op:        engine.OpClaim,
+		Key:       string(key),
+		Source:    src.name,
+		Payload:   append([]byte(nil), body...), // the request buffer is reused once we return
+		Retention: src.retention,
+		LeaseFor:  src.leaseFor,
+		Headers:   forwardHeaders(ctx, src.fwdHeaders),
+	}
+	if src.orderObject != nil {
+		if obj, err := src.orderObject.Value(&ctx.Request.Header, body); err == nil && len(obj) > 0 {
+			if tv, err := src.orderTime.Value(&ctx.Request.Header, body); err == nil {
+				if t, err := providers.ParseTime(tv); err == nil {
+					cmd.OrderObject, cmd.OrderTime = string(obj), t
+				}
+			}
+		}
+	}
+	cctx, cancel := context.WithTimeout(context.Background(), in.timeout)
+	res, err := in.store.Claim(cctx, cmd)
+	cancel()
+	if err != nil {
+		switch {
+		case errors.Is(err, engine.ErrBadCommand):
+			return writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+		case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrIndeterminate),
+			errors.Is(err, cluster.ErrShutdown), errors.Is(err, cluster.ErrNotLeader):
+			in.log.Warn("claim not committed", "source", src.name, "err", err)
+			ctx.Response.Header.Set("Retry-After", "1")
+			return writeError(ctx, fasthttp.StatusServiceUnavailable, "no quorum: not committed, retry")
+		}
+		in.log.Error("claim failed", "source", src.name, "err", err)
+		ctx.Response.Header.Set("Retry-After", "1")
+		return writeError(ctx, fasthttp.StatusServiceUnavailable, "claim failed, retry")
+	}
+	in.metrics.claim(src.name, res.Created)
+	if !res.Created {
+		return in.answerDuplicate(ctx, src, key, res.State)
+	}
+	if src.sync && res.State == engine.StatePending {
+		return in.answerSync(ctx, src, key)
+	}
+	return writeClaim(ctx, src.ack, "accepted", key, res.State, res.State == engine.StateStale)
+}
+
+func (in *intake) answerDuplicate(ctx *fasthttp.RequestCtx, src *source, key []byte, st engine.State) int {
+	if src.sync {
+		switch st {
+		case engine.StateDone:
+			if ev, err := in.store.Get(string(key), false); err == nil && ev.Response != nil {
+				return writeCached(ctx, ev.Response)
+			}
+		case engine.StatePending, engine.StateProcessing:
+			return writeClaim(ctx, fasthttp.StatusConflict, "in_progress", key, st, true)
+		}
+	}
+	return writeClaim(ctx, fasthttp.StatusOK, "duplicate", key, st, true)
+}
+
+// answerSync waits for the handler's answer and relays it.
+func (in *intake) answerSync(ctx *fasthttp.RequestCtx, src *source, key []byte) int {
+	wctx, cancel := context.WithTimeout(context.Background(), src.waitFor)
+	defer cancel()
+	ev, err := in.store.Wait(wctx, string(key), func(ev engine.Event) bool {
+		return ev.State == engine.StateDone || ev.State == engine.StateDead || ev.Attempts > 0 && ev.State == engine.StatePending
+	})
+	switch {
+	case err != nil:
+		return writeClaim(ctx, fasthttp.StatusGatewayTimeout, "accepted_handler_timeout", key, engine.StateProcessing, true)
+	case ev.State == engine.StateDone && ev.Response != nil:
+		return writeCached(ctx, ev.Response)
+	case ev.State == engine.StateDone:
+		return writeClaim(ctx, src.ack, "accepted", key, ev.State, true)
+	}
+	return writeClaim(ctx, fasthttp.StatusBadGateway, "handler_failed", key, ev.State, true)
+}
+
+func writeCached(ctx *fasthttp.RequestCtx, r *engine.Response) int {
+	ctx.SetStatusCode(r.Status)
+	ctx.SetBody(r.Body)
+	return r.Status
+}
+
+func forwardHeaders(ctx *fasthttp.RequestCtx, names []string) []engine.Header {
+	ct := ctx.Request.Header.ContentType()
+	n := len(names)
+	if len(ct) > 0 {
+		n++
+	}
+	if n == 0 {
+		return nil
+	}
+	hs := make([]engine.Header, 0, n)
+	if len(ct) > 0 {
+		hs = append(hs, engine.Header{Name: "Content-Type", Value: string(ct)})
+	}
+	for _, name := range names {
+		if v := ctx.Request.Header.Peek(name); len(v) > 0 {
+			hs = append(hs, engine.Header{Name: name, Value: string(v)})
+		}
+	}
+	return hs
+}
+
+func allowed(prefixes []netip.Prefix, ip net.IP) bool {
+	addr, ok := netip.AddrFromSlice(ip)
+	if !ok {
+		return false
+	}
+	addr = addr.Unmap()
+	for _, p := range prefixes {
+		if p.Contains(addr) {
+			return true
+		}
+	}
+	return false
+}
+
+// publicURL rebuilds the URL the sender signed (twilio), honouring a proxy's
+// X-Forwarded-Proto.
+func publicURL(ctx *fasthttp.RequestCtx) string {
+	scheme := "http"
+	if p := ctx.Request.Header.Peek("X-Forwarded-Proto"); len(p) > 0 {
+		scheme = string(p)
+	} else if ctx.IsTLS() {
+		scheme = "https"
+	}
+	return scheme + "://" + string(ctx.Host()) + string(ctx.RequestURI())
+}
+
+func verifyReason(err error) string {
+	switch {
+	case errors.Is(err, providers.ErrMissingHeader):
+		return "missing_header"
+	case errors.Is(err, providers.ErrMalformedHeader):
+		return "malformed_header"
+	case errors.Is(err, providers.ErrTimestamp):
+		return "timestamp"
+	}
+	return "bad_signature"
+}
+
+// The answers are written by hand: the hot path allocates no encoder.
+
+func writeError(ctx *fasthttp.RequestCtx, status int, msg string) int {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType(strJSON)
+	b := ctx.Response.BodyWriter()
+	var buf [256]byte
+	out := append(buf[:0], `{"status":"error","error":`...)
+	out = appendJSONString(out, msg)
+	out = append(out, "}\n"...)
+	b.Write(out)
+	return status
+}
+
+func writeClaim(ctx *fasthttp.RequestCtx, status int, word string, key []byte, st engine.State, withState bool) int {
+	ctx.SetStatusCode(status)
+	ctx.SetContentType(strJSON)
+	var buf [700]byte
+	out := append(buf[:0], `{"status":"`...)
+	out = append(out, word...)
+	out = append(out, `","key":`...)
+	out = appendJSONString(out, string(key))
+	if withState {
+		out = append(out, `,"state":"`...)
+		out = append(out, stateName(st)...)
+		out = append(out, '"')
+	}
+	out = append(out, "}\n"...)
+	ctx.Response.AppendBody(out)
+	return status
+}
+
+func stateName(s engine.State) string {
+	switch s {
+	case engine.StatePending:
+		return "pending"
+	case engine.StateProcessing:
+		return "processing"
+	case engine.StateDone:
+		return "done"
+	case engine.StateDead:
+		return "dead"
+	case engine.StateStale:
+		return "stale"
+	}
+	return "unknown"
+}
+
+func appendJSONString(b []byte, s string) []byte {
+	const hex = "0123456789abcdef"
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < 0x20:
+			b = append(b, '\\', 'u', '0', '0', hex[c>>4], hex[c&0xf])
+		default:
+			b = append(b, c)
+		}
+	}
+	return append(b, '"')
+}
+
+var _ = strconv.Itoa

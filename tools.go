@@ -1,0 +1,158 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"oncehook/config"
+	"oncehook/providers"
+)
+
+func cmdValidate(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("validate", stderr)
+	path := fs.String("config", os.Getenv("ONCEHOOK_CONFIG"), "config file to check")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *path == "" {
+		return usageError{"validate needs -config FILE"}
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	mode := "single node"
+	if cfg.Cluster != nil {
+		mode = fmt.Sprintf("cluster of %d", len(cfg.Cluster.Peers))
+	}
+	fmt.Fprintf(stdout, "%s: ok (%s, %d sources)\n", *path, mode, len(cfg.Sources))
+	return nil
+}
+
+func cmdKeygen(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("keygen", stderr)
+	provider := fs.String("provider", "standard", "provider whose secret format to use")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if _, ok := providers.Lookup(*provider); !ok {
+		return usageError{fmt.Sprintf("unknown provider %q (known: %s)", *provider, strings.Join(providers.Names(), ", "))}
+	}
+	s, err := providers.GenerateSecret(*provider)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, s)
+	return nil
+}
+
+// cmdSend signs a file the way the source's provider does and posts it to the
+// node's intake: the quickest way to test a config end to end.
+func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("send", stderr)
+	path := fs.String("config", os.Getenv("ONCEHOOK_CONFIG"), "config file that names the source")
+	name := fs.String("source", "", "source name")
+	file := fs.String("file", "", "payload file to send ('-' for stdin)")
+	id := fs.String("id", "", "event/delivery id for providers that send one in a header (default: random)")
+	target := fs.String("url", "", "intake URL (default: http://<node.listen>/in/<source>)")
+	contentType := fs.String("content-type", "", "Content-Type (default: application/json, or form for twilio/slack commands)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *path == "" || *name == "" || *file == "" {
+		return usageError{"send needs -config, -source and -file"}
+	}
+	cfg, err := config.Load(*path)
+	if err != nil {
+		return err
+	}
+	var src *config.Source
+	for i := range cfg.Sources {
+		if cfg.Sources[i].Name == *name {
+			src = &cfg.Sources[i]
+		}
+	}
+	if src == nil {
+		return fmt.Errorf("source %q is not in %s", *name, *path)
+	}
+	scheme, ok := providers.Lookup(src.Provider)
+	if !ok {
+		return fmt.Errorf("source %q: unknown provider %q", *name, src.Provider)
+	}
+	var body []byte
+	if *file == "-" {
+		body, err = io.ReadAll(os.Stdin)
+	} else {
+		body, err = os.ReadFile(*file)
+	}
+	if err != nil {
+		return fmt.Errorf("read payload: %w", err)
+	}
+	if *id == "" {
+		var b [12]byte
+		rand.Read(b[:])
+		*id = "msg_" + hex.EncodeToString(b[:])
+	}
+	if len(src.Secrets) == 0 {
+		return fmt.Errorf("source %q has no secret to sign with", *name)
+	}
+	headers, err := scheme.Sign(body, src.Secrets[0], time.Now(), *id, src.HMAC)
+	if err != nil {
+		return fmt.Errorf("sign: %w", err)
+	}
+	url := *target
+	if url == "" {
+		url = "http://" + dialable(cfg.Node.Listen) + "/in/" + src.Name
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	ct := *contentType
+	if ct == "" {
+		ct = "application/json"
+		if filepath.Ext(*file) == ".form" {
+			ct = "application/x-www-form-urlencoded"
+		}
+	}
+	req.Header.Set("Content-Type", ct)
+	for _, h := range headers {
+		req.Header.Set(h.Name, h.Value)
+	}
+	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
+	if err != nil {
+		return fmt.Errorf("post %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	fmt.Fprintf(stdout, "%s %s\n%s", resp.Proto, resp.Status, answer)
+	if len(answer) > 0 && answer[len(answer)-1] != '\n' {
+		fmt.Fprintln(stdout)
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("intake answered %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// dialable turns a listen address into one a client can dial (0.0.0.0 -> 127.0.0.1).
+func dialable(listen string) string {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return listen
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		host = "127.0.0.1"
+	}
+	return net.JoinHostPort(host, port)
+}
