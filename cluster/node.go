@@ -67,6 +67,9 @@ type Config struct {
 	MaxBatch           int           // commands per log entry (1024)
 	Inflight           int           // log entries outstanding at once (4)
 
+	// inproc is set by tests on raft.InmemTransport; see Node.inproc.
+	inproc func(addr string) *Node
+
 	// NoSync skips fsync on the log and the engine. Tests only: a crash can
 	// lose acknowledged claims.
 	NoSync bool
@@ -97,6 +100,10 @@ type Node struct {
 	stopObserve  chan struct{}
 	observeDone  chan struct{}
 	leaderChange uint64
+
+	// inproc, in tests on raft.InmemTransport, finds the node behind a raft
+	// address so the internal channel runs without TCP.
+	inproc func(addr string) *Node
 
 	fatalOnce sync.Once
 	closeOnce sync.Once
@@ -135,6 +142,7 @@ func Open(cfg Config) (*Node, error) {
 		observeDone: make(chan struct{}),
 	}
 	n.fwd = &forwarder{n: n}
+	n.inproc = cfg.inproc
 	if err := n.open(); err != nil {
 		n.cleanup()
 		return nil, err
@@ -270,7 +278,7 @@ func (n *Node) bootstrap() error {
 	if !seen {
 		conf.Servers = append(conf.Servers, self)
 	}
-	if len(conf.Servers) > 1 && n.mux != nil && n.rejoinExisting() {
+	if len(conf.Servers) > 1 && (n.mux != nil || n.inproc != nil) && n.rejoinExisting() {
 		return nil
 	}
 	err := n.raft.BootstrapCluster(conf).Error()

@@ -304,6 +304,17 @@ func (f *forwarder) closeAll() {
 
 // call sends one request to the leader at addr and returns its answer body.
 func (f *forwarder) call(ctx context.Context, addr string, op byte, body []byte) ([]byte, error) {
+	if f.n.inproc != nil {
+		peer := f.n.inproc(addr)
+		if peer == nil {
+			return nil, fmt.Errorf("forward to %s: unreachable: %w", addr, ErrNoLeader)
+		}
+		status, resp := peer.handleRPC(op, body, nil)
+		if status != rpcOK {
+			return nil, statusErr(status, resp)
+		}
+		return resp, nil
+	}
 	fc, err := f.get(addr)
 	if err != nil {
 		return nil, err

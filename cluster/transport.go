@@ -128,10 +128,16 @@ func (m *mux) handshake(c net.Conn) {
 	_ = c.SetDeadline(time.Time{})
 	switch kind {
 	case kindRaft:
-		select {
-		case m.raftConns <- c:
-		case <-m.closing:
+		// Raft's transport does not close the streams it accepted when it
+		// shuts down; tracking them lets close end their reader goroutines.
+		if !m.track(c) {
 			c.Close()
+			return
+		}
+		select {
+		case m.raftConns <- &trackedConn{Conn: c, m: m}:
+		case <-m.closing:
+			m.untrack(c)
 		}
 	case kindForward:
 		if !m.track(c) {
@@ -197,6 +203,18 @@ func (m *mux) untrack(c net.Conn) {
 	delete(m.open, c)
 	m.mu.Unlock()
 	c.Close()
+}
+
+// trackedConn leaves the mux's set of open streams when closed.
+type trackedConn struct {
+	net.Conn
+	m    *mux
+	once sync.Once
+}
+
+func (t *trackedConn) Close() error {
+	t.once.Do(func() { t.m.untrack(t.Conn) })
+	return nil
 }
 
 // dial opens an authenticated stream of the given kind to a peer.

@@ -1,0 +1,452 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"oncehook/engine"
+)
+
+func TestClaimOnEveryNodeCreatesOneEventPerKey(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader(-1)
+	for i, n := range c.nodes {
+		key := fmt.Sprintf("src:evt_%d", i)
+		res, err := n.Claim(ctxT(t, 5*time.Second), claimCmd(key))
+		if err != nil {
+			t.Fatalf("claim on %s (leader %v): %v", c.ids[i], i == leader, err)
+		}
+		if !res.Created || res.State != engine.StatePending {
+			t.Fatalf("claim on %s: got %+v, want created pending", c.ids[i], res)
+		}
+		// The same key through every node: duplicates, nothing created.
+		for j, m := range c.nodes {
+			res, err := m.Claim(ctxT(t, 5*time.Second), claimCmd(key))
+			if err != nil {
+				t.Fatalf("duplicate claim on %s: %v", c.ids[j], err)
+			}
+			if res.Created {
+				t.Fatalf("duplicate of %s on %s was created again", key, c.ids[j])
+			}
+		}
+	}
+	c.waitConverged()
+	for i, n := range c.nodes {
+		byState, _, err := n.Counts()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if byState[engine.StatePending] != 3 {
+			t.Fatalf("%s: %d pending events, want 3", c.ids[i], byState[engine.StatePending])
+		}
+	}
+}
+
+func TestConcurrentDuplicatesOnThreeNodesCreateOne(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	for round := 0; round < 20; round++ {
+		key := fmt.Sprintf("src:storm_%d", round)
+		var created, dup atomic.Int32
+		var wg sync.WaitGroup
+		for i := 0; i < 30; i++ {
+			n := c.nodes[i%3]
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				res, err := n.Claim(ctxT(t, 5*time.Second), claimCmd(key))
+				if err != nil {
+					t.Errorf("claim: %v", err)
+					return
+				}
+				if res.Created {
+					created.Add(1)
+				} else {
+					dup.Add(1)
+				}
+			}()
+		}
+		wg.Wait()
+		if created.Load() != 1 || dup.Load() != 29 {
+			t.Fatalf("round %d: created %d, duplicates %d; want 1 and 29", round, created.Load(), dup.Load())
+		}
+	}
+	c.waitConverged()
+}
+
+func TestPartitionedLeaderAcknowledgesNothingAndConverges(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	old := c.waitLeader(-1)
+	if _, err := c.nodes[old].Claim(ctxT(t, 5*time.Second), claimCmd("src:before")); err != nil {
+		t.Fatal(err)
+	}
+	c.partition(old)
+
+	// The cut-off leader cannot commit: every claim fails, none reports success.
+	var wg sync.WaitGroup
+	var acked atomic.Int32
+	for i := 0; i < 10; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, err := c.nodes[old].Claim(ctxT(t, 2*time.Second), claimCmd(fmt.Sprintf("src:minority_%d", i)))
+			if err == nil {
+				acked.Add(1)
+				return
+			}
+			if !errors.Is(err, ErrNoLeader) && !errors.Is(err, ErrIndeterminate) {
+				t.Errorf("minority claim: unexpected error %v", err)
+			}
+		}()
+	}
+
+	// The majority elects a new leader and keeps accepting.
+	newLeader := c.waitLeader(old)
+	for i := 0; i < 10; i++ {
+		res, err := c.nodes[newLeader].Claim(ctxT(t, 5*time.Second), claimCmd(fmt.Sprintf("src:majority_%d", i)))
+		if err != nil || !res.Created {
+			t.Fatalf("majority claim %d: %+v %v", i, res, err)
+		}
+	}
+	wg.Wait()
+	if acked.Load() != 0 {
+		t.Fatalf("the partitioned leader acknowledged %d claims", acked.Load())
+	}
+
+	c.heal()
+	deadline := time.Now().Add(10 * time.Second)
+	for c.nodes[old].IsLeader() && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	// One more write makes every node apply up to the same index.
+	if _, err := c.nodes[newLeader].Claim(ctxT(t, 5*time.Second), claimCmd("src:after")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitConverged()
+	for i := 0; i < 10; i++ {
+		if _, ok, _ := c.nodes[old].Lookup(fmt.Sprintf("src:minority_%d", i)); ok {
+			t.Fatalf("an unacknowledged minority claim survived on the old leader")
+		}
+		if _, ok, _ := c.nodes[old].Lookup(fmt.Sprintf("src:majority_%d", i)); !ok {
+			t.Fatalf("the old leader did not catch up with majority claim %d", i)
+		}
+	}
+}
+
+func TestLeaderWorkRunsOnlyOnTheLeaderAndMovesWithIt(t *testing.T) {
+	var mu sync.Mutex
+	running := map[string]bool{}
+	starts := map[string]int{}
+	c := &testCluster{}
+	_ = c
+	tune := func(cfg *Config) {
+		id := cfg.ID
+		cfg.OnLeader = func(ctx context.Context) {
+			mu.Lock()
+			running[id] = true
+			starts[id]++
+			mu.Unlock()
+			<-ctx.Done()
+			mu.Lock()
+			running[id] = false
+			mu.Unlock()
+		}
+	}
+	c = newTestCluster(t, 3, tune)
+	leader := c.waitLeader(-1)
+	waitFor(t, "leader work on the leader", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return running[c.ids[leader]]
+	})
+	c.partition(leader)
+	next := c.waitLeader(leader)
+	waitFor(t, "leader work moved to the new leader and stopped on the old", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return running[c.ids[next]] && !running[c.ids[leader]]
+	})
+	mu.Lock()
+	for id, r := range running {
+		if r && id != c.ids[next] {
+			t.Errorf("leader work still running on %s", id)
+		}
+	}
+	mu.Unlock()
+	c.heal()
+}
+
+func TestLeaderOnlyCommandsAreNotForwarded(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader(-1)
+	f := c.follower(leader)
+	if _, err := c.nodes[f].Lease(ctxT(t, 5*time.Second), 10, time.Minute); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("lease on a follower: %v, want ErrNotLeader", err)
+	}
+	if err := c.nodes[f].Complete(ctxT(t, 5*time.Second), "src:x", 1, nil); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("complete on a follower: %v, want ErrNotLeader", err)
+	}
+}
+
+func TestLeaseCompleteFencingThroughRaft(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	l := c.nodes[c.waitLeader(-1)]
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := l.Claim(ctx, claimCmd("src:a")); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := l.Lease(ctx, 10, time.Minute)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("lease: %v %v", evs, err)
+	}
+	first := evs[0].Token
+	// The lease ends (the leader's clock moves on); the sweeper reclaims; a new lease fences the first.
+	c.clock.advance(2 * time.Minute)
+	if n, err := l.Reclaim(ctx); err != nil || n != 1 {
+		t.Fatalf("reclaim: %d %v", n, err)
+	}
+	evs, err = l.Lease(ctx, 10, time.Minute)
+	if err != nil || len(evs) != 1 || evs[0].Token <= first {
+		t.Fatalf("second lease: %v %v (first token %d)", evs, err, first)
+	}
+	if err := l.Complete(ctx, "src:a", first, nil); !errors.Is(err, engine.ErrStaleToken) {
+		t.Fatalf("late completion under the old token: %v, want ErrStaleToken", err)
+	}
+	if err := l.Complete(ctx, "src:a", evs[0].Token, nil); err != nil {
+		t.Fatalf("completion under the live token: %v", err)
+	}
+	c.waitConverged()
+	for _, n := range c.nodes {
+		ev, err := n.Get("src:a", false)
+		if err != nil || ev.State != engine.StateDone {
+			t.Fatalf("%s: %+v %v", n.cfg.ID, ev, err)
+		}
+	}
+}
+
+func TestRestartKeepsStateAndDoesNotReapply(t *testing.T) {
+	dir := t.TempDir()
+	open := func() *Node {
+		n, err := Open(Config{ID: "solo", Dir: dir, Logger: quietLogger(), RaftLogLevel: "error", LogOutput: os.Stderr,
+			HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "single node leads", n.IsLeader)
+		return n
+	}
+	n := open()
+	ctx := ctxT(t, 10*time.Second)
+	for i := 0; i < 50; i++ {
+		if _, err := n.Claim(ctx, claimCmd(fmt.Sprintf("src:k%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := n.Lease(ctx, 5, time.Hour)
+	if err != nil || len(evs) != 5 {
+		t.Fatalf("lease: %d %v", len(evs), err)
+	}
+	if err := n.Fail(ctx, evs[0].Key, evs[0].Token, time.Hour, 10, "status 500"); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := n.Hash()
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	n = open()
+	defer n.Close()
+	// Raft replays the log after its last snapshot; the engine must skip what
+	// it already applied, or the failure above would be counted twice.
+	if err := n.Barrier(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	ev, err := n.Get(evs[0].Key, false)
+	if err != nil || ev.Attempts != evs[0].Attempts || ev.State != engine.StatePending {
+		t.Fatalf("after restart: %+v %v (attempts before %d)", ev, err, evs[0].Attempts)
+	}
+	byState, _, _ := n.Counts()
+	if byState[engine.StatePending]+byState[engine.StateProcessing] != 50 || byState[engine.StateProcessing] != 4 {
+		t.Fatalf("after restart counts %v", byState)
+	}
+	after, _ := n.Hash()
+	if before != after {
+		t.Fatalf("engine state changed across a restart")
+	}
+}
+
+func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.SnapshotThreshold = 32
+		cfg.TrailingLogs = 8
+		cfg.SnapshotInterval = 50 * time.Millisecond
+	})
+	leader := c.waitLeader(-1)
+	lag := c.follower(leader)
+	c.partition(lag)
+	leader = c.waitLeader(lag)
+	for i := 0; i < 200; i++ {
+		if _, err := c.nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd(fmt.Sprintf("src:s%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.nodes[leader].raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	c.heal()
+	if _, err := c.nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:last")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitConverged()
+	if _, ok, _ := c.nodes[lag].Lookup("src:s0"); !ok {
+		t.Fatal("the lagging follower did not install the snapshot")
+	}
+}
+
+func TestWipedFollowerRejoinsAndServesReads(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.SnapshotThreshold = 16
+		cfg.TrailingLogs = 4
+		cfg.SnapshotInterval = 50 * time.Millisecond
+	})
+	leader := c.waitLeader(-1)
+	for i := 0; i < 100; i++ {
+		if _, err := c.nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd(fmt.Sprintf("src:w%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.nodes[leader].raft.Snapshot().Error(); err != nil {
+		t.Fatal(err)
+	}
+	f := c.follower(leader)
+	if err := c.nodes[f].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.nodes[f] = nil
+	c.mu.Unlock()
+	if err := os.RemoveAll(c.config(f, nil, nil).Dir); err != nil {
+		t.Fatal(err)
+	}
+	var peers []Peer
+	for _, id := range c.ids {
+		peers = append(peers, Peer{ID: id, Addr: id})
+	}
+	n := c.open(f, peers, nil)
+	c.mu.Lock()
+	c.nodes[f] = n
+	c.mu.Unlock()
+	leader = c.waitLeader(-1)
+	if _, err := c.nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:after-wipe")); err != nil {
+		t.Fatal(err)
+	}
+	c.waitConverged()
+	if _, ok, _ := n.Lookup("src:w0"); !ok {
+		t.Fatal("the wiped follower did not catch up")
+	}
+	// It was re-added through the leader, not by bootstrapping a second history.
+	cf := c.nodes[leader].raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(cf.Configuration().Servers); got != 3 {
+		t.Fatalf("configuration has %d servers, want 3", got)
+	}
+}
+
+func TestWaitWakesOnCompletion(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader(-1)
+	l := c.nodes[leader]
+	f := c.nodes[c.follower(leader)]
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := f.Claim(ctx, claimCmd("src:sync")); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan engine.Event, 1)
+	go func() {
+		ev, err := f.Wait(ctx, "src:sync", func(ev engine.Event) bool { return ev.State == engine.StateDone })
+		if err != nil {
+			t.Errorf("wait: %v", err)
+		}
+		got <- ev
+	}()
+	evs, err := l.Lease(ctx, 1, time.Minute)
+	if err != nil || len(evs) != 1 {
+		t.Fatal(evs, err)
+	}
+	if err := l.Complete(ctx, "src:sync", evs[0].Token, &engine.Response{Status: 201, Body: []byte("made")}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case ev := <-got:
+		if ev.Response == nil || ev.Response.Status != 201 || string(ev.Response.Body) != "made" {
+			t.Fatalf("waiter got %+v", ev)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("waiter on a follower was not woken by the completion")
+	}
+}
+
+func TestResultsCodecRoundTrip(t *testing.T) {
+	in := []engine.Result{
+		{Created: true, State: engine.StatePending},
+		{State: engine.StateDone, Err: engine.ErrStaleToken},
+		{N: 7, Keys: []string{"a:1", "b:2"}},
+		{Err: errors.New("something odd")},
+	}
+	out, err := decodeResults(appendResults(nil, in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(out) != len(in) {
+		t.Fatalf("%d results, want %d", len(out), len(in))
+	}
+	for i := range in {
+		if in[i].Created != out[i].Created || in[i].State != out[i].State || in[i].N != out[i].N || len(in[i].Keys) != len(out[i].Keys) {
+			t.Fatalf("result %d: %+v != %+v", i, out[i], in[i])
+		}
+		if (in[i].Err == nil) != (out[i].Err == nil) || in[i].Err != nil && in[i].Err.Error() != out[i].Err.Error() {
+			t.Fatalf("result %d error: %v != %v", i, out[i].Err, in[i].Err)
+		}
+	}
+	if !errors.Is(out[1].Err, engine.ErrStaleToken) {
+		t.Fatal("sentinel lost in transit")
+	}
+}
+
+func FuzzDecodeResults(f *testing.F) {
+	f.Add(appendResults(nil, []engine.Result{{Created: true, State: 1}, {N: 3, Keys: []string{"x"}}}))
+	f.Add([]byte{})
+	f.Add([]byte{0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		res, err := decodeResults(b)
+		if err != nil {
+			return
+		}
+		// Whatever decodes must encode back to something that decodes equally.
+		again, err := decodeResults(appendResults(nil, res))
+		if err != nil || len(again) != len(res) {
+			t.Fatalf("re-decode: %v", err)
+		}
+	})
+}
+
+func waitFor(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+var _ = raft.Leader

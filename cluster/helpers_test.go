@@ -1,0 +1,256 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"go.uber.org/goleak"
+
+	"oncehook/engine"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testCluster is N real nodes (real engines on real files, real raft) joined
+// by raft.InmemTransport, with partition and heal helpers.
+type testCluster struct {
+	t     testing.TB
+	dir   string
+	mu    sync.Mutex
+	nodes []*Node
+	trans []*raft.InmemTransport
+	ids   []string
+	cut   map[[2]string]bool // pairs of addresses that cannot talk
+	clock *testClock
+	lead  [](func(context.Context))
+}
+
+type testClock struct {
+	mu     sync.Mutex
+	offset time.Duration
+}
+
+func (c *testClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return time.Now().Add(c.offset)
+}
+
+func (c *testClock) advance(d time.Duration) {
+	c.mu.Lock()
+	c.offset += d
+	c.mu.Unlock()
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+// newTestCluster starts n nodes with identical bootstrap peers and waits for a leader.
+func newTestCluster(t testing.TB, n int, tune func(*Config)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, dir: t.TempDir(), cut: map[[2]string]bool{}, clock: &testClock{}}
+	var peers []Peer
+	for i := 0; i < n; i++ {
+		id := fmt.Sprintf("n%d", i+1)
+		_, tr := raft.NewInmemTransport(raft.ServerAddress(id))
+		c.trans = append(c.trans, tr)
+		c.ids = append(c.ids, id)
+		peers = append(peers, Peer{ID: id, Addr: id})
+	}
+	c.connectAll()
+	c.nodes = make([]*Node, n)
+	c.lead = make([]func(context.Context), n)
+	for i := range c.ids {
+		c.nodes[i] = c.open(i, peers, tune)
+	}
+	t.Cleanup(c.close)
+	c.waitLeader(-1)
+	return c
+}
+
+func (c *testCluster) config(i int, peers []Peer, tune func(*Config)) Config {
+	cfg := Config{
+		ID:                 c.ids[i],
+		Dir:                filepath.Join(c.dir, c.ids[i]),
+		Peers:              peers,
+		Transport:          c.trans[i],
+		Logger:             quietLogger(),
+		LogOutput:          io.Discard,
+		RaftLogLevel:       "error",
+		Now:                c.clock.now,
+		HeartbeatTimeout:   300 * time.Millisecond,
+		ElectionTimeout:    300 * time.Millisecond,
+		LeaderLeaseTimeout: 300 * time.Millisecond,
+		CommitTimeout:      2 * time.Millisecond,
+		NoSync:             true,
+		inproc:             c.inproc(c.ids[i]),
+	}
+	if f := c.lead[i]; f != nil {
+		cfg.OnLeader = f
+	}
+	if tune != nil {
+		tune(&cfg)
+	}
+	return cfg
+}
+
+func (c *testCluster) open(i int, peers []Peer, tune func(*Config)) *Node {
+	c.t.Helper()
+	n, err := Open(c.config(i, peers, tune))
+	if err != nil {
+		c.t.Fatalf("open %s: %v", c.ids[i], err)
+	}
+	return n
+}
+
+// inproc returns node from's view of the internal channel: a partition cuts it too.
+func (c *testCluster) inproc(from string) func(string) *Node {
+	return func(addr string) *Node {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.cut[[2]string{from, addr}] {
+			return nil
+		}
+		for i, id := range c.ids {
+			if id == addr && c.nodes[i] != nil {
+				return c.nodes[i]
+			}
+		}
+		return nil
+	}
+}
+
+func (c *testCluster) connectAll() {
+	for i, a := range c.trans {
+		for j, b := range c.trans {
+			if i != j {
+				a.Connect(raft.ServerAddress(c.ids[j]), b)
+			}
+		}
+	}
+}
+
+// partition cuts node i off from every other node, both ways.
+func (c *testCluster) partition(i int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for j := range c.trans {
+		if j == i {
+			continue
+		}
+		c.trans[i].Disconnect(raft.ServerAddress(c.ids[j]))
+		c.trans[j].Disconnect(raft.ServerAddress(c.ids[i]))
+		c.cut[[2]string{c.ids[i], c.ids[j]}] = true
+		c.cut[[2]string{c.ids[j], c.ids[i]}] = true
+	}
+}
+
+func (c *testCluster) heal() {
+	c.mu.Lock()
+	c.cut = map[[2]string]bool{}
+	c.mu.Unlock()
+	c.connectAll()
+}
+
+func (c *testCluster) close() {
+	// The leader goes first, so its leadership transfer finds a live peer
+	// (a transfer to a closed in-memory peer blocks for the RPC timeout).
+	for i, n := range c.nodes {
+		if n != nil && n.IsLeader() {
+			if err := n.Close(); err != nil {
+				c.t.Errorf("close %s: %v", c.ids[i], err)
+			}
+			c.nodes[i] = nil
+		}
+	}
+	for i, n := range c.nodes {
+		if n != nil {
+			if err := n.Close(); err != nil {
+				c.t.Errorf("close %s: %v", c.ids[i], err)
+			}
+		}
+	}
+	for _, tr := range c.trans {
+		tr.Close()
+	}
+}
+
+// waitLeader waits for a leader other than node `not` (-1: any) that every
+// connected node agrees on, and returns its position.
+func (c *testCluster) waitLeader(not int) int {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		for i, n := range c.nodes {
+			if n != nil && i != not && n.IsLeader() {
+				return i
+			}
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.t.Fatalf("no leader within 10s")
+	return -1
+}
+
+func (c *testCluster) follower(leader int) int {
+	for i, n := range c.nodes {
+		if n != nil && i != leader {
+			return i
+		}
+	}
+	c.t.Fatal("no follower")
+	return -1
+}
+
+// waitConverged waits until every listed node has applied the same index and
+// returns their hashes, which must then be equal.
+func (c *testCluster) waitConverged(nodes ...int) {
+	c.t.Helper()
+	if len(nodes) == 0 {
+		for i := range c.nodes {
+			nodes = append(nodes, i)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		hashes := map[[32]byte][]string{}
+		applied := map[uint64]bool{}
+		for _, i := range nodes {
+			n := c.nodes[i]
+			applied[n.eng.LastApplied()] = true
+			h, err := n.Hash()
+			if err != nil {
+				c.t.Fatalf("hash %s: %v", c.ids[i], err)
+			}
+			hashes[h] = append(hashes[h], c.ids[i])
+		}
+		if len(hashes) == 1 && len(applied) == 1 {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("replicas did not converge: %d distinct hashes %v, applied %v", len(hashes), hashes, applied)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func claimCmd(key string) engine.Command {
+	return engine.Command{Op: engine.OpClaim, Key: key, Source: "src", Payload: []byte(`{"id":"` + key + `"}`), Retention: int64(time.Hour), LeaseFor: int64(30 * time.Second)}
+}
+
+func ctxT(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+var _ = os.Remove

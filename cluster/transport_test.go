@@ -1,0 +1,210 @@
+package cluster
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"oncehook/engine"
+)
+
+// tcpCluster starts n nodes on real loopback TCP ports.
+func tcpCluster(t *testing.T, n int, tune func(i int, cfg *Config)) []*Node {
+	t.Helper()
+	dir := t.TempDir()
+	var peers []Peer
+	var lns []net.Listener
+	for i := 0; i < n; i++ {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns = append(lns, ln)
+		peers = append(peers, Peer{ID: fmt.Sprintf("t%d", i+1), Addr: ln.Addr().String()})
+	}
+	for _, ln := range lns {
+		ln.Close() // free the port for the node; a race with another process is unlikely on loopback
+	}
+	nodes := make([]*Node, n)
+	for i := range nodes {
+		cfg := Config{
+			ID: peers[i].ID, Dir: filepath.Join(dir, peers[i].ID), Bind: peers[i].Addr, Peers: peers,
+			Token: []byte("cluster-token"), Logger: quietLogger(), LogOutput: os.Stderr, RaftLogLevel: "off",
+			HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
+			LeaderLeaseTimeout: 300 * time.Millisecond, NoSync: true,
+		}
+		if tune != nil {
+			tune(i, &cfg)
+		}
+		node, err := Open(cfg)
+		if err != nil {
+			t.Fatalf("open %s: %v", cfg.ID, err)
+		}
+		nodes[i] = node
+	}
+	t.Cleanup(func() {
+		for _, nd := range nodes {
+			if nd != nil && nd.IsLeader() {
+				nd.Close()
+			}
+		}
+		for _, nd := range nodes {
+			if nd != nil {
+				nd.Close()
+			}
+		}
+	})
+	return nodes
+}
+
+func leaderOf(t *testing.T, nodes []*Node) int {
+	t.Helper()
+	var at int
+	waitFor(t, "a leader", func() bool {
+		for i, n := range nodes {
+			if n != nil && n.IsLeader() {
+				at = i
+				return true
+			}
+		}
+		return false
+	})
+	return at
+}
+
+func TestTCPFollowerForwardsClaimsToTheLeader(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	leader := leaderOf(t, nodes)
+	f := (leader + 1) % 3
+	waitFor(t, "follower knows the leader", func() bool { ok, _ := nodes[f].Ready(); return ok })
+	res, err := nodes[f].Claim(ctxT(t, 5*time.Second), claimCmd("src:tcp"))
+	if err != nil || !res.Created {
+		t.Fatalf("claim through a follower: %+v %v", res, err)
+	}
+	res, err = nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:tcp"))
+	if err != nil || res.Created {
+		t.Fatalf("duplicate on the leader: %+v %v", res, err)
+	}
+	waitFor(t, "all replicas hold the claim", func() bool {
+		for _, n := range nodes {
+			if _, ok, _ := n.Lookup("src:tcp"); !ok {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+func TestTCPWrongTokenCannotJoin(t *testing.T) {
+	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
+		if i == 2 {
+			cfg.Token = []byte("not-the-token")
+		}
+	})
+	leader := leaderOf(t, nodes[:2])
+	if leader == 2 {
+		t.Fatal("the node with the wrong token became leader")
+	}
+	if _, err := nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:x")); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(time.Second)
+	if _, ok, _ := nodes[2].Lookup("src:x"); ok {
+		t.Fatal("a node with the wrong cluster token received replicated state")
+	}
+	if _, err := nodes[2].Claim(ctxT(t, 2*time.Second), engine.Command{Key: "src:y", Source: "src", Payload: []byte("{}")}); err == nil {
+		t.Fatal("a node with the wrong cluster token got a claim committed")
+	}
+}
+
+func TestTCPMutualTLSRejectsForeignCA(t *testing.T) {
+	dir := t.TempDir()
+	good := writeCA(t, filepath.Join(dir, "good"), 3)
+	bad := writeCA(t, filepath.Join(dir, "bad"), 1)
+	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
+		cfg.Token = nil
+		files := good
+		if i == 2 {
+			files = bad[:1]
+		}
+		j := i
+		if i == 2 {
+			j = 0
+		}
+		cfg.TLS = &TLSConfig{CertFile: files[j].cert, KeyFile: files[j].key, CAFile: files[j].ca}
+	})
+	leader := leaderOf(t, nodes[:2])
+	if _, err := nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:tls")); err != nil {
+		t.Fatalf("claim with two TLS nodes: %v", err)
+	}
+	f := 1 - leader
+	waitFor(t, "the TLS follower replicates", func() bool { _, ok, _ := nodes[f].Lookup("src:tls"); return ok })
+	time.Sleep(time.Second)
+	if _, ok, _ := nodes[2].Lookup("src:tls"); ok {
+		t.Fatal("a node with a certificate from another CA received replicated state")
+	}
+	if nodes[2].IsLeader() {
+		t.Fatal("the foreign node leads")
+	}
+}
+
+type tlsFiles struct{ cert, key, ca string }
+
+// writeCA makes a CA and n node certificates signed by it, as PEM files.
+func writeCA(t *testing.T, dir string, n int) []tlsFiles {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "oncehook test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caCert, _ := x509.ParseCertificate(caDER)
+	caPath := filepath.Join(dir, "ca.pem")
+	writePEM(t, caPath, "CERTIFICATE", caDER)
+	var out []tlsFiles
+	for i := 0; i < n; i++ {
+		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		tmpl := &x509.Certificate{
+			SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: fmt.Sprintf("node%d", i+1)},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage:    x509.KeyUsageDigitalSignature,
+			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kb, _ := x509.MarshalECPrivateKey(key)
+		f := tlsFiles{cert: filepath.Join(dir, fmt.Sprintf("node%d.pem", i+1)), key: filepath.Join(dir, fmt.Sprintf("node%d.key", i+1)), ca: caPath}
+		writePEM(t, f.cert, "CERTIFICATE", der)
+		writePEM(t, f.key, "EC PRIVATE KEY", kb)
+		out = append(out, f)
+	}
+	return out
+}
+
+func writePEM(t *testing.T, path, typ string, der []byte) {
+	t.Helper()
+	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

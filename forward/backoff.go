@@ -1,0 +1,47 @@
+package forward
+
+import (
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Backoff is the delay before the retry that follows failed attempt number
+// attempt (1 for the first delivery). With b = min(lo * 2^(attempt-1), hi) it is
+// b/2 + u*b/2 ("equal jitter"): never more than b, never less than half of it,
+// so retries of many events spread out without any of them coming early by
+// more than half. u is a uniform draw from [0, 1). lo <= 0 means
+// DefaultBackoffMin; hi < lo means hi = lo.
+func Backoff(attempt int, lo, hi time.Duration, u float64) time.Duration {
+	if lo <= 0 {
+		lo = DefaultBackoffMin
+	}
+	hi = max(hi, lo)
+	b := lo
+	for i := 1; i < attempt && b < hi; i++ {
+		b *= 2
+		if b <= 0 { // overflow: only when hi is near the largest Duration
+			b = hi
+		}
+	}
+	b = min(b, hi)
+	u = min(max(u, 0), 1)
+	half := b / 2
+	j := min(time.Duration(u*float64(half)), half) // float rounding must not pass b
+	return b - half + j
+}
+
+// retryAfter parses a Retry-After header given in seconds and clamps it to
+// [lo, hi]. The HTTP-date form is not honoured (it would need this node's wall
+// clock to agree with the handler's); ok is false for it and for junk.
+func retryAfter(v string, lo, hi time.Duration) (d time.Duration, ok bool) {
+	v = strings.TrimSpace(v)
+	secs, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || secs < 0 {
+		return 0, false
+	}
+	if secs > int64(hi/time.Second)+1 {
+		return hi, true // also keeps the multiplication below from overflowing
+	}
+	return min(max(time.Duration(secs)*time.Second, lo), hi), true
+}

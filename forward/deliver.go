@@ -1,0 +1,304 @@
+package forward
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"oncehook/engine"
+)
+
+// The headers every delivery carries (DESIGN.md section 3).
+const (
+	HeaderIdempotencyKey = "Idempotency-Key"
+	HeaderEventKey       = "Oncehook-Event-Key"
+	HeaderSource         = "Oncehook-Source"
+	HeaderAttempt        = "Oncehook-Attempt"
+	HeaderFencingToken   = "Oncehook-Fencing-Token"
+)
+
+// ReasonNoTarget is the failure reason for an event whose source has no target.
+const ReasonNoTarget = "no target for source"
+
+// maxReason bounds a failure reason kept with the event.
+const maxReason = 120
+
+// withDefaults fills t's zero fields.
+func (t Target) withDefaults() Target {
+	if t.Timeout <= 0 {
+		t.Timeout = DefaultTimeout
+	}
+	if t.BackoffMin <= 0 {
+		t.BackoffMin = DefaultBackoffMin
+	}
+	if t.BackoffMax <= 0 {
+		t.BackoffMax = DefaultBackoffMax
+	}
+	t.BackoffMax = max(t.BackoffMax, t.BackoffMin)
+	if t.MaxAttempts <= 0 {
+		t.MaxAttempts = DefaultMaxAttempts
+	}
+	return t
+}
+
+// attemptOf is the 1-based number of the attempt a leased event is on. The
+// engine counts attempts started: its Lease increments Attempts (a reclaimed
+// lease stays counted), and its Fail makes the event dead when Attempts has
+// reached MaxAttempts. So the leased value is the number of this attempt.
+func attemptOf(ev engine.Event) int {
+	return max(int(ev.Attempts), 1)
+}
+
+// answer is what one POST came to.
+type answer struct {
+	status     int           // 0 when there was no response
+	body       []byte        // up to MaxBody; read only for a sync target's 2xx
+	retryAfter time.Duration // > 0: the handler's Retry-After on 429/503, clamped
+	reason     string        // "" for a 2xx; else the short failure reason
+}
+
+// deliver runs one attempt of ev and records its outcome, unless ctx ended
+// first: then the event is left processing for its lease to expire.
+func (f *Forwarder) deliver(ctx context.Context, ev engine.Event) {
+	if ctx.Err() != nil {
+		return
+	}
+	attempt := attemptOf(ev)
+	tgt, ok := f.opts.Targets(ev.Source)
+	tgt = tgt.withDefaults()
+	start := time.Now()
+	var a answer
+	if ok {
+		a = f.post(ctx, ev, attempt, tgt)
+	} else {
+		a.reason = ReasonNoTarget
+	}
+	took := time.Since(start)
+	if ctx.Err() != nil {
+		return // cancelled: do not record anything
+	}
+	if a.reason == "" {
+		f.complete(ctx, ev, attempt, tgt, a, took)
+	} else {
+		f.fail(ctx, ev, attempt, tgt, a, took)
+	}
+}
+
+// post sends ev to tgt and reads what it needs of the answer.
+func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt Target) answer {
+	rctx, cancel := context.WithTimeout(ctx, tgt.Timeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(rctx, http.MethodPost, tgt.URL, bytes.NewReader(ev.Payload))
+	if err != nil {
+		return answer{reason: "bad target url"}
+	}
+	f.setHeaders(req.Header, ev, attempt)
+
+	resp, err := f.client.Do(req)
+	if err != nil {
+		return answer{reason: errReason(rctx, err)}
+	}
+	a := answer{status: resp.StatusCode}
+	ok2xx := resp.StatusCode >= 200 && resp.StatusCode < 300
+	if ok2xx && tgt.Sync {
+		a.body, err = io.ReadAll(io.LimitReader(resp.Body, MaxBody))
+		if err != nil {
+			// The cached answer would be cut short: try again instead.
+			closeBody(resp.Body)
+			return answer{status: resp.StatusCode, reason: "read body: " + errReason(rctx, err)}
+		}
+	}
+	closeBody(resp.Body)
+	if ok2xx {
+		return a
+	}
+	a.reason = "status " + strconv.Itoa(resp.StatusCode)
+	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), tgt.BackoffMin, tgt.BackoffMax); ok {
+			a.retryAfter = d
+		}
+	}
+	return a
+}
+
+// closeBody reads what is left of a body, up to MaxBody, so that the
+// connection can be reused, and closes it. A longer body closes the connection.
+func closeBody(b io.ReadCloser) {
+	_, _ = io.Copy(io.Discard, io.LimitReader(b, MaxBody))
+	_ = b.Close()
+}
+
+// setHeaders writes the stored headers, then ours over them.
+func (f *Forwarder) setHeaders(h http.Header, ev engine.Event, attempt int) {
+	for _, kv := range ev.Headers {
+		if !forwardable(kv.Name, kv.Value) {
+			continue
+		}
+		h.Add(kv.Name, kv.Value)
+	}
+	if h.Get("User-Agent") == "" {
+		h.Set("User-Agent", "oncehook")
+	}
+	h.Set(HeaderIdempotencyKey, ev.Key)
+	h.Set(HeaderEventKey, ev.Key)
+	h.Set(HeaderSource, ev.Source)
+	h.Set(HeaderAttempt, strconv.Itoa(attempt))
+	h.Set(HeaderFencingToken, strconv.FormatUint(ev.Token, 10))
+}
+
+// forwardable reports whether a stored header can be passed on: not one that
+// describes this connection or message framing (the client sets those), and a
+// valid name and value, so that a bad stored header cannot fail every attempt.
+func forwardable(name, value string) bool {
+	switch http.CanonicalHeaderKey(name) {
+	case "Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
+		"Proxy-Connection", "Te", "Trailer", "Upgrade", "Expect":
+		return false
+	}
+	if name == "" {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		if !isTokenChar(name[i]) {
+			return false
+		}
+	}
+	for i := 0; i < len(value); i++ {
+		if c := value[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// isTokenChar reports whether c may appear in a header name (RFC 9110 tchar).
+func isTokenChar(c byte) bool {
+	switch {
+	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
+		return true
+	}
+	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
+}
+
+// errReason turns a failed request into a short reason: "timeout",
+// "connect: connection refused", "request: EOF". It never includes the URL or
+// anything of a body.
+func errReason(rctx context.Context, err error) string {
+	if errors.Is(rctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
+		return "timeout"
+	}
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return "timeout"
+	}
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return clip("connect: " + innermost(op.Err).Error())
+	}
+	return clip("request: " + innermost(err).Error())
+}
+
+// innermost unwraps err down to its root cause (a single chain).
+func innermost(err error) error {
+	for {
+		u := errors.Unwrap(err)
+		if u == nil {
+			return err
+		}
+		err = u
+	}
+}
+
+func clip(s string) string {
+	if len(s) > maxReason {
+		return s[:maxReason]
+	}
+	return s
+}
+
+// complete records a 2xx.
+func (f *Forwarder) complete(ctx context.Context, ev engine.Event, attempt int, tgt Target, a answer, took time.Duration) {
+	var resp *engine.Response
+	if tgt.Sync {
+		resp = &engine.Response{Status: a.status, Body: a.body}
+	}
+	err := f.opts.Store.Complete(ctx, ev.Key, ev.Token, resp)
+	if ctx.Err() != nil {
+		return // unknown whether it committed; the lease decides
+	}
+	fin := Finish{Key: ev.Key, Source: ev.Source, Token: ev.Token, Attempt: attempt, Status: a.status}
+	switch {
+	case err == nil:
+		fin.Outcome, fin.Response = OutcomeDone, resp
+		f.log.Debug("delivered", "key", ev.Key, "attempt", attempt, "status", a.status, "took", took)
+	case lostLease(err):
+		fin.Outcome = OutcomeFenced
+		f.log.Info("late completion fenced", "key", ev.Key, "token", ev.Token, "attempt", attempt, "err", err)
+	default:
+		fin.Outcome = OutcomeError
+		f.log.Warn("complete failed; the lease will expire", "key", ev.Key, "token", ev.Token, "err", err)
+	}
+	f.finish(fin, took)
+}
+
+// fail records a failed attempt with its retry delay.
+func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt Target, a answer, took time.Duration) {
+	retryIn := a.retryAfter
+	if retryIn <= 0 {
+		retryIn = Backoff(attempt, tgt.BackoffMin, tgt.BackoffMax, f.jitter())
+	}
+	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, tgt.MaxAttempts, a.reason)
+	if ctx.Err() != nil {
+		return
+	}
+	fin := Finish{Key: ev.Key, Source: ev.Source, Token: ev.Token, Attempt: attempt, Status: a.status, Reason: a.reason}
+	switch {
+	case err == nil && attempt >= tgt.MaxAttempts:
+		fin.Outcome = OutcomeDead
+		f.log.Warn("dead letter", "key", ev.Key, "attempts", attempt, "reason", a.reason)
+	case err == nil:
+		fin.Outcome = OutcomeRetry
+		f.log.Info("delivery failed; will retry", "key", ev.Key, "attempt", attempt, "reason", a.reason, "retry_in", retryIn)
+	case lostLease(err):
+		fin.Outcome = OutcomeFenced
+		f.log.Info("late failure fenced", "key", ev.Key, "token", ev.Token, "attempt", attempt, "err", err)
+	default:
+		fin.Outcome = OutcomeError
+		f.log.Warn("fail failed; the lease will expire", "key", ev.Key, "token", ev.Token, "err", err)
+	}
+	f.finish(fin, took)
+}
+
+// lostLease reports whether a Complete or Fail was refused because the event
+// is no longer leased under our token: a newer lease fenced it, it was
+// reclaimed and is pending, an operator moved it, or it expired.
+func lostLease(err error) bool {
+	return errors.Is(err, engine.ErrStaleToken) || errors.Is(err, engine.ErrWrongState) ||
+		errors.Is(err, engine.ErrNotFound)
+}
+
+func (f *Forwarder) finish(fin Finish, took time.Duration) {
+	if f.opts.Observe != nil {
+		f.opts.Observe(fin.Source, fin.Outcome, took)
+	}
+	if f.opts.OnFinish != nil {
+		f.opts.OnFinish(fin)
+	}
+}
+
+// jitter draws u in [0, 1) for Backoff.
+func (f *Forwarder) jitter() float64 {
+	if f.opts.Rand == nil {
+		return rand.Float64()
+	}
+	f.randMu.Lock()
+	defer f.randMu.Unlock()
+	return f.opts.Rand.Float64()
+}

@@ -1,0 +1,24 @@
+package forward
+
+import (
+	"go/build"
+	"strings"
+	"testing"
+)
+
+// TestDependencyRule keeps forward off cluster, providers and fasthttp
+// (STYLE.md): of ours it may import engine only.
+func TestDependencyRule(t *testing.T) {
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range pkg.Imports {
+		switch {
+		case strings.Contains(imp, "fasthttp"):
+			t.Errorf("forward imports %s", imp)
+		case strings.HasPrefix(imp, "oncehook/") && imp != "oncehook/engine":
+			t.Errorf("forward imports %s; of ours only oncehook/engine is allowed", imp)
+		}
+	}
+}

@@ -1,0 +1,80 @@
+// Package forward delivers claimed events to their local HTTP handlers: leased
+// delivery, retries with backoff, dead letters, and the sweeper that reclaims
+// expired leases and expires whole retention buckets.
+//
+// # What it owns
+//
+// A Forwarder runs on the Raft leader only (the caller starts Run when the node
+// becomes leader, after a Barrier, and cancels it when leadership is lost). It
+// owns three loops inside Run:
+//
+//   - the dispatcher leases due pending events from the Store, never more than
+//     there are free workers, and hands them to a fixed pool of workers. It
+//     leases again when Options.Wake is signalled, on every PollInterval tick
+//     (which is also how retries that became due are found), and when a worker
+//     frees up while the last lease filled every free slot;
+//   - the workers POST each event to its source's Target and record the outcome
+//     with Complete (2xx) or Fail (anything else, with the retry delay and the
+//     attempt limit decided here, on the leader, and carried in the command);
+//   - the sweeper calls Reclaim every SweepInterval and Expire every
+//     ExpireInterval. Its errors are logged, never fatal.
+//
+// When Run's context ends, nothing more is leased, in-flight requests are
+// cancelled, and their events are neither completed nor failed: their leases
+// expire and the next leader's sweeper returns them to pending.
+//
+// # The contract with handlers: at least once, fenced
+//
+// A handler receives the body exactly as the provider sent it, with
+//
+//	Content-Type             as received (stored with the event)
+//	Idempotency-Key          the event's scoped key, e.g. "stripe-live:evt_123"
+//	Oncehook-Event-Key       the same key
+//	Oncehook-Source          the source name
+//	Oncehook-Attempt         the engine's Attempts: 1 on the first delivery, 2 on the
+//	                         next (after a failure or an expired lease), ...
+//	Oncehook-Fencing-Token   the lease's fencing token (the Raft index of the lease)
+//
+// and every other header stored with the event (the source's forward_headers).
+// The Oncehook headers and Idempotency-Key always override a stored header of
+// the same name.
+//
+// Delivery is at least once. A handler is called again after it failed, timed
+// out, or held the event longer than its lease (a lease is a lock, and leased
+// locks cannot give mutual exclusion: a paused or slow worker can still be
+// running after the sweeper reclaimed its event). The fencing token makes that
+// safe: it grows with every lease of an event, so a handler that writes to a
+// store can remember the highest token it has seen for a key and reject an
+// older one. On our side, a late 2xx under an old token is rejected by the
+// engine (engine.ErrStaleToken) and counted as "fenced", never as done over the
+// newer lease.
+//
+// Any 3xx is a failure (redirects are never followed), as is any non-2xx status,
+// a timeout or a connection error. A handler that answers 429 or 503 with
+// Retry-After in seconds is retried after that delay, kept within the target's
+// [BackoffMin, BackoffMax].
+//
+// # Waking sync-mode waiters
+//
+// A sync-mode intake answers the provider with the handler's status and body,
+// so it waits for the event's outcome. The intake of any node may be waiting,
+// while only the leader forwards. The outcome therefore has two paths:
+//
+//   - the durable one: every node applies the Complete (with the cached
+//     Response) or Fail through its FSM. The cluster should wake a per-key
+//     waiter registry after applying those commands, and the waiter reads the
+//     event (engine Get) to answer. This works on followers, and across a change
+//     of leader.
+//   - the fast one on the leader: Options.OnFinish hands over the Finish of
+//     each attempt as soon as the Store call returns, including what a failed
+//     attempt got (status, reason), which the engine keeps only as LastError.
+//
+// A waiter should select on both, plus its own deadline. OnFinish must not
+// block: a non-blocking send or a close of a per-key channel is enough.
+//
+// # Imports
+//
+// forward imports engine for its types and errors only, and sees the replicated
+// store through the small Store interface declared here. It must not import
+// cluster, providers or fasthttp; outgoing calls use net/http.
+package forward

@@ -1,0 +1,374 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"oncehook/engine"
+)
+
+// Store is the replicated event state as the forwarder needs it. Every call is a
+// Raft command on the leader; times are stamped by the leader. The cluster node
+// satisfies it; tests use a real engine behind a small adapter.
+type Store interface {
+	// Lease moves up to max due pending events to processing under a new fencing
+	// token and returns them, oldest due first, with Payload and Headers. An
+	// event's lease lasts its own LeaseFor (set at claim) or leaseFor when it has
+	// none. It never returns more than max events.
+	Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error)
+	// Complete marks key done under token, caching resp when it is not nil.
+	// errors.Is(err, engine.ErrStaleToken) when a newer lease fenced the token.
+	Complete(ctx context.Context, key string, token uint64, resp *engine.Response) error
+	// Fail records a failed attempt under token: the event is pending again
+	// retryIn from now, or dead when its attempts reach maxAttempts. reason is
+	// kept as the event's last error.
+	Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason string) error
+	// Reclaim returns every processing event whose lease has ended to pending
+	// and says how many moved.
+	Reclaim(ctx context.Context) (int, error)
+	// Expire deletes every whole retention bucket that has ended and says how
+	// many events went.
+	Expire(ctx context.Context) (int, error)
+}
+
+// Target is where and how one source's events are delivered. Zero durations and
+// a zero MaxAttempts take the defaults below.
+type Target struct {
+	URL         string        // the handler, e.g. "http://127.0.0.1:9000/stripe"
+	Timeout     time.Duration // per request; default DefaultTimeout
+	BackoffMin  time.Duration // first retry waits about this; default DefaultBackoffMin
+	BackoffMax  time.Duration // no retry waits longer; default DefaultBackoffMax
+	MaxAttempts int           // the event is dead after this many failed attempts; default DefaultMaxAttempts
+	Sync        bool          // cache the handler's status and body with Complete (sync-mode sources)
+}
+
+// Defaults for a Target's zero fields and for events whose source has no
+// target (it was removed by a reload).
+const (
+	DefaultTimeout     = 10 * time.Second
+	DefaultBackoffMin  = time.Second
+	DefaultBackoffMax  = 10 * time.Minute
+	DefaultMaxAttempts = 8
+)
+
+// Outcomes reported to Options.Observe and in Finish.Outcome.
+const (
+	OutcomeDone   = "done"   // the handler answered 2xx and Complete committed
+	OutcomeRetry  = "retry"  // the attempt failed; the event is pending again
+	OutcomeDead   = "dead"   // the attempt failed and was the last one allowed
+	OutcomeFenced = "fenced" // the lease was no longer ours; the result was discarded
+	OutcomeError  = "error"  // the Store call itself failed; the lease will expire and be reclaimed
+)
+
+// MaxBody is the most of a handler's response body that is read, and cached for
+// a sync target. The rest is discarded.
+const MaxBody = 64 << 10
+
+// Finish is the recorded outcome of one delivery attempt, given to
+// Options.OnFinish after the Store call that recorded it returned.
+type Finish struct {
+	Key     string
+	Source  string
+	Token   uint64 // the fencing token the attempt ran under
+	Attempt int    // 1 for the first delivery
+	Outcome string // one of the Outcome constants
+	// Status is the handler's HTTP status, or 0 when there was none (timeout,
+	// connection error, no target).
+	Status int
+	// Response is what Complete cached: set for OutcomeDone on a Sync target.
+	Response *engine.Response
+	// Reason is the short failure reason for OutcomeRetry and OutcomeDead.
+	Reason string
+}
+
+// Options configures a Forwarder. Only Store and Targets are required.
+type Options struct {
+	Store Store
+	// Targets looks up a source's target at delivery time, so a reload takes
+	// effect on the next attempt. It is called from every worker at once and
+	// must be safe for that (e.g. read an atomic.Pointer to the current map).
+	// false: no target (the attempt fails with "no target for source" and the
+	// default backoff).
+	Targets func(source string) (Target, bool)
+	// Client makes the outgoing requests. nil: a client tuned for local
+	// handlers (keep-alives, 64 idle connections per host, no proxy). Redirects
+	// are never followed: when Client.CheckRedirect is nil, a copy of the
+	// client with one returning http.ErrUseLastResponse is used.
+	Client *http.Client
+	// Workers is the number of concurrent deliveries and the most events ever
+	// in flight; default 16.
+	Workers int
+	// Wake is signalled when new events may be due (a claim committed on this
+	// leader); give it a buffer of one and send without blocking, so that many
+	// claims make one lease. nil: rely on PollInterval.
+	Wake <-chan struct{}
+	// PollInterval is how often due events (new or retries) are looked for
+	// without a Wake; default 1s.
+	PollInterval time.Duration
+	// SweepInterval is how often expired leases are reclaimed; default 1s.
+	SweepInterval time.Duration
+	// ExpireInterval is how often ended retention buckets are expired;
+	// default 1m.
+	ExpireInterval time.Duration
+	// DefaultLease is the lease length for events stored without their own;
+	// default 30s.
+	DefaultLease time.Duration
+	// Rand draws the retry jitter. It is used under a lock. nil: the global
+	// math/rand/v2 source.
+	Rand *rand.Rand
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Observe, when set, is called once per attempt with the source, the
+	// outcome (an Outcome constant) and how long the handler took.
+	Observe func(source, outcome string, d time.Duration)
+	// OnFinish, when set, is called once per attempt after the Store call
+	// that records its outcome returned (Outcome says what it answered). It
+	// runs on a worker and must not block. It wakes sync-mode waiters on this
+	// node, the leader, with the handler's answer, including a failed one
+	// (Status, Reason), which the store keeps only as LastError. Waiters on a
+	// follower are not reached by it: the cluster's FSM must wake them when it
+	// applies a Complete or Fail (see doc.go). It is not called for attempts
+	// abandoned because Run's context ended.
+	OnFinish func(Finish)
+}
+
+// Defaults for zero Options fields.
+const (
+	DefaultWorkers        = 16
+	DefaultPollInterval   = time.Second
+	DefaultSweepInterval  = time.Second
+	DefaultExpireInterval = time.Minute
+	DefaultLease          = 30 * time.Second
+)
+
+// ErrRunning is returned by Run when the Forwarder is already running.
+var ErrRunning = errors.New("forward: already running")
+
+// ErrNoStore is returned by Run when Options.Store or Options.Targets is nil.
+var ErrNoStore = errors.New("forward: Options.Store and Options.Targets are required")
+
+// Forwarder delivers leased events to their handlers. Create it with New and
+// run it with Run while this node is the leader; it can be run again after Run
+// returned (on the next leadership term).
+type Forwarder struct {
+	opts    Options // defaults filled in; read-only after New
+	client  *http.Client
+	log     *slog.Logger
+	running atomic.Bool
+
+	randMu sync.Mutex // guards opts.Rand, which is not safe for concurrent use
+}
+
+// New returns a Forwarder with opts' zero fields set to their defaults.
+func New(opts Options) *Forwarder {
+	if opts.Workers <= 0 {
+		opts.Workers = DefaultWorkers
+	}
+	if opts.PollInterval <= 0 {
+		opts.PollInterval = DefaultPollInterval
+	}
+	if opts.SweepInterval <= 0 {
+		opts.SweepInterval = DefaultSweepInterval
+	}
+	if opts.ExpireInterval <= 0 {
+		opts.ExpireInterval = DefaultExpireInterval
+	}
+	if opts.DefaultLease <= 0 {
+		opts.DefaultLease = DefaultLease
+	}
+	f := &Forwarder{opts: opts, log: opts.Logger}
+	if f.log == nil {
+		f.log = slog.New(slog.DiscardHandler)
+	}
+	f.log = f.log.With("component", "forward")
+	switch {
+	case opts.Client == nil:
+		f.client = NewClient(opts.Workers)
+	case opts.Client.CheckRedirect == nil:
+		c := *opts.Client
+		c.CheckRedirect = noRedirect
+		f.client = &c
+	default:
+		f.client = opts.Client
+	}
+	return f
+}
+
+// NewClient returns the client New uses when Options.Client is nil: keep-alives
+// with up to max(64, workers) idle connections per host, no proxy (handlers are
+// local), no transparent compression, and redirects returned, not followed.
+// Request timeouts come from each Target, per request.
+func NewClient(workers int) *http.Client {
+	idle := max(64, workers)
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy: nil,
+			DialContext: (&net.Dialer{
+				Timeout:   5 * time.Second,
+				KeepAlive: 30 * time.Second,
+			}).DialContext,
+			MaxIdleConns:          4 * idle,
+			MaxIdleConnsPerHost:   idle,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			DisableCompression:    true,
+		},
+		CheckRedirect: noRedirect,
+	}
+}
+
+func noRedirect(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+
+// Run leases and delivers events and runs the sweeper until ctx is cancelled,
+// then stops leasing, cancels in-flight requests without recording their
+// outcome, waits for every goroutine it started, and returns nil. It returns
+// ErrNoStore or ErrRunning at once when it cannot start.
+func (f *Forwarder) Run(ctx context.Context) error {
+	if f.opts.Store == nil || f.opts.Targets == nil {
+		return ErrNoStore
+	}
+	if !f.running.CompareAndSwap(false, true) {
+		return ErrRunning
+	}
+	defer f.running.Store(false)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	n := f.opts.Workers
+	// jobs never holds more than n events: the dispatcher sends only into free
+	// slots. freed gets one token per finished event, so it never holds more
+	// than n either and a worker never blocks on it.
+	jobs := make(chan engine.Event, n)
+	freed := make(chan struct{}, n)
+	kick := make(chan struct{}, 1) // the sweeper reclaimed events: lease soon
+
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for ev := range jobs {
+				f.deliver(ctx, ev)
+				freed <- struct{}{}
+			}
+		})
+	}
+	wg.Go(func() { f.sweep(ctx, kick) })
+
+	f.log.Info("forwarder started", "workers", n)
+	f.dispatch(ctx, jobs, freed, kick)
+	cancel()
+	close(jobs)
+	wg.Wait()
+	f.client.CloseIdleConnections()
+	f.log.Info("forwarder stopped")
+	return nil
+}
+
+// dispatch is the leasing loop. It returns when ctx ends.
+func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- engine.Event, freed <-chan struct{}, kick <-chan struct{}) {
+	n := f.opts.Workers
+	tick := time.NewTicker(f.opts.PollInterval)
+	defer tick.Stop()
+
+	inflight := 0
+	// want: there may be due events we have not leased. It is set by a wake,
+	// a tick or a reclaim, and stays set after a lease that filled every free
+	// slot; a short lease or a failed one clears it.
+	want := true
+	for {
+		if want && inflight < n && ctx.Err() == nil {
+			free := n - inflight
+			evs, err := f.opts.Store.Lease(ctx, free, f.opts.DefaultLease)
+			switch {
+			case ctx.Err() != nil:
+				// Leadership ended mid-lease: anything leased stays
+				// processing until its lease expires.
+				return
+			case err != nil:
+				f.log.Warn("lease failed", "err", err)
+				want = false // try again on the next tick or wake
+			default:
+				if len(evs) > free {
+					f.log.Error("store leased more events than asked; extras left to expire",
+						"asked", free, "got", len(evs))
+					evs = evs[:free]
+				}
+				for _, ev := range evs {
+					jobs <- ev
+				}
+				inflight += len(evs)
+				want = len(evs) == free
+			}
+		}
+
+		select {
+		case <-ctx.Done():
+			return
+		case <-f.opts.Wake:
+			want = true
+		case <-kick:
+			want = true
+		case <-tick.C:
+			want = true
+		case <-freed:
+			inflight--
+			// Collect every other worker that finished meanwhile, so one
+			// lease fills them all.
+			for more := true; more; {
+				select {
+				case <-freed:
+					inflight--
+				default:
+					more = false
+				}
+			}
+		}
+	}
+}
+
+// sweep reclaims expired leases and expires ended retention buckets until ctx
+// ends. A reclaim that moved events kicks the dispatcher.
+func (f *Forwarder) sweep(ctx context.Context, kick chan<- struct{}) {
+	reclaim := time.NewTicker(f.opts.SweepInterval)
+	defer reclaim.Stop()
+	expire := time.NewTicker(f.opts.ExpireInterval)
+	defer expire.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-reclaim.C:
+			n, err := f.opts.Store.Reclaim(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				f.log.Warn("reclaim failed", "err", err)
+			case n > 0:
+				f.log.Info("reclaimed expired leases", "events", n)
+				select {
+				case kick <- struct{}{}:
+				default:
+				}
+			}
+		case <-expire.C:
+			n, err := f.opts.Store.Expire(ctx)
+			switch {
+			case ctx.Err() != nil:
+				return
+			case err != nil:
+				f.log.Warn("expire failed", "err", err)
+			case n > 0:
+				f.log.Info("expired retention buckets", "events", n)
+			}
+		}
+	}
+}

@@ -1,0 +1,177 @@
+package forward
+
+import (
+	"context"
+	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"oncehook/engine"
+)
+
+// These tests run inside a synctest bubble: time is fake and jumps whenever
+// every goroutine is blocked, so backoffs, leases and sweeper ticks of seconds
+// take no real time. Requests never touch the network (an httptest server
+// inside a bubble would block on real I/O): handlerTransport calls the handler
+// in process.
+
+// handlerTransport serves requests with an http.Handler in process.
+type handlerTransport struct{ h http.Handler }
+
+func (ht handlerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	rec := httptest.NewRecorder()
+	ht.h.ServeHTTP(rec, r)
+	if err := r.Context().Err(); err != nil {
+		return nil, err
+	}
+	return rec.Result(), nil
+}
+
+// bubbleRun runs a Forwarder with opts inside the current bubble for d of fake
+// time, then stops it and waits for Run to return.
+func bubbleRun(t *testing.T, opts Options, d time.Duration, during func()) {
+	t.Helper()
+	f := New(opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	if during != nil {
+		during()
+	}
+	time.Sleep(d)
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run: %v", err)
+	}
+}
+
+// timedSink records when each request arrived (fake time) and answers with
+// answer(n).
+type timedSink struct {
+	mu     sync.Mutex
+	at     []time.Time
+	answer func(n int, w http.ResponseWriter, r *http.Request)
+}
+
+func (s *timedSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.at = append(s.at, time.Now())
+	n := len(s.at)
+	s.mu.Unlock()
+	s.answer(n, w, r)
+}
+
+func (s *timedSink) times() []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Time(nil), s.at...)
+}
+
+// Each retry comes no sooner than the backoff carried in its Fail, and no
+// later than one poll interval after it; the backoff doubles and is capped.
+func TestBackoffScheduleSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const failures = 6
+		l := newLeader(t)
+		h := &timedSink{answer: func(n int, w http.ResponseWriter, r *http.Request) {
+			if n <= failures {
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+		}}
+		lo, hi, poll := time.Second, 8*time.Second, 100*time.Millisecond
+		l.claim("src:b", "src", "x")
+		bubbleRun(t, Options{
+			Store:        l,
+			Targets:      only(Target{URL: "http://handler/b", BackoffMin: lo, BackoffMax: hi, MaxAttempts: 20}),
+			Client:       &http.Client{Transport: handlerTransport{h}},
+			Rand:         rand.New(rand.NewPCG(5, 6)),
+			PollInterval: poll,
+		}, 2*time.Minute, nil)
+
+		if ev := l.get("src:b"); ev.State != engine.StateDone || ev.Attempts != failures+1 {
+			t.Fatalf("event %v after %d attempts, want done after %d", ev.State, ev.Attempts, failures+1)
+		}
+		at, fails := h.times(), l.failLog()
+		if len(at) != failures+1 || len(fails) != failures {
+			t.Fatalf("%d requests and %d fails", len(at), len(fails))
+		}
+		for i, c := range fails {
+			retry := time.Duration(c.RetryIn)
+			b := min(lo<<i, hi)
+			if retry < b/2 || retry > b {
+				t.Errorf("retry %d: backoff %v outside [%v, %v]", i+1, retry, b/2, b)
+			}
+			if gap := at[i+1].Sub(at[i]); gap < retry || gap > retry+poll {
+				t.Errorf("retry %d came %v after the failure; backoff %v, poll %v", i+1, gap, retry, poll)
+			}
+		}
+	})
+}
+
+// A handler that hangs past its lease: the sweeper reclaims the event after
+// the lease ends, it is delivered again under a newer token and completes, and
+// the first attempt's late failure (its timeout) is fenced.
+func TestLeaseExpirySynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &timedSink{answer: func(n int, w http.ResponseWriter, r *http.Request) {
+			if n == 1 {
+				<-r.Context().Done() // until the 30 s timeout
+			}
+		}}
+		rec := &recorder{}
+		l.claimLease("src:l", "src", "x", 5*time.Second)
+		t0 := time.Now()
+		bubbleRun(t, Options{
+			Store:         l,
+			Targets:       only(Target{URL: "http://handler/l", Timeout: 30 * time.Second}),
+			Client:        &http.Client{Transport: handlerTransport{h}},
+			SweepInterval: time.Second,
+			PollInterval:  time.Hour, // only the sweeper's kick can re-lease
+			Observe:       rec.observe,
+			OnFinish:      rec.finish,
+		}, time.Minute, nil)
+
+		at := h.times()
+		if len(at) != 2 {
+			t.Fatalf("%d requests, want 2", len(at))
+		}
+		if d := at[1].Sub(t0); d < 5*time.Second || d > 6*time.Second {
+			t.Errorf("redelivered %v after the claim, want within a sweep of the 5s lease", d)
+		}
+		if ev := l.get("src:l"); ev.State != engine.StateDone || ev.Attempts != 2 {
+			t.Errorf("event %v attempts %d, want done after 2", ev.State, ev.Attempts)
+		}
+		fins := rec.finishes()
+		if len(fins) != 2 || fins[0].Outcome != OutcomeDone || fins[1].Outcome != OutcomeFenced ||
+			fins[1].Token >= fins[0].Token || fins[1].Attempt != 1 || fins[0].Attempt != 2 {
+			t.Errorf("finishes = %+v, want done (attempt 2) then fenced (attempt 1, older token)", fins)
+		}
+		if len(l.failLog()) != 0 {
+			t.Errorf("the fenced failure changed the event: %+v", l.failLog())
+		}
+	})
+}
+
+// Reclaim runs every SweepInterval and Expire every ExpireInterval; a poll
+// interval of an hour means one lease, at start.
+func TestSweeperTicksSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		bubbleRun(t, Options{
+			Store:          l,
+			Targets:        only(Target{}),
+			Client:         &http.Client{Transport: handlerTransport{http.NotFoundHandler()}},
+			PollInterval:   time.Hour,
+			SweepInterval:  time.Second,
+			ExpireInterval: 10 * time.Second,
+		}, 30*time.Second+500*time.Millisecond, nil)
+		if r, e, ls := l.reclaims.Load(), l.expires.Load(), l.leases.Load(); r != 30 || e != 3 || ls != 1 {
+			t.Errorf("reclaims %d expires %d leases %d, want 30 3 1", r, e, ls)
+		}
+	})
+}
