@@ -238,6 +238,14 @@ func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, 
 	targets := make(map[string]forward.Target, len(cfg.Sources))
 	for i := range cfg.Sources {
 		s := &cfg.Sources[i]
+		// Refuse what this version cannot honour rather than ignore it: an
+		// operator who names a schema expects bodies to be checked.
+		if s.KeysURL != "" {
+			return nil, nil, fmt.Errorf("source %s: keys_url is not supported by this version", s.Name)
+		}
+		if s.SchemaFile != "" {
+			return nil, nil, fmt.Errorf("source %s: schema_file is not supported by this version", s.Name)
+		}
 		keyer, err := providers.NewKeyer(s.Name, s.Key)
 		if err != nil {
 			return nil, nil, fmt.Errorf("source %s: key: %w", s.Name, err)

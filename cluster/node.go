@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -104,6 +105,10 @@ type Node struct {
 	// inproc, in tests on raft.InmemTransport, finds the node behind a raft
 	// address so the internal channel runs without TCP.
 	inproc func(addr string) *Node
+
+	// started is set once raft and the proposer run; the cluster port accepts
+	// connections before that, and the internal channel refuses until then.
+	started atomic.Bool
 
 	fatalOnce sync.Once
 	closeOnce sync.Once
@@ -248,6 +253,7 @@ func (n *Node) open() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.prop = newProposer(n, cfg.Inflight, cfg.MaxBatch, 8<<20)
+	n.started.Store(true)
 	go n.observeLeadership()
 
 	if !existing {

@@ -81,6 +81,9 @@ func (n *Node) serveForward(c net.Conn) {
 }
 
 func (n *Node) handleRPC(op byte, body, out []byte) (byte, []byte) {
+	if !n.started.Load() {
+		return rpcNoLeader, append(out, "node still starting"...)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
 	defer cancel()
 	switch op {

@@ -1,0 +1,269 @@
+package config
+
+import (
+	"fmt"
+	"net/netip"
+	"time"
+
+	"oncehook/providers"
+)
+
+// Defaults of the keys that do not depend on the provider (DESIGN.md section 4).
+const (
+	DefaultNodeID         = "node1"
+	DefaultDataDir        = "./data"
+	DefaultListen         = "127.0.0.1:8080"
+	DefaultLogLevel       = "info"
+	DefaultLogFormat      = "text"
+	DefaultRaftListen     = "127.0.0.1:7070"
+	DefaultAdminListen    = "127.0.0.1:7071"
+	DefaultTolerance      = 5 * time.Minute
+	DefaultMaxBody        = 1 * MiB
+	MaxMaxBody            = 64 * MiB // the largest max_body accepted
+	DefaultMode           = "async"
+	DefaultLease          = 30 * time.Second
+	DefaultMaxAttempts    = 8
+	DefaultBackoffMin     = 1 * time.Second
+	DefaultBackoffMax     = 10 * time.Minute
+	DefaultForwardTimeout = 10 * time.Second
+	DefaultKeysRefresh    = 5 * time.Minute
+	DemoSourceName        = "demo"
+)
+
+// Config is one oncehook.toml, defaults applied, normalised and (after Load)
+// validated. A Config is not modified after Load returns it; a reload builds a
+// new one and swaps it in whole.
+type Config struct {
+	// Path is the file it was loaded from; empty for Default and Demo.
+	Path    string   `json:"path,omitempty"`
+	Node    Node     `json:"node"`
+	Cluster *Cluster `json:"cluster,omitempty"` // nil: no [cluster] table, single node
+	Admin   Admin    `json:"admin"`
+	Sources []Source `json:"sources"`
+
+	lines *keyLines // where each key is in the file, for Validate's messages
+}
+
+// Node is the [node] table.
+type Node struct {
+	ID        string `json:"id"`
+	DataDir   string `json:"data_dir"`  // relative to the working directory
+	Listen    string `json:"listen"`    // intake listener, host:port
+	LogLevel  string `json:"log_level"` // debug|info|warn|error; reloadable
+	LogFormat string `json:"log_format"`
+}
+
+// Cluster is the [cluster] table.
+type Cluster struct {
+	RaftListen string `json:"raft_listen"`
+	// Advertise is the address peers dial; defaults to RaftListen unless that
+	// binds all interfaces.
+	Advertise string `json:"advertise"`
+	Peers     []Peer `json:"peers"` // includes this node
+	TokenFile string `json:"token_file,omitempty"`
+	Token     Secret `json:"token,omitempty"` // content of TokenFile; nil when unset
+	TLSCert   string `json:"tls_cert,omitempty"`
+	TLSKey    string `json:"tls_key,omitempty"`
+	TLSCA     string `json:"tls_ca,omitempty"`
+}
+
+// TLS reports whether mutual TLS between nodes is configured.
+func (c *Cluster) TLS() bool { return c.TLSCert != "" }
+
+// Peer is one "id=host:port" entry of [cluster] peers.
+type Peer struct {
+	ID   string `json:"id"`
+	Addr string `json:"addr"`
+}
+
+func (p Peer) String() string { return p.ID + "=" + p.Addr }
+
+// Admin is the [admin] table.
+type Admin struct {
+	Listen string       `json:"listen"`
+	Tokens []AdminToken `json:"tokens"`
+}
+
+// AdminToken is one bearer token of the admin API. Name is recorded as "who"
+// in audit records.
+type AdminToken struct {
+	Name      string `json:"name"`
+	TokenFile string `json:"token_file,omitempty"` // empty when given inline
+	Token     Secret `json:"token"`
+}
+
+// Order is a source's optional ordering guard: key parts naming the object an
+// event is about and the event's time.
+type Order struct {
+	Object string `json:"object"`
+	Time   string `json:"time"`
+}
+
+// Source is one [[source]]: a URL /in/{Name}, how to verify it, how to key it,
+// and where to forward it.
+type Source struct {
+	Name     string `json:"name"`
+	Provider string `json:"provider"`
+	// Secrets are the active secrets, in file order; any one verifies.
+	Secrets []Secret `json:"secrets"`
+	// SecretFiles are the resolved paths the secrets were read from; empty when
+	// they were given inline. Load re-reads them every time.
+	SecretFiles    []string            `json:"secret_files,omitempty"`
+	Tolerance      Duration            `json:"tolerance"`
+	Key            []string            `json:"key"`
+	Retention      Duration            `json:"retention"`
+	MaxBody        Size                `json:"max_body"`
+	Forward        string              `json:"forward"`
+	ForwardHeaders []string            `json:"forward_headers,omitempty"`
+	Mode           string              `json:"mode"` // async|sync
+	AckStatus      int                 `json:"ack_status"`
+	Lease          Duration            `json:"lease"`
+	MaxAttempts    int                 `json:"max_attempts"`
+	BackoffMin     Duration            `json:"backoff_min"`
+	BackoffMax     Duration            `json:"backoff_max"`
+	ForwardTimeout Duration            `json:"forward_timeout"`
+	AllowIPs       []netip.Prefix      `json:"allow_ips,omitempty"` // empty: any
+	KeysURL        string              `json:"keys_url,omitempty"`
+	KeysRefresh    Duration            `json:"keys_refresh"`
+	SchemaFile     string              `json:"schema_file,omitempty"` // resolved path
+	Order          *Order              `json:"order,omitempty"`
+	HMAC           *providers.HMACSpec `json:"hmac,omitempty"` // provider "hmac" only
+	// Verifier checks this source's deliveries. Validate (and so Load) builds
+	// it from Provider, Secrets, Tolerance and HMAC. Never printed: it holds
+	// key material.
+	Verifier providers.Verifier `json:"-"`
+}
+
+// Format prints the source with its Verifier masked, so that fmt's %v, %+v
+// and %#v of a Source or a Config never reach key material a verifier holds.
+// Secrets print as "<redacted>" through Secret's own methods.
+func (s Source) Format(f fmt.State, verb rune) {
+	type source Source // no methods: no recursion
+	p := source(s)
+	if p.Verifier != nil {
+		p.Verifier = maskedVerifier{}
+	}
+	formatSafe(f, verb, p)
+}
+
+// Format prints the config without its internal line table. See formatSafe.
+func (c Config) Format(f fmt.State, verb rune) {
+	type config Config
+	p := config(c)
+	p.lines = nil
+	formatSafe(f, verb, p)
+}
+
+// Format prints the cluster table; its Token prints "<redacted>". See
+// formatSafe.
+func (c Cluster) Format(f fmt.State, verb rune) {
+	type cluster Cluster
+	formatSafe(f, verb, cluster(c))
+}
+
+// Format prints the token; its Token prints "<redacted>". See formatSafe.
+func (t AdminToken) Format(f fmt.State, verb rune) {
+	type adminToken AdminToken
+	formatSafe(f, verb, adminToken(t))
+}
+
+// formatSafe prints v (a method-less copy of a config struct) with verb,
+// except that every verb but %v (with its + and # flags) prints as %v. fmt
+// prints a mismatched verb's operand ("%!s(*T=...)") with every Format and
+// String method turned off, which would show a Secret's bytes; answering
+// every verb here keeps fmt from ever taking that path through a config.
+func formatSafe(f fmt.State, verb rune, v any) {
+	if verb != 'v' {
+		fmt.Fprintf(f, "%v", v)
+		return
+	}
+	fmt.Fprintf(f, fmt.FormatString(f, verb), v)
+}
+
+// maskedVerifier stands in for a real verifier when a Source is printed.
+type maskedVerifier struct{}
+
+func (maskedVerifier) Verify(*providers.Request) error { return nil }
+func (maskedVerifier) Format(f fmt.State, _ rune)      { fmt.Fprint(f, "<verifier>") }
+
+// Default returns the configuration of a single node with no sources: what
+// `oncehook serve` starts from before a file is applied.
+func Default() *Config {
+	return &Config{
+		Node: Node{
+			ID:        DefaultNodeID,
+			DataDir:   DefaultDataDir,
+			Listen:    DefaultListen,
+			LogLevel:  DefaultLogLevel,
+			LogFormat: DefaultLogFormat,
+		},
+		Admin:   Admin{Listen: DefaultAdminListen},
+		Sources: []Source{},
+	}
+}
+
+// defaultCluster returns a [cluster] table's defaults; Advertise is derived
+// from RaftListen later.
+func defaultCluster() Cluster {
+	return Cluster{RaftListen: DefaultRaftListen}
+}
+
+// newSource returns a source with every default that does not depend on the
+// provider. applyProviderDefaults fills the rest once the provider is known.
+func newSource() Source {
+	return Source{
+		Tolerance:      Duration(DefaultTolerance),
+		MaxBody:        DefaultMaxBody,
+		Mode:           DefaultMode,
+		Lease:          Duration(DefaultLease),
+		MaxAttempts:    DefaultMaxAttempts,
+		BackoffMin:     Duration(DefaultBackoffMin),
+		BackoffMax:     Duration(DefaultBackoffMax),
+		ForwardTimeout: Duration(DefaultForwardTimeout),
+		KeysRefresh:    Duration(DefaultKeysRefresh),
+	}
+}
+
+// applyProviderDefaults fills Key, Retention and AckStatus from the provider's
+// Defaults where the file left them unset (nil Key, zero Retention/AckStatus).
+// An unknown provider is left alone; Validate reports it.
+func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet bool) {
+	sch, ok := providers.Lookup(s.Provider)
+	if !ok {
+		return
+	}
+	d := sch.Defaults()
+	if !keySet && len(d.Key) > 0 {
+		s.Key = append([]string(nil), d.Key...)
+	}
+	if !retentionSet {
+		s.Retention = Duration(d.Retention)
+	}
+	if !ackSet {
+		s.AckStatus = d.AckStatus
+		if s.AckStatus == 0 {
+			s.AckStatus = 202
+		}
+	}
+}
+
+// Demo returns the configuration `oncehook serve` runs without a file: a
+// single node keeping its data in dataDir (DefaultDataDir when empty) with one
+// source "demo" of provider "standard", signed with secret (a whsec_ string,
+// as `oncehook keygen` prints) and forwarded to forward. Its Verifier is built
+// when the secret is well-formed; call Validate to learn why it is not.
+func Demo(dataDir, secret, forward string) *Config {
+	c := Default()
+	if dataDir != "" {
+		c.Node.DataDir = dataDir
+	}
+	s := newSource()
+	s.Name = DemoSourceName
+	s.Provider = "standard"
+	s.Secrets = []Secret{Secret(secret)}
+	s.Forward = forward
+	applyProviderDefaults(&s, false, false, false)
+	c.Sources = []Source{s}
+	_ = c.Validate()
+	return c
+}

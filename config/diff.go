@@ -1,0 +1,113 @@
+package config
+
+import (
+	"reflect"
+	"slices"
+)
+
+// sourceKeys maps each compared Source field to its key in the file. Name
+// identifies a source and Verifier is derived, so neither is listed; a test
+// checks that every other field is.
+var sourceKeys = []struct{ field, key string }{
+	{"Provider", "provider"},
+	{"Secrets", "secrets"},
+	{"SecretFiles", "secret_files"},
+	{"Tolerance", "tolerance"},
+	{"Key", "key"},
+	{"Retention", "retention"},
+	{"MaxBody", "max_body"},
+	{"Forward", "forward"},
+	{"ForwardHeaders", "forward_headers"},
+	{"Mode", "mode"},
+	{"AckStatus", "ack_status"},
+	{"Lease", "lease"},
+	{"MaxAttempts", "max_attempts"},
+	{"BackoffMin", "backoff_min"},
+	{"BackoffMax", "backoff_max"},
+	{"ForwardTimeout", "forward_timeout"},
+	{"AllowIPs", "allow_ips"},
+	{"KeysURL", "keys_url"},
+	{"KeysRefresh", "keys_refresh"},
+	{"SchemaFile", "schema_file"},
+	{"Order", "order"},
+	{"HMAC", "hmac"},
+}
+
+// Diff compares the running config with a newly loaded one, for SIGHUP. It
+// returns the keys that changed, split into those the running process applies
+// live (sources and their secrets, admin tokens, node.log_level) and those it
+// applies only after a restart (node id, listen addresses, data_dir,
+// log_format, the whole [cluster] table, admin.listen). Sources are named by
+// name, not position: "source[stripe-live].forward", "source[github] (added)",
+// "source[old] (removed)". Secret values never appear, only the key. Both
+// lists are nil when nothing changed. A nil argument counts as Default().
+func Diff(old, new *Config) (reloadable, restartNeeded []string) {
+	if old == nil {
+		old = Default()
+	}
+	if new == nil {
+		new = Default()
+	}
+	restart := func(key string, a, b any) {
+		if !reflect.DeepEqual(a, b) {
+			restartNeeded = append(restartNeeded, key)
+		}
+	}
+	restart("node.id", old.Node.ID, new.Node.ID)
+	restart("node.data_dir", old.Node.DataDir, new.Node.DataDir)
+	restart("node.listen", old.Node.Listen, new.Node.Listen)
+	if old.Node.LogLevel != new.Node.LogLevel {
+		reloadable = append(reloadable, "node.log_level")
+	}
+	restart("node.log_format", old.Node.LogFormat, new.Node.LogFormat)
+
+	switch oc, nc := old.Cluster, new.Cluster; {
+	case oc == nil && nc == nil:
+	case oc == nil || nc == nil:
+		restartNeeded = append(restartNeeded, "cluster")
+	default:
+		restart("cluster.raft_listen", oc.RaftListen, nc.RaftListen)
+		restart("cluster.advertise", oc.Advertise, nc.Advertise)
+		restart("cluster.peers", oc.Peers, nc.Peers)
+		restart("cluster.token_file", oc.TokenFile, nc.TokenFile)
+		restart("cluster.token", oc.Token, nc.Token)
+		restart("cluster.tls_cert", oc.TLSCert, nc.TLSCert)
+		restart("cluster.tls_key", oc.TLSKey, nc.TLSKey)
+		restart("cluster.tls_ca", oc.TLSCA, nc.TLSCA)
+	}
+
+	restart("admin.listen", old.Admin.Listen, new.Admin.Listen)
+	if !reflect.DeepEqual(old.Admin.Tokens, new.Admin.Tokens) {
+		reloadable = append(reloadable, "admin.tokens")
+	}
+
+	olds := map[string]*Source{}
+	for i := range old.Sources {
+		olds[old.Sources[i].Name] = &old.Sources[i]
+	}
+	seen := map[string]bool{}
+	for i := range new.Sources {
+		n := &new.Sources[i]
+		seen[n.Name] = true
+		o, ok := olds[n.Name]
+		if !ok {
+			reloadable = append(reloadable, "source["+n.Name+"] (added)")
+			continue
+		}
+		ov, nv := reflect.ValueOf(o).Elem(), reflect.ValueOf(n).Elem()
+		for _, f := range sourceKeys {
+			if !reflect.DeepEqual(ov.FieldByName(f.field).Interface(), nv.FieldByName(f.field).Interface()) {
+				reloadable = append(reloadable, "source["+n.Name+"]."+f.key)
+			}
+		}
+	}
+	var removed []string
+	for name := range olds {
+		if !seen[name] {
+			removed = append(removed, "source["+name+"] (removed)")
+		}
+	}
+	slices.Sort(removed)
+	reloadable = append(reloadable, removed...)
+	return reloadable, restartNeeded
+}

@@ -1,0 +1,36 @@
+// Package config owns oncehook's configuration: the one TOML file described in
+// DESIGN.md section 4 and documented key by key in config.example.toml at the
+// repository root.
+//
+// The life of a Config is Default() -> parse the file on top -> normalise ->
+// Validate(), all done by Load; `oncehook serve` without a file uses Demo.
+//
+//   - Load reads the file with BurntSushi/toml, refuses unknown keys, applies
+//     the defaults (key, retention and ack_status come from the source's
+//     provider, via providers.Lookup(...).Defaults()), reads every secret and
+//     token file (again on every call: SIGHUP re-reads them), and validates.
+//   - Validate checks everything semantic and builds each source's
+//     providers.Verifier, so that a malformed secret is a config error naming
+//     its key rather than a 401 at run time. It is idempotent.
+//   - Diff tells a SIGHUP handler which changes it can apply live (sources,
+//     secrets, admin tokens, log level) and which need a restart.
+//
+// Errors are *Error values of the form `file:line: key: message`, joined with
+// errors.Join so that one run reports every problem. Lines come from toml's
+// own positions where they are right, and otherwise from a small scanner
+// (scan.go) that knows the ordinal of each [[source]].
+//
+// Invariants:
+//   - A secret never appears in an error, a log line, fmt output or JSON:
+//     Secret prints "<redacted>" in every form, a Source masks its Verifier
+//     when printed, and errors name a secret's key and file, never its bytes.
+//   - Secret and token files readable by others (mode & 0o004) are refused,
+//     the way ssh refuses an unprotected private key.
+//   - Load has no side effects; a failed Load returns no Config, so a reload
+//     with a bad file keeps the running one.
+//
+// Imports: the standard library, BurntSushi/toml and oncehook/providers (for
+// per-provider defaults and to build verifiers). It must not import fasthttp,
+// raft, bbolt, or oncehook's engine, cluster or forward packages; a test
+// (TestDependencyRule) keeps it so.
+package config

@@ -1,0 +1,657 @@
+package config
+
+import (
+	"bytes"
+	"cmp"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"oncehook/providers"
+)
+
+// The file's shape. Each section is decoded on its own (toml.Primitive) so that
+// a bad value in one source does not hide a bad value in the next, and so that
+// a decode error can be given the ordinal of its [[source]]. Pointers and nil
+// slices mark keys whose default depends on the provider.
+
+type rawFile struct {
+	Node    toml.Primitive   `toml:"node"`
+	Cluster toml.Primitive   `toml:"cluster"`
+	Admin   toml.Primitive   `toml:"admin"`
+	Source  []toml.Primitive `toml:"source"`
+}
+
+type rawNode struct {
+	ID        string `toml:"id"`
+	DataDir   string `toml:"data_dir"`
+	Listen    string `toml:"listen"`
+	LogLevel  string `toml:"log_level"`
+	LogFormat string `toml:"log_format"`
+}
+
+type rawCluster struct {
+	RaftListen string   `toml:"raft_listen"`
+	Advertise  string   `toml:"advertise"`
+	Peers      []string `toml:"peers"`
+	TokenFile  string   `toml:"token_file"`
+	TLSCert    string   `toml:"tls_cert"`
+	TLSKey     string   `toml:"tls_key"`
+	TLSCA      string   `toml:"tls_ca"`
+}
+
+type rawAdmin struct {
+	Listen string           `toml:"listen"`
+	Tokens []toml.Primitive `toml:"tokens"`
+}
+
+type rawToken struct {
+	Name      string  `toml:"name"`
+	TokenFile string  `toml:"token_file"`
+	Token     *string `toml:"token"`
+}
+
+type rawSource struct {
+	Name           string    `toml:"name"`
+	Provider       string    `toml:"provider"`
+	Secrets        []string  `toml:"secrets"`
+	SecretFiles    []string  `toml:"secret_files"`
+	Tolerance      Duration  `toml:"tolerance"`
+	Key            []string  `toml:"key"`
+	Retention      *Duration `toml:"retention"`
+	MaxBody        Size      `toml:"max_body"`
+	Forward        string    `toml:"forward"`
+	ForwardHeaders []string  `toml:"forward_headers"`
+	Mode           string    `toml:"mode"`
+	AckStatus      *int      `toml:"ack_status"`
+	Lease          Duration  `toml:"lease"`
+	MaxAttempts    int       `toml:"max_attempts"`
+	BackoffMin     Duration  `toml:"backoff_min"`
+	BackoffMax     Duration  `toml:"backoff_max"`
+	ForwardTimeout Duration  `toml:"forward_timeout"`
+	AllowIPs       []string  `toml:"allow_ips"`
+	KeysURL        string    `toml:"keys_url"`
+	KeysRefresh    Duration  `toml:"keys_refresh"`
+	SchemaFile     string    `toml:"schema_file"`
+	Order          *rawOrder `toml:"order"`
+	HMAC           *rawHMAC  `toml:"hmac"`
+}
+
+type rawOrder struct {
+	Object string `toml:"object"`
+	Time   string `toml:"time"`
+}
+
+type rawHMAC struct {
+	Header          string `toml:"header"`
+	Algorithm       string `toml:"algorithm"`
+	Encoding        string `toml:"encoding"`
+	Prefix          string `toml:"prefix"`
+	TimestampHeader string `toml:"timestamp_header"`
+	IDHeader        string `toml:"id_header"`
+	Template        string `toml:"template"`
+}
+
+// sectionTypes gives the shape behind each toml.Primitive of the file, for
+// the unknown-key walk.
+var sectionTypes = map[string]reflect.Type{
+	"node":         reflect.TypeFor[rawNode](),
+	"cluster":      reflect.TypeFor[rawCluster](),
+	"admin":        reflect.TypeFor[rawAdmin](),
+	"admin.tokens": reflect.TypeFor[rawToken](),
+	"source":       reflect.TypeFor[rawSource](),
+}
+
+// Load reads the TOML file at path, applies defaults (the provider's for key,
+// retention and ack_status), reads every secret and token file, normalises and
+// validates. Every problem found is returned, joined, each an *Error of the
+// form `file:line: key: message`; on error the Config is nil. Load has no side
+// effects and may be called any number of times (SIGHUP calls it again: secret
+// files are re-read each time).
+//
+// Paths of secret, token, TLS and schema files are resolved against the
+// directory of path when relative; for secret, token and TLS files, a relative
+// path that exists under $CREDENTIALS_DIRECTORY (systemd LoadCredential=) is
+// taken from there first. Secret and token files readable by others
+// (mode & 0o004) are refused.
+func Load(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		msg := err.Error()
+		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
+			msg = pe.Err.Error() // the path is already the prefix
+		}
+		return nil, &Error{File: path, Message: "cannot read config: " + msg, Err: err}
+	}
+	l := &loader{
+		p:   &problems{file: path},
+		dir: filepath.Dir(path),
+		md:  toml.MetaData{},
+	}
+	l.p.lines = scanKeyLines(string(data))
+	c := l.load(data)
+	if err := l.p.err(); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+type loader struct {
+	p   *problems
+	dir string
+	md  toml.MetaData
+}
+
+func (l *loader) load(data []byte) *Config {
+	var raw rawFile
+	md, err := toml.Decode(string(data), &raw)
+	if err != nil {
+		l.decodeError("", err)
+		return nil
+	}
+	l.md = md
+
+	// Decode each section; remember whether any failed.
+	var (
+		node    = rawNode{}
+		cluster = rawCluster{}
+		admin   = rawAdmin{}
+		tokens  []rawToken
+		sources = make([]rawSource, len(raw.Source))
+	)
+	bad := false
+	if md.IsDefined("node") {
+		bad = !l.decodeTable(raw.Node, &node, "node") || bad
+	}
+	if md.IsDefined("cluster") {
+		bad = !l.decodeTable(raw.Cluster, &cluster, "cluster") || bad
+	}
+	if md.IsDefined("admin") {
+		bad = !l.decodeTable(raw.Admin, &admin, "admin") || bad
+		tokens = make([]rawToken, len(admin.Tokens))
+		for i := range admin.Tokens {
+			bad = !l.decodeTable(admin.Tokens[i], &tokens[i], "admin.tokens["+strconv.Itoa(i)+"]") || bad
+		}
+	}
+	for i := range raw.Source {
+		bad = !l.decodeTable(raw.Source[i], &sources[i], "source["+strconv.Itoa(i)+"]") || bad
+	}
+
+	// Unknown keys, from the parser's own view of the document walked against
+	// the raw structs. (MetaData.Undecoded would do for plain tables, but it
+	// has no ordinals, and a section that failed to decode leaves its keys
+	// looking unknown.)
+	var generic map[string]any
+	if _, err := toml.Decode(string(data), &generic); err == nil {
+		l.unknownKeys(generic, reflect.TypeFor[rawFile](), "", "")
+	}
+	if bad {
+		// Partly decoded sections would only produce confusing follow-ups.
+		return nil
+	}
+
+	c := Default()
+	c.Path = l.p.file
+	c.lines = l.p.lines
+	l.node(&c.Node, node)
+	if md.IsDefined("cluster") {
+		c.Cluster = l.cluster(cluster)
+	}
+	l.admin(&c.Admin, admin, tokens)
+	for i := range sources {
+		c.Sources = append(c.Sources, l.source(i, &sources[i]))
+	}
+	c.validate(l.p)
+	return c
+}
+
+// decodeTable decodes one table into dst (a pointer to a raw struct) key by
+// key, in file order, so that every bad value is reported and always in the
+// same order (toml stops at the first error it meets in map order). prefix is
+// the table's path with ordinals ("source[2]"); errors are reported under it.
+// Keys dst has no field for are left to unknownKeys.
+func (l *loader) decodeTable(prim toml.Primitive, dst any, prefix string) bool {
+	// toml decodes a non-table into a map without complaint (node = 5).
+	var generic any
+	if err := l.md.PrimitiveDecode(prim, &generic); err == nil {
+		if _, ok := generic.(map[string]any); !ok {
+			l.p.add(prefix, nil, fmt.Sprintf("want a table, got %s", tomlType(generic)))
+			return false
+		}
+	}
+	var m map[string]toml.Primitive
+	if err := l.md.PrimitiveDecode(prim, &m); err != nil {
+		l.decodeError(prefix, err)
+		return false
+	}
+	rv := reflect.ValueOf(dst).Elem()
+	fields := map[string]int{}
+	for i := range rv.NumField() {
+		name, _, _ := strings.Cut(rv.Type().Field(i).Tag.Get("toml"), ",")
+		fields[name] = i
+	}
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	line := func(k string) int {
+		if n := l.p.lines.find(prefix + "." + quoteKey(k)); n > 0 {
+			return n
+		}
+		return int(^uint(0) >> 1)
+	}
+	slices.SortFunc(keys, func(a, b string) int {
+		if c := cmp.Compare(line(a), line(b)); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	ok := true
+	for _, k := range keys {
+		i, known := fields[k]
+		if !known || k == "" {
+			continue
+		}
+		if err := l.md.PrimitiveDecode(m[k], rv.Field(i).Addr().Interface()); err != nil {
+			l.decodeError(prefix, err)
+			ok = false
+		}
+	}
+	return ok
+}
+
+// tomlType names the TOML type of a decoded value, for errors.
+func tomlType(v any) string {
+	switch v.(type) {
+	case []map[string]any:
+		return "an array of tables"
+	case []any:
+		return "an array"
+	case string:
+		return "a string"
+	case int64:
+		return "an integer"
+	case float64:
+		return "a float"
+	case bool:
+		return "a boolean"
+	}
+	return "a date or time"
+}
+
+// reDecode matches the errors BurntSushi/toml formats itself (type mismatches)
+// rather than returning as ParseError.
+var reDecode = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key "((?:[^"\\]|\\.)*)"\): (.*)$`)
+
+// decodeError turns a toml error into an *Error. prefix, when set, is the
+// indexed path of the element being decoded ("source[1]"); it replaces the
+// unindexed section name in the error's key, and the line is then looked up
+// by the scanner, because toml keeps the position of the last element only.
+func (l *loader) decodeError(prefix string, err error) {
+	var (
+		line int
+		key  string
+		msg  = err.Error()
+	)
+	var pe toml.ParseError
+	if errors.As(err, &pe) {
+		line, key, msg = pe.Position.Line, pe.LastKey, pe.Message
+	} else if m := reDecode.FindStringSubmatch(msg); m != nil {
+		line, _ = strconv.Atoi(m[1])
+		key, msg = m[2], m[3]
+		if u, err := strconv.Unquote(`"` + m[2] + `"`); err == nil {
+			key = u
+		}
+	} else {
+		msg = strings.TrimPrefix(msg, "toml: ")
+	}
+	if prefix != "" {
+		section := stripIndexes(prefix)
+		if key == section || strings.HasPrefix(key, section+".") {
+			key = prefix + key[len(section):]
+			if kl := l.p.lines.find(key); kl > 0 {
+				line = kl
+			}
+		}
+	} else if line > 0 && key != "" {
+		// A syntax error inside the n-th [[source]]: say which one.
+		if t := l.p.lines.tableAt(line); t != "" {
+			if u := stripIndexes(t); u != t && (key == u || strings.HasPrefix(key, u+".")) {
+				key = t + key[len(u):]
+			}
+		}
+	}
+	l.p.list = append(l.p.list, &Error{File: l.p.file, Line: line, Key: key, Message: msg, Err: err})
+}
+
+// unknownKeys reports every key of v (a decoded table) that t has no field
+// for. Matching is exact: toml's case-insensitive fallback would otherwise
+// accept "Listen" for "listen".
+func (l *loader) unknownKeys(v map[string]any, t reflect.Type, section, path string) {
+	fields := tomlFields(t)
+	keys := make([]string, 0, len(v))
+	for k := range v {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		ft, ok := fields[k]
+		p := join(path, quoteKey(k))
+		if !ok {
+			l.p.add(p, ErrUnknownKey, "unknown key")
+			continue
+		}
+		sec := join(section, k)
+		if st, ok := sectionTypes[sec]; ok {
+			if ft.Kind() == reflect.Slice {
+				ft = reflect.SliceOf(st)
+			} else {
+				ft = st
+			}
+		}
+		for ft.Kind() == reflect.Pointer {
+			ft = ft.Elem()
+		}
+		switch {
+		case ft.Kind() == reflect.Struct:
+			if sub, ok := v[k].(map[string]any); ok {
+				l.unknownKeys(sub, ft, sec, p)
+			}
+		case ft.Kind() == reflect.Slice && ft.Elem().Kind() == reflect.Struct:
+			for i, e := range tables(v[k]) {
+				l.unknownKeys(e, ft.Elem(), sec, p+"["+strconv.Itoa(i)+"]")
+			}
+		}
+	}
+}
+
+// quoteKey quotes a key that is not bare, as TOML would need it.
+func quoteKey(k string) string {
+	for i := 0; i < len(k); i++ {
+		if !isBare(k[i]) {
+			return strconv.Quote(k)
+		}
+	}
+	if k == "" {
+		return `""`
+	}
+	return k
+}
+
+// tables returns the tables of an array of tables, inline or not.
+func tables(v any) []map[string]any {
+	switch a := v.(type) {
+	case []map[string]any:
+		return a
+	case []any:
+		out := make([]map[string]any, 0, len(a))
+		for _, e := range a {
+			m, _ := e.(map[string]any)
+			out = append(out, m) // a nil map walks as empty
+		}
+		return out
+	}
+	return nil
+}
+
+// tomlFields maps each toml tag of struct t to its field's type.
+func tomlFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := range t.NumField() {
+		f := t.Field(i)
+		name, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if name != "" && name != "-" {
+			out[name] = f.Type
+		}
+	}
+	return out
+}
+
+func (l *loader) node(n *Node, r rawNode) {
+	setString(&n.ID, r.ID)
+	setString(&n.DataDir, r.DataDir)
+	setString(&n.Listen, r.Listen)
+	setString(&n.LogLevel, strings.ToLower(r.LogLevel))
+	setString(&n.LogFormat, strings.ToLower(r.LogFormat))
+}
+
+func setString(dst *string, v string) {
+	if v != "" {
+		*dst = v
+	}
+}
+
+func (l *loader) cluster(r rawCluster) *Cluster {
+	c := defaultCluster()
+	setString(&c.RaftListen, r.RaftListen)
+	c.Advertise = r.Advertise // derived in validate when empty
+	for i, s := range r.Peers {
+		key := "cluster.peers[" + strconv.Itoa(i) + "]"
+		id, addr, ok := strings.Cut(s, "=")
+		id, addr = strings.TrimSpace(id), strings.TrimSpace(addr)
+		if !ok || id == "" || addr == "" {
+			// Keep the entry so that later indexes match the file;
+			// validate skips entries with a problem already.
+			l.p.add(key, nil, fmt.Sprintf("want \"id=host:port\", got %q", s))
+		}
+		c.Peers = append(c.Peers, Peer{ID: id, Addr: addr})
+	}
+	c.TLSCert = l.resolve(r.TLSCert, true)
+	c.TLSKey = l.resolve(r.TLSKey, true)
+	c.TLSCA = l.resolve(r.TLSCA, true)
+	if r.TokenFile != "" {
+		c.TokenFile = l.resolve(r.TokenFile, true)
+		if sec, ok := l.readSecret("cluster.token_file", c.TokenFile); ok {
+			c.Token = sec
+		}
+	}
+	return &c
+}
+
+func (l *loader) admin(a *Admin, r rawAdmin, tokens []rawToken) {
+	setString(&a.Listen, r.Listen)
+	for i, t := range tokens {
+		key := "admin.tokens[" + strconv.Itoa(i) + "]"
+		tok := AdminToken{Name: t.Name}
+		switch {
+		case t.Token != nil && t.TokenFile != "":
+			l.p.add(key+".token", nil, "token and token_file are both set; use one")
+		case t.TokenFile != "":
+			tok.TokenFile = l.resolve(t.TokenFile, true)
+			if sec, ok := l.readSecret(key+".token_file", tok.TokenFile); ok {
+				tok.Token = sec
+			}
+		case t.Token != nil:
+			tok.Token = Secret(*t.Token)
+		}
+		a.Tokens = append(a.Tokens, tok)
+	}
+}
+
+func (l *loader) source(i int, r *rawSource) Source {
+	key := "source[" + strconv.Itoa(i) + "]"
+	s := newSource()
+	s.Name = r.Name
+	s.Provider = strings.ToLower(r.Provider)
+
+	switch {
+	case r.Secrets != nil && r.SecretFiles != nil:
+		l.p.add(key+".secrets", nil, "secrets and secret_files are both set; give each secret once, inline or (better) as a file")
+	case r.SecretFiles != nil:
+		for j, f := range r.SecretFiles {
+			path := l.resolve(f, true)
+			s.SecretFiles = append(s.SecretFiles, path)
+			if sec, ok := l.readSecret(key+".secret_files["+strconv.Itoa(j)+"]", path); ok {
+				s.Secrets = append(s.Secrets, sec)
+			}
+		}
+	default:
+		for _, v := range r.Secrets {
+			s.Secrets = append(s.Secrets, Secret(v))
+		}
+	}
+
+	if r.Tolerance != 0 {
+		s.Tolerance = r.Tolerance
+	}
+	s.Key = r.Key
+	if r.Retention != nil {
+		s.Retention = *r.Retention
+	}
+	if r.MaxBody != 0 {
+		s.MaxBody = r.MaxBody
+	}
+	s.Forward = r.Forward
+	s.ForwardHeaders = r.ForwardHeaders
+	setString(&s.Mode, strings.ToLower(r.Mode))
+	if r.AckStatus != nil {
+		s.AckStatus = *r.AckStatus
+	}
+	if r.Lease != 0 {
+		s.Lease = r.Lease
+	}
+	if r.MaxAttempts != 0 {
+		s.MaxAttempts = r.MaxAttempts
+	}
+	if r.BackoffMin != 0 {
+		s.BackoffMin = r.BackoffMin
+	}
+	if r.BackoffMax != 0 {
+		s.BackoffMax = r.BackoffMax
+	}
+	if r.ForwardTimeout != 0 {
+		s.ForwardTimeout = r.ForwardTimeout
+	}
+	for j, v := range r.AllowIPs {
+		p, err := parsePrefix(v)
+		if err != nil {
+			l.p.add(key+".allow_ips["+strconv.Itoa(j)+"]", err, fmt.Sprintf("invalid CIDR or IP %q", v))
+		}
+		s.AllowIPs = append(s.AllowIPs, p) // invalid on error: indexes match the file
+	}
+	s.KeysURL = r.KeysURL
+	if r.KeysRefresh != 0 {
+		s.KeysRefresh = r.KeysRefresh
+	}
+	if r.SchemaFile != "" {
+		s.SchemaFile = l.resolve(r.SchemaFile, false)
+		if f, err := os.Open(s.SchemaFile); err != nil {
+			l.p.add(key+".schema_file", err, "cannot read schema: "+errText(err))
+		} else {
+			f.Close()
+		}
+	}
+	if r.Order != nil {
+		s.Order = &Order{Object: r.Order.Object, Time: r.Order.Time}
+	}
+	if r.HMAC != nil {
+		s.HMAC = &providers.HMACSpec{
+			Header:          r.HMAC.Header,
+			Algorithm:       strings.ToLower(r.HMAC.Algorithm),
+			Encoding:        strings.ToLower(r.HMAC.Encoding),
+			Prefix:          r.HMAC.Prefix,
+			TimestampHeader: r.HMAC.TimestampHeader,
+			IDHeader:        r.HMAC.IDHeader,
+			Template:        r.HMAC.Template,
+		}
+		if s.HMAC.Algorithm == "" {
+			s.HMAC.Algorithm = "sha256"
+		}
+		if s.HMAC.Encoding == "" {
+			s.HMAC.Encoding = "hex"
+		}
+		if s.HMAC.Template == "" {
+			s.HMAC.Template = "{body}"
+		}
+	}
+	applyProviderDefaults(&s, r.Key != nil, r.Retention != nil, r.AckStatus != nil)
+	return s
+}
+
+// parsePrefix accepts a CIDR ("10.0.0.0/8") or a bare address ("10.0.0.1",
+// "::1"), returning the masked prefix.
+func parsePrefix(v string) (netip.Prefix, error) {
+	v = strings.TrimSpace(v)
+	if strings.Contains(v, "/") {
+		p, err := netip.ParsePrefix(v)
+		if err != nil {
+			return netip.Prefix{}, err
+		}
+		return p.Masked(), nil
+	}
+	a, err := netip.ParseAddr(v)
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	if a.Zone() != "" {
+		return netip.Prefix{}, errors.New("zones are not allowed")
+	}
+	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// resolve makes a relative path absolute against the config's directory, or
+// against $CREDENTIALS_DIRECTORY when credentials is set and the file exists
+// there (systemd LoadCredential=name:/path makes it available as "name").
+func (l *loader) resolve(path string, credentials bool) string {
+	if path == "" || filepath.IsAbs(path) {
+		return path
+	}
+	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); credentials && dir != "" {
+		p := filepath.Join(dir, path)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return filepath.Join(l.dir, path)
+}
+
+// readSecret reads one secret or token file. It refuses a file that is not a
+// regular file, is readable by others, or is empty, reporting the path and the
+// os error at key, never the content. Surrounding whitespace (the trailing
+// newline of `echo secret > file`) is trimmed.
+func (l *loader) readSecret(key, path string) (Secret, bool) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		l.p.add(key, err, "cannot read secret file: "+errText(err))
+		return nil, false
+	}
+	if !fi.Mode().IsRegular() {
+		l.p.add(key, nil, fmt.Sprintf("cannot read secret file: %s is not a regular file", path))
+		return nil, false
+	}
+	if perm := fi.Mode().Perm(); perm&0o004 != 0 {
+		l.p.add(key, ErrSecretFileMode, fmt.Sprintf(
+			"secret file %s has mode %#o: it must not be readable by others (chmod o-rwx %s)", path, perm, path))
+		return nil, false
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		l.p.add(key, err, "cannot read secret file: "+errText(err))
+		return nil, false
+	}
+	b = bytes.TrimSpace(b)
+	if len(b) == 0 {
+		l.p.add(key, nil, fmt.Sprintf("secret file %s is empty", path))
+		return nil, false
+	}
+	return Secret(b), true
+}
+
+// errText is an os error's text: "open /x: no such file or directory".
+func errText(err error) string {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		return pe.Op + " " + pe.Path + ": " + pe.Err.Error()
+	}
+	return err.Error()
+}

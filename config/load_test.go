@@ -1,0 +1,471 @@
+package config
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"oncehook/providers"
+)
+
+// TestLoadInvalid loads each invalid fixture and checks that every problem
+// marked in it (`# want: key: message`) is reported as `file:line: key:
+// message` at the marker's line, and that nothing else is reported.
+func TestLoadInvalid(t *testing.T) {
+	for _, name := range []string{
+		"bad_values.toml",
+		"syntax.toml",
+		"syntax_source.toml",
+		"unknown_keys.toml",
+		"node_invalid.toml",
+		"listeners.toml",
+		"admin_invalid.toml",
+		"cluster_advertise.toml",
+		"cluster_peers.toml",
+		"cluster_self.toml",
+		"cluster_mismatch.toml",
+		"cluster_empty.toml",
+		"sources_invalid.toml",
+	} {
+		t.Run(strings.TrimSuffix(name, ".toml"), func(t *testing.T) {
+			c, path, err := loadTestdata(t, name)
+			if err == nil {
+				t.Fatalf("Load succeeded, want errors")
+			}
+			if c != nil {
+				t.Errorf("Load returned a Config with an error")
+			}
+			got := problemsOf(t, err)
+			ws := wants(t, name)
+			for _, w := range ws {
+				prefix := fmt.Sprintf("%s:%d: %s", path, w.line, w.text)
+				found := false
+				for _, e := range got {
+					if strings.HasPrefix(e.Error(), prefix) {
+						found = true
+						break
+					}
+				}
+				if !found {
+					t.Errorf("no error %q; got:%s", prefix, dump(got))
+				}
+			}
+			if len(got) != len(ws) {
+				t.Errorf("got %d errors, want %d:%s", len(got), len(ws), dump(got))
+			}
+			// The joined message is in file order, one problem a line.
+			if lines := strings.Split(err.Error(), "\n"); len(lines) != len(got) {
+				t.Errorf("joined error has %d lines, want %d", len(lines), len(got))
+			}
+		})
+	}
+}
+
+func TestLoadErrorSentinels(t *testing.T) {
+	_, _, err := loadTestdata(t, "unknown_keys.toml")
+	if !errors.Is(err, ErrUnknownKey) {
+		t.Errorf("unknown key error does not wrap ErrUnknownKey: %v", err)
+	}
+	_, _, err = loadTestdata(t, "sources_invalid.toml")
+	if !errors.Is(err, ErrSecretFileMode) {
+		t.Errorf("world-readable secret error does not wrap ErrSecretFileMode: %v", err)
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing secret file error does not wrap fs.ErrNotExist: %v", err)
+	}
+	if !errors.Is(err, providers.ErrBadSecret) {
+		t.Errorf("malformed secret error does not wrap providers.ErrBadSecret: %v", err)
+	}
+}
+
+func TestLoadMissingFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "nope.toml")
+	_, err := Load(path)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) || !strings.HasPrefix(err.Error(), path+": cannot read config: ") {
+		t.Fatalf("Load(missing) = %v", err)
+	}
+}
+
+// TestLoadEmptyFile: an empty file is a single node with no sources.
+func TestLoadEmptyFile(t *testing.T) {
+	path := writeFile(t, t.TempDir(), "empty.toml", "", 0o644)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Default()
+	want.Path = path
+	c.lines = nil
+	if !reflect.DeepEqual(c, want) {
+		t.Errorf("Load(empty) = %+v, want %+v", c, want)
+	}
+}
+
+func TestLoadValid(t *testing.T) {
+	c := mustLoadTestdata(t, "valid.toml")
+	dir := filepath.Dir(c.Path)
+
+	if want := (Node{ID: "node2", DataDir: "/var/lib/oncehook", Listen: "0.0.0.0:8080", LogLevel: "debug", LogFormat: "json"}); c.Node != want {
+		t.Errorf("Node = %+v, want %+v", c.Node, want)
+	}
+	cl := c.Cluster
+	if cl == nil {
+		t.Fatal("Cluster is nil")
+	}
+	if cl.RaftListen != "0.0.0.0:7070" || cl.Advertise != "10.0.0.2:7070" || cl.TLS() {
+		t.Errorf("Cluster = %+v", cl)
+	}
+	if want := []Peer{{"node1", "10.0.0.1:7070"}, {"node2", "10.0.0.2:7070"}, {"node3", "10.0.0.3:7070"}}; !reflect.DeepEqual(cl.Peers, want) {
+		t.Errorf("Peers = %v, want %v", cl.Peers, want)
+	}
+	if string(cl.Token) != clusterToken || cl.TokenFile != filepath.Join(dir, "cluster.token") {
+		t.Errorf("cluster token not read from %s", cl.TokenFile)
+	}
+	if c.Admin.Listen != "127.0.0.1:7171" || len(c.Admin.Tokens) != 2 {
+		t.Fatalf("Admin = %+v", c.Admin)
+	}
+	if tk := c.Admin.Tokens[0]; tk.Name != "ops" || string(tk.Token) != adminToken || tk.TokenFile != filepath.Join(dir, "admin.token") {
+		t.Errorf("admin token 0 = %+v", tk)
+	}
+	if tk := c.Admin.Tokens[1]; tk.Name != "ci" || string(tk.Token) != "ci-inline-token-value" || tk.TokenFile != "" {
+		t.Errorf("admin token 1 = %+v", tk)
+	}
+
+	if len(c.Sources) != 3 {
+		t.Fatalf("%d sources, want 3", len(c.Sources))
+	}
+	s := c.Sources[0]
+	s.Verifier = nil
+	want := Source{
+		Name:           "stripe-live",
+		Provider:       "stripe",
+		Secrets:        []Secret{Secret(stripeSecret)},
+		SecretFiles:    []string{filepath.Join(dir, "stripe.secret")},
+		Tolerance:      Duration(10 * time.Minute),
+		Key:            []string{"json:id"},
+		Retention:      Duration(720 * time.Hour),
+		MaxBody:        512 * KiB,
+		Forward:        "https://handler.internal:9443/stripe",
+		ForwardHeaders: []string{"Stripe-Signature"},
+		Mode:           "sync",
+		AckStatus:      202,
+		Lease:          Duration(time.Minute),
+		MaxAttempts:    3,
+		BackoffMin:     Duration(2 * time.Second),
+		BackoffMax:     Duration(time.Hour),
+		ForwardTimeout: Duration(20 * time.Second),
+		AllowIPs: []netip.Prefix{
+			netip.MustParsePrefix("10.1.2.3/32"),
+			netip.MustParsePrefix("192.168.0.0/16"),
+			netip.MustParsePrefix("2001:db8::/32"),
+			netip.MustParsePrefix("10.0.0.0/8"), // masked
+		},
+		KeysURL:     "https://keys.example.com/jwks.json",
+		KeysRefresh: Duration(90 * time.Minute),
+		SchemaFile:  filepath.Join(dir, "schema.json"),
+		Order:       &Order{Object: "json:data.object.id", Time: "json:created"},
+	}
+	if !reflect.DeepEqual(s, want) {
+		t.Errorf("source[0] =\n%+v\nwant\n%+v", s, want)
+	}
+
+	s = c.Sources[1]
+	if len(s.Secrets) != 2 || string(s.Secrets[0]) != standardSecret || s.SecretFiles != nil {
+		t.Errorf("source[1] inline secrets = %d, files %v", len(s.Secrets), s.SecretFiles)
+	}
+	if s.MaxBody != MiB || s.Retention != Duration(96*time.Hour) || s.Tolerance != Duration(DefaultTolerance) {
+		t.Errorf("source[1] = %+v", s)
+	}
+
+	s = c.Sources[2]
+	wantSpec := providers.HMACSpec{Header: "X-Signature", Algorithm: "sha512", Encoding: "base64", Prefix: "v1=",
+		TimestampHeader: "X-Timestamp", IDHeader: "X-Request-Id", Template: "{id}.{timestamp}.{body}"}
+	if s.Provider != "hmac" || s.HMAC == nil || *s.HMAC != wantSpec {
+		t.Errorf("source[2] provider %q hmac %+v", s.Provider, s.HMAC)
+	}
+	for i, s := range c.Sources {
+		if s.Verifier == nil {
+			t.Errorf("source[%d] has no Verifier", i)
+		}
+	}
+}
+
+// TestProviderDefaults checks that an unset key, retention and ack_status
+// take the provider's defaults (DESIGN.md section 4's table) and that a set
+// one wins.
+func TestProviderDefaults(t *testing.T) {
+	c := mustLoadTestdata(t, "providers.toml")
+	tests := []struct {
+		name      string
+		key       []string
+		retention time.Duration
+		ack       int
+	}{
+		{"github", []string{"header:X-GitHub-Delivery"}, 168 * time.Hour, 202},
+		{"stripe", []string{"json:id"}, 168 * time.Hour, 202},
+		{"shopify", []string{"header:X-Shopify-Event-Id|header:X-Shopify-Webhook-Id"}, 48 * time.Hour, 202},
+		{"standard", []string{"header:webhook-id"}, 96 * time.Hour, 202},
+		{"svix", []string{"header:svix-id|header:webhook-id"}, 96 * time.Hour, 202},
+		{"slack", []string{"json:event_id"}, 24 * time.Hour, 202},
+		{"gitlab", []string{"header:Idempotency-Key|header:X-Gitlab-Event-UUID"}, 72 * time.Hour, 202},
+		{"paddle", []string{"json:event_id"}, 168 * time.Hour, 202},
+		{"twilio", []string{"header:I-Twilio-Idempotency-Token"}, 24 * time.Hour, 202},
+		{"linear", []string{"header:Linear-Delivery"}, 72 * time.Hour, 202},
+		{"zoom", []string{"json:event", "json:event_ts"}, 24 * time.Hour, 202},
+		{"asaas", []string{"json:id"}, 336 * time.Hour, 200},
+		{"hmac", []string{"header:X-Request-Id"}, 168 * time.Hour, 202},
+		{"stripe-custom", []string{"header:X-Custom-Id"}, 24 * time.Hour, 200},
+	}
+	if len(c.Sources) != len(tests) {
+		t.Fatalf("%d sources, want %d", len(c.Sources), len(tests))
+	}
+	for i, tt := range tests {
+		s := c.Sources[i]
+		if s.Name != tt.name {
+			t.Fatalf("source[%d] is %q, want %q", i, s.Name, tt.name)
+		}
+		t.Run(tt.name, func(t *testing.T) {
+			if !reflect.DeepEqual(s.Key, tt.key) {
+				t.Errorf("key = %q, want %q", s.Key, tt.key)
+			}
+			if time.Duration(s.Retention) != tt.retention {
+				t.Errorf("retention = %s, want %s", s.Retention, tt.retention)
+			}
+			if s.AckStatus != tt.ack {
+				t.Errorf("ack_status = %d, want %d", s.AckStatus, tt.ack)
+			}
+			// Provider-independent defaults.
+			if s.Tolerance != Duration(5*time.Minute) || s.MaxBody != MiB || s.Mode != "async" ||
+				s.Lease != Duration(30*time.Second) || s.MaxAttempts != 8 || s.BackoffMin != Duration(time.Second) ||
+				s.BackoffMax != Duration(10*time.Minute) || s.ForwardTimeout != Duration(10*time.Second) ||
+				s.KeysRefresh != Duration(5*time.Minute) || s.AllowIPs != nil || s.Order != nil {
+				t.Errorf("defaults = %+v", s)
+			}
+			if s.Verifier == nil {
+				t.Errorf("no Verifier")
+			}
+		})
+	}
+	if h := c.Sources[12].HMAC; h == nil || h.Algorithm != "sha256" || h.Encoding != "hex" || h.Template != "{body}" {
+		t.Errorf("hmac defaults = %+v", h)
+	}
+}
+
+// TestLoadTwice: Load has no side effects, and Validate is idempotent.
+func TestLoadTwice(t *testing.T) {
+	_, path, err := loadTestdata(t, "valid.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	strip := func(c *Config) *Config {
+		for i := range c.Sources {
+			c.Sources[i].Verifier = nil
+		}
+		return c
+	}
+	for range 2 {
+		if err := a.Validate(); err != nil {
+			t.Fatalf("Validate after Load: %v", err)
+		}
+	}
+	for i, s := range a.Sources {
+		if s.Verifier == nil {
+			t.Errorf("source[%d] lost its Verifier on Validate", i)
+		}
+	}
+	if !reflect.DeepEqual(strip(a), strip(b)) {
+		t.Errorf("two Loads differ:\n%+v\n%+v", a, b)
+	}
+
+	// Twice on an invalid config: the same problems, not more.
+	a.Sources[0].Lease = Duration(time.Second)
+	a.Node.LogLevel = "loud"
+	e1, e2 := a.Validate(), a.Validate()
+	if e1 == nil || e2 == nil || e1.Error() != e2.Error() {
+		t.Errorf("Validate twice:\n%v\n%v", e1, e2)
+	}
+	if n := len(problemsOf(t, e1)); n != 2 {
+		t.Errorf("%d problems, want 2: %v", n, e1)
+	}
+	// Lines survive into Validate for a loaded config.
+	if !strings.Contains(e1.Error(), path+":6: node.log_level: ") {
+		t.Errorf("Validate lost the line: %v", e1)
+	}
+}
+
+// TestSecretFileReread: Load reads secret files anew every time (SIGHUP).
+func TestSecretFileReread(t *testing.T) {
+	_, path, err := loadTestdata(t, "providers.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Dir(path), "stripe.secret", "whsec_rotated\n", 0o600)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := string(c.Sources[1].Secrets[0]); got != "whsec_rotated" {
+		t.Errorf("secret after rewrite = %q", got)
+	}
+}
+
+func TestCredentialsDirectory(t *testing.T) {
+	dir := t.TempDir()
+	creds := t.TempDir()
+	writeFile(t, dir, "stripe.secret", "from-config-dir", 0o600)
+	writeFile(t, dir, "github.secret", "github-from-config-dir", 0o600)
+	writeFile(t, creds, "stripe.secret", "from-credentials", 0o400)
+	abs := writeFile(t, t.TempDir(), "abs.secret", "absolute", 0o600)
+	writeFile(t, creds, "abs.secret", "wrong", 0o400)
+	writeFile(t, creds, "admin.token", "admin-from-credentials", 0o400)
+	path := writeFile(t, dir, "c.toml", fmt.Sprintf(`
+[admin]
+tokens = [{ name = "ops", token_file = "admin.token" }]
+[[source]]
+name = "a"
+provider = "stripe"
+secret_files = ["stripe.secret", "github.secret", %q]
+forward = "http://127.0.0.1:9000/a"
+`, abs), 0o644)
+
+	t.Setenv("CREDENTIALS_DIRECTORY", creds)
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []string{string(c.Sources[0].Secrets[0]), string(c.Sources[0].Secrets[1]), string(c.Sources[0].Secrets[2])}
+	want := []string{"from-credentials", "github-from-config-dir", "absolute"}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("secrets = %q, want %q", got, want)
+	}
+	if wantFiles := []string{filepath.Join(creds, "stripe.secret"), filepath.Join(dir, "github.secret"), abs}; !reflect.DeepEqual(c.Sources[0].SecretFiles, wantFiles) {
+		t.Errorf("secret files = %q, want %q", c.Sources[0].SecretFiles, wantFiles)
+	}
+	if got := string(c.Admin.Tokens[0].Token); got != "admin-from-credentials" {
+		t.Errorf("admin token = %q", got)
+	}
+
+	t.Setenv("CREDENTIALS_DIRECTORY", "")
+	c, err = Load(path)
+	if err == nil || !strings.Contains(err.Error(), "admin.tokens[0].token_file: cannot read secret file") {
+		t.Fatalf("without credentials: %v", err)
+	}
+}
+
+// TestSecretFileMode: group-readable is fine (0640, root:oncehook), readable
+// by others is refused, with the path and a fix in the message.
+func TestSecretFileMode(t *testing.T) {
+	for _, tt := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{
+		{0o600, true}, {0o400, true}, {0o640, true}, {0o660, true},
+		{0o604, false}, {0o644, false}, {0o666, false}, {0o444, false},
+	} {
+		t.Run(tt.mode.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			secret := writeFile(t, dir, "s.secret", "the-secret-value", tt.mode)
+			path := writeFile(t, dir, "c.toml", `[[source]]
+name = "a"
+provider = "github"
+secret_files = ["s.secret"]
+forward = "http://127.0.0.1:9000/a"
+`, 0o644)
+			_, err := Load(path)
+			if tt.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want := fmt.Sprintf("%s:4: source[0].secret_files[0]: secret file %s has mode %#o: it must not be readable by others (chmod o-rwx %s)",
+				path, secret, tt.mode, secret)
+			if err == nil || err.Error() != want || !errors.Is(err, ErrSecretFileMode) {
+				t.Fatalf("err = %v\nwant %s", err, want)
+			}
+			if strings.Contains(err.Error(), "the-secret-value") {
+				t.Fatal("error shows the secret")
+			}
+		})
+	}
+}
+
+// TestVerifierFromLoad: the Verifier Load builds accepts what the provider
+// signs with the file's secret (trailing newline trimmed).
+func TestVerifierFromLoad(t *testing.T) {
+	c := mustLoadTestdata(t, "providers.toml")
+	now := time.Unix(1_700_000_000, 0)
+	body := []byte(`{"id":"evt_1"}`)
+	for _, i := range []int{0, 1, 3} { // github, stripe, standard
+		s := c.Sources[i]
+		sch, _ := providers.Lookup(s.Provider)
+		hs, err := sch.Sign(body, s.Secrets[0], now, "msg_1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := headers{}
+		for _, x := range hs {
+			h[strings.ToLower(x.Name)] = x.Value
+		}
+		if err := s.Verifier.Verify(&providers.Request{Body: body, Header: h, Now: now}); err != nil {
+			t.Errorf("%s: Verify = %v", s.Name, err)
+		}
+		if err := s.Verifier.Verify(&providers.Request{Body: []byte(`{}`), Header: h, Now: now}); err == nil {
+			t.Errorf("%s: Verify accepted a changed body", s.Name)
+		}
+	}
+}
+
+type headers map[string]string
+
+func (h headers) Peek(name string) []byte {
+	v, ok := h[strings.ToLower(name)]
+	if !ok {
+		return nil
+	}
+	return []byte(v)
+}
+
+// TestLoadShapes: values of the wrong TOML shape are errors naming the key
+// and line, whatever the table syntax.
+func TestLoadShapes(t *testing.T) {
+	for _, tt := range []struct{ src, want string }{
+		{"node = 5", `:1: node: want a table, got an integer`},
+		{"[[node]]\nid = \"x\"", `:1: node: want a table, got an array of tables`},
+		{"source = 5", `:1: source: incompatible types`},
+		{"[cluster]\npeers = \"node1=10.0.0.1:7070\"", `:2: cluster.peers: incompatible types: TOML value has type string`},
+		{"[[source]]\nname = \"a\"\nhmac = 5\n", `:3: source[0].hmac: type mismatch`},
+		{"[[admin.tokens]]\nname = \"a\"\ntoken = \"t\"\n[[admin.tokens]]\nname = \"b\"\ntoken_file = 5\n",
+			`:6: admin.tokens[1].token_file: incompatible types`},
+		{"[\"weird key\"]\na = 1\n", `:1: "weird key": unknown key`},
+		{"[node]\nid = \"a\"\n[node]\nid = \"b\"\n", `:3: Key 'node' has already been defined.`},
+	} {
+		path := writeFile(t, t.TempDir(), "c.toml", tt.src, 0o644)
+		_, err := Load(path)
+		if err == nil || !strings.HasPrefix(err.Error(), path+tt.want) {
+			t.Errorf("%q: %v\nwant prefix %s", tt.src, err, path+tt.want)
+		}
+	}
+	// The array-of-tables form of admin tokens is the inline form's equal.
+	dir := fixtureDir(t)
+	path := writeFile(t, dir, "c.toml", "[[admin.tokens]]\nname = \"ops\"\ntoken_file = \"admin.token\"\n", 0o644)
+	c, err := Load(path)
+	if err != nil || len(c.Admin.Tokens) != 1 || string(c.Admin.Tokens[0].Token) != adminToken {
+		t.Errorf("[[admin.tokens]]: %v %+v", err, c)
+	}
+}

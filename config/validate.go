@@ -1,0 +1,549 @@
+package config
+
+import (
+	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"oncehook/providers"
+)
+
+var (
+	sourceNameRe = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+	nodeIDRe     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+	// headerNameRe is an RFC 9110 token.
+	headerNameRe = regexp.MustCompile("^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")
+	// reSecretNumber is a provider's "#N " numbering of secrets in an error.
+	reSecretNumber = regexp.MustCompile(`#[0-9]+ `)
+)
+
+// Validate checks the whole configuration and returns every problem found,
+// joined with errors.Join, each an *Error naming the key (and its line when
+// the Config came from Load). It also normalises what is derived: cluster
+// advertise from raft_listen, the hmac table's defaults, and each source's
+// Verifier, rebuilt from Provider, Secrets, Tolerance and HMAC (nil when that
+// fails). It is idempotent: calling it twice gives the same result.
+//
+// Validate reads the TLS files named in [cluster]; it does not read secret or
+// token files, which Load does.
+func (c *Config) Validate() error {
+	p := &problems{file: c.Path, lines: c.lines}
+	c.validate(p)
+	return p.err()
+}
+
+func (c *Config) validate(p *problems) {
+	c.validateNode(p)
+	if c.Cluster != nil {
+		c.validateCluster(p)
+	}
+	c.validateAdmin(p)
+	c.validateListeners(p)
+	names := map[string]int{}
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		key := "source[" + strconv.Itoa(i) + "]"
+		if j, dup := names[s.Name]; dup && s.Name != "" {
+			p.add(key+".name", nil, fmt.Sprintf("duplicate source name %q (also source[%d])", s.Name, j))
+		} else {
+			names[s.Name] = i
+		}
+		validateSource(p, key, s)
+	}
+}
+
+func (c *Config) validateNode(p *problems) {
+	n := &c.Node
+	if !nodeIDRe.MatchString(n.ID) {
+		p.add("node.id", nil, fmt.Sprintf("invalid id %q: want 1-64 letters, digits, '_', '.', '-'", n.ID))
+	}
+	if n.DataDir == "" {
+		p.add("node.data_dir", nil, "required")
+	}
+	checkListen(p, "node.listen", n.Listen)
+	switch n.LogLevel {
+	case "debug", "info", "warn", "error":
+	default:
+		p.add("node.log_level", nil, fmt.Sprintf("invalid log level %q: want debug, info, warn or error", n.LogLevel))
+	}
+	switch n.LogFormat {
+	case "text", "json":
+	default:
+		p.add("node.log_format", nil, fmt.Sprintf("invalid log format %q: want text or json", n.LogFormat))
+	}
+}
+
+func (c *Config) validateCluster(p *problems) {
+	cl := c.Cluster
+	checkListen(p, "cluster.raft_listen", cl.RaftListen)
+	if cl.Advertise == "" && !p.has("cluster.raft_listen") {
+		host, _, _ := net.SplitHostPort(cl.RaftListen)
+		if unspecified(host) {
+			p.add("cluster.advertise", nil, fmt.Sprintf(
+				"required: raft_listen %q binds all interfaces; set advertise to the address the other nodes dial", cl.RaftListen),
+				"cluster.raft_listen")
+		} else {
+			cl.Advertise = cl.RaftListen
+		}
+	}
+	if cl.Advertise != "" {
+		checkDial(p, "cluster.advertise", cl.Advertise)
+	}
+
+	// Peers: every voter, this node included, the same list on every node.
+	var self *Peer
+	ids, addrs := map[string]int{}, map[string]int{}
+	for i := range cl.Peers {
+		pe := &cl.Peers[i]
+		key := "cluster.peers[" + strconv.Itoa(i) + "]"
+		if p.has(key) {
+			continue
+		}
+		if !nodeIDRe.MatchString(pe.ID) {
+			p.add(key, nil, fmt.Sprintf("invalid peer id %q: want 1-64 letters, digits, '_', '.', '-'", pe.ID))
+		} else if j, dup := ids[pe.ID]; dup {
+			p.add(key, nil, fmt.Sprintf("duplicate peer id %q (also peers[%d])", pe.ID, j))
+		} else {
+			ids[pe.ID] = i
+		}
+		checkDial(p, key, pe.Addr)
+		if j, dup := addrs[pe.Addr]; dup {
+			p.add(key, nil, fmt.Sprintf("duplicate peer address %q (also peers[%d])", pe.Addr, j))
+		} else {
+			addrs[pe.Addr] = i
+		}
+		if pe.ID == c.Node.ID && self == nil {
+			self = pe
+		}
+	}
+	switch {
+	case p.has("cluster.peers"):
+	case len(cl.Peers) == 0:
+		p.add("cluster.peers", nil, `required: list every node as "id=host:port", this one included (or remove [cluster] for a single node)`, "cluster")
+	case self == nil:
+		p.add("cluster.peers", nil, fmt.Sprintf("does not include this node's id %q (node.id)", c.Node.ID))
+	case cl.Advertise != "" && self.Addr != cl.Advertise && !p.has("cluster.advertise"):
+		p.add("cluster.advertise", nil, fmt.Sprintf("%q differs from this node's peers entry %q", cl.Advertise, self.String()),
+			"cluster.raft_listen", "cluster.peers")
+	}
+
+	// Authentication between nodes: mutual TLS, or at least a shared token.
+	set := 0
+	for _, f := range []string{cl.TLSCert, cl.TLSKey, cl.TLSCA} {
+		if f != "" {
+			set++
+		}
+	}
+	switch set {
+	case 0:
+		if len(cl.Peers) > 1 && len(cl.Token) == 0 && !p.has("cluster.token_file") {
+			p.add("cluster.token_file", nil,
+				"required: the cluster has other nodes and no TLS (tls_cert, tls_key, tls_ca) to authenticate them", "cluster")
+		}
+	case 3:
+		validateTLS(p, cl)
+	default:
+		p.add("cluster.tls_cert", nil, "tls_cert, tls_key and tls_ca go together: set all three or none",
+			"cluster.tls_key", "cluster.tls_ca")
+	}
+}
+
+func validateTLS(p *problems, cl *Cluster) {
+	if fi, err := os.Stat(cl.TLSKey); err == nil && fi.Mode().Perm()&0o004 != 0 {
+		p.add("cluster.tls_key", ErrSecretFileMode, fmt.Sprintf(
+			"key file %s has mode %#o: it must not be readable by others (chmod o-rwx %s)", cl.TLSKey, fi.Mode().Perm(), cl.TLSKey))
+	}
+	for _, f := range []struct{ key, path string }{
+		{"cluster.tls_cert", cl.TLSCert}, {"cluster.tls_key", cl.TLSKey}, {"cluster.tls_ca", cl.TLSCA},
+	} {
+		if fh, err := os.Open(f.path); err != nil {
+			p.add(f.key, err, "cannot read: "+errText(err))
+		} else {
+			fh.Close()
+		}
+	}
+	if p.has("cluster.tls_cert") || p.has("cluster.tls_key") || p.has("cluster.tls_ca") {
+		return
+	}
+	if _, err := tls.LoadX509KeyPair(cl.TLSCert, cl.TLSKey); err != nil {
+		p.add("cluster.tls_cert", err, "unusable certificate and key: "+err.Error())
+	}
+	ca, err := os.ReadFile(cl.TLSCA)
+	if err == nil && !x509.NewCertPool().AppendCertsFromPEM(ca) {
+		p.add("cluster.tls_ca", nil, fmt.Sprintf("%s holds no PEM certificate", cl.TLSCA))
+	}
+}
+
+func (c *Config) validateAdmin(p *problems) {
+	checkListen(p, "admin.listen", c.Admin.Listen)
+	names := map[string]int{}
+	for i, t := range c.Admin.Tokens {
+		key := "admin.tokens[" + strconv.Itoa(i) + "]"
+		if t.Name == "" || strings.TrimSpace(t.Name) != t.Name || !printable(t.Name) {
+			p.add(key+".name", nil, fmt.Sprintf("invalid name %q: want a printable name without surrounding spaces", t.Name))
+		} else if j, dup := names[t.Name]; dup {
+			p.add(key+".name", nil, fmt.Sprintf("duplicate token name %q (also admin.tokens[%d])", t.Name, j))
+		} else {
+			names[t.Name] = i
+		}
+		if p.has(key+".token") || p.has(key+".token_file") {
+			continue
+		}
+		if len(t.Token) == 0 {
+			p.add(key+".token_file", nil, "required: a token_file (or an inline token)", key+".token")
+			continue
+		}
+		for j := range i {
+			if bytes.Equal(c.Admin.Tokens[j].Token, t.Token) {
+				p.add(key+".token_file", nil, fmt.Sprintf("same token as admin.tokens[%d]: each name needs its own token", j), key+".token")
+				break
+			}
+		}
+	}
+}
+
+// validateListeners refuses two listeners on one address.
+func (c *Config) validateListeners(p *problems) {
+	type l struct{ key, addr string }
+	ls := []l{{"node.listen", c.Node.Listen}, {"admin.listen", c.Admin.Listen}}
+	if c.Cluster != nil {
+		ls = append(ls, l{"cluster.raft_listen", c.Cluster.RaftListen})
+	}
+	for i := range ls {
+		for j := range i {
+			if ls[i].addr == ls[j].addr && !strings.HasSuffix(ls[i].addr, ":0") && !p.has(ls[i].key) {
+				p.add(ls[i].key, nil, fmt.Sprintf("%q is also %s", ls[i].addr, ls[j].key))
+			}
+		}
+	}
+}
+
+func validateSource(p *problems, key string, s *Source) {
+	k := func(name string) string { return key + "." + name }
+	if !sourceNameRe.MatchString(s.Name) {
+		p.add(k("name"), nil, fmt.Sprintf("invalid name %q: want 1-64 of a-z 0-9 _ . - starting with a letter or digit (it is the URL path /in/{name})", s.Name))
+	}
+
+	var scheme providers.Scheme
+	switch sch, ok := providers.Lookup(s.Provider); {
+	case s.Provider == "":
+		p.add(k("provider"), nil, "required")
+	case !ok:
+		p.add(k("provider"), nil, fmt.Sprintf("unknown provider %q (known: %s)", s.Provider, strings.Join(knownProviders(), ", ")))
+	default:
+		scheme = sch
+	}
+
+	secretKey := k("secrets")
+	if len(s.SecretFiles) > 0 {
+		secretKey = k("secret_files")
+	}
+	secretsBad := p.has(k("secrets")) || p.has(k("secret_files"))
+	if !secretsBad {
+		if len(s.Secrets) == 0 {
+			p.add(secretKey, nil, "at least one secret is required (secret_files, or secrets inline)", k("secret_files"))
+			secretsBad = true
+		}
+		for j, sec := range s.Secrets {
+			if len(sec) == 0 {
+				p.add(secretKey+"["+strconv.Itoa(j)+"]", nil, "empty secret")
+				secretsBad = true
+			}
+		}
+	}
+
+	positive(p, k("tolerance"), s.Tolerance)
+	if len(s.Key) == 0 {
+		msg := fmt.Sprintf("required: provider %q has no default key", s.Provider)
+		if s.Provider == "hmac" {
+			msg = `required for provider "hmac": e.g. key = ["header:X-Request-Id"] or ["json:id"]`
+		}
+		if scheme != nil || s.Provider == "hmac" {
+			p.add(k("key"), nil, msg, k("provider"))
+		}
+	}
+	for j, part := range s.Key {
+		if err := checkKeyPart(part); err != nil {
+			p.add(k("key")+"["+strconv.Itoa(j)+"]", nil, err.Error(), k("key"))
+		}
+	}
+	// With an unknown provider, zero retention and ack_status are missing
+	// defaults, not mistakes: the provider error says it all.
+	if scheme != nil || s.Retention != 0 {
+		positive(p, k("retention"), s.Retention)
+	}
+	switch {
+	case s.MaxBody <= 0:
+		p.add(k("max_body"), nil, fmt.Sprintf("must be positive, got %s", s.MaxBody))
+	case s.MaxBody > MaxMaxBody:
+		p.add(k("max_body"), nil, fmt.Sprintf("%s is over the limit of %s", s.MaxBody, Size(MaxMaxBody)))
+	}
+	if s.Forward == "" {
+		p.add(k("forward"), nil, `required: the handler's URL, e.g. "http://127.0.0.1:9000/hook"`)
+	} else if err := checkURL(s.Forward); err != nil {
+		p.add(k("forward"), nil, err.Error())
+	}
+	for j, h := range s.ForwardHeaders {
+		if !headerNameRe.MatchString(h) {
+			p.add(k("forward_headers")+"["+strconv.Itoa(j)+"]", nil, fmt.Sprintf("invalid header name %q", h), k("forward_headers"))
+		}
+	}
+	switch s.Mode {
+	case "async", "sync":
+	default:
+		p.add(k("mode"), nil, fmt.Sprintf("invalid mode %q: want async or sync", s.Mode))
+	}
+	if (s.AckStatus < 200 || s.AckStatus > 299) && (scheme != nil || s.AckStatus != 0) {
+		p.add(k("ack_status"), nil, fmt.Sprintf("%d is not a 2xx status (200..299)", s.AckStatus))
+	}
+	positive(p, k("lease"), s.Lease)
+	if s.MaxAttempts < 1 {
+		p.add(k("max_attempts"), nil, fmt.Sprintf("must be at least 1, got %d", s.MaxAttempts))
+	}
+	positive(p, k("backoff_min"), s.BackoffMin)
+	if s.BackoffMax < s.BackoffMin {
+		p.add(k("backoff_max"), nil, fmt.Sprintf("%s is less than backoff_min %s", s.BackoffMax, s.BackoffMin), k("backoff_min"))
+	}
+	positive(p, k("forward_timeout"), s.ForwardTimeout)
+	if s.ForwardTimeout > 0 && s.Lease > 0 && s.ForwardTimeout >= s.Lease {
+		p.add(k("forward_timeout"), nil, fmt.Sprintf(
+			"%s must be less than lease %s: a handler still running when its lease ends could be run twice at once",
+			s.ForwardTimeout, s.Lease), k("lease"))
+	}
+	for j, a := range s.AllowIPs {
+		if !a.IsValid() && !p.has(k("allow_ips")+"["+strconv.Itoa(j)+"]") {
+			p.add(k("allow_ips")+"["+strconv.Itoa(j)+"]", nil, "invalid prefix")
+		}
+	}
+	if s.KeysURL != "" {
+		if err := checkURL(s.KeysURL); err != nil {
+			p.add(k("keys_url"), nil, err.Error())
+		}
+	}
+	positive(p, k("keys_refresh"), s.KeysRefresh)
+	if o := s.Order; o != nil {
+		if o.Object == "" || o.Time == "" {
+			p.add(k("order"), nil, "object and time go together: set both, or remove order")
+		} else {
+			if err := checkKeyPart(o.Object); err != nil {
+				p.add(k("order.object"), nil, err.Error())
+			}
+			if err := checkKeyPart(o.Time); err != nil {
+				p.add(k("order.time"), nil, err.Error())
+			}
+		}
+	}
+	hmacBad := validateHMAC(p, k, s)
+
+	s.Verifier = nil
+	if scheme == nil || secretsBad || hmacBad || p.has(k("tolerance")) {
+		return
+	}
+	v, err := scheme.NewVerifier(s.options(s.Secrets))
+	if err == nil {
+		s.Verifier = v
+		return
+	}
+	// Name the culprit: the first secret that fails on its own, else the scheme's options.
+	if errors.Is(err, providers.ErrBadSecret) || len(s.Secrets) > 1 {
+		for j, sec := range s.Secrets {
+			if _, e := scheme.NewVerifier(s.options([]Secret{sec})); e != nil {
+				// The provider numbers secrets in its own call ("secret #1"); the key says which.
+				msg := "unusable secret: " + reSecretNumber.ReplaceAllString(scrub(e.Error(), s.Secrets), "")
+				if j < len(s.SecretFiles) {
+					msg = s.SecretFiles[j] + ": " + msg
+				}
+				p.add(secretKey+"["+strconv.Itoa(j)+"]", e, msg, secretKey)
+				return
+			}
+		}
+	}
+	at := k("provider")
+	if s.HMAC != nil {
+		at = k("hmac")
+	}
+	p.add(at, err, scrub(err.Error(), s.Secrets))
+}
+
+// options are the verifier options for secrets.
+func (s *Source) options(secrets []Secret) providers.Options {
+	o := providers.Options{Tolerance: time.Duration(s.Tolerance), HMAC: s.HMAC}
+	for _, sec := range secrets {
+		o.Secrets = append(o.Secrets, []byte(sec))
+	}
+	return o
+}
+
+// validateHMAC checks the hmac table against the provider, filling defaults.
+// It reports whether a problem was found.
+func validateHMAC(p *problems, k func(string) string, s *Source) bool {
+	h := s.HMAC
+	if s.Provider != "hmac" {
+		if h != nil {
+			p.add(k("hmac"), nil, fmt.Sprintf(`only for provider "hmac"; provider %q has its own scheme`, s.Provider))
+			return true
+		}
+		return false
+	}
+	if h == nil {
+		p.add(k("hmac"), nil,
+			`required for provider "hmac": e.g. hmac = { header = "X-Signature", algorithm = "sha256", encoding = "hex" }`,
+			k("provider"))
+		return true
+	}
+	normaliseHMAC(h)
+	bad := false
+	fail := func(key, msg string) {
+		p.add(k("hmac."+key), nil, msg, k("hmac"))
+		bad = true
+	}
+	if !headerNameRe.MatchString(h.Header) {
+		fail("header", fmt.Sprintf("invalid header name %q", h.Header))
+	}
+	switch h.Algorithm {
+	case "sha1", "sha256", "sha512":
+	default:
+		fail("algorithm", fmt.Sprintf("invalid algorithm %q: want sha1, sha256 or sha512", h.Algorithm))
+	}
+	switch h.Encoding {
+	case "hex", "base64":
+	default:
+		fail("encoding", fmt.Sprintf("invalid encoding %q: want hex or base64", h.Encoding))
+	}
+	if h.TimestampHeader != "" && !headerNameRe.MatchString(h.TimestampHeader) {
+		fail("timestamp_header", fmt.Sprintf("invalid header name %q", h.TimestampHeader))
+	}
+	if h.IDHeader != "" && !headerNameRe.MatchString(h.IDHeader) {
+		fail("id_header", fmt.Sprintf("invalid header name %q", h.IDHeader))
+	}
+	switch {
+	case !strings.Contains(h.Template, "{body}"):
+		fail("template", fmt.Sprintf("%q does not include {body}: the signature would not cover the payload", h.Template))
+	case strings.Contains(h.Template, "{timestamp}") && h.TimestampHeader == "":
+		fail("template", "uses {timestamp} but timestamp_header is not set")
+	case strings.Contains(h.Template, "{id}") && h.IDHeader == "":
+		fail("template", "uses {id} but id_header is not set")
+	}
+	return bad
+}
+
+// normaliseHMAC fills the hmac table's defaults: sha256, hex, "{body}".
+func normaliseHMAC(h *providers.HMACSpec) {
+	h.Algorithm = strings.ToLower(h.Algorithm)
+	h.Encoding = strings.ToLower(h.Encoding)
+	if h.Algorithm == "" {
+		h.Algorithm = "sha256"
+	}
+	if h.Encoding == "" {
+		h.Encoding = "hex"
+	}
+	if h.Template == "" {
+		h.Template = "{body}"
+	}
+}
+
+func positive(p *problems, key string, d Duration) {
+	if d <= 0 {
+		p.add(key, nil, fmt.Sprintf("must be positive, got %s", d))
+	}
+}
+
+// checkKeyPart checks a key part or order field spec with the providers
+// package's own parser: "header:NAME", "json:PATH", "body:sha256", or
+// alternatives separated by '|'.
+func checkKeyPart(part string) error {
+	if _, err := providers.NewField(part); err != nil {
+		return errors.New(strings.TrimPrefix(err.Error(), providers.ErrBadConfig.Error()+": "))
+	}
+	return nil
+}
+
+// checkURL accepts an absolute http or https URL with a host.
+func checkURL(raw string) error {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return fmt.Errorf("invalid URL %q", raw)
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("invalid URL %q: want http:// or https://", raw)
+	}
+	if u.Host == "" {
+		return fmt.Errorf("invalid URL %q: no host", raw)
+	}
+	return nil
+}
+
+// checkListen accepts host:port with an empty or named host and a numeric port
+// (0 lets the system choose, for tests).
+func checkListen(p *problems, key, addr string) {
+	if _, err := splitAddr(addr); err != nil {
+		p.add(key, nil, err.Error())
+	}
+}
+
+// checkDial accepts host:port that another machine can dial: a host that is
+// not empty or 0.0.0.0/::, and a port other than 0.
+func checkDial(p *problems, key, addr string) {
+	port, err := splitAddr(addr)
+	if err != nil {
+		p.add(key, nil, err.Error())
+		return
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if unspecified(host) || port == 0 {
+		p.add(key, nil, fmt.Sprintf("%q cannot be dialled: give a specific host and port", addr))
+	}
+}
+
+func splitAddr(addr string) (int, error) {
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, fmt.Errorf("invalid address %q: want host:port", addr)
+	}
+	n, err := strconv.Atoi(port)
+	if err != nil || n < 0 || n > 65535 {
+		return 0, fmt.Errorf("invalid address %q: port must be a number 0..65535", addr)
+	}
+	return n, nil
+}
+
+// unspecified reports whether host binds every interface.
+func unspecified(host string) bool {
+	if host == "" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsUnspecified()
+}
+
+func printable(s string) bool {
+	for _, r := range s {
+		if r < 0x20 || r == 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+// knownProviders lists the names providers.Lookup accepts.
+func knownProviders() []string { return providers.Names() }
+
+// scrub removes any secret that a provider's error text might quote.
+func scrub(msg string, secrets []Secret) string {
+	for _, s := range secrets {
+		if len(s) >= 4 {
+			msg = strings.ReplaceAll(msg, string(s), redacted)
+		}
+	}
+	return msg
+}

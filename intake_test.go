@@ -1,0 +1,383 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"oncehook/engine"
+	"oncehook/providers"
+)
+
+func orderBody(id, object string, created int64) []byte {
+	return []byte(fmt.Sprintf(`{"id":%q,"created":%d,"data":{"object":{"id":%q}}}`, id, created, object))
+}
+
+func TestSequentialDuplicateIsAnsweredAndDeliveredOnce(t *testing.T) {
+	h := newHandler(t)
+	tn := startTestNode(t, "", h.url)
+	body := orderBody("evt_1", "obj_1", 100)
+	first := tn.post("orders", body, tn.signed(body, "msg_1"))
+	if first.Status != http.StatusAccepted || first.Body["status"] != "accepted" || first.Body["key"] != "orders:msg_1" {
+		t.Fatalf("first delivery: %d %s", first.Status, first.Raw)
+	}
+	tn.waitState("orders:msg_1", engine.StateDone)
+	second := tn.post("orders", body, tn.signed(body, "msg_1"))
+	if second.Status != http.StatusOK || second.Body["status"] != "duplicate" || second.Body["state"] != "done" {
+		t.Fatalf("duplicate: %d %s", second.Status, second.Raw)
+	}
+	// A different body under the same id is still a duplicate, never a second event.
+	other := orderBody("evt_other", "obj_1", 100)
+	third := tn.post("orders", other, tn.signed(other, "msg_1"))
+	if third.Status != http.StatusOK || third.Body["status"] != "duplicate" {
+		t.Fatalf("same id, other body: %d %s", third.Status, third.Raw)
+	}
+	time.Sleep(200 * time.Millisecond)
+	got := h.deliveries("orders:msg_1")
+	if len(got) != 1 {
+		t.Fatalf("handler ran %d times, want 1", len(got))
+	}
+	d := got[0]
+	if !bytes.Equal(d.Body, body) || d.Source != "orders" || d.Attempt != "1" || d.Token == "" || d.ContentType != "application/json" {
+		t.Fatalf("delivery: %+v", d)
+	}
+	if d.Header.Get("Oncehook-Event-Key") != "orders:msg_1" {
+		t.Fatalf("Oncehook-Event-Key = %q", d.Header.Get("Oncehook-Event-Key"))
+	}
+}
+
+func TestConcurrentDuplicatesCreateOneEvent(t *testing.T) {
+	h := newHandler(t)
+	tn := startTestNode(t, "", h.url)
+	body := orderBody("evt_c", "obj_c", 1)
+	headers := tn.signed(body, "msg_concurrent")
+	var wg sync.WaitGroup
+	codes := make(chan int, 64)
+	for i := 0; i < 64; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			codes <- tn.post("orders", body, headers).Status
+		}()
+	}
+	wg.Wait()
+	close(codes)
+	count := map[int]int{}
+	for c := range codes {
+		count[c]++
+	}
+	if count[http.StatusAccepted] != 1 || count[http.StatusOK] != 63 {
+		t.Fatalf("status counts %v, want one 202 and 63 200", count)
+	}
+	tn.waitState("orders:msg_concurrent", engine.StateDone)
+	time.Sleep(200 * time.Millisecond)
+	if n := len(h.deliveries("orders:msg_concurrent")); n != 1 {
+		t.Fatalf("handler ran %d times, want 1", n)
+	}
+}
+
+func TestCrashMidProcessingDeliversAfterRestart(t *testing.T) {
+	h := newHandler(t)
+	release := make(chan struct{})
+	h.setAnswer(func(delivery) (int, string) {
+		<-release // the handler hangs: the node stops before the event completes
+		return 200, "ok"
+	})
+	tn := startTestNode(t, "", h.url)
+	body := orderBody("evt_crash", "obj_crash", 1)
+	if a := tn.post("orders", body, tn.signed(body, "msg_crash")); a.Status != http.StatusAccepted {
+		t.Fatalf("claim: %d %s", a.Status, a.Raw)
+	}
+	tn.waitState("orders:msg_crash", engine.StateProcessing)
+	dir := tn.dir
+	tn.stop()
+	close(release)
+	h.setAnswer(func(delivery) (int, string) { return 200, "ok" })
+
+	again := startTestNode(t, dir, h.url)
+	ev := again.waitState("orders:msg_crash", engine.StateDone)
+	if ev.Attempts < 2 {
+		t.Fatalf("attempts %d: the event was not delivered again after the restart", ev.Attempts)
+	}
+	found := false
+	for _, d := range h.deliveries("orders:msg_crash") {
+		if d.Attempt != "1" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatal("no delivery after the restart")
+	}
+}
+
+func TestOlderEventForTheSameObjectIsStale(t *testing.T) {
+	h := newHandler(t)
+	tn := startTestNode(t, "", h.url)
+	newer := orderBody("evt_payment_failed", "pi_1", 2000)
+	older := orderBody("evt_processing", "pi_1", 1000)
+	if a := tn.post("orders", newer, tn.signed(newer, "msg_new")); a.Status != http.StatusAccepted {
+		t.Fatalf("newer: %d %s", a.Status, a.Raw)
+	}
+	a := tn.post("orders", older, tn.signed(older, "msg_old"))
+	if a.Status != http.StatusAccepted || a.Body["state"] != "stale" {
+		t.Fatalf("older: %d %s, want 202 with state stale", a.Status, a.Raw)
+	}
+	tn.waitState("orders:msg_new", engine.StateDone)
+	time.Sleep(300 * time.Millisecond)
+	if n := len(h.deliveries("orders:msg_old")); n != 0 {
+		t.Fatalf("the stale event was forwarded %d times", n)
+	}
+	if ev, _ := tn.event("orders:msg_old"); ev.State != engine.StateStale {
+		t.Fatalf("older event state %s", stateName(ev.State))
+	}
+}
+
+func TestBadInputGetsAClearErrorAndStoresNothing(t *testing.T) {
+	h := newHandler(t)
+	tn := startTestNode(t, "", h.url)
+	body := orderBody("evt_b", "obj_b", 1)
+	good := tn.signed(body, "msg_bad_input")
+	wrongSecret := signStandard(t, "whsec_"+strings.Repeat("QUFB", 8), body, "msg_bad_input", time.Now())
+	stale := signStandard(t, tn.secret, body, "msg_bad_input", time.Now().Add(-10*time.Minute))
+	future := signStandard(t, tn.secret, body, "msg_bad_input", time.Now().Add(10*time.Minute))
+	without := func(name string) []providers.Header {
+		var out []providers.Header
+		for _, h := range good {
+			if !strings.EqualFold(h.Name, name) {
+				out = append(out, h)
+			}
+		}
+		return out
+	}
+	big := bytes.Repeat([]byte("a"), 65<<10)
+	bigSigned := tn.signed(big, "msg_bad_input")
+	notJSON := []byte(`{"id":`)
+	stripeSign := func(b []byte) []providers.Header {
+		s, _ := providers.Lookup("stripe")
+		hs, _ := s.Sign(b, []byte("whsec_stripe_test_secret"), time.Now(), "", nil)
+		return hs
+	}
+	longID := strings.Repeat("k", 600)
+	longBody := []byte(fmt.Sprintf(`{"id":%q}`, longID))
+
+	cases := []struct {
+		name    string
+		method  string
+		source  string
+		body    []byte
+		headers []providers.Header
+		extra   map[string]string
+		status  int
+	}{
+		{"wrong signature", "POST", "orders", body, wrongSecret, nil, 401},
+		{"missing signature header", "POST", "orders", body, without("webhook-signature"), nil, 401},
+		{"missing id header", "POST", "orders", body, without("webhook-id"), nil, 401},
+		{"stale timestamp", "POST", "orders", body, stale, nil, 401},
+		{"future timestamp", "POST", "orders", body, future, nil, 401},
+		{"body changed after signing", "POST", "orders", append([]byte(nil), append(body, ' ')...), good, nil, 401},
+		{"body over max_body", "POST", "orders", big, bigSigned, nil, 413},
+		{"unknown source", "POST", "nope", body, good, nil, 404},
+		{"GET", "GET", "orders", nil, good, nil, 405},
+		{"PUT", "PUT", "orders", body, good, nil, 405},
+		{"empty body", "POST", "orders", []byte{}, tn.signed([]byte{}, "msg_bad_input"), nil, 400},
+		{"invalid JSON for a json-keyed source", "POST", "stripe", notJSON, stripeSign(notJSON), nil, 400},
+		{"key over 512 bytes", "POST", "stripe", longBody, stripeSign(longBody), nil, 400},
+		{"gzip content encoding", "POST", "orders", body, good, map[string]string{"Content-Encoding": "gzip"}, 415},
+		{"64 KiB header", "POST", "orders", body, good, map[string]string{"X-Huge": strings.Repeat("h", 64<<10)}, 431},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			req, _ := http.NewRequest(tc.method, tn.intake+"/in/"+tc.source, bytes.NewReader(tc.body))
+			req.Header.Set("Content-Type", "application/json")
+			for _, h := range tc.headers {
+				req.Header.Set(h.Name, h.Value)
+			}
+			for k, v := range tc.extra {
+				req.Header.Set(k, v)
+			}
+			a := tn.do(req)
+			if a.Status != tc.status {
+				t.Fatalf("status %d (%s), want %d", a.Status, strings.TrimSpace(a.Raw), tc.status)
+			}
+			if a.Status != 431 && !strings.Contains(a.Raw, `"error"`) {
+				t.Fatalf("answer without an error message: %q", a.Raw)
+			}
+		})
+	}
+	// Nothing was stored: no event under the key, no event at all, no delivery.
+	if _, err := tn.event("orders:msg_bad_input"); err == nil {
+		t.Fatal("a rejected delivery was stored")
+	}
+	byState, _, _ := tn.n.cluster.Counts()
+	total := 0
+	for _, n := range byState {
+		total += n
+	}
+	if total != 0 {
+		t.Fatalf("%d events stored by bad input", total)
+	}
+	if n := len(h.deliveries("")); n != 0 {
+		t.Fatalf("handler got %d deliveries from bad input", n)
+	}
+	// And the node still serves.
+	if a := tn.post("orders", body, good); a.Status != http.StatusAccepted {
+		t.Fatalf("good delivery after the bad ones: %d %s", a.Status, a.Raw)
+	}
+}
+
+func TestRetriesDeadLetterAndReplay(t *testing.T) {
+	h := newHandler(t)
+	h.setAnswer(func(delivery) (int, string) { return 500, "boom" })
+	tn := startTestNode(t, "", h.url)
+	body := orderBody("evt_r", "obj_r", 1)
+	if a := tn.post("orders", body, tn.signed(body, "msg_retry")); a.Status != http.StatusAccepted {
+		t.Fatal(a.Raw)
+	}
+	ev := tn.waitState("orders:msg_retry", engine.StateDead)
+	if ev.Attempts != 3 || !strings.Contains(ev.LastError, "500") {
+		t.Fatalf("dead event: attempts %d, last error %q", ev.Attempts, ev.LastError)
+	}
+	got := h.deliveries("orders:msg_retry")
+	if len(got) != 3 {
+		t.Fatalf("%d attempts reached the handler, want 3", len(got))
+	}
+	for i, d := range got {
+		if d.Attempt != fmt.Sprint(i+1) {
+			t.Fatalf("attempt %d carried Oncehook-Attempt %q", i+1, d.Attempt)
+		}
+		if i > 0 && d.Token <= got[i-1].Token && len(d.Token) <= len(got[i-1].Token) {
+			t.Fatalf("fencing token did not grow: %s after %s", d.Token, got[i-1].Token)
+		}
+	}
+
+	// An operator fixes the handler and replays the dead event.
+	h.setAnswer(func(delivery) (int, string) { return 200, "ok" })
+	req, _ := http.NewRequest(http.MethodPost, tn.admin+"/v1/replay", strings.NewReader(`{"keys":["orders:msg_retry"],"reason":"handler fixed"}`))
+	req.Header.Set("Authorization", "Bearer "+tn.token)
+	if a := tn.do(req); a.Status != http.StatusOK || a.Body["replayed"] != float64(1) {
+		t.Fatalf("replay: %d %s", a.Status, a.Raw)
+	}
+	tn.waitState("orders:msg_retry", engine.StateDone)
+	var view eventJSON
+	if st := tn.adminGet("/v1/events/orders:msg_retry", &view); st != http.StatusOK {
+		t.Fatalf("admin event: %d", st)
+	}
+	if len(view.Audit) != 1 || view.Audit[0].Who != "ops" || view.Audit[0].Reason != "handler fixed" || view.Audit[0].From != "dead" {
+		t.Fatalf("audit trail %+v", view.Audit)
+	}
+	// Replay needs a reason and a scope.
+	for _, bad := range []string{`{"keys":["orders:msg_retry"]}`, `{"reason":"x"}`} {
+		req, _ := http.NewRequest(http.MethodPost, tn.admin+"/v1/replay", strings.NewReader(bad))
+		req.Header.Set("Authorization", "Bearer "+tn.token)
+		if a := tn.do(req); a.Status != http.StatusBadRequest {
+			t.Fatalf("replay %s: %d, want 400", bad, a.Status)
+		}
+	}
+}
+
+func TestSyncModeRelaysTheHandlersAnswer(t *testing.T) {
+	h := newHandler(t)
+	slow := make(chan struct{})
+	h.setAnswer(func(d delivery) (int, string) {
+		if strings.Contains(string(d.Body), "slow") {
+			<-slow
+		}
+		return 201, `{"made":true}`
+	})
+	tn := startTestNode(t, "", h.url)
+	body := []byte(`{"id":"s1"}`)
+	a := tn.post("sync", body, tn.signed(body, "msg_sync"))
+	if a.Status != 201 || a.Raw != `{"made":true}` {
+		t.Fatalf("sync answer: %d %q", a.Status, a.Raw)
+	}
+	// A duplicate of a done sync event replays the cached answer.
+	a = tn.post("sync", body, tn.signed(body, "msg_sync"))
+	if a.Status != 201 || a.Raw != `{"made":true}` {
+		t.Fatalf("cached answer: %d %q", a.Status, a.Raw)
+	}
+	// A duplicate while the handler still works gets 409.
+	slowBody := []byte(`{"id":"slow"}`)
+	done := make(chan answer, 1)
+	go func() { done <- tn.post("sync", slowBody, tn.signed(slowBody, "msg_slow")) }()
+	tn.waitState("sync:msg_slow", engine.StateProcessing)
+	if a := tn.post("sync", slowBody, tn.signed(slowBody, "msg_slow")); a.Status != http.StatusConflict {
+		t.Fatalf("duplicate while processing: %d %s, want 409", a.Status, a.Raw)
+	}
+	close(slow)
+	if a := <-done; a.Status != 201 {
+		t.Fatalf("slow sync answer %d %s", a.Status, a.Raw)
+	}
+}
+
+func TestHealthEndpoints(t *testing.T) {
+	h := newHandler(t)
+	tn := startTestNode(t, "", h.url)
+	for _, p := range []string{"/livez", "/readyz"} {
+		req, _ := http.NewRequest(http.MethodGet, tn.intake+p, nil)
+		if a := tn.do(req); a.Status != 200 {
+			t.Fatalf("%s: %d %s", p, a.Status, a.Raw)
+		}
+	}
+}
+
+func TestAdminNeedsAToken(t *testing.T) {
+	h := newHandler(t)
+	tn := startTestNode(t, "", h.url)
+	routes := []struct{ method, path string }{
+		{"GET", "/v1/status"}, {"GET", "/v1/events"}, {"GET", "/v1/events/orders:x"}, {"POST", "/v1/replay"},
+		{"POST", "/v1/cluster/join"}, {"DELETE", "/v1/cluster/peers/x"}, {"GET", "/v1/backup"},
+		{"GET", "/debug/pprof/"}, {"GET", "/livez"}, {"GET", "/readyz"},
+	}
+	for _, r := range routes {
+		for _, auth := range []string{"", "Bearer wrong", "Bearer " + tn.token + "x", "Bearer " + tn.token[:len(tn.token)-1], "Basic " + tn.token} {
+			req, _ := http.NewRequest(r.method, tn.admin+r.path, nil)
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			if a := tn.do(req); a.Status != http.StatusUnauthorized {
+				t.Fatalf("%s %s with %q: %d, want 401", r.method, r.path, auth, a.Status)
+			}
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, tn.admin+"/metrics", nil)
+	if a := tn.do(req); a.Status != 200 || !strings.Contains(a.Raw, "oncehook_requests_total") {
+		t.Fatalf("metrics: %d", a.Status)
+	}
+	// The admin API is not reachable through the intake port.
+	req, _ = http.NewRequest(http.MethodGet, tn.intake+"/v1/status", nil)
+	req.Header.Set("Authorization", "Bearer "+tn.token)
+	if a := tn.do(req); a.Status != http.StatusNotFound {
+		t.Fatalf("admin route on the intake port: %d", a.Status)
+	}
+}
+
+func TestSecretsNeverLeak(t *testing.T) {
+	h := newHandler(t)
+	tn := startTestNode(t, "", h.url)
+	body := orderBody("evt_leak", "obj_leak", 1)
+	tn.post("orders", body, tn.signed(body, "msg_leak"))
+	tn.post("orders", body, signStandard(t, "whsec_"+strings.Repeat("QkJC", 8), body, "msg_leak2", time.Now()))
+	tn.waitState("orders:msg_leak", engine.StateDone)
+	var seen []string
+	for _, p := range []string{"/v1/status", "/v1/events", "/v1/events/orders:msg_leak?body=1", "/metrics"} {
+		req, _ := http.NewRequest(http.MethodGet, tn.admin+p, nil)
+		req.Header.Set("Authorization", "Bearer "+tn.token)
+		seen = append(seen, tn.do(req).Raw)
+	}
+	seen = append(seen, tn.logs())
+	secretBody := strings.TrimPrefix(tn.secret, "whsec_")
+	for i, s := range seen {
+		for _, needle := range []string{tn.secret, secretBody, "whsec_stripe_test_secret", tn.token} {
+			if strings.Contains(s, needle) {
+				t.Fatalf("output %d contains a secret", i)
+			}
+		}
+	}
+}
+
+var _ = net.IPv4len

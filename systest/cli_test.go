@@ -1,0 +1,92 @@
+package systest
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestNewUserDemo follows the README as a new user: serve with no config, send
+// the demo event twice, look at it with the client commands, stop with SIGTERM.
+func TestNewUserDemo(t *testing.T) {
+	dir := t.TempDir()
+	srv := start(t, "serve-demo", dir, "serve")
+	waitFor(t, "demo config written and node ready", 30*time.Second, func() bool {
+		if _, err := os.Stat(filepath.Join(dir, "data", "demo.toml")); err != nil {
+			return false
+		}
+		code, _ := get("http://127.0.0.1:8080/readyz", "")
+		return code == 200
+	})
+	if !strings.Contains(srv.out.String(), "oncehook send -config data/demo.toml -source demo -file data/demo-event.json") {
+		t.Fatalf("serve did not print the send command:\n%s", srv.out.String())
+	}
+	out, code := run(t, dir, "send", "-config", "data/demo.toml", "-source", "demo", "-file", "data/demo-event.json", "-id", "evt_demo")
+	if code != 0 || !strings.Contains(out, "202") || !strings.Contains(out, `"accepted"`) {
+		t.Fatalf("first send (exit %d):\n%s", code, out)
+	}
+	out, code = run(t, dir, "send", "-config", "data/demo.toml", "-source", "demo", "-file", "data/demo-event.json", "-id", "evt_demo")
+	if code != 0 || !strings.Contains(out, "200") || !strings.Contains(out, `"duplicate"`) {
+		t.Fatalf("second send (exit %d):\n%s", code, out)
+	}
+	waitFor(t, "the demo sink logged the delivery", 10*time.Second, func() bool {
+		return strings.Contains(srv.out.String(), `delivery key="demo:evt_demo"`)
+	})
+	if n := strings.Count(srv.out.String(), `delivery key="demo:evt_demo"`); n != 1 {
+		t.Fatalf("the sink saw the event %d times", n)
+	}
+	os.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(dir, "data", "admin.token"))
+	defer os.Unsetenv("ONCEHOOK_TOKEN_FILE")
+	out, code = run(t, dir, "status")
+	if code != 0 || !strings.Contains(out, "leader") {
+		t.Fatalf("status (exit %d):\n%s", code, out)
+	}
+	out, code = run(t, dir, "events", "show", "demo:evt_demo")
+	if code != 0 || !strings.Contains(out, `"state": "done"`) {
+		t.Fatalf("events show (exit %d):\n%s", code, out)
+	}
+	srv.stop()
+	if code := srv.cmd.ProcessState.ExitCode(); code != 0 {
+		t.Fatalf("serve exited %d after SIGTERM:\n%s", code, srv.out.String())
+	}
+}
+
+func TestValidateExitCodes(t *testing.T) {
+	dir := t.TempDir()
+	writeFile(t, filepath.Join(dir, "s.secret"), "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\n")
+	writeFile(t, filepath.Join(dir, "good.toml"), `[[source]]
+name = "a"
+provider = "standard"
+secret_files = ["s.secret"]
+forward = "http://127.0.0.1:9000/a"
+`)
+	writeFile(t, filepath.Join(dir, "bad.toml"), `[[source]]
+name = "a"
+provider = "standard"
+secret_files = ["s.secret"]
+forward = "http://127.0.0.1:9000/a"
+tolerance = "five minutes"
+`)
+	if out, code := run(t, dir, "validate", "-config", "good.toml"); code != 0 || !strings.Contains(out, "ok") {
+		t.Fatalf("valid config: exit %d\n%s", code, out)
+	}
+	out, code := run(t, dir, "validate", "-config", "bad.toml")
+	if code != 1 || !strings.Contains(out, "bad.toml:6") || !strings.Contains(out, "tolerance") {
+		t.Fatalf("invalid config: exit %d\n%s", code, out)
+	}
+	if _, code := run(t, dir, "validate"); code != 2 {
+		t.Fatalf("validate without -config: exit %d, want 2", code)
+	}
+	if _, code := run(t, dir, "no-such-command"); code != 2 {
+		t.Fatalf("unknown command: exit %d, want 2", code)
+	}
+	out, code = run(t, dir, "keygen")
+	if code != 0 || !strings.HasPrefix(out, "whsec_") {
+		t.Fatalf("keygen: exit %d %q", code, out)
+	}
+	if out, code := run(t, dir, "version"); code != 0 || !strings.HasPrefix(out, "oncehook ") {
+		t.Fatalf("version: exit %d %q", code, out)
+	}
+}

@@ -1,0 +1,5 @@
+// Package systest holds tests that build the oncehook binary and run it as a
+// user would: real processes on loopback ports, real config files, real
+// signals. It imports providers (to sign like a sender) and nothing else of
+// ours.
+package systest
