@@ -28,11 +28,21 @@ lint: vet
 fmt:
 	gofmt -w $$(git ls-files '*.go')
 
-bench:
-	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./engine ./providers ./cluster . | tee bench.txt
+bench: build
+	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./engine ./providers ./cluster | tee bench.txt
+	$(GO) test -run '^$$' -bench Intake -benchtime 3s -count 1 . | tee -a bench.txt
+	$(GO) run ./bench -spawn 1 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
+	$(GO) run ./bench -spawn 3 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
 
+FUZZTIME ?= 20s
 fuzz:
-	$(GO) test ./engine -run '^$$' -fuzz FuzzDecode -fuzztime 30s
+	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cluster -run '^$$' -fuzz '^FuzzDecodeResults$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./config -run '^$$' -fuzz '^FuzzSize$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./config -run '^$$' -fuzz '^FuzzDuration$$' -fuzztime $(FUZZTIME)
+	for f in $$($(GO) test ./providers -list '^Fuzz' | grep '^Fuzz'); do \
+		$(GO) test ./providers -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
 
 install: build
 	install -Dm0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oncehook

@@ -345,7 +345,7 @@ func TestAdminNeedsAToken(t *testing.T) {
 		}
 	}
 	req, _ := http.NewRequest(http.MethodGet, tn.admin+"/metrics", nil)
-	if a := tn.do(req); a.Status != 200 || !strings.Contains(a.Raw, "oncehook_requests_total") {
+	if a := tn.do(req); a.Status != 200 || !strings.Contains(a.Raw, "oncehook_config_last_reload_successful 1") {
 		t.Fatalf("metrics: %d", a.Status)
 	}
 	// The admin API is not reachable through the intake port.

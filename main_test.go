@@ -28,13 +28,17 @@ func TestMain(m *testing.M) {
 		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
 		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
 		goleak.IgnoreTopFunction("internal/poll.runtime_pollWait"),
+		// fasthttp's process-wide Date updater, and its worker-pool cleaner,
+		// which notices a stopped server only after its next 10s sleep.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
 	)
 }
 
 // handler is a local HTTP handler that records every delivery and answers
 // with whatever the test decides.
 type handler struct {
-	t      *testing.T
+	t      testing.TB
 	srv    *http.Server
 	url    string
 	mu     sync.Mutex
@@ -48,7 +52,7 @@ type delivery struct {
 	Header                                   http.Header
 }
 
-func newHandler(t *testing.T) *handler {
+func newHandler(t testing.TB) *handler {
 	h := &handler{t: t, answer: func(delivery) (int, string) { return 200, "ok" }}
 	ln := listenLoopback(t)
 	h.url = "http://" + ln.Addr().String()
@@ -92,7 +96,7 @@ func (h *handler) deliveries(key string) []delivery {
 
 // testNode is one in-process node started from a real config file.
 type testNode struct {
-	t       *testing.T
+	t       testing.TB
 	dir     string
 	cfgPath string
 	n       *node
@@ -140,7 +144,7 @@ backoff_max = "50ms"
 
 // startTestNode writes a config into a fresh directory (or reuses dir) and
 // starts a node on loopback ports chosen by the kernel.
-func startTestNode(t *testing.T, dir, handlerURL string) *testNode {
+func startTestNode(t testing.TB, dir, handlerURL string) *testNode {
 	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
@@ -256,7 +260,7 @@ func (tn *testNode) signed(body []byte, id string) []providers.Header {
 	return signStandard(tn.t, tn.secret, body, id, time.Now())
 }
 
-func signStandard(t *testing.T, secret string, body []byte, id string, at time.Time) []providers.Header {
+func signStandard(t testing.TB, secret string, body []byte, id string, at time.Time) []providers.Header {
 	t.Helper()
 	s, _ := providers.Lookup("standard")
 	h, err := s.Sign(body, []byte(secret), at, id, nil)
@@ -292,7 +296,7 @@ func (tn *testNode) waitState(key string, want engine.State) engine.Event {
 	return ev
 }
 
-func waitUntil(t *testing.T, what string, cond func() bool) {
+func waitUntil(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(15 * time.Second)
 	for !cond() {
@@ -303,14 +307,14 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func mustWrite(t *testing.T, path, content string) {
+func mustWrite(t testing.TB, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func ctxTimeout(t *testing.T, d time.Duration) context.Context {
+func ctxTimeout(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

@@ -170,6 +170,9 @@ func (n *node) lead(ctx context.Context) {
 	f := forward.New(forward.Options{
 		Store:   n.cluster,
 		Targets: n.target,
+		// Each worker waits a commit per delivery; enough of them keep delivery
+		// up with intake on a local handler.
+		Workers: 64,
 		Wake:    n.cluster.Wake(),
 		Logger:  n.log,
 		Observe: n.metrics.delivery,

@@ -106,13 +106,14 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(src.Secrets) == 0 {
 		return fmt.Errorf("source %q has no secret to sign with", *name)
 	}
-	headers, err := scheme.Sign(body, src.Secrets[0], time.Now(), *id, src.HMAC)
-	if err != nil {
-		return fmt.Errorf("sign: %w", err)
-	}
 	url := *target
 	if url == "" {
 		url = "http://" + dialable(cfg.Node.Listen) + "/in/" + src.Name
+	}
+	// SignURL covers schemes that sign the URL too (twilio) and is Sign otherwise.
+	headers, err := providers.SignURL(scheme, url, body, src.Secrets[0], time.Now(), *id, src.HMAC)
+	if err != nil {
+		return fmt.Errorf("sign: %w", err)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {

@@ -66,10 +66,15 @@ type Config struct {
 	TrailingLogs       uint64        // 2048 entries
 	SnapshotInterval   time.Duration // 30s
 	MaxBatch           int           // commands per log entry (1024)
-	Inflight           int           // log entries outstanding at once (4)
+	Inflight           int           // log entries outstanding at once (1)
+	Linger             time.Duration // how long a batch waits for more commands under load (200µs; <0 never)
 
 	// inproc is set by tests on raft.InmemTransport; see Node.inproc.
 	inproc func(addr string) *Node
+
+	// SyncEngine fsyncs the engine file on every commit as well as the raft
+	// log. Off by default: see durability.go for why the log alone suffices.
+	SyncEngine bool
 
 	// NoSync skips fsync on the log and the engine. Tests only: a crash can
 	// lose acknowledged claims.
@@ -106,6 +111,9 @@ type Node struct {
 	// address so the internal channel runs without TCP.
 	inproc func(addr string) *Node
 
+	boot     string // kernel boot id; see durability.go
+	unsynced bool   // the engine commits without fsync (the raft log is the durable copy)
+
 	// started is set once raft and the proposer run; the cluster port accepts
 	// connections before that, and the internal channel refuses until then.
 	started atomic.Bool
@@ -132,7 +140,10 @@ func Open(cfg Config) (*Node, error) {
 		cfg.MaxBatch = 1024
 	}
 	if cfg.Inflight <= 0 {
-		cfg.Inflight = 4
+		cfg.Inflight = 1
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = 200 * time.Microsecond
 	}
 	if cfg.Advertise == "" {
 		cfg.Advertise = cfg.Bind
@@ -164,11 +175,25 @@ func (n *Node) open() error {
 	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	eng, err := engine.Open(filepath.Join(cfg.Dir, "fsm.db"), engine.Options{NoSync: cfg.NoSync})
+	n.boot = bootID()
+	unsynced := !cfg.SyncEngine && n.boot != ""
+	if !engineTrusted(cfg.Dir, n.boot) {
+		n.log.Warn("the machine restarted since the engine file was last written without a clean close; rebuilding it from the newest snapshot and the raft log")
+		if err := setAside(cfg.Dir); err != nil {
+			return err
+		}
+	}
+	eng, err := engine.Open(filepath.Join(cfg.Dir, "fsm.db"), engine.Options{NoSync: cfg.NoSync || unsynced})
 	if err != nil {
 		return fmt.Errorf("open engine: %w", err)
 	}
 	n.eng = eng
+	if unsynced {
+		if err := writeMarker(cfg.Dir, n.boot, "dirty"); err != nil {
+			return err
+		}
+		n.unsynced = true
+	}
 	n.fsm = &fsm{eng: eng, fatal: n.fatal, notify: n.afterApply}
 
 	n.logStore, err = raftboltdb.New(raftboltdb.Options{
@@ -252,7 +277,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
-	n.prop = newProposer(n, cfg.Inflight, cfg.MaxBatch, 8<<20)
+	n.prop = newProposer(n, cfg.Inflight, cfg.MaxBatch, 8<<20, cfg.Linger)
 	n.started.Store(true)
 	go n.observeLeadership()
 
@@ -465,8 +490,11 @@ func (n *Node) cleanup() error {
 	if n.raft != nil {
 		close(n.stopObserve)
 		<-n.observeDone
-		// Raft first: its shutdown answers every outstanding future, so the
-		// proposer's goroutines can finish.
+		// Let entries in flight finish while raft still runs (it answers no
+		// future that is queued or mid-apply when it shuts down), then stop raft.
+		if n.prop != nil && !n.prop.drain(5*time.Second) {
+			n.log.Warn("shutdown: entries still in flight after 5s; their callers get no answer")
+		}
 		if err := n.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 		}
@@ -487,8 +515,15 @@ func (n *Node) cleanup() error {
 		}
 	}
 	if n.eng != nil {
+		clean := n.unsynced && n.eng.Sync() == nil
 		if err := n.eng.Close(); err != nil {
 			errs = append(errs, err)
+			clean = false
+		}
+		if clean {
+			if err := writeMarker(n.cfg.Dir, n.boot, "clean"); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	return errors.Join(errs...)

@@ -238,6 +238,16 @@ type Status struct {
 	LastContact   string   `json:"last_contact"`
 	LeaderChanges uint64   `json:"leader_changes"`
 	Nodes         []Server `json:"nodes"`
+	// Batching: how many commands this node packed per log entry it proposed
+	// (as leader) and per batch it forwarded (as follower).
+	Proposed  BatchStats `json:"proposed"`
+	Forwarded BatchStats `json:"forwarded"`
+}
+
+// BatchStats counts batches and the commands in them.
+type BatchStats struct {
+	Batches  uint64 `json:"batches"`
+	Commands uint64 `json:"commands"`
 }
 
 // Status reports role, indexes and membership as this node sees them.
@@ -252,6 +262,8 @@ func (n *Node) Status() Status {
 		CommitIndex:   n.raft.CommitIndex(),
 		AppliedIndex:  n.raft.AppliedIndex(),
 	}
+	st.Proposed = BatchStats{n.prop.entries.Load(), n.prop.commands.Load()}
+	st.Forwarded = BatchStats{n.prop.forwards.Load(), n.prop.forwarded.Load()}
 	n.leaderMu.Lock()
 	st.LeaderChanges = n.leaderChange
 	n.leaderMu.Unlock()

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -31,40 +32,76 @@ var proposalPool = sync.Pool{New: func() any { return &proposal{done: make(chan 
 type proposer struct {
 	n        *Node
 	queue    chan *proposal
-	slots    chan struct{}
+	slots    chan struct{} // raft entries in flight (leader)
+	fwdSlots chan struct{} // batches in flight to the leader (follower)
 	maxCmds  int
 	maxBytes int
-	stop     chan struct{}
+	linger   time.Duration
+	closing  chan struct{} // no new proposals are taken
+	stop     chan struct{} // raft is shut down; goroutines exit
 	wg       sync.WaitGroup
+	settled  chan struct{} // closed when complete() returns
 
 	pending chan pendingApply // raft futures, completed in log order
+
+	entries   atomic.Uint64 // log entries proposed by this node
+	commands  atomic.Uint64 // commands in them
+	forwards  atomic.Uint64 // batches sent to the leader
+	forwarded atomic.Uint64 // commands in them
 }
 
 type pendingApply struct {
-	future raft.ApplyFuture
-	batch  []*proposal
+	future  raft.ApplyFuture
+	batch   []*proposal
+	release func()
 }
 
-func newProposer(n *Node, inflight, maxCmds, maxBytes int) *proposer {
+func newProposer(n *Node, inflight, maxCmds, maxBytes int, linger time.Duration) *proposer {
 	p := &proposer{
 		n:        n,
 		queue:    make(chan *proposal, 4096),
 		slots:    make(chan struct{}, inflight),
+		fwdSlots: make(chan struct{}, 4),
 		maxCmds:  maxCmds,
 		maxBytes: maxBytes,
+		linger:   linger,
+		closing:  make(chan struct{}),
 		stop:     make(chan struct{}),
+		settled:  make(chan struct{}),
 		pending:  make(chan pendingApply, inflight),
 	}
-	p.wg.Add(2)
+	p.wg.Add(1)
 	go p.loop()
 	go p.complete()
 	return p
 }
 
+// drain stops taking proposals and waits, up to timeout, for the entries in
+// flight to be answered. It must run while raft still runs: raft answers no
+// future that is still queued or being applied when it shuts down.
+func (p *proposer) drain(timeout time.Duration) bool {
+	close(p.closing)
+	deadline := time.Now().Add(timeout)
+	for len(p.slots)+len(p.fwdSlots) > 0 {
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	return true
+}
+
+// close ends the goroutines after raft has shut down and fails whatever is
+// still queued.
 func (p *proposer) close() {
 	close(p.stop)
 	p.wg.Wait()
-	// Fail whatever is still queued.
+	select {
+	case <-p.settled:
+	case <-time.After(2 * time.Second):
+		// A future raft never answered (it was queued when raft shut down);
+		// its waiter is abandoned rather than blocking shutdown forever.
+	}
 	for {
 		select {
 		case pr := <-p.queue:
@@ -105,6 +142,9 @@ func (p *proposer) submit(ctx context.Context, cmds []engine.Command, leaderOnly
 func (p *proposer) loop() {
 	defer p.wg.Done()
 	var batch []*proposal
+	lastCmds := 0
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	for {
 		var first *proposal
 		select {
@@ -112,10 +152,23 @@ func (p *proposer) loop() {
 		case <-p.stop:
 			return
 		}
+		select {
+		case <-p.closing:
+			first.err = ErrShutdown
+			first.done <- struct{}{}
+			continue
+		default:
+		}
 		// Wait for a free slot before draining: while entries are in flight the
 		// queue keeps filling, and the next entry carries all of it.
+		// A follower's batches go to the leader over the internal channel, several
+		// at once: the leader packs them into its own entries anyway.
+		sem := p.slots
+		if p.n.raft.State() != raft.Leader {
+			sem = p.fwdSlots
+		}
 		select {
-		case p.slots <- struct{}{}:
+		case sem <- struct{}{}:
 		case <-p.stop:
 			first.err = ErrShutdown
 			first.done <- struct{}{}
@@ -123,6 +176,16 @@ func (p *proposer) loop() {
 		}
 		batch = append(batch[:0], first)
 		ncmds, nbytes := len(first.cmds), cmdBytes(first.cmds)
+		// Under load, callers answered by the previous entry send their next
+		// command within a few hundred microseconds. Waiting that long for them
+		// (only while the previous entry was large) keeps entries large instead
+		// of alternating one small entry and one large one.
+		want := min(lastCmds, p.maxCmds)
+		var linger <-chan time.Time
+		if p.linger > 0 && want > 8 {
+			timer.Reset(p.linger)
+			linger = timer.C
+		}
 	drain:
 		for ncmds < p.maxCmds && nbytes < p.maxBytes {
 			select {
@@ -130,11 +193,27 @@ func (p *proposer) loop() {
 				batch = append(batch, pr)
 				ncmds += len(pr.cmds)
 				nbytes += cmdBytes(pr.cmds)
+				continue
 			default:
+			}
+			if linger == nil || ncmds >= want {
+				break
+			}
+			select {
+			case pr := <-p.queue:
+				batch = append(batch, pr)
+				ncmds += len(pr.cmds)
+				nbytes += cmdBytes(pr.cmds)
+			case <-linger:
+				linger = nil
 				break drain
 			}
 		}
-		p.dispatch(append([]*proposal(nil), batch...), ncmds)
+		if linger != nil {
+			timer.Stop() // Go 1.23+ timers: no stale tick is delivered after Stop
+		}
+		lastCmds = ncmds
+		p.dispatch(append([]*proposal(nil), batch...), ncmds, sem)
 	}
 }
 
@@ -149,8 +228,6 @@ func cmdBytes(cmds []engine.Command) int {
 	return n
 }
 
-func (p *proposer) release() { <-p.slots }
-
 func finish(batch []*proposal, err error) {
 	for _, pr := range batch {
 		pr.err = err
@@ -160,7 +237,8 @@ func finish(batch []*proposal, err error) {
 
 // dispatch sends one batch: into the log when this node leads, to the leader
 // over the internal channel otherwise.
-func (p *proposer) dispatch(batch []*proposal, ncmds int) {
+func (p *proposer) dispatch(batch []*proposal, ncmds int, sem chan struct{}) {
+	release := func() { <-sem }
 	r := p.n.raft
 	if r.State() == raft.Leader {
 		now := p.n.now().UnixNano()
@@ -172,11 +250,13 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int) {
 			}
 		}
 		data := engine.EncodeEntry(nil, cmds)
+		p.entries.Add(1)
+		p.commands.Add(uint64(len(cmds)))
 		f := r.Apply(data, 0)
 		select {
-		case p.pending <- pendingApply{future: f, batch: batch}:
+		case p.pending <- pendingApply{future: f, batch: batch, release: release}:
 		case <-p.stop:
-			p.release()
+			release()
 			finish(batch, ErrShutdown)
 		}
 		return
@@ -192,11 +272,15 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int) {
 		fwd = append(fwd, pr)
 	}
 	if len(fwd) == 0 {
-		p.release()
+		release()
 		return
 	}
+	p.forwards.Add(1)
+	for _, pr := range fwd {
+		p.forwarded.Add(uint64(len(pr.cmds)))
+	}
 	go func() {
-		defer p.release()
+		defer release()
 		err := p.n.forwardBatch(fwd)
 		if err != nil {
 			finish(fwd, err)
@@ -206,7 +290,7 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int) {
 
 // complete waits for raft futures in order and hands each proposal its results.
 func (p *proposer) complete() {
-	defer p.wg.Done()
+	defer close(p.settled)
 	for {
 		var pa pendingApply
 		select {
@@ -227,7 +311,7 @@ func (p *proposer) complete() {
 }
 
 func (p *proposer) settle(pa pendingApply) {
-	defer p.release()
+	defer pa.release()
 	if err := pa.future.Error(); err != nil {
 		finish(pa.batch, translateApplyErr(err))
 		return
@@ -299,5 +383,3 @@ func (n *Node) forwardBatch(batch []*proposal) error {
 	}
 	return nil
 }
-
-var _ = time.Second

@@ -76,10 +76,11 @@ type Command struct {
 
 	// Fail.
 	RetryIn     int64  // next try = Now+RetryIn (jitter decided by the leader)
-	MaxAttempts int    // attempts after this failure >= MaxAttempts -> dead
+	MaxAttempts int    // attempts after this failure >= MaxAttempts -> dead (Attempts counts leases; <= 0: no limit)
 	Reason      string // fail: last error; replay: the operator's reason
 
-	// Replay: either Keys, or State (+ optional Source) with UpdatedAt >= Since.
+	// Replay: either Keys, or State (done, dead or stale; + optional Source) with
+	// UpdatedAt >= Since (0: no bound).
 	Keys  []string
 	State State
 	Since int64
@@ -103,7 +104,7 @@ type Event struct {
 	Key           string
 	Source        string
 	State         State
-	Attempts      uint32
+	Attempts      uint32 // delivery attempts started: +1 per lease, 0 after a replay
 	Token         uint64 // fencing token of the latest lease (0 before the first)
 	CreatedAt     int64
 	UpdatedAt     int64
@@ -112,8 +113,8 @@ type Event struct {
 	ExpiresAt     int64 // end of the retention bucket that holds the key
 	LeaseFor      int64 // lease length stored at claim time (0: the lease command's)
 	LastError     string
-	Headers       []Header
-	Response      *Response
+	Headers       []Header  // filled together with Payload
+	Response      *Response // cached handler answer (Get)
 	Audit         []AuditEntry
 	Payload       []byte // filled by Lease results and by Get when asked
 }
@@ -128,7 +129,7 @@ type Result struct {
 	// Lease: the events now processing, oldest due first, with payload, headers
 	// and the new Token.
 	Events []Event
-	// Reclaim, Replay, Expire, DropPayloads: how many events changed.
+	// Lease, Reclaim, Replay, Expire, DropPayloads: how many events changed.
 	N int
 	// Replay: the keys that moved (for the operator's report).
 	Keys []string

@@ -19,4 +19,6 @@ var (
 	ErrCorrupt = errors.New("engine: corrupt record")
 	// ErrBadCommand: a command is malformed (unknown op, empty key, ...).
 	ErrBadCommand = errors.New("engine: bad command")
+	// ErrClosed: the engine was closed (or a failed Restore left it without a file).
+	ErrClosed = errors.New("engine: closed")
 )

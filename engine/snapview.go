@@ -47,3 +47,18 @@ func (s *SnapshotView) Close() error {
 	s.once.Do(func() { err = s.tx.Rollback() })
 	return err
 }
+
+// Sync flushes the file to stable storage. With Options.NoSync, commits reach
+// the operating system but not the disk; a caller that can rebuild the state
+// (from a Raft snapshot and log) calls Sync before it records a clean close.
+func (e *Engine) Sync() error {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.db == nil {
+		return ErrClosed
+	}
+	if err := e.db.Sync(); err != nil {
+		return fmt.Errorf("engine: sync: %w", err)
+	}
+	return nil
+}

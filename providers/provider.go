@@ -14,10 +14,10 @@ type Headers interface {
 
 // Request is what a verifier sees of one delivery.
 type Request struct {
-	Body   []byte  // the raw body, exactly as received
-	Header Headers // the request headers
-	URL    string  // the public URL the sender signed (twilio); may be empty
-	Now    time.Time
+	Body   []byte    // the raw body, exactly as received
+	Header Headers   // the request headers
+	URL    string    // the public URL the sender signed (twilio), query as received; may be empty
+	Now    time.Time // what timestamps are checked against; providers never reads the clock
 }
 
 // Options configures one source's verifier.
@@ -26,7 +26,9 @@ type Options struct {
 	// verifies (rotation). Their meaning is the scheme's: a whsec_ string for
 	// standard/svix, a shared token for gitlab/asaas, a raw key elsewhere.
 	Secrets [][]byte
-	// Tolerance is the timestamp window, applied both ways; zero means 5 minutes.
+	// Tolerance is the timestamp window, applied both ways; zero means the
+	// scheme's default: 5 minutes (DefaultTolerance), 60 s for linear
+	// (LinearTolerance, Linear's recommendation).
 	Tolerance time.Duration
 	// HMAC describes the generic "hmac" scheme; nil for every other scheme.
 	HMAC *HMACSpec
@@ -35,10 +37,10 @@ type Options struct {
 // HMACSpec is the operator's description of a generic HMAC sender.
 type HMACSpec struct {
 	Header          string // header carrying the signature
-	Algorithm       string // sha1 | sha256 | sha512
-	Encoding        string // hex | base64
+	Algorithm       string // sha1 | sha256 | sha512; empty means sha256
+	Encoding        string // hex | base64; empty means hex
 	Prefix          string // e.g. "sha256="; stripped before decoding
-	TimestampHeader string // optional; enables tolerance checks
+	TimestampHeader string // optional; enables tolerance checks (unix s or ms, or RFC 3339)
 	IDHeader        string // optional; value for {id}
 	Template        string // signed content from {id} {timestamp} {body}; default "{body}"
 }

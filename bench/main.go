@@ -1,0 +1,358 @@
+// Command bench measures oncehook's hot path the way operators measure servers:
+// signed deliveries through the whole intake (verify, key, claim on Raft, 202),
+// latency into an HDR histogram, a vegeta/wrk-style report, and a JSON result
+// plus a PNG plot under bench/results/.
+//
+// Usage (from the module root):
+//
+//	go build -o bin/oncehook .
+//	go run ./bench -spawn 1 -c 64 -d 10s -size 1KiB -provider standard
+//	go run ./bench -spawn 1 -c 1 -d 10s                 # single-client latency
+//	go run ./bench -spawn 1 -c 64 -d 10s -dup 0.5       # half the requests resend an acked key
+//	go run ./bench -spawn 3 -rate 5000 -d 10s           # open model at 5,000 req/s on 3 nodes
+//	go run ./bench -spawn 1 -storm 8 -d 5s              # 8 concurrent copies of every new key
+//	go run ./bench -target http://127.0.0.1:8080 -source stripe-live \
+//	    -provider stripe -secret-file stripe.secret -d 30s
+//
+// Targets: -spawn N starts N nodes of -bin (default bin/oncehook under the
+// module root) on loopback with temporary data dirs, a generated config and an
+// in-process sink as their handler, waits for /readyz on each, and stops them
+// (SIGTERM, then SIGKILL) and removes the temporary dir at the end. -target
+// takes one or more comma-separated intake URLs of running nodes; then -sink
+// ADDR optionally runs the sink at the address their source forwards to.
+//
+// Load models: closed (-c clients each send, wait, send again) for -n
+// operations or -d time; open (-rate R per second, -c is then the most
+// requests in flight), where latency is measured from each request's intended
+// send time, so a server stall shows up in the percentiles instead of slowing
+// the generator down (no coordinated omission).
+//
+// Traffic: every request is a delivery signed in -provider's own scheme
+// (standard, svix, github, stripe) with a -size body and a key unique to this
+// run. -dup P makes a fraction P of the operations resend a key already
+// answered 202 (expected answer: 200). -storm K sends each new key K times at
+// once, spread over the nodes (expected: exactly one 202). Requests go to the
+// nodes round-robin.
+//
+// Measures: status codes, request latency (HDR histogram, 1 µs..60 s, 3
+// significant digits; also split into 202 and 200 answers), claims/s (202s),
+// duplicates answered (200s), unexpected answers with a sample of their body,
+// and, with the sink, delivery latency from the send time (sent_ns in the body)
+// to the handler, deliveries per second and repeated deliveries. A 503 is not
+// retried: it counts as unexpected, as a provider would see it.
+//
+// Output: the report on stdout (-json for the JSON result instead), a
+// progress bar on stderr when it is a terminal (-q to silence it), and unless
+// -no-files, <date>-<commit>-<nodes>n-<model>.{json,png} in -out
+// (default bench/results); -replot F.json redraws a PNG. -cpuprofile F saves a
+// CPU profile of the run from the node's admin pprof (the leader when
+// spawned); -keep keeps the spawned nodes' dir with their configs and logs.
+//
+// Every loop is bounded: the load stops at -n or -d (open model: when the
+// schedule is done, or -timeout after its end with the rest counted as
+// missed), each request at -timeout, the delivery drain at -drain, node start
+// at 60s and node stop at 10s after SIGTERM.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(2)
+		}
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run is the whole program: parse flags, set up the target (spawned nodes or
+// given ones), run the load, drain deliveries, report and write files. Every
+// resource it starts is stopped before it returns, also on error or ctx done.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err error) {
+	o, err := parseOptions(args, stderr)
+	if err != nil {
+		return err
+	}
+	if o.replot != "" {
+		return replot(o.replot)
+	}
+	e, err := setup(ctx, o, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, e.close(stderr)) }()
+
+	g, err := newGenerator(o, e)
+	if err != nil {
+		return err
+	}
+	defer g.close()
+
+	prof := startProfile(ctx, o, e)
+	before := e.cpuSample()
+	g.begin()
+	bar := startProgress(o, stderr, g)
+	lr := g.run(ctx)
+	after := e.cpuSample()
+	bar.stop()
+	profErr := prof.wait()
+
+	drained := e.drain(ctx, lr.claims(), o.drain)
+	res := buildResult(o, e, lr, drained, cpuUsage(before, after))
+	if !o.noFiles {
+		jsonPath, pngPath := resultPaths(o, res)
+		res.Files = []string{jsonPath, pngPath}
+	}
+	if err := writeReport(o, res, stdout); err != nil {
+		return err
+	}
+	if err := writeFiles(res); err != nil {
+		return err
+	}
+	if profErr != nil {
+		return fmt.Errorf("cpu profile: %w", profErr)
+	}
+	if o.cpuprofile != "" {
+		fmt.Fprintf(stderr, "cpu profile: %s (go tool pprof -top %s)\n", o.cpuprofile, o.cpuprofile)
+	}
+	return nil
+}
+
+// options are the parsed flags. Zero values are documented on each flag.
+type options struct {
+	// target
+	targets        []string // intake base URLs (-target)
+	source         string
+	provider       string
+	secretFile     string
+	adminURL       string
+	adminTokenFile string
+	spawn          int
+	bin            string
+	sinkAddr       string
+	keep           bool
+
+	// load
+	clients  int
+	total    int64         // operations; 0: bounded by duration
+	duration time.Duration // 0 with total > 0: no time bound
+	rate     float64       // > 0: open model
+	timeout  time.Duration // per request
+	drain    time.Duration // wait for deliveries after the load
+
+	// traffic
+	size  int
+	dup   float64
+	storm int
+
+	// output
+	json       bool
+	quiet      bool
+	out        string
+	noFiles    bool
+	cpuprofile string
+	replot     string // redraw the PNG of this JSON result and exit
+
+	stderr io.Writer
+}
+
+// model names the load model for reports and file names.
+func (o *options) model() string {
+	if o.rate > 0 {
+		return fmt.Sprintf("open-r%g", o.rate)
+	}
+	return fmt.Sprintf("closed-c%d", o.clients)
+}
+
+// nodes is the number of intake endpoints the load is spread over.
+func (o *options) nodes() int {
+	if o.spawn > 0 {
+		return o.spawn
+	}
+	return len(o.targets)
+}
+
+func parseOptions(args []string, stderr io.Writer) (*options, error) {
+	o := &options{stderr: stderr}
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var target, size string
+	fs.StringVar(&target, "target", "", "intake URL(s) of running nodes, comma-separated (e.g. http://127.0.0.1:8080)")
+	fs.StringVar(&o.source, "source", "bench", "source name (URL /in/{source})")
+	fs.StringVar(&o.provider, "provider", "standard", "signature scheme: standard, svix, github, stripe")
+	fs.StringVar(&o.secretFile, "secret-file", "", "the source's secret (with -target)")
+	fs.StringVar(&o.adminURL, "admin", "", "admin URL for -cpuprofile with -target (e.g. http://127.0.0.1:7071)")
+	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin bearer token file for -cpuprofile with -target")
+	fs.IntVar(&o.spawn, "spawn", 0, "start this many nodes (1 or 3) on loopback instead of -target")
+	fs.StringVar(&o.bin, "bin", "", "oncehook binary for -spawn (default bin/oncehook under the module root)")
+	fs.StringVar(&o.sinkAddr, "sink", "", "with -target: run the delivery sink on this address (where the source forwards)")
+	fs.BoolVar(&o.keep, "keep", false, "with -spawn: keep the temporary dir (configs, data, node logs) and print its path")
+	fs.IntVar(&o.clients, "c", 64, "concurrent clients (closed model) or most requests in flight (open model)")
+	fs.Int64Var(&o.total, "n", 0, "operations to send (a storm counts as one); 0: run for -d")
+	fs.DurationVar(&o.duration, "d", 0, "how long to send (default 10s when -n is 0)")
+	fs.Float64Var(&o.rate, "rate", 0, "open model: operations per second, latency from the intended send time")
+	fs.DurationVar(&o.timeout, "timeout", 10*time.Second, "per-request timeout")
+	fs.DurationVar(&o.drain, "drain", 10*time.Second, "after the load, wait this long at most for the sink to receive every claim")
+	fs.StringVar(&size, "size", "1KiB", "request body size (B, KiB, MiB, KB, MB)")
+	fs.Float64Var(&o.dup, "dup", 0, "fraction of operations that resend an already-acked key (0..1)")
+	fs.IntVar(&o.storm, "storm", 1, "send each new key K times concurrently, spread over nodes")
+	fs.BoolVar(&o.json, "json", false, "print the JSON result instead of the text report")
+	fs.BoolVar(&o.quiet, "q", false, "no progress bar")
+	fs.StringVar(&o.out, "out", "", "directory for the JSON result and PNG (default bench/results under the module root)")
+	fs.BoolVar(&o.noFiles, "no-files", false, "do not write the JSON result and PNG")
+	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "save a CPU profile of the node (the leader when spawned) for the run to this file")
+	fs.StringVar(&o.replot, "replot", "", "redraw the PNG beside this JSON result file and exit")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if o.replot != "" {
+		return o, nil
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	var err error
+	if o.size, err = parseSize(size); err != nil {
+		return nil, fmt.Errorf("-size: %w", err)
+	}
+	for t := range strings.SplitSeq(target, ",") {
+		if t = strings.TrimSpace(t); t != "" {
+			u, err := targetURL(t)
+			if err != nil {
+				return nil, err
+			}
+			o.targets = append(o.targets, u)
+		}
+	}
+	if err := o.normalize(); err != nil {
+		return nil, err
+	}
+	return o, nil
+}
+
+// normalize fills defaults that depend on other flags and rejects
+// combinations that cannot work, naming the flag.
+func (o *options) normalize() error {
+	switch {
+	case o.spawn == 0 && len(o.targets) == 0:
+		return errors.New("need -spawn 1|3 or -target URL")
+	case o.spawn != 0 && len(o.targets) > 0:
+		return errors.New("-spawn and -target exclude each other")
+	case o.spawn < 0 || o.spawn > 9:
+		return fmt.Errorf("-spawn %d: want 1 or 3 (at most 9)", o.spawn)
+	case len(o.targets) > 0 && o.secretFile == "":
+		return errors.New("-target needs -secret-file")
+	case o.clients < 1:
+		return errors.New("-c must be at least 1")
+	case o.total < 0 || o.duration < 0 || o.rate < 0:
+		return errors.New("-n, -d and -rate must not be negative")
+	case o.dup < 0 || o.dup > 1:
+		return fmt.Errorf("-dup %g: want 0..1", o.dup)
+	case o.storm < 1 || o.storm > 1000:
+		return fmt.Errorf("-storm %d: want 1..1000", o.storm)
+	case o.timeout <= 0:
+		return errors.New("-timeout must be positive")
+	case o.size > 64<<20:
+		return errors.New("-size: at most 64MiB")
+	}
+	if _, ok := signers[o.provider]; !ok {
+		return fmt.Errorf("-provider %q: want one of %s", o.provider, strings.Join(signerNames(), ", "))
+	}
+	if o.total == 0 && o.duration == 0 {
+		o.duration = 10 * time.Second
+	}
+	if o.cpuprofile != "" {
+		if o.duration < time.Second {
+			return errors.New("-cpuprofile needs -d of at least 1s (the profile covers -d)")
+		}
+		if o.spawn == 0 && (o.adminURL == "" || o.adminTokenFile == "") {
+			return errors.New("-cpuprofile with -target needs -admin and -admin-token-file")
+		}
+	}
+	root := moduleRoot()
+	if o.bin == "" {
+		o.bin = filepath.Join(root, "bin", "oncehook")
+	}
+	if o.out == "" {
+		o.out = filepath.Join(root, "bench", "results")
+	}
+	return nil
+}
+
+// targetURL checks an intake URL and returns it as scheme://host:port.
+func targetURL(t string) (string, error) {
+	u, err := url.Parse(t)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Hostname() == "" {
+		return "", fmt.Errorf("-target %q: want http://host:port or https://host:port", t)
+	}
+	if u.Path != "" && u.Path != "/" {
+		return "", fmt.Errorf("-target %q: give the node's address only; bench posts to /in/{source}", t)
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	return u.Scheme + "://" + net.JoinHostPort(u.Hostname(), port), nil
+}
+
+// parseSize reads 1024, 1KiB, 4KB, 1MiB, 512B.
+func parseSize(s string) (int, error) {
+	units := []struct {
+		suffix string
+		mult   int
+	}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"KB", 1000}, {"MB", 1000 * 1000}, {"B", 1}}
+	mult := 1
+	num := strings.TrimSpace(s)
+	for _, u := range units {
+		if strings.HasSuffix(num, u.suffix) {
+			num, mult = strings.TrimSpace(strings.TrimSuffix(num, u.suffix)), u.mult
+			break
+		}
+	}
+	n, err := strconv.Atoi(num)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("bad size %q", s)
+	}
+	return n * mult, nil
+}
+
+// moduleRoot is the nearest directory above the working directory whose go.mod
+// declares module oncehook; "." when there is none.
+func moduleRoot() string {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if err == nil {
+			first, _, _ := strings.Cut(string(b), "\n")
+			if strings.TrimSpace(first) == "module oncehook" {
+				return dir
+			}
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "."
+		}
+		dir = parent
+	}
+}

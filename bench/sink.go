@@ -1,0 +1,143 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/valyala/fasthttp"
+)
+
+// sink is the nodes' handler during a run: it answers 200 at once and records,
+// per delivery, the latency from the request's send time (sent_ns in the body,
+// written by the generator) to its arrival, and how often each key arrived.
+type sink struct {
+	ln     net.Listener
+	srv    *fasthttp.Server
+	served chan error
+	origin atomic.Int64 // unix ns of the load's start; buckets count from it
+
+	mu         sync.Mutex // guards the fields below
+	lat        *hdrhistogram.Histogram
+	keys       map[string]uint32 // Idempotency-Key -> times received
+	deliveries int64
+	repeats    int64 // deliveries of a key already received
+	noSentNs   int64 // bodies without a readable sent_ns
+	perSec     []int64
+}
+
+// sinkSnapshot is a copy of the sink's counters.
+type sinkSnapshot struct {
+	lat        *hdrhistogram.Histogram
+	unique     int64
+	deliveries int64
+	repeats    int64
+	noSentNs   int64
+	perSec     []int64
+}
+
+func startSink(addr string) (*sink, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("sink listen %s: %w", addr, err)
+	}
+	s := &sink{ln: ln, served: make(chan error, 1), lat: newHist(), keys: make(map[string]uint32)}
+	s.srv = &fasthttp.Server{
+		Handler:         s.handle,
+		Name:            "oncehook-bench-sink",
+		ReadTimeout:     30 * time.Second,
+		IdleTimeout:     30 * time.Second,
+		CloseOnShutdown: true,
+		// Idle workers, and after Shutdown the pool's cleaner, end within 1s.
+		MaxIdleWorkerDuration: time.Second,
+	}
+	go func() { s.served <- s.srv.Serve(ln) }()
+	return s, nil
+}
+
+func (s *sink) url() string { return "http://" + s.ln.Addr().String() }
+
+// begin sets the time the per-second buckets count from.
+func (s *sink) begin(t time.Time) { s.origin.Store(t.UnixNano()) }
+
+var sentNsField = []byte(`"sent_ns":`)
+
+func (s *sink) handle(ctx *fasthttp.RequestCtx) {
+	now := time.Now().UnixNano()
+	sent, ok := parseSentNs(ctx.PostBody())
+	key := ctx.Request.Header.Peek("Idempotency-Key")
+	origin := s.origin.Load()
+
+	s.mu.Lock()
+	s.deliveries++
+	if n := s.keys[string(key)]; n > 0 {
+		s.repeats++
+		s.keys[string(key)] = n + 1
+	} else {
+		s.keys[string(key)] = 1
+	}
+	if ok {
+		recordMicros(s.lat, time.Duration(now-sent))
+	} else {
+		s.noSentNs++
+	}
+	if origin > 0 && now >= origin {
+		sec := int((now - origin) / int64(time.Second))
+		for len(s.perSec) <= sec {
+			s.perSec = append(s.perSec, 0)
+		}
+		s.perSec[sec]++
+	}
+	s.mu.Unlock()
+	ctx.SetStatusCode(fasthttp.StatusOK)
+}
+
+// parseSentNs finds "sent_ns":<digits> in a body.
+func parseSentNs(body []byte) (int64, bool) {
+	i := bytes.Index(body, sentNsField)
+	if i < 0 {
+		return 0, false
+	}
+	var v int64
+	n := 0
+	for _, c := range body[i+len(sentNsField):] {
+		if c < '0' || c > '9' {
+			break
+		}
+		v = v*10 + int64(c-'0')
+		n++
+	}
+	return v, n > 0 && n <= 19
+}
+
+func (s *sink) unique() int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return int64(len(s.keys))
+}
+
+func (s *sink) snapshot() sinkSnapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return sinkSnapshot{
+		lat:        hdrhistogram.Import(s.lat.Export()),
+		unique:     int64(len(s.keys)),
+		deliveries: s.deliveries,
+		repeats:    s.repeats,
+		noSentNs:   s.noSentNs,
+		perSec:     append([]int64(nil), s.perSec...),
+	}
+}
+
+func (s *sink) close() error {
+	err := s.srv.Shutdown()
+	if serr := <-s.served; serr != nil && !errors.Is(serr, net.ErrClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}

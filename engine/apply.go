@@ -1,0 +1,950 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"slices"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Time and duration bounds. Keeping |times| below 2^62 and durations below
+// 2^61 makes every sum the engine forms (Now+Retention+bucket width,
+// Now+LeaseFor, Now+RetryIn) free of overflow. 2^62 ns is the year 2116.
+const (
+	maxTime     = 1 << 62
+	maxDuration = 1 << 61
+)
+
+// signBit flips the sign of a time so that big-endian bytes of signed times
+// sort in time order.
+const signBit = 1 << 63
+
+// Key prefixes in the counters and expiry buckets.
+const (
+	counterState  = 's' // 's' state -> number of events in that state
+	counterSource = 'c' // 'c' source -> number of events of that source
+	expiryEvent   = 'e' // 'e' key: an event expiring with the bucket
+	expiryOrder   = 'o' // 'o' object: an order-guard entry expiring with the bucket
+)
+
+// empty is the value of pure index entries. It is never modified.
+var empty = []byte{}
+
+// arena hands out fresh, never reused memory for the values given to
+// bbolt.Put, which keeps references to them until the commit (bbolt issue
+// #72). Carving values out of shared chunks makes a claim cost a few bump
+// allocations instead of one heap allocation per value. Keys need no arena:
+// bbolt v1.5 copies a key on Put (bucket.go, cloneBytes) and Get and Delete do
+// not keep it.
+type arena struct{ buf []byte }
+
+const arenaChunk = 32 << 10
+
+// make returns an empty slice with capacity n whose memory nothing else uses.
+func (a *arena) make(n int) []byte {
+	if n > arenaChunk/8 {
+		return make([]byte, 0, n)
+	}
+	if cap(a.buf)-len(a.buf) < n {
+		a.buf = make([]byte, 0, arenaChunk)
+	}
+	s := len(a.buf)
+	a.buf = a.buf[:s+n]
+	return a.buf[s : s : s+n]
+}
+
+// appendFill is the FillPercent of buckets whose keys start with a time that
+// mostly grows: bbolt then splits full pages 90/10 rather than in halves.
+const appendFill = 0.9
+
+// applier applies commands inside one write transaction.
+type applier struct {
+	tx                                          *bolt.Tx
+	meta, events, payloads, responses, counters *bolt.Bucket
+	due, leases, states, expiry, done, orders   *bolt.Bucket
+
+	width int64  // retention bucket width
+	index uint64 // index of the entry being applied (the lease token)
+
+	arena arena
+	kbuf  []byte  // scratch for index keys given to Get/Delete/Put
+	nbuf  [8]byte // scratch for expiry bucket names
+
+	// Counter changes of the batch, written once by finish.
+	stateDelta  [StateStale + 1]int64
+	sourceDelta map[string]int64
+}
+
+func newApplier(tx *bolt.Tx, width int64) *applier {
+	a := &applier{
+		tx:        tx,
+		width:     width,
+		meta:      tx.Bucket(bMeta),
+		events:    tx.Bucket(bEvents),
+		payloads:  tx.Bucket(bPayloads),
+		responses: tx.Bucket(bResponses),
+		counters:  tx.Bucket(bCounters),
+		due:       tx.Bucket(bDue),
+		leases:    tx.Bucket(bLeases),
+		states:    tx.Bucket(bStates),
+		expiry:    tx.Bucket(bExpiry),
+		done:      tx.Bucket(bDone),
+		orders:    tx.Bucket(bOrders),
+		kbuf:      make([]byte, 0, 8+MaxKeyLen+1),
+	}
+	// Time-ordered buckets grow at their end (or at the end of a state's
+	// range): pack their pages instead of splitting them in halves.
+	for _, b := range []*bolt.Bucket{a.payloads, a.responses, a.due, a.leases, a.done, a.states} {
+		b.FillPercent = appendFill
+	}
+	return a
+}
+
+func (a *applier) lastApplied() uint64 {
+	if v := a.meta.Get(metaApplied); len(v) == 8 {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+// finish writes the batch's counter changes (in a fixed order) and the last
+// applied index.
+func (a *applier) finish(applied uint64) error {
+	var kb [2]byte
+	for s := StatePending; s <= StateStale; s++ {
+		if d := a.stateDelta[s]; d != 0 {
+			kb = [2]byte{counterState, byte(s)}
+			if err := a.addCounter(kb[:], d); err != nil {
+				return err
+			}
+		}
+	}
+	if len(a.sourceDelta) > 0 {
+		for _, src := range sortedKeys(a.sourceDelta) {
+			if d := a.sourceDelta[src]; d != 0 {
+				a.kbuf = append(append(a.kbuf[:0], counterSource), src...)
+				if err := a.addCounter(a.kbuf, d); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return a.meta.Put(metaApplied, binary.BigEndian.AppendUint64(a.arena.make(8), applied))
+}
+
+func (a *applier) addCounter(key []byte, d int64) error {
+	var n int64
+	if v := a.counters.Get(key); v != nil {
+		if len(v) != 8 {
+			return fmt.Errorf("%w: counter %q", ErrCorrupt, key)
+		}
+		n = int64(binary.BigEndian.Uint64(v))
+	}
+	n += d
+	switch {
+	case n < 0:
+		return fmt.Errorf("%w: counter %q would be %d", ErrCorrupt, key, n)
+	case n == 0:
+		return a.counters.Delete(key)
+	default:
+		return a.counters.Put(key, binary.BigEndian.AppendUint64(a.arena.make(8), uint64(n)))
+	}
+}
+
+// count records an event entering state to (from 0: created) and leaving
+// state from (to 0: deleted).
+func (a *applier) count(source string, from, to State) {
+	a.stateDelta[from]--
+	a.stateDelta[to]++
+	if from == 0 || to == 0 {
+		if a.sourceDelta == nil {
+			a.sourceDelta = make(map[string]int64)
+		}
+		if from == 0 {
+			a.sourceDelta[source]++
+		} else {
+			a.sourceDelta[source]--
+		}
+	}
+}
+
+// ---- keys ---------------------------------------------------------------
+
+func appendTime(dst []byte, t int64) []byte {
+	return binary.BigEndian.AppendUint64(dst, uint64(t)^signBit)
+}
+
+func timeOf(b []byte) int64 { return int64(binary.BigEndian.Uint64(b) ^ signBit) }
+
+// tk returns the scratch key time|key: the due, leases and done indexes, and
+// the payloads and responses buckets (with the event's CreatedAt).
+func (a *applier) tk(t int64, key string) []byte {
+	a.kbuf = append(appendTime(a.kbuf[:0], t), key...)
+	return a.kbuf
+}
+
+// ptk returns the scratch key prefix|time|key: the states index (state,
+// UpdatedAt) and the events listed in an expiry bucket ('e', CreatedAt).
+func (a *applier) ptk(prefix byte, t int64, key string) []byte {
+	a.kbuf = append(appendTime(append(a.kbuf[:0], prefix), t), key...)
+	return a.kbuf
+}
+
+// pk returns the scratch key prefix|key (order entries in expiry buckets).
+func (a *applier) pk(prefix byte, key string) []byte {
+	a.kbuf = append(append(a.kbuf[:0], prefix), key...)
+	return a.kbuf
+}
+
+// bytesStr views b as a string without copying; only for bytes that stay
+// unmodified while the string is used (keys read in this transaction).
+func bytesStr(b []byte) string { return unsafe.String(unsafe.SliceData(b), len(b)) }
+
+// bucketEnd returns the end of the retention bucket holding t: the first
+// multiple of width strictly after t.
+func bucketEnd(t, width int64) int64 {
+	q := t / width
+	if t%width != 0 && t < 0 {
+		q--
+	}
+	return (q + 1) * width
+}
+
+// expiryBucket returns the expiry bucket that ends at end, creating it when
+// create is set (else nil when absent).
+func (a *applier) expiryBucket(end int64, create bool) (*bolt.Bucket, error) {
+	name := appendTime(a.nbuf[:0], end)
+	b := a.expiry.Bucket(name)
+	if b == nil && create {
+		var err error
+		if b, err = a.expiry.CreateBucket(name); err != nil {
+			return nil, err
+		}
+	}
+	if b != nil {
+		b.FillPercent = appendFill
+	}
+	return b, nil
+}
+
+// ---- records ------------------------------------------------------------
+
+// load reads and decodes the record of key. found is false when there is none.
+func (a *applier) load(key string, ev *Event) (flags byte, found bool, err error) {
+	k := strBytes(key)
+	v := a.events.Get(k)
+	if v == nil {
+		return 0, false, nil
+	}
+	if flags, err = decodeRecord(k, v, ev); err != nil {
+		return 0, false, err
+	}
+	ev.Key = key
+	return flags, true, nil
+}
+
+func (a *applier) store(ev *Event, flags byte) error {
+	v := appendRecord(a.arena.make(recordSize(ev)), ev, flags)
+	return a.events.Put(strBytes(ev.Key), v)
+}
+
+// setState moves ev's states-index entry from (from, fromUpdated) to
+// (ev.State, ev.UpdatedAt) and the counters from state from to ev.State.
+func (a *applier) setState(ev *Event, from State, fromUpdated int64) error {
+	if from == ev.State && fromUpdated == ev.UpdatedAt {
+		return nil
+	}
+	if err := a.states.Delete(a.ptk(byte(from), fromUpdated, ev.Key)); err != nil {
+		return err
+	}
+	src := append(a.arena.make(len(ev.Source)), ev.Source...)
+	if err := a.states.Put(a.ptk(byte(ev.State), ev.UpdatedAt, ev.Key), src); err != nil {
+		return err
+	}
+	if from != ev.State {
+		a.count(ev.Source, from, ev.State)
+	}
+	return nil
+}
+
+// keyOrder returns 0..n-1 ordered by key(i). A command that moves many
+// events moves them in key order: bbolt grows a node without splitting it until
+// the commit, so inserting thousands of index keys that share a time prefix in
+// random key order would shift a huge node on every insert (quadratic); in key
+// order each insert lands at the end of the run it builds.
+func keyOrder(n int, key func(i int) string) []int {
+	ord := make([]int, n)
+	for i := range ord {
+		ord[i] = i
+	}
+	slices.SortFunc(ord, func(x, y int) int { return strings.Compare(key(x), key(y)) })
+	return ord
+}
+
+// ---- commands -----------------------------------------------------------
+
+func bad(format string, args ...any) (Result, error) {
+	return Result{Err: fmt.Errorf("%w: "+format, append([]any{ErrBadCommand}, args...)...)}, nil
+}
+
+func validKey(k string) bool { return len(k) > 0 && len(k) <= MaxKeyLen }
+
+func validDuration(d int64) bool { return d >= 0 && d <= maxDuration }
+
+// clipText cuts s to MaxTextLen bytes on a rune boundary.
+func clipText(s string) string {
+	if len(s) <= MaxTextLen {
+		return s
+	}
+	n := MaxTextLen
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// apply applies one command. A rejection is returned in Result.Err; the error
+// is a storage failure that aborts the batch.
+func (a *applier) apply(c *Command) (Result, error) {
+	if c.Now <= -maxTime || c.Now >= maxTime {
+		return bad("now %d out of range", c.Now)
+	}
+	switch c.Op {
+	case OpClaim:
+		return a.claim(c)
+	case OpLease:
+		return a.lease(c)
+	case OpComplete:
+		return a.complete(c)
+	case OpFail:
+		return a.fail(c)
+	case OpReclaim:
+		return a.reclaim(c)
+	case OpReplay:
+		return a.replay(c)
+	case OpExpire:
+		return a.expire(c)
+	case OpDropPayloads:
+		return a.dropPayloads(c)
+	case OpNoop:
+		return Result{}, nil
+	default:
+		return bad("unknown op %d", c.Op)
+	}
+}
+
+func (a *applier) claim(c *Command) (Result, error) {
+	switch {
+	case !validKey(c.Key):
+		return bad("claim key length %d", len(c.Key))
+	case !validKey(c.Source):
+		return bad("claim source length %d", len(c.Source))
+	case !validDuration(c.Retention):
+		return bad("claim retention %d", c.Retention)
+	case !validDuration(c.LeaseFor):
+		return bad("claim lease %d", c.LeaseFor)
+	case len(c.OrderObject) > MaxKeyLen:
+		return bad("claim order object length %d", len(c.OrderObject))
+	case len(c.Payload) > MaxPayloadLen:
+		return bad("claim payload length %d", len(c.Payload))
+	case len(c.Headers) > MaxHeaders:
+		return bad("claim has %d headers", len(c.Headers))
+	}
+	for i := range c.Headers {
+		if len(c.Headers[i].Name) > MaxHeaderLen || len(c.Headers[i].Value) > MaxHeaderLen {
+			return bad("claim header %d too long", i)
+		}
+	}
+	k := strBytes(c.Key)
+	if v := a.events.Get(k); v != nil {
+		st, err := recordState(k, v)
+		if err != nil {
+			return Result{}, err
+		}
+		return Result{State: st}, nil
+	}
+
+	expires := bucketEnd(c.Now+c.Retention, a.width)
+	st := StatePending
+	if c.OrderObject != "" {
+		stale, err := a.orderGuard(c, expires)
+		if err != nil {
+			return Result{}, err
+		}
+		if stale {
+			st = StateStale
+		}
+	}
+	ev := Event{
+		Key:       c.Key,
+		Source:    c.Source,
+		State:     st,
+		CreatedAt: c.Now,
+		UpdatedAt: c.Now,
+		ExpiresAt: expires,
+		LeaseFor:  c.LeaseFor,
+	}
+	if st == StatePending {
+		ev.NextAttemptAt = c.Now
+		if err := a.due.Put(a.tk(c.Now, c.Key), empty); err != nil {
+			return Result{}, err
+		}
+	}
+	if err := a.store(&ev, 0); err != nil {
+		return Result{}, err
+	}
+	pv := appendPayload(a.arena.make(payloadSize(c.Headers, c.Payload)), c.Headers, c.Payload)
+	if err := a.payloads.Put(a.tk(c.Now, c.Key), pv); err != nil {
+		return Result{}, err
+	}
+	src := append(a.arena.make(len(c.Source)), c.Source...)
+	if err := a.states.Put(a.ptk(byte(st), c.Now, c.Key), src); err != nil {
+		return Result{}, err
+	}
+	eb, err := a.expiryBucket(expires, true)
+	if err != nil {
+		return Result{}, err
+	}
+	if err := eb.Put(a.ptk(expiryEvent, c.Now, c.Key), empty); err != nil {
+		return Result{}, err
+	}
+	a.count(c.Source, 0, st)
+	return Result{Created: true, State: st}, nil
+}
+
+// orderGuard applies the ordering guard of a new claim. It reports whether the
+// claim is stale (older than the newest time applied for its object); if not,
+// it records the claim's time for the object. An order entry lives as long as
+// the longest-lived event that advanced it, through the expiry buckets.
+//
+// Order entry: object -> 8 bytes order time, 8 bytes expiry (big endian).
+func (a *applier) orderGuard(c *Command, expires int64) (bool, error) {
+	k := strBytes(c.OrderObject)
+	var oldT, oldExp int64
+	found := false
+	if v := a.orders.Get(k); v != nil {
+		if len(v) != 16 {
+			return false, fmt.Errorf("%w: order entry %q", ErrCorrupt, clip(k))
+		}
+		oldT, oldExp = int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))
+		found = true
+		if c.OrderTime < oldT {
+			return true, nil
+		}
+	}
+	newExp := expires
+	if found && oldExp > newExp {
+		newExp = oldExp
+	}
+	v := a.arena.make(16)
+	v = binary.BigEndian.AppendUint64(v, uint64(c.OrderTime))
+	v = binary.BigEndian.AppendUint64(v, uint64(newExp))
+	if err := a.orders.Put(k, v); err != nil {
+		return false, err
+	}
+	if found && oldExp == newExp {
+		return false, nil
+	}
+	if found {
+		ob, err := a.expiryBucket(oldExp, false)
+		if err != nil {
+			return false, err
+		}
+		if ob != nil {
+			if err := ob.Delete(a.pk(expiryOrder, c.OrderObject)); err != nil {
+				return false, err
+			}
+		}
+	}
+	nb, err := a.expiryBucket(newExp, true)
+	if err != nil {
+		return false, err
+	}
+	return false, nb.Put(a.pk(expiryOrder, c.OrderObject), empty)
+}
+
+// lease moves up to c.Max due pending events to processing under the entry's
+// index as fencing token. Attempts counts delivery attempts started, so it is
+// incremented here (and Fail compares it with MaxAttempts). It walks the due
+// index from its start, so its cost depends on the events it leases, not on the
+// events stored. An event already leased under this index (reclaimed within the
+// same entry) is left for a later entry, so that no two leases of one event
+// share a token.
+func (a *applier) lease(c *Command) (Result, error) {
+	switch {
+	case c.Max <= 0:
+		return bad("lease max %d", c.Max)
+	case c.LeaseFor <= 0 || c.LeaseFor > maxDuration:
+		return bad("lease for %d", c.LeaseFor)
+	}
+	type pick struct {
+		ev    Event
+		flags byte
+		due   int64
+	}
+	var picks []pick
+	cur := a.due.Cursor()
+	for k, _ := cur.First(); k != nil && len(picks) < c.Max; k, _ = cur.Next() {
+		if len(k) < 9 {
+			return Result{}, fmt.Errorf("%w: due index key %x", ErrCorrupt, k)
+		}
+		t := timeOf(k)
+		if t > c.Now {
+			break
+		}
+		key := k[8:]
+		v := a.events.Get(key)
+		if v == nil {
+			return Result{}, fmt.Errorf("%w: due index names missing event %q", ErrCorrupt, clip(key))
+		}
+		var p pick
+		flags, err := decodeRecord(key, v, &p.ev)
+		if err != nil {
+			return Result{}, err
+		}
+		if p.ev.State != StatePending || p.ev.NextAttemptAt != t {
+			return Result{}, fmt.Errorf("%w: due index entry %q does not match its event", ErrCorrupt, clip(key))
+		}
+		if p.ev.Token >= a.index {
+			continue
+		}
+		p.ev.Key = string(key)
+		p.flags, p.due = flags, t
+		picks = append(picks, p)
+	}
+	if len(picks) == 0 {
+		return Result{}, nil
+	}
+	out := make([]Event, len(picks))
+	for _, i := range keyOrder(len(picks), func(i int) string { return picks[i].ev.Key }) {
+		p := &picks[i]
+		ev := &p.ev
+		if err := a.due.Delete(a.tk(p.due, ev.Key)); err != nil {
+			return Result{}, err
+		}
+		lf := ev.LeaseFor
+		if lf == 0 {
+			lf = c.LeaseFor
+		}
+		oldUpdated := ev.UpdatedAt
+		ev.State = StateProcessing
+		ev.Token = a.index
+		if ev.Attempts < math.MaxUint32 {
+			ev.Attempts++
+		}
+		ev.NextAttemptAt = 0
+		ev.LeaseUntil = c.Now + lf
+		ev.UpdatedAt = c.Now
+		if err := a.leases.Put(a.tk(ev.LeaseUntil, ev.Key), empty); err != nil {
+			return Result{}, err
+		}
+		if err := a.setState(ev, StatePending, oldUpdated); err != nil {
+			return Result{}, err
+		}
+		if err := a.store(ev, p.flags); err != nil {
+			return Result{}, err
+		}
+		if pv := a.payloads.Get(a.tk(ev.CreatedAt, ev.Key)); pv != nil {
+			var err error
+			if ev.Headers, ev.Payload, err = decodePayload(strBytes(ev.Key), pv); err != nil {
+				return Result{}, err
+			}
+		}
+		out[i] = *ev
+	}
+	return Result{Events: out, N: len(out)}, nil
+}
+
+// checkToken applies the fencing rules shared by complete and fail: a token
+// older than the event's current lease is stale whatever the state; otherwise
+// the event must be processing and the token must be the current one.
+func checkToken(ev *Event, token uint64) error {
+	switch {
+	case token < ev.Token:
+		return ErrStaleToken
+	case ev.State != StateProcessing:
+		return ErrWrongState
+	case token != ev.Token:
+		return ErrStaleToken
+	}
+	return nil
+}
+
+func (a *applier) complete(c *Command) (Result, error) {
+	switch {
+	case !validKey(c.Key):
+		return bad("complete key length %d", len(c.Key))
+	case c.Response != nil && len(c.Response.Body) > MaxPayloadLen:
+		return bad("complete response length %d", len(c.Response.Body))
+	}
+	var ev Event
+	flags, found, err := a.load(c.Key, &ev)
+	if err != nil {
+		return Result{}, err
+	}
+	if !found {
+		return Result{Err: ErrNotFound}, nil
+	}
+	if err := checkToken(&ev, c.Token); err != nil {
+		return Result{State: ev.State, Err: err}, nil
+	}
+	if err := a.leases.Delete(a.tk(ev.LeaseUntil, ev.Key)); err != nil {
+		return Result{}, err
+	}
+	oldUpdated := ev.UpdatedAt
+	ev.State = StateDone
+	ev.LeaseUntil = 0
+	ev.UpdatedAt = c.Now
+	if err := a.done.Put(a.tk(c.Now, ev.Key), empty); err != nil {
+		return Result{}, err
+	}
+	if c.Response != nil {
+		rv := appendResponse(a.arena.make(1+binary.MaxVarintLen64+len(c.Response.Body)), c.Response)
+		if err := a.responses.Put(a.tk(ev.CreatedAt, ev.Key), rv); err != nil {
+			return Result{}, err
+		}
+		flags |= flagResponse
+	}
+	if err := a.setState(&ev, StateProcessing, oldUpdated); err != nil {
+		return Result{}, err
+	}
+	if err := a.store(&ev, flags); err != nil {
+		return Result{}, err
+	}
+	return Result{State: StateDone}, nil
+}
+
+// fail records a failed delivery: pending again at Now+RetryIn, or dead when
+// the attempts started (counted by lease) reached MaxAttempts. MaxAttempts <= 0
+// means no limit.
+func (a *applier) fail(c *Command) (Result, error) {
+	switch {
+	case !validKey(c.Key):
+		return bad("fail key length %d", len(c.Key))
+	case !validDuration(c.RetryIn):
+		return bad("fail retry in %d", c.RetryIn)
+	}
+	var ev Event
+	flags, found, err := a.load(c.Key, &ev)
+	if err != nil {
+		return Result{}, err
+	}
+	if !found {
+		return Result{Err: ErrNotFound}, nil
+	}
+	if err := checkToken(&ev, c.Token); err != nil {
+		return Result{State: ev.State, Err: err}, nil
+	}
+	if err := a.leases.Delete(a.tk(ev.LeaseUntil, ev.Key)); err != nil {
+		return Result{}, err
+	}
+	oldUpdated := ev.UpdatedAt
+	ev.LeaseUntil = 0
+	ev.UpdatedAt = c.Now
+	ev.LastError = clipText(c.Reason)
+	if c.MaxAttempts > 0 && int64(ev.Attempts) >= int64(c.MaxAttempts) {
+		ev.State = StateDead
+	} else {
+		ev.State = StatePending
+		ev.NextAttemptAt = c.Now + c.RetryIn
+		if err := a.due.Put(a.tk(ev.NextAttemptAt, ev.Key), empty); err != nil {
+			return Result{}, err
+		}
+	}
+	if err := a.setState(&ev, StateProcessing, oldUpdated); err != nil {
+		return Result{}, err
+	}
+	if err := a.store(&ev, flags); err != nil {
+		return Result{}, err
+	}
+	return Result{State: ev.State}, nil
+}
+
+// reclaimReason is the LastError of an event whose lease ended unanswered.
+const reclaimReason = "lease expired"
+
+// reclaim returns every processing event whose lease ended by Now to pending,
+// due at Now. The attempt stays counted; the token stays until the next lease.
+// It walks the lease index up to Now only.
+func (a *applier) reclaim(c *Command) (Result, error) {
+	type item struct {
+		t   int64
+		key string
+	}
+	var items []item
+	cur := a.leases.Cursor()
+	for k, _ := cur.First(); k != nil; k, _ = cur.Next() {
+		if len(k) < 9 {
+			return Result{}, fmt.Errorf("%w: lease index key %x", ErrCorrupt, k)
+		}
+		t := timeOf(k)
+		if t > c.Now {
+			break
+		}
+		items = append(items, item{t, string(k[8:])})
+	}
+	slices.SortFunc(items, func(x, y item) int { return strings.Compare(x.key, y.key) }) // see keyOrder
+	for _, it := range items {
+		var ev Event
+		flags, found, err := a.load(it.key, &ev)
+		if err != nil {
+			return Result{}, err
+		}
+		if !found || ev.State != StateProcessing || ev.LeaseUntil != it.t {
+			return Result{}, fmt.Errorf("%w: lease index entry %q does not match its event", ErrCorrupt, clip([]byte(it.key)))
+		}
+		if err := a.leases.Delete(a.tk(it.t, it.key)); err != nil {
+			return Result{}, err
+		}
+		oldUpdated := ev.UpdatedAt
+		ev.State = StatePending
+		ev.LeaseUntil = 0
+		ev.NextAttemptAt = c.Now
+		ev.UpdatedAt = c.Now
+		ev.LastError = reclaimReason
+		if err := a.due.Put(a.tk(c.Now, it.key), empty); err != nil {
+			return Result{}, err
+		}
+		if err := a.setState(&ev, StateProcessing, oldUpdated); err != nil {
+			return Result{}, err
+		}
+		if err := a.store(&ev, flags); err != nil {
+			return Result{}, err
+		}
+	}
+	return Result{N: len(items)}, nil
+}
+
+// replayable reports whether replay moves an event in state s.
+func replayable(s State) bool { return s == StateDone || s == StateDead || s == StateStale }
+
+// replay moves done, dead and stale events back to pending (due at Now,
+// attempts 0) with an audit entry. With Keys, each key is tried in turn; with
+// one key a miss is reported in Err (ErrNotFound, ErrWrongState), with several
+// the misses are skipped. Without Keys, State (done, dead or stale) selects
+// through the states index, narrowed by Source and UpdatedAt >= Since.
+func (a *applier) replay(c *Command) (Result, error) {
+	switch {
+	case len(c.Keys) > 0 && c.State != 0:
+		return bad("replay takes keys or a state, not both")
+	case len(c.Keys) == 0 && !replayable(c.State):
+		return bad("replay state %d", c.State)
+	case len(c.Who) > MaxKeyLen:
+		return bad("replay who length %d", len(c.Who))
+	case len(c.Source) > MaxKeyLen:
+		return bad("replay source length %d", len(c.Source))
+	}
+	for _, k := range c.Keys {
+		if !validKey(k) {
+			return bad("replay key length %d", len(k))
+		}
+	}
+	keys := c.Keys
+	if len(keys) == 0 {
+		// The states index is ordered by UpdatedAt within a state: seek to Since.
+		seek := []byte{byte(c.State)}
+		if c.Since != 0 {
+			seek = a.ptk(byte(c.State), c.Since, "")
+		}
+		cur := a.states.Cursor()
+		for k, src := cur.Seek(seek); k != nil && k[0] == byte(c.State); k, src = cur.Next() {
+			if len(k) < 10 {
+				return Result{}, fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+			}
+			if c.Source != "" && string(src) != c.Source {
+				continue
+			}
+			keys = append(keys, string(k[9:]))
+		}
+		slices.Sort(keys) // see keyOrder
+	}
+	var res Result
+	for _, key := range keys {
+		var ev Event
+		flags, found, err := a.load(key, &ev)
+		if err != nil {
+			return Result{}, err
+		}
+		if !found || !replayable(ev.State) {
+			if len(c.Keys) == 1 {
+				res.Err = ErrNotFound
+				if found {
+					res.Err, res.State = ErrWrongState, ev.State
+				}
+			}
+			continue
+		}
+		from, oldUpdated := ev.State, ev.UpdatedAt
+		if from == StateDone {
+			if err := a.done.Delete(a.tk(ev.UpdatedAt, key)); err != nil {
+				return Result{}, err
+			}
+		}
+		ev.State = StatePending
+		ev.Attempts = 0
+		ev.NextAttemptAt = c.Now
+		ev.LeaseUntil = 0
+		ev.UpdatedAt = c.Now
+		if len(ev.Audit) >= maxAudit {
+			ev.Audit = ev.Audit[len(ev.Audit)-maxAudit+1:]
+		}
+		ev.Audit = append(ev.Audit, AuditEntry{At: c.Now, Who: c.Who, Action: "replay", Reason: clipText(c.Reason), From: from})
+		if err := a.due.Put(a.tk(c.Now, key), empty); err != nil {
+			return Result{}, err
+		}
+		if err := a.setState(&ev, from, oldUpdated); err != nil {
+			return Result{}, err
+		}
+		if err := a.store(&ev, flags); err != nil {
+			return Result{}, err
+		}
+		res.Keys = append(res.Keys, key)
+	}
+	res.N = len(res.Keys)
+	if res.N > 0 {
+		res.State = StatePending
+	}
+	return res, nil
+}
+
+// expire deletes every retention bucket that ended by Now, whole: each event
+// it lists with its record, payload, response and index entries, and each
+// order entry it lists. Its cost is the number of expired entries (plus one
+// seek), whatever the number of keys kept.
+func (a *applier) expire(c *Command) (Result, error) {
+	var names [][]byte
+	cur := a.expiry.Cursor()
+	for k, _ := cur.First(); k != nil; k, _ = cur.Next() {
+		if len(k) != 8 {
+			return Result{}, fmt.Errorf("%w: expiry bucket name %x", ErrCorrupt, k)
+		}
+		if timeOf(k) > c.Now {
+			break
+		}
+		names = append(names, append([]byte(nil), k...))
+	}
+	n := 0
+	for _, name := range names {
+		end := timeOf(name)
+		b := a.expiry.Bucket(name)
+		if b == nil {
+			return Result{}, fmt.Errorf("%w: expiry entry %x is not a bucket", ErrCorrupt, name)
+		}
+		bc := b.Cursor()
+		for k, _ := bc.First(); k != nil; k, _ = bc.Next() {
+			if len(k) < 2 {
+				return Result{}, fmt.Errorf("%w: expiry key %x", ErrCorrupt, k)
+			}
+			// k stays valid and unmodified until the bucket is deleted below.
+			switch k[0] {
+			case expiryEvent:
+				if len(k) < 10 {
+					return Result{}, fmt.Errorf("%w: expiry key %x", ErrCorrupt, k)
+				}
+				if err := a.deleteEvent(bytesStr(k[9:]), timeOf(k[1:]), end); err != nil {
+					return Result{}, err
+				}
+				n++
+			case expiryOrder:
+				ok := k[1:]
+				v := a.orders.Get(ok)
+				if len(v) != 16 || int64(binary.BigEndian.Uint64(v[8:])) != end {
+					return Result{}, fmt.Errorf("%w: expiry lists order entry %q it does not hold", ErrCorrupt, clip(ok))
+				}
+				if err := a.orders.Delete(ok); err != nil {
+					return Result{}, err
+				}
+			default:
+				return Result{}, fmt.Errorf("%w: expiry key %x", ErrCorrupt, k)
+			}
+		}
+		if err := a.expiry.DeleteBucket(name); err != nil {
+			return Result{}, err
+		}
+	}
+	return Result{N: n}, nil
+}
+
+// deleteEvent removes an expiring event and everything that refers to it.
+func (a *applier) deleteEvent(key string, created, end int64) error {
+	var ev Event
+	flags, found, err := a.load(key, &ev)
+	if err != nil {
+		return err
+	}
+	if !found || ev.ExpiresAt != end || ev.CreatedAt != created {
+		return fmt.Errorf("%w: expiry lists event %q it does not hold", ErrCorrupt, clip(strBytes(key)))
+	}
+	if err := a.events.Delete(strBytes(key)); err != nil {
+		return err
+	}
+	if err := a.payloads.Delete(a.tk(ev.CreatedAt, key)); err != nil {
+		return err
+	}
+	if flags&flagResponse != 0 {
+		if err := a.responses.Delete(a.tk(ev.CreatedAt, key)); err != nil {
+			return err
+		}
+	}
+	if err := a.states.Delete(a.ptk(byte(ev.State), ev.UpdatedAt, key)); err != nil {
+		return err
+	}
+	switch ev.State {
+	case StatePending:
+		err = a.due.Delete(a.tk(ev.NextAttemptAt, key))
+	case StateProcessing:
+		err = a.leases.Delete(a.tk(ev.LeaseUntil, key))
+	case StateDone:
+		err = a.done.Delete(a.tk(ev.UpdatedAt, key))
+	}
+	if err != nil {
+		return err
+	}
+	a.count(ev.Source, ev.State, 0)
+	return nil
+}
+
+// dropPayloads deletes the payloads (and headers) of done events completed
+// before c.Before, walking the done index up to Before only; each visited
+// entry leaves the index. N counts the payloads deleted.
+func (a *applier) dropPayloads(c *Command) (Result, error) {
+	var keys [][]byte
+	cur := a.done.Cursor()
+	for k, _ := cur.First(); k != nil; k, _ = cur.Next() {
+		if len(k) < 9 {
+			return Result{}, fmt.Errorf("%w: done index key %x", ErrCorrupt, k)
+		}
+		if timeOf(k) >= c.Before {
+			break
+		}
+		keys = append(keys, append([]byte(nil), k...))
+	}
+	n := 0
+	for _, k := range keys {
+		var ev Event
+		key := bytesStr(k[8:])
+		_, found, err := a.load(key, &ev)
+		if err != nil {
+			return Result{}, err
+		}
+		if !found || ev.State != StateDone || ev.UpdatedAt != timeOf(k) {
+			return Result{}, fmt.Errorf("%w: done index entry %q does not match its event", ErrCorrupt, clip(k[8:]))
+		}
+		if err := a.done.Delete(k); err != nil {
+			return Result{}, err
+		}
+		pk := a.tk(ev.CreatedAt, key)
+		if a.payloads.Get(pk) != nil {
+			if err := a.payloads.Delete(pk); err != nil {
+				return Result{}, err
+			}
+			n++
+		}
+	}
+	return Result{N: n}, nil
+}

@@ -1,0 +1,261 @@
+package engine
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+)
+
+// Benchmarks run with NoSync: they measure the engine's CPU per command; the
+// fsync of a commit is the disk's business and is paid once per batch.
+
+// benchKey spreads keys over the key space like provider event ids do.
+func benchKey(i int) string {
+	x := uint64(i)*0x9E3779B97F4A7C15 ^ 0xdeadbeef
+	return fmt.Sprintf("stripe-live:evt_%016x", x)
+}
+
+func benchClaim(key string, now int64, payload []byte) Command {
+	return Command{
+		Op: OpClaim, Now: now, Key: key, Source: "stripe-live", Payload: payload,
+		Headers:   []Header{{Name: "Stripe-Signature", Value: "t=1700000000,v1=5257a869e7ecebeda32affa62cdca3fa51cad7e77a0e56ff536d0ce8e108d8bd"}},
+		Retention: 168 * hour, LeaseFor: 30 * sec,
+	}
+}
+
+var benchPayload = []byte(`{"id":"evt_1NG8Du2eZvKYlo2CUI79vXWy","object":"event","api_version":"2022-11-15","created":1686089970,` +
+	`"data":{"object":{"id":"pi_3NG8Du2eZvKYlo2C0lXpO7nd","object":"payment_intent","amount":2000,"currency":"usd",` +
+	`"status":"succeeded"}},"livemode":false,"pending_webhooks":1,"type":"payment_intent.succeeded"}`)
+
+// BenchmarkClaim: one claim per ApplyBatch (one transaction, one commit).
+func BenchmarkClaim(b *testing.B) {
+	e := mustOpen(b, Options{NoSync: true})
+	b.ReportAllocs()
+	cpu := startCPU(b)
+	i := 0
+	for b.Loop() {
+		i++
+		if _, err := e.Apply(uint64(i), benchClaim(benchKey(i), t0+int64(i), benchPayload)); err != nil {
+			b.Fatal(err)
+		}
+	}
+	cpu.report(b)
+}
+
+// cpuMeter reports the process CPU time per op ("cpu-ns/op"), which stays
+// meaningful when other processes share the machine.
+type cpuMeter struct{ start int64 }
+
+func startCPU(b *testing.B) cpuMeter { return cpuMeter{processCPU()} }
+
+func (m cpuMeter) report(b *testing.B) {
+	if d := processCPU() - m.start; d > 0 && b.N > 0 {
+		b.ReportMetric(float64(d)/float64(b.N), "cpu-ns/op")
+	}
+}
+
+// BenchmarkClaimBatch: n entries of one claim each per ApplyBatch, as the
+// cluster applies them; ns/op and allocs/op are per claim.
+func BenchmarkClaimBatch(b *testing.B) {
+	for _, n := range []int{1, 16, 64, 256} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			e := mustOpen(b, Options{NoSync: true})
+			keys := make([]string, b.N)
+			for i := range keys {
+				keys[i] = benchKey(i)
+			}
+			entries := make([]Entry, n)
+			cmds := make([]Command, n)
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu := startCPU(b)
+			defer cpu.report(b)
+			for i := 0; i < b.N; i += n {
+				m := min(n, b.N-i)
+				for j := range m {
+					cmds[j] = benchClaim(keys[i+j], t0+int64(i+j), benchPayload)
+					entries[j] = Entry{Index: uint64(i + j + 1), Cmds: cmds[j : j+1]}
+				}
+				if _, err := e.ApplyBatch(entries[:m]); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkExists: the intake's duplicate check against 100,000 stored keys.
+func BenchmarkExists(b *testing.B) {
+	const n = 100_000
+	e := benchFixture(b, n, 0)
+	keys := make([]string, 1024)
+	for i := range keys {
+		keys[i] = fixtureKey(i * (n / len(keys)))
+	}
+	b.ReportAllocs()
+	i := 0
+	for b.Loop() {
+		i++
+		if _, ok, err := e.Exists(keys[i%len(keys)]); !ok || err != nil {
+			b.Fatal(ok, err)
+		}
+	}
+}
+
+// BenchmarkLease: lease the 100 due events out of 10,000 and 1,000,000 stored
+// (the rest are due an hour later): the cost must not depend on the number
+// stored. Between iterations (timer stopped) the 100 fail with RetryIn 0 to be
+// due again.
+func BenchmarkLease(b *testing.B) {
+	sizes := []int{10_000, 1_000_000}
+	if testing.Short() || raceEnabled {
+		sizes = []int{10_000, 50_000}
+	}
+	for _, n := range sizes {
+		b.Run(fmt.Sprintf("stored=%d", n), func(b *testing.B) { benchLease(b, n) })
+	}
+}
+
+func benchLease(b *testing.B, n int) {
+	e := benchFixture(b, n, 100)
+	idx := e.LastApplied()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		idx++
+		rs, err := e.Apply(idx, Command{Op: OpLease, Now: t0, Max: 1000, LeaseFor: 30 * sec})
+		if err != nil || rs[0].N != 100 {
+			b.Fatalf("lease = %d, %v", rs[0].N, err)
+		}
+		b.StopTimer()
+		idx++
+		fails := make([]Command, 0, 100)
+		for _, ev := range rs[0].Events {
+			fails = append(fails, Command{Op: OpFail, Now: t0, Key: ev.Key, Token: ev.Token})
+		}
+		if _, err := e.Apply(idx, fails...); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
+
+// BenchmarkExpire: expire one bucket of 100,000 keys (goal < 1 s per op).
+func BenchmarkExpire(b *testing.B) {
+	const n = 100_000
+	e := mustOpen(b, Options{NoSync: true})
+	idx := uint64(0)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for it := range b.N {
+		b.StopTimer()
+		base := t0 + int64(it)*2*hour
+		for i := 0; i < n; i += 5000 {
+			cmds := make([]Command, 0, 5000)
+			for j := i; j < i+5000; j++ {
+				c := benchClaim(benchKey(it*n+j), base, benchPayload)
+				c.Retention = 0
+				cmds = append(cmds, c)
+			}
+			idx++
+			if _, err := e.Apply(idx, cmds...); err != nil {
+				b.Fatal(err)
+			}
+		}
+		b.StartTimer()
+		idx++
+		rs, err := e.Apply(idx, Command{Op: OpExpire, Now: base + hour})
+		if err != nil || rs[0].N != n {
+			b.Fatalf("expire = %d, %v", rs[0].N, err)
+		}
+	}
+}
+
+func BenchmarkEncodeEntry(b *testing.B) {
+	cmds := []Command{benchClaim(benchKey(1), t0, benchPayload)}
+	buf := make([]byte, 0, 4096)
+	b.ReportAllocs()
+	for b.Loop() {
+		buf = EncodeEntry(buf[:0], cmds)
+	}
+	b.SetBytes(int64(len(buf)))
+}
+
+func BenchmarkDecodeEntry(b *testing.B) {
+	buf := EncodeEntry(nil, []Command{benchClaim(benchKey(1), t0, benchPayload)})
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := DecodeEntry(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Fixtures shared by the benchmarks of one process: built once, removed by
+// TestMain.
+var (
+	fixtureMu   sync.Mutex
+	fixtureDir  string
+	fixtureEngs = map[string]*Engine{}
+)
+
+// fixtureKey is the key of fixture event i. Fixture keys ascend so that the
+// million-event fixture builds by appending, in seconds.
+func fixtureKey(i int) string { return fmt.Sprintf("stripe-live:evt_%016x", i) }
+
+// benchFixture returns an engine holding n claimed events, of which due are
+// due at t0 and the others an hour later (their claim time: Now stamps when a
+// claim is due). Built once per process.
+func benchFixture(b *testing.B, n, due int) *Engine {
+	b.Helper()
+	fixtureMu.Lock()
+	defer fixtureMu.Unlock()
+	name := fmt.Sprintf("fixture-%d-%d", n, due)
+	if e := fixtureEngs[name]; e != nil {
+		return e
+	}
+	if fixtureDir == "" {
+		d, err := os.MkdirTemp("", "engine-bench-")
+		if err != nil {
+			b.Fatal(err)
+		}
+		fixtureDir = d
+	}
+	e, err := Open(filepath.Join(fixtureDir, name+".db"), Options{NoSync: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	const batch = 10_000
+	idx := uint64(0)
+	cmds := make([]Command, 0, batch)
+	for i := range n {
+		now := t0 + hour
+		if i < due {
+			now = t0
+		}
+		cmds = append(cmds, benchClaim(fixtureKey(i), now, benchPayload))
+		if len(cmds) == batch || i == n-1 {
+			idx++
+			if _, err := e.Apply(idx, cmds...); err != nil {
+				b.Fatal(err)
+			}
+			cmds = cmds[:0]
+		}
+	}
+	fixtureEngs[name] = e
+	return e
+}
+
+func cleanupBenchFixtures() {
+	fixtureMu.Lock()
+	defer fixtureMu.Unlock()
+	for _, e := range fixtureEngs {
+		e.Close()
+	}
+	if fixtureDir != "" {
+		removeAllQuiet(fixtureDir)
+	}
+}

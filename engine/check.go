@@ -1,0 +1,199 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// checkIndexes verifies the invariants between records, indexes and counters
+// (doc.go, "Invariants"). It reads everything once and returns at most a
+// screenful of problems, each wrapping ErrCorrupt.
+func checkIndexes(tx *bolt.Tx) error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		if len(errs) < 20 {
+			errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrCorrupt}, args...)...))
+		}
+	}
+	events, payloads, responses := tx.Bucket(bEvents), tx.Bucket(bPayloads), tx.Bucket(bResponses)
+	due, leases, states, done := tx.Bucket(bDue), tx.Bucket(bLeases), tx.Bucket(bStates), tx.Bucket(bDone)
+	expiry, orders, counters := tx.Bucket(bExpiry), tx.Bucket(bOrders), tx.Bucket(bCounters)
+	for _, b := range []*bolt.Bucket{events, payloads, responses, due, leases, states, done, expiry, orders, counters} {
+		if b == nil {
+			return fmt.Errorf("%w: a bucket is missing", ErrCorrupt)
+		}
+	}
+	tk := func(t int64, key []byte) []byte { return append(appendTime(nil, t), key...) }
+	ptk := func(p byte, t int64, key []byte) []byte { return append(appendTime([]byte{p}, t), key...) }
+
+	var byState [StateStale + 1]uint64
+	bySource := map[string]uint64{}
+	nEvents := 0
+	c := events.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		nEvents++
+		var ev Event
+		flags, err := decodeRecord(k, v, &ev)
+		if err != nil {
+			bad("%v", err)
+			continue
+		}
+		byState[ev.State]++
+		bySource[ev.Source]++
+		if src := states.Get(ptk(byte(ev.State), ev.UpdatedAt, k)); src == nil || string(src) != ev.Source {
+			bad("event %q: no states entry for %d/%q", k, ev.State, ev.Source)
+		}
+		if (ev.State == StatePending) != (due.Get(tk(ev.NextAttemptAt, k)) != nil) {
+			bad("event %q (state %d): due index disagrees", k, ev.State)
+		}
+		if ev.State != StatePending && ev.NextAttemptAt != 0 {
+			bad("event %q (state %d): next attempt %d", k, ev.State, ev.NextAttemptAt)
+		}
+		if (ev.State == StateProcessing) != (leases.Get(tk(ev.LeaseUntil, k)) != nil) {
+			bad("event %q (state %d): lease index disagrees", k, ev.State)
+		}
+		if ev.State != StateProcessing && ev.LeaseUntil != 0 {
+			bad("event %q (state %d): lease until %d", k, ev.State, ev.LeaseUntil)
+		}
+		if ev.State == StateDone && payloads.Get(tk(ev.CreatedAt, k)) != nil && done.Get(tk(ev.UpdatedAt, k)) == nil {
+			bad("event %q: done with a payload but not in the done index", k)
+		}
+		if (flags&flagResponse != 0) != (responses.Get(tk(ev.CreatedAt, k)) != nil) {
+			bad("event %q: response flag disagrees with the responses bucket", k)
+		}
+		if eb := expiry.Bucket(appendTime(nil, ev.ExpiresAt)); eb == nil || eb.Get(ptk(expiryEvent, ev.CreatedAt, k)) == nil {
+			bad("event %q: not listed in its expiry bucket %d", k, ev.ExpiresAt)
+		}
+	}
+
+	// Every index entry names a matching event.
+	record := func(k []byte) (Event, bool) {
+		var ev Event
+		v := events.Get(k)
+		if v == nil {
+			return ev, false
+		}
+		if _, err := decodeRecord(k, v, &ev); err != nil {
+			return ev, false
+		}
+		return ev, true
+	}
+	nStates := 0
+	c = states.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		nStates++
+		if len(k) < 10 {
+			bad("states key %x", k)
+			continue
+		}
+		if ev, ok := record(k[9:]); !ok || byte(ev.State) != k[0] || ev.UpdatedAt != timeOf(k[1:]) {
+			bad("states entry %q names no matching event", k)
+		}
+	}
+	if nStates != nEvents {
+		bad("%d states entries for %d events", nStates, nEvents)
+	}
+	timeIndex := func(name string, b *bolt.Bucket, match func(ev Event, t int64) bool) {
+		c := b.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if len(k) < 9 {
+				bad("%s key %x", name, k)
+				continue
+			}
+			if ev, ok := record(k[8:]); !ok || !match(ev, timeOf(k)) {
+				bad("%s entry %q names no matching event", name, k[8:])
+			}
+		}
+	}
+	timeIndex("due", due, func(ev Event, t int64) bool { return ev.State == StatePending && ev.NextAttemptAt == t })
+	timeIndex("leases", leases, func(ev Event, t int64) bool { return ev.State == StateProcessing && ev.LeaseUntil == t })
+	timeIndex("done", done, func(ev Event, t int64) bool { return ev.State == StateDone && ev.UpdatedAt == t })
+	for _, b := range []*bolt.Bucket{payloads, responses} {
+		c := b.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			if len(k) < 9 {
+				bad("payload or response key %x", k)
+				continue
+			}
+			if ev, ok := record(k[8:]); !ok || ev.CreatedAt != timeOf(k) {
+				bad("payload or response %q without an event", k)
+			}
+		}
+	}
+
+	// Expiry buckets list exactly the events and order entries that end with them.
+	listed := 0
+	c = expiry.Cursor()
+	for name, _ := c.First(); name != nil; name, _ = c.Next() {
+		eb := expiry.Bucket(name)
+		if eb == nil || len(name) != 8 {
+			bad("expiry entry %x is not a bucket", name)
+			continue
+		}
+		end := timeOf(name)
+		ec := eb.Cursor()
+		for k, _ := ec.First(); k != nil; k, _ = ec.Next() {
+			switch {
+			case len(k) > 9 && k[0] == expiryEvent:
+				listed++
+				if ev, ok := record(k[9:]); !ok || ev.ExpiresAt != end || ev.CreatedAt != timeOf(k[1:]) {
+					bad("expiry %d lists %q, which does not end there", end, k[9:])
+				}
+			case len(k) > 1 && k[0] == expiryOrder:
+				if v := orders.Get(k[1:]); len(v) != 16 || int64(binary.BigEndian.Uint64(v[8:])) != end {
+					bad("expiry %d lists order %q, which does not end there", end, k[1:])
+				}
+			default:
+				bad("expiry key %x", k)
+			}
+		}
+	}
+	if listed != nEvents {
+		bad("expiry lists %d events for %d", listed, nEvents)
+	}
+	c = orders.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(v) != 16 {
+			bad("order entry %q: %x", k, v)
+			continue
+		}
+		eb := expiry.Bucket(appendTime(nil, int64(binary.BigEndian.Uint64(v[8:]))))
+		if eb == nil || eb.Get(append([]byte{expiryOrder}, k...)) == nil {
+			bad("order entry %q not listed in its expiry bucket", k)
+		}
+	}
+
+	// Counters equal the records.
+	want := map[string]uint64{}
+	for s := StatePending; s <= StateStale; s++ {
+		if byState[s] != 0 {
+			want[string([]byte{counterState, byte(s)})] = byState[s]
+		}
+	}
+	for src, n := range bySource {
+		want[string(counterSource)+src] = n
+	}
+	got := map[string]uint64{}
+	c = counters.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(v) != 8 {
+			bad("counter %q: %x", k, v)
+			continue
+		}
+		got[string(k)] = binary.BigEndian.Uint64(v)
+	}
+	for _, k := range sortedKeys(want) {
+		if got[k] != want[k] {
+			bad("counter %q is %d, records say %d", k, got[k], want[k])
+		}
+	}
+	for _, k := range sortedKeys(got) {
+		if _, ok := want[k]; !ok {
+			bad("counter %q is %d, records say 0", k, got[k])
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,692 @@
+package engine
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"math/bits"
+)
+
+// This file holds the hand-written binary encodings: the stored records
+// (event, payload, response) and the Raft log entry codec. Every format starts
+// with a version byte; numbers are encoding/binary varints and uvarints;
+// strings and byte slices are uvarint-length-prefixed. Decoders never panic and
+// report malformed input as an error wrapping ErrCorrupt.
+
+// Format versions. Bump a version when its layout changes and keep decoding the
+// old one.
+const (
+	recordVersion   = 1
+	payloadVersion  = 1
+	responseVersion = 1
+	entryVersion    = 1
+)
+
+// Record flags (byte 2 of an event record).
+const (
+	flagResponse = 1 << 0 // a cached Response is stored in the responses bucket
+	flagsKnown   = flagResponse
+)
+
+// Limits enforced on commands. They keep records and index keys well inside
+// bbolt's limits and make a hostile entry cheap to reject.
+const (
+	MaxKeyLen     = 512      // idempotency keys, sources, order objects, replay keys
+	MaxTextLen    = 1024     // fail and replay reasons: longer values are cut (deterministically)
+	MaxHeaders    = 256      // headers kept per event
+	MaxHeaderLen  = 16 << 10 // one header name or value
+	MaxPayloadLen = 64 << 20 // one payload or cached response body
+	maxAudit      = 64       // audit entries kept per event; the oldest are dropped
+)
+
+// decoder reads the primitive encodings from b. The first failure sticks in err
+// and every later read returns a zero value, so callers check err once.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrCorrupt, what)
+	}
+}
+
+func (d *decoder) byte(what string) byte {
+	if d.err != nil {
+		return 0
+	}
+	if len(d.b) == 0 {
+		d.fail(what)
+		return 0
+	}
+	c := d.b[0]
+	d.b = d.b[1:]
+	return c
+}
+
+func (d *decoder) uvarint(what string) uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	if n <= 0 || n != uvarintLen(v) {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// uvarintLen is the length of the shortest encoding of v. Decoders accept
+// only that one, so every value has one encoding.
+func uvarintLen(v uint64) int { return max(1, (bits.Len64(v)+6)/7) }
+
+func (d *decoder) varint(what string) int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
+	if n <= 0 || n != uvarintLen(uint64(v<<1)^uint64(v>>63)) {
+		d.fail(what)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// bytes reads a length-prefixed byte string and returns a sub-slice of the
+// input (no copy).
+func (d *decoder) bytes(what string) []byte {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail(what)
+		return nil
+	}
+	v := d.b[:n:n]
+	d.b = d.b[n:]
+	return v
+}
+
+// count reads an element count and checks that at least min bytes per element
+// remain, so a hostile count cannot make the caller allocate a huge slice.
+func (d *decoder) count(what string, min int) int {
+	n := d.uvarint(what)
+	if d.err != nil {
+		return 0
+	}
+	if n > uint64(len(d.b)/min) {
+		d.fail(what)
+		return 0
+	}
+	return int(n)
+}
+
+func appendString(dst []byte, s string) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(s)))
+	return append(dst, s...)
+}
+
+func appendBytes(dst []byte, b []byte) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(b)))
+	return append(dst, b...)
+}
+
+// ---- event record -------------------------------------------------------
+
+// The event record, stored in the events bucket under the event's key:
+//
+//	byte     version (1)
+//	byte     state
+//	byte     flags (flagResponse)
+//	uvarint  attempts, token
+//	varint   createdAt, updatedAt, nextAttemptAt, leaseUntil, expiresAt, leaseFor
+//	string   source, lastError
+//	uvarint  number of audit entries, then each:
+//	         varint at, string who, string action, string reason, byte from
+//
+// The key is not repeated (it is the bbolt key). Payload, headers and the
+// cached response live in their own buckets so that the record stays small.
+
+// recordSize is an upper bound of the encoded size of ev.
+func recordSize(ev *Event) int {
+	n := 3 + 2*binary.MaxVarintLen64 + 6*binary.MaxVarintLen64 +
+		2*binary.MaxVarintLen64 + len(ev.Source) + len(ev.LastError) + binary.MaxVarintLen64
+	for i := range ev.Audit {
+		a := &ev.Audit[i]
+		n += binary.MaxVarintLen64 + 3*binary.MaxVarintLen64 + len(a.Who) + len(a.Action) + len(a.Reason) + 1
+	}
+	return n
+}
+
+// appendRecord appends the record encoding of ev (without payload, headers,
+// response) to dst.
+func appendRecord(dst []byte, ev *Event, flags byte) []byte {
+	dst = append(dst, recordVersion, byte(ev.State), flags)
+	dst = binary.AppendUvarint(dst, uint64(ev.Attempts))
+	dst = binary.AppendUvarint(dst, ev.Token)
+	dst = binary.AppendVarint(dst, ev.CreatedAt)
+	dst = binary.AppendVarint(dst, ev.UpdatedAt)
+	dst = binary.AppendVarint(dst, ev.NextAttemptAt)
+	dst = binary.AppendVarint(dst, ev.LeaseUntil)
+	dst = binary.AppendVarint(dst, ev.ExpiresAt)
+	dst = binary.AppendVarint(dst, ev.LeaseFor)
+	dst = appendString(dst, ev.Source)
+	dst = appendString(dst, ev.LastError)
+	dst = binary.AppendUvarint(dst, uint64(len(ev.Audit)))
+	for i := range ev.Audit {
+		a := &ev.Audit[i]
+		dst = binary.AppendVarint(dst, a.At)
+		dst = appendString(dst, a.Who)
+		dst = appendString(dst, a.Action)
+		dst = appendString(dst, a.Reason)
+		dst = append(dst, byte(a.From))
+	}
+	return dst
+}
+
+func validState(s State) bool { return s >= StatePending && s <= StateStale }
+
+// decodeRecord decodes an event record stored under key into ev (Key,
+// Payload, Headers and Response are left empty: the caller sets Key from the
+// bbolt key) and returns its flags. A bad
+// record yields an error wrapping ErrCorrupt that names the key.
+func decodeRecord(key, b []byte, ev *Event) (byte, error) {
+	d := decoder{b: b}
+	if v := d.byte("version"); d.err == nil && v != recordVersion {
+		d.fail(fmt.Sprintf("record version %d", v))
+	}
+	st := State(d.byte("state"))
+	if d.err == nil && !validState(st) {
+		d.fail(fmt.Sprintf("state %d", st))
+	}
+	flags := d.byte("flags")
+	if d.err == nil && flags&^flagsKnown != 0 {
+		d.fail(fmt.Sprintf("flags %#x", flags))
+	}
+	attempts := d.uvarint("attempts")
+	if d.err == nil && attempts > math.MaxUint32 {
+		d.fail("attempts")
+	}
+	*ev = Event{
+		State:         st,
+		Attempts:      uint32(attempts),
+		Token:         d.uvarint("token"),
+		CreatedAt:     d.varint("createdAt"),
+		UpdatedAt:     d.varint("updatedAt"),
+		NextAttemptAt: d.varint("nextAttemptAt"),
+		LeaseUntil:    d.varint("leaseUntil"),
+		ExpiresAt:     d.varint("expiresAt"),
+		LeaseFor:      d.varint("leaseFor"),
+	}
+	ev.Source = string(d.bytes("source"))
+	ev.LastError = string(d.bytes("lastError"))
+	if n := d.count("audit", 5); n > 0 {
+		ev.Audit = make([]AuditEntry, n)
+		for i := range ev.Audit {
+			a := &ev.Audit[i]
+			a.At = d.varint("audit at")
+			a.Who = string(d.bytes("audit who"))
+			a.Action = string(d.bytes("audit action"))
+			a.Reason = string(d.bytes("audit reason"))
+			a.From = State(d.byte("audit from"))
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		*ev = Event{}
+		return 0, fmt.Errorf("event %q: %w", clip(key), d.err)
+	}
+	return flags, nil
+}
+
+// recordState returns the state byte of an event record without decoding the
+// rest (the cheap path of Exists and of duplicate claims).
+func recordState(key, b []byte) (State, error) {
+	if len(b) < 3 || b[0] != recordVersion || !validState(State(b[1])) {
+		return 0, fmt.Errorf("event %q: %w: record header", clip(key), ErrCorrupt)
+	}
+	return State(b[1]), nil
+}
+
+// clip shortens a key for an error message.
+func clip(k []byte) []byte {
+	if len(k) > 80 {
+		return k[:80]
+	}
+	return k
+}
+
+// ---- payload and response values ----------------------------------------
+
+// The payload value, stored in the payloads bucket under the event's key:
+//
+//	byte     version (1)
+//	uvarint  number of headers, then each: string name, string value
+//	...      the payload bytes, to the end of the value
+
+func payloadSize(headers []Header, payload []byte) int {
+	n := 1 + binary.MaxVarintLen64 + len(payload)
+	for i := range headers {
+		n += 2*binary.MaxVarintLen64 + len(headers[i].Name) + len(headers[i].Value)
+	}
+	return n
+}
+
+func appendPayload(dst []byte, headers []Header, payload []byte) []byte {
+	dst = append(dst, payloadVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(headers)))
+	for i := range headers {
+		dst = appendString(dst, headers[i].Name)
+		dst = appendString(dst, headers[i].Value)
+	}
+	return append(dst, payload...)
+}
+
+// decodePayload decodes a payload value; the payload is copied out of b.
+func decodePayload(key, b []byte) ([]Header, []byte, error) {
+	d := decoder{b: b}
+	if v := d.byte("payload version"); d.err == nil && v != payloadVersion {
+		d.fail(fmt.Sprintf("payload version %d", v))
+	}
+	var hs []Header
+	if n := d.count("headers", 2); n > 0 {
+		hs = make([]Header, n)
+		for i := range hs {
+			hs[i].Name = string(d.bytes("header name"))
+			hs[i].Value = string(d.bytes("header value"))
+		}
+	}
+	if d.err != nil {
+		return nil, nil, fmt.Errorf("payload %q: %w", clip(key), d.err)
+	}
+	var p []byte
+	if len(d.b) > 0 {
+		p = append([]byte(nil), d.b...)
+	}
+	return hs, p, nil
+}
+
+// The response value, stored in the responses bucket under the event's key:
+//
+//	byte     version (1)
+//	varint   status
+//	...      the body, to the end of the value
+
+func appendResponse(dst []byte, r *Response) []byte {
+	dst = append(dst, responseVersion)
+	dst = binary.AppendVarint(dst, int64(r.Status))
+	return append(dst, r.Body...)
+}
+
+func decodeResponse(key, b []byte) (*Response, error) {
+	d := decoder{b: b}
+	if v := d.byte("response version"); d.err == nil && v != responseVersion {
+		d.fail(fmt.Sprintf("response version %d", v))
+	}
+	st := d.varint("status")
+	if d.err == nil && (st < math.MinInt32 || st > math.MaxInt32) {
+		d.fail("status")
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("response %q: %w", clip(key), d.err)
+	}
+	r := &Response{Status: int(st)}
+	if len(d.b) > 0 {
+		r.Body = append([]byte(nil), d.b...)
+	}
+	return r, nil
+}
+
+// ---- Raft entry codec ---------------------------------------------------
+
+// An entry (the commands of one Raft log entry):
+//
+//	byte     version (1)
+//	uvarint  number of commands, then each:
+//	byte     op
+//	uvarint  field mask: bit i set when field i is present (non-zero)
+//	...      the present fields in bit order
+//
+// Field i (see the fieldXxx constants): varints for signed numbers, uvarint for
+// Token, one byte for State, length-prefixed strings and bytes; Headers and Keys
+// are a uvarint count then the elements; Response is a varint status then the
+// body. A zero field is never written, and a present field must not be zero, so
+// every command list has exactly one encoding: DecodeEntry(EncodeEntry(c))
+// re-encodes to the same bytes.
+const (
+	fieldNow = iota
+	fieldKey
+	fieldSource
+	fieldPayload
+	fieldHeaders
+	fieldRetention
+	fieldOrderObject
+	fieldOrderTime
+	fieldMax
+	fieldLeaseFor
+	fieldToken
+	fieldResponse
+	fieldRetryIn
+	fieldMaxAttempts
+	fieldReason
+	fieldKeys
+	fieldState
+	fieldSince
+	fieldWho
+	fieldBefore
+	numFields
+)
+
+func commandMask(c *Command) uint64 {
+	var m uint64
+	set := func(f int, ok bool) {
+		if ok {
+			m |= 1 << f
+		}
+	}
+	set(fieldNow, c.Now != 0)
+	set(fieldKey, c.Key != "")
+	set(fieldSource, c.Source != "")
+	set(fieldPayload, len(c.Payload) != 0)
+	set(fieldHeaders, len(c.Headers) != 0)
+	set(fieldRetention, c.Retention != 0)
+	set(fieldOrderObject, c.OrderObject != "")
+	set(fieldOrderTime, c.OrderTime != 0)
+	set(fieldMax, c.Max != 0)
+	set(fieldLeaseFor, c.LeaseFor != 0)
+	set(fieldToken, c.Token != 0)
+	set(fieldResponse, c.Response != nil)
+	set(fieldRetryIn, c.RetryIn != 0)
+	set(fieldMaxAttempts, c.MaxAttempts != 0)
+	set(fieldReason, c.Reason != "")
+	set(fieldKeys, len(c.Keys) != 0)
+	set(fieldState, c.State != 0)
+	set(fieldSince, c.Since != 0)
+	set(fieldWho, c.Who != "")
+	set(fieldBefore, c.Before != 0)
+	return m
+}
+
+// EncodeEntry appends the binary encoding of cmds to dst and returns the
+// extended slice. It is what the cluster puts in a Raft log entry; DecodeEntry
+// reverses it. It allocates only when dst lacks capacity.
+func EncodeEntry(dst []byte, cmds []Command) []byte {
+	dst = append(dst, entryVersion)
+	dst = binary.AppendUvarint(dst, uint64(len(cmds)))
+	for i := range cmds {
+		c := &cmds[i]
+		m := commandMask(c)
+		dst = append(dst, byte(c.Op))
+		dst = binary.AppendUvarint(dst, m)
+		if m == 0 {
+			continue
+		}
+		if m&(1<<fieldNow) != 0 {
+			dst = binary.AppendVarint(dst, c.Now)
+		}
+		if m&(1<<fieldKey) != 0 {
+			dst = appendString(dst, c.Key)
+		}
+		if m&(1<<fieldSource) != 0 {
+			dst = appendString(dst, c.Source)
+		}
+		if m&(1<<fieldPayload) != 0 {
+			dst = appendBytes(dst, c.Payload)
+		}
+		if m&(1<<fieldHeaders) != 0 {
+			dst = binary.AppendUvarint(dst, uint64(len(c.Headers)))
+			for j := range c.Headers {
+				dst = appendString(dst, c.Headers[j].Name)
+				dst = appendString(dst, c.Headers[j].Value)
+			}
+		}
+		if m&(1<<fieldRetention) != 0 {
+			dst = binary.AppendVarint(dst, c.Retention)
+		}
+		if m&(1<<fieldOrderObject) != 0 {
+			dst = appendString(dst, c.OrderObject)
+		}
+		if m&(1<<fieldOrderTime) != 0 {
+			dst = binary.AppendVarint(dst, c.OrderTime)
+		}
+		if m&(1<<fieldMax) != 0 {
+			dst = binary.AppendVarint(dst, int64(c.Max))
+		}
+		if m&(1<<fieldLeaseFor) != 0 {
+			dst = binary.AppendVarint(dst, c.LeaseFor)
+		}
+		if m&(1<<fieldToken) != 0 {
+			dst = binary.AppendUvarint(dst, c.Token)
+		}
+		if m&(1<<fieldResponse) != 0 {
+			dst = binary.AppendVarint(dst, int64(c.Response.Status))
+			dst = appendBytes(dst, c.Response.Body)
+		}
+		if m&(1<<fieldRetryIn) != 0 {
+			dst = binary.AppendVarint(dst, c.RetryIn)
+		}
+		if m&(1<<fieldMaxAttempts) != 0 {
+			dst = binary.AppendVarint(dst, int64(c.MaxAttempts))
+		}
+		if m&(1<<fieldReason) != 0 {
+			dst = appendString(dst, c.Reason)
+		}
+		if m&(1<<fieldKeys) != 0 {
+			dst = binary.AppendUvarint(dst, uint64(len(c.Keys)))
+			for _, k := range c.Keys {
+				dst = appendString(dst, k)
+			}
+		}
+		if m&(1<<fieldState) != 0 {
+			dst = append(dst, byte(c.State))
+		}
+		if m&(1<<fieldSince) != 0 {
+			dst = binary.AppendVarint(dst, c.Since)
+		}
+		if m&(1<<fieldWho) != 0 {
+			dst = appendString(dst, c.Who)
+		}
+		if m&(1<<fieldBefore) != 0 {
+			dst = binary.AppendVarint(dst, c.Before)
+		}
+	}
+	return dst
+}
+
+// entryDecoder decodes strings as sub-strings of one copy of the entry and
+// byte fields as sub-slices of another, so a decoded entry costs a handful of
+// allocations whatever its number of fields. Nothing decoded aliases the
+// caller's b.
+type entryDecoder struct {
+	decoder
+	base  int    // len of the whole input
+	str   string // string copy of the whole input, made on first use
+	bcopy []byte // []byte copy of the whole input, made on first use
+	orig  []byte
+}
+
+func (d *entryDecoder) off() int { return d.base - len(d.b) }
+
+func (d *entryDecoder) string(what string, nonEmpty bool) string {
+	v := d.decoder.bytes(what)
+	if d.err != nil {
+		return ""
+	}
+	if nonEmpty && len(v) == 0 {
+		d.fail(what + ": present but empty")
+		return ""
+	}
+	if len(v) == 0 {
+		return ""
+	}
+	if d.str == "" {
+		d.str = string(d.orig)
+	}
+	end := d.off()
+	return d.str[end-len(v) : end]
+}
+
+func (d *entryDecoder) byteSlice(what string, nonEmpty bool) []byte {
+	v := d.decoder.bytes(what)
+	if d.err != nil {
+		return nil
+	}
+	if nonEmpty && len(v) == 0 {
+		d.fail(what + ": present but empty")
+		return nil
+	}
+	if len(v) == 0 {
+		return nil
+	}
+	if d.bcopy == nil {
+		d.bcopy = append([]byte(nil), d.orig...)
+	}
+	end := d.off()
+	return d.bcopy[end-len(v) : end : end]
+}
+
+func (d *entryDecoder) nonZeroVarint(what string) int64 {
+	v := d.varint(what)
+	if d.err == nil && v == 0 {
+		d.fail(what + ": present but zero")
+	}
+	return v
+}
+
+// DecodeEntry decodes an entry written by EncodeEntry. Malformed input gives an
+// error wrapping ErrCorrupt; it never panics. Unknown ops decode (Apply rejects
+// them with ErrBadCommand). The decoded commands do not alias b.
+func DecodeEntry(b []byte) ([]Command, error) {
+	d := entryDecoder{decoder: decoder{b: b}, base: len(b), orig: b}
+	if v := d.byte("entry version"); d.err == nil && v != entryVersion {
+		d.fail(fmt.Sprintf("entry version %d", v))
+	}
+	n := d.count("command count", 2)
+	if d.err != nil {
+		return nil, fmt.Errorf("entry: %w", d.err)
+	}
+	cmds := make([]Command, n)
+	for i := range cmds {
+		c := &cmds[i]
+		c.Op = Op(d.byte("op"))
+		m := d.uvarint("field mask")
+		if d.err == nil && m>>numFields != 0 {
+			d.fail(fmt.Sprintf("field mask %#x", m))
+		}
+		if d.err != nil {
+			break
+		}
+		if m == 0 {
+			continue
+		}
+		if m&(1<<fieldNow) != 0 {
+			c.Now = d.nonZeroVarint("now")
+		}
+		if m&(1<<fieldKey) != 0 {
+			c.Key = d.string("key", true)
+		}
+		if m&(1<<fieldSource) != 0 {
+			c.Source = d.string("source", true)
+		}
+		if m&(1<<fieldPayload) != 0 {
+			c.Payload = d.byteSlice("payload", true)
+		}
+		if m&(1<<fieldHeaders) != 0 {
+			hn := d.count("header count", 2)
+			if d.err == nil && hn == 0 {
+				d.fail("headers: present but empty")
+			}
+			if hn > 0 {
+				c.Headers = make([]Header, hn)
+				for j := range c.Headers {
+					c.Headers[j].Name = d.string("header name", false)
+					c.Headers[j].Value = d.string("header value", false)
+				}
+			}
+		}
+		if m&(1<<fieldRetention) != 0 {
+			c.Retention = d.nonZeroVarint("retention")
+		}
+		if m&(1<<fieldOrderObject) != 0 {
+			c.OrderObject = d.string("order object", true)
+		}
+		if m&(1<<fieldOrderTime) != 0 {
+			c.OrderTime = d.nonZeroVarint("order time")
+		}
+		if m&(1<<fieldMax) != 0 {
+			c.Max = int(d.nonZeroVarint("max"))
+		}
+		if m&(1<<fieldLeaseFor) != 0 {
+			c.LeaseFor = d.nonZeroVarint("lease for")
+		}
+		if m&(1<<fieldToken) != 0 {
+			c.Token = d.uvarint("token")
+			if d.err == nil && c.Token == 0 {
+				d.fail("token: present but zero")
+			}
+		}
+		if m&(1<<fieldResponse) != 0 {
+			st := d.varint("response status")
+			if d.err == nil && (st < math.MinInt32 || st > math.MaxInt32) {
+				d.fail("response status")
+			}
+			c.Response = &Response{Status: int(st), Body: d.byteSlice("response body", false)}
+		}
+		if m&(1<<fieldRetryIn) != 0 {
+			c.RetryIn = d.nonZeroVarint("retry in")
+		}
+		if m&(1<<fieldMaxAttempts) != 0 {
+			v := d.nonZeroVarint("max attempts")
+			if d.err == nil && (v < math.MinInt32 || v > math.MaxInt32) {
+				d.fail("max attempts")
+			}
+			c.MaxAttempts = int(v)
+		}
+		if m&(1<<fieldReason) != 0 {
+			c.Reason = d.string("reason", true)
+		}
+		if m&(1<<fieldKeys) != 0 {
+			kn := d.count("key count", 1)
+			if d.err == nil && kn == 0 {
+				d.fail("keys: present but empty")
+			}
+			if kn > 0 {
+				c.Keys = make([]string, kn)
+				for j := range c.Keys {
+					c.Keys[j] = d.string("replay key", false)
+				}
+			}
+		}
+		if m&(1<<fieldState) != 0 {
+			c.State = State(d.byte("state"))
+			if d.err == nil && c.State == 0 {
+				d.fail("state: present but zero")
+			}
+		}
+		if m&(1<<fieldSince) != 0 {
+			c.Since = d.nonZeroVarint("since")
+		}
+		if m&(1<<fieldWho) != 0 {
+			c.Who = d.string("who", true)
+		}
+		if m&(1<<fieldBefore) != 0 {
+			c.Before = d.nonZeroVarint("before")
+		}
+		if d.err != nil {
+			break
+		}
+	}
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return nil, fmt.Errorf("entry: %w", d.err)
+	}
+	return cmds, nil
+}

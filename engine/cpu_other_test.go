@@ -1,0 +1,5 @@
+//go:build !unix
+
+package engine
+
+func processCPU() int64 { return 0 }

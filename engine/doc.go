@@ -1,0 +1,77 @@
+// Package engine is oncehook's event state machine: every claimed idempotency
+// key, its payload, its lifecycle (pending -> processing -> done | pending
+// again | dead, stale; DESIGN.md section 2), its leases and fencing tokens, and
+// its expiry, in one bbolt file.
+//
+// The cluster package applies Raft log entries to it (ApplyBatch), snapshots
+// it (Snapshot) and restores it (Restore); the intake and the admin API read it
+// (Exists, Get, List, Counts). The engine owns the file, the record encodings
+// and the Raft entry codec (EncodeEntry, DecodeEntry). The commands and their
+// outcomes are the contract in command.go and errors.go.
+//
+// # Invariants
+//
+//   - Deterministic. Apply never reads a clock or random numbers: every time is
+//     in the command (Command.Now, stamped by the Raft leader; durations are
+//     relative to it). Nothing written depends on map iteration order
+//     (counters are written in sorted order). The same entries applied to two
+//     fresh files give byte-identical bucket contents (Hash).
+//   - Atomic batches. ApplyBatch applies many entries in one bbolt read-write
+//     transaction and stores the last applied index in the same transaction,
+//     so after a crash the file is exactly as of some batch, and entries at or
+//     below the stored index are skipped (ErrAlreadyApplied) when the log is
+//     replayed. A rejected command (Result.Err) changes nothing and never
+//     aborts the batch; only storage failures do.
+//   - Durable. Each commit is fsynced before ApplyBatch returns, unless
+//     Options.NoSync (tests only). The freelist is not synced (rebuilt at Open).
+//   - Fenced. A lease's token is the index of the entry that applied it, so
+//     tokens grow with the Raft log; Complete and Fail with an older token are
+//     rejected (ErrStaleToken), and an event is never leased twice under one
+//     token.
+//   - Attempts counts delivery attempts started: Lease increments it, Fail
+//     compares it with MaxAttempts (dead when Attempts >= MaxAttempts; 0 means
+//     no limit), Reclaim keeps it, Replay resets it to 0.
+//   - Cheap when big. Lease, Reclaim, Expire and DropPayloads walk time-ordered
+//     indexes from their start and stop at Now (or Before), so their cost grows
+//     with the events they change, not with the events stored. Expire deletes
+//     whole retention buckets (keys live at least their retention: a key
+//     claimed at Now with Retention R expires at the end of the bucket holding
+//     Now+R). Replay by state seeks to Since in that state's index. Counts reads
+//     counters kept in the same transactions, not a scan.
+//   - Indexes agree with records: every event has one states entry; a due
+//     entry iff pending, a lease entry iff processing, a done entry while done
+//     with its payload; one expiry entry; counters equal the records. Check
+//     verifies all of it.
+//
+// # Bucket layout (version 1)
+//
+// time(t) in a key is t as 8 bytes big endian with the sign bit flipped, so
+// keys sort in time order. Records are described in codec.go. Only the events
+// bucket is keyed by the (random) idempotency key; every other bucket a claim
+// writes starts its keys with a time that grows with the log, so a batch of
+// claims appends to their last pages instead of dirtying one random page per
+// claim and bucket. Moves of many events (lease, reclaim, replay) are done in
+// key order for the same reason (see keyOrder).
+//
+//	meta       "version" -> layout version; "applied" -> last applied index;
+//	           "width" -> retention bucket width in ns (fixed at creation)
+//	events     key -> event record (state, attempts, token, times, source,
+//	           last error, audit); small, so Get and List stay cheap
+//	payloads   time(CreatedAt) key -> headers + payload (dropped by DropPayloads)
+//	responses  time(CreatedAt) key -> cached handler response (sync mode)
+//	due        time(NextAttemptAt) key -> ""   (every pending event)
+//	leases     time(LeaseUntil) key -> ""      (every processing event)
+//	done       time(UpdatedAt) key -> ""       (done events still holding a payload)
+//	states     state time(UpdatedAt) key -> source  (every event; List, Replay by state)
+//	expiry     time(bucket end) -> bucket of
+//	             'e' time(CreatedAt) key -> ""  (the events that expire with it)
+//	             'o' object -> ""               (the order entries that expire with it)
+//	orders     order object -> newest order time, expiry (8+8 bytes; ordering guard)
+//	counters   's' state -> n; 'c' source -> n  (8 bytes big endian, no zero entries)
+//
+// # Imports
+//
+// The engine imports nothing of oncehook, and must not import raft, fasthttp,
+// toml or net/http (TestDependencyRule): it is a pure library around bbolt. It
+// starts no goroutines.
+package engine

@@ -1,0 +1,115 @@
+package engine
+
+import (
+	"errors"
+	"testing"
+)
+
+// TestExpireManyBuckets: 100,000 keys over 72 hourly buckets (10,000 under
+// -short or -race). Expire at hour 36 removes exactly the keys whose bucket
+// ended, and leaves the others (records, payloads, indexes, counters) intact.
+func TestExpireManyBuckets(t *testing.T) {
+	n := 100_000
+	if testing.Short() || raceEnabled {
+		n = 10_000
+	}
+	const buckets = 72
+	e := mustOpen(t, Options{NoSync: true})
+	idx := uint64(0)
+	apply := func(cmds ...Command) []Result {
+		t.Helper()
+		idx++
+		rs, err := e.Apply(idx, cmds...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rs
+	}
+	// Key i is claimed in hour i%72 with a retention of 30 minutes, so it ends
+	// with bucket (i%72)+1 or +2 depending on the minute it was claimed at.
+	claimAt := func(i int) int64 { return t0 + int64(i%buckets)*hour + int64(i%60)*60*sec }
+	ends := func(i int) int64 { return bucketEnd(claimAt(i)+30*60*sec, hour) }
+	const batch = 2000
+	cmds := make([]Command, 0, batch)
+	for i := range n {
+		c := claimCmd(keyN(i), claimAt(i))
+		c.Retention = 30 * 60 * sec
+		cmds = append(cmds, c)
+		if len(cmds) == batch || i == n-1 {
+			apply(cmds...)
+			cmds = cmds[:0]
+		}
+	}
+	// Put some events in every other state so every index is involved.
+	leased := apply(leaseCmd(t0+100*hour, 300))[0].Events
+	for i, ev := range leased {
+		switch i % 3 {
+		case 0:
+			apply(completeCmd(ev.Key, ev.Token, t0+100*hour))
+		case 1:
+			apply(failCmd(ev.Key, ev.Token, t0+100*hour, 1))
+		}
+	}
+	if states, sources := mustCounts(t, e); sumCounts(states) != n || sources["src"] != n {
+		t.Fatalf("counts before = %v %v", states, sources)
+	}
+
+	cut := t0 + 36*hour
+	wantGone := 0
+	for i := range n {
+		if ends(i) <= cut {
+			wantGone++
+		}
+	}
+	if wantGone == 0 || wantGone == n {
+		t.Fatalf("bad fixture: %d of %d expire", wantGone, n)
+	}
+	r := apply(Command{Op: OpExpire, Now: cut})[0]
+	if r.Err != nil || r.N != wantGone {
+		t.Fatalf("Expire = %d, %v; want %d", r.N, r.Err, wantGone)
+	}
+	states, sources := mustCounts(t, e)
+	if sumCounts(states) != n-wantGone || sources["src"] != n-wantGone {
+		t.Fatalf("counts after = %v %v, want %d", states, sources, n-wantGone)
+	}
+	for i := 0; i < n; i += 37 {
+		ev, err := e.Get(keyN(i), true)
+		if ends(i) <= cut {
+			if !errors.Is(err, ErrNotFound) {
+				t.Fatalf("%s (ends %d) survived: %v", keyN(i), (ends(i)-t0)/hour, err)
+			}
+			continue
+		}
+		if err != nil || ev.ExpiresAt != ends(i) || string(ev.Payload) != "payload of "+keyN(i) {
+			t.Fatalf("kept %s = %+v, %v", keyN(i), ev, err)
+		}
+	}
+	// The indexes of the kept keys still work: everything pending is leasable.
+	if r := apply(Command{Op: OpExpire, Now: cut})[0]; r.N != 0 {
+		t.Fatalf("second Expire = %d", r.N)
+	}
+	pending := states[StatePending]
+	if got := apply(leaseCmd(t0+200*hour, n))[0].N; got != pending {
+		t.Fatalf("leased %d after expiry, want the %d pending", got, pending)
+	}
+	// Claiming an expired key creates it again.
+	for i := range buckets {
+		if ends(i) <= cut {
+			if r := apply(claimCmd(keyN(i), t0+200*hour))[0]; !r.Created {
+				t.Fatalf("re-claim of expired %s: %+v", keyN(i), r)
+			}
+			break
+		}
+	}
+	if err := e.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func sumCounts(m map[State]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}

@@ -1,0 +1,123 @@
+package providers
+
+import (
+	"bytes"
+	"time"
+)
+
+// listSpec describes a "key=value" list header carrying one timestamp and any
+// number of signatures (Stripe: "t=..,v1=..,v1=..", Paddle: "ts=..;h1=..").
+type listSpec struct {
+	header string
+	sep    byte
+	tsKey  string
+	sigKey string
+	// signed content is ts + join + body
+	join []byte
+}
+
+// parse reads the list into st (signatures, decoded) and returns the
+// timestamp. Entries with other keys (Stripe's v0, future schemes) are
+// ignored, so that a downgrade to a weaker scheme is impossible. Every entry
+// needs '='; the timestamp must appear exactly once; more than MaxSignatures
+// signatures is an error before any MAC is computed.
+func (l *listSpec) parse(raw []byte, st *macState) ([]byte, error) {
+	var ts []byte
+	seenTS := false
+	for len(raw) > 0 {
+		var item []byte
+		if i := indexByte(raw, l.sep); i >= 0 {
+			item, raw = raw[:i], raw[i+1:]
+		} else {
+			item, raw = raw, nil
+		}
+		item = trimSpace(item)
+		if len(item) == 0 {
+			continue
+		}
+		eq := indexByte(item, '=')
+		if eq < 0 {
+			return nil, errNoEquals
+		}
+		k, v := item[:eq], item[eq+1:]
+		switch string(k) {
+		case l.tsKey:
+			if seenTS {
+				return nil, errDupTimestamp
+			}
+			ts, seenTS = v, true
+		case l.sigKey:
+			if err := st.addSig(v, encHex, algSHA256.size); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if !seenTS {
+		return nil, errNoTimestamp
+	}
+	return ts, nil
+}
+
+// listVerifier verifies a listSpec scheme.
+type listVerifier struct {
+	spec     *listSpec
+	ring     *keyring
+	tol      time.Duration
+	errNoSig error
+}
+
+func newListVerifier(spec *listSpec, opts Options) (*listVerifier, error) {
+	keys, err := secretKeys(opts.Secrets)
+	if err != nil {
+		return nil, err
+	}
+	tol, err := tolerance(opts.Tolerance, DefaultTolerance)
+	if err != nil {
+		return nil, err
+	}
+	ring, err := newKeyring(algSHA256, keys)
+	if err != nil {
+		return nil, err
+	}
+	return &listVerifier{spec: spec, ring: ring, tol: tol, errNoSig: missingHeader(spec.header)}, nil
+}
+
+func (v *listVerifier) Verify(r *Request) error {
+	raw, err := peekSig(r.Header, v.spec.header, v.errNoSig)
+	if err != nil {
+		return err
+	}
+	st := v.ring.get()
+	defer v.ring.put(st)
+	ts, err := v.spec.parse(raw, st)
+	if err != nil {
+		return err
+	}
+	n, ok := parseUnix(ts)
+	if !ok {
+		return errTSFormat
+	}
+	if err := checkWindow(r.Now, time.Unix(n, 0), v.tol); err != nil {
+		return err
+	}
+	if st.nsig == 0 {
+		return errNoSupported
+	}
+	st.compute(ts, v.spec.join, r.Body)
+	if !st.match() {
+		return errNoMatch
+	}
+	return nil
+}
+
+func indexByte(b []byte, c byte) int { return bytes.IndexByte(b, c) }
+
+func trimSpace(b []byte) []byte {
+	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
+		b = b[1:]
+	}
+	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
+		b = b[:len(b)-1]
+	}
+	return b
+}

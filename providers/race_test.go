@@ -1,0 +1,5 @@
+//go:build race
+
+package providers
+
+const raceEnabled = true

@@ -1,0 +1,118 @@
+package providers
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"time"
+)
+
+// schemes is the closed set of providers, by the name a source's `provider`
+// key uses. It is built here, explicitly; nothing registers itself.
+var schemes = map[string]Scheme{
+	"asaas":    asaas{},
+	"github":   github{},
+	"gitlab":   gitlab{},
+	"hmac":     generic{},
+	"linear":   linear{},
+	"paddle":   paddle{},
+	"shopify":  shopify{},
+	"slack":    slack{},
+	"standard": standard{svix: false},
+	"stripe":   stripe{},
+	"svix":     standard{svix: true},
+	"twilio":   twilio{},
+	"zoom":     zoom{},
+}
+
+// Lookup returns the scheme called name.
+func Lookup(name string) (Scheme, bool) {
+	s, ok := schemes[name]
+	return s, ok
+}
+
+// Names returns every scheme name, sorted.
+func Names() []string {
+	names := make([]string, 0, len(schemes))
+	for n := range schemes {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// URLSigner is implemented by schemes whose signature covers the request URL
+// (twilio); their Sign cannot work without one and returns an error.
+type URLSigner interface {
+	SignURL(url string, body, secret []byte, now time.Time, id string) ([]Header, error)
+}
+
+// SignURL signs like s.Sign, passing url to schemes that sign it (URLSigner)
+// and ignoring it for the others. `oncehook send` and bench/ call this so that
+// they need no special case for twilio.
+func SignURL(s Scheme, url string, body, secret []byte, now time.Time, id string, spec *HMACSpec) ([]Header, error) {
+	if us, ok := s.(URLSigner); ok {
+		return us.SignURL(url, body, secret, now, id)
+	}
+	return s.Sign(body, secret, now, id, spec)
+}
+
+// GenerateSecret returns a new random secret in the form scheme expects, for
+// `oncehook keygen`: "whsec_" + base64 of 32 random bytes for standard and
+// svix, 32 random bytes in hex for the others (a value to paste into the
+// provider where it lets you choose the secret; twilio's auth token and
+// similar provider-issued secrets are not chosen by you).
+func GenerateSecret(scheme string) (string, error) {
+	if _, ok := schemes[scheme]; !ok {
+		return "", fmt.Errorf("%w: unknown provider %q", ErrBadConfig, scheme)
+	}
+	var b [32]byte
+	rand.Read(b[:]) // never fails (crypto/rand since Go 1.24)
+	switch scheme {
+	case "standard", "svix":
+		return "whsec_" + base64.StdEncoding.EncodeToString(b[:]), nil
+	}
+	return hex.EncodeToString(b[:]), nil
+}
+
+// Ack statuses.
+const (
+	ackAccepted = 202
+	ackOK       = 200
+)
+
+// verifier turns a constructor's result into a Verifier without the typed-nil
+// trap.
+func verifier[V Verifier](v V, err error) (Verifier, error) {
+	if err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// Compile-time checks of the table's types against the contract.
+var (
+	_ Scheme    = github{}
+	_ Scheme    = stripe{}
+	_ Scheme    = shopify{}
+	_ Scheme    = standard{}
+	_ Scheme    = slack{}
+	_ Scheme    = gitlab{}
+	_ Scheme    = paddle{}
+	_ Scheme    = twilio{}
+	_ Scheme    = linear{}
+	_ Scheme    = zoom{}
+	_ Scheme    = asaas{}
+	_ Scheme    = generic{}
+	_ URLSigner = twilio{}
+
+	_ Verifier   = (*macVerifier)(nil)
+	_ Verifier   = (*listVerifier)(nil)
+	_ Verifier   = (*stdVerifier)(nil)
+	_ Verifier   = (*tokenVerifier)(nil)
+	_ Verifier   = (*twilioVerifier)(nil)
+	_ Handshaker = (*slackVerifier)(nil)
+	_ Handshaker = (*zoomVerifier)(nil)
+)
