@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"net/http"
 	"net/http/pprof"
 	"strconv"
@@ -39,6 +41,7 @@ func (n *node) adminHandler() http.Handler {
 	auth("POST /v1/cluster/join", n.adminJoin)
 	auth("DELETE /v1/cluster/peers/{id}", n.adminRemovePeer)
 	auth("GET /v1/backup", n.adminBackup)
+	auth("POST /v1/restore", n.adminRestore)
 	auth("GET /debug/pprof/", pprof.Index)
 	auth("GET /debug/pprof/cmdline", pprof.Cmdline)
 	auth("GET /debug/pprof/profile", pprof.Profile)
@@ -417,4 +420,34 @@ func (n *node) adminBackup(w http.ResponseWriter, r *http.Request) {
 	if _, err := n.cluster.Backup(w); err != nil {
 		n.log.Error("backup failed", "err", err)
 	}
+}
+
+// adminRestore replaces the cluster's state with an uploaded backup (leader only).
+func (n *node) adminRestore(w http.ResponseWriter, r *http.Request) {
+	f, err := os.CreateTemp(n.cfg.Load().Node.DataDir, "restore-*.db")
+	if err != nil {
+		jsonError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	defer os.Remove(f.Name())
+	_, err = io.Copy(f, r.Body)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		jsonError(w, http.StatusBadRequest, "read backup: "+err.Error())
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Minute)
+	defer cancel()
+	if err := n.cluster.Restore(ctx, f.Name()); err != nil {
+		status := clusterStatus(err)
+		if strings.Contains(err.Error(), "not a usable backup") {
+			status = http.StatusBadRequest
+		}
+		jsonError(w, status, err.Error())
+		return
+	}
+	n.log.Warn("cluster state restored from an uploaded backup", "who", r.Context().Value(whoKey))
+	writeJSON(w, http.StatusOK, map[string]string{"restored": "ok"})
 }

@@ -93,6 +93,7 @@ func (c *testCluster) config(i int, peers []Peer, tune func(*Config)) Config {
 		CommitTimeout:      2 * time.Millisecond,
 		NoSync:             true,
 		inproc:             c.inproc(c.ids[i]),
+		noTransfer:         true,
 	}
 	if f := c.lead[i]; f != nil {
 		cfg.OnLeader = f
@@ -170,6 +171,21 @@ func (c *testCluster) close() {
 				c.t.Errorf("close %s: %v", c.ids[i], err)
 			}
 			c.nodes[i] = nil
+			// Let the transfer finish: the old leader's TimeoutNow call waits
+			// for the target's answer, and the target must still be running.
+			deadline := time.Now().Add(3 * time.Second)
+			for time.Now().Before(deadline) {
+				led := false
+				for _, m := range c.nodes {
+					if m != nil && m.IsLeader() {
+						led = true
+					}
+				}
+				if led {
+					break
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
 		}
 	}
 	for i, n := range c.nodes {

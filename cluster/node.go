@@ -71,6 +71,10 @@ type Config struct {
 
 	// inproc is set by tests on raft.InmemTransport; see Node.inproc.
 	inproc func(addr string) *Node
+	// noTransfer skips the leadership transfer on Close (in-memory test
+	// clusters: InmemTransport's TimeoutNow call outlives a closed peer by its
+	// 5s RPC timeout, which goleak would report).
+	noTransfer bool
 
 	// SyncEngine fsyncs the engine file on every commit as well as the raft
 	// log. Off by default: see durability.go for why the log alone suffices.
@@ -221,6 +225,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("open snapshots: %w", err)
 	}
+	n.fsm.snaps = snaps
 	// The engine is persistent. raft would restore the newest snapshot over it
 	// at start; instead we restore only when the engine is behind that snapshot
 	// (e.g. fsm.db was lost), and let raft replay the log after it, which the
@@ -357,7 +362,7 @@ func (n *Node) catchUpFromSnapshot(snaps raft.SnapshotStore) error {
 	if err := n.eng.Restore(rc); err != nil {
 		return fmt.Errorf("restore snapshot %s: %w", newest.ID, err)
 	}
-	return nil
+	return n.eng.SetLastApplied(newest.Index)
 }
 
 func (n *Node) fatal(err error) {
@@ -475,7 +480,7 @@ func (n *Node) stopLeaderWork() {
 // raft and the stores close.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
-		if n.raft != nil && n.raft.State() == raft.Leader && n.voters() > 1 {
+		if n.raft != nil && !n.cfg.noTransfer && n.raft.State() == raft.Leader && n.voters() > 1 {
 			if err := n.raft.LeadershipTransfer().Error(); err != nil {
 				n.log.Warn("leadership transfer on shutdown", "err", err)
 			}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 	"io"
 	"sync"
@@ -61,4 +62,40 @@ func (e *Engine) Sync() error {
 		return fmt.Errorf("engine: sync: %w", err)
 	}
 	return nil
+}
+
+// SetLastApplied records index as the last applied entry. Raft restores a
+// snapshot (installed from the leader, or an operator's backup) without telling
+// the state machine its index; the caller, who knows it, records it here so that
+// the entries after the snapshot are applied and those before are skipped.
+func (e *Engine) SetLastApplied(index uint64) error {
+	e.mu.RLock()
+	defer e.mu.RUnlock()
+	if e.db == nil {
+		return ErrClosed
+	}
+	err := e.db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket(bMeta).Put(metaApplied, binary.BigEndian.AppendUint64(nil, index))
+	})
+	if err != nil {
+		return fmt.Errorf("engine: set last applied: %w", err)
+	}
+	e.applied.Store(index)
+	return nil
+}
+
+// CheckFile verifies that path holds a readable engine file (the buckets and
+// meta keys Open needs, and consistent indexes) without changing it. An
+// operator's backup is checked this way before it replaces a cluster's state.
+func CheckFile(path string) error {
+	db, _, _, err := openFile(path, Options{}.withDefaults(), false)
+	if err != nil {
+		return err
+	}
+	e := &Engine{path: path, db: db}
+	cerr := e.Check()
+	if err := db.Close(); cerr == nil {
+		cerr = err
+	}
+	return cerr
 }

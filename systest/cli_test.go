@@ -47,6 +47,27 @@ func TestNewUserDemo(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"state": "done"`) {
 		t.Fatalf("events show (exit %d):\n%s", code, out)
 	}
+	// Backup, one more event, restore: the state is the backup's again.
+	out, code = run(t, dir, "snapshot", "save", "backup.db")
+	if code != 0 || !strings.Contains(out, "saved backup.db") {
+		t.Fatalf("snapshot save (exit %d):\n%s", code, out)
+	}
+	if out, code := run(t, dir, "send", "-config", "data/demo.toml", "-source", "demo", "-file", "data/demo-event.json", "-id", "evt_after_backup"); code != 0 {
+		t.Fatalf("send after backup (exit %d):\n%s", code, out)
+	}
+	if out, code := run(t, dir, "snapshot", "restore", "not-there.db"); code == 0 {
+		t.Fatalf("restore of a missing file succeeded:\n%s", out)
+	}
+	out, code = run(t, dir, "snapshot", "restore", "backup.db")
+	if code != 0 || !strings.Contains(out, "restored") {
+		t.Fatalf("snapshot restore (exit %d):\n%s", code, out)
+	}
+	if out, code := run(t, dir, "events", "show", "demo:evt_after_backup"); code == 0 {
+		t.Fatalf("an event newer than the backup survived the restore:\n%s", out)
+	}
+	if out, code := run(t, dir, "events", "show", "demo:evt_demo"); code != 0 || !strings.Contains(out, `"state": "done"`) {
+		t.Fatalf("the backed-up event after the restore (exit %d):\n%s", code, out)
+	}
 	srv.stop()
 	if code := srv.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Fatalf("serve exited %d after SIGTERM:\n%s", code, srv.out.String())
