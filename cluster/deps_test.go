@@ -1,0 +1,26 @@
+package cluster
+
+import (
+	"go/build"
+	"strings"
+	"testing"
+)
+
+// TestDependencyRule keeps cluster off providers, forward, fasthttp and
+// package main (STYLE.md): of ours it may import engine only.
+func TestDependencyRule(t *testing.T) {
+	pkg, err := build.ImportDir(".", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, imp := range pkg.Imports {
+		switch {
+		case strings.Contains(imp, "fasthttp"):
+			t.Errorf("cluster imports %s", imp)
+		case strings.HasPrefix(imp, "oncehook/") && imp != "oncehook/engine":
+			t.Errorf("cluster imports %s; of ours only oncehook/engine is allowed", imp)
+		case imp == "oncehook":
+			t.Errorf("cluster imports package main")
+		}
+	}
+}
