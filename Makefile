@@ -6,7 +6,7 @@ BIN     := bin/oncehook
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build run test race vet lint fmt bench fuzz install uninstall clean
+.PHONY: all build run test race vet lint fmt bench fuzz chaos install uninstall deb clean
 
 all: build
 
@@ -34,6 +34,18 @@ bench: build
 	$(GO) run ./bench -spawn 1 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
 	$(GO) run ./bench -spawn 3 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
 
+# Every fault scenario of systest/chaos (reliability.md 4.1) with SEEDS seeds
+# each, as root (network namespaces, iptables, tmpfs). Writes
+# systest/chaos/results/latest.md (and a porcupine HTML per failing run).
+# `make test` runs the short profile (S0 S1 S4 S5 S6, one seed) instead.
+SEEDS ?= 2
+CHAOS_FLAGS ?=
+chaos:
+	mkdir -p systest/chaos/results
+	$(GO) test -count=1 -timeout 180m -run 'TestChaos' -v ./systest/chaos -args -full -seeds $(SEEDS) $(CHAOS_FLAGS) \
+		> systest/chaos/results/chaos-run.log 2>&1; rc=$$?; \
+		grep -E '^(--- |    (scenarios|bugs)_test|PASS|FAIL|ok)' systest/chaos/results/chaos-run.log; exit $$rc
+
 FUZZTIME ?= 20s
 fuzz:
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
@@ -44,15 +56,37 @@ fuzz:
 	for f in $$($(GO) test ./providers -list '^Fuzz' | grep '^Fuzz'); do \
 		$(GO) test ./providers -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
 
+# The unit names $(PREFIX)/bin/oncehook: systemd/oncehook.service is written for
+# PREFIX=/usr/local and its /usr/local/ paths follow PREFIX.
 install: build
 	install -Dm0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oncehook
-	install -Dm0644 systemd/oncehook.service $(DESTDIR)/etc/systemd/system/oncehook.service
+	install -d $(DESTDIR)/etc/systemd/system
+	sed -e 's#/usr/local/#$(PREFIX)/#g' systemd/oncehook.service > $(DESTDIR)/etc/systemd/system/oncehook.service
+	chmod 0644 $(DESTDIR)/etc/systemd/system/oncehook.service
 	install -Dm0644 systemd/oncehook.sysusers $(DESTDIR)/usr/lib/sysusers.d/oncehook.conf
 	install -Dm0640 config.example.toml $(DESTDIR)/etc/oncehook/oncehook.toml.example
+	install -Dm0644 README.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/README.md
+	install -Dm0644 docs/alerts.yml $(DESTDIR)$(PREFIX)/share/doc/oncehook/alerts.yml
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/oncehook $(DESTDIR)/etc/systemd/system/oncehook.service \
-	      $(DESTDIR)/usr/lib/sysusers.d/oncehook.conf $(DESTDIR)/etc/oncehook/oncehook.toml.example
+	      $(DESTDIR)/usr/lib/sysusers.d/oncehook.conf $(DESTDIR)/etc/oncehook/oncehook.toml.example \
+	      $(DESTDIR)$(PREFIX)/share/doc/oncehook/README.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/alerts.yml
+
+# A .deb (bin/oncehook_<version>_<arch>.deb) with nfpm, run as a tool: it is
+# not a module dependency. Static binary in /usr/bin, the unit in
+# /usr/lib/systemd/system, the sysusers file, config.example.toml as the
+# conffile /etc/oncehook/oncehook.toml. Not part of `make test`.
+NFPM        ?= $(GO) run github.com/goreleaser/nfpm/v2/cmd/nfpm@v2.45.2
+DEB_ARCH    ?= $(shell $(GO) env GOARCH)
+# Debian versions start with a digit: v1.2.3 -> 1.2.3; a commit or dev -> 0.0.0~...; '-' -> '+'.
+DEB_VERSION ?= $(shell echo '$(VERSION)' | sed -e 's/^v//' -e '/^[0-9][0-9]*\./!s/^/0.0.0~/' -e 'y/-/+/')
+
+deb:
+	mkdir -p bin/pkg
+	CGO_ENABLED=0 GOARCH=$(DEB_ARCH) $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o bin/pkg/oncehook .
+	sed -e 's#/usr/local/#/usr/#g' systemd/oncehook.service > bin/pkg/oncehook.service
+	DEB_ARCH=$(DEB_ARCH) DEB_VERSION='$(DEB_VERSION)' $(NFPM) pkg -p deb -f packaging/nfpm.yaml -t bin/
 
 clean:
 	rm -rf bin

@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"net/http"
 	"net/http/pprof"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +47,7 @@ func (n *node) adminHandler() http.Handler {
 	auth("GET /debug/pprof/profile", pprof.Profile)
 	auth("GET /debug/pprof/symbol", pprof.Symbol)
 	auth("GET /debug/pprof/trace", pprof.Trace)
+	n.registerUI(mux) // Operations (issue 8): the dead-letter page, /ui/ (admin_ui.go)
 	return mux
 }
 
@@ -137,6 +138,7 @@ type eventJSON struct {
 	LeaseUntil    string            `json:"lease_until,omitempty"`
 	ExpiresAt     string            `json:"expires_at"`
 	LastError     string            `json:"last_error"`
+	Step          string            `json:"step"` // the handler's last Oncehook-Step
 	Audit         []auditJSON       `json:"audit"`
 	Headers       map[string]string `json:"headers,omitempty"`
 	Response      *responseJSON     `json:"response,omitempty"`
@@ -167,7 +169,7 @@ func toEventJSON(ev engine.Event, withBody bool) eventJSON {
 	j := eventJSON{
 		Key: ev.Key, Source: ev.Source, State: stateName(ev.State), Attempts: ev.Attempts, Token: ev.Token,
 		CreatedAt: ts(ev.CreatedAt), UpdatedAt: ts(ev.UpdatedAt), ExpiresAt: ts(ev.ExpiresAt),
-		LastError: ev.LastError, Audit: []auditJSON{},
+		LastError: ev.LastError, Step: ev.Step, Audit: []auditJSON{},
 	}
 	if ev.State == engine.StatePending {
 		j.NextAttemptAt = ts(ev.NextAttemptAt)

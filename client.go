@@ -164,9 +164,13 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return printJSON(stdout, out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "KEY\tSTATE\tATTEMPTS\tUPDATED\tLAST ERROR")
+	fmt.Fprintln(tw, "KEY\tSTATE\tATTEMPTS\tSTEP\tUPDATED\tLAST ERROR")
 	for _, e := range out.Events {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\n", e.Key, e.State, e.Attempts, e.UpdatedAt, e.LastError)
+		step := e.Step
+		if step == "" {
+			step = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", e.Key, e.State, e.Attempts, step, e.UpdatedAt, e.LastError)
 	}
 	return tw.Flush()
 }

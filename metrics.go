@@ -20,6 +20,9 @@ type metrics struct {
 	claimLatency prometheus.Histogram
 	deliveryTime prometheus.Histogram
 	reloadOK     prometheus.Gauge
+
+	schemaFailures *prometheus.CounterVec // schema.go
+	keys           *keysMetrics           // keys.go
 }
 
 var codeStrings = func() (s [600]string) {
@@ -59,6 +62,8 @@ func newMetrics() *metrics {
 	m.reloadOK.Set(1)
 	m.reg.MustRegister(m.requests, m.claims, m.sigFailures, m.deliveries, m.claimLatency, m.deliveryTime, m.reloadOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.initSchemaMetrics()
+	m.initKeysMetrics()
 	return m
 }
 

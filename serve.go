@@ -32,6 +32,7 @@ type node struct {
 	metrics *metrics
 	cluster *cluster.Node
 	intake  *intake
+	keys    *keyManager // keys_url sources' fetched keys (keys.go)
 	targets atomic.Pointer[map[string]forward.Target]
 
 	httpSrv *fasthttp.Server
@@ -75,12 +76,15 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if demo != nil {
 		demo.announce(log, n.httpLn.Addr().String())
 	}
-	notifySystemd("READY=1")
-	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "version", version)
-
+	// Catch SIGHUP before READY=1 (issue 8 fix): systemd may send
+	// ExecReload's HUP as soon as it sees READY, and an uncaught HUP ends
+	// the process.
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
+	notifySystemd("READY=1")
+	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "version", version)
+
 	var serveErr error
 loop:
 	for {
@@ -111,6 +115,11 @@ loop:
 func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stderr io.Writer) (*node, error) {
 	n := &node{log: log, level: level, metrics: newMetrics(), served: make(chan error, 2)}
 	n.cfg.Store(cfg)
+	// Operations (issue 8): raft's own go-metrics into the same registry,
+	// bridged before raft starts so its first samples are kept.
+	if err := bridgeRaftMetrics(n.metrics.reg); err != nil {
+		log.Warn("raft metrics bridge disabled", "err", err)
+	}
 	set, targets, err := compileSources(cfg)
 	if err != nil {
 		return nil, err
@@ -149,6 +158,17 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		return nil, err
 	}
 
+	// Operations (issue 8): raft and event-state gauges, read at scrape time.
+	n.metrics.reg.MustRegister(newRaftCollector(n.cluster))
+	// Published keys (issue 9): keys_url sources verify with the fetched keys.
+	n.keys = newKeyManager(cfg.Node.DataDir, log, n.metrics)
+	if err := n.keys.attach(set, cfg); err != nil {
+		n.keys.close()
+		n.cluster.Close()
+		n.httpLn.Close()
+		n.adminLn.Close()
+		return nil, err
+	}
 	n.intake = newIntake(n.cluster, set, log, n.metrics)
 	n.httpSrv = n.intake.server()
 	go func() {
@@ -194,6 +214,7 @@ func (n *node) shutdown() error {
 	if err := n.httpSrv.ShutdownWithContext(timeoutCtx(10 * time.Second)); err != nil {
 		errs = append(errs, fmt.Errorf("intake shutdown: %w", err))
 	}
+	n.keys.close()
 	if err := n.cluster.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("cluster close: %w", err))
 	}
@@ -220,6 +241,9 @@ func (n *node) reload(path string) {
 		return
 	}
 	set, targets, err := compileSources(cfg)
+	if err == nil {
+		err = n.keys.attach(set, cfg)
+	}
 	if err != nil {
 		n.metrics.reloadOK.Set(0)
 		n.log.Error("reload rejected; keeping the running configuration", "err", err)
@@ -241,14 +265,6 @@ func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, 
 	targets := make(map[string]forward.Target, len(cfg.Sources))
 	for i := range cfg.Sources {
 		s := &cfg.Sources[i]
-		// Refuse what this version cannot honour rather than ignore it: an
-		// operator who names a schema expects bodies to be checked.
-		if s.KeysURL != "" {
-			return nil, nil, fmt.Errorf("source %s: keys_url is not supported by this version", s.Name)
-		}
-		if s.SchemaFile != "" {
-			return nil, nil, fmt.Errorf("source %s: schema_file is not supported by this version", s.Name)
-		}
 		keyer, err := providers.NewKeyer(s.Name, s.Key)
 		if err != nil {
 			return nil, nil, fmt.Errorf("source %s: key: %w", s.Name, err)
@@ -269,6 +285,13 @@ func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, 
 		}
 		if h, ok := s.Verifier.(providers.Handshaker); ok {
 			src.handshaker = h
+		}
+		if s.SchemaFile != "" {
+			// Compiled once per (re)load; a schema that does not compile
+			// rejects the load and keeps the running configuration.
+			if src.schema, err = compileSchema(s.SchemaFile); err != nil {
+				return nil, nil, fmt.Errorf("source %s: %w", s.Name, err)
+			}
 		}
 		if s.Order != nil {
 			if src.orderObject, err = providers.NewField(s.Order.Object); err != nil {

@@ -43,6 +43,7 @@ type source struct {
 	verifier    providers.Verifier
 	handshaker  providers.Handshaker
 	keyer       *providers.Keyer
+	schema      *payloadSchema // nil: no schema_file
 	orderObject *providers.Field
 	orderTime   *providers.Field
 	fwdHeaders  []string
@@ -189,6 +190,14 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 			ctx.SetContentType(ct)
 			ctx.SetBody(answer)
 			return status
+		}
+	}
+	// The schema sees verified bodies only, and refuses before anything is
+	// keyed or stored.
+	if src.schema != nil {
+		if msg := src.schema.validate(body); msg != "" {
+			in.metrics.schemaFailure(src.name)
+			return writeError(ctx, fasthttp.StatusBadRequest, msg)
 		}
 	}
 

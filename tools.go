@@ -31,6 +31,14 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// A schema that does not compile would refuse the start: say so now.
+	for i := range cfg.Sources {
+		if f := cfg.Sources[i].SchemaFile; f != "" {
+			if _, err := compileSchema(f); err != nil {
+				return fmt.Errorf("%s: source %s: %w", *path, cfg.Sources[i].Name, err)
+			}
+		}
+	}
 	mode := "single node"
 	if cfg.Cluster != nil {
 		mode = fmt.Sprintf("cluster of %d", len(cfg.Cluster.Peers))
@@ -42,11 +50,26 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 func cmdKeygen(args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("keygen", stderr)
 	provider := fs.String("provider", "standard", "provider whose secret format to use")
+	asymmetric := fs.Bool("asymmetric", false, "standard/svix: print an ed25519 key pair for v1a signatures (whsk_ private, whpk_ public) instead of a whsec_ secret")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if _, ok := providers.Lookup(*provider); !ok {
 		return usageError{fmt.Sprintf("unknown provider %q (known: %s)", *provider, strings.Join(providers.Names(), ", "))}
+	}
+	if *asymmetric {
+		if *provider != "standard" && *provider != "svix" {
+			return usageError{fmt.Sprintf("-asymmetric is for standard and svix (v1a ed25519 signatures), not %q", *provider)}
+		}
+		priv, pub, err := providers.GenerateKeyPair(*provider)
+		if err != nil {
+			return err
+		}
+		// Two labelled lines: the sender keeps the private key; the source
+		// lists the public key among its secrets.
+		fmt.Fprintln(stdout, "private:", priv)
+		fmt.Fprintln(stdout, "public:", pub)
+		return nil
 	}
 	s, err := providers.GenerateSecret(*provider)
 	if err != nil {
@@ -66,6 +89,7 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	id := fs.String("id", "", "event/delivery id for providers that send one in a header (default: random)")
 	target := fs.String("url", "", "intake URL (default: http://<node.listen>/in/<source>)")
 	contentType := fs.String("content-type", "", "Content-Type (default: application/json, or form for twilio/slack commands)")
+	keyFile := fs.String("key-file", "", "sign with the secret in this file instead of the source's first secret (e.g. a whsk_ private key for a source that holds only its whpk_ public key)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -103,15 +127,25 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		rand.Read(b[:])
 		*id = "msg_" + hex.EncodeToString(b[:])
 	}
-	if len(src.Secrets) == 0 {
-		return fmt.Errorf("source %q has no secret to sign with", *name)
+	var signWith []byte
+	switch {
+	case *keyFile != "":
+		b, err := os.ReadFile(*keyFile)
+		if err != nil {
+			return fmt.Errorf("read key file: %w", err)
+		}
+		signWith = bytes.TrimSpace(b)
+	case len(src.Secrets) == 0:
+		return fmt.Errorf("source %q has no secret to sign with: give one with -key-file", *name)
+	default:
+		signWith = src.Secrets[0]
 	}
 	url := *target
 	if url == "" {
 		url = "http://" + dialable(cfg.Node.Listen) + "/in/" + src.Name
 	}
 	// SignURL covers schemes that sign the URL too (twilio) and is Sign otherwise.
-	headers, err := providers.SignURL(scheme, url, body, src.Secrets[0], time.Now(), *id, src.HMAC)
+	headers, err := providers.SignURL(scheme, url, body, signWith, time.Now(), *id, src.HMAC)
 	if err != nil {
 		return fmt.Errorf("sign: %w", err)
 	}

@@ -190,7 +190,7 @@ func TestLeaderOnlyCommandsAreNotForwarded(t *testing.T) {
 	if _, err := c.nodes[f].Lease(ctxT(t, 5*time.Second), 10, time.Minute); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("lease on a follower: %v, want ErrNotLeader", err)
 	}
-	if err := c.nodes[f].Complete(ctxT(t, 5*time.Second), "src:x", 1, nil); !errors.Is(err, ErrNotLeader) {
+	if err := c.nodes[f].Complete(ctxT(t, 5*time.Second), "src:x", 1, nil, ""); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("complete on a follower: %v, want ErrNotLeader", err)
 	}
 }
@@ -216,16 +216,18 @@ func TestLeaseCompleteFencingThroughRaft(t *testing.T) {
 	if err != nil || len(evs) != 1 || evs[0].Token <= first {
 		t.Fatalf("second lease: %v %v (first token %d)", evs, err, first)
 	}
-	if err := l.Complete(ctx, "src:a", first, nil); !errors.Is(err, engine.ErrStaleToken) {
+	if err := l.Complete(ctx, "src:a", first, nil, "late"); !errors.Is(err, engine.ErrStaleToken) {
 		t.Fatalf("late completion under the old token: %v, want ErrStaleToken", err)
 	}
-	if err := l.Complete(ctx, "src:a", evs[0].Token, nil); err != nil {
+	if err := l.Complete(ctx, "src:a", evs[0].Token, nil, "shipped"); err != nil {
 		t.Fatalf("completion under the live token: %v", err)
 	}
 	c.waitConverged()
 	for _, n := range c.nodes {
+		// The handler's step is replicated with the completion; the fenced
+		// completion's step is not.
 		ev, err := n.Get("src:a", false)
-		if err != nil || ev.State != engine.StateDone {
+		if err != nil || ev.State != engine.StateDone || ev.Step != "shipped" {
 			t.Fatalf("%s: %+v %v", n.cfg.ID, ev, err)
 		}
 	}
@@ -253,7 +255,7 @@ func TestRestartKeepsStateAndDoesNotReapply(t *testing.T) {
 	if err != nil || len(evs) != 5 {
 		t.Fatalf("lease: %d %v", len(evs), err)
 	}
-	if err := n.Fail(ctx, evs[0].Key, evs[0].Token, time.Hour, 10, "status 500"); err != nil {
+	if err := n.Fail(ctx, evs[0].Key, evs[0].Token, time.Hour, 10, "status 500", "charged"); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := n.Hash()
@@ -268,7 +270,7 @@ func TestRestartKeepsStateAndDoesNotReapply(t *testing.T) {
 		t.Fatal(err)
 	}
 	ev, err := n.Get(evs[0].Key, false)
-	if err != nil || ev.Attempts != evs[0].Attempts || ev.State != engine.StatePending {
+	if err != nil || ev.Attempts != evs[0].Attempts || ev.State != engine.StatePending || ev.Step != "charged" {
 		t.Fatalf("after restart: %+v %v (attempts before %d)", ev, err, evs[0].Attempts)
 	}
 	byState, _, _ := n.Counts()
@@ -381,7 +383,7 @@ func TestWaitWakesOnCompletion(t *testing.T) {
 	if err != nil || len(evs) != 1 {
 		t.Fatal(evs, err)
 	}
-	if err := l.Complete(ctx, "src:sync", evs[0].Token, &engine.Response{Status: 201, Body: []byte("made")}); err != nil {
+	if err := l.Complete(ctx, "src:sync", evs[0].Token, &engine.Response{Status: 201, Body: []byte("made")}, ""); err != nil {
 		t.Fatal(err)
 	}
 	select {

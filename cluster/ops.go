@@ -64,14 +64,16 @@ func (n *Node) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]en
 	return r.Events, nil
 }
 
-// Complete marks key done under token; engine.ErrStaleToken when fenced.
-func (n *Node) Complete(ctx context.Context, key string, token uint64, resp *engine.Response) error {
-	return n.leaderCmd(ctx, engine.Command{Op: engine.OpComplete, Key: key, Token: token, Response: resp})
+// Complete marks key done under token, storing the handler's step when it is
+// not ""; engine.ErrStaleToken when fenced.
+func (n *Node) Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string) error {
+	return n.leaderCmd(ctx, engine.Command{Op: engine.OpComplete, Key: key, Token: token, Response: resp, Step: step})
 }
 
-// Fail records a failed attempt; the engine decides pending or dead.
-func (n *Node) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason string) error {
-	return n.leaderCmd(ctx, engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn), MaxAttempts: maxAttempts, Reason: reason})
+// Fail records a failed attempt (and the handler's step when it is not "");
+// the engine decides pending or dead.
+func (n *Node) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string) error {
+	return n.leaderCmd(ctx, engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn), MaxAttempts: maxAttempts, Reason: reason, Step: step})
 }
 
 // Reclaim returns expired leases to pending.

@@ -250,8 +250,9 @@ func validateSource(p *problems, key string, s *Source) {
 	}
 	secretsBad := p.has(k("secrets")) || p.has(k("secret_files"))
 	if !secretsBad {
-		if len(s.Secrets) == 0 {
-			p.add(secretKey, nil, "at least one secret is required (secret_files, or secrets inline)", k("secret_files"))
+		// With keys_url the keys may all come from the published document.
+		if len(s.Secrets) == 0 && s.KeysURL == "" {
+			p.add(secretKey, nil, "at least one secret is required (secret_files, or secrets inline, or keys_url)", k("secret_files"))
 			secretsBad = true
 		}
 		for j, sec := range s.Secrets {
@@ -326,7 +327,7 @@ func validateSource(p *problems, key string, s *Source) {
 		}
 	}
 	if s.KeysURL != "" {
-		if err := checkURL(s.KeysURL); err != nil {
+		if err := checkKeysURL(s.KeysURL); err != nil {
 			p.add(k("keys_url"), nil, err.Error())
 		}
 	}
@@ -347,6 +348,10 @@ func validateSource(p *problems, key string, s *Source) {
 
 	s.Verifier = nil
 	if scheme == nil || secretsBad || hmacBad || p.has(k("tolerance")) {
+		return
+	}
+	if len(s.Secrets) == 0 {
+		// keys_url only: the verifier is built from the fetched keys (serve).
 		return
 	}
 	v, err := scheme.NewVerifier(s.options(s.Secrets))
@@ -481,6 +486,30 @@ func checkURL(raw string) error {
 		return fmt.Errorf("invalid URL %q: no host", raw)
 	}
 	return nil
+}
+
+// checkKeysURL accepts an https:// URL, or an http:// one whose host is a
+// loopback address or "localhost": a published key set decides who may sign,
+// so it is never fetched in the clear over a network.
+func checkKeysURL(raw string) error {
+	if err := checkURL(raw); err != nil {
+		return err
+	}
+	u, _ := url.Parse(raw)
+	if u.Scheme == "https" || IsLoopbackHost(u.Hostname()) {
+		return nil
+	}
+	return fmt.Errorf("invalid URL %q: want https:// (http:// only to a loopback address)", raw)
+}
+
+// IsLoopbackHost reports whether host (no port) is "localhost" or a loopback
+// IP address.
+func IsLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && ip.Unmap().IsLoopback()
 }
 
 // checkListen accepts host:port with an empty or named host and a numeric port

@@ -575,12 +575,28 @@ func checkToken(ev *Event, token uint64) error {
 	return nil
 }
 
+// validStep reports whether s can be stored as a step: at most MaxStepLen
+// bytes of printable ASCII ("" means no step).
+func validStep(s string) bool {
+	if len(s) > MaxStepLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 func (a *applier) complete(c *Command) (Result, error) {
 	switch {
 	case !validKey(c.Key):
 		return bad("complete key length %d", len(c.Key))
 	case c.Response != nil && len(c.Response.Body) > MaxPayloadLen:
 		return bad("complete response length %d", len(c.Response.Body))
+	case !validStep(c.Step):
+		return bad("complete step: want at most %d printable ASCII bytes", MaxStepLen)
 	}
 	var ev Event
 	flags, found, err := a.load(c.Key, &ev)
@@ -600,6 +616,9 @@ func (a *applier) complete(c *Command) (Result, error) {
 	ev.State = StateDone
 	ev.LeaseUntil = 0
 	ev.UpdatedAt = c.Now
+	if c.Step != "" {
+		ev.Step = c.Step
+	}
 	if err := a.done.Put(a.tk(c.Now, ev.Key), empty); err != nil {
 		return Result{}, err
 	}
@@ -628,6 +647,8 @@ func (a *applier) fail(c *Command) (Result, error) {
 		return bad("fail key length %d", len(c.Key))
 	case !validDuration(c.RetryIn):
 		return bad("fail retry in %d", c.RetryIn)
+	case !validStep(c.Step):
+		return bad("fail step: want at most %d printable ASCII bytes", MaxStepLen)
 	}
 	var ev Event
 	flags, found, err := a.load(c.Key, &ev)
@@ -647,6 +668,9 @@ func (a *applier) fail(c *Command) (Result, error) {
 	ev.LeaseUntil = 0
 	ev.UpdatedAt = c.Now
 	ev.LastError = clipText(c.Reason)
+	if c.Step != "" {
+		ev.Step = c.Step
+	}
 	if c.MaxAttempts > 0 && int64(ev.Attempts) >= int64(c.MaxAttempts) {
 		ev.State = StateDead
 	} else {

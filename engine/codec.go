@@ -14,7 +14,11 @@ import (
 // report malformed input as an error wrapping ErrCorrupt.
 
 // Format versions. Bump a version when its layout changes and keep decoding the
-// old one.
+// old one. An optional field can instead be added behind a record flag or an
+// entry field-mask bit (as Step was): values without it keep their bytes and
+// version, so every stored file and log still decodes; only a binary that
+// predates the field refuses a value that carries it (ErrCorrupt), which is why
+// a cluster is upgraded follower by follower, leader last.
 const (
 	recordVersion   = 1
 	payloadVersion  = 1
@@ -22,10 +26,13 @@ const (
 	entryVersion    = 1
 )
 
-// Record flags (byte 2 of an event record).
+// Record flags (byte 2 of an event record). A flag may announce an optional
+// field at the end of the record, so a record without it keeps the version 1
+// layout byte for byte and every stored record still decodes.
 const (
 	flagResponse = 1 << 0 // a cached Response is stored in the responses bucket
-	flagsKnown   = flagResponse
+	flagStep     = 1 << 1 // the record ends with the event's Step (non-empty)
+	flagsKnown   = flagResponse | flagStep
 )
 
 // Limits enforced on commands. They keep records and index keys well inside
@@ -36,6 +43,7 @@ const (
 	MaxHeaders    = 256      // headers kept per event
 	MaxHeaderLen  = 16 << 10 // one header name or value
 	MaxPayloadLen = 64 << 20 // one payload or cached response body
+	MaxStepLen    = 128      // a handler's step (Oncehook-Step): printable ASCII
 	maxAudit      = 64       // audit entries kept per event; the oldest are dropped
 )
 
@@ -147,6 +155,7 @@ func appendBytes(dst []byte, b []byte) []byte {
 //	string   source, lastError
 //	uvarint  number of audit entries, then each:
 //	         varint at, string who, string action, string reason, byte from
+//	string   step, only when flags has flagStep (then never empty)
 //
 // The key is not repeated (it is the bbolt key). Payload, headers and the
 // cached response live in their own buckets so that the record stays small.
@@ -159,12 +168,16 @@ func recordSize(ev *Event) int {
 		a := &ev.Audit[i]
 		n += binary.MaxVarintLen64 + 3*binary.MaxVarintLen64 + len(a.Who) + len(a.Action) + len(a.Reason) + 1
 	}
-	return n
+	return n + binary.MaxVarintLen64 + len(ev.Step)
 }
 
 // appendRecord appends the record encoding of ev (without payload, headers,
-// response) to dst.
+// response) to dst. flagStep is set from ev.Step, whatever flags says.
 func appendRecord(dst []byte, ev *Event, flags byte) []byte {
+	flags &^= flagStep
+	if ev.Step != "" {
+		flags |= flagStep
+	}
 	dst = append(dst, recordVersion, byte(ev.State), flags)
 	dst = binary.AppendUvarint(dst, uint64(ev.Attempts))
 	dst = binary.AppendUvarint(dst, ev.Token)
@@ -184,6 +197,9 @@ func appendRecord(dst []byte, ev *Event, flags byte) []byte {
 		dst = appendString(dst, a.Action)
 		dst = appendString(dst, a.Reason)
 		dst = append(dst, byte(a.From))
+	}
+	if ev.Step != "" {
+		dst = appendString(dst, ev.Step)
 	}
 	return dst
 }
@@ -233,6 +249,12 @@ func decodeRecord(key, b []byte, ev *Event) (byte, error) {
 			a.Action = string(d.bytes("audit action"))
 			a.Reason = string(d.bytes("audit reason"))
 			a.From = State(d.byte("audit from"))
+		}
+	}
+	if flags&flagStep != 0 {
+		ev.Step = string(d.bytes("step"))
+		if d.err == nil && ev.Step == "" {
+			d.fail("step: flagged but empty")
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {
@@ -356,7 +378,8 @@ func decodeResponse(key, b []byte) (*Response, error) {
 // Field i (see the fieldXxx constants): varints for signed numbers, uvarint for
 // Token, one byte for State, length-prefixed strings and bytes; Headers and Keys
 // are a uvarint count then the elements; Response is a varint status then the
-// body. A zero field is never written, and a present field must not be zero, so
+// body. fieldStep (a string) was added after version 1 shipped, behind its own
+// mask bit. A zero field is never written, and a present field must not be zero, so
 // every command list has exactly one encoding: DecodeEntry(EncodeEntry(c))
 // re-encodes to the same bytes.
 const (
@@ -380,6 +403,7 @@ const (
 	fieldSince
 	fieldWho
 	fieldBefore
+	fieldStep // added after version 1 shipped: older entries never set it
 	numFields
 )
 
@@ -410,6 +434,7 @@ func commandMask(c *Command) uint64 {
 	set(fieldSince, c.Since != 0)
 	set(fieldWho, c.Who != "")
 	set(fieldBefore, c.Before != 0)
+	set(fieldStep, c.Step != "")
 	return m
 }
 
@@ -494,6 +519,9 @@ func EncodeEntry(dst []byte, cmds []Command) []byte {
 		}
 		if m&(1<<fieldBefore) != 0 {
 			dst = binary.AppendVarint(dst, c.Before)
+		}
+		if m&(1<<fieldStep) != 0 {
+			dst = appendString(dst, c.Step)
 		}
 	}
 	return dst
@@ -677,6 +705,9 @@ func DecodeEntry(b []byte) ([]Command, error) {
 		}
 		if m&(1<<fieldBefore) != 0 {
 			c.Before = d.nonZeroVarint("before")
+		}
+		if m&(1<<fieldStep) != 0 {
+			c.Step = d.string("step", true)
 		}
 		if d.err != nil {
 			break

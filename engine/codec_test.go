@@ -14,9 +14,9 @@ func sampleCommands() []Command {
 			Headers:   []Header{{Name: "Stripe-Signature", Value: "t=1,v1=ab"}, {Name: "Content-Type", Value: "application/json"}},
 			Retention: 168 * hour, OrderObject: "pi_1", OrderTime: -5, LeaseFor: 30 * sec},
 		{Op: OpLease, Now: t0 + 1, Max: 64, LeaseFor: 30 * sec},
-		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 12345, Response: &Response{Status: 201, Body: []byte("ok")}},
+		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 12345, Response: &Response{Status: 201, Body: []byte("ok")}, Step: "shipped"},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 1, Response: &Response{}},
-		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, RetryIn: 4 * sec, MaxAttempts: 8, Reason: "timeout"},
+		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, RetryIn: 4 * sec, MaxAttempts: 8, Reason: "timeout", Step: "charged"},
 		{Op: OpReclaim, Now: t0 + 4},
 		{Op: OpReplay, Now: t0 + 5, Keys: []string{"a", "b", ""}, Who: "ops", Reason: "fixed"},
 		{Op: OpReplay, Now: t0 + 5, State: StateDead, Source: "s", Since: -1},
@@ -90,6 +90,8 @@ func sampleEvents() []Event {
 		{State: StateDead, Source: "stripe-live", Attempts: 8, Token: 1 << 40, CreatedAt: t0, UpdatedAt: t0 + 1,
 			NextAttemptAt: -7, LeaseUntil: t0 + 30*sec, ExpiresAt: t0 + hour, LeaseFor: sec, LastError: "boom",
 			Audit: []AuditEntry{{At: t0, Who: "ops", Action: "replay", Reason: "r", From: StateDone}, {From: StateDead}}},
+		{State: StatePending, Source: "s", Attempts: 1, Token: 3, LastError: "status 500", Step: "charged"},
+		{State: StateDone, Source: "s", Step: "3", Audit: []AuditEntry{{Who: "ops"}}},
 	}
 }
 
@@ -100,9 +102,13 @@ func TestRecordRoundTrip(t *testing.T) {
 			if len(b) > recordSize(&ev) {
 				t.Fatalf("%d: record of %d bytes over its size bound %d", i, len(b), recordSize(&ev))
 			}
+			want := flags
+			if ev.Step != "" {
+				want |= flagStep // set from the event, whatever the caller passed
+			}
 			var got Event
 			gf, err := decodeRecord([]byte("k"), b, &got)
-			if err != nil || gf != flags || !reflect.DeepEqual(got, ev) {
+			if err != nil || gf != want || !reflect.DeepEqual(got, ev) {
 				t.Fatalf("%d: round trip = %+v, %d, %v; want %+v", i, got, gf, err, ev)
 			}
 			if st, err := recordState([]byte("k"), b); err != nil || st != ev.State {

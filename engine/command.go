@@ -73,6 +73,10 @@ type Command struct {
 	// Complete, Fail.
 	Token    uint64    // fencing token the worker holds
 	Response *Response // complete: cached answer (sync mode); may be nil
+	// Step is the handler's Oncehook-Step on this attempt (at most
+	// MaxStepLen printable ASCII bytes): stored as the event's Step. ""
+	// keeps the stored step (the handler reported none).
+	Step string
 
 	// Fail.
 	RetryIn     int64  // next try = Now+RetryIn (jitter decided by the leader)
@@ -113,10 +117,14 @@ type Event struct {
 	ExpiresAt     int64 // end of the retention bucket that holds the key
 	LeaseFor      int64 // lease length stored at claim time (0: the lease command's)
 	LastError     string
-	Headers       []Header  // filled together with Payload
-	Response      *Response // cached handler answer (Get)
-	Audit         []AuditEntry
-	Payload       []byte // filled by Lease results and by Get when asked
+	// Step is the last step a handler reported (Oncehook-Step) on complete or
+	// fail; "" when none has. A reclaim or a replay keeps it, and the next
+	// attempt sends it as Oncehook-Last-Step.
+	Step     string
+	Headers  []Header  // filled together with Payload
+	Response *Response // cached handler answer (Get)
+	Audit    []AuditEntry
+	Payload  []byte // filled by Lease results and by Get when asked
 }
 
 // Result is the outcome of one command. A rejected command (stale token, wrong

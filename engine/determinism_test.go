@@ -21,7 +21,7 @@ func fixedSequence() []Entry {
 	return []Entry{
 		{Index: 1, Cmds: []Command{claimCmd("src:a", t0), claimCmd("src:b", t0+1), order("src:o1", 5), order("src:o2", 4)}},
 		{Index: 2, Cmds: []Command{leaseCmd(t0+sec, 2)}},
-		{Index: 3, Cmds: []Command{completeCmd("src:a", 2, t0+2*sec), failCmd("src:b", 2, t0+2*sec, 1)}},
+		{Index: 3, Cmds: []Command{completeCmd("src:a", 2, t0+2*sec), stepped(failCmd("src:b", 2, t0+2*sec, 1), "charged")}},
 		{Index: 4, Cmds: []Command{{Op: OpReplay, Now: t0 + 3*sec, State: StateDead, Who: "ops", Reason: "why"}}},
 		{Index: 5, Cmds: []Command{{Op: OpDropPayloads, Now: t0 + 4*sec, Before: t0 + 3*sec}, {Op: OpNoop}}},
 		{Index: 6, Cmds: []Command{leaseCmd(t0+5*sec, 5), {Op: OpReclaim, Now: t0 + hour}}},
@@ -50,6 +50,20 @@ func TestDeterminismFixed(t *testing.T) {
 	if !strings.Contains(dumps[0], `bucket "events"`) || !strings.Contains(dumps[0], `bucket "counters"`) {
 		t.Fatalf("dump lacks buckets:\n%s", dumps[0])
 	}
+}
+
+func stepped(c Command, step string) Command {
+	c.Step = step
+	return c
+}
+
+// stepOf is a handler's step derived from a command's time: none for a third
+// of the commands, else one of a few names.
+func stepOf(now int64) string {
+	if now%3 == 0 {
+		return ""
+	}
+	return fmt.Sprintf("step-%d", now%7)
 }
 
 // randomEntries builds a seeded random sequence of every op, choosing tokens
@@ -90,10 +104,12 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 				if rng.IntN(3) == 0 {
 					c.Response = &Response{Status: 200 + rng.IntN(3), Body: []byte("resp")}
 				}
+				c.Step = stepOf(now) // from now, so the rng sequence stays as it was
 			case p < 78 && len(leases) > 0:
 				l := leases[rng.IntN(len(leases))]
 				c = Command{Op: OpFail, Now: now, Key: l.key, Token: l.token, RetryIn: rng.Int64N(10 * 60 * sec),
 					MaxAttempts: rng.IntN(4), Reason: fmt.Sprintf("err %d", rng.IntN(9))}
+				c.Step = stepOf(now)
 			case p < 83:
 				c = Command{Op: OpReclaim, Now: now}
 			case p < 88:

@@ -56,7 +56,8 @@
 //	meta       "version" -> layout version; "applied" -> last applied index;
 //	           "width" -> retention bucket width in ns (fixed at creation)
 //	events     key -> event record (state, attempts, token, times, source,
-//	           last error, audit); small, so Get and List stay cheap
+//	           last error, audit, the handler's last step); small, so Get and
+//	           List stay cheap
 //	payloads   time(CreatedAt) key -> headers + payload (dropped by DropPayloads)
 //	responses  time(CreatedAt) key -> cached handler response (sync mode)
 //	due        time(NextAttemptAt) key -> ""   (every pending event)

@@ -22,6 +22,13 @@ const (
 	HeaderSource         = "Oncehook-Source"
 	HeaderAttempt        = "Oncehook-Attempt"
 	HeaderFencingToken   = "Oncehook-Fencing-Token"
+	// HeaderStep is what a handler may answer (2xx or not) to say how far it
+	// got: a step number or name, at most engine.MaxStepLen printable ASCII
+	// bytes. It is stored with the event through Raft.
+	HeaderStep = "Oncehook-Step"
+	// HeaderLastStep carries the last stored step on every later attempt
+	// (after a failure, a reclaimed lease or a replay); absent when none.
+	HeaderLastStep = "Oncehook-Last-Step"
 )
 
 // ReasonNoTarget is the failure reason for an event whose source has no target.
@@ -62,6 +69,7 @@ type answer struct {
 	body       []byte        // up to MaxBody; read only for a sync target's 2xx
 	retryAfter time.Duration // > 0: the handler's Retry-After on 429/503, clamped
 	reason     string        // "" for a 2xx; else the short failure reason
+	step       string        // the handler's Oncehook-Step, when valid
 }
 
 // deliver runs one attempt of ev and records its outcome, unless ctx ended
@@ -106,6 +114,13 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 		return answer{reason: errReason(rctx, err)}
 	}
 	a := answer{status: resp.StatusCode}
+	if v, ok := resp.Header[HeaderStep]; ok && len(v) > 0 {
+		if validStep(v[0]) {
+			a.step = v[0]
+		} else {
+			f.log.Warn("handler step ignored: want at most 128 printable ASCII bytes", "key", ev.Key, "len", len(v[0]))
+		}
+	}
 	ok2xx := resp.StatusCode >= 200 && resp.StatusCode < 300
 	if ok2xx && tgt.Sync {
 		a.body, err = io.ReadAll(io.LimitReader(resp.Body, MaxBody))
@@ -151,6 +166,26 @@ func (f *Forwarder) setHeaders(h http.Header, ev engine.Event, attempt int) {
 	h.Set(HeaderSource, ev.Source)
 	h.Set(HeaderAttempt, strconv.Itoa(attempt))
 	h.Set(HeaderFencingToken, strconv.FormatUint(ev.Token, 10))
+	if ev.Step != "" {
+		h.Set(HeaderLastStep, ev.Step)
+	} else {
+		h.Del(HeaderLastStep) // never a stored provider header's
+	}
+}
+
+// validStep reports whether a handler's step can be stored: 1 to
+// engine.MaxStepLen bytes of printable ASCII. The engine refuses anything else,
+// and a refused Complete would leave a delivered event to its lease.
+func validStep(s string) bool {
+	if s == "" || len(s) > engine.MaxStepLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
 }
 
 // forwardable reports whether a stored header can be passed on: not one that
@@ -229,7 +264,7 @@ func (f *Forwarder) complete(ctx context.Context, ev engine.Event, attempt int, 
 	if tgt.Sync {
 		resp = &engine.Response{Status: a.status, Body: a.body}
 	}
-	err := f.opts.Store.Complete(ctx, ev.Key, ev.Token, resp)
+	err := f.opts.Store.Complete(ctx, ev.Key, ev.Token, resp, a.step)
 	if ctx.Err() != nil {
 		return // unknown whether it committed; the lease decides
 	}
@@ -254,7 +289,7 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	if retryIn <= 0 {
 		retryIn = Backoff(attempt, tgt.BackoffMin, tgt.BackoffMax, f.jitter())
 	}
-	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, tgt.MaxAttempts, a.reason)
+	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, tgt.MaxAttempts, a.reason, a.step)
 	if ctx.Err() != nil {
 		return
 	}

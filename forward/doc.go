@@ -34,10 +34,17 @@
 //	Oncehook-Attempt         the engine's Attempts: 1 on the first delivery, 2 on the
 //	                         next (after a failure or an expired lease), ...
 //	Oncehook-Fencing-Token   the lease's fencing token (the Raft index of the lease)
+//	Oncehook-Last-Step       the last Oncehook-Step the handler answered for this
+//	                         event (absent until it answers one)
 //
 // and every other header stored with the event (the source's forward_headers).
 // The Oncehook headers and Idempotency-Key always override a stored header of
 // the same name.
+//
+// A handler may answer Oncehook-Step (with any status): a valid step (1 to
+// engine.MaxStepLen printable ASCII bytes) goes into the Complete or Fail that
+// records the answer, through Raft; an invalid one is logged and dropped so
+// that the answer is still recorded. A reclaimed lease records no step.
 //
 // Delivery is at least once. A handler is called again after it failed, timed
 // out, or held the event longer than its lease (a lease is a lock, and leased

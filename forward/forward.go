@@ -24,12 +24,13 @@ type Store interface {
 	// none. It never returns more than max events.
 	Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error)
 	// Complete marks key done under token, caching resp when it is not nil.
+	// step is the handler's Oncehook-Step ("" keeps the stored one).
 	// errors.Is(err, engine.ErrStaleToken) when a newer lease fenced the token.
-	Complete(ctx context.Context, key string, token uint64, resp *engine.Response) error
+	Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string) error
 	// Fail records a failed attempt under token: the event is pending again
 	// retryIn from now, or dead when its attempts reach maxAttempts. reason is
-	// kept as the event's last error.
-	Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason string) error
+	// kept as the event's last error, step (when not "") as its step.
+	Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string) error
 	// Reclaim returns every processing event whose lease has ended to pending
 	// and says how many moved.
 	Reclaim(ctx context.Context) (int, error)

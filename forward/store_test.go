@@ -110,19 +110,19 @@ func (l *leader) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]
 // Complete and Fail apply even when ctx has ended, as a Raft proposal that is
 // already on its way would: the forwarder itself must not record an abandoned
 // attempt.
-func (l *leader) Complete(ctx context.Context, key string, token uint64, resp *engine.Response) error {
+func (l *leader) Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, err := l.applyLocked(engine.Command{Op: engine.OpComplete, Key: key, Token: token, Response: resp})
+	_, err := l.applyLocked(engine.Command{Op: engine.OpComplete, Key: key, Token: token, Response: resp, Step: step})
 	l.done = append(l.done, tokenErr{token, err})
 	return err
 }
 
-func (l *leader) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason string) error {
+func (l *leader) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cmd := engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn),
-		MaxAttempts: maxAttempts, Reason: reason}
+		MaxAttempts: maxAttempts, Reason: reason, Step: step}
 	_, err := l.applyLocked(cmd)
 	if err == nil {
 		l.fails = append(l.fails, cmd)

@@ -58,6 +58,41 @@ func BenchmarkVerify(b *testing.B) {
 	}
 }
 
+// BenchmarkVerifyV1a measures Standard Webhooks' ed25519 signatures on a
+// 1 KiB body: one public key, and the rotation case of two keys and two v1a
+// entries of which only the last pair verifies (four verifications, as every
+// pair is checked).
+func BenchmarkVerifyV1a(b *testing.B) {
+	now := unix(testT)
+	f := fixture{scheme: "standard"}
+	body := []byte(benchBody(&f, 1024, now))
+	good := signStd(b, "standard", whskA, body, "msg_1", now)
+	other := signStd(b, "standard", whskB, body, "msg_1", now).get("webhook-signature")
+	for _, c := range []struct {
+		name string
+		keys []string
+		sig  string
+	}{
+		{"one-key", []string{whpkA}, good.get("webhook-signature")},
+		{"rotation", []string{whpkOther, whpkA}, other + " " + good.get("webhook-signature")},
+	} {
+		v := mustVerifier(b, "standard", Options{Secrets: secrets(c.keys...)})
+		r := &Request{Body: body, Header: good.with("webhook-signature", c.sig), Now: now}
+		if err := v.Verify(r); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(c.name, func(b *testing.B) {
+			b.ReportAllocs()
+			b.SetBytes(int64(len(body)))
+			for b.Loop() {
+				if err := v.Verify(r); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
 // BenchmarkVerifyRotation is the worst ordinary case: two secrets, and for the
 // list schemes two signatures, of which only the last pair matches.
 func BenchmarkVerifyRotation(b *testing.B) {

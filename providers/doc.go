@@ -38,7 +38,8 @@
 //	stripe    Stripe-Signature: t=..,v1=<hex>[,v1=..]          t "." body                    json:id                                           168h       202
 //	shopify   X-Shopify-Hmac-Sha256: <base64>                  body                          header:X-Shopify-Event-Id|header:X-Shopify-Webhook-Id 48h  202
 //	standard  webhook-id, webhook-timestamp,                   id "." ts "." body            header:webhook-id                                 96h        202
-//	          webhook-signature: v1,<base64> ...               (key = base64 of whsec_...)
+//	          webhook-signature: v1,<base64> ...               (v1 key = base64 of whsec_...;
+//	          and v1a,<base64> (ed25519)                        v1a key = whpk_ public key)
 //	svix      svix-id/-timestamp/-signature (or webhook-*)     as standard                   header:svix-id|header:webhook-id                  96h        202
 //	slack     X-Slack-Signature: v0=<hex>,                     "v0:" ts ":" body             json:event_id                                     24h        202
 //	          X-Slack-Request-Timestamp
@@ -52,6 +53,7 @@
 //
 // All HMACs are SHA-256 except twilio (SHA-1) and hmac (configurable). Keys
 // are the secret's bytes as configured, except standard/svix (base64-decoded
-// after the whsec_ prefix). SCHEMES.md has the operator's version of this
+// after the whsec_ prefix). standard/svix also verify Standard Webhooks' v1a
+// ed25519 signatures with whpk_ public keys listed among the secrets. SCHEMES.md has the operator's version of this
 // table with the caveats.
 package providers

@@ -32,6 +32,15 @@ func seedValue(t testing.TB, scheme, header, body string, spec *HMACSpec) string
 	return headersOf(hs).get(header)
 }
 
+// seedValueWith is seedValue with a chosen signing secret.
+func seedValueWith(t testing.TB, scheme, header, body, secret string) string {
+	hs, err := mustLookup(t, scheme).Sign([]byte(body), []byte(secret), unix(testT), "msg_1", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return headersOf(hs).get(header)
+}
+
 func mustFail(t *testing.T, err error) {
 	t.Helper()
 	if err == nil {
@@ -67,8 +76,15 @@ func FuzzStandardHeaders(f *testing.F) {
 	f.Add("msg_1", "1700000000", seedValue(f, "standard", "webhook-signature", body, nil), []byte(body))
 	f.Add("msg_1", "1700000000", "v1,AAAA v1a,BBBB v2,", []byte(body))
 	f.Add("", "", ",,, v1, ,v1", []byte{})
+	// v1a: signed with a private key whose public key the verifiers lack.
+	f.Add("msg_1", "1700000000", seedValueWith(f, "standard", "webhook-signature", body, whskB)+" "+
+		seedValue(f, "standard", "webhook-signature", body, nil), []byte(body))
+	f.Add("msg_1", "1700000000", "v1a,"+strings.Repeat("A", 88)+" v1a,=", []byte(body))
 	v := fuzzVerifier(f, "standard", nil)
 	sv := fuzzVerifier(f, "svix", nil)
+	// Mixed sources: v1 secrets and v1a public keys, and public keys only.
+	mixed := mustVerifier(f, "standard", Options{Secrets: secrets(whsecA, whpkA, whpkOther)})
+	v1aOnly := mustVerifier(f, "svix", Options{Secrets: secrets(whpkA)})
 	f.Fuzz(func(t *testing.T, id, ts, sig string, body []byte) {
 		r := &Request{Body: body, Now: unix(testT), Header: hdrs{
 			{"webhook-id", []byte(id)}, {"webhook-timestamp", []byte(ts)}, {"webhook-signature", []byte(sig)},
@@ -76,6 +92,8 @@ func FuzzStandardHeaders(f *testing.F) {
 		}}
 		mustFail(t, v.Verify(r))
 		mustFail(t, sv.Verify(r))
+		mustFail(t, mixed.Verify(r))
+		mustFail(t, v1aOnly.Verify(r))
 	})
 }
 

@@ -5,6 +5,7 @@ package providers
 // buffers, the all-pairs constant-time match, and timestamp checks.
 
 import (
+	"crypto/ed25519"
 	"crypto/hmac"
 	"crypto/sha1"
 	"crypto/sha256"
@@ -119,8 +120,11 @@ type macState struct {
 	siglen [MaxSignatures]uint8
 
 	// Scheme-specific scratch, kept with the state so that it is pooled too.
-	form  []byte     // twilio: decoded form names and values
-	pairs []formPair // twilio: the form's pairs, sorted
+	form  []byte                                            // twilio: decoded form names and values
+	pairs []formPair                                        // twilio: the form's pairs, sorted
+	ed    [MaxEd25519Signatures][ed25519.SignatureSize]byte // standard: received v1a signatures
+	ned   int                                               // standard: how many of ed are set
+	msg   []byte                                            // standard: the content v1a signs
 }
 
 func (k *keyring) newState() *macState {
@@ -140,7 +144,7 @@ func (k *keyring) newState() *macState {
 
 func (k *keyring) get() *macState {
 	s := k.pool.Get().(*macState)
-	s.nsig, s.nsum = 0, 0
+	s.nsig, s.nsum, s.ned = 0, 0, 0
 	return s
 }
 

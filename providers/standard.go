@@ -1,6 +1,8 @@
 package providers
 
 import (
+	"crypto/ed25519"
+	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
 	"strconv"
@@ -10,14 +12,43 @@ import (
 
 // Standard Webhooks (standard) and Svix (svix): webhook-id, webhook-timestamp
 // (unix seconds) and webhook-signature, a space-separated list of
-// "<version>,<base64>"; v1 is HMAC-SHA256 over "<id>.<timestamp>.<raw body>"
-// keyed with base64-decode(secret without its whsec_ prefix). Svix sends the
-// same headers named svix-id, svix-timestamp and svix-signature; the svix
-// scheme reads those and falls back to webhook-* when any is absent, like
-// Svix's own libraries. Unknown versions (v1a, the asymmetric ed25519 one) are
-// skipped; a list with more than MaxSignatures entries is refused unread.
-// GitLab's signing-token webhooks are Standard Webhooks: use "standard".
+// "<version>,<base64>". Both versions sign "<id>.<timestamp>.<raw body>":
+//
+//   - v1 is HMAC-SHA256 keyed with base64-decode(secret without its whsec_
+//     prefix);
+//   - v1a is ed25519, checked with a public key configured as
+//     "whpk_" + base64(32 bytes); the sender signs with the matching
+//     "whsk_" private key, which a receiver never holds.
+//
+// A source's secrets may mix whsec_ secrets and whpk_ public keys; a header
+// may mix v1 and v1a entries, and any entry that verifies with any configured
+// key of its kind is enough. Every entry is checked against every key of its
+// kind, with no early exit. A source whose secrets are all whpk_ keys accepts
+// v1a only: its v1 entries are skipped like unknown versions, so a v1-only
+// header is "no signature of a supported version". Likewise a source without
+// whpk_ keys skips v1a entries.
+//
+// Svix sends the same headers named svix-id, svix-timestamp and
+// svix-signature; the svix scheme reads those and falls back to webhook-* when
+// any is absent, like Svix's own libraries. Unknown versions are skipped; a
+// list with more than MaxSignatures entries is refused unread, and one with
+// more than MaxEd25519Signatures v1a entries (for a source with public keys)
+// too, since each costs an ed25519 verification per key. GitLab's
+// signing-token webhooks are Standard Webhooks: use "standard".
 type standard struct{ svix bool }
+
+// Key prefixes of Standard Webhooks' asymmetric keys.
+const (
+	// PublicKeyPrefix starts an ed25519 public key: "whpk_" + base64(32 bytes).
+	PublicKeyPrefix = "whpk_"
+	// PrivateKeyPrefix starts an ed25519 private key: "whsk_" + base64 of the
+	// 32-byte seed (the Standard Webhooks libraries' form, which keygen
+	// prints) or of the 64-byte seed+public key (Go's form).
+	PrivateKeyPrefix = "whsk_"
+	// MaxEd25519Signatures is the most v1a entries one header may carry when
+	// the source has public keys; rotation needs two.
+	MaxEd25519Signatures = 4
+)
 
 type stdHeaders struct {
 	id, ts, sig                string
@@ -34,8 +65,9 @@ var (
 	webhookHeaders = newStdHeaders("webhook")
 	svixHeaders    = newStdHeaders("svix")
 
-	errNoComma = newErr(ErrMalformedHeader, "signature entry without ','")
-	dot        = []byte(".")
+	errNoComma    = newErr(ErrMalformedHeader, "signature entry without ','")
+	errTooManyV1a = newErr(ErrMalformedHeader, "too many v1a signatures")
+	dot           = []byte(".")
 )
 
 func (s standard) Name() string {
@@ -63,15 +95,66 @@ func whsecKey(secret []byte) ([]byte, error) {
 	return key, nil
 }
 
+// whpkKey decodes a Standard Webhooks public key: "whpk_" + base64(32 bytes).
+func whpkKey(secret []byte) (ed25519.PublicKey, error) {
+	s, ok := strings.CutPrefix(string(secret), PublicKeyPrefix)
+	key, err := base64.StdEncoding.DecodeString(s)
+	if !ok || err != nil || len(key) != ed25519.PublicKeySize {
+		return nil, fmt.Errorf("%w: want whpk_ followed by the base64 of a 32-byte ed25519 public key", ErrBadSecret)
+	}
+	return ed25519.PublicKey(key), nil
+}
+
+// whskKey decodes a Standard Webhooks private key: "whsk_" + base64 of a
+// 32-byte seed or of Go's 64-byte seed+public form, whose public half must be
+// the seed's.
+func whskKey(secret []byte) (ed25519.PrivateKey, error) {
+	bad := fmt.Errorf("%w: want whsk_ followed by the base64 of a 32-byte ed25519 seed (or 64-byte private key)", ErrBadSecret)
+	s, ok := strings.CutPrefix(string(secret), PrivateKeyPrefix)
+	raw, err := base64.StdEncoding.DecodeString(s)
+	if !ok || err != nil {
+		return nil, bad
+	}
+	switch len(raw) {
+	case ed25519.SeedSize:
+		return ed25519.NewKeyFromSeed(raw), nil
+	case ed25519.PrivateKeySize:
+		priv := ed25519.NewKeyFromSeed(raw[:ed25519.SeedSize])
+		if subtle.ConstantTimeCompare(priv[ed25519.SeedSize:], raw[ed25519.SeedSize:]) != 1 {
+			return nil, fmt.Errorf("%w: whsk_ key's public half does not match its seed", ErrBadSecret)
+		}
+		return priv, nil
+	}
+	return nil, bad
+}
+
+// isPublicKey and isPrivateKey tell a source's secrets apart by prefix.
+func isPublicKey(secret []byte) bool  { return strings.HasPrefix(string(secret), PublicKeyPrefix) }
+func isPrivateKey(secret []byte) bool { return strings.HasPrefix(string(secret), PrivateKeyPrefix) }
+
 func (s standard) NewVerifier(opts Options) (Verifier, error) {
 	raw, err := secretKeys(opts.Secrets)
 	if err != nil {
 		return nil, err
 	}
-	keys := make([][]byte, len(raw))
+	var keys [][]byte
+	var pub []ed25519.PublicKey
 	for i, sec := range raw {
-		if keys[i], err = whsecKey(sec); err != nil {
-			return nil, fmt.Errorf("%w: secret #%d is not whsec_ followed by base64", ErrBadSecret, i+1)
+		switch {
+		case isPublicKey(sec):
+			k, err := whpkKey(sec)
+			if err != nil {
+				return nil, fmt.Errorf("%w: secret #%d is not whpk_ followed by the base64 of 32 bytes", ErrBadSecret, i+1)
+			}
+			pub = append(pub, k)
+		case isPrivateKey(sec):
+			return nil, fmt.Errorf("%w: secret #%d is a whsk_ private signing key: configure its whpk_ public key (oncehook keygen -asymmetric prints both)", ErrBadSecret, i+1)
+		default:
+			k, err := whsecKey(sec)
+			if err != nil {
+				return nil, fmt.Errorf("%w: secret #%d is not whsec_ followed by base64", ErrBadSecret, i+1)
+			}
+			keys = append(keys, k)
 		}
 	}
 	tol, err := tolerance(opts.Tolerance, DefaultTolerance)
@@ -82,35 +165,53 @@ func (s standard) NewVerifier(opts Options) (Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &stdVerifier{svix: s.svix, ring: ring, tol: tol}, nil
+	return &stdVerifier{svix: s.svix, ring: ring, pub: pub, v1: len(keys) > 0, tol: tol}, nil
 }
 
-// Sign produces the id, timestamp and a single v1 signature headers; id is
-// required (it is signed).
+// Sign produces the id, timestamp and a single signature headers; id is
+// required (it is signed). A whsec_ secret signs v1 (HMAC-SHA256); a whsk_
+// private key signs v1a (ed25519). A whpk_ public key cannot sign.
 func (s standard) Sign(body, secret []byte, now time.Time, id string, _ *HMACSpec) ([]Header, error) {
 	if id == "" {
 		return nil, fmt.Errorf("%w: %s: Sign needs an id", ErrBadConfig, s.Name())
-	}
-	key, err := whsecKey(secret)
-	if err != nil {
-		return nil, err
 	}
 	h := webhookHeaders
 	if s.svix {
 		h = svixHeaders
 	}
 	ts := strconv.FormatInt(now.Unix(), 10)
-	sum := hmacSum(algSHA256, key, []byte(id), dot, []byte(ts), dot, body)
+	var sig string
+	switch {
+	case isPublicKey(secret):
+		return nil, newErr(ErrBadSecret, "a whpk_ public key cannot sign: sign with its whsk_ private key")
+	case isPrivateKey(secret):
+		priv, err := whskKey(secret)
+		if err != nil {
+			return nil, err
+		}
+		msg := make([]byte, 0, len(id)+len(ts)+2+len(body))
+		msg = append(append(append(append(append(msg, id...), '.'), ts...), '.'), body...)
+		sig = "v1a," + base64.StdEncoding.EncodeToString(ed25519.Sign(priv, msg))
+	default:
+		key, err := whsecKey(secret)
+		if err != nil {
+			return nil, err
+		}
+		sum := hmacSum(algSHA256, key, []byte(id), dot, []byte(ts), dot, body)
+		sig = "v1," + base64.StdEncoding.EncodeToString(sum)
+	}
 	return []Header{
 		{Name: h.id, Value: id},
 		{Name: h.ts, Value: ts},
-		{Name: h.sig, Value: "v1," + base64.StdEncoding.EncodeToString(sum)},
+		{Name: h.sig, Value: sig},
 	}, nil
 }
 
 type stdVerifier struct {
 	svix bool
-	ring *keyring
+	ring *keyring            // the whsec_ secrets as HMAC keys (may hold none)
+	pub  []ed25519.PublicKey // the whpk_ public keys (v1a)
+	v1   bool                // the source has whsec_ secrets: v1 entries are read
 	tol  time.Duration
 }
 
@@ -140,17 +241,43 @@ func (v *stdVerifier) Verify(r *Request) error {
 	}
 	st := v.ring.get()
 	defer v.ring.put(st)
-	if err := parseSigList(raw, st); err != nil {
+	if err := parseSigList(raw, st, v.v1, len(v.pub) > 0); err != nil {
 		return err
 	}
-	if st.nsig == 0 {
+	if st.nsig == 0 && st.ned == 0 {
 		return errNoSupported
 	}
-	st.compute(id, dot, ts, dot, r.Body)
-	if !st.match() {
+	matched := false
+	if st.nsig > 0 {
+		st.compute(id, dot, ts, dot, r.Body)
+		matched = st.match()
+	}
+	if st.ned > 0 {
+		// ed25519 needs the signed content in one piece; the buffer is pooled
+		// with the state.
+		st.msg = append(append(append(append(append(st.msg[:0], id...), '.'), ts...), '.'), r.Body...)
+		matched = st.matchEd25519(v.pub) || matched
+	}
+	if !matched {
 		return errNoMatch
 	}
 	return nil
+}
+
+// matchEd25519 checks every received v1a signature with every public key,
+// without stopping at the first success, and reports whether any verified.
+// The signatures and keys are public, so nothing secret is timed; checking
+// them all keeps the cost of a request independent of which one matches.
+func (s *macState) matchEd25519(keys []ed25519.PublicKey) bool {
+	ok := 0
+	for i := 0; i < s.ned; i++ {
+		for _, k := range keys {
+			if ed25519.Verify(k, s.msg, s.ed[i][:]) {
+				ok |= 1
+			}
+		}
+	}
+	return ok == 1
 }
 
 // svixNames picks the header names for a svix delivery: svix-* when all three
@@ -169,10 +296,10 @@ func (v *stdVerifier) svixNames(h Headers) *stdHeaders {
 	return svixHeaders
 }
 
-// parseSigList reads "v1,<b64> v1a,<b64> ..." into st: v1 entries decoded,
-// other versions skipped. More than MaxSignatures entries of any version is
-// refused before anything is decoded.
-func parseSigList(raw []byte, st *macState) error {
+// parseSigList reads "v1,<b64> v1a,<b64> ..." into st: v1 entries decoded when
+// v1 is set, v1a entries when v1a is set, other versions skipped. More than
+// MaxSignatures entries of any version is refused before anything is decoded.
+func parseSigList(raw []byte, st *macState, v1, v1a bool) error {
 	entries := 0
 	for i := 0; i < len(raw); i++ {
 		if raw[i] != ' ' && (i == 0 || raw[i-1] == ' ') {
@@ -196,12 +323,41 @@ func parseSigList(raw []byte, st *macState) error {
 		if c < 0 {
 			return errNoComma
 		}
-		if string(e[:c]) != "v1" {
-			continue
+		var err error
+		switch string(e[:c]) {
+		case "v1":
+			if v1 {
+				err = st.addSig(e[c+1:], encBase64, algSHA256.size)
+			}
+		case "v1a":
+			if v1a {
+				err = st.addEd25519(e[c+1:])
+			}
 		}
-		if err := st.addSig(e[c+1:], encBase64, algSHA256.size); err != nil {
+		if err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// addEd25519 decodes one received v1a signature into the next ed25519 slot.
+func (s *macState) addEd25519(src []byte) error {
+	if s.ned >= MaxEd25519Signatures {
+		return errTooManyV1a
+	}
+	if len(src) != base64.StdEncoding.EncodedLen(ed25519.SignatureSize) {
+		return errSigLength
+	}
+	var buf [ed25519.SignatureSize + 2]byte
+	n, err := base64.StdEncoding.Decode(buf[:], src)
+	if err != nil {
+		return errSigEncoding
+	}
+	if n != len(s.ed[0]) {
+		return errSigLength
+	}
+	copy(s.ed[s.ned][:], buf[:n])
+	s.ned++
 	return nil
 }

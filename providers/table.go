@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"crypto/ed25519"
 	"crypto/rand"
 	"encoding/base64"
 	"encoding/hex"
@@ -75,6 +76,38 @@ func GenerateSecret(scheme string) (string, error) {
 		return "whsec_" + base64.StdEncoding.EncodeToString(b[:]), nil
 	}
 	return hex.EncodeToString(b[:]), nil
+}
+
+// GenerateKeyPair returns a new ed25519 key pair for Standard Webhooks' v1a
+// signatures, for `oncehook keygen -asymmetric`: the private key
+// "whsk_" + base64 of its 32-byte seed (the form the Standard Webhooks
+// libraries read), which the sender signs with, and the public key
+// "whpk_" + base64 of 32 bytes, which a source lists among its secrets.
+// Only standard and svix have asymmetric keys.
+func GenerateKeyPair(scheme string) (private, public string, err error) {
+	switch scheme {
+	case "standard", "svix":
+	default:
+		if _, ok := schemes[scheme]; !ok {
+			return "", "", fmt.Errorf("%w: unknown provider %q", ErrBadConfig, scheme)
+		}
+		return "", "", fmt.Errorf("%w: provider %q has no asymmetric keys (only standard and svix: v1a)", ErrBadConfig, scheme)
+	}
+	pub, priv, err := ed25519.GenerateKey(nil) // crypto/rand; never fails
+	if err != nil {
+		return "", "", err
+	}
+	return PrivateKeyPrefix + base64.StdEncoding.EncodeToString(priv.Seed()),
+		PublicKeyPrefix + base64.StdEncoding.EncodeToString(pub), nil
+}
+
+// PublicKeyOf returns the whpk_ public key of a whsk_ private key.
+func PublicKeyOf(private []byte) (string, error) {
+	priv, err := whskKey(private)
+	if err != nil {
+		return "", err
+	}
+	return PublicKeyPrefix + base64.StdEncoding.EncodeToString(priv.Public().(ed25519.PublicKey)), nil
 }
 
 // Ack statuses.

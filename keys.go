@@ -1,0 +1,662 @@
+package main
+
+// Published, rotating keys (issue 9): a source's keys_url names a JSON
+// document of its sender's active keys. Each source with one has a keyset that
+// fetches the document at start and every keys_refresh, keeps the last good
+// copy on disk under data_dir/keys/ (so a restart works while the URL is down),
+// honours each key's not-before and expiry, and fetches early (at most once per
+// keysEarlyEvery) when a delivery's signature matches no key in force. A fetch
+// that fails is logged and counted and changes nothing: the keys already held
+// keep verifying until they expire.
+//
+// The document (README.md, "Published keys"):
+//
+//	{"keys": [
+//	  {"kid": "2026-05", "alg": "ed25519", "key": "whpk_...", "nbf": 1777593600, "exp": 1780272000},
+//	  {"kid": "legacy", "alg": "hmac-sha256", "key": "whsec_..."}
+//	]}
+//
+// kid: 1-128 printable ASCII, unique; alg: "ed25519" (key "whpk_...", for
+// standard and svix sources: v1a) or "hmac-sha256" (key a secret in the
+// source provider's format, as `secrets` takes it: "whsec_..." for standard);
+// nbf, exp: optional unix seconds, the key verifies from nbf (inclusive) until
+// exp (exclusive). Keys of another alg are skipped (and logged), so a sender
+// can publish new kinds without breaking this receiver; any other mistake
+// rejects the whole document and keeps the previous one.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"oncehook/config"
+	"oncehook/providers"
+)
+
+// Limits and timings of keys_url fetches.
+const (
+	maxKeysDoc     = 1 << 20          // a document over 1 MiB is refused
+	maxKeysInDoc   = 256              // keys per document
+	keysFetchLimit = 10 * time.Second // one fetch, connect to last byte
+	keysRetryAfter = 30 * time.Second // after a failed periodic fetch (or keys_refresh if shorter)
+	keysEarlyEvery = 10 * time.Second // at most one early fetch per this long, per source
+	keysEarlyWait  = 3 * time.Second  // how long a delivery waits for its early fetch
+	maxKidLen      = 128
+)
+
+// Key algorithms in a keys document.
+const (
+	algEd25519    = "ed25519"
+	algHMACSHA256 = "hmac-sha256"
+)
+
+var errNoKeyInForce = fmt.Errorf("%w: no key in force (keys_url)", providers.ErrBadSignature)
+
+// keysDoc is the published document, as read.
+type keysDoc struct {
+	Keys []keyEntry `json:"keys"`
+}
+
+type keyEntry struct {
+	Kid string `json:"kid"`
+	Alg string `json:"alg"`
+	Key string `json:"key"`
+	Nbf int64  `json:"nbf"` // unix seconds; 0: valid from the start
+	Exp int64  `json:"exp"` // unix seconds; 0: no expiry
+}
+
+// inForce reports whether k verifies at unix second now.
+func (k *keyEntry) inForce(now int64) bool {
+	return (k.Nbf == 0 || k.Nbf <= now) && (k.Exp == 0 || now < k.Exp)
+}
+
+// parseKeysDoc reads and checks a keys document for a source of provider. It
+// returns the usable keys and the kids skipped for an unknown alg. Errors
+// never quote key material.
+func parseKeysDoc(b []byte, provider string) (keys []keyEntry, skipped []string, err error) {
+	var doc keysDoc
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return nil, nil, fmt.Errorf("keys document is not JSON of the expected shape: %w", err)
+	}
+	if doc.Keys == nil {
+		return nil, nil, errors.New(`keys document has no "keys" array`)
+	}
+	if len(doc.Keys) > maxKeysInDoc {
+		return nil, nil, fmt.Errorf("keys document has %d keys, over %d", len(doc.Keys), maxKeysInDoc)
+	}
+	scheme, ok := providers.Lookup(provider)
+	if !ok {
+		return nil, nil, fmt.Errorf("unknown provider %q", provider)
+	}
+	seen := make(map[string]bool, len(doc.Keys))
+	for i, k := range doc.Keys {
+		if !validKid(k.Kid) {
+			return nil, nil, fmt.Errorf("key #%d: kid must be 1 to %d printable ASCII bytes", i+1, maxKidLen)
+		}
+		if seen[k.Kid] {
+			return nil, nil, fmt.Errorf("key %q: kid given twice", k.Kid)
+		}
+		seen[k.Kid] = true
+		switch k.Alg {
+		case algEd25519:
+			if provider != "standard" && provider != "svix" {
+				return nil, nil, fmt.Errorf("key %q: ed25519 keys are for standard and svix sources only", k.Kid)
+			}
+			if !strings.HasPrefix(k.Key, providers.PublicKeyPrefix) {
+				return nil, nil, fmt.Errorf("key %q: an ed25519 key is whpk_ followed by base64", k.Kid)
+			}
+		case algHMACSHA256:
+			if strings.HasPrefix(k.Key, providers.PublicKeyPrefix) || strings.HasPrefix(k.Key, providers.PrivateKeyPrefix) {
+				return nil, nil, fmt.Errorf("key %q: alg hmac-sha256 with an ed25519 key", k.Kid)
+			}
+		default:
+			skipped = append(skipped, k.Kid)
+			continue
+		}
+		if k.Key == "" {
+			return nil, nil, fmt.Errorf("key %q: no key material", k.Kid)
+		}
+		if k.Nbf < 0 || k.Exp < 0 || k.Nbf != 0 && k.Exp != 0 && k.Exp <= k.Nbf {
+			return nil, nil, fmt.Errorf("key %q: want 0 <= nbf < exp (unix seconds)", k.Kid)
+		}
+		// The scheme decides whether the material is usable (a whsec_ that is
+		// not base64, a public key of the wrong length); its errors never
+		// quote the key.
+		if _, err := scheme.NewVerifier(providers.Options{Secrets: [][]byte{[]byte(k.Key)}}); err != nil {
+			return nil, nil, fmt.Errorf("key %q: %w", k.Kid, err)
+		}
+		keys = append(keys, k)
+	}
+	return keys, skipped, nil
+}
+
+func validKid(s string) bool {
+	if s == "" || len(s) > maxKidLen {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
+// keysFetchURLOK is the fetch policy, applied to the configured URL and to
+// every redirect: https, or http to a loopback host.
+func keysFetchURLOK(u *url.URL) bool {
+	return u.Scheme == "https" || u.Scheme == "http" && config.IsLoopbackHost(u.Hostname())
+}
+
+// safeURL is a URL for logs: scheme, host and path, without user info or
+// query (either may carry a credential).
+func safeURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Scheme + "://" + u.Host + u.Path
+}
+
+// builtVerifier is a source's verifier for the keys in force between from and
+// until (unix seconds, until exclusive). v is nil when no key is in force.
+type builtVerifier struct {
+	v           providers.Verifier
+	from, until int64
+	active      int // document keys in force
+}
+
+// keyset is one keys_url source's keys and its fetcher.
+type keyset struct {
+	source string
+	url    string
+	cache  string // data_dir/keys/<source>.json
+	client *http.Client
+	log    *slog.Logger
+	m      *metrics
+
+	earlyEvery time.Duration
+	earlyWait  time.Duration
+
+	mu        sync.Mutex // guards the fields below
+	provider  string
+	scheme    providers.Scheme
+	opts      providers.Options // the source's static secrets, tolerance, hmac spec
+	refresh   time.Duration
+	keys      []keyEntry // the document's usable keys (fetched or cached)
+	raw       []byte     // the document they came from
+	lastEarly time.Time
+	inflight  bool
+
+	built   atomic.Pointer[builtVerifier] // nil: rebuild on next use
+	fetchMu sync.Mutex                    // one fetch at a time
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+}
+
+// keyedVerifier verifies a keys_url source's deliveries with the keys in
+// force at the delivery's time, fetching early once when none matches.
+type keyedVerifier struct{ ks *keyset }
+
+var (
+	_ providers.Verifier   = keyedVerifier{}
+	_ providers.Handshaker = keyedVerifier{}
+)
+
+func (kv keyedVerifier) Verify(r *providers.Request) error {
+	err := kv.ks.verify(r)
+	if err == nil || !errors.Is(err, providers.ErrBadSignature) {
+		return err
+	}
+	// No key in force matched: the sender may already sign with a key
+	// published after our last fetch.
+	if kv.ks.fetchEarly() {
+		return kv.ks.verify(r)
+	}
+	return err
+}
+
+// Handshake delegates to the current verifier when its scheme has one.
+func (kv keyedVerifier) Handshake(r *providers.Request) (int, []byte, string, bool) {
+	if h, ok := kv.ks.current(r.Now).v.(providers.Handshaker); ok {
+		return h.Handshake(r)
+	}
+	return 0, nil, "", false
+}
+
+func (ks *keyset) verify(r *providers.Request) error {
+	b := ks.current(r.Now)
+	if b.v == nil {
+		return errNoKeyInForce
+	}
+	return b.v.Verify(r)
+}
+
+// current returns the verifier for the keys in force at now, rebuilding it
+// when now has crossed a key's nbf or exp or the keys changed.
+func (ks *keyset) current(now time.Time) *builtVerifier {
+	sec := now.Unix()
+	if b := ks.built.Load(); b != nil && sec >= b.from && sec < b.until {
+		return b
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if b := ks.built.Load(); b != nil && sec >= b.from && sec < b.until {
+		return b
+	}
+	b := &builtVerifier{from: minUnix, until: maxUnix}
+	secrets := slices.Clone(ks.opts.Secrets)
+	for i := range ks.keys {
+		k := &ks.keys[i]
+		for _, t := range []int64{k.Nbf, k.Exp} {
+			switch {
+			case t == 0:
+			case t <= sec:
+				b.from = max(b.from, t)
+			default:
+				b.until = min(b.until, t)
+			}
+		}
+		if k.inForce(sec) {
+			secrets = append(secrets, []byte(k.Key))
+			b.active++
+		}
+	}
+	if len(secrets) > 0 && ks.scheme != nil {
+		o := ks.opts
+		o.Secrets = secrets
+		v, err := ks.scheme.NewVerifier(o)
+		if err != nil {
+			// parseKeysDoc checked each key and config the static secrets.
+			ks.log.Error("keys_url: cannot build a verifier; refusing deliveries", "source", ks.source, "err", err)
+		} else {
+			b.v = v
+		}
+	}
+	ks.built.Store(b)
+	ks.m.keysActive(ks.source, b.active)
+	return b
+}
+
+const (
+	minUnix = -1 << 62
+	maxUnix = 1 << 62
+)
+
+// configure sets what the source's config says (on start and every reload).
+func (ks *keyset) configure(s *config.Source) error {
+	scheme, ok := providers.Lookup(s.Provider)
+	if !ok {
+		return fmt.Errorf("unknown provider %q", s.Provider)
+	}
+	o := providers.Options{Tolerance: time.Duration(s.Tolerance), HMAC: s.HMAC}
+	for _, sec := range s.Secrets {
+		o.Secrets = append(o.Secrets, []byte(sec))
+	}
+	ks.mu.Lock()
+	defer ks.mu.Unlock()
+	if ks.provider != "" && ks.provider != s.Provider {
+		// The held keys were checked for the old provider.
+		ks.keys, ks.raw = nil, nil
+	}
+	ks.provider, ks.scheme, ks.opts = s.Provider, scheme, o
+	ks.refresh = time.Duration(s.KeysRefresh)
+	ks.built.Store(nil)
+	return nil
+}
+
+// fetchEarly fetches the document now unless an early fetch ran less than
+// earlyEvery ago or one is running, and waits up to earlyWait for it. It
+// reports whether the keys changed.
+func (ks *keyset) fetchEarly() bool {
+	ks.mu.Lock()
+	if ks.inflight || (!ks.lastEarly.IsZero() && time.Since(ks.lastEarly) < ks.earlyEvery) || ks.ctx.Err() != nil {
+		ks.mu.Unlock()
+		return false
+	}
+	ks.inflight, ks.lastEarly = true, time.Now()
+	ks.mu.Unlock()
+	done := make(chan bool, 1)
+	ks.wg.Add(1)
+	go func() {
+		defer ks.wg.Done()
+		changed, _ := ks.fetch(ks.ctx, "early")
+		ks.mu.Lock()
+		ks.inflight = false
+		ks.mu.Unlock()
+		done <- changed
+	}()
+	t := time.NewTimer(ks.earlyWait)
+	defer t.Stop()
+	select {
+	case changed := <-done:
+		return changed
+	case <-t.C:
+		return false
+	}
+}
+
+// fetch gets, checks and installs the document, and caches it on disk. It
+// reports whether the keys changed. A failure is logged and counted, and
+// leaves the keys as they were.
+func (ks *keyset) fetch(ctx context.Context, why string) (changed bool, err error) {
+	ks.fetchMu.Lock()
+	defer ks.fetchMu.Unlock()
+	raw, err := ks.get(ctx)
+	var keys []keyEntry
+	var skipped []string
+	if err == nil {
+		ks.mu.Lock()
+		provider := ks.provider
+		ks.mu.Unlock()
+		keys, skipped, err = parseKeysDoc(raw, provider)
+	}
+	if err != nil {
+		ks.m.keysFetchFailure(ks.source)
+		ks.log.Warn("keys_url fetch failed; keeping the keys held", "source", ks.source, "url", safeURL(ks.url), "why", why, "err", err)
+		return false, err
+	}
+	ks.mu.Lock()
+	changed = !bytes.Equal(raw, ks.raw)
+	if changed {
+		ks.keys, ks.raw = keys, raw
+		ks.built.Store(nil)
+	}
+	ks.mu.Unlock()
+	if changed {
+		ks.log.Info("keys_url fetched", "source", ks.source, "why", why, "kids", kids(keys), "skipped_unknown_alg", skipped)
+		if err := ks.saveCache(raw); err != nil {
+			ks.log.Warn("keys_url: cannot write the cache; a restart while the URL is down will have no keys", "source", ks.source, "err", err)
+		}
+	}
+	return changed, nil
+}
+
+func kids(keys []keyEntry) []string {
+	out := make([]string, len(keys))
+	for i := range keys {
+		out[i] = keys[i].Kid
+	}
+	return out
+}
+
+// get downloads the document: 200 only, at most maxKeysDoc bytes, within
+// keysFetchLimit.
+func (ks *keyset) get(ctx context.Context) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, keysFetchLimit)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ks.url, nil)
+	if err != nil {
+		return nil, errors.New("bad keys_url")
+	}
+	req.Header.Set("Accept", "application/json")
+	req.Header.Set("User-Agent", "oncehook/"+version)
+	resp, err := ks.client.Do(req)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			err = ue.Err // without the URL, which may carry a credential
+		}
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("status %d", resp.StatusCode)
+	}
+	b, err := io.ReadAll(io.LimitReader(resp.Body, maxKeysDoc+1))
+	if err != nil {
+		return nil, fmt.Errorf("read: %w", err)
+	}
+	if len(b) > maxKeysDoc {
+		return nil, fmt.Errorf("document over %d bytes", maxKeysDoc)
+	}
+	return b, nil
+}
+
+// keysCache is the on-disk copy of the last good document.
+type keysCache struct {
+	URL       string          `json:"url"`
+	FetchedAt time.Time       `json:"fetched_at"`
+	Document  json.RawMessage `json:"document"`
+}
+
+func (ks *keyset) saveCache(raw []byte) error {
+	b, err := json.Marshal(keysCache{URL: ks.url, FetchedAt: time.Now().UTC(), Document: raw})
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(ks.cache), 0o700); err != nil {
+		return err
+	}
+	tmp := ks.cache + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, ks.cache)
+}
+
+// loadCache installs the cached document, if there is one for this URL. It
+// reports whether keys were loaded.
+func (ks *keyset) loadCache() bool {
+	b, err := os.ReadFile(ks.cache)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			ks.log.Warn("keys_url: cannot read the cache", "source", ks.source, "err", err)
+		}
+		return false
+	}
+	var c keysCache
+	if err := json.Unmarshal(b, &c); err != nil {
+		ks.log.Warn("keys_url: cache unreadable; ignored", "source", ks.source, "err", err)
+		return false
+	}
+	if c.URL != ks.url {
+		ks.log.Info("keys_url: cache is for another URL; ignored", "source", ks.source)
+		return false
+	}
+	ks.mu.Lock()
+	provider := ks.provider
+	ks.mu.Unlock()
+	keys, _, err := parseKeysDoc(c.Document, provider)
+	if err != nil {
+		ks.log.Warn("keys_url: cached document refused; ignored", "source", ks.source, "err", err)
+		return false
+	}
+	ks.mu.Lock()
+	ks.keys, ks.raw = keys, []byte(c.Document)
+	ks.built.Store(nil)
+	ks.mu.Unlock()
+	ks.log.Info("keys_url: using the cached document", "source", ks.source, "fetched_at", c.FetchedAt, "kids", kids(keys))
+	return true
+}
+
+// run refetches every keys_refresh (sooner after a failure) until stopped.
+// first is the delay before the first fetch.
+func (ks *keyset) run(first time.Duration) {
+	defer ks.wg.Done()
+	t := time.NewTimer(first)
+	defer t.Stop()
+	for {
+		select {
+		case <-ks.ctx.Done():
+			return
+		case <-t.C:
+		}
+		ks.mu.Lock()
+		next := ks.refresh
+		ks.mu.Unlock()
+		if _, err := ks.fetch(ks.ctx, "refresh"); err != nil {
+			next = min(next, keysRetryAfter)
+		}
+		t.Reset(next)
+	}
+}
+
+func (ks *keyset) stop() {
+	ks.cancel()
+	ks.wg.Wait()
+}
+
+// keyManager owns the keysets of a node's keys_url sources, across reloads.
+type keyManager struct {
+	dir    string // data_dir/keys
+	log    *slog.Logger
+	m      *metrics
+	client *http.Client
+
+	mu   sync.Mutex
+	sets map[string]*keyset // by source name
+}
+
+func newKeyManager(dataDir string, log *slog.Logger, m *metrics) *keyManager {
+	client := &http.Client{
+		Timeout: keysFetchLimit,
+		CheckRedirect: func(req *http.Request, via []*http.Request) error {
+			if len(via) >= 5 {
+				return errors.New("too many redirects")
+			}
+			if !keysFetchURLOK(req.URL) {
+				return errors.New("redirect to a URL that is neither https nor loopback")
+			}
+			return nil
+		},
+	}
+	return &keyManager{dir: filepath.Join(dataDir, "keys"), log: log, m: m, client: client, sets: map[string]*keyset{}}
+}
+
+// attach gives every keys_url source of set a keyedVerifier over its keyset:
+// an existing one (same source and URL) is reconfigured, a new one loads its
+// cache, and fetches at once (waiting for the fetch only when there is no
+// cache). Keysets of sources that are gone or lost their keys_url stop.
+func (km *keyManager) attach(set *sourceSet, cfg *config.Config) error {
+	km.mu.Lock()
+	defer km.mu.Unlock()
+	keep := map[string]bool{}
+	for i := range cfg.Sources {
+		s := &cfg.Sources[i]
+		src := set.byName[s.Name]
+		if s.KeysURL == "" || src == nil {
+			continue
+		}
+		u, err := url.Parse(s.KeysURL)
+		if err != nil || !keysFetchURLOK(u) {
+			return fmt.Errorf("source %s: keys_url must be https:// (http:// only to a loopback address)", s.Name)
+		}
+		keep[s.Name] = true
+		ks := km.sets[s.Name]
+		if ks != nil && ks.url != s.KeysURL {
+			ks.stop()
+			ks = nil
+		}
+		fresh := ks == nil
+		if fresh {
+			ks = &keyset{source: s.Name, url: s.KeysURL, cache: filepath.Join(km.dir, s.Name+".json"),
+				client: km.client, log: km.log, m: km.m, earlyEvery: keysEarlyEvery, earlyWait: keysEarlyWait}
+			ks.ctx, ks.cancel = context.WithCancel(context.Background())
+		}
+		if err := ks.configure(s); err != nil {
+			return fmt.Errorf("source %s: %w", s.Name, err)
+		}
+		if fresh {
+			first := time.Duration(0)
+			if !ks.loadCache() {
+				// No cache: fetch before serving, so that the source can
+				// verify from its first delivery; a failure is not fatal.
+				ks.fetch(ks.ctx, "start")
+				first = ks.refresh
+			}
+			ks.wg.Add(1)
+			go ks.run(first)
+			km.sets[s.Name] = ks
+		}
+		kv := keyedVerifier{ks}
+		src.verifier = kv
+		src.handshaker = nil
+		if _, ok := ks.current(time.Now()).v.(providers.Handshaker); ok {
+			src.handshaker = kv
+		}
+	}
+	for name, ks := range km.sets {
+		if !keep[name] {
+			ks.stop()
+			delete(km.sets, name)
+		}
+	}
+	return nil
+}
+
+// close stops every fetcher.
+func (km *keyManager) close() {
+	if km == nil {
+		return
+	}
+	km.mu.Lock()
+	defer km.mu.Unlock()
+	for name, ks := range km.sets {
+		ks.stop()
+		delete(km.sets, name)
+	}
+}
+
+// keysMetrics are the keys_url collectors.
+type keysMetrics struct {
+	fetchFailures *prometheus.CounterVec
+	active        *prometheus.GaugeVec
+}
+
+// initKeysMetrics creates and registers the keys_url collectors; called by
+// newMetrics.
+func (m *metrics) initKeysMetrics() {
+	m.keys = &keysMetrics{
+		fetchFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_keys_fetch_failures_total", Help: "Failed keys_url fetches (network, status, size, bad document), by source.",
+		}, []string{"source"}),
+		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "oncehook_keys_active", Help: "keys_url keys in force (past nbf, before exp), by source.",
+		}, []string{"source"}),
+	}
+	m.reg.MustRegister(m.keys.fetchFailures, m.keys.active)
+}
+
+func (m *metrics) keysFetchFailure(source string) {
+	if m == nil {
+		return
+	}
+	m.keys.fetchFailures.WithLabelValues(source).Inc()
+}
+
+func (m *metrics) keysActive(source string, n int) {
+	if m == nil {
+		return
+	}
+	m.keys.active.WithLabelValues(source).Set(float64(n))
+}

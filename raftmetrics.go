@@ -1,0 +1,165 @@
+package main
+
+import (
+	"runtime"
+	"runtime/debug"
+	"time"
+
+	gometrics "github.com/hashicorp/go-metrics/compat"
+	gmprom "github.com/hashicorp/go-metrics/compat/prometheus"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"oncehook/cluster"
+	"oncehook/engine"
+)
+
+// raftCollector reads the cluster node at scrape time: role, indexes, leader
+// changes, events per state and the age of the oldest dead letter, plus
+// oncehook_build_info. Nothing is cached between scrapes and nothing runs
+// between them; a scrape costs a few atomic loads and two short bbolt read
+// transactions (the counters bucket, and one index entry of the dead state).
+//
+// Labels stay low-cardinality: a state name, and the build's version strings.
+type raftCollector struct {
+	node  raftSource
+	build [3]string // version, revision, goversion
+
+	isLeader, hasLeader, commit, applied, lastContact, leaderChanges *prometheus.Desc
+	events, oldestDead, buildInfo                                    *prometheus.Desc
+}
+
+// raftSource is what the collector needs from the cluster node.
+type raftSource interface {
+	// Status reports role, leader, indexes and the leader-change count.
+	Status() cluster.Status
+	// LastContactAge is 0 on the leader, -1 when this node never heard a leader.
+	LastContactAge() time.Duration
+	// Counts reports how many events are in each state (and per source).
+	Counts() (map[engine.State]int, map[string]int, error)
+	// List with State set walks that state's index oldest UpdatedAt first.
+	List(engine.ListFilter) ([]engine.Event, error)
+}
+
+var _ raftSource = (*cluster.Node)(nil)
+
+// eventStates is every state oncehook_events reports, zeros included, so a
+// dashboard never sees a series appear out of nowhere.
+var eventStates = []engine.State{engine.StatePending, engine.StateProcessing, engine.StateDone, engine.StateDead, engine.StateStale}
+
+func newRaftCollector(n raftSource) *raftCollector {
+	desc := func(name, help string, labels ...string) *prometheus.Desc {
+		return prometheus.NewDesc(name, help, labels, nil)
+	}
+	return &raftCollector{
+		node:          n,
+		build:         buildLabels(),
+		isLeader:      desc("oncehook_raft_is_leader", "1 if this node is the Raft leader."),
+		hasLeader:     desc("oncehook_raft_has_leader", "1 if this node knows a Raft leader."),
+		commit:        desc("oncehook_raft_commit_index", "The Raft commit index this node knows."),
+		applied:       desc("oncehook_raft_applied_index", "The last Raft index applied to this node's state machine."),
+		lastContact:   desc("oncehook_raft_last_contact_seconds", "Seconds since this follower heard from the leader; 0 on the leader, -1 if never."),
+		leaderChanges: desc("oncehook_raft_leader_changes_total", "Leader changes this process has seen."),
+		events:        desc("oncehook_events", "Events in the replicated state, by state.", "state"),
+		oldestDead:    desc("oncehook_oldest_dead_seconds", "Age of the oldest dead letter (since it went dead); 0 when there is none."),
+		buildInfo:     desc("oncehook_build_info", "Always 1; the labels say which build runs.", "version", "revision", "goversion"),
+	}
+}
+
+func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{c.isLeader, c.hasLeader, c.commit, c.applied, c.lastContact,
+		c.leaderChanges, c.events, c.oldestDead, c.buildInfo} {
+		ch <- d
+	}
+}
+
+func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	st := c.node.Status()
+	gauge(c.isLeader, b2f(st.State == "leader"))
+	gauge(c.hasLeader, b2f(st.LeaderID != ""))
+	gauge(c.commit, float64(st.CommitIndex))
+	gauge(c.applied, float64(st.AppliedIndex))
+	if age := c.node.LastContactAge(); age < 0 {
+		gauge(c.lastContact, -1)
+	} else {
+		gauge(c.lastContact, age.Seconds())
+	}
+	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(st.LeaderChanges))
+	gauge(c.buildInfo, 1, c.build[:]...)
+
+	// A storage error leaves these series out of this scrape rather than
+	// report a wrong zero; the scrape itself still succeeds.
+	if byState, _, err := c.node.Counts(); err == nil {
+		for _, s := range eventStates {
+			gauge(c.events, float64(byState[s]), stateName(s))
+		}
+	}
+	if dead, err := c.node.List(engine.ListFilter{State: engine.StateDead, Limit: 1}); err == nil {
+		age := 0.0
+		if len(dead) == 1 {
+			age = max(0, time.Since(time.Unix(0, dead[0].UpdatedAt)).Seconds())
+		}
+		gauge(c.oldestDead, age)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// buildLabels returns version, the VCS revision go build embedded, and the Go
+// version, for oncehook_build_info.
+func buildLabels() [3]string {
+	rev := "unknown"
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" {
+				rev = s.Value
+			}
+		}
+	}
+	return [3]string{version, rev, runtime.Version()}
+}
+
+// bridgeRaftMetrics routes what hashicorp/raft and raft-boltdb emit through
+// go-metrics into reg, as oncehook_raft_* (timers are summaries in
+// milliseconds, as go-metrics measures them).
+//
+// raft v1.7.3 and raft-boltdb/v2 v2.3.1 emit through
+// github.com/hashicorp/go-metrics/compat, which without build tags forwards to
+// armon/go-metrics; this file uses the same compat packages, so the bridge
+// follows whichever implementation a build tag selects. go-metrics keeps one
+// process-wide sink: the node started last owns it (one per process outside
+// tests).
+//
+// Hostname and runtime metrics are off (the Go collector already reports the
+// runtime). The legacy per-peer series, whose metric names carry a peer id
+// (raft emits a labelled twin of each), are filtered out. Series never expire:
+// their label values (peer ids, RPC types) are bounded by the cluster's size.
+func bridgeRaftMetrics(reg prometheus.Registerer) error {
+	sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{
+		Name:       "oncehook_go_metrics_bridge",
+		Registerer: reg,
+		Expiration: 0,
+	})
+	if err != nil {
+		return err
+	}
+	cfg := gometrics.DefaultConfig("oncehook")
+	cfg.EnableHostname = false
+	cfg.EnableHostnameLabel = false
+	cfg.EnableRuntimeMetrics = false
+	cfg.BlockedPrefixes = []string{
+		"oncehook.raft.replication.appendEntries.rpc.",
+		"oncehook.raft.replication.appendEntries.logs.",
+		"oncehook.raft.replication.heartbeat.",
+		"oncehook.raft.replication.installSnapshot.",
+	}
+	_, err = gometrics.NewGlobal(cfg, sink)
+	return err
+}

@@ -1,0 +1,233 @@
+package main
+
+import (
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"oncehook/config"
+	"oncehook/engine"
+)
+
+const orderSchema = `{
+  "$schema": "https://json-schema.org/draft/2020-12/schema",
+  "type": "object",
+  "required": ["id", "type", "data"],
+  "properties": {
+    "id": {"type": "string", "pattern": "^evt_"},
+    "type": {"enum": ["order.created", "order.paid"]},
+    "data": {
+      "type": "object",
+      "required": ["amount"],
+      "properties": {
+        "amount": {"type": "integer", "minimum": 1},
+        "email": {"type": "string", "format": "email"}
+      }
+    }
+  }
+}`
+
+const schemaSourceTOML = `
+[[source]]
+name = "typed"
+provider = "standard"
+secret_files = ["orders.secret"]
+forward = "%[1]s/typed"
+schema_file = "typed.schema.json"
+`
+
+func TestSchemaValidateMessages(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "s.json")
+	mustWrite(t, path, orderSchema)
+	ps, err := compileSchema(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct{ body, want string }{
+		{`{"id":"evt_1","type":"order.paid","data":{"amount":5}}`, ""},
+		{`{"id":"evt_1","type":"order.paid","data":{"amount":"5"}}`, "schema: /data/amount: got string, want integer"},
+		{`{"id":"evt_1","type":"order.paid","data":{"amount":0}}`, "schema: /data/amount: minimum: got 0, want 1"},
+		{`{"id":"evt_1","type":"order.paid","data":{}}`, "schema: /data: missing property 'amount'"},
+		{`{"id":"evt_1","type":"order.paid"}`, "schema: /: missing property 'data'"},
+		{`{"id":"x1","type":"order.paid","data":{"amount":5}}`, "schema: /id: "},
+		{`{"id":"evt_1","type":"order.paid","data":{"amount":5,"email":"not an email"}}`, "schema: /data/email: "},
+		// Two violations: the smaller instance path is reported, whatever the
+		// validator's order.
+		{`{"id":7,"type":"nope","data":{"amount":"x"}}`, "schema: /data/amount: "},
+		{`[1,2]`, "schema: /: got array, want object"},
+		{`{"id":`, "schema: /: body is not JSON"},
+		{`{"id":"evt_1"} trailing`, "schema: /: body is not JSON"},
+	}
+	for _, c := range cases {
+		got := ps.validate([]byte(c.body))
+		if c.want == "" && got != "" || c.want != "" && !strings.HasPrefix(got, c.want) {
+			t.Errorf("%s: %q, want %q", c.body, got, c.want)
+		}
+	}
+	// The same body always names the same violation.
+	body := []byte(`{"id":7,"type":"nope","data":{"amount":"x","email":3}}`)
+	first := ps.validate(body)
+	for i := 0; i < 50; i++ {
+		if got := ps.validate(body); got != first {
+			t.Fatalf("violation changed between runs: %q then %q", first, got)
+		}
+	}
+	for _, bad := range []string{`{"type": 12}`, `{"$ref": "https://example.com/remote.json"}`, `not json`} {
+		mustWrite(t, path, bad)
+		if _, err := compileSchema(path); err == nil {
+			t.Errorf("schema %s compiled", bad)
+		}
+	}
+	if _, err := compileSchema(filepath.Join(dir, "missing.json")); err == nil {
+		t.Error("a missing schema file compiled")
+	}
+}
+
+func TestSchemaAtIntake(t *testing.T) {
+	h := newHandler(t)
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "typed.schema.json"), orderSchema)
+	tn := startNodeWithSources(t, dir, h.url, schemaSourceTOML)
+
+	good := []byte(`{"id":"evt_1","type":"order.paid","data":{"amount":5}}`)
+	if a := tn.post("typed", good, tn.signed(good, "msg_good")); a.Status != http.StatusAccepted {
+		t.Fatalf("valid body: %d %s", a.Status, a.Raw)
+	}
+	rejected := []struct{ id, body, want string }{
+		{"msg_s1", `{"id":"evt_2","type":"order.paid","data":{"amount":"5"}}`, "schema: /data/amount: got string, want integer"},
+		{"msg_s2", `{"id":"evt_3","type":"order.paid"}`, "schema: /: missing property 'data'"},
+		{"msg_s3", `not json at all`, "schema: /: body is not JSON"},
+	}
+	for _, r := range rejected {
+		a := tn.post("typed", []byte(r.body), tn.signed([]byte(r.body), r.id))
+		if a.Status != http.StatusBadRequest || a.Body["status"] != "error" || a.Body["error"] != r.want {
+			t.Errorf("%s: %d %s, want 400 with %q", r.body, a.Status, a.Raw, r.want)
+		}
+	}
+	// A bad signature is still 401, before the schema is looked at.
+	bad := []byte(`{"id":"evt_4"}`)
+	if a := tn.post("typed", bad, signStandard(t, "whsec_"+strings.Repeat("QUFB", 8), bad, "msg_s4", time.Now())); a.Status != http.StatusUnauthorized {
+		t.Errorf("bad signature and bad body: %d, want 401", a.Status)
+	}
+	// Sources without a schema are unchanged.
+	if a := tn.post("orders", []byte(`[]`), tn.signed([]byte(`[]`), "msg_plain")); a.Status != http.StatusAccepted {
+		t.Errorf("source without schema: %d %s", a.Status, a.Raw)
+	}
+
+	tn.waitState("typed:msg_good", engine.StateDone)
+	for _, r := range rejected {
+		if _, err := tn.event("typed:" + r.id); err == nil {
+			t.Errorf("%s was stored", r.id)
+		}
+	}
+	if n := len(h.deliveries("")); n != 2 {
+		t.Errorf("handler got %d deliveries, want 2 (the valid typed one and the plain one)", n)
+	}
+	if m := tn.metricsText(); !strings.Contains(m, `oncehook_schema_failures_total{source="typed"} 3`) {
+		t.Errorf("schema failures not counted:\n%s", grepLines(m, "schema"))
+	}
+
+	// A reload picks up a changed schema: amounts may now be strings.
+	mustWrite(t, filepath.Join(dir, "typed.schema.json"), strings.Replace(orderSchema, `"type": "integer", "minimum": 1`, `"type": ["integer", "string"]`, 1))
+	tn.n.reload(tn.cfgPath)
+	if a := tn.post("typed", []byte(rejected[0].body), tn.signed([]byte(rejected[0].body), "msg_s1")); a.Status != http.StatusAccepted {
+		t.Fatalf("after reload: %d %s", a.Status, a.Raw)
+	}
+	// A schema that does not compile rejects the reload; the running one stays.
+	mustWrite(t, filepath.Join(dir, "typed.schema.json"), `{"type": 12}`)
+	tn.n.reload(tn.cfgPath)
+	if !strings.Contains(tn.logs(), "reload rejected") {
+		t.Fatal("a broken schema did not reject the reload")
+	}
+	if a := tn.post("typed", []byte(rejected[1].body), tn.signed([]byte(rejected[1].body), "msg_s2")); a.Status != http.StatusBadRequest {
+		t.Fatalf("after a rejected reload the old schema should still refuse: %d %s", a.Status, a.Raw)
+	}
+	if m := tn.metricsText(); !strings.Contains(m, "oncehook_config_last_reload_successful 0") {
+		t.Error("rejected reload not reported")
+	}
+
+	// And a node does not start with a broken schema.
+	tn.stop()
+	cfg := testConfig(dir, h.url, schemaSourceTOML)
+	mustWrite(t, tn.cfgPath, cfg)
+	if err := loadAndStart(tn.cfgPath); err == nil || !strings.Contains(err.Error(), "schema_file") {
+		t.Fatalf("start with a broken schema: %v", err)
+	}
+}
+
+func BenchmarkSchemaValidate(b *testing.B) {
+	dir := b.TempDir()
+	path := filepath.Join(dir, "s.json")
+	if err := os.WriteFile(path, []byte(orderSchema), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	ps, err := compileSchema(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	head := `{"id":"evt_1","type":"order.paid","data":{"amount":5,"email":"a@example.com","note":"`
+	tail := `"}}`
+	body := []byte(head + strings.Repeat("p", 1024-len(head)-len(tail)) + tail)
+	if len(body) != 1024 {
+		b.Fatalf("body is %d bytes", len(body))
+	}
+	if msg := ps.validate(body); msg != "" {
+		b.Fatal(msg)
+	}
+	b.Run("valid-1KiB", func(b *testing.B) {
+		b.ReportAllocs()
+		b.SetBytes(int64(len(body)))
+		for b.Loop() {
+			if msg := ps.validate(body); msg != "" {
+				b.Fatal(msg)
+			}
+		}
+	})
+	bad := []byte(strings.Replace(string(body), `"amount":5`, `"amount":"5"`, 1))
+	b.Run("invalid-1KiB", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if msg := ps.validate(bad); msg == "" {
+				b.Fatal("valid")
+			}
+		}
+	})
+}
+
+// metricsText scrapes the admin listener's /metrics.
+func (tn *testNode) metricsText() string {
+	tn.t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, tn.admin+"/metrics", nil)
+	return tn.do(req).Raw
+}
+
+func grepLines(s, needle string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, needle) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
+}
+
+// loadAndStart loads the config at path and starts a node from it, returning
+// the error instead of failing the test; a node that starts is shut down.
+func loadAndStart(path string) error {
+	cfg, err := config.Load(path)
+	if err != nil {
+		return err
+	}
+	n, err := startNode(cfg, slog.New(slog.NewTextHandler(io.Discard, nil)), new(slog.LevelVar), io.Discard)
+	if err != nil {
+		return err
+	}
+	return errors.Join(errors.New("started"), n.shutdown())
+}
