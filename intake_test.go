@@ -37,6 +37,14 @@ func TestSequentialDuplicateIsAnsweredAndDeliveredOnce(t *testing.T) {
 	if third.Status != http.StatusOK || third.Body["status"] != "duplicate" {
 		t.Fatalf("same id, other body: %d %s", third.Status, third.Raw)
 	}
+	var metricsText string
+	{
+		req, _ := http.NewRequest(http.MethodGet, tn.admin+"/metrics", nil)
+		metricsText = tn.do(req).Raw
+	}
+	if !strings.Contains(metricsText, `oncehook_duplicate_body_mismatch_total{source="orders"} 1`) {
+		t.Fatal("a duplicate with a different body was not counted")
+	}
 	time.Sleep(200 * time.Millisecond)
 	got := h.deliveries("orders:msg_1")
 	if len(got) != 1 {

@@ -20,6 +20,7 @@ type metrics struct {
 	claimLatency prometheus.Histogram
 	deliveryTime prometheus.Histogram
 	reloadOK     prometheus.Gauge
+	bodyChanged  *prometheus.CounterVec
 
 	schemaFailures *prometheus.CounterVec // schema.go
 	keys           *keysMetrics           // keys.go
@@ -55,12 +56,16 @@ func newMetrics() *metrics {
 			Name: "oncehook_delivery_duration_seconds", Help: "Handler call latency.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 16),
 		}),
+		bodyChanged: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_duplicate_body_mismatch_total",
+			Help: "Duplicates whose body differs from the stored event's (answered as duplicates; a sender reusing ids, or tampering).",
+		}, []string{"source"}),
 		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "oncehook_config_last_reload_successful", Help: "1 if the last configuration reload succeeded.",
 		}),
 	}
 	m.reloadOK.Set(1)
-	m.reg.MustRegister(m.requests, m.claims, m.sigFailures, m.deliveries, m.claimLatency, m.deliveryTime, m.reloadOK,
+	m.reg.MustRegister(m.requests, m.claims, m.sigFailures, m.deliveries, m.bodyChanged, m.claimLatency, m.deliveryTime, m.reloadOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.initSchemaMetrics()
 	m.initKeysMetrics()
@@ -109,4 +114,11 @@ func (m *metrics) delivery(source, outcome string, d time.Duration) {
 	}
 	m.deliveries.WithLabelValues(source, outcome).Inc()
 	m.deliveryTime.Observe(d.Seconds())
+}
+
+func (m *metrics) duplicateBodyChanged(source string) {
+	if m == nil {
+		return
+	}
+	m.bodyChanged.WithLabelValues(source).Inc()
 }

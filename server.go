@@ -213,7 +213,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 	// without a Raft round. Absence proves nothing; the claim decides.
 	if st, ok, err := in.store.Lookup(string(key)); err == nil && ok {
 		in.metrics.claim(src.name, false)
-		return in.answerDuplicate(ctx, src, key, st)
+		return in.answerDuplicate(ctx, src, key, st, body)
 	}
 
 	cmd := engine.Command{
@@ -262,7 +262,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		in.log.Debug("claim", "source", src.name, "key", cmd.Key, "result", result, "state", stateName(res.State), "latency", time.Since(start))
 	}
 	if !res.Created {
-		return in.answerDuplicate(ctx, src, key, res.State)
+		return in.answerDuplicate(ctx, src, key, res.State, body)
 	}
 	if src.sync && res.State == engine.StatePending {
 		return in.answerSync(ctx, src, key)
@@ -270,7 +270,14 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 	return writeClaim(ctx, src.ack, "accepted", key, res.State, res.State == engine.StateStale)
 }
 
-func (in *intake) answerDuplicate(ctx *fasthttp.RequestCtx, src *source, key []byte, st engine.State) int {
+func (in *intake) answerDuplicate(ctx *fasthttp.RequestCtx, src *source, key []byte, st engine.State, body []byte) int {
+	// A different body under the same key is still a duplicate (the key is the
+	// event's identity), but it is counted: a sender reusing ids, or a forged
+	// body under a valid signature for another event, shows up here.
+	if ev, err := in.store.Get(string(key), true); err == nil && ev.Payload != nil && !bytes.Equal(ev.Payload, body) {
+		in.metrics.duplicateBodyChanged(src.name)
+		in.log.Warn("duplicate with a different body", "source", src.name, "key", string(key))
+	}
 	if src.sync {
 		switch st {
 		case engine.StateDone:
