@@ -71,6 +71,9 @@ func TestRaftGaugesMoveWithEvents(t *testing.T) {
 		return 200, "ok"
 	})
 	tn := startTestNode(t, "", h.url)
+	// The election is counted by the node's leadership observer, which may run
+	// a moment after raft reports the leader.
+	waitUntil(t, "the node's election counted", func() bool { return tn.n.cluster.Status().LeaderChanges >= 1 })
 	before := tn.scrape()
 	for series, want := range map[string]float64{
 		"oncehook_raft_is_leader":            1,
