@@ -122,6 +122,7 @@ func TestSchemaAtIntake(t *testing.T) {
 	}
 
 	tn.waitState("typed:msg_good", engine.StateDone)
+	tn.waitState("orders:msg_plain", engine.StateDone)
 	for _, r := range rejected {
 		if _, err := tn.event("typed:" + r.id); err == nil {
 			t.Errorf("%s was stored", r.id)
