@@ -1,0 +1,538 @@
+package chaos
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"oncehook/engine"
+)
+
+const (
+	intakePort = "8080"
+	adminPort  = "7071"
+	raftPort   = "7070"
+	lease      = 3 * time.Second
+	fwdTimeout = 2 * time.Second
+	adminToken = "chaos-admin-token-0123456789"
+	clusterTok = "chaos-cluster-token-0123456789"
+)
+
+// proc is a process this test started; it is signalled only by its PID.
+type proc struct {
+	name    string
+	cmd     *exec.Cmd
+	logPath string
+	logf    *os.File
+	done    chan struct{}
+	exitErr error
+}
+
+func startProc(t testing.TB, name, logPath string, argv ...string) *proc {
+	t.Helper()
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proc{name: name, logPath: logPath, logf: f, done: make(chan struct{})}
+	p.cmd = exec.Command(argv[0], argv[1:]...)
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	// Its own process group: a ^C to the test does not hit it first, and the
+	// cleanup below still kills it by PID.
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := p.cmd.Start(); err != nil {
+		f.Close()
+		t.Fatalf("start %s: %v", name, err)
+	}
+	go func() {
+		p.exitErr = p.cmd.Wait()
+		f.Close()
+		close(p.done)
+	}()
+	t.Cleanup(p.kill)
+	return p
+}
+
+func (p *proc) pid() int { return p.cmd.Process.Pid }
+
+func (p *proc) running() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (p *proc) signal(s syscall.Signal) {
+	if p.running() {
+		p.cmd.Process.Signal(s)
+	}
+}
+
+func (p *proc) kill() {
+	if p.running() {
+		p.cmd.Process.Signal(syscall.SIGCONT) // a stopped process must run to die cleanly
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+	}
+}
+
+// stop sends SIGTERM and waits up to d, then kills.
+func (p *proc) stop(d time.Duration) bool {
+	if !p.running() {
+		return true
+	}
+	p.cmd.Process.Signal(syscall.SIGCONT)
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+		return true
+	case <-time.After(d):
+		p.kill()
+		return false
+	}
+}
+
+func (p *proc) logTail(n int) string {
+	b, _ := os.ReadFile(p.logPath)
+	return lastLines(string(b), n)
+}
+
+// cnode is one oncehook node of the cluster.
+type cnode struct {
+	i     int
+	id    string
+	ip    string
+	dir   string // data dir
+	cfg   string
+	logs  string // log file, appended over restarts
+	start int
+
+	mu   sync.Mutex
+	proc *proc // the current process; replaced on restart
+}
+
+// p is the node's current process.
+func (n *cnode) p() *proc {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.proc
+}
+
+func (n *cnode) intakeURL() string { return "http://" + n.ip + ":" + intakePort }
+func (n *cnode) adminURL() string  { return "http://" + n.ip + ":" + adminPort }
+
+// cluster is three oncehook processes in their namespaces plus the handler in
+// the client namespace.
+type cluster struct {
+	t       testing.TB
+	tp      *topo
+	root    string
+	secret  string
+	nodes   []*cnode
+	handler *proc
+	hlog    string
+	http    *http.Client // dials from the client namespace
+	admin   *http.Client
+}
+
+type clusterOpts struct {
+	tmpfsBytes int64 // > 0: every node's data dir is its own tmpfs of this size (disk-full scenarios)
+}
+
+func newCluster(t testing.TB, tp *topo, o clusterOpts) *cluster {
+	t.Helper()
+	root := t.TempDir()
+	c := &cluster{t: t, tp: tp, root: root, secret: canarySecret, hlog: filepath.Join(root, "handler-runs.jsonl")}
+	tr := &http.Transport{DialContext: tp.dial.DialContext, MaxIdleConnsPerHost: 64, MaxIdleConns: 256,
+		IdleConnTimeout: 30 * time.Second, DisableCompression: true}
+	c.http = &http.Client{Transport: tr, Timeout: 5 * time.Second}
+	atr := &http.Transport{DialContext: tp.dial.DialContext, MaxIdleConnsPerHost: 4, DisableCompression: true}
+	c.admin = &http.Client{Transport: atr, Timeout: 5 * time.Second}
+	t.Cleanup(func() { tr.CloseIdleConnections(); atr.CloseIdleConnections() })
+
+	writeSecret(t, filepath.Join(root, "cluster.token"), clusterTok)
+	writeSecret(t, filepath.Join(root, "admin.token"), adminToken)
+	writeSecret(t, filepath.Join(root, "orders.secret"), c.secret)
+	var peers []string
+	for i := 0; i < 3; i++ {
+		peers = append(peers, strconv.Quote(fmt.Sprintf("node%d=%s:%s", i+1, nodeIP(i), raftPort)))
+	}
+	var nodeMap []string
+	for i := 0; i < 3; i++ {
+		n := &cnode{i: i, id: fmt.Sprintf("node%d", i+1), ip: nodeIP(i)}
+		n.dir = filepath.Join(root, n.id, "data")
+		n.cfg = filepath.Join(root, n.id+".toml")
+		n.logs = filepath.Join(root, n.id+".log")
+		if err := os.MkdirAll(filepath.Dir(n.dir), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if o.tmpfsBytes > 0 {
+			if err := os.MkdirAll(n.dir, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := nsRun("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0700", o.tmpfsBytes), "tmpfs", n.dir); err != nil {
+				t.Skipf("chaos: disk-full scenario skipped: cannot mount a tmpfs: %v", err)
+			}
+			dir := n.dir
+			// Registered after the node's process cleanup would be: t.Cleanup
+			// runs in reverse, so unmount after every process is gone.
+			t.Cleanup(func() { nsRun("umount", "-l", dir) })
+		}
+		writeFile(t, n.cfg, fmt.Sprintf(`[node]
+id = %q
+data_dir = %q
+listen = "%s:%s"
+log_level = "info"
+
+[cluster]
+raft_listen = "%s:%s"
+advertise = "%s:%s"
+peers = [%s]
+token_file = %q
+
+[admin]
+listen = "%s:%s"
+tokens = [{ name = "chaos", token_file = %q }]
+
+[[source]]
+name = "orders"
+provider = "standard"
+secret_files = [%q]
+forward = "http://%s:9000/orders"
+lease = %q
+forward_timeout = %q
+backoff_min = "50ms"
+backoff_max = "500ms"
+max_attempts = 100
+`, n.id, n.dir, n.ip, intakePort, n.ip, raftPort, n.ip, raftPort, strings.Join(peers, ", "),
+			filepath.Join(root, "cluster.token"), n.ip, adminPort, filepath.Join(root, "admin.token"),
+			filepath.Join(root, "orders.secret"), clientIP, lease.String(), fwdTimeout.String()))
+		c.nodes = append(c.nodes, n)
+		nodeMap = append(nodeMap, n.ip+"="+n.id)
+	}
+	c.handler = startProc(t, "handler", filepath.Join(root, "handler.log"),
+		"ip", "netns", "exec", tp.client, handlerBin, "-listen", clientIP+":9000", "-log", c.hlog,
+		"-nodes", strings.Join(nodeMap, ","))
+	for _, n := range c.nodes {
+		c.startNode(n)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			// Keep the whole logs of a failed run next to the report.
+			os.MkdirAll(vizDir(), 0o755)
+			tag := strings.NewReplacer("/", "-", " ", "_").Replace(t.Name())
+			for _, n := range c.nodes {
+				b, _ := os.ReadFile(n.logs)
+				t.Logf("--- last lines of %s ---\n%s", n.id, lastLines(string(b), 40))
+				os.WriteFile(filepath.Join(vizDir(), tag+"-"+n.id+".log"), b, 0o644)
+			}
+		}
+	})
+	for _, n := range c.nodes {
+		c.waitReady(n, 60*time.Second)
+	}
+	return c
+}
+
+func writeFile(t testing.TB, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeSecret(t testing.TB, path, content string) { writeFile(t, path, content+"\n") }
+
+func (c *cluster) startNode(n *cnode) {
+	n.start++
+	p := startProc(c.t, fmt.Sprintf("%s#%d", n.id, n.start), n.logs,
+		"ip", "netns", "exec", c.tp.nodes[n.i], oncehookBin, "serve", "-config", n.cfg)
+	n.mu.Lock()
+	n.proc = p
+	n.mu.Unlock()
+}
+
+func (c *cluster) waitReady(n *cnode, d time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if code, _ := c.get(n.intakeURL()+"/readyz", false); code == 200 {
+			return
+		}
+		if !n.p().running() {
+			c.t.Fatalf("%s exited while starting: %v\n%s", n.id, n.p().exitErr, n.p().logTail(20))
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s not ready within %s\n%s", n.id, d, n.p().logTail(20))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *cluster) get(url string, auth bool) (int, []byte) {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if auth {
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+	}
+	resp, err := c.admin.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+type nodeStatus struct {
+	NodeID        string         `json:"node_id"`
+	State         string         `json:"state"`
+	LeaderID      string         `json:"leader_id"`
+	Term          uint64         `json:"term"`
+	CommitIndex   uint64         `json:"commit_index"`
+	AppliedIndex  uint64         `json:"applied_index"`
+	LeaderChanges uint64         `json:"leader_changes"`
+	Counts        map[string]int `json:"counts"`
+	Ready         bool           `json:"ready"`
+}
+
+func (c *cluster) status(n *cnode) (nodeStatus, bool) {
+	var st nodeStatus
+	if !n.p().running() {
+		return st, false
+	}
+	code, b := c.get(n.adminURL()+"/v1/status", true)
+	if code != 200 || json.Unmarshal(b, &st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+// statuses reads every node's status at about the same time.
+func (c *cluster) statuses() []*nodeStatus {
+	out := make([]*nodeStatus, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, n := range c.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if st, ok := c.status(n); ok {
+				out[i] = &st
+			}
+		}()
+	}
+	wg.Wait()
+	return out
+}
+
+// leader returns the node that says it leads and that the others follow, or nil.
+func (c *cluster) leader() *cnode {
+	sts := c.statuses()
+	for i, st := range sts {
+		if st == nil || st.State != "leader" {
+			continue
+		}
+		agree := 0
+		for _, o := range sts {
+			if o != nil && o.LeaderID == st.NodeID {
+				agree++
+			}
+		}
+		if agree >= 2 {
+			return c.nodes[i]
+		}
+	}
+	return nil
+}
+
+func (c *cluster) waitLeader(d time.Duration) *cnode {
+	c.t.Helper()
+	deadline := time.Now().Add(d)
+	for {
+		if l := c.leader(); l != nil {
+			return l
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("no leader within %s", d)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *cluster) followers(l *cnode) []*cnode {
+	var out []*cnode
+	for _, n := range c.nodes {
+		if n != l {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// finalEvent is one event of the final state, as the admin API lists it.
+type finalEvent struct {
+	Key      string `json:"key"`
+	State    string `json:"state"`
+	Attempts int    `json:"attempts"`
+	Token    uint64 `json:"token"`
+}
+
+// events lists every event a node holds, by key, 1000 a page. It pages with
+// the last key itself rather than the answer's "next" (see
+// TestAdminListPagingBeyondTheEngineCap: "next" is missing when limit > 1000).
+func (c *cluster) events(n *cnode) (map[string]finalEvent, error) {
+	out := map[string]finalEvent{}
+	after := ""
+	for page := 0; page < 10000; page++ {
+		code, b := c.get(n.adminURL()+"/v1/events?limit=1000&after="+url.QueryEscape(after), true)
+		if code != 200 {
+			return nil, fmt.Errorf("list events on %s: %d %s", n.id, code, b)
+		}
+		var res struct {
+			Events []finalEvent `json:"events"`
+		}
+		if err := json.Unmarshal(b, &res); err != nil {
+			return nil, err
+		}
+		for _, ev := range res.Events {
+			out[ev.Key] = ev
+		}
+		if len(res.Events) < 1000 {
+			return out, nil
+		}
+		after = res.Events[len(res.Events)-1].Key
+	}
+	return nil, fmt.Errorf("too many pages")
+}
+
+// backup fetches a node's engine file (GET /v1/backup, one read transaction)
+// and returns its last applied index, content hash and consistency check.
+type engineView struct {
+	applied uint64
+	hash    [32]byte
+	check   error
+	err     error
+}
+
+func (c *cluster) engineView(n *cnode) engineView {
+	req, _ := http.NewRequest(http.MethodGet, n.adminURL()+"/v1/backup", nil)
+	req.Header.Set("Authorization", "Bearer "+adminToken)
+	cl := &http.Client{Transport: c.admin.Transport, Timeout: 60 * time.Second}
+	resp, err := cl.Do(req)
+	if err != nil {
+		return engineView{err: err}
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != 200 {
+		return engineView{err: fmt.Errorf("backup %s: %d", n.id, resp.StatusCode)}
+	}
+	path := filepath.Join(c.root, fmt.Sprintf("backup-%s-%d.db", n.id, time.Now().UnixNano()))
+	f, err := os.Create(path)
+	if err != nil {
+		return engineView{err: err}
+	}
+	defer os.Remove(path)
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return engineView{err: err}
+	}
+	f.Close()
+	e, err := engine.Open(path, engine.Options{})
+	if err != nil {
+		return engineView{err: err}
+	}
+	defer e.Close()
+	v := engineView{applied: e.LastApplied()}
+	v.hash, v.err = e.Hash()
+	v.check = e.Check()
+	return v
+}
+
+// metric sums a Prometheus counter's samples whose labels contain match.
+func (c *cluster) metric(n *cnode, name, match string) float64 {
+	code, b := c.get(n.adminURL()+"/metrics", false)
+	if code != 200 {
+		return 0
+	}
+	return sumMetric(b, name, match)
+}
+
+func sumMetric(b []byte, name, match string) float64 {
+	total := 0.0
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, name) || !strings.Contains(line, match) {
+			continue
+		}
+		f := strings.Fields(line)
+		if v, err := strconv.ParseFloat(f[len(f)-1], 64); err == nil {
+			total += v
+		}
+	}
+	return total
+}
+
+// handlerControl sets the handler's run time for every key (0: normal).
+func (c *cluster) handlerControl(slow time.Duration) error {
+	code, _ := c.get(fmt.Sprintf("http://%s:9000/control?slow=%s", clientIP, slow), false)
+	if code != 200 {
+		return fmt.Errorf("handler control: %d", code)
+	}
+	return nil
+}
+
+// handlerRuns stops the handler and reads its run log.
+func (c *cluster) handlerRuns() ([]hrun, error) {
+	c.handler.stop(10 * time.Second)
+	f, err := os.Open(c.hlog)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out []hrun
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r hrun
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			return nil, fmt.Errorf("handler log: %v", err)
+		}
+		out = append(out, r)
+	}
+	return out, sc.Err()
+}
+
+// hrun is one line of the handler's log (see cmd/chaoshandler).
+type hrun struct {
+	Key      string `json:"key"`
+	Node     string `json:"node"`
+	Attempt  int    `json:"attempt"`
+	Token    uint64 `json:"token"`
+	Start    int64  `json:"start"`
+	End      int64  `json:"end"`
+	Outcome  string `json:"outcome"`
+	Status   int    `json:"status"`
+	Late     bool   `json:"abandoned_late"`
+	MaxToken uint64 `json:"max_token_seen"`
+}
+
+func ctxTimeout(d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.Background(), d)
+}

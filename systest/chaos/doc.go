@@ -1,0 +1,10 @@
+// Package chaos is oncehook's fault-injection suite (reliability.md section
+// 4): three real oncehook processes, each in its own network namespace on a
+// bridge, a client namespace holding the instrumented handler
+// (cmd/chaoshandler) and the test's load generator, faults injected with
+// signals, iptables and small tmpfs mounts, and checks at the end of every
+// scenario (lost acknowledgements, a porcupine linearizability check of the
+// per-key claims, double runs, fencing, replica convergence, availability).
+// It also holds the hostile-input suite (H1-H18) and security checks against a
+// single loopback node. Everything lives in _test.go files; see RELIABILITY.md.
+package chaos

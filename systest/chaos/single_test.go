@@ -1,0 +1,255 @@
+package chaos
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"oncehook/providers"
+)
+
+// single is one oncehook node on loopback with an in-process recording
+// handler: the target of the hostile-input and security tests (no namespaces
+// needed).
+type single struct {
+	t       *testing.T
+	dir     string // config dir
+	data    string
+	cfg     string
+	logPath string
+	intake  string // host:port
+	admin   string
+	proc    *proc
+	rec     *recorder
+	secret  string
+	stripe  string
+}
+
+const stripeSecret = "whsec_CANARYstripe0123456789abcdef"
+
+// recorder is the handler: it records every delivery's key and token.
+type recorder struct {
+	mu   sync.Mutex
+	runs []hrun
+	srv  *http.Server
+	addr string
+}
+
+func newRecorder(t *testing.T) *recorder {
+	r := &recorder{}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.addr = ln.Addr().String()
+	r.srv = &http.Server{Handler: r, ReadHeaderTimeout: 5 * time.Second}
+	go r.srv.Serve(ln)
+	t.Cleanup(func() { r.srv.Close() })
+	return r
+}
+
+func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	io.Copy(io.Discard, req.Body)
+	r.mu.Lock()
+	r.runs = append(r.runs, hrun{Key: req.Header.Get("Idempotency-Key"), Start: time.Now().UnixNano()})
+	r.mu.Unlock()
+	w.WriteHeader(200)
+}
+
+func (r *recorder) count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, rn := range r.runs {
+		if key == "" || rn.Key == key {
+			n++
+		}
+	}
+	return n
+}
+
+func freeAddr(t *testing.T) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// newSingle writes a config (sources orders: standard, stripe: stripe) and
+// starts the node unless start is false.
+func newSingle(t *testing.T, start bool) *single {
+	t.Helper()
+	dir := t.TempDir()
+	s := &single{t: t, dir: dir, data: filepath.Join(dir, "data"), cfg: filepath.Join(dir, "node.toml"),
+		logPath: filepath.Join(dir, "node.log"), intake: freeAddr(t), admin: freeAddr(t), secret: canarySecret, stripe: stripeSecret}
+	s.rec = newRecorder(t)
+	writeSecret(t, filepath.Join(dir, "admin.token"), adminToken)
+	writeSecret(t, filepath.Join(dir, "orders.secret"), s.secret)
+	writeSecret(t, filepath.Join(dir, "stripe.secret"), s.stripe)
+	writeFile(t, s.cfg, fmt.Sprintf(`[node]
+id = "solo"
+data_dir = %q
+listen = %q
+log_level = "debug"
+
+[admin]
+listen = %q
+tokens = [{ name = "chaos", token_file = "admin.token" }]
+
+[[source]]
+name = "orders"
+provider = "standard"
+secret_files = ["orders.secret"]
+forward = "http://%s/orders"
+lease = "3s"
+forward_timeout = "2s"
+backoff_min = "50ms"
+backoff_max = "500ms"
+
+[[source]]
+name = "stripe"
+provider = "stripe"
+secret_files = ["stripe.secret"]
+forward = "http://%s/stripe"
+max_body = "64KiB"
+`, s.data, s.intake, s.admin, s.rec.addr, s.rec.addr))
+	if start {
+		s.start()
+	}
+	return s
+}
+
+func (s *single) start() {
+	s.t.Helper()
+	s.proc = startProc(s.t, "solo", s.logPath, oncehookBin, "serve", "-config", s.cfg)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if code, _ := s.get("http://"+s.intake+"/readyz", false); code == 200 {
+			return
+		}
+		if !s.proc.running() {
+			s.t.Fatalf("node exited: %v\n%s", s.proc.exitErr, s.proc.logTail(20))
+		}
+		if time.Now().After(deadline) {
+			s.t.Fatalf("node not ready\n%s", s.proc.logTail(20))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var plainClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}
+
+func (s *single) get(url string, auth bool) (int, []byte) {
+	req, _ := http.NewRequest(http.MethodGet, url, nil)
+	if auth {
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+	}
+	resp, err := plainClient.Do(req)
+	if err != nil {
+		return 0, nil
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, b
+}
+
+// total is the number of events stored, from /v1/status.
+func (s *single) total() int {
+	code, b := s.get("http://"+s.admin+"/v1/status", true)
+	if code != 200 {
+		s.t.Fatalf("status: %d %s", code, b)
+	}
+	var st nodeStatus
+	json.Unmarshal(b, &st)
+	n := 0
+	for _, v := range st.Counts {
+		n += v
+	}
+	return n
+}
+
+func (s *single) exists(key string) bool {
+	code, _ := s.get("http://"+s.admin+"/v1/events/"+key, true)
+	return code == 200
+}
+
+func (s *single) alive() bool {
+	code, _ := s.get("http://"+s.intake+"/livez", false)
+	return code == 200 && s.proc.running()
+}
+
+// sign returns the Standard Webhooks headers for body under secret.
+func sign(t *testing.T, secret string, body []byte, id string, at time.Time) []providers.Header {
+	t.Helper()
+	sch, _ := providers.Lookup("standard")
+	hs, err := sch.Sign(body, []byte(secret), at, id, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
+func signStripe(t *testing.T, body []byte, at time.Time) []providers.Header {
+	t.Helper()
+	sch, _ := providers.Lookup("stripe")
+	hs, err := sch.Sign(body, []byte(stripeSecret), at, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
+type answer struct {
+	status int
+	body   string
+	header http.Header
+}
+
+func (s *single) post(method, path string, body []byte, hs []providers.Header, extra map[string]string) answer {
+	req, _ := http.NewRequest(method, "http://"+s.intake+path, bytes.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for _, h := range hs {
+		req.Header.Set(h.Name, h.Value)
+	}
+	for k, v := range extra {
+		req.Header.Set(k, v)
+	}
+	resp, err := plainClient.Do(req)
+	if err != nil {
+		return answer{status: 0, body: err.Error()}
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return answer{status: resp.StatusCode, body: string(b), header: resp.Header}
+}
+
+// raw writes payload on a new TCP connection and reads what comes back until
+// the server closes the connection or wait passes.
+func raw(addr string, payload []byte, wait time.Duration) (string, bool) {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		return err.Error(), false
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(wait))
+	c.Write(payload)
+	var out bytes.Buffer
+	_, err = io.Copy(&out, c)
+	closed := err == nil // EOF: the server closed the connection
+	return out.String(), closed
+}
+
+func stopSingle(s *single) {
+	if s.proc != nil {
+		s.proc.stop(20 * time.Second)
+	}
+}
