@@ -209,7 +209,7 @@ func parseState(s string) (engine.State, bool) {
 
 func (n *node) adminEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	f := engine.ListFilter{Source: q.Get("source"), After: q.Get("after"), Limit: 100}
+	f := engine.ListFilter{Source: q.Get("source"), Limit: engine.DefaultListLimit}
 	if s := q.Get("state"); s != "" {
 		st, ok := parseState(s)
 		if !ok {
@@ -220,11 +220,16 @@ func (n *node) adminEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if l := q.Get("limit"); l != "" {
 		v, err := strconv.Atoi(l)
-		if err != nil || v < 1 || v > 10000 {
-			jsonError(w, http.StatusBadRequest, "limit must be 1..10000")
+		if err != nil || v < 1 {
+			jsonError(w, http.StatusBadRequest, fmt.Sprintf("limit must be 1..%d", engine.MaxListLimit))
 			return
 		}
-		f.Limit = v
+		// A larger page is served as the largest one, with "next" to go on.
+		f.Limit = min(v, engine.MaxListLimit)
+	}
+	if err := parseCursor(q.Get("after"), &f); err != nil {
+		jsonError(w, http.StatusBadRequest, err.Error())
+		return
 	}
 	evs, err := n.cluster.List(f)
 	if err != nil {
@@ -239,9 +244,35 @@ func (n *node) adminEvents(w http.ResponseWriter, r *http.Request) {
 		out.Events = append(out.Events, toEventJSON(ev, false))
 	}
 	if len(evs) == f.Limit {
-		out.Next = evs[len(evs)-1].Key
+		out.Next = cursorAfter(f.State, evs[len(evs)-1])
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// cursorAfter is the "next" value of a page ending with ev. Without a state
+// filter events are listed by key, so the key is the cursor; with one they
+// are listed by (updated_at, key), and the cursor carries both as
+// "<unix nanoseconds>:<key>".
+func cursorAfter(st engine.State, ev engine.Event) string {
+	if st == 0 {
+		return ev.Key
+	}
+	return strconv.FormatInt(ev.UpdatedAt, 10) + ":" + ev.Key
+}
+
+// parseCursor reads an "after" value written by cursorAfter into f.
+func parseCursor(after string, f *engine.ListFilter) error {
+	if after == "" || f.State == 0 {
+		f.After = after
+		return nil
+	}
+	ts, key, ok := strings.Cut(after, ":")
+	t, err := strconv.ParseInt(ts, 10, 64)
+	if !ok || err != nil || key == "" {
+		return fmt.Errorf("after %q: with state, pass the \"next\" value of the previous page (<unix nanoseconds>:<key>)", after)
+	}
+	f.After, f.AfterTime = key, t
+	return nil
 }
 
 func (n *node) adminEvent(w http.ResponseWriter, r *http.Request) {
@@ -352,9 +383,9 @@ func (n *node) replayCandidates(cmd engine.Command) ([]string, error) {
 		}
 		return nonNil(keys), nil
 	}
-	after := ""
+	f := engine.ListFilter{State: cmd.State, Source: cmd.Source, Limit: engine.MaxListLimit}
 	for {
-		evs, err := n.cluster.List(engine.ListFilter{State: cmd.State, Source: cmd.Source, After: after, Limit: 1000})
+		evs, err := n.cluster.List(f)
 		if err != nil {
 			return nil, err
 		}
@@ -363,10 +394,12 @@ func (n *node) replayCandidates(cmd engine.Command) ([]string, error) {
 				keys = append(keys, ev.Key)
 			}
 		}
-		if len(evs) < 1000 {
+		if len(evs) < f.Limit {
 			return nonNil(keys), nil
 		}
-		after = evs[len(evs)-1].Key
+		// With a state the order is (UpdatedAt, Key): the cursor needs both.
+		last := evs[len(evs)-1]
+		f.After, f.AfterTime = last.Key, last.UpdatedAt
 	}
 }
 

@@ -136,7 +136,8 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	mk := clientFlags(fs)
 	state := fs.String("state", "", "pending|processing|done|dead|stale")
 	source := fs.String("source", "", "source name")
-	limit := fs.Int("limit", 100, "most events to list")
+	limit := fs.Int("limit", 100, "most events to list (a page holds at most 1000)")
+	after := fs.String("after", "", "start after this cursor (the \"next\" a previous page printed)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -153,6 +154,9 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		q.Set("source", *source)
 	}
 	q.Set("limit", fmt.Sprint(*limit))
+	if *after != "" {
+		q.Set("after", *after)
+	}
 	var out struct {
 		Events []eventJSON `json:"events"`
 		Next   string      `json:"next"`
@@ -172,7 +176,13 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", e.Key, e.State, e.Attempts, step, e.UpdatedAt, e.LastError)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if out.Next != "" {
+		fmt.Fprintf(stderr, "more events: add -after %q\n", out.Next)
+	}
+	return nil
 }
 
 func cmdEventShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {

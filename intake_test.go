@@ -164,6 +164,10 @@ func TestBadInputGetsAClearErrorAndStoresNothing(t *testing.T) {
 	}
 	big := bytes.Repeat([]byte("a"), 65<<10)
 	bigSigned := tn.signed(big, "msg_bad_input")
+	// Over the server-wide limit fasthttp refuses the body before our handler
+	// runs; its ErrorHandler must still say 413, not "malformed" (400).
+	huge := bytes.Repeat([]byte("a"), 1<<20+1)
+	hugeSigned := tn.signed(huge, "msg_bad_input")
 	notJSON := []byte(`{"id":`)
 	stripeSign := func(b []byte) []providers.Header {
 		s, _ := providers.Lookup("stripe")
@@ -189,6 +193,7 @@ func TestBadInputGetsAClearErrorAndStoresNothing(t *testing.T) {
 		{"future timestamp", "POST", "orders", body, future, nil, 401},
 		{"body changed after signing", "POST", "orders", append([]byte(nil), append(body, ' ')...), good, nil, 401},
 		{"body over max_body", "POST", "orders", big, bigSigned, nil, 413},
+		{"body over the server limit", "POST", "orders", huge, hugeSigned, nil, 413},
 		{"unknown source", "POST", "nope", body, good, nil, 404},
 		{"GET", "GET", "orders", nil, good, nil, 405},
 		{"PUT", "PUT", "orders", body, good, nil, 405},
@@ -208,9 +213,9 @@ func TestBadInputGetsAClearErrorAndStoresNothing(t *testing.T) {
 			for k, v := range tc.extra {
 				req.Header.Set(k, v)
 			}
-			if tc.status == http.StatusRequestHeaderFieldsTooLarge {
-				// fasthttp answers 431 and closes while the client may still be
-				// writing the rest of the headers; the kernel then resets the
+			if tc.status == http.StatusRequestHeaderFieldsTooLarge || len(tc.body) > 1<<20 {
+				// fasthttp answers 431/413 and closes while the client may still
+				// be writing the rest of the request; the kernel then resets the
 				// connection and the answer can be lost. Either outcome refuses
 				// the request; "nothing stored" is checked below.
 				resp, err := tn.client.Do(req)

@@ -103,6 +103,25 @@ func (in *intake) server() *fasthttp.Server {
 		DisableHeaderNamesNormalizing: false,
 		CloseOnShutdown:               true,
 		Logger:                        fasthttpLogger{in.log},
+		ErrorHandler:                  requestError,
+	}
+}
+
+// requestError answers requests fasthttp rejects before our handler runs.
+// The default handler calls an oversized body a parse error (400); a sender
+// deserves to know the body was too large, and every answer stays JSON.
+func requestError(ctx *fasthttp.RequestCtx, err error) {
+	var small *fasthttp.ErrSmallBuffer
+	var netErr net.Error
+	switch {
+	case errors.Is(err, fasthttp.ErrBodyTooLarge):
+		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "body larger than the server limit")
+	case errors.As(err, &small):
+		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers too large")
+	case errors.As(err, &netErr) && netErr.Timeout():
+		writeError(ctx, fasthttp.StatusRequestTimeout, "request not received in time")
+	default:
+		writeError(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")
 	}
 }
 

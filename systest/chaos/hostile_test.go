@@ -240,10 +240,6 @@ func TestHostileInputs(t *testing.T) {
 		out, _ := raw(s.intake, []byte(fmt.Sprintf("%sContent-Length: %d\r\n\r\n%s", bigReq, len(big), big[:64<<10])), 3*time.Second)
 		switch c := statusCodes(out); {
 		case len(c) == 1 && c[0] == 413:
-		case len(c) == 1 && c[0] == 400 && strings.Contains(out, "Connection: close"):
-			knownBug(t, "H9: a body over the server-wide limit (the largest max_body, at least 1 MiB) gets 400 "+
-				"\"Error when parsing request\" from fasthttp's default ErrorHandler, not the 413 README promises "+
-				"(server.go intake.server sets no ErrorHandler; ErrBodyTooLarge should map to 413)")
 		default:
 			t.Errorf("2 MiB body: statuses %v: %.200q", c, out)
 		}
