@@ -4,9 +4,13 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // The engine's file is written without fsync. That is safe because it is a
@@ -104,3 +108,86 @@ func setAside(dir string) error {
 }
 
 var _ = bytes.Equal
+
+// The data dir is private: directories 0700, files 0600. hashicorp/raft's
+// FileSnapshotStore does not follow that: it makes its directories with
+// MkdirAll(0o755) and its files with os.Create (0o666), so under the usual
+// umask 022 a snapshot, a full copy of every stored payload, is 0755/0644.
+// The data dir's own 0700 keeps other users out, but a copy or a backup of the
+// directory tree would carry the loose modes. A process-wide umask 077 would
+// do it too, but a library must not change its host process's umask, so the
+// store is wrapped instead.
+
+// openSnapshots opens raft's snapshot store under raftDir with private modes:
+// the snapshots dir is made 0700 before raft sees it, entries left loose by
+// an older version are tightened, and every snapshot raft creates from now on
+// is tightened as soon as it exists (see privateSnapshots).
+func openSnapshots(raftDir string, logger hclog.Logger) (raft.SnapshotStore, error) {
+	dir := filepath.Join(raftDir, "snapshots") // FileSnapshotStore's own sub-directory name
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open snapshots: %w", err)
+	}
+	store, err := raft.NewFileSnapshotStoreWithLogger(raftDir, 2, logger)
+	if err != nil {
+		return nil, fmt.Errorf("open snapshots: %w", err)
+	}
+	if err := tightenTree(dir); err != nil {
+		return nil, fmt.Errorf("open snapshots: %w", err)
+	}
+	return privateSnapshots{FileSnapshotStore: store, dir: dir}, nil
+}
+
+// privateSnapshots is raft's file snapshot store with private modes.
+type privateSnapshots struct {
+	*raft.FileSnapshotStore
+	dir string
+}
+
+// Create lets raft make the snapshot's temporary directory and its two files
+// (meta.json, state.bin), then tightens them before a byte of state is
+// written. The rename into place keeps the modes, and so does raft's rewrite
+// of meta.json on Close (os.Create of an existing file keeps its mode). The
+// whole tree is walked rather than the one directory so as not to depend on
+// raft's naming of temporary directories; it holds two or three entries.
+func (s privateSnapshots) Create(version raft.SnapshotVersion, index, term uint64,
+	configuration raft.Configuration, configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
+	sink, err := s.FileSnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
+	if err != nil {
+		return nil, err
+	}
+	if err := tightenTree(s.dir); err != nil {
+		sink.Cancel()
+		return nil, fmt.Errorf("snapshot %s: %w", sink.ID(), err)
+	}
+	return sink, nil
+}
+
+// tightenTree makes every directory under root 0700 and every file 0600.
+// Entries that vanish meanwhile (raft reaping an old snapshot) are skipped.
+func tightenTree(root string) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		want := fs.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		} else if err != nil {
+			return err
+		}
+		if info.Mode().Perm() == want {
+			return nil
+		}
+		if err := os.Chmod(p, want); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("tighten mode of %s: %w", p, err)
+		}
+		return nil
+	})
+}

@@ -2,8 +2,11 @@ package cluster
 
 import (
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -99,5 +102,105 @@ func TestEngineFileIsKeptAfterAProcessCrash(t *testing.T) {
 	}
 	if _, ok, _ := n.Lookup("src:kept"); !ok {
 		t.Fatal("claim lost")
+	}
+}
+
+// The data dir is private: every directory 0700, every file 0600, raft's
+// snapshots included (its FileSnapshotStore alone makes them 0755/0644), and
+// a data dir written by an older version is tightened when the node opens.
+func TestDataDirIsPrivate(t *testing.T) {
+	// The modes raft would use come from the umask; pin the usual one so the
+	// test means the same everywhere.
+	old := syscall.Umask(0o022)
+	defer syscall.Umask(old)
+	for _, tc := range []struct {
+		name   string
+		loosen bool // make the snapshot entries 0755/0644 between two runs, as an older version left them
+	}{
+		{name: "new data dir"},
+		{name: "snapshots left loose by an older version", loosen: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			n := openSolo(t, dir)
+			snapshot := func(prefix string) {
+				t.Helper()
+				for i := 0; i < 20; i++ {
+					if _, err := n.Claim(ctxT(t, 5*time.Second), claimCmd(fmt.Sprintf("src:%s%d", prefix, i))); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if err := n.raft.Snapshot().Error(); err != nil {
+					t.Fatalf("snapshot: %v", err)
+				}
+			}
+			snapshot("a")
+			if tc.loosen {
+				if err := n.Close(); err != nil {
+					t.Fatal(err)
+				}
+				loosen(t, filepath.Join(dir, "raft", "snapshots"))
+				n = openSolo(t, dir)
+				checkPrivate(t, dir) // tightened at open
+				snapshot("b")
+			}
+			checkPrivate(t, dir) // while running
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+			checkPrivate(t, dir) // after a clean close (markers)
+		})
+	}
+}
+
+// checkPrivate fails for every entry under dir that is not 0700 (directory)
+// or 0600 (file), and when no snapshot state file exists (nothing was checked).
+func checkPrivate(t *testing.T, dir string) {
+	t.Helper()
+	states := 0
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		want := fs.FileMode(0o600)
+		if d.IsDir() {
+			want = 0o700
+		}
+		if got := info.Mode().Perm(); got != want {
+			rel, _ := filepath.Rel(dir, p)
+			t.Errorf("%s: mode %#o, want %#o", rel, got, want)
+		}
+		if d.Name() == "state.bin" && strings.Contains(p, filepath.Join("raft", "snapshots")) {
+			states++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if states == 0 {
+		t.Fatal("no snapshot under raft/snapshots: nothing to check")
+	}
+}
+
+// loosen gives every entry under dir the modes raft's snapshot store uses.
+func loosen(t *testing.T, dir string) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		mode := fs.FileMode(0o644)
+		if d.IsDir() {
+			mode = 0o755
+		}
+		return os.Chmod(p, mode)
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 }

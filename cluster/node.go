@@ -69,8 +69,19 @@ type Config struct {
 	Inflight           int           // log entries outstanding at once (1)
 	Linger             time.Duration // how long a batch waits for more commands under load (200µs; <0 never)
 
+	// ForwardTimeout bounds one batch a follower hands to the leader over the
+	// internal channel (10s). It matters only for a leader that stays the one
+	// this node knows but does not answer: a leader change ends the calls to
+	// the old leader at once (see leaderWatch).
+	ForwardTimeout time.Duration
+
 	// inproc is set by tests on raft.InmemTransport; see Node.inproc.
 	inproc func(addr string) *Node
+	// wrapConn, in tests, wraps every cluster connection this node accepts or
+	// dials (to freeze a node's network the way SIGSTOP does).
+	wrapConn func(net.Conn) net.Conn
+	// wrapLogs, in tests, wraps the raft log store (to fail a write).
+	wrapLogs func(raft.LogStore) raft.LogStore
 	// noTransfer skips the leadership transfer on Close (in-memory test
 	// clusters: InmemTransport's TimeoutNow call outlives a closed peer by its
 	// 5s RPC timeout, which goleak would report).
@@ -98,6 +109,13 @@ type Node struct {
 	prop     *proposer
 	fwd      *forwarder
 	now      func() time.Time
+
+	// leaders is the leader this node observes, fed by a raft observer; a
+	// change cancels the forwards in flight to the previous one.
+	leaders    *leaderWatch
+	leaderObs  *raft.Observer
+	watchDone  chan struct{}
+	fwdTimeout time.Duration
 
 	wake chan struct{}
 
@@ -160,8 +178,11 @@ func Open(cfg Config) (*Node, error) {
 		waiters:     make(map[string][]chan struct{}),
 		stopObserve: make(chan struct{}),
 		observeDone: make(chan struct{}),
+		watchDone:   make(chan struct{}),
+		fwdTimeout:  orDur(cfg.ForwardTimeout, 10*time.Second),
 	}
 	n.fwd = &forwarder{n: n}
+	n.leaders = newLeaderWatch(func() (raft.ServerAddress, raft.ServerID) { return n.raft.LeaderWithID() })
 	n.inproc = cfg.inproc
 	if err := n.open(); err != nil {
 		n.cleanup()
@@ -212,7 +233,11 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("open raft log: %w", err)
 	}
-	logs, err := raft.NewLogCache(512, n.logStore)
+	var logStore raft.LogStore = n.logStore
+	if cfg.wrapLogs != nil {
+		logStore = cfg.wrapLogs(logStore)
+	}
+	logs, err := raft.NewLogCache(512, logStore)
 	if err != nil {
 		return err
 	}
@@ -221,9 +246,9 @@ func (n *Node) open() error {
 		Level:  hclog.LevelFromString(orDefault(cfg.RaftLogLevel, "warn")),
 		Output: orWriter(cfg.LogOutput, os.Stderr),
 	})
-	snaps, err := raft.NewFileSnapshotStoreWithLogger(raftDir, 2, hl)
+	snaps, err := openSnapshots(raftDir, hl)
 	if err != nil {
-		return fmt.Errorf("open snapshots: %w", err)
+		return err
 	}
 	n.fsm.snaps = snaps
 	// The engine is persistent. raft would restore the newest snapshot over it
@@ -249,6 +274,7 @@ func (n *Node) open() error {
 			ln.Close()
 			return err
 		}
+		n.mux.wrap = cfg.wrapConn
 		n.mux.onForward = n.serveForward
 		n.mux.serve()
 		n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
@@ -256,6 +282,19 @@ func (n *Node) open() error {
 			MaxPool: 4,
 			Timeout: 10 * time.Second,
 			Logger:  hl,
+			// One AppendEntries in flight per follower: no pipelining.
+			// hashicorp/raft's pipeline deadlocks when a follower rejects an
+			// append (a failed log write such as ENOSPC, or a log mismatch
+			// after a leader change): pipelineDecode returns on the
+			// rejection, the decoder then blocks handing over the next
+			// answer, and the sender blocks handing it the next request, so
+			// that follower gets heartbeats but never another entry until
+			// the leader changes (hashicorp/raft#612, open). 1 is the
+			// documented way to turn pipelining off. The proposer keeps one
+			// entry in flight, so there is little to overlap: raft's own
+			// measurements (#541) and our bench A/B (3 nodes, 64 clients)
+			// showed no throughput loss.
+			MaxRPCsInFlight: 1,
 		})
 	}
 
@@ -285,6 +324,15 @@ func (n *Node) open() error {
 	n.prop = newProposer(n, cfg.Inflight, cfg.MaxBatch, 8<<20, cfg.Linger)
 	n.started.Store(true)
 	go n.observeLeadership()
+	// Raft drops observations for a full channel; watchLeader reads the
+	// current leader on each, so a dropped one only delays it to the next.
+	obsCh := make(chan raft.Observation, 16)
+	n.leaderObs = raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(n.leaderObs)
+	go n.watchLeader(obsCh)
 
 	if !existing {
 		if err := n.bootstrap(); err != nil {
@@ -436,6 +484,24 @@ func (n *Node) observeLeadership() {
 	}
 }
 
+// watchLeader reads the leader watch on every leader observation, so that a
+// change cancels the forwards in flight even when no new claim arrives.
+func (n *Node) watchLeader(ch <-chan raft.Observation) {
+	defer close(n.watchDone)
+	n.leaders.current() // a change before the observer was registered
+	for {
+		select {
+		case <-n.stopObserve:
+			return
+		case <-ch:
+			// The watch reads raft's current leader, not the observation's:
+			// after a dropped observation, the next one still brings it up
+			// to date.
+			n.leaders.current()
+		}
+	}
+}
+
 func (n *Node) startLeaderWork() {
 	n.stopLeaderWork()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -495,11 +561,16 @@ func (n *Node) cleanup() error {
 	if n.raft != nil {
 		close(n.stopObserve)
 		<-n.observeDone
+		<-n.watchDone
+		n.raft.DeregisterObserver(n.leaderObs)
 		// Let entries in flight finish while raft still runs (it answers no
 		// future that is queued or mid-apply when it shuts down), then stop raft.
 		if n.prop != nil && !n.prop.drain(5*time.Second) {
 			n.log.Warn("shutdown: entries still in flight after 5s; their callers get no answer")
 		}
+		// Forwards still waiting for a leader that does not answer end now
+		// (outcome unknown to their callers) instead of at their timeout.
+		n.leaders.close()
 		if err := n.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 		}

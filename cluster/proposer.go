@@ -40,7 +40,8 @@ type proposer struct {
 	closing  chan struct{} // no new proposals are taken
 	stop     chan struct{} // raft is shut down; goroutines exit
 	wg       sync.WaitGroup
-	settled  chan struct{} // closed when complete() returns
+	fwdWG    sync.WaitGroup // forwards in flight
+	settled  chan struct{}  // closed when complete() returns
 
 	pending chan pendingApply // raft futures, completed in log order
 
@@ -96,6 +97,7 @@ func (p *proposer) drain(timeout time.Duration) bool {
 func (p *proposer) close() {
 	close(p.stop)
 	p.wg.Wait()
+	p.fwdWG.Wait() // the node's leader watch is closed: they end at once
 	select {
 	case <-p.settled:
 	case <-time.After(2 * time.Second):
@@ -163,13 +165,8 @@ func (p *proposer) loop() {
 		// queue keeps filling, and the next entry carries all of it.
 		// A follower's batches go to the leader over the internal channel, several
 		// at once: the leader packs them into its own entries anyway.
-		sem := p.slots
-		if p.n.raft.State() != raft.Leader {
-			sem = p.fwdSlots
-		}
-		select {
-		case sem <- struct{}{}:
-		case <-p.stop:
+		leader, sem, ok := p.acquire()
+		if !ok {
 			first.err = ErrShutdown
 			first.done <- struct{}{}
 			return
@@ -213,7 +210,37 @@ func (p *proposer) loop() {
 			timer.Stop() // Go 1.23+ timers: no stale tick is delivered after Stop
 		}
 		lastCmds = ncmds
-		p.dispatch(append([]*proposal(nil), batch...), ncmds, sem)
+		p.dispatch(append([]*proposal(nil), batch...), ncmds, leader, sem)
+	}
+}
+
+// acquire takes a slot: an entry slot when this node leads, a forward slot
+// otherwise, and says which. It decides again whenever the observed leader
+// changes: forward slots held by calls to a leader that froze are freed by
+// that change (see leaderWatch), and a node that has just won the election
+// must not keep waiting for forward slots at all. ok is false when the
+// proposer stops.
+func (p *proposer) acquire() (leader bool, sem chan struct{}, ok bool) {
+	for {
+		// The watch before the state: raft sets its state before it reports
+		// the new leader, so a change after this line wakes the select.
+		_, changed := p.n.leaders.current()
+		leader = p.n.raft.State() == raft.Leader
+		sem = p.fwdSlots
+		if leader {
+			sem = p.slots
+		}
+		select {
+		case sem <- struct{}{}:
+			return leader, sem, true
+		case <-changed.Done():
+			if errors.Is(context.Cause(changed), ErrShutdown) {
+				<-p.stop // closing: the watch will not change again
+				return false, nil, false
+			}
+		case <-p.stop:
+			return false, nil, false
+		}
 	}
 }
 
@@ -235,12 +262,12 @@ func finish(batch []*proposal, err error) {
 	}
 }
 
-// dispatch sends one batch: into the log when this node leads, to the leader
-// over the internal channel otherwise.
-func (p *proposer) dispatch(batch []*proposal, ncmds int, sem chan struct{}) {
+// dispatch sends one batch: into the log when this node led as the slot was
+// taken, to the leader over the internal channel otherwise.
+func (p *proposer) dispatch(batch []*proposal, ncmds int, leader bool, sem chan struct{}) {
 	release := func() { <-sem }
 	r := p.n.raft
-	if r.State() == raft.Leader {
+	if leader {
 		now := p.n.now().UnixNano()
 		cmds := make([]engine.Command, 0, ncmds)
 		for _, pr := range batch {
@@ -275,17 +302,51 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int, sem chan struct{}) {
 		release()
 		return
 	}
-	p.forwards.Add(1)
-	for _, pr := range fwd {
-		p.forwarded.Add(uint64(len(pr.cmds)))
-	}
+	p.fwdWG.Add(1)
 	go func() {
+		defer p.fwdWG.Done()
 		defer release()
-		err := p.n.forwardBatch(fwd)
-		if err != nil {
+		// The leader as of now, with the context that ends when it changes.
+		addr, epoch := p.awaitLeader()
+		if addr == "" {
+			finish(fwd, ErrNoLeader)
+			return
+		}
+		p.forwards.Add(1)
+		for _, pr := range fwd {
+			p.forwarded.Add(uint64(len(pr.cmds)))
+		}
+		if err := p.n.forwardBatch(epoch, addr, fwd); err != nil {
 			finish(fwd, err)
 		}
 	}()
+}
+
+// awaitLeader returns the observed leader, waiting up to two election
+// timeouts when none is known: an election in progress, or a follower that
+// has not yet heard its first heartbeat, usually settles within one, and
+// failing at once would only turn that moment into 503s senders must retry.
+func (p *proposer) awaitLeader() (raft.ServerAddress, context.Context) {
+	addr, epoch := p.n.leaders.current()
+	if addr != "" {
+		return addr, epoch
+	}
+	t := time.NewTimer(2 * orDur(p.n.cfg.ElectionTimeout, time.Second))
+	defer t.Stop()
+	for addr == "" {
+		select {
+		case <-epoch.Done(): // the observer saw a change
+		case <-t.C:
+			return "", nil
+		case <-p.stop:
+			return "", nil
+		}
+		if errors.Is(context.Cause(epoch), ErrShutdown) {
+			return "", nil
+		}
+		addr, epoch = p.n.leaders.current()
+	}
+	return addr, epoch
 }
 
 // complete waits for raft futures in order and hands each proposal its results.
@@ -351,17 +412,15 @@ func translateApplyErr(err error) error {
 	return fmt.Errorf("apply: %v: %w", err, ErrIndeterminate)
 }
 
-// forwardBatch sends a follower's batch to the leader and hands out the results.
-func (n *Node) forwardBatch(batch []*proposal) error {
-	addr, _ := n.raft.LeaderWithID()
-	if addr == "" {
-		return ErrNoLeader
-	}
+// forwardBatch sends a follower's batch to the leader at addr and hands out
+// the results. epoch ends when this node sees the leader change: the call
+// ends then too, with the outcome unknown (the old leader may commit it).
+func (n *Node) forwardBatch(epoch context.Context, addr raft.ServerAddress, batch []*proposal) error {
 	var cmds []engine.Command
 	for _, pr := range batch {
 		cmds = append(cmds, pr.cmds...)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+	ctx, cancel := context.WithTimeout(epoch, n.fwdTimeout)
 	defer cancel()
 	body, err := n.fwd.call(ctx, string(addr), rpcApply, engine.EncodeEntry(nil, cmds))
 	if err != nil {

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"oncehook/engine"
 )
 
@@ -23,14 +25,13 @@ const (
 	rpcApply byte = 1 // body: engine entry encoding of the commands
 	rpcJoin  byte = 2 // body: uvarint-length id, address
 
-	rpcOK          byte = 0 // body: encoded results
-	rpcNotLeader   byte = 1
-	rpcNoLeader    byte = 2
-	rpcUnknown     byte = 3 // indeterminate outcome
-	rpcErr         byte = 4 // body: message
-	rpcBadRequest  byte = 5
-	maxFrame            = 64 << 20
-	forwardTimeout      = 10 * time.Second
+	rpcOK         byte = 0 // body: encoded results
+	rpcNotLeader  byte = 1
+	rpcNoLeader   byte = 2
+	rpcUnknown    byte = 3 // indeterminate outcome
+	rpcErr        byte = 4 // body: message
+	rpcBadRequest byte = 5
+	maxFrame           = 64 << 20
 )
 
 func writeFrame(w *bufio.Writer, kind byte, body []byte) error {
@@ -72,7 +73,7 @@ func (n *Node) serveForward(c net.Conn) {
 			return
 		}
 		buf = body[:0]
-		status, resp := n.handleRPC(op, body, out[:0])
+		status, resp := n.handleRPC(context.Background(), op, body, out[:0])
 		out = resp[:0]
 		if err := writeFrame(w, status, resp); err != nil {
 			return
@@ -80,11 +81,13 @@ func (n *Node) serveForward(c net.Conn) {
 	}
 }
 
-func (n *Node) handleRPC(op byte, body, out []byte) (byte, []byte) {
+// handleRPC answers one request of the internal channel. ctx is the caller's
+// in process (tests on raft.InmemTransport), context.Background() over TCP.
+func (n *Node) handleRPC(ctx context.Context, op byte, body, out []byte) (byte, []byte) {
 	if !n.started.Load() {
 		return rpcNoLeader, append(out, "node still starting"...)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), forwardTimeout)
+	ctx, cancel := context.WithTimeout(ctx, n.fwdTimeout)
 	defer cancel()
 	switch op {
 	case rpcApply:
@@ -261,7 +264,7 @@ type fwdConn struct {
 
 const maxIdleForward = 8
 
-func (f *forwarder) get(addr string) (*fwdConn, error) {
+func (f *forwarder) get(ctx context.Context, addr string) (*fwdConn, error) {
 	f.mu.Lock()
 	if f.addr != addr {
 		for _, fc := range f.idle {
@@ -279,9 +282,10 @@ func (f *forwarder) get(addr string) (*fwdConn, error) {
 	if f.n.mux == nil {
 		return nil, fmt.Errorf("forward to %s: %w", addr, ErrNoLeader)
 	}
-	c, err := f.n.mux.dial(addr, kindForward, 5*time.Second)
+	c, err := f.n.mux.dial(ctx, addr, kindForward, 5*time.Second)
 	if err != nil {
-		return nil, fmt.Errorf("dial leader %s: %w", addr, err)
+		// Nothing was sent: the commands did not reach any leader.
+		return nil, fmt.Errorf("dial leader %s: %w: %w", addr, err, ErrNoLeader)
 	}
 	return &fwdConn{c: c, r: bufio.NewReaderSize(c, 16<<10), w: bufio.NewWriterSize(c, 64<<10)}, nil
 }
@@ -306,44 +310,120 @@ func (f *forwarder) closeAll() {
 }
 
 // call sends one request to the leader at addr and returns its answer body.
+// ctx ends the call early (a leader change, see leaderWatch): the stream is
+// closed under a blocked write or read, and the outcome is unknown, as for a
+// timeout, because the leader may have received the request.
 func (f *forwarder) call(ctx context.Context, addr string, op byte, body []byte) ([]byte, error) {
 	if f.n.inproc != nil {
 		peer := f.n.inproc(addr)
 		if peer == nil {
 			return nil, fmt.Errorf("forward to %s: unreachable: %w", addr, ErrNoLeader)
 		}
-		status, resp := peer.handleRPC(op, body, nil)
+		status, resp := peer.handleRPC(ctx, op, body, nil)
 		if status != rpcOK {
 			return nil, statusErr(status, resp)
 		}
 		return resp, nil
 	}
-	fc, err := f.get(addr)
+	fc, err := f.get(ctx, addr)
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(forwardTimeout)
+	if ctx.Err() != nil {
+		fc.c.Close()
+		return nil, fmt.Errorf("forward to leader %s: %v: %w", addr, context.Cause(ctx), ErrNoLeader) // nothing sent
+	}
+	deadline := time.Now().Add(f.n.fwdTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	_ = fc.c.SetDeadline(deadline)
-	if err := writeFrame(fc.w, op, body); err != nil {
+	// A leader that froze (SIGSTOP) or was cut off keeps the stream open and
+	// silent; closing it is what unblocks this call when ctx ends first.
+	stop := context.AfterFunc(ctx, func() { fc.c.Close() })
+	fail := func(err error) error {
 		fc.c.Close()
+		if ctx.Err() != nil {
+			err = context.Cause(ctx)
+		}
+		return fmt.Errorf("forward to leader %s: %v: %w", addr, err, ErrIndeterminate)
+	}
+	if err := writeFrame(fc.w, op, body); err != nil {
+		stop()
 		// Nothing reached the leader for certain only if the write failed before
 		// any byte left; we cannot tell, so the outcome is unknown.
-		return nil, fmt.Errorf("forward to leader %s: %v: %w", addr, err, ErrIndeterminate)
+		return nil, fail(err)
 	}
 	status, resp, err := readFrame(fc.r, fc.buf)
 	if err != nil {
-		fc.c.Close()
-		return nil, fmt.Errorf("forward to leader %s: %v: %w", addr, err, ErrIndeterminate)
+		stop()
+		return nil, fail(err)
 	}
 	out := append([]byte(nil), resp...)
 	fc.buf = resp[:0]
-	_ = fc.c.SetDeadline(time.Time{})
-	f.put(addr, fc)
+	if stop() {
+		_ = fc.c.SetDeadline(time.Time{})
+		f.put(addr, fc)
+	} else {
+		fc.c.Close() // ctx ended just after the answer: the stream is closed; the answer stands
+	}
 	if status != rpcOK {
 		return nil, statusErr(status, out)
 	}
 	return out, nil
+}
+
+// errLeaderChanged is why a forward ended early: this node saw the leader
+// change. The old leader may still commit what it received.
+var errLeaderChanged = errors.New("the leader changed")
+
+// leaderWatch is the leader this node observes, with a context for the calls
+// made to it. The context is cancelled when the observed leader changes,
+// including to none (this follower stopped hearing heartbeats and started an
+// election). Forwards to a leader that froze or was cut off then end at once
+// instead of at their timeout, and give their slots to the next leader.
+//
+// Every read asks raft (under mu, so a later read never records an older
+// leader than an earlier one): the watch is never behind raft for a caller.
+// A raft observer (Node.watchLeader) reads it on every leader change, which is
+// what cancels the calls in flight when nobody else is asking.
+type leaderWatch struct {
+	leader func() (raft.ServerAddress, raft.ServerID) // raft's view
+
+	mu     sync.Mutex
+	addr   raft.ServerAddress
+	id     raft.ServerID
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+	closed bool
+}
+
+func newLeaderWatch(leader func() (raft.ServerAddress, raft.ServerID)) *leaderWatch {
+	w := &leaderWatch{leader: leader}
+	w.ctx, w.cancel = context.WithCancelCause(context.Background())
+	return w
+}
+
+// current returns the leader's address ("" for none) as raft knows it now,
+// and a context that ends when that changes or the node closes.
+func (w *leaderWatch) current() (raft.ServerAddress, context.Context) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return "", w.ctx
+	}
+	if addr, id := w.leader(); addr != w.addr || id != w.id {
+		w.cancel(fmt.Errorf("%w (from %q to %q)", errLeaderChanged, w.id, id))
+		w.addr, w.id = addr, id
+		w.ctx, w.cancel = context.WithCancelCause(context.Background())
+	}
+	return w.addr, w.ctx
+}
+
+// close ends the current context for good (cause ErrShutdown).
+func (w *leaderWatch) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.closed = true
+	w.cancel(ErrShutdown)
 }

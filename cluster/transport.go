@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"context"
 	"crypto/subtle"
 	"crypto/tls"
 	"crypto/x509"
@@ -43,6 +44,7 @@ type mux struct {
 	clientTLS *tls.Config
 	log       *slog.Logger
 	onForward func(net.Conn)
+	wrap      func(net.Conn) net.Conn // tests: see Config.wrapConn
 
 	raftConns chan net.Conn
 	closing   chan struct{}
@@ -111,6 +113,9 @@ func (m *mux) serve() {
 }
 
 func (m *mux) handshake(c net.Conn) {
+	if m.wrap != nil {
+		c = m.wrap(c)
+	}
 	_ = c.SetDeadline(time.Now().Add(preambleDeadline))
 	if m.serverTLS != nil {
 		tc := tls.Server(c, m.serverTLS)
@@ -217,17 +222,21 @@ func (t *trackedConn) Close() error {
 	return nil
 }
 
-// dial opens an authenticated stream of the given kind to a peer.
-func (m *mux) dial(addr string, kind byte, timeout time.Duration) (net.Conn, error) {
+// dial opens an authenticated stream of the given kind to a peer. ctx ends
+// the dial and the TLS handshake early (a forward whose leader changed).
+func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
-	c, err := d.Dial("tcp", addr)
+	c, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return nil, err
+	}
+	if m.wrap != nil {
+		c = m.wrap(c)
 	}
 	if m.clientTLS != nil {
 		tc := tls.Client(c, m.clientTLS)
 		_ = tc.SetDeadline(time.Now().Add(preambleDeadline))
-		if err := tc.Handshake(); err != nil {
+		if err := tc.HandshakeContext(ctx); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
 		}
@@ -289,7 +298,7 @@ func (l raftLayer) Close() error { return nil } // the node closes the mux itsel
 func (l raftLayer) Addr() net.Addr { return l.m.advertise }
 
 func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return l.m.dial(string(addr), kindRaft, timeout)
+	return l.m.dial(context.Background(), string(addr), kindRaft, timeout)
 }
 
 // TLSConfig names the PEM files for mutual TLS between nodes. Every node

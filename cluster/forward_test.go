@@ -1,0 +1,263 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// freezer stops a node's cluster network the way SIGSTOP stops the process,
+// as its peers see it: connections stay open and nothing is read or written
+// until thaw. Config.wrapConn = f.wrap puts every stream of the node behind it.
+type freezer struct {
+	mu     sync.Mutex
+	thawed chan struct{} // closed while not frozen
+}
+
+func newFreezer() *freezer {
+	f := &freezer{thawed: make(chan struct{})}
+	close(f.thawed)
+	return f
+}
+
+func (f *freezer) freeze() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.thawed:
+		f.thawed = make(chan struct{})
+	default:
+	}
+}
+
+func (f *freezer) thaw() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	select {
+	case <-f.thawed:
+	default:
+		close(f.thawed)
+	}
+}
+
+func (f *freezer) gate() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.thawed
+}
+
+func (f *freezer) wrap(c net.Conn) net.Conn {
+	return &frozenConn{Conn: c, f: f, closed: make(chan struct{})}
+}
+
+type frozenConn struct {
+	net.Conn
+	f      *freezer
+	once   sync.Once
+	closed chan struct{}
+}
+
+func (c *frozenConn) wait() error {
+	select {
+	case <-c.f.gate():
+		return nil
+	case <-c.closed:
+		return net.ErrClosed
+	}
+}
+
+func (c *frozenConn) Read(b []byte) (int, error) {
+	if err := c.wait(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Read(b)
+}
+
+func (c *frozenConn) Write(b []byte) (int, error) {
+	if err := c.wait(); err != nil {
+		return 0, err
+	}
+	return c.Conn.Write(b)
+}
+
+func (c *frozenConn) Close() error {
+	c.once.Do(func() { close(c.closed) })
+	return c.Conn.Close()
+}
+
+// A follower's forwards to a leader that froze must end when the follower
+// sees the leader change, not at ForwardTimeout: until then they hold the
+// follower's forward slots, and no claim through it can reach the new leader.
+// ForwardTimeout is a minute here and every wait in the test far shorter, so
+// only the leader change can free the slots in time.
+func TestForwardsToAFrozenLeaderEndWhenTheLeaderChanges(t *testing.T) {
+	freezers := make([]*freezer, 3)
+	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
+		freezers[i] = newFreezer()
+		cfg.wrapConn = freezers[i].wrap
+		cfg.ForwardTimeout = time.Minute
+	})
+	// Registered after tcpCluster's cleanup, so it runs first: nodes close thawed.
+	t.Cleanup(func() {
+		for _, f := range freezers {
+			f.thaw()
+		}
+	})
+	old := leaderOf(t, nodes)
+	f := (old + 1) % 3
+	waitFor(t, "the follower knows the leader", func() bool { ok, _ := nodes[f].Ready(); return ok })
+	if _, err := nodes[f].Claim(ctxT(t, 5*time.Second), claimCmd("src:before")); err != nil {
+		t.Fatalf("claim through the follower before the freeze: %v", err)
+	}
+
+	freezers[old].freeze()
+	// A stream of claims through the follower, one every few milliseconds, as
+	// providers keep sending: the first batches go to the frozen leader and,
+	// without the fix, hold all four forward slots.
+	const stuck = 40
+	errs := make(chan error, stuck)
+	for i := 0; i < stuck; i++ {
+		go func() {
+			_, err := nodes[f].Claim(ctxT(t, 2*time.Minute), claimCmd(fmt.Sprintf("src:during-%d", i)))
+			errs <- err
+		}()
+		time.Sleep(5 * time.Millisecond)
+	}
+
+	var next int
+	waitFor(t, "a new leader that the follower knows", func() bool {
+		for i, n := range nodes {
+			if i != old && n.IsLeader() {
+				addr, _ := nodes[f].raft.LeaderWithID()
+				if addr == n.trans.LocalAddr() {
+					next = i
+					return true
+				}
+			}
+		}
+		return false
+	})
+	// Every claim sent during the freeze has its answer well before the
+	// forward timeout: committed through the new leader, or a retryable
+	// error (the intake's 503) whose outcome is unknown or not sent.
+	for i := 0; i < stuck; i++ {
+		select {
+		case err := <-errs:
+			if err != nil && !errors.Is(err, ErrIndeterminate) && !errors.Is(err, ErrNoLeader) {
+				t.Errorf("claim during the freeze: %v; want success, ErrIndeterminate or ErrNoLeader", err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%d claims sent during the freeze still wait after a new leader (%s) was elected: forwards to the frozen leader hold the slots", stuck-i, nodes[next].cfg.ID)
+		}
+	}
+	res, err := nodes[f].Claim(ctxT(t, 5*time.Second), claimCmd("src:after"))
+	if err != nil || !res.Created {
+		t.Fatalf("claim through %s after %s took over: %+v, %v", nodes[f].cfg.ID, nodes[next].cfg.ID, res, err)
+	}
+
+	// The old leader rejoins and converges: nothing it received while frozen
+	// was committed behind the new leader's back.
+	freezers[old].thaw()
+	waitFor(t, "the old leader catches up", func() bool {
+		return nodes[old].AppliedIndex() >= nodes[next].AppliedIndex() && !nodes[old].IsLeader()
+	})
+	if _, ok, _ := nodes[old].Lookup("src:after"); !ok {
+		t.Fatal("the old leader did not receive the claim committed after it froze")
+	}
+}
+
+// failingLogs fails the next `fail` log writes the way a full disk does.
+type failingLogs struct {
+	raft.LogStore
+	fail atomic.Int32
+}
+
+func (l *failingLogs) failed() bool {
+	for {
+		n := l.fail.Load()
+		if n <= 0 {
+			return false
+		}
+		if l.fail.CompareAndSwap(n, n-1) {
+			return true
+		}
+	}
+}
+
+func (l *failingLogs) StoreLog(log *raft.Log) error {
+	if l.failed() {
+		return fmt.Errorf("store log %d: %w", log.Index, syscall.ENOSPC)
+	}
+	return l.LogStore.StoreLog(log)
+}
+
+func (l *failingLogs) StoreLogs(logs []*raft.Log) error {
+	if l.failed() {
+		return fmt.Errorf("store logs %d..: %w", logs[0].Index, syscall.ENOSPC)
+	}
+	return l.LogStore.StoreLogs(logs)
+}
+
+// A follower whose log write failed (ENOSPC) rejects that append; the leader
+// must keep replicating to it. With hashicorp/raft's pipelined replication the
+// rejection could deadlock the pipeline (hashicorp/raft#612): the follower got
+// heartbeats and no entry until the next leader change.
+func TestFollowerCatchesUpAfterAFailedLogWrite(t *testing.T) {
+	logs := make([]*failingLogs, 3)
+	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
+		cfg.wrapLogs = func(s raft.LogStore) raft.LogStore {
+			logs[i] = &failingLogs{LogStore: s}
+			return logs[i]
+		}
+	})
+	leader := leaderOf(t, nodes)
+	f := (leader + 1) % 3
+
+	// Steady claims on the leader, so that replication runs flat out while
+	// the follower's writes fail a few times.
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var committed atomic.Int64
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd(fmt.Sprintf("src:w%d-%d", w, i))); err == nil {
+					committed.Add(1)
+				}
+			}
+		}()
+	}
+	waitFor(t, "claims under way", func() bool { return committed.Load() > 200 })
+	// Each rejection is a chance for the pipeline deadlock (about one in
+	// four before pipelining was turned off): ten make it near certain.
+	for k := 0; k < 10; k++ {
+		logs[f].fail.Store(1)
+		waitFor(t, "the failed write", func() bool { return logs[f].fail.Load() == 0 })
+		time.Sleep(100 * time.Millisecond)
+	}
+	close(stop)
+	wg.Wait()
+
+	waitFor(t, "the follower catches up", func() bool {
+		return nodes[f].AppliedIndex() == nodes[leader].AppliedIndex()
+	})
+	want, _ := nodes[leader].Hash()
+	waitFor(t, "the same state on the follower", func() bool {
+		h, _ := nodes[f].Hash()
+		return h == want
+	})
+}
