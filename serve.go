@@ -19,6 +19,7 @@ import (
 
 	"oncehook/cluster"
 	"oncehook/config"
+	"oncehook/failpoint"
 	"oncehook/forward"
 	"oncehook/providers"
 )
@@ -141,6 +142,9 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		LogOutput: stderr,
 		OnLeader:  n.lead,
 	}
+	if failpoint.Enabled { // chaos builds only: the test clock offset (S11)
+		ccfg.Now = failpoint.Now
+	}
 	if c := cfg.Cluster; c != nil {
 		ccfg.Bind = c.RaftListen
 		ccfg.Advertise = c.Advertise
@@ -170,6 +174,9 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		return nil, err
 	}
 	n.intake = newIntake(n.cluster, set, log, n.metrics)
+	if failpoint.Enabled { // chaos builds only: signatures checked against the test clock (S11)
+		n.intake.now = failpoint.Now
+	}
 	n.httpSrv = n.intake.server()
 	go func() {
 		if err := n.httpSrv.Serve(n.httpLn); err != nil {

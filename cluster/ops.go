@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"oncehook/engine"
+	"oncehook/failpoint"
 )
 
 // Apply proposes commands on behalf of any caller: through the log when this
@@ -45,6 +46,7 @@ func (n *Node) Claim(ctx context.Context, c engine.Command) (engine.Result, erro
 	if r.Err != nil {
 		return r, fmt.Errorf("claim %s: %w", c.Key, r.Err)
 	}
+	failpoint.Inject(failpoint.AfterClaimApplyBeforeResponse)
 	return r, nil
 }
 

@@ -20,6 +20,7 @@ type result struct {
 	Skipped  string
 
 	Ops, Acked, AckedNew, AckedDup, Unknown, Refused, Errors int
+	Rejected                                                 int // 401: the receiving node refused the signature
 	UnknownPresent, UnknownAbsent                            int
 
 	Lost          int // acked, absent from the final state
@@ -100,6 +101,9 @@ func checkHistory(r *result, ops []op, final map[string]finalEvent, runs []hrun,
 		case outRefused:
 			r.Refused++
 			continue // never reached a process: not part of the history
+		case outReject:
+			r.Rejected++
+			continue // refused before the claim: nothing stored (S11 checks when they may happen)
 		case outError:
 			r.Errors++
 			continue

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"oncehook/engine"
+	"oncehook/failpoint"
 )
 
 const (
@@ -44,6 +45,12 @@ type proc struct {
 
 func startProc(t testing.TB, name, logPath string, argv ...string) *proc {
 	t.Helper()
+	return startProcEnv(t, name, logPath, nil, argv...)
+}
+
+// startProcEnv starts argv with env added to the test's environment.
+func startProcEnv(t testing.TB, name, logPath string, env []string, argv ...string) *proc {
+	t.Helper()
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +58,9 @@ func startProc(t testing.TB, name, logPath string, argv ...string) *proc {
 	p := &proc{name: name, logPath: logPath, logf: f, done: make(chan struct{})}
 	p.cmd = exec.Command(argv[0], argv[1:]...)
 	p.cmd.Stdout, p.cmd.Stderr = f, f
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	// Its own process group: a ^C to the test does not hit it first, and the
 	// cleanup below still kills it by PID.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -122,6 +132,10 @@ type cnode struct {
 	cfg   string
 	logs  string // log file, appended over restarts
 	start int
+	// Control files of the failpoints build (see package failpoint), one
+	// pair per node: the armed failpoints and the test clock offset.
+	fpFile, clockFile string
+	loop              *loopDisk // the data dir's own throttleable disk (S13), or nil
 
 	mu   sync.Mutex
 	proc *proc // the current process; replaced on restart
@@ -153,6 +167,7 @@ type cluster struct {
 
 type clusterOpts struct {
 	tmpfsBytes int64 // > 0: every node's data dir is its own tmpfs of this size (disk-full scenarios)
+	loopDisk   bool  // every node's data dir is its own loop-mounted ext4 (slow-disk scenarios)
 }
 
 func newCluster(t testing.TB, tp *topo, o clusterOpts) *cluster {
@@ -179,6 +194,8 @@ func newCluster(t testing.TB, tp *topo, o clusterOpts) *cluster {
 		n.dir = filepath.Join(root, n.id, "data")
 		n.cfg = filepath.Join(root, n.id+".toml")
 		n.logs = filepath.Join(root, n.id+".log")
+		n.fpFile = filepath.Join(root, n.id+".failpoints")
+		n.clockFile = filepath.Join(root, n.id+".clock")
 		if err := os.MkdirAll(filepath.Dir(n.dir), 0o700); err != nil {
 			t.Fatal(err)
 		}
@@ -193,6 +210,9 @@ func newCluster(t testing.TB, tp *topo, o clusterOpts) *cluster {
 			// Registered after the node's process cleanup would be: t.Cleanup
 			// runs in reverse, so unmount after every process is gone.
 			t.Cleanup(func() { nsRun("umount", "-l", dir) })
+		}
+		if o.loopDisk {
+			n.loop = newLoopDisk(t, filepath.Join(root, n.id+".img"), n.dir, 512<<20)
 		}
 		writeFile(t, n.cfg, fmt.Sprintf(`[node]
 id = %q
@@ -261,11 +281,40 @@ func writeSecret(t testing.TB, path, content string) { writeFile(t, path, conten
 
 func (c *cluster) startNode(n *cnode) {
 	n.start++
-	p := startProc(c.t, fmt.Sprintf("%s#%d", n.id, n.start), n.logs,
+	// The control files are read only by a failpoints build (the suite builds
+	// one; a release binary ignores the variables).
+	env := []string{failpoint.EnvFile + "=" + n.fpFile, failpoint.EnvClockFile + "=" + n.clockFile}
+	p := startProcEnv(c.t, fmt.Sprintf("%s#%d", n.id, n.start), n.logs, env,
 		"ip", "netns", "exec", c.tp.nodes[n.i], oncehookBin, "serve", "-config", n.cfg)
 	n.mu.Lock()
 	n.proc = p
 	n.mu.Unlock()
+}
+
+// arm replaces the failpoints armed on n ("" disarms them); the node re-reads
+// the file within 100 ms.
+func (n *cnode) arm(t testing.TB, spec string) {
+	t.Helper()
+	atomicWrite(t, n.fpFile, spec)
+}
+
+// setClock sets n's test clock offset; the node re-reads it within 100 ms.
+func (n *cnode) setClock(t testing.TB, d time.Duration) {
+	t.Helper()
+	atomicWrite(t, n.clockFile, d.String())
+}
+
+// atomicWrite replaces path's content in one rename, so a reader never sees
+// half a file.
+func atomicWrite(t testing.TB, path, content string) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(content), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func (c *cluster) waitReady(n *cnode, d time.Duration) {
@@ -390,6 +439,17 @@ type finalEvent struct {
 	State    string `json:"state"`
 	Attempts int    `json:"attempts"`
 	Token    uint64 `json:"token"`
+	// RFC 3339 times, "" when unset (see stamp).
+	CreatedAt     string `json:"created_at"`
+	ExpiresAt     string `json:"expires_at"`
+	NextAttemptAt string `json:"next_attempt_at"`
+	LeaseUntil    string `json:"lease_until"`
+}
+
+// stamp parses one of finalEvent's times; the zero time when unset.
+func stamp(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t
 }
 
 // events lists every event a node holds, by key, 1000 a page. It pages with

@@ -23,6 +23,7 @@ const (
 	outDup     = "dup"     // 200 duplicate
 	outUnknown = "unknown" // timeout, reset, 503 or another 5xx: may or may not have committed
 	outRefused = "refused" // connection refused: the request never reached a process
+	outReject  = "401"     // signature refused (S11: the receiving node's clock is skewed); nothing stored
 	outError   = "error"   // any other status: a bug in the harness or oncehook
 )
 
@@ -173,6 +174,29 @@ func (g *loadGen) pickOld(rng *rand.Rand) (string, string, bool) {
 
 func (g *loadGen) send(client int, id string, node int, kind string) {
 	g.nops.Add(1)
+	o := g.deliver(id, node)
+	o.Client, o.Kind = client, kind
+	g.mu.Lock()
+	g.ops = append(g.ops, o)
+	if o.Outcome == outUnknown || o.Outcome == outRefused || o.Outcome == outReject {
+		if g.retries[id] < 3 {
+			g.retries[id]++
+			g.retryQ = append(g.retryQ, id)
+		}
+	}
+	g.mu.Unlock()
+	if o.Outcome == outUnknown || o.Outcome == outRefused || o.Outcome == outReject {
+		// A provider backs off; so does this worker (bounded, short).
+		select {
+		case <-time.After(50 * time.Millisecond):
+		case <-g.stop:
+		}
+	}
+}
+
+// deliver sends one signed delivery of id to node and classifies the answer;
+// it records nothing.
+func (g *loadGen) deliver(id string, node int) op {
 	n := g.c.nodes[node]
 	body := []byte(fmt.Sprintf(`{"type":"order.paid","id":%q,"marker":"CHAOS-BODY-MARKER","pad":%q}`, id, g.pad))
 	hs, _ := g.scheme.Sign(body, []byte(g.c.secret), time.Now(), id, nil)
@@ -183,7 +207,7 @@ func (g *loadGen) send(client int, id string, node int, kind string) {
 	for _, h := range hs {
 		req.Header.Set(h.Name, h.Value)
 	}
-	o := op{Client: client, ID: id, Node: node, Kind: kind, Call: g.now()}
+	o := op{ID: id, Node: node, Call: g.now()}
 	resp, err := g.c.http.Do(req)
 	if err == nil {
 		b, _ := io.ReadAll(resp.Body)
@@ -196,6 +220,8 @@ func (g *loadGen) send(client int, id string, node int, kind string) {
 			o.Outcome = outDup
 		case resp.StatusCode >= 500:
 			o.Outcome = outUnknown
+		case resp.StatusCode == 401:
+			o.Outcome = outReject
 		default:
 			o.Outcome = outError
 		}
@@ -205,22 +231,7 @@ func (g *loadGen) send(client int, id string, node int, kind string) {
 		o.Outcome = outUnknown
 	}
 	o.Return = g.now()
-	g.mu.Lock()
-	g.ops = append(g.ops, o)
-	if o.Outcome == outUnknown || o.Outcome == outRefused {
-		if g.retries[id] < 3 {
-			g.retries[id]++
-			g.retryQ = append(g.retryQ, id)
-		}
-	}
-	g.mu.Unlock()
-	if o.Outcome == outUnknown || o.Outcome == outRefused {
-		// A provider backs off; so does this worker (bounded, short).
-		select {
-		case <-time.After(50 * time.Millisecond):
-		case <-g.stop:
-		}
-	}
+	return o
 }
 
 func (g *loadGen) history() []op {

@@ -1,0 +1,43 @@
+// Package failpoint holds oncehook's fault-injection hooks for the chaos
+// suite (systest/chaos, reliability.md section 3 "Failpoints in our own code").
+//
+// A release build (no build tag) compiles every hook to nothing: Enabled is the
+// constant false, Inject has an empty body that the compiler inlines away, and
+// no environment variable is read, so neither the hook names nor the variable
+// names below end up in the binary (TestReleaseBinaryHasNoFailpoints checks
+// the built oncehook binary). Built with -tags failpoints, each process reads:
+//
+//	ONCEHOOK_FAILPOINTS="name=panic;name2=sleep(2s)"   hooks armed from the start
+//	ONCEHOOK_FAILPOINTS_FILE=/path                     the same syntax, re-read
+//	                                                   every 100 ms (arm and disarm
+//	                                                   during a run; a missing file
+//	                                                   arms nothing)
+//	ONCEHOOK_TEST_CLOCK_OFFSET_FILE=/path              a Go duration ("10m", "-6s")
+//	                                                   added to Now, re-read every
+//	                                                   100 ms (a per-process clock jump)
+//
+// Actions: panic (the process crashes with "failpoint NAME"), sleep(DURATION),
+// off. The file entries are merged over the variable's, name by name. The
+// package never reads oncehook's configuration.
+package failpoint
+
+// The hooks, where they sit and what they emulate.
+const (
+	// AfterClaimApplyBeforeResponse: cluster.Node.Claim, after the claim
+	// committed and applied, before the intake writes its 2xx (a crash after
+	// the commit, before the answer).
+	AfterClaimApplyBeforeResponse = "afterClaimApplyBeforeResponse"
+	// AfterHandlerDoneBeforeApply: forward, after the handler answered 2xx,
+	// before Complete is proposed (a crash between the effect and its record).
+	AfterHandlerDoneBeforeApply = "afterHandlerDoneBeforeApply"
+	// BeforeSnapshotPersist: cluster's FSM snapshot Persist, before the state
+	// is written to the snapshot sink (a crash mid-snapshot).
+	BeforeSnapshotPersist = "beforeSnapshotPersist"
+)
+
+// Environment variables read by the failpoints build only.
+const (
+	EnvSpec      = "ONCEHOOK_FAILPOINTS"
+	EnvFile      = "ONCEHOOK_FAILPOINTS_FILE"
+	EnvClockFile = "ONCEHOOK_TEST_CLOCK_OFFSET_FILE"
+)
