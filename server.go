@@ -230,14 +230,15 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 
 	// A key in this node's applied state is committed: answer the duplicate
 	// without a Raft round. Absence proves nothing; the claim decides.
-	if st, ok, err := in.store.Lookup(string(key)); err == nil && ok {
+	skey := string(key) // one copy for the lookup and the command
+	if st, ok, err := in.store.Lookup(skey); err == nil && ok {
 		in.metrics.claim(src.name, false)
 		return in.answerDuplicate(ctx, src, key, st, body)
 	}
 
 	cmd := engine.Command{
 		Op:        engine.OpClaim,
-		Key:       string(key),
+		Key:       skey,
 		Source:    src.name,
 		Payload:   append([]byte(nil), body...), // the request buffer is reused once we return
 		Retention: src.retention,

@@ -138,7 +138,7 @@ func (g *generator) begin() {
 		g.hardStop = g.start.Add(g.scheduleSpan() + g.o.timeout)
 	}
 	if g.env.sink != nil {
-		g.env.sink.begin(g.start)
+		g.env.sink.begin(g.start, g.body.run)
 	}
 }
 
@@ -209,6 +209,12 @@ type worker struct {
 	rng  *rand.Rand
 	body []byte
 	lats []latSample // latencies not yet flushed into the shared histograms
+
+	// One request per node, kept across operations: its URI, method and
+	// content type are set once, and each operation sets only the signature
+	// headers and the body (the generator's CPU is the machine's too).
+	reqs []*fasthttp.Request
+	resp fasthttp.Response
 }
 
 // closed sends operations back to back until -n or -d is reached.
@@ -303,7 +309,7 @@ func (w *worker) single(k kind, seq int64, node int, origin time.Time) {
 	if err != nil {
 		out = outcome{err: "sign: " + err.Error(), end: time.Now()}
 	} else {
-		out = w.g.send(node, w.body, hdrs)
+		out = w.send(node, hdrs)
 	}
 	w.record(k, origin, out)
 	if k == kindNew && out.code == fasthttp.StatusAccepted {
@@ -355,6 +361,29 @@ type outcome struct {
 	end  time.Time
 }
 
+// send POSTs w.body with hdrs to node on the worker's request for that node
+// and returns the status. The body is not copied: w.body stays unchanged
+// until the answer is in.
+func (w *worker) send(node int, hdrs []providers.Header) outcome {
+	g := w.g
+	if w.reqs == nil {
+		w.reqs = make([]*fasthttp.Request, len(g.hosts))
+	}
+	req := w.reqs[node]
+	if req == nil {
+		req = new(fasthttp.Request)
+		req.SetRequestURI(g.uris[node])
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.Header.SetContentType("application/json")
+		w.reqs[node] = req
+	}
+	for _, h := range hdrs {
+		req.Header.Set(h.Name, h.Value)
+	}
+	req.SetBodyRaw(w.body)
+	return g.do(node, req, &w.resp)
+}
+
 // send POSTs body with hdrs to node and returns the status.
 func (g *generator) send(node int, body []byte, hdrs []providers.Header) outcome {
 	req, resp := fasthttp.AcquireRequest(), fasthttp.AcquireResponse()
@@ -367,6 +396,11 @@ func (g *generator) send(node int, body []byte, hdrs []providers.Header) outcome
 		req.Header.Set(h.Name, h.Value)
 	}
 	req.SetBody(body)
+	return g.do(node, req, resp)
+}
+
+// do sends req to node and classifies the answer.
+func (g *generator) do(node int, req *fasthttp.Request, resp *fasthttp.Response) outcome {
 	err := g.hosts[node].DoTimeout(req, resp, g.o.timeout)
 	out := outcome{end: time.Now()}
 	if err != nil {

@@ -39,7 +39,12 @@
 // duplicates answered (200s), unexpected answers with a sample of their body,
 // and, with the sink, delivery latency from the send time (sent_ns in the body)
 // to the handler, deliveries per second and repeated deliveries. A 503 is not
-// retried: it counts as unexpected, as a provider would see it.
+// retried: it counts as unexpected, as a provider would see it. CPU: cores
+// used by each spawned node and by bench itself during the load, and, when
+// every claim was delivered, the CPU time of all of them from the start of
+// the load to the end of the drain per claim (cpu_cores.us_per_claim): what
+// one event costs the machine from signing to delivery, comparable across
+// runs whose delivery lagged differently.
 //
 // Output: the report on stdout (-json for the JSON result instead), a
 // progress bar on stderr when it is a terminal (-q to silence it), and unless
@@ -116,7 +121,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	profErr := prof.wait()
 
 	drained := e.drain(ctx, lr.claims(), o.drain)
-	res := buildResult(o, e, lr, drained, cpuUsage(before, after))
+	cpu := cpuUsage(before, after)
+	if drained != nil && drained.snap.unique >= lr.claims() {
+		cpu.perClaim(before, e.cpuSample(), lr.claims())
+	}
+	res := buildResult(o, e, lr, drained, cpu)
 	if !o.noFiles {
 		jsonPath, pngPath := resultPaths(o, res)
 		res.Files = []string{jsonPath, pngPath}

@@ -131,6 +131,14 @@ type Delivery struct {
 type CPU struct {
 	Nodes []float64 `json:"nodes,omitempty"`
 	Bench float64   `json:"bench"` // this process: generator and sink
+	// PerClaimUS is the CPU time of the spawned nodes and this process from
+	// the start of the load to the end of the drain, in µs per claim: what one
+	// event costs the machine from its signing to its delivery. Set only when
+	// nodes were spawned and every claim was delivered, so that it compares
+	// across runs whose delivery lagged the load differently.
+	PerClaimUS float64 `json:"us_per_claim,omitempty"`
+	// PerClaimNodesUS is the nodes' share of PerClaimUS.
+	PerClaimNodesUS float64 `json:"nodes_us_per_claim,omitempty"`
 }
 
 // NodeStat is a spawned node's footprint at the end of the run.
@@ -220,6 +228,21 @@ func cpuUsage(a, b cpuSample) CPU {
 		}
 	}
 	return c
+}
+
+// perClaim fills c.PerClaimUS and c.PerClaimNodesUS from the samples at the
+// start of the load and at the end of the drain.
+func (c *CPU) perClaim(start, end cpuSample, claims int64) {
+	if claims <= 0 || len(end.nodes) == 0 || len(start.nodes) != len(end.nodes) {
+		return
+	}
+	var nodes time.Duration
+	for i := range end.nodes {
+		nodes += end.nodes[i] - start.nodes[i]
+	}
+	total := nodes + end.self - start.self
+	c.PerClaimUS = math.Round(float64(total.Microseconds())/float64(claims)*10) / 10
+	c.PerClaimNodesUS = math.Round(float64(nodes.Microseconds())/float64(claims)*10) / 10
 }
 
 func round2(v float64) float64 { return math.Round(v*100) / 100 }
@@ -450,7 +473,11 @@ func fmtCPU(c CPU) string {
 		parts = append(parts, fmt.Sprintf("%.2f", v))
 	}
 	parts = append(parts, fmt.Sprintf("%.2f", c.Bench))
-	return strings.Join(parts, ", ")
+	out := strings.Join(parts, ", ")
+	if c.PerClaimUS > 0 {
+		out += fmt.Sprintf("; load+drain: %.0f µs CPU per claim (nodes %.0f)", c.PerClaimUS, c.PerClaimNodesUS)
+	}
+	return out
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }

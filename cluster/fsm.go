@@ -1,13 +1,16 @@
 package cluster
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
 	"oncehook/engine"
+	"oncehook/failpoint"
 )
 
 // fsm applies committed entries to the engine. It is unexported so that the
@@ -22,13 +25,35 @@ type fsm struct {
 	snaps raft.SnapshotStore // the snapshot being restored is the newest in it
 	fatal func(error)
 
-	// notify is called after each applied batch, outside the engine's
-	// transaction, with the commands and their results.
+	// notify is called after each applied batch with the commands and their
+	// results (final; the engine may commit them a little later).
 	notify func(cmds [][]engine.Command, res [][]engine.Result)
 
 	mu      sync.Mutex
 	entries []engine.Entry // reused between batches; only the apply goroutine touches it
+
+	// Group commit of the engine file: see ApplyBatch. Guarded by mu.
+	flushTimer *time.Timer // fires flushDelay after the first uncommitted batch
+	armed      bool        // flushTimer is set
+	unflushed  int         // bytes of entries applied since the timer was armed
 }
+
+// The engine commits applied entries in groups: at most flushDelay after
+// the first entry of a group was applied, or at once when a group holds
+// flushBytes of entries. A commit writes every page the transaction touched,
+// one write each, and consecutive entries touch mostly the same pages, so
+// committing entry by entry cost about as much again as applying them.
+// Nothing a caller sees depends on the commit: results come from the apply,
+// Lookup answers from the applied state (the engine keeps a note of the
+// events a pending group wrote), and reads that need more (Get of a changed
+// event, List, Counts, snapshots, Sync) commit first. The engine file is not
+// synced anyway: a crash loses the group, and raft applies those entries
+// again (every entry after the last snapshot is replayed; a snapshot
+// commits first).
+const (
+	flushDelay = 25 * time.Millisecond
+	flushBytes = 16 << 20
+)
 
 var _ raft.BatchingFSM = (*fsm)(nil)
 
@@ -52,7 +77,10 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		cmds, err := engine.DecodeEntry(l.Data)
+		// In place: raft never writes to a log entry's Data once appended,
+		// and the engine copies what it stores (saves two copies of every
+		// payload on every node).
+		cmds, err := engine.DecodeEntryShared(l.Data)
 		if err != nil {
 			// The log is replicated byte for byte, so every node rejects the
 			// same entry the same way: determinism holds, nothing is applied.
@@ -66,7 +94,10 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	if len(entries) == 0 {
 		return out
 	}
-	res, err := f.eng.ApplyBatch(entries)
+	res, err := f.eng.ApplyBatchDeferred(entries)
+	if err == nil {
+		err = f.scheduleFlush(logs)
+	}
 	if err != nil {
 		// raft moves its applied index on whatever we return; a node that
 		// skipped a write would silently diverge. Stop instead.
@@ -85,6 +116,37 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		f.notify(cmds, res)
 	}
 	return out
+}
+
+// scheduleFlush commits the engine at once when enough is pending, else
+// makes sure a commit follows within flushDelay. Callers hold mu.
+func (f *fsm) scheduleFlush(logs []*raft.Log) error {
+	for _, l := range logs {
+		f.unflushed += len(l.Data)
+	}
+	if f.unflushed >= flushBytes {
+		f.unflushed = 0
+		return f.eng.Flush()
+	}
+	if !f.armed {
+		f.armed = true
+		if f.flushTimer == nil {
+			f.flushTimer = time.AfterFunc(flushDelay, f.timedFlush)
+		} else {
+			f.flushTimer.Reset(flushDelay)
+		}
+	}
+	return nil
+}
+
+// timedFlush is flushTimer's function.
+func (f *fsm) timedFlush() {
+	f.mu.Lock()
+	f.armed, f.unflushed = false, 0
+	f.mu.Unlock()
+	if err := f.eng.Flush(); err != nil && !errors.Is(err, engine.ErrClosed) {
+		f.fatal(fmt.Errorf("fsm commit: %w", err))
+	}
 }
 
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
@@ -117,6 +179,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 type fsmSnapshot struct{ s *engine.SnapshotView }
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
+	failpoint.Inject(failpoint.BeforeSnapshotPersist)
 	if _, err := s.s.WriteTo(sink); err != nil {
 		sink.Cancel()
 		return fmt.Errorf("persist snapshot: %w", err)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -75,6 +76,13 @@ type applier struct {
 	kbuf  []byte  // scratch for index keys given to Get/Delete/Put
 	nbuf  [8]byte // scratch for expiry bucket names
 
+	// Kept cursors for the point reads and deletes of the hot path (see point).
+	evp, payp, duep, leasep, statep, donep point
+
+	// written, when set, is told every event record stored or deleted (key,
+	// state; 0 for deleted): Exists answers from it until the commit.
+	written func(key string, st State)
+
 	// Counter changes of the batch, written once by finish.
 	stateDelta  [StateStale + 1]int64
 	sourceDelta map[string]int64
@@ -102,7 +110,34 @@ func newApplier(tx *bolt.Tx, width int64) *applier {
 	for _, b := range []*bolt.Bucket{a.payloads, a.responses, a.due, a.leases, a.done, a.states} {
 		b.FillPercent = appendFill
 	}
+	a.evp, a.payp, a.duep = point{a.events.Cursor()}, point{a.payloads.Cursor()}, point{a.due.Cursor()}
+	a.leasep, a.statep, a.donep = point{a.leases.Cursor()}, point{a.states.Cursor()}, point{a.done.Cursor()}
 	return a
+}
+
+// point does the point reads and deletes of one bucket through one kept
+// cursor. bbolt's Bucket.Get and Bucket.Delete make a new Cursor on every
+// call and grow its search stack from empty, a few allocations each time; a
+// kept cursor's Seek starts again from the root and reuses its stack. Each
+// call repositions the cursor, so the writes between calls do not matter.
+type point struct{ c *bolt.Cursor }
+
+// get returns the value stored under key, or nil (absent, or a nested
+// bucket), like Bucket.Get.
+func (p point) get(key []byte) []byte {
+	k, v := p.c.Seek(key)
+	if !bytes.Equal(k, key) {
+		return nil
+	}
+	return v
+}
+
+// del deletes key when it is present, like Bucket.Delete.
+func (p point) del(key []byte) error {
+	if k, _ := p.c.Seek(key); !bytes.Equal(k, key) {
+		return nil
+	}
+	return p.c.Delete()
 }
 
 func (a *applier) lastApplied() uint64 {
@@ -237,7 +272,7 @@ func (a *applier) expiryBucket(end int64, create bool) (*bolt.Bucket, error) {
 // load reads and decodes the record of key. found is false when there is none.
 func (a *applier) load(key string, ev *Event) (flags byte, found bool, err error) {
 	k := strBytes(key)
-	v := a.events.Get(k)
+	v := a.evp.get(k)
 	if v == nil {
 		return 0, false, nil
 	}
@@ -250,6 +285,9 @@ func (a *applier) load(key string, ev *Event) (flags byte, found bool, err error
 
 func (a *applier) store(ev *Event, flags byte) error {
 	v := appendRecord(a.arena.make(recordSize(ev)), ev, flags)
+	if a.written != nil {
+		a.written(ev.Key, ev.State)
+	}
 	return a.events.Put(strBytes(ev.Key), v)
 }
 
@@ -259,7 +297,7 @@ func (a *applier) setState(ev *Event, from State, fromUpdated int64) error {
 	if from == ev.State && fromUpdated == ev.UpdatedAt {
 		return nil
 	}
-	if err := a.states.Delete(a.ptk(byte(from), fromUpdated, ev.Key)); err != nil {
+	if err := a.statep.del(a.ptk(byte(from), fromUpdated, ev.Key)); err != nil {
 		return err
 	}
 	src := append(a.arena.make(len(ev.Source)), ev.Source...)
@@ -361,7 +399,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 		}
 	}
 	k := strBytes(c.Key)
-	if v := a.events.Get(k); v != nil {
+	if v := a.evp.get(k); v != nil {
 		st, err := recordState(k, v)
 		if err != nil {
 			return Result{}, err
@@ -498,7 +536,7 @@ func (a *applier) lease(c *Command) (Result, error) {
 			break
 		}
 		key := k[8:]
-		v := a.events.Get(key)
+		v := a.evp.get(key)
 		if v == nil {
 			return Result{}, fmt.Errorf("%w: due index names missing event %q", ErrCorrupt, clip(key))
 		}
@@ -524,7 +562,7 @@ func (a *applier) lease(c *Command) (Result, error) {
 	for _, i := range keyOrder(len(picks), func(i int) string { return picks[i].ev.Key }) {
 		p := &picks[i]
 		ev := &p.ev
-		if err := a.due.Delete(a.tk(p.due, ev.Key)); err != nil {
+		if err := a.duep.del(a.tk(p.due, ev.Key)); err != nil {
 			return Result{}, err
 		}
 		lf := ev.LeaseFor
@@ -549,7 +587,7 @@ func (a *applier) lease(c *Command) (Result, error) {
 		if err := a.store(ev, p.flags); err != nil {
 			return Result{}, err
 		}
-		if pv := a.payloads.Get(a.tk(ev.CreatedAt, ev.Key)); pv != nil {
+		if pv := a.payp.get(a.tk(ev.CreatedAt, ev.Key)); pv != nil {
 			var err error
 			if ev.Headers, ev.Payload, err = decodePayload(strBytes(ev.Key), pv); err != nil {
 				return Result{}, err
@@ -609,7 +647,7 @@ func (a *applier) complete(c *Command) (Result, error) {
 	if err := checkToken(&ev, c.Token); err != nil {
 		return Result{State: ev.State, Err: err}, nil
 	}
-	if err := a.leases.Delete(a.tk(ev.LeaseUntil, ev.Key)); err != nil {
+	if err := a.leasep.del(a.tk(ev.LeaseUntil, ev.Key)); err != nil {
 		return Result{}, err
 	}
 	oldUpdated := ev.UpdatedAt
@@ -661,7 +699,7 @@ func (a *applier) fail(c *Command) (Result, error) {
 	if err := checkToken(&ev, c.Token); err != nil {
 		return Result{State: ev.State, Err: err}, nil
 	}
-	if err := a.leases.Delete(a.tk(ev.LeaseUntil, ev.Key)); err != nil {
+	if err := a.leasep.del(a.tk(ev.LeaseUntil, ev.Key)); err != nil {
 		return Result{}, err
 	}
 	oldUpdated := ev.UpdatedAt
@@ -722,7 +760,7 @@ func (a *applier) reclaim(c *Command) (Result, error) {
 		if !found || ev.State != StateProcessing || ev.LeaseUntil != it.t {
 			return Result{}, fmt.Errorf("%w: lease index entry %q does not match its event", ErrCorrupt, clip([]byte(it.key)))
 		}
-		if err := a.leases.Delete(a.tk(it.t, it.key)); err != nil {
+		if err := a.leasep.del(a.tk(it.t, it.key)); err != nil {
 			return Result{}, err
 		}
 		oldUpdated := ev.UpdatedAt
@@ -805,7 +843,7 @@ func (a *applier) replay(c *Command) (Result, error) {
 		}
 		from, oldUpdated := ev.State, ev.UpdatedAt
 		if from == StateDone {
-			if err := a.done.Delete(a.tk(ev.UpdatedAt, key)); err != nil {
+			if err := a.donep.del(a.tk(ev.UpdatedAt, key)); err != nil {
 				return Result{}, err
 			}
 		}
@@ -904,10 +942,13 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 	if !found || ev.ExpiresAt != end || ev.CreatedAt != created {
 		return fmt.Errorf("%w: expiry lists event %q it does not hold", ErrCorrupt, clip(strBytes(key)))
 	}
-	if err := a.events.Delete(strBytes(key)); err != nil {
+	if a.written != nil {
+		a.written(strings.Clone(key), 0) // key points into a page that the deletes may change
+	}
+	if err := a.evp.del(strBytes(key)); err != nil {
 		return err
 	}
-	if err := a.payloads.Delete(a.tk(ev.CreatedAt, key)); err != nil {
+	if err := a.payp.del(a.tk(ev.CreatedAt, key)); err != nil {
 		return err
 	}
 	if flags&flagResponse != 0 {
@@ -915,16 +956,16 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 			return err
 		}
 	}
-	if err := a.states.Delete(a.ptk(byte(ev.State), ev.UpdatedAt, key)); err != nil {
+	if err := a.statep.del(a.ptk(byte(ev.State), ev.UpdatedAt, key)); err != nil {
 		return err
 	}
 	switch ev.State {
 	case StatePending:
-		err = a.due.Delete(a.tk(ev.NextAttemptAt, key))
+		err = a.duep.del(a.tk(ev.NextAttemptAt, key))
 	case StateProcessing:
-		err = a.leases.Delete(a.tk(ev.LeaseUntil, key))
+		err = a.leasep.del(a.tk(ev.LeaseUntil, key))
 	case StateDone:
-		err = a.done.Delete(a.tk(ev.UpdatedAt, key))
+		err = a.donep.del(a.tk(ev.UpdatedAt, key))
 	}
 	if err != nil {
 		return err
@@ -959,12 +1000,12 @@ func (a *applier) dropPayloads(c *Command) (Result, error) {
 		if !found || ev.State != StateDone || ev.UpdatedAt != timeOf(k) {
 			return Result{}, fmt.Errorf("%w: done index entry %q does not match its event", ErrCorrupt, clip(k[8:]))
 		}
-		if err := a.done.Delete(k); err != nil {
+		if err := a.donep.del(k); err != nil {
 			return Result{}, err
 		}
 		pk := a.tk(ev.CreatedAt, key)
-		if a.payloads.Get(pk) != nil {
-			if err := a.payloads.Delete(pk); err != nil {
+		if a.payp.get(pk) != nil {
+			if err := a.payp.del(pk); err != nil {
 				return Result{}, err
 			}
 			n++

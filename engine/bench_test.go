@@ -259,3 +259,110 @@ func cleanupBenchFixtures() {
 		removeAllQuiet(fixtureDir)
 	}
 }
+
+// BenchmarkLifecycle: the engine's share of one delivered event as the
+// cluster applies it under load: entries of `per` commands mixing new claims,
+// one lease of the due events and the completions of the events leased one
+// entry earlier. An op is one event claimed, leased and completed; the store
+// holds 20,000 delivered events before the clock starts. Keys are spread
+// (benchKey, like provider event ids) or ascending (fixtureKey, like bench/'s
+// generated ids). commit=entry commits every entry (Apply); commit=N applies
+// entries with ApplyBatchDeferred and commits every Nth, as the cluster's
+// FSM groups them.
+func BenchmarkLifecycle(b *testing.B) {
+	for _, per := range []int{4, 16, 64} {
+		for _, keys := range []string{"spread", "ascending"} {
+			for _, group := range []int{1, 4, 16} {
+				commit := "entry"
+				if group > 1 {
+					commit = fmt.Sprint(group)
+				}
+				b.Run(fmt.Sprintf("per=%d/keys=%s/commit=%s", per, keys, commit), func(b *testing.B) {
+					key := benchKey
+					if keys == "ascending" {
+						key = fixtureKey
+					}
+					benchLifecycle(b, per, group, key)
+				})
+			}
+		}
+	}
+}
+
+func benchLifecycle(b *testing.B, per, group int, key func(int) string) {
+	e := mustOpen(b, Options{NoSync: true})
+	l := lifecycle{e: e, per: per, group: group, now: t0, key: key}
+	for l.events < 20_000 {
+		l.step(b)
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := startCPU(b)
+	start := l.events
+	for l.events-start < b.N {
+		l.step(b)
+	}
+	if err := e.Flush(); err != nil {
+		b.Fatal(err)
+	}
+	cpu.report(b)
+}
+
+type lifecycle struct {
+	e      *Engine
+	key    func(int) string
+	per    int
+	group  int // entries per commit
+	idx    uint64
+	now    int64
+	seq    int
+	events int // completed
+	leased []Event
+	cmds   []Command
+}
+
+// step applies one entry: completions of the events leased by the previous
+// entry, as many new claims, and one lease.
+func (l *lifecycle) step(b *testing.B) {
+	l.cmds = l.cmds[:0]
+	for _, ev := range l.leased {
+		l.cmds = append(l.cmds, Command{Op: OpComplete, Now: l.now, Key: ev.Key, Token: ev.Token})
+	}
+	for range l.per {
+		l.seq++
+		c := benchClaim(l.key(l.seq), l.now, benchPayload)
+		c.Now = 0
+		l.cmds = append(l.cmds, c)
+	}
+	l.cmds = append(l.cmds, Command{Op: OpLease, Max: l.per, LeaseFor: 30 * sec})
+	l.now += 100_000 // 100 µs
+	for i := range l.cmds {
+		l.cmds[i].Now = l.now
+	}
+	l.idx++
+	var rs []Result
+	if l.group <= 1 {
+		var err error
+		if rs, err = l.e.Apply(l.idx, l.cmds...); err != nil {
+			b.Fatal(err)
+		}
+	} else {
+		rss, err := l.e.ApplyBatchDeferred([]Entry{{Index: l.idx, Cmds: l.cmds}})
+		if err != nil {
+			b.Fatal(err)
+		}
+		rs = rss[0]
+		if l.idx%uint64(l.group) == 0 {
+			if err := l.e.Flush(); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for _, r := range rs {
+		if r.Err != nil {
+			b.Fatal(r.Err)
+		}
+	}
+	l.events += len(l.leased)
+	l.leased = append(l.leased[:0], rs[len(rs)-1].Events...)
+}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"unsafe"
 )
 
 // This file holds the hand-written binary encodings: the stored records
@@ -530,13 +531,15 @@ func EncodeEntry(dst []byte, cmds []Command) []byte {
 // entryDecoder decodes strings as sub-strings of one copy of the entry and
 // byte fields as sub-slices of another, so a decoded entry costs a handful of
 // allocations whatever its number of fields. Nothing decoded aliases the
-// caller's b.
+// caller's b, unless shared is set: then strings and byte fields point into
+// b itself and nothing is copied.
 type entryDecoder struct {
 	decoder
-	base  int    // len of the whole input
-	str   string // string copy of the whole input, made on first use
-	bcopy []byte // []byte copy of the whole input, made on first use
-	orig  []byte
+	base   int    // len of the whole input
+	str    string // string copy of the whole input, made on first use
+	bcopy  []byte // []byte copy of the whole input, made on first use
+	orig   []byte
+	shared bool // decode in place (DecodeEntryShared)
 }
 
 func (d *entryDecoder) off() int { return d.base - len(d.b) }
@@ -552,6 +555,9 @@ func (d *entryDecoder) string(what string, nonEmpty bool) string {
 	}
 	if len(v) == 0 {
 		return ""
+	}
+	if d.shared {
+		return unsafe.String(unsafe.SliceData(v), len(v))
 	}
 	if d.str == "" {
 		d.str = string(d.orig)
@@ -572,6 +578,9 @@ func (d *entryDecoder) byteSlice(what string, nonEmpty bool) []byte {
 	if len(v) == 0 {
 		return nil
 	}
+	if d.shared {
+		return v
+	}
 	if d.bcopy == nil {
 		d.bcopy = append([]byte(nil), d.orig...)
 	}
@@ -591,7 +600,21 @@ func (d *entryDecoder) nonZeroVarint(what string) int64 {
 // error wrapping ErrCorrupt; it never panics. Unknown ops decode (Apply rejects
 // them with ErrBadCommand). The decoded commands do not alias b.
 func DecodeEntry(b []byte) ([]Command, error) {
-	d := entryDecoder{decoder: decoder{b: b}, base: len(b), orig: b}
+	return decodeEntry(b, false)
+}
+
+// DecodeEntryShared is DecodeEntry without the copies: the strings and byte
+// slices of the commands point into b, so b must never be modified while
+// they, or anything kept of them, are in use: a replay's result Keys, and
+// until the next commit the keys ApplyBatchDeferred remembers for Exists. A
+// Raft log entry's Data qualifies: raft never writes to it once it is
+// appended. It saves two copies of the entry (payloads included) per decode.
+func DecodeEntryShared(b []byte) ([]Command, error) {
+	return decodeEntry(b, true)
+}
+
+func decodeEntry(b []byte, shared bool) ([]Command, error) {
+	d := entryDecoder{decoder: decoder{b: b}, base: len(b), orig: b, shared: shared}
 	if v := d.byte("entry version"); d.err == nil && v != entryVersion {
 		d.fail(fmt.Sprintf("entry version %d", v))
 	}

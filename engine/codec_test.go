@@ -5,6 +5,7 @@ import (
 	"errors"
 	"reflect"
 	"testing"
+	"unsafe"
 )
 
 // sampleCommands covers every field of Command with non-zero values.
@@ -61,6 +62,31 @@ func TestDecodeEntryDoesNotAlias(t *testing.T) {
 	}
 	if cmds[0].Key != "stripe-live:evt_1" || string(cmds[0].Payload) != `{"id":"evt_1"}` || cmds[0].Headers[0].Name != "Stripe-Signature" {
 		t.Fatalf("decoded command changed with its input: %+v", cmds[0])
+	}
+}
+
+// TestDecodeEntryShared: the in-place decoding yields the same commands as
+// the copying one, for good and bad input alike, and does alias its input.
+func TestDecodeEntryShared(t *testing.T) {
+	inputs := [][]byte{EncodeEntry(nil, sampleCommands()), EncodeEntry(nil, nil), {entryVersion, 1, byte(OpClaim), 1 << fieldKey, 9, 'a'}}
+	for _, c := range sampleCommands() {
+		inputs = append(inputs, EncodeEntry(nil, []Command{c}))
+	}
+	for i, b := range inputs {
+		want, werr := DecodeEntry(b)
+		got, gerr := DecodeEntryShared(b)
+		if (werr == nil) != (gerr == nil) || !reflect.DeepEqual(got, want) {
+			t.Fatalf("%d: shared = %+v, %v; copying = %+v, %v", i, got, gerr, want, werr)
+		}
+	}
+	b := EncodeEntry(nil, sampleCommands()[:1])
+	cmds, err := DecodeEntryShared(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if unsafe.StringData(cmds[0].Key) != &b[bytes.Index(b, []byte("stripe-live:evt_1"))] ||
+		&cmds[0].Payload[0] != &b[bytes.Index(b, []byte(`{"id":"evt_1"}`))] {
+		t.Fatal("DecodeEntryShared copied its input")
 	}
 }
 
@@ -209,6 +235,9 @@ func FuzzDecodeEntry(f *testing.F) {
 		cmds2, err := DecodeEntry(b2)
 		if err != nil || !reflect.DeepEqual(cmds, cmds2) {
 			t.Fatalf("round trip: %v", err)
+		}
+		if cmds3, err := DecodeEntryShared(b); err != nil || !reflect.DeepEqual(cmds, cmds3) {
+			t.Fatalf("shared decoding differs: %v", err)
 		}
 	})
 }

@@ -161,27 +161,55 @@ func TestDeterminismRandom(t *testing.T) {
 		t.Run(fmt.Sprint(seed), func(t *testing.T) {
 			entries := randomEntries(t, seed, n)
 			var hashes [][32]byte
-			for mode := range 3 {
+			var results [4][]string
+			// Modes: one entry per commit; random batches; one batch; and
+			// ApplyBatchDeferred on in-place decoded entries, committed at
+			// random points (Flush, a Get, or not at all until Hash).
+			for mode := range 4 {
 				e := mustOpen(t, Options{NoSync: true})
 				rng := rand.New(rand.NewPCG(seed, 99))
 				for i := 0; i < len(entries); {
 					size := 1
 					switch mode {
-					case 1:
+					case 1, 3:
 						size = 1 + rng.IntN(40)
 					case 2:
 						size = len(entries)
 					}
 					batch := slices.Clone(entries[i:min(i+size, len(entries))])
 					for j := range batch {
-						cmds, err := DecodeEntry(EncodeEntry(nil, batch[j].Cmds))
+						decode := DecodeEntry
+						if mode == 3 {
+							decode = DecodeEntryShared
+						}
+						cmds, err := decode(EncodeEntry(nil, batch[j].Cmds))
 						if err != nil {
 							t.Fatal(err)
 						}
 						batch[j].Cmds = cmds
 					}
-					if _, err := e.ApplyBatch(batch); err != nil {
+					apply := e.ApplyBatch
+					if mode == 3 {
+						apply = e.ApplyBatchDeferred
+					}
+					rs, err := apply(batch)
+					if err != nil {
 						t.Fatal(err)
+					}
+					for _, r := range rs {
+						for _, c := range r {
+							results[mode] = append(results[mode], resultString(c))
+						}
+					}
+					if mode == 3 {
+						switch rng.IntN(4) {
+						case 0:
+							if err := e.Flush(); err != nil {
+								t.Fatal(err)
+							}
+						case 1:
+							e.Get("src:none", false)
+						}
 					}
 					i += size
 				}
@@ -190,11 +218,25 @@ func TestDeterminismRandom(t *testing.T) {
 					t.Fatalf("mode %d: %v", mode, err)
 				}
 			}
-			if hashes[0] != hashes[1] || hashes[0] != hashes[2] {
+			if hashes[0] != hashes[1] || hashes[0] != hashes[2] || hashes[0] != hashes[3] {
 				t.Fatalf("hashes differ by batching: %x", hashes)
+			}
+			for _, m := range []int{1, 3} {
+				if !slices.Equal(results[0], results[m]) {
+					t.Fatalf("mode %d: results differ from one entry per commit", m)
+				}
 			}
 		})
 	}
+}
+
+// resultString renders what a caller sees of a result.
+func resultString(r Result) string {
+	s := fmt.Sprintf("%v %d %d %v %v", r.Created, r.State, r.N, r.Keys, r.Err)
+	for _, ev := range r.Events {
+		s += fmt.Sprintf(" [%s %d %d %d %q %d]", ev.Key, ev.State, ev.Token, ev.Attempts, ev.Payload, len(ev.Headers))
+	}
+	return s
 }
 
 // TestRandomSequenceCoversOutcomes guards the generator: a sequence that

@@ -3,7 +3,7 @@
 // again | dead, stale; DESIGN.md section 2), its leases and fencing tokens, and
 // its expiry, in one bbolt file.
 //
-// The cluster package applies Raft log entries to it (ApplyBatch), snapshots
+// The cluster package applies Raft log entries to it (ApplyBatchDeferred), snapshots
 // it (Snapshot) and restores it (Restore); the intake and the admin API read it
 // (Exists, Get, List, Counts). The engine owns the file, the record encodings
 // and the Raft entry codec (EncodeEntry, DecodeEntry). The commands and their
@@ -21,9 +21,15 @@
 //     so after a crash the file is exactly as of some batch, and entries at or
 //     below the stored index are skipped (ErrAlreadyApplied) when the log is
 //     replayed. A rejected command (Result.Err) changes nothing and never
-//     aborts the batch; only storage failures do.
+//     aborts the batch; only storage failures do. ApplyBatchDeferred leaves
+//     the transaction open so that the entries of several calls share one
+//     commit (Flush, or the next call that needs the file current); Exists
+//     sees those entries at once, through an in-memory note of the event
+//     states they wrote.
 //   - Durable. Each commit is fsynced before ApplyBatch returns, unless
-//     Options.NoSync (tests only). The freelist is not synced (rebuilt at Open).
+//     Options.NoSync. The freelist is not synced (rebuilt at Open). Entries
+//     left pending by ApplyBatchDeferred are not durable until a commit: the
+//     caller must be able to apply them again (Raft replays the log).
 //   - Fenced. A lease's token is the index of the entry that applied it, so
 //     tokens grow with the Raft log; Complete and Fail with an older token are
 //     rejected (ErrStaleToken), and an event is never leased twice under one

@@ -106,6 +106,26 @@ type Engine struct {
 	width int64    // retention bucket width in ns, as stored in the file
 
 	applied atomic.Uint64 // last applied index, mirrored after each commit
+
+	// wmu guards pending, the write transaction ApplyBatchDeferred keeps
+	// open (nil when none). An open transaction holds mu shared. Lock order:
+	// wmu, then mu.
+	wmu     sync.Mutex
+	pending *pendingTx
+
+	// ovMu guards overlay: the state of every event the pending transaction
+	// wrote (0: deleted), so that Exists answers from the applied state
+	// whether it is committed yet or not.
+	ovMu    sync.RWMutex
+	overlay map[string]State
+}
+
+// pendingTx is a write transaction with applied entries not yet committed.
+type pendingTx struct {
+	tx      *bolt.Tx
+	a       *applier
+	start   uint64 // last applied index when it began
+	applied uint64 // last applied index in it
 }
 
 // Open opens (creating if needed) the engine file at path.
@@ -189,8 +209,12 @@ func openFile(path string, opts Options, create bool) (*bolt.DB, int64, uint64, 
 
 func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
 
-// Close closes the file. Later calls return ErrClosed.
+// Close commits what ApplyBatchDeferred left pending and closes the file.
+// Later calls return ErrClosed.
 func (e *Engine) Close() error {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	ferr := e.flushLocked()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.db == nil {
@@ -198,7 +222,7 @@ func (e *Engine) Close() error {
 	}
 	err := e.db.Close()
 	e.db = nil
-	return err
+	return errors.Join(ferr, err)
 }
 
 // Path returns the file the engine was opened on.
@@ -211,7 +235,8 @@ func (e *Engine) BucketWidth() time.Duration {
 	return time.Duration(e.width)
 }
 
-// LastApplied returns the index of the last applied entry (0 for a new file).
+// LastApplied returns the index of the last committed entry (0 for a new
+// file): entries ApplyBatchDeferred left pending count once they are flushed.
 func (e *Engine) LastApplied() uint64 { return e.applied.Load() }
 
 // Apply applies one entry's commands under index; see ApplyBatch.
@@ -230,11 +255,74 @@ func (e *Engine) Apply(index uint64, cmds ...Command) ([]Result, error) {
 // of its commands gets ErrAlreadyApplied. The last applied index is written in
 // the same transaction. The error is only for a storage failure (I/O, a corrupt
 // record): then nothing of the batch is applied and the caller should stop.
+// Entries left pending by ApplyBatchDeferred are committed first.
 func (e *Engine) ApplyBatch(entries []Entry) ([][]Result, error) {
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.db == nil {
-		return nil, ErrClosed
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	if err := e.flushLocked(); err != nil {
+		return nil, err
+	}
+	out, err := e.applyLocked(entries, false)
+	if err != nil {
+		return nil, err
+	}
+	return out, e.flushLocked()
+}
+
+// ApplyBatchDeferred is ApplyBatch without the commit: the entries are
+// applied (and their results are final) in a write transaction that stays
+// open for the next calls, and are committed by Flush, or by the first call
+// that needs the file current: ApplyBatch, List, Counts, Snapshot,
+// BeginSnapshot, Sync, SetLastApplied, Restore, Hash, Dump, Check, Close, and
+// Get of an event the pending transaction changed. Exists answers from the
+// applied state without a commit (see written). A pending DropPayloads shows
+// in Get only once committed.
+// Grouping the entries of several calls into one commit is what makes it
+// cheaper: a commit writes every page the transaction touched, one write
+// each, and consecutive entries touch mostly the same pages (the ends of the
+// time-ordered indexes, the branch pages above them, the counters, meta).
+//
+// Nothing of a pending transaction is durable: a crash loses it and the
+// caller (Raft) must be able to apply those entries again, which it does for
+// every entry after the last snapshot; a snapshot flushes first. A storage
+// error discards the whole pending transaction, earlier calls included: the
+// caller must stop, as after an ApplyBatch error.
+func (e *Engine) ApplyBatchDeferred(entries []Entry) ([][]Result, error) {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	return e.applyLocked(entries, true)
+}
+
+// Flush commits the entries ApplyBatchDeferred left pending. It is safe to
+// call at any time from any goroutine; without pending entries it does
+// nothing.
+func (e *Engine) Flush() error {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	return e.flushLocked()
+}
+
+// applyLocked applies entries in the pending transaction, opening it when
+// there is none; deferred tells that it may stay open after this call (so
+// Exists must be told what it writes). On a storage error the pending
+// transaction is discarded. Callers hold wmu.
+func (e *Engine) applyLocked(entries []Entry, deferred bool) ([][]Result, error) {
+	p := e.pending
+	if p == nil {
+		e.mu.RLock()
+		if e.db == nil {
+			e.mu.RUnlock()
+			return nil, ErrClosed
+		}
+		tx, err := e.db.Begin(true)
+		if err != nil {
+			e.mu.RUnlock()
+			return nil, fmt.Errorf("engine: begin: %w", err)
+		}
+		a := newApplier(tx, e.width)
+		applied := a.lastApplied()
+		p = &pendingTx{tx: tx, a: a, start: applied, applied: applied}
+		e.pending = p
 	}
 
 	total := 0
@@ -243,23 +331,18 @@ func (e *Engine) ApplyBatch(entries []Entry) ([][]Result, error) {
 	}
 	out := make([][]Result, len(entries))
 	backing := make([]Result, total)
-
-	tx, err := e.db.Begin(true)
-	if err != nil {
-		return nil, fmt.Errorf("engine: begin: %w", err)
+	a := p.a
+	a.written = nil
+	if deferred {
+		a.written = e.written
 	}
-	// Releases the writer lock on every early return (and on a panic); a
-	// no-op after Commit.
-	defer tx.Rollback()
-	a := newApplier(tx, e.width)
-	applied := a.lastApplied()
-	start := applied
+	var err error
 	for i := range entries {
 		en := &entries[i]
 		rs := backing[:len(en.Cmds):len(en.Cmds)]
 		backing = backing[len(en.Cmds):]
 		out[i] = rs
-		if en.Index <= applied {
+		if en.Index <= p.applied {
 			for j := range rs {
 				rs[j].Err = ErrAlreadyApplied
 			}
@@ -268,34 +351,89 @@ func (e *Engine) ApplyBatch(entries []Entry) ([][]Result, error) {
 		a.index = en.Index
 		for j := range en.Cmds {
 			if rs[j], err = a.apply(&en.Cmds[j]); err != nil {
+				e.discardLocked()
 				return nil, fmt.Errorf("engine: apply index %d: %w", en.Index, err)
 			}
 		}
-		applied = en.Index
+		p.applied = en.Index
 	}
-	if applied == start {
+	return out, nil
+}
+
+// written records, for Exists, that the pending transaction stored the
+// event key in state st (0: deleted it).
+func (e *Engine) written(key string, st State) {
+	e.ovMu.Lock()
+	if e.overlay == nil {
+		e.overlay = make(map[string]State)
+	}
+	e.overlay[key] = st
+	e.ovMu.Unlock()
+}
+
+// clearOverlay forgets what the pending transaction wrote, once it is
+// committed (or discarded).
+func (e *Engine) clearOverlay() {
+	e.ovMu.Lock()
+	if len(e.overlay) > 0 {
+		e.overlay = nil
+	}
+	e.ovMu.Unlock()
+}
+
+// flushLocked commits the pending transaction, if any. Callers hold wmu.
+func (e *Engine) flushLocked() error {
+	p := e.pending
+	if p == nil {
+		return nil
+	}
+	if p.applied == p.start {
 		// Nothing new: no commit, no fsync.
-		return out, nil
+		e.discardLocked()
+		return nil
 	}
-	if err := a.finish(applied); err != nil {
-		return nil, fmt.Errorf("engine: apply: %w", err)
+	e.pending = nil
+	defer e.mu.RUnlock()
+	defer e.clearOverlay() // after the commit: Exists then finds the keys in the file
+	if err := p.a.finish(p.applied); err != nil {
+		p.tx.Rollback()
+		return fmt.Errorf("engine: apply: %w", err)
 	}
-	if err := tx.Commit(); err != nil {
-		return nil, fmt.Errorf("engine: commit: %w", err)
+	if err := p.tx.Commit(); err != nil {
+		return fmt.Errorf("engine: commit: %w", err)
 	}
 	// Commits are ordered by bbolt's writer lock but this store is not: a
 	// concurrent, later batch may already have stored a higher index.
 	for {
 		cur := e.applied.Load()
-		if cur >= applied || e.applied.CompareAndSwap(cur, applied) {
+		if cur >= p.applied || e.applied.CompareAndSwap(cur, p.applied) {
 			break
 		}
 	}
-	return out, nil
+	return nil
 }
 
-// view runs fn in a read transaction.
+// discardLocked rolls the pending transaction back. Callers hold wmu.
+func (e *Engine) discardLocked() {
+	if p := e.pending; p != nil {
+		e.pending = nil
+		p.tx.Rollback()
+		e.mu.RUnlock()
+		e.clearOverlay()
+	}
+}
+
+// view runs fn in a read transaction, after committing what
+// ApplyBatchDeferred left pending.
 func (e *Engine) view(fn func(tx *bolt.Tx) error) error {
+	if err := e.Flush(); err != nil {
+		return err
+	}
+	return e.viewCommitted(fn)
+}
+
+// viewCommitted runs fn in a read transaction on the committed state.
+func (e *Engine) viewCommitted(fn func(tx *bolt.Tx) error) error {
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.db == nil {
@@ -309,10 +447,18 @@ func (e *Engine) view(fn func(tx *bolt.Tx) error) error {
 func strBytes(s string) []byte { return unsafe.Slice(unsafe.StringData(s), len(s)) }
 
 // Exists reports the state of key without decoding its record: the intake
-// calls it on every delivery to answer duplicates without a Raft round.
+// calls it on every delivery to answer duplicates without a Raft round. It
+// sees entries ApplyBatchDeferred applied and has not committed yet, without
+// committing them.
 func (e *Engine) Exists(key string) (State, bool, error) {
 	if len(key) == 0 || len(key) > MaxKeyLen {
 		return 0, false, nil
+	}
+	e.ovMu.RLock()
+	ost, ok := e.overlay[key]
+	e.ovMu.RUnlock()
+	if ok {
+		return ost, ost != 0, nil
 	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
@@ -340,8 +486,19 @@ func (e *Engine) Exists(key string) (State, bool, error) {
 // trail; with withPayload also its Payload and Headers (nil after
 // DropPayloads). ErrNotFound when there is none.
 func (e *Engine) Get(key string, withPayload bool) (Event, error) {
+	// Only a pending transaction that wrote this event's record has something
+	// to show (a record, payload and response change together); the intake
+	// reads every duplicate's event, mostly one claimed long ago.
+	e.ovMu.RLock()
+	_, changed := e.overlay[key]
+	e.ovMu.RUnlock()
+	if changed {
+		if err := e.Flush(); err != nil {
+			return Event{}, err
+		}
+	}
 	var ev Event
-	err := e.view(func(tx *bolt.Tx) error {
+	err := e.viewCommitted(func(tx *bolt.Tx) error {
 		k := strBytes(key)
 		v := tx.Bucket(bEvents).Get(k)
 		if v == nil {
@@ -541,6 +698,11 @@ func (e *Engine) Restore(r io.Reader) (err error) {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
 
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	if err = e.flushLocked(); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.db == nil {

@@ -21,6 +21,9 @@ type SnapshotView struct {
 // BeginSnapshot opens a SnapshotView. The caller must Close it; until then
 // bbolt cannot reuse the pages the view still sees.
 func (e *Engine) BeginSnapshot() (*SnapshotView, error) {
+	if err := e.Flush(); err != nil {
+		return nil, err
+	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.db == nil {
@@ -53,6 +56,9 @@ func (s *SnapshotView) Close() error {
 // the operating system but not the disk; a caller that can rebuild the state
 // (from a Raft snapshot and log) calls Sync before it records a clean close.
 func (e *Engine) Sync() error {
+	if err := e.Flush(); err != nil {
+		return err
+	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.db == nil {
@@ -69,6 +75,11 @@ func (e *Engine) Sync() error {
 // the state machine its index; the caller, who knows it, records it here so that
 // the entries after the snapshot are applied and those before are skipped.
 func (e *Engine) SetLastApplied(index uint64) error {
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	if err := e.flushLocked(); err != nil {
+		return err
+	}
 	e.mu.RLock()
 	defer e.mu.RUnlock()
 	if e.db == nil {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"oncehook/engine"
+	"oncehook/failpoint"
 )
 
 // The headers every delivery carries (DESIGN.md section 3).
@@ -93,6 +94,7 @@ func (f *Forwarder) deliver(ctx context.Context, ev engine.Event) {
 		return // cancelled: do not record anything
 	}
 	if a.reason == "" {
+		failpoint.Inject(failpoint.AfterHandlerDoneBeforeApply)
 		f.complete(ctx, ev, attempt, tgt, a, took)
 	} else {
 		f.fail(ctx, ev, attempt, tgt, a, took)

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"sync"
 	"sync/atomic"
@@ -205,23 +204,12 @@ func New(opts Options) *Forwarder {
 // NewClient returns the client New uses when Options.Client is nil: keep-alives
 // with up to max(64, workers) idle connections per host, no proxy (handlers are
 // local), no transparent compression, and redirects returned, not followed.
-// Request timeouts come from each Target, per request.
+// Plain-HTTP handlers are called on the worker's goroutine (see transport.go);
+// https goes through an http.Transport. Request timeouts come from each
+// Target, per request.
 func NewClient(workers int) *http.Client {
-	idle := max(64, workers)
 	return &http.Client{
-		Transport: &http.Transport{
-			Proxy: nil,
-			DialContext: (&net.Dialer{
-				Timeout:   5 * time.Second,
-				KeepAlive: 30 * time.Second,
-			}).DialContext,
-			MaxIdleConns:          4 * idle,
-			MaxIdleConnsPerHost:   idle,
-			IdleConnTimeout:       90 * time.Second,
-			TLSHandshakeTimeout:   5 * time.Second,
-			ExpectContinueTimeout: time.Second,
-			DisableCompression:    true,
-		},
+		Transport:     newTransport(max(64, workers)),
 		CheckRedirect: noRedirect,
 	}
 }

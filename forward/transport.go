@@ -1,0 +1,247 @@
+package forward
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// transport is the RoundTripper of NewClient. A plain-HTTP request runs on
+// the caller's goroutine over a kept-alive connection: the request is
+// written with Request.Write and the answer parsed with http.ReadResponse,
+// one write and one read per delivery. http.Transport runs two goroutines
+// per connection and hands every request and answer between them and the
+// caller; on the leader, where each event costs one delivery, that hand-off
+// was about a quarter of a delivery's CPU. Anything else (https, a URL with
+// user info) goes to the fallback http.Transport.
+//
+// Differences from http.Transport that matter here: the request is written
+// whole before the answer is read (a handler that answers early and closes
+// the connection while a large body is still being sent gives a write
+// error, which is a retry like any other failure); a request that fails on
+// a reused connection before any byte of an answer arrived (the handler
+// closed an idle connection) is sent once more on a new connection, as
+// http.Transport does for requests whose body can be rewound.
+type transport struct {
+	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
+	fallback *http.Transport
+	maxIdle  int // idle connections kept per host
+	idleFor  time.Duration
+
+	mu   sync.Mutex // guards idle
+	idle map[string][]*conn
+}
+
+// conn is one kept-alive connection to a handler.
+type conn struct {
+	nc   net.Conn
+	br   *bufio.Reader
+	bw   *bufio.Writer
+	used time.Time // when it was last put back idle
+}
+
+func newTransport(maxIdle int) *transport {
+	d := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
+	return &transport{
+		dial: d.DialContext,
+		fallback: &http.Transport{
+			Proxy:                 nil,
+			DialContext:           d.DialContext,
+			MaxIdleConns:          4 * maxIdle,
+			MaxIdleConnsPerHost:   maxIdle,
+			IdleConnTimeout:       90 * time.Second,
+			TLSHandshakeTimeout:   5 * time.Second,
+			ExpectContinueTimeout: time.Second,
+			DisableCompression:    true,
+		},
+		maxIdle: maxIdle,
+		idleFor: 90 * time.Second,
+		idle:    make(map[string][]*conn),
+	}
+}
+
+// RoundTrip implements http.RoundTripper.
+func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
+	if req.URL == nil || req.URL.Scheme != "http" || req.URL.User != nil || req.URL.Host == "" {
+		return t.fallback.RoundTrip(req)
+	}
+	addr := req.URL.Host
+	if req.URL.Port() == "" {
+		addr = net.JoinHostPort(req.URL.Hostname(), "80")
+	}
+	ctx := req.Context()
+	for attempt := 0; ; attempt++ {
+		c, reused, err := t.get(ctx, addr)
+		if err != nil {
+			closeReqBody(req)
+			return nil, err
+		}
+		resp, unanswered, err := t.exchange(ctx, c, addr, req)
+		if err == nil {
+			return resp, nil
+		}
+		c.nc.Close()
+		if !reused || attempt > 0 || !unanswered || ctx.Err() != nil || isTimeout(err) {
+			closeReqBody(req)
+			return nil, err
+		}
+		// The handler closed an idle connection before reading this
+		// request: nothing reached it. Send it again on a new one.
+		if req.Body != nil && req.Body != http.NoBody {
+			if req.GetBody == nil {
+				return nil, err
+			}
+			body, gerr := req.GetBody()
+			if gerr != nil {
+				return nil, err
+			}
+			r2 := *req
+			r2.Body = body
+			req = &r2
+		}
+	}
+}
+
+// isTimeout reports whether err is a deadline passing.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// exchange writes req on c and reads the answer. On success the connection
+// belongs to the answer's body until it is closed. unanswered reports a
+// failure before any byte of an answer arrived.
+func (t *transport) exchange(ctx context.Context, c *conn, addr string, req *http.Request) (resp *http.Response, unanswered bool, err error) {
+	deadline, _ := ctx.Deadline()
+	if err := c.nc.SetDeadline(deadline); err != nil {
+		return nil, true, err
+	}
+	// Cancelling ctx interrupts the write, the read and the body's reads.
+	stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(aLongTimeAgo) })
+	fail := func(unanswered bool, err error) (*http.Response, bool, error) {
+		stop()
+		if cerr := ctx.Err(); cerr != nil {
+			return nil, unanswered, cerr
+		}
+		return nil, unanswered, err
+	}
+	if err := req.Write(c.bw); err != nil {
+		return fail(true, err)
+	}
+	if err := c.bw.Flush(); err != nil {
+		return fail(true, err)
+	}
+	if _, err := c.br.Peek(1); err != nil {
+		return fail(true, err)
+	}
+	for {
+		resp, err := http.ReadResponse(c.br, req)
+		if err != nil {
+			return fail(false, err)
+		}
+		// Informational answers (103 Early Hints...) precede the real one.
+		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+			continue
+		}
+		resp.Body = &body{ReadCloser: resp.Body, t: t, c: c, addr: addr, keep: !resp.Close && !req.Close, stop: stop}
+		return resp, false, nil
+	}
+}
+
+// aLongTimeAgo is a deadline in the past: it makes pending I/O fail at once.
+var aLongTimeAgo = time.Unix(1, 0)
+
+func closeReqBody(req *http.Request) {
+	if req.Body != nil {
+		req.Body.Close()
+	}
+}
+
+// body hands the connection back when the answer was read to its end.
+type body struct {
+	io.ReadCloser
+	t      *transport
+	c      *conn
+	addr   string // host:port the connection goes to
+	keep   bool   // the connection may be reused after this answer
+	eof    bool
+	closed bool
+	stop   func() bool
+}
+
+func (b *body) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.eof = true
+	}
+	return n, err
+}
+
+func (b *body) Close() error {
+	if b.closed {
+		return nil
+	}
+	b.closed = true
+	err := b.ReadCloser.Close()
+	stopped := b.stop()
+	if b.eof && b.keep && stopped && err == nil && b.c.nc.SetDeadline(time.Time{}) == nil {
+		b.t.put(b.addr, b.c)
+		return nil
+	}
+	b.c.nc.Close()
+	return err
+}
+
+// get returns an idle connection to addr, or a new one. reused tells which.
+func (t *transport) get(ctx context.Context, addr string) (*conn, bool, error) {
+	now := time.Now()
+	t.mu.Lock()
+	for cs := t.idle[addr]; len(cs) > 0; cs = t.idle[addr] {
+		c := cs[len(cs)-1]
+		t.idle[addr] = cs[:len(cs)-1]
+		if now.Sub(c.used) < t.idleFor {
+			t.mu.Unlock()
+			return c, true, nil
+		}
+		c.nc.Close()
+	}
+	t.mu.Unlock()
+	nc, err := t.dial(ctx, "tcp", addr)
+	if err != nil {
+		return nil, false, err
+	}
+	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}, false, nil
+}
+
+// put keeps c idle for the next request to addr, or closes it when enough
+// are kept.
+func (t *transport) put(addr string, c *conn) {
+	c.used = time.Now()
+	t.mu.Lock()
+	if cs := t.idle[addr]; len(cs) < t.maxIdle {
+		t.idle[addr] = append(cs, c)
+		t.mu.Unlock()
+		return
+	}
+	t.mu.Unlock()
+	c.nc.Close()
+}
+
+// CloseIdleConnections closes every idle connection (http.Client calls it).
+func (t *transport) CloseIdleConnections() {
+	t.mu.Lock()
+	idle := t.idle
+	t.idle = make(map[string][]*conn)
+	t.mu.Unlock()
+	for _, cs := range idle {
+		for _, c := range cs {
+			c.nc.Close()
+		}
+	}
+	t.fallback.CloseIdleConnections()
+}

@@ -1,0 +1,260 @@
+package forward
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// rawServer answers each connection with handle, which reads requests from br
+// and writes answers to the connection, until handle returns.
+func rawServer(t testing.TB, handle func(n int, c net.Conn, br *bufio.Reader)) (string, *atomic.Int64) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns atomic.Int64
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			n := int(conns.Add(1))
+			wg.Go(func() {
+				defer c.Close()
+				handle(n, c, bufio.NewReader(c))
+			})
+		}
+	})
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	return "http://" + ln.Addr().String(), &conns
+}
+
+func post(t *testing.T, c *http.Client, url, body string) (int, string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(body))
+	req.Header.Set(HeaderIdempotencyKey, "k")
+	resp, err := c.Do(req)
+	if err != nil {
+		return 0, "", err
+	}
+	b, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp.StatusCode, string(b), err
+}
+
+// TestTransportKeepsAliveAndReadsEveryFraming: content-length, chunked and
+// empty answers, informational answers skipped, one connection for all.
+func TestTransportKeepsAliveAndReadsEveryFraming(t *testing.T) {
+	answers := []string{
+		"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello",
+		"HTTP/1.1 201 Created\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+		"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\nHTTP/1.1 204 No Content\r\n\r\n",
+		"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\noops",
+	}
+	url, conns := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
+		for i := 0; ; i++ {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			body, _ := io.ReadAll(req.Body)
+			if string(body) != fmt.Sprintf("body %d", i) || req.Header.Get(HeaderIdempotencyKey) != "k" {
+				c.Write([]byte("HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"))
+				continue
+			}
+			c.Write([]byte(answers[i%len(answers)]))
+		}
+	})
+	c := NewClient(1)
+	defer c.CloseIdleConnections()
+	want := []struct {
+		code int
+		body string
+	}{{200, "hello"}, {201, "abcde"}, {204, ""}, {500, "oops"}}
+	for i, w := range want {
+		code, body, err := post(t, c, url, fmt.Sprintf("body %d", i))
+		if err != nil || code != w.code || body != w.body {
+			t.Fatalf("answer %d = %d %q, %v; want %d %q", i, code, body, err, w.code, w.body)
+		}
+	}
+	if n := conns.Load(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
+	}
+}
+
+// TestTransportResendsOnAClosedIdleConnection: a handler that closes a
+// kept-alive connection gets the next request on a new one.
+func TestTransportResendsOnAClosedIdleConnection(t *testing.T) {
+	var got atomic.Int64
+	url, conns := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		got.Add(1)
+		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+		// Then close: the client still holds the connection as idle.
+	})
+	c := NewClient(1)
+	defer c.CloseIdleConnections()
+	for i := range 3 {
+		if code, _, err := post(t, c, url, "x"); err != nil || code != 200 {
+			t.Fatalf("request %d: %d, %v", i, code, err)
+		}
+		time.Sleep(20 * time.Millisecond) // let the close arrive
+	}
+	if got.Load() != 3 || conns.Load() < 3 {
+		t.Errorf("handler got %d requests on %d connections, want 3 on 3", got.Load(), conns.Load())
+	}
+}
+
+// TestTransportConnectionClose: an answer with Connection: close is not
+// followed by a reuse of its connection.
+func TestTransportConnectionClose(t *testing.T) {
+	url, conns := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			io.Copy(io.Discard, req.Body)
+			c.Write([]byte("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"))
+		}
+	})
+	c := NewClient(1)
+	defer c.CloseIdleConnections()
+	for i := range 2 {
+		if code, _, err := post(t, c, url, "x"); err != nil || code != 200 {
+			t.Fatalf("request %d: %d, %v", i, code, err)
+		}
+	}
+	if n := conns.Load(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+}
+
+// TestTransportCancelAndTimeout: a handler that never answers is given up
+// on at the request's deadline, and at once when its context is cancelled.
+func TestTransportCancelAndTimeout(t *testing.T) {
+	release := make(chan struct{})
+	url, _ := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
+		http.ReadRequest(br)
+		<-release
+	})
+	defer close(release)
+	c := NewClient(1)
+	defer c.CloseIdleConnections()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("x"))
+	start := time.Now()
+	_, err := c.Do(req)
+	if err == nil || errReason(ctx, err) != "timeout" || time.Since(start) > 2*time.Second {
+		t.Fatalf("deadline: %v after %s (reason %q)", err, time.Since(start), errReason(ctx, err))
+	}
+
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	req, _ = http.NewRequestWithContext(ctx2, http.MethodPost, url, strings.NewReader("x"))
+	time.AfterFunc(50*time.Millisecond, cancel2)
+	start = time.Now()
+	if _, err := c.Do(req); !errors.Is(err, context.Canceled) || time.Since(start) > 2*time.Second {
+		t.Fatalf("cancel: %v after %s", err, time.Since(start))
+	}
+}
+
+// TestTransportRefused: a handler that is not listening is a connect error.
+func TestTransportRefused(t *testing.T) {
+	ln, _ := net.Listen("tcp", "127.0.0.1:0")
+	url := "http://" + ln.Addr().String()
+	ln.Close()
+	c := NewClient(1)
+	ctx := context.Background()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader("x"))
+	_, err := c.Do(req)
+	if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || !strings.HasPrefix(errReason(ctx, err), "connect: ") {
+		t.Fatalf("err %v (reason %q)", err, errReason(ctx, err))
+	}
+}
+
+// TestTransportHTTPSFallsBack: https goes through http.Transport (here it
+// fails certificate verification, which only TLS does).
+func TestTransportHTTPSFallsBack(t *testing.T) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	defer srv.Close()
+	c := NewClient(1)
+	defer c.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader("x"))
+	if _, err := c.Do(req); err == nil || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("err %v, want a certificate error", err)
+	}
+}
+
+// BenchmarkTransport: one 1 KiB POST to a local handler per op, through
+// http.Transport and through NewClient's transport, 16 at a time;
+// cpu-ns/op is the whole process (client and the httptest handler).
+func BenchmarkTransport(b *testing.B) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		io.Copy(io.Discard, r.Body)
+	}))
+	defer srv.Close()
+	payload := bytes.Repeat([]byte("x"), 1024)
+	for _, tc := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{
+		{"http.Transport", &http.Transport{MaxIdleConnsPerHost: 64, DisableCompression: true}},
+		{"direct", newTransport(64)},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			c := &http.Client{Transport: tc.rt, CheckRedirect: noRedirect}
+			defer c.CloseIdleConnections()
+			b.SetParallelism(8)
+			b.ReportAllocs()
+			cpu0 := processCPU()
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+					req, _ := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL, bytes.NewReader(payload))
+					req.Header.Set(HeaderIdempotencyKey, "k")
+					resp, err := c.Do(req)
+					if err != nil {
+						b.Error(err)
+						cancel()
+						return
+					}
+					closeBody(resp.Body)
+					cancel()
+				}
+			})
+			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+		})
+	}
+}
+
+func processCPU() int64 {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return ru.Utime.Nano() + ru.Stime.Nano()
+}
