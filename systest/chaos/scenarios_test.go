@@ -84,6 +84,18 @@ func (s *srun) sleep(d time.Duration) { time.Sleep(d) }
 
 func (s *srun) restart(n *cnode) { s.c.startNode(n) }
 
+// killAndRestart is the SIGKILL fault: kill n, keep it down for the outage,
+// start it again on the same data dir.
+func (s *srun) killAndRestart(n *cnode) {
+	s.victim = n
+	n.p().signal(syscall.SIGKILL)
+	s.markFault()
+	<-n.p().done
+	s.sleep(s.prof.outage)
+	s.restart(n)
+	s.healed()
+}
+
 // leader waits for a leader (the fault code needs one to aim at).
 func (s *srun) leader() *cnode { return s.c.waitLeader(30 * time.Second) }
 
@@ -94,24 +106,10 @@ var scenarios = []*scenario{
 		s.healed()
 	}},
 	{id: "S1", name: "SIGKILL the leader, restart it", short: true, fault: func(s *srun) {
-		l := s.leader()
-		s.victim = l
-		l.p().signal(syscall.SIGKILL)
-		s.markFault()
-		<-l.p().done
-		s.sleep(s.prof.outage)
-		s.restart(l)
-		s.healed()
+		s.killAndRestart(s.leader())
 	}},
 	{id: "S2", name: "SIGKILL a follower, restart it", fault: func(s *srun) {
-		f := s.c.followers(s.leader())[0]
-		s.victim = f
-		f.p().signal(syscall.SIGKILL)
-		s.markFault()
-		<-f.p().done
-		s.sleep(s.prof.outage)
-		s.restart(f)
-		s.healed()
+		s.killAndRestart(s.c.followers(s.leader())[0])
 	}},
 	{id: "S3", name: "SIGKILL the leader while the handler is mid-run", fault: func(s *srun) {
 		// Every run now takes 1.5 s: the kill lands after handlers answered
