@@ -69,6 +69,9 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	level := new(slog.LevelVar)
 	log := newLogger(cfg.Node.LogFormat, level, stderr)
 	setLevel(level, cfg.Node.LogLevel)
+	for _, w := range cfg.Warnings() {
+		log.Warn(w)
+	}
 
 	n, err := startNode(cfg, log, level, stderr)
 	if err != nil {
@@ -262,6 +265,9 @@ func (n *node) reload(path string) {
 	setLevel(n.level, cfg.Node.LogLevel)
 	n.cfg.Store(cfg)
 	n.metrics.reloadOK.Set(1)
+	for _, w := range cfg.Warnings() {
+		n.log.Warn(w)
+	}
 	n.log.Info("configuration reloaded", "applied", live, "needs_restart", restart)
 }
 

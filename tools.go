@@ -39,6 +39,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 			}
 		}
 	}
+	for _, w := range cfg.Warnings() {
+		fmt.Fprintf(stdout, "%s: warning: %s\n", *path, w)
+	}
 	mode := "single node"
 	if cfg.Cluster != nil {
 		mode = fmt.Sprintf("cluster of %d", len(cfg.Cluster.Peers))
