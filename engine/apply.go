@@ -31,6 +31,7 @@ const (
 	counterSource = 'c' // 'c' source -> number of events of that source
 	expiryEvent   = 'e' // 'e' key: an event expiring with the bucket
 	expiryOrder   = 'o' // 'o' object: an order-guard entry expiring with the bucket
+	expiryBody    = 'b' // 'b' body key: a replay-guard entry expiring with the bucket
 )
 
 // empty is the value of pure index entries. It is never modified.
@@ -68,6 +69,7 @@ type applier struct {
 	tx                                          *bolt.Tx
 	meta, events, payloads, responses, counters *bolt.Bucket
 	due, leases, states, expiry, done, orders   *bolt.Bucket
+	bodies                                      *bolt.Bucket
 
 	width int64  // retention bucket width
 	index uint64 // index of the entry being applied (the lease token)
@@ -103,6 +105,7 @@ func newApplier(tx *bolt.Tx, width int64) *applier {
 		expiry:    tx.Bucket(bExpiry),
 		done:      tx.Bucket(bDone),
 		orders:    tx.Bucket(bOrders),
+		bodies:    tx.Bucket(bBodies),
 		kbuf:      make([]byte, 0, 8+MaxKeyLen+1),
 	}
 	// Time-ordered buckets grow at their end (or at the end of a state's
@@ -388,6 +391,8 @@ func (a *applier) claim(c *Command) (Result, error) {
 		return bad("claim lease %d", c.LeaseFor)
 	case len(c.OrderObject) > MaxKeyLen:
 		return bad("claim order object length %d", len(c.OrderObject))
+	case len(c.BodyKey) > MaxKeyLen:
+		return bad("claim body key length %d", len(c.BodyKey))
 	case len(c.Payload) > MaxPayloadLen:
 		return bad("claim payload length %d", len(c.Payload))
 	case len(c.Headers) > MaxHeaders:
@@ -405,6 +410,11 @@ func (a *applier) claim(c *Command) (Result, error) {
 			return Result{}, err
 		}
 		return Result{State: st}, nil
+	}
+	if c.BodyKey != "" {
+		if orig := a.bodies.Get(strBytes(c.BodyKey)); orig != nil {
+			return a.bodyDuplicate(c, orig)
+		}
 	}
 
 	expires := bucketEnd(c.Now+c.Retention, a.width)
@@ -451,8 +461,32 @@ func (a *applier) claim(c *Command) (Result, error) {
 	if err := eb.Put(a.ptk(expiryEvent, c.Now, c.Key), empty); err != nil {
 		return Result{}, err
 	}
+	if c.BodyKey != "" {
+		// The body entry ends with the event's bucket, so it never outlives
+		// the key it names.
+		if err := a.bodies.Put(strBytes(c.BodyKey), append(a.arena.make(len(c.Key)), c.Key...)); err != nil {
+			return Result{}, err
+		}
+		if err := eb.Put(a.pk(expiryBody, c.BodyKey), empty); err != nil {
+			return Result{}, err
+		}
+	}
 	a.count(c.Source, 0, st)
 	return Result{Created: true, State: st}, nil
+}
+
+// bodyDuplicate answers a claim whose body another event already holds: a
+// duplicate of that event, in that event's state.
+func (a *applier) bodyDuplicate(c *Command, orig []byte) (Result, error) {
+	v := a.evp.get(orig)
+	if v == nil {
+		return Result{}, fmt.Errorf("%w: body entry %q names no event", ErrCorrupt, clip(strBytes(c.BodyKey)))
+	}
+	st, err := recordState(orig, v)
+	if err != nil {
+		return Result{}, err
+	}
+	return Result{State: st, Keys: []string{string(orig)}}, nil
 }
 
 // orderGuard applies the ordering guard of a new claim. It reports whether the
@@ -919,6 +953,14 @@ func (a *applier) expire(c *Command) (Result, error) {
 					return Result{}, fmt.Errorf("%w: expiry lists order entry %q it does not hold", ErrCorrupt, clip(ok))
 				}
 				if err := a.orders.Delete(ok); err != nil {
+					return Result{}, err
+				}
+			case expiryBody:
+				bk := k[1:]
+				if a.bodies.Get(bk) == nil {
+					return Result{}, fmt.Errorf("%w: expiry lists body entry %q it does not hold", ErrCorrupt, clip(bk))
+				}
+				if err := a.bodies.Delete(bk); err != nil {
 					return Result{}, err
 				}
 			default:

@@ -21,7 +21,8 @@ func checkIndexes(tx *bolt.Tx) error {
 	events, payloads, responses := tx.Bucket(bEvents), tx.Bucket(bPayloads), tx.Bucket(bResponses)
 	due, leases, states, done := tx.Bucket(bDue), tx.Bucket(bLeases), tx.Bucket(bStates), tx.Bucket(bDone)
 	expiry, orders, counters := tx.Bucket(bExpiry), tx.Bucket(bOrders), tx.Bucket(bCounters)
-	for _, b := range []*bolt.Bucket{events, payloads, responses, due, leases, states, done, expiry, orders, counters} {
+	bodies := tx.Bucket(bBodies)
+	for _, b := range []*bolt.Bucket{events, payloads, responses, due, leases, states, done, expiry, orders, counters, bodies} {
 		if b == nil {
 			return fmt.Errorf("%w: a bucket is missing", ErrCorrupt)
 		}
@@ -124,8 +125,8 @@ func checkIndexes(tx *bolt.Tx) error {
 		}
 	}
 
-	// Expiry buckets list exactly the events and order entries that end with them.
-	listed := 0
+	// Expiry buckets list exactly the events, order and body entries that end with them.
+	listed, bodiesListed := 0, 0
 	c = expiry.Cursor()
 	for name, _ := c.First(); name != nil; name, _ = c.Next() {
 		eb := expiry.Bucket(name)
@@ -146,6 +147,13 @@ func checkIndexes(tx *bolt.Tx) error {
 				if v := orders.Get(k[1:]); len(v) != 16 || int64(binary.BigEndian.Uint64(v[8:])) != end {
 					bad("expiry %d lists order %q, which does not end there", end, k[1:])
 				}
+			case len(k) > 1 && k[0] == expiryBody:
+				bodiesListed++
+				if orig := bodies.Get(k[1:]); orig == nil {
+					bad("expiry %d lists body entry %q, which is absent", end, k[1:])
+				} else if ev, ok := record(orig); !ok || ev.ExpiresAt != end {
+					bad("body entry %q names %q, which does not end at %d", k[1:], orig, end)
+				}
 			default:
 				bad("expiry key %x", k)
 			}
@@ -153,6 +161,9 @@ func checkIndexes(tx *bolt.Tx) error {
 	}
 	if listed != nEvents {
 		bad("expiry lists %d events for %d", listed, nEvents)
+	}
+	if n := bodies.Stats().KeyN; n != bodiesListed {
+		bad("%d body entries, %d listed in expiry buckets", n, bodiesListed)
 	}
 	c = orders.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {

@@ -404,7 +404,8 @@ const (
 	fieldSince
 	fieldWho
 	fieldBefore
-	fieldStep // added after version 1 shipped: older entries never set it
+	fieldStep    // added after version 1 shipped: older entries never set it
+	fieldBodyKey // added with the replay guard: older entries never set it
 	numFields
 )
 
@@ -436,6 +437,7 @@ func commandMask(c *Command) uint64 {
 	set(fieldWho, c.Who != "")
 	set(fieldBefore, c.Before != 0)
 	set(fieldStep, c.Step != "")
+	set(fieldBodyKey, c.BodyKey != "")
 	return m
 }
 
@@ -523,6 +525,9 @@ func EncodeEntry(dst []byte, cmds []Command) []byte {
 		}
 		if m&(1<<fieldStep) != 0 {
 			dst = appendString(dst, c.Step)
+		}
+		if m&(1<<fieldBodyKey) != 0 {
+			dst = appendString(dst, c.BodyKey)
 		}
 	}
 	return dst
@@ -731,6 +736,9 @@ func decodeEntry(b []byte, shared bool) ([]Command, error) {
 		}
 		if m&(1<<fieldStep) != 0 {
 			c.Step = d.string("step", true)
+		}
+		if m&(1<<fieldBodyKey) != 0 {
+			c.BodyKey = d.string("body key", true)
 		}
 		if d.err != nil {
 			break

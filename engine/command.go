@@ -63,6 +63,12 @@ type Command struct {
 	// than the newest OrderTime applied for that object becomes StateStale.
 	OrderObject string
 	OrderTime   int64
+	// BodyKey is the replay guard's key for the claim's verified body (the
+	// source and a hash of the body; docs/security.md). When another event
+	// already holds it, the claim is a duplicate of that event: nothing is
+	// stored and Result.Keys names the original key. A new event holds its
+	// BodyKey until the event's retention bucket expires. "": no guard.
+	BodyKey string
 	// LeaseFor on a claim is stored with the event and is its lease length
 	// (per source); on a lease command it is the default for events without one.
 
@@ -139,7 +145,9 @@ type Result struct {
 	Events []Event
 	// Lease, Reclaim, Replay, Expire, DropPayloads: how many events changed.
 	N int
-	// Replay: the keys that moved (for the operator's report).
+	// Replay: the keys that moved (for the operator's report). Claim: when
+	// the replay guard matched (Command.BodyKey), the one key that holds the
+	// body; the duplicate is of that event.
 	Keys []string
 	Err  error
 }

@@ -96,6 +96,7 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 				if rng.IntN(4) == 0 {
 					c.OrderObject, c.OrderTime = fmt.Sprintf("obj%d", rng.IntN(5)), rng.Int64N(1000)
 				}
+				c.BodyKey = bodyKeyOf(k) // from k, so the rng sequence stays as it was
 			case p < 50:
 				c = Command{Op: OpLease, Now: now, Max: 1 + rng.IntN(5), LeaseFor: 30 * sec}
 			case p < 65 && len(leases) > 0:
@@ -152,6 +153,17 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 // files, one entry per batch, in random batch sizes and all at once (through
 // the entry codec), and requires identical contents. Each file also passes
 // the index check at cleanup.
+// bodyKeyOf gives half the keys a replay-guard body key shared with the
+// other keys of their source that end in the same digit, so that random
+// sequences hit the guard (a duplicate naming another key) as well as miss it.
+func bodyKeyOf(k string) string {
+	last := k[len(k)-1]
+	if last%2 == 1 {
+		return ""
+	}
+	return k[:2] + "#" + string(last)
+}
+
 func TestDeterminismRandom(t *testing.T) {
 	n := 600
 	if testing.Short() || raceEnabled {
@@ -261,6 +273,8 @@ func TestRandomSequenceCoversOutcomes(t *testing.T) {
 				}
 			case c.Op == OpClaim && r.State == StateStale:
 				seen["stale claim"]++
+			case c.Op == OpClaim && !r.Created && len(r.Keys) == 1:
+				seen["body duplicate"]++
 			case c.Op == OpClaim && !r.Created:
 				seen["duplicate"]++
 			case c.Op == OpComplete:
@@ -275,7 +289,7 @@ func TestRandomSequenceCoversOutcomes(t *testing.T) {
 		}
 	}
 	for _, want := range []string{ErrStaleToken.Error(), ErrWrongState.Error(), ErrBadCommand.Error(),
-		"stale claim", "duplicate", "complete", "dead", "retry",
+		"stale claim", "duplicate", "body duplicate", "complete", "dead", "retry",
 		"op 2", "op 5", "op 6", "op 7", "op 8"} {
 		if seen[want] == 0 {
 			t.Errorf("the random sequence never produced %q (saw %v)", want, seen)

@@ -32,10 +32,16 @@ var (
 	bDone      = []byte("done")
 	bOrders    = []byte("orders")
 	bCounters  = []byte("counters")
+	bBodies    = []byte("bodies")
 
 	allBuckets = [][]byte{bMeta, bEvents, bPayloads, bResponses, bDue, bLeases, bStates,
-		bExpiry, bDone, bOrders, bCounters}
+		bExpiry, bDone, bOrders, bCounters, bBodies}
 )
+
+// addedBucket reports whether name was added to layout version 1 after files
+// of that version were written: a file or snapshot without it is still an
+// engine file, and Open creates the empty bucket.
+func addedBucket(name []byte) bool { return bytes.Equal(name, bBodies) }
 
 // Keys in the meta bucket.
 var (
@@ -163,6 +169,9 @@ func openFile(path string, opts Options, create bool) (*bolt.DB, int64, uint64, 
 	check := func(tx *bolt.Tx) error {
 		for _, name := range allBuckets {
 			if tx.Bucket(name) == nil {
+				if !create && addedBucket(name) {
+					continue
+				}
 				if !create {
 					return fmt.Errorf("%w: no %s bucket: not an engine file", ErrCorrupt, name)
 				}
@@ -723,7 +732,8 @@ func (e *Engine) Restore(r io.Reader) (err error) {
 	if err = syncDir(dir); err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
-	db, width, applied, err := openFile(e.path, e.opts, false)
+	// create: a snapshot written before a bucket was added gets it empty.
+	db, width, applied, err := openFile(e.path, e.opts, true)
 	if err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}

@@ -1,0 +1,123 @@
+package engine
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+func guardedClaim(key, bodyKey string, now int64) Command {
+	c := claimCmd(key, now)
+	c.BodyKey = bodyKey
+	return c
+}
+
+// TestReplayGuard: a claim whose body another live event holds is a duplicate
+// of that event (nothing stored, the original key reported); the guard entry
+// lives exactly as long as the event that holds it.
+func TestReplayGuard(t *testing.T) {
+	const a, b, c = "src:a", "src:b", "src:c"
+	const body1, body2 = "src\x00body-1", "src\x00body-2"
+	origin := func(want string) func(t *testing.T, h *harness, r Result) {
+		return func(t *testing.T, h *harness, r Result) {
+			t.Helper()
+			if want == "" && r.Keys != nil || want != "" && !slices.Equal(r.Keys, []string{want}) {
+				t.Fatalf("Keys = %q, want [%q]", r.Keys, want)
+			}
+		}
+	}
+	expireAll := Command{Op: OpExpire, Now: t0 + 26*hour} // past a's 24 h retention and its bucket
+	h := newHarness(t)
+	runSteps(t, h, []step{
+		{cmd: guardedClaim(a, body1, t0), created: true, state: StatePending, check: origin("")},
+		// Same body under another key: a duplicate of a, b is not stored.
+		{cmd: guardedClaim(b, body1, t0+sec), state: StatePending, key: b, keyState: 0, check: origin(a)},
+		// The same key again is the plain duplicate, whatever its body key.
+		{cmd: guardedClaim(a, body2, t0+2*sec), state: StatePending, check: origin("")},
+		// A claim without a body key is not guarded.
+		{cmd: claimCmd(c, t0+3*sec), created: true, state: StatePending},
+		{cmd: leaseCmd(t0+4*sec, 10), n: 2},
+		{cmd: completeCmd(a, 0, t0+5*sec), tok: 1},
+		// The duplicate reports the original's current state.
+		{cmd: guardedClaim(b, body1, t0+6*sec), state: StateDone, key: a, keyState: StateDone, attempts: 1, check: origin(a)},
+		// A different body is a new event.
+		{cmd: guardedClaim(b, body2, t0+7*sec), created: true, state: StatePending, key: b, keyState: StatePending},
+		// Expiry removes a and its guard entry together: the body is new again.
+		{cmd: expireAll, n: 3, key: a, keyState: 0},
+		{cmd: guardedClaim(b, body1, t0+27*hour), created: true, state: StatePending, check: origin("")},
+	})
+	err := h.e.view(func(tx *bolt.Tx) error {
+		if n := tx.Bucket(bBodies).Stats().KeyN; n != 1 {
+			t.Errorf("%d body entries after expiry, want 1 (the last claim's)", n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestReplayGuardRejectsLongBodyKey: a body key longer than a key is a bad
+// command that changes nothing.
+func TestReplayGuardRejectsLongBodyKey(t *testing.T) {
+	h := newHarness(t)
+	r := h.one(guardedClaim("src:a", string(bytes.Repeat([]byte("x"), MaxKeyLen+1)), t0))
+	if !errors.Is(r.Err, ErrBadCommand) {
+		t.Fatalf("err = %v, want ErrBadCommand", r.Err)
+	}
+	if _, err := h.e.Get("src:a", false); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Get after a refused claim: %v, want ErrNotFound", err)
+	}
+}
+
+// TestRestoreSnapshotWithoutBodiesBucket: a snapshot written before the
+// bodies bucket existed restores, and the guard works on it afterwards.
+func TestRestoreSnapshotWithoutBodiesBucket(t *testing.T) {
+	dir := t.TempDir()
+	old := filepath.Join(dir, "old.db")
+	e, err := Open(old, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.Apply(1, claimCmd("src:a", t0)); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := bolt.Open(old, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bBodies) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := os.Open(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer snap.Close()
+
+	h := newHarness(t)
+	if err := h.e.Restore(snap); err != nil {
+		t.Fatalf("Restore of a snapshot without the bodies bucket: %v", err)
+	}
+	h.idx = h.e.LastApplied()
+	if ev := h.get("src:a"); ev.State != StatePending {
+		t.Fatalf("restored event state %d", ev.State)
+	}
+	if r := h.one(guardedClaim("src:b", "src\x00x", t0+sec)); !r.Created {
+		t.Fatalf("guarded claim after restore: %+v", r)
+	}
+	if r := h.one(guardedClaim("src:c", "src\x00x", t0+2*sec)); r.Created || !slices.Equal(r.Keys, []string{"src:b"}) {
+		t.Fatalf("guard after restore: %+v", r)
+	}
+}
