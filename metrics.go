@@ -21,6 +21,10 @@ type metrics struct {
 	deliveryTime prometheus.Histogram
 	reloadOK     prometheus.Gauge
 	bodyChanged  *prometheus.CounterVec
+	// replays and syncConflicts count the answers of docs/security.md's
+	// replay guard and sync-mode body check.
+	replays       *prometheus.CounterVec
+	syncConflicts *prometheus.CounterVec
 
 	schemaFailures *prometheus.CounterVec // schema.go
 	keys           *keysMetrics           // keys.go
@@ -60,12 +64,20 @@ func newMetrics() *metrics {
 			Name: "oncehook_duplicate_body_mismatch_total",
 			Help: "Duplicates whose body differs from the stored event's (answered as duplicates; a sender reusing ids, or tampering).",
 		}, []string{"source"}),
+		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_replay_suspected_total",
+			Help: "Verified bodies already held by another key's event (replay guard): answered as that event's duplicate, nothing stored.",
+		}, []string{"source"}),
+		syncConflicts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_sync_conflicts_total",
+			Help: "Sync-mode duplicates whose body differs from the stored event's: answered 409, never the cached answer.",
+		}, []string{"source"}),
 		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "oncehook_config_last_reload_successful", Help: "1 if the last configuration reload succeeded.",
 		}),
 	}
 	m.reloadOK.Set(1)
-	m.reg.MustRegister(m.requests, m.claims, m.sigFailures, m.deliveries, m.bodyChanged, m.claimLatency, m.deliveryTime, m.reloadOK,
+	m.reg.MustRegister(m.requests, m.claims, m.sigFailures, m.deliveries, m.bodyChanged, m.replays, m.syncConflicts, m.claimLatency, m.deliveryTime, m.reloadOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.initSchemaMetrics()
 	m.initKeysMetrics()
@@ -114,6 +126,20 @@ func (m *metrics) delivery(source, outcome string, d time.Duration) {
 	}
 	m.deliveries.WithLabelValues(source, outcome).Inc()
 	m.deliveryTime.Observe(d.Seconds())
+}
+
+func (m *metrics) replaySuspected(source string) {
+	if m == nil {
+		return
+	}
+	m.replays.WithLabelValues(source).Inc()
+}
+
+func (m *metrics) syncConflict(source string) {
+	if m == nil {
+		return
+	}
+	m.syncConflicts.WithLabelValues(source).Inc()
 }
 
 func (m *metrics) duplicateBodyChanged(source string) {

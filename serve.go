@@ -294,6 +294,7 @@ func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, 
 			maxBody:    int(s.MaxBody),
 			retention:  int64(time.Duration(s.Retention)),
 			leaseFor:   int64(time.Duration(s.Lease)),
+			guardBody:  s.ReplayGuard == config.ReplayGuardBody,
 			waitFor:    time.Duration(s.ForwardTimeout) + 2*time.Second,
 		}
 		if h, ok := s.Verifier.(providers.Handshaker); ok {

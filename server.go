@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"log/slog"
 	"net"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"github.com/valyala/fasthttp"
 
@@ -54,6 +56,9 @@ type source struct {
 	retention   int64
 	leaseFor    int64
 	waitFor     time.Duration // sync mode: how long the intake waits for the handler
+	// guardBody: the replay guard is on (docs/security.md); each claim carries
+	// the source-scoped hash of its verified body.
+	guardBody bool
 }
 
 // sourceSet is swapped whole on reload.
@@ -245,6 +250,9 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		LeaseFor:  src.leaseFor,
 		Headers:   forwardHeaders(ctx, src.fwdHeaders),
 	}
+	if src.guardBody {
+		cmd.BodyKey = bodyKey(src.name, body)
+	}
 	if src.orderObject != nil {
 		if obj, err := src.orderObject.Value(&ctx.Request.Header, body); err == nil && len(obj) > 0 {
 			if tv, err := src.orderTime.Value(&ctx.Request.Header, body); err == nil {
@@ -281,6 +289,13 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		}
 		in.log.Debug("claim", "source", src.name, "key", cmd.Key, "result", result, "state", stateName(res.State), "latency", time.Since(start))
 	}
+	if !res.Created && len(res.Keys) == 1 {
+		// The replay guard matched: this verified body is another key's
+		// event, resent under an id the signature does not cover.
+		in.metrics.replaySuspected(src.name)
+		in.log.Warn("replayed body under a new key", "source", src.name, "key", cmd.Key, "original", res.Keys[0])
+		return in.answerDuplicate(ctx, src, []byte(res.Keys[0]), res.State, body)
+	}
 	if !res.Created {
 		return in.answerDuplicate(ctx, src, key, res.State, body)
 	}
@@ -294,15 +309,28 @@ func (in *intake) answerDuplicate(ctx *fasthttp.RequestCtx, src *source, key []b
 	// A different body under the same key is still a duplicate (the key is the
 	// event's identity), but it is counted: a sender reusing ids, or a forged
 	// body under a valid signature for another event, shows up here.
-	if ev, err := in.store.Get(string(key), true); err == nil && ev.Payload != nil && !bytes.Equal(ev.Payload, body) {
+	stored, err := in.store.Get(string(key), true)
+	sameBody := err == nil && stored.Payload != nil && bytes.Equal(stored.Payload, body)
+	if err == nil && stored.Payload != nil && !sameBody {
 		in.metrics.duplicateBodyChanged(src.name)
 		in.log.Warn("duplicate with a different body", "source", src.name, "key", string(key))
+	}
+	if src.sync && !sameBody {
+		// A sync answer is the handler's answer to one body. Whoever holds
+		// another validly signed body must not read it, nor learn the state
+		// of the event behind the key (docs/security.md). A body that can no
+		// longer be compared (payload dropped) gets no answer either.
+		if err == nil && stored.Payload != nil {
+			in.metrics.syncConflict(src.name)
+			return writeClaim(ctx, fasthttp.StatusConflict, "conflict", key, st, false)
+		}
+		return writeClaim(ctx, fasthttp.StatusOK, "duplicate", key, st, false)
 	}
 	if src.sync {
 		switch st {
 		case engine.StateDone:
-			if ev, err := in.store.Get(string(key), false); err == nil && ev.Response != nil {
-				return writeCached(ctx, ev.Response)
+			if stored.Response != nil {
+				return writeCached(ctx, stored.Response)
 			}
 		case engine.StatePending, engine.StateProcessing:
 			return writeClaim(ctx, fasthttp.StatusConflict, "in_progress", key, st, true)
@@ -327,6 +355,15 @@ func (in *intake) answerSync(ctx *fasthttp.RequestCtx, src *source, key []byte) 
 		return writeClaim(ctx, src.ack, "accepted", key, ev.State, true)
 	}
 	return writeClaim(ctx, fasthttp.StatusBadGateway, "handler_failed", key, ev.State, true)
+}
+
+// bodyKey is the replay guard's key for a verified body: the source, a NUL
+// (source names cannot hold one) and the body's SHA-256.
+func bodyKey(source string, body []byte) string {
+	sum := sha256.Sum256(body)
+	b := make([]byte, 0, len(source)+1+len(sum))
+	b = append(append(append(b, source...), 0), sum[:]...)
+	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
 func writeCached(ctx *fasthttp.RequestCtx, r *engine.Response) int {

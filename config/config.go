@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"time"
 
 	"oncehook/providers"
@@ -28,6 +29,8 @@ const (
 	DefaultForwardTimeout = 10 * time.Second
 	DefaultKeysRefresh    = 5 * time.Minute
 	DemoSourceName        = "demo"
+	ReplayGuardBody       = "body" // replay_guard: a body seen under another key is a duplicate
+	ReplayGuardOff        = "off"
 )
 
 // Config is one oncehook.toml, defaults applied, normalised and (after Load)
@@ -128,6 +131,10 @@ type Source struct {
 	SchemaFile     string              `json:"schema_file,omitempty"` // resolved path
 	Order          *Order              `json:"order,omitempty"`
 	HMAC           *providers.HMACSpec `json:"hmac,omitempty"` // provider "hmac" only
+	// ReplayGuard is "body" (a verified body seen before under another key
+	// is a duplicate of that key's event) or "off"; the default is the
+	// provider's (docs/security.md).
+	ReplayGuard string `json:"replay_guard"`
 	// Verifier checks this source's deliveries. Validate (and so Load) builds
 	// it from Provider, Secrets, Tolerance and HMAC. Never printed: it holds
 	// key material.
@@ -233,6 +240,15 @@ func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet bool) {
 		return
 	}
 	d := sch.Defaults()
+	if s.ReplayGuard == "" {
+		s.ReplayGuard = ReplayGuardOff
+		// A generic sender whose template signs an id is keyed by it; else
+		// the body is all the signature proves.
+		signsID := s.HMAC != nil && s.HMAC.IDHeader != "" && strings.Contains(s.HMAC.Template, "{id}")
+		if d.ReplayGuard && !signsID {
+			s.ReplayGuard = ReplayGuardBody
+		}
+	}
 	if !keySet && len(d.Key) > 0 {
 		s.Key = append([]string(nil), d.Key...)
 	}

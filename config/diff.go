@@ -31,6 +31,7 @@ var sourceKeys = []struct{ field, key string }{
 	{"SchemaFile", "schema_file"},
 	{"Order", "order"},
 	{"HMAC", "hmac"},
+	{"ReplayGuard", "replay_guard"},
 }
 
 // Diff compares the running config with a newly loaded one, for SIGHUP. It

@@ -85,6 +85,7 @@ type rawSource struct {
 	SchemaFile     string    `toml:"schema_file"`
 	Order          *rawOrder `toml:"order"`
 	HMAC           *rawHMAC  `toml:"hmac"`
+	ReplayGuard    string    `toml:"replay_guard"`
 }
 
 type rawOrder struct {
@@ -574,6 +575,7 @@ func (l *loader) source(i int, r *rawSource) Source {
 			s.HMAC.Template = "{body}"
 		}
 	}
+	s.ReplayGuard = strings.ToLower(r.ReplayGuard)
 	applyProviderDefaults(&s, r.Key != nil, r.Retention != nil, r.AckStatus != nil)
 	return s
 }

@@ -263,6 +263,13 @@ func validateSource(p *problems, key string, s *Source) {
 		}
 	}
 
+	switch s.ReplayGuard {
+	case ReplayGuardBody, ReplayGuardOff:
+	case "":
+		// Unknown provider: no default to apply; the provider error says it.
+	default:
+		p.add(k("replay_guard"), nil, fmt.Sprintf("invalid replay_guard %q: want \"body\" or \"off\"", s.ReplayGuard))
+	}
 	positive(p, k("tolerance"), s.Tolerance)
 	if len(s.Key) == 0 {
 		msg := fmt.Sprintf("required: provider %q has no default key", s.Provider)

@@ -12,7 +12,9 @@ type generic struct{}
 func (generic) Name() string { return "hmac" }
 
 func (generic) Defaults() Defaults {
-	return Defaults{Retention: 168 * time.Hour, AckStatus: ackAccepted}
+	// ReplayGuard: on unless the operator's template signs an {id} (decided
+	// by config from the spec, which Defaults does not see).
+	return Defaults{Retention: 168 * time.Hour, AckStatus: ackAccepted, ReplayGuard: true}
 }
 
 func (generic) NewVerifier(opts Options) (Verifier, error) {

@@ -50,6 +50,11 @@ type Defaults struct {
 	Key       []string      // key parts, e.g. ["header:X-GitHub-Delivery"]
 	Retention time.Duration // the provider's retry window plus margin
 	AckStatus int           // answer for a new event (asaas: 200, else 202)
+	// ReplayGuard: the signature covers neither an event id nor (usefully) a
+	// time, so a captured body resent under a new unsigned delivery id would
+	// verify as a new event; the source's replay_guard defaults to "body".
+	// SCHEMES.md gives the reason per provider.
+	ReplayGuard bool
 }
 
 // Scheme is one provider's signature scheme.

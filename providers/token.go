@@ -55,9 +55,10 @@ func (gitlab) Name() string { return "gitlab" }
 
 func (gitlab) Defaults() Defaults {
 	return Defaults{
-		Key:       []string{"header:Idempotency-Key|header:X-Gitlab-Event-UUID"},
-		Retention: 72 * time.Hour,
-		AckStatus: ackAccepted,
+		Key:         []string{"header:Idempotency-Key|header:X-Gitlab-Event-UUID"},
+		Retention:   72 * time.Hour,
+		AckStatus:   ackAccepted,
+		ReplayGuard: true,
 	}
 }
 

@@ -1,0 +1,52 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestReplayGuardDefaults: the guard is on by default exactly for the schemes
+// whose signature covers no event id, an explicit value wins, and anything
+// but "body" or "off" is refused with the key's line.
+func TestReplayGuardDefaults(t *testing.T) {
+	tests := []struct {
+		name, source, want, err string
+	}{
+		{"github", `provider = "github"`, "body", ""},
+		{"gitlab", `provider = "gitlab"`, "body", ""},
+		{"linear", `provider = "linear"`, "body", ""},
+		{"twilio", `provider = "twilio"`, "body", ""},
+		{"stripe", `provider = "stripe"`, "off", ""},
+		{"shopify", `provider = "shopify"`, "off", ""},
+		{"standard", `provider = "standard"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]", "off", ""},
+		{"slack", `provider = "slack"`, "off", ""},
+		{"hmac body only", `provider = "hmac"` + "\nkey = [\"header:X-Id\"]\nhmac = { header = \"X-Sig\" }", "body", ""},
+		{"hmac signs an id", `provider = "hmac"` + "\nkey = [\"header:X-Id\"]\nhmac = { header = \"X-Sig\", id_header = \"X-Id\", template = \"{id}.{body}\" }", "off", ""},
+		{"github off", `provider = "github"` + "\nreplay_guard = \"off\"", "off", ""},
+		{"stripe on", `provider = "stripe"` + "\nreplay_guard = \"Body\"", "body", ""},
+		{"invalid", `provider = "github"` + "\nreplay_guard = \"sometimes\"", "", `replay_guard: invalid replay_guard "sometimes"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := tt.source
+			if !strings.Contains(src, "secrets") {
+				src += "\nsecrets = [\"0123456789abcdef0123456789abcdef\"]"
+			}
+			text := "[[source]]\nname = \"s\"\nforward = \"http://127.0.0.1:9000/\"\n" + src + "\n"
+			path := writeFile(t, t.TempDir(), "oncehook.toml", text, 0o600)
+			c, err := Load(path)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("Load: %v, want an error containing %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("Load: %v", err)
+			}
+			if got := c.Sources[0].ReplayGuard; got != tt.want {
+				t.Fatalf("replay_guard = %q, want %q", got, tt.want)
+			}
+		})
+	}
+}

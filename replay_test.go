@@ -1,0 +1,128 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"oncehook/engine"
+	"oncehook/providers"
+)
+
+const githubTestSecret = "github-test-secret-0123456789abcdef"
+
+// githubSources are two GitHub sources, the replay guard on (the default) and
+// off, so a test can show what the guard changes.
+const githubSources = `
+[[source]]
+name = "gh"
+provider = "github"
+secrets = ["` + githubTestSecret + `"]
+forward = "%[1]s/gh"
+
+[[source]]
+name = "gh-open"
+provider = "github"
+secrets = ["` + githubTestSecret + `"]
+forward = "%[1]s/gh-open"
+replay_guard = "off"
+`
+
+// githubSigned signs body the way GitHub does, as delivery id.
+func githubSigned(t *testing.T, body []byte, delivery string) []providers.Header {
+	t.Helper()
+	s, _ := providers.Lookup("github")
+	h, err := s.Sign(body, []byte(githubTestSecret), time.Now(), delivery, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return h
+}
+
+// withHeader returns hs with name set to value (replacing or adding it).
+func withHeader(hs []providers.Header, name, value string) []providers.Header {
+	out := make([]providers.Header, 0, len(hs)+1)
+	for _, h := range hs {
+		if !strings.EqualFold(h.Name, name) {
+			out = append(out, h)
+		}
+	}
+	return append(out, providers.Header{Name: name, Value: value})
+}
+
+// TestCapturedBodyUnderANewDeliveryIDIsADuplicate: GitHub signs the body
+// only, so a captured delivery resent with a new X-GitHub-Delivery verifies.
+// The replay guard answers it as a duplicate of the original event, stores
+// nothing and counts it; without the guard each resend is a new event.
+func TestCapturedBodyUnderANewDeliveryIDIsADuplicate(t *testing.T) {
+	h := newHandler(t)
+	tn := startNodeWithSources(t, "", h.url, githubSources)
+	body := []byte(`{"action":"opened","number":7}`)
+	captured := githubSigned(t, body, "d-1")
+
+	if a := tn.post("gh", body, captured); a.Status != http.StatusAccepted || a.Body["key"] != "gh:d-1" {
+		t.Fatalf("original delivery: %d %s", a.Status, a.Raw)
+	}
+	for _, forged := range []string{"d-2", "d-3"} {
+		a := tn.post("gh", body, withHeader(captured, "X-GitHub-Delivery", forged))
+		if a.Status != http.StatusOK || a.Body["status"] != "duplicate" || a.Body["key"] != "gh:d-1" {
+			t.Fatalf("replay as %s: %d %s, want 200 duplicate naming gh:d-1", forged, a.Status, a.Raw)
+		}
+		if _, err := tn.event("gh:" + forged); err == nil {
+			t.Fatalf("replay as %s stored an event", forged)
+		}
+	}
+	// Another body is another event, even under a reused id's neighbour.
+	other := []byte(`{"action":"closed","number":7}`)
+	if a := tn.post("gh", other, githubSigned(t, other, "d-2")); a.Status != http.StatusAccepted || a.Body["key"] != "gh:d-2" {
+		t.Fatalf("a new body: %d %s", a.Status, a.Raw)
+	}
+	tn.waitState("gh:d-1", engine.StateDone)
+	tn.waitState("gh:d-2", engine.StateDone)
+	if n := len(h.deliveries("gh:d-1")); n != 1 {
+		t.Fatalf("handler ran %d times for gh:d-1, want 1", n)
+	}
+	req, _ := http.NewRequest(http.MethodGet, tn.admin+"/metrics", nil)
+	if m := tn.do(req).Raw; !strings.Contains(m, `oncehook_replay_suspected_total{source="gh"} 2`) {
+		t.Fatal("the two replays were not counted in oncehook_replay_suspected_total")
+	}
+
+	// The same replay on a source with the guard off is a new event each
+	// time: the guard, not the key, is what stops it.
+	if a := tn.post("gh-open", body, captured); a.Status != http.StatusAccepted {
+		t.Fatalf("guard off, original: %d %s", a.Status, a.Raw)
+	}
+	if a := tn.post("gh-open", body, withHeader(captured, "X-GitHub-Delivery", "d-9")); a.Status != http.StatusAccepted {
+		t.Fatalf("guard off, replay: %d %s, want 202 (a new event)", a.Status, a.Raw)
+	}
+}
+
+// TestSyncDuplicateWithAnotherBodyGetsConflict: a validly signed body sent
+// under an existing sync event's id must not read that event's cached answer
+// or learn its state.
+func TestSyncDuplicateWithAnotherBodyGetsConflict(t *testing.T) {
+	h := newHandler(t)
+	h.setAnswer(func(d delivery) (int, string) { return 201, `{"handled":1}` })
+	tn := startTestNode(t, "", h.url)
+	body := []byte(`{"id":"secret-order"}`)
+	if a := tn.post("sync", body, tn.signed(body, "msg_x")); a.Status != 201 || a.Raw != `{"handled":1}` {
+		t.Fatalf("sync answer: %d %q", a.Status, a.Raw)
+	}
+	probe := []byte(`{"id":"probe"}`)
+	a := tn.post("sync", probe, tn.signed(probe, "msg_x"))
+	if a.Status != http.StatusConflict || a.Body["status"] != "conflict" || a.Body["key"] != "sync:msg_x" {
+		t.Fatalf("other body under msg_x: %d %s, want 409 conflict", a.Status, a.Raw)
+	}
+	if strings.Contains(a.Raw, "handled") || a.Body["state"] != nil {
+		t.Fatalf("the conflict answer leaks the event: %s", a.Raw)
+	}
+	// The same body still gets the cached answer.
+	if a := tn.post("sync", body, tn.signed(body, "msg_x")); a.Status != 201 || a.Raw != `{"handled":1}` {
+		t.Fatalf("same body again: %d %q", a.Status, a.Raw)
+	}
+	req, _ := http.NewRequest(http.MethodGet, tn.admin+"/metrics", nil)
+	if m := tn.do(req).Raw; !strings.Contains(m, `oncehook_sync_conflicts_total{source="sync"} 1`) {
+		t.Fatal("the conflict was not counted in oncehook_sync_conflicts_total")
+	}
+}
