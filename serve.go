@@ -177,6 +177,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		return nil, err
 	}
 	n.intake = newIntake(n.cluster, set, log, n.metrics)
+	n.intake.maxConnsPerIP = cfg.Node.MaxConnsPerIP
 	if failpoint.Enabled { // chaos builds only: signatures checked against the test clock (S11)
 		n.intake.now = failpoint.Now
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"net/netip"
@@ -17,6 +18,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"oncehook/cluster"
+	"oncehook/config"
 	"oncehook/engine"
 	"oncehook/providers"
 )
@@ -75,24 +77,33 @@ type intake struct {
 	now     func() time.Time
 	metrics *metrics
 	timeout time.Duration // how long a claim may wait for a commit
+	// maxConnsPerIP caps one client address's open connections ([node]
+	// max_conns_per_ip); 0: DefaultMaxConnsPerIP.
+	maxConnsPerIP int
 
-	keyBufs sync.Pool
+	keyBufs  sync.Pool
+	bodyBufs sync.Pool // bodies read by readBody, returned when the request ends
 }
 
 func newIntake(store claimStore, set *sourceSet, log *slog.Logger, m *metrics) *intake {
 	in := &intake{store: store, log: log, now: time.Now, metrics: m, timeout: 10 * time.Second}
 	in.sources.Store(set)
 	in.keyBufs.New = func() any { b := make([]byte, 0, 600); return &b }
+	in.bodyBufs.New = func() any { b := make([]byte, 0, 8<<10); return &b }
 	return in
 }
 
 // server builds the fasthttp server with limits that bound hostile clients:
 // read/write/idle timeouts against slowloris, a header size limit (431), a
-// body limit (413) and a per-IP connection cap.
+// per-IP connection cap, and bodies streamed: fasthttp hands the handler the
+// headers and at most 8 KiB already read, so the route, the client address
+// and the source's max_body are decided before the rest of a body is read
+// (readBody). Nothing a client sends to an unknown source, from a refused
+// address or over max_body is buffered.
 func (in *intake) server() *fasthttp.Server {
-	maxBody := in.sources.Load().maxBody
-	if maxBody < 1<<20 {
-		maxBody = 1 << 20
+	conns := in.maxConnsPerIP
+	if conns <= 0 {
+		conns = config.DefaultMaxConnsPerIP
 	}
 	return &fasthttp.Server{
 		Handler:                       in.handle,
@@ -101,8 +112,9 @@ func (in *intake) server() *fasthttp.Server {
 		WriteTimeout:                  15 * time.Second,
 		IdleTimeout:                   60 * time.Second,
 		ReadBufferSize:                16 << 10,
-		MaxRequestBodySize:            maxBody,
-		MaxConnsPerIP:                 4096,
+		StreamRequestBody:             true,
+		MaxRequestBodySize:            config.MaxMaxBody, // the pre-read is what it bounds; readBody applies max_body
+		MaxConnsPerIP:                 conns,
 		DisablePreParseMultipartForm:  true,
 		NoDefaultContentType:          true,
 		DisableHeaderNamesNormalizing: false,
@@ -110,6 +122,61 @@ func (in *intake) server() *fasthttp.Server {
 		Logger:                        fasthttpLogger{in.log},
 		ErrorHandler:                  requestError,
 	}
+}
+
+// maxPooledBody is the largest body buffer kept for reuse; a rare big body
+// does not pin its memory in the pool.
+const maxPooledBody = 256 << 10
+
+// readBody reads the request body into dst, refusing more than limit bytes:
+// a declared Content-Length over the limit is refused before anything more
+// is read, a chunked body as soon as it passes the limit. status is 0 when the
+// body was read, else the answer to send (the connection is then closed:
+// what the client still sends is never read).
+func readBody(ctx *fasthttp.RequestCtx, dst []byte, limit int) (body []byte, status int, msg string) {
+	refuse := func(status int, msg string) ([]byte, int, string) {
+		ctx.SetConnectionClose()
+		return dst, status, msg
+	}
+	n := ctx.Request.Header.ContentLength()
+	if n > limit {
+		return refuse(fasthttp.StatusRequestEntityTooLarge, "body larger than max_body")
+	}
+	want := limit + 1 // chunked: one byte past the limit tells it is over
+	if n >= 0 {
+		want = n
+	}
+	if cap(dst) < want && n >= 0 {
+		dst = make([]byte, 0, want)
+	}
+	r := ctx.RequestBodyStream()
+	if r == nil { // no body stream: nothing follows the headers
+		return dst, 0, ""
+	}
+	for len(dst) < want {
+		if len(dst) == cap(dst) {
+			dst = append(dst, 0)[:len(dst)]
+		}
+		m, err := r.Read(dst[len(dst):min(cap(dst), want)])
+		dst = dst[:len(dst)+m]
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			var netErr net.Error
+			if errors.As(err, &netErr) && netErr.Timeout() {
+				return refuse(fasthttp.StatusRequestTimeout, "request body not received in time")
+			}
+			return refuse(fasthttp.StatusBadRequest, "malformed or truncated request body")
+		}
+	}
+	if len(dst) > limit {
+		return refuse(fasthttp.StatusRequestEntityTooLarge, "body larger than max_body")
+	}
+	if n >= 0 && len(dst) < n {
+		return refuse(fasthttp.StatusBadRequest, "truncated request body")
+	}
+	return dst, 0, ""
 }
 
 // requestError answers requests fasthttp rejects before our handler runs.
@@ -188,16 +255,20 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 	if len(src.allow) > 0 && !allowed(src.allow, ctx.RemoteIP()) {
 		return writeError(ctx, fasthttp.StatusForbidden, "client address not allowed")
 	}
-	body := ctx.PostBody()
-	if len(body) > src.maxBody {
-		ctx.SetConnectionClose()
-		return writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "body larger than max_body")
+	if ce := ctx.Request.Header.Peek("Content-Encoding"); len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {
+		return writeError(ctx, fasthttp.StatusUnsupportedMediaType, "content-encoding not supported: signatures cover the raw body")
+	}
+	bp := in.bodyBufs.Get().(*[]byte)
+	defer in.bodyBufs.Put(bp)
+	body, status, msg := readBody(ctx, (*bp)[:0], src.maxBody)
+	if cap(body) <= maxPooledBody {
+		*bp = body[:0]
+	}
+	if status != 0 {
+		return writeError(ctx, status, msg)
 	}
 	if len(body) == 0 {
 		return writeError(ctx, fasthttp.StatusBadRequest, "empty body")
-	}
-	if ce := ctx.Request.Header.Peek("Content-Encoding"); len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {
-		return writeError(ctx, fasthttp.StatusUnsupportedMediaType, "content-encoding not supported: signatures cover the raw body")
 	}
 
 	req := providers.Request{Body: body, Header: &ctx.Request.Header, Now: in.now()}
@@ -225,10 +296,10 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		}
 	}
 
-	bp := in.keyBufs.Get().(*[]byte)
-	defer in.keyBufs.Put(bp)
-	key, err := src.keyer.Key((*bp)[:0], &ctx.Request.Header, body)
-	*bp = key[:0]
+	kp := in.keyBufs.Get().(*[]byte)
+	defer in.keyBufs.Put(kp)
+	key, err := src.keyer.Key((*kp)[:0], &ctx.Request.Header, body)
+	*kp = key[:0]
 	if err != nil {
 		return writeError(ctx, fasthttp.StatusBadRequest, "no idempotency key: "+err.Error())
 	}

@@ -28,6 +28,8 @@ const (
 	DefaultBackoffMax     = 10 * time.Minute
 	DefaultForwardTimeout = 10 * time.Second
 	DefaultKeysRefresh    = 5 * time.Minute
+	DefaultMaxConnsPerIP  = 512 // a provider's fan-out fits; one client cannot take every fd
+	MaxMaxConnsPerIP      = 65536
 	DemoSourceName        = "demo"
 	ReplayGuardBody       = "body" // replay_guard: a body seen under another key is a duplicate
 	ReplayGuardOff        = "off"
@@ -54,6 +56,9 @@ type Node struct {
 	Listen    string `json:"listen"`    // intake listener, host:port
 	LogLevel  string `json:"log_level"` // debug|info|warn|error; reloadable
 	LogFormat string `json:"log_format"`
+	// MaxConnsPerIP caps the intake connections one client address may hold
+	// open; more are refused at accept.
+	MaxConnsPerIP int `json:"max_conns_per_ip"`
 }
 
 // Cluster is the [cluster] table.
@@ -198,11 +203,12 @@ func (maskedVerifier) Format(f fmt.State, _ rune)      { fmt.Fprint(f, "<verifie
 func Default() *Config {
 	return &Config{
 		Node: Node{
-			ID:        DefaultNodeID,
-			DataDir:   DefaultDataDir,
-			Listen:    DefaultListen,
-			LogLevel:  DefaultLogLevel,
-			LogFormat: DefaultLogFormat,
+			ID:            DefaultNodeID,
+			DataDir:       DefaultDataDir,
+			Listen:        DefaultListen,
+			LogLevel:      DefaultLogLevel,
+			LogFormat:     DefaultLogFormat,
+			MaxConnsPerIP: DefaultMaxConnsPerIP,
 		},
 		Admin:   Admin{Listen: DefaultAdminListen},
 		Sources: []Source{},

@@ -61,6 +61,7 @@ func Diff(old, new *Config) (reloadable, restartNeeded []string) {
 		reloadable = append(reloadable, "node.log_level")
 	}
 	restart("node.log_format", old.Node.LogFormat, new.Node.LogFormat)
+	restart("node.max_conns_per_ip", old.Node.MaxConnsPerIP, new.Node.MaxConnsPerIP)
 
 	switch oc, nc := old.Cluster, new.Cluster; {
 	case oc == nil && nc == nil:

@@ -38,6 +38,9 @@ type rawNode struct {
 	Listen    string `toml:"listen"`
 	LogLevel  string `toml:"log_level"`
 	LogFormat string `toml:"log_format"`
+	// MaxConnsPerIP is a pointer so that an explicit 0 is refused, not
+	// taken for the default.
+	MaxConnsPerIP *int `toml:"max_conns_per_ip"`
 }
 
 type rawCluster struct {
@@ -424,6 +427,9 @@ func (l *loader) node(n *Node, r rawNode) {
 	setString(&n.Listen, r.Listen)
 	setString(&n.LogLevel, strings.ToLower(r.LogLevel))
 	setString(&n.LogFormat, strings.ToLower(r.LogFormat))
+	if r.MaxConnsPerIP != nil {
+		n.MaxConnsPerIP = *r.MaxConnsPerIP
+	}
 }
 
 func setString(dst *string, v string) {

@@ -112,7 +112,7 @@ func TestLoadValid(t *testing.T) {
 	c := mustLoadTestdata(t, "valid.toml")
 	dir := filepath.Dir(c.Path)
 
-	if want := (Node{ID: "node2", DataDir: "/var/lib/oncehook", Listen: "0.0.0.0:8080", LogLevel: "debug", LogFormat: "json"}); c.Node != want {
+	if want := (Node{ID: "node2", DataDir: "/var/lib/oncehook", Listen: "0.0.0.0:8080", LogLevel: "debug", LogFormat: "json", MaxConnsPerIP: DefaultMaxConnsPerIP}); c.Node != want {
 		t.Errorf("Node = %+v, want %+v", c.Node, want)
 	}
 	cl := c.Cluster

@@ -50,3 +50,34 @@ func TestReplayGuardDefaults(t *testing.T) {
 		})
 	}
 }
+
+// TestMaxConnsPerIP: the intake's per-address connection cap is a [node]
+// key with a default in the hundreds; 0 and negative values are refused.
+func TestMaxConnsPerIP(t *testing.T) {
+	for _, tt := range []struct {
+		line string
+		want int
+		err  string
+	}{
+		{"", DefaultMaxConnsPerIP, ""},
+		{"max_conns_per_ip = 64", 64, ""},
+		{"max_conns_per_ip = 0", 0, "node.max_conns_per_ip: must be 1..65536, got 0"},
+		{"max_conns_per_ip = -1", 0, "node.max_conns_per_ip: must be 1..65536, got -1"},
+	} {
+		path := writeFile(t, t.TempDir(), "oncehook.toml", "[node]\n"+tt.line+"\n", 0o600)
+		c, err := Load(path)
+		switch {
+		case tt.err != "":
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("%q: Load: %v, want %q", tt.line, err, tt.err)
+			}
+		case err != nil:
+			t.Errorf("%q: Load: %v", tt.line, err)
+		case c.Node.MaxConnsPerIP != tt.want:
+			t.Errorf("%q: max_conns_per_ip = %d, want %d", tt.line, c.Node.MaxConnsPerIP, tt.want)
+		}
+	}
+	if DefaultMaxConnsPerIP < 100 || DefaultMaxConnsPerIP >= 1000 {
+		t.Fatalf("default %d is not in the hundreds", DefaultMaxConnsPerIP)
+	}
+}

@@ -71,6 +71,9 @@ func (c *Config) validateNode(p *problems) {
 		p.add("node.data_dir", nil, "required")
 	}
 	checkListen(p, "node.listen", n.Listen)
+	if n.MaxConnsPerIP < 1 || n.MaxConnsPerIP > MaxMaxConnsPerIP {
+		p.add("node.max_conns_per_ip", nil, fmt.Sprintf("must be 1..%d, got %d", MaxMaxConnsPerIP, n.MaxConnsPerIP))
+	}
 	switch n.LogLevel {
 	case "debug", "info", "warn", "error":
 	default:
