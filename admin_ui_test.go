@@ -313,12 +313,12 @@ func TestUISessionEndsWhenItsTokenIsRotated(t *testing.T) {
 	if a := u.get("/ui/"); a.status != http.StatusOK {
 		t.Fatalf("list: %d", a.status)
 	}
-	mustWrite(t, filepath.Join(tn.dir, "admin.token"), "a-new-admin-token\n")
+	mustWrite(t, filepath.Join(tn.dir, "admin.token"), "a-new-admin-token-0123456789abcdef\n")
 	tn.n.reload(tn.cfgPath)
 	if a := u.get("/ui/"); a.status != http.StatusSeeOther {
 		t.Fatalf("list after the token was rotated: %d, want 303 to the login form", a.status)
 	}
-	if a := u.login("a-new-admin-token"); a.status != http.StatusSeeOther {
+	if a := u.login("a-new-admin-token-0123456789abcdef"); a.status != http.StatusSeeOther {
 		t.Fatalf("login with the new token: %d", a.status)
 	}
 }

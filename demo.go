@@ -50,10 +50,16 @@ func startDemo(ctx context.Context, dir string, stderr io.Writer) (*demoSetup, e
 		return nil, fmt.Errorf("demo secret: %w", err)
 	}
 	d.secret = string(trimSpace(b))
+	// The admin token: 64 hex characters, well over the 32 bytes an admin
+	// token needs. One left short by an older version is replaced, else the
+	// demo config would not load.
 	tokenPath := filepath.Join(dir, "admin.token")
-	if _, err := os.Stat(tokenPath); os.IsNotExist(err) {
+	if b, err := os.ReadFile(tokenPath); err != nil || len(trimSpace(b)) < config.MinTokenLen {
 		tok, _ := providers.GenerateSecret("hmac")
 		if err := os.WriteFile(tokenPath, []byte(tok+"\n"), 0o600); err != nil {
+			return nil, fmt.Errorf("demo admin token: %w", err)
+		}
+		if err := os.Chmod(tokenPath, 0o600); err != nil {
 			return nil, fmt.Errorf("demo admin token: %w", err)
 		}
 	}

@@ -31,7 +31,7 @@ func startNodeWithSources(t testing.TB, dir, handlerURL, extra string) *testNode
 		tn.secret, _ = providers.GenerateSecret("standard")
 		mustWrite(t, secretPath, tn.secret+"\n")
 	}
-	tn.token = "admin-token-for-tests"
+	tn.token = "admin-token-for-tests-0123456789abcdef"
 	mustWrite(t, filepath.Join(dir, "admin.token"), tn.token+"\n")
 	mustWrite(t, tn.cfgPath, testConfig(dir, handlerURL, extra))
 	tn.start()

@@ -38,7 +38,7 @@ func BenchmarkIntakeHandler(b *testing.B) {
 	dir := b.TempDir()
 	secret, _ := providers.GenerateSecret("standard")
 	mustWrite(b, filepath.Join(dir, "orders.secret"), secret+"\n")
-	mustWrite(b, filepath.Join(dir, "admin.token"), "admin-token-for-tests\n")
+	mustWrite(b, filepath.Join(dir, "admin.token"), "admin-token-for-tests-0123456789abcdef\n")
 	cfgPath := filepath.Join(dir, "oncehook.toml")
 	mustWrite(b, cfgPath, fmt.Sprintf("[node]\nid = \"node1\"\ndata_dir = %q\nlisten = \"127.0.0.1:0\"\n\n[admin]\nlisten = \"127.0.0.1:0\"\ntokens = [{ name = \"ops\", token_file = \"admin.token\" }]\n",
 		filepath.Join(dir, "data"))+"\n[[source]]\nname = \"orders\"\nprovider = \"standard\"\nsecret_files = [\"orders.secret\"]\nforward = \"http://127.0.0.1:1/orders\"\n")

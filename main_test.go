@@ -157,7 +157,7 @@ func startTestNode(t testing.TB, dir, handlerURL string) *testNode {
 		tn.secret, _ = providers.GenerateSecret("standard")
 		mustWrite(t, secretPath, tn.secret+"\n")
 	}
-	tn.token = "admin-token-for-tests"
+	tn.token = "admin-token-for-tests-0123456789abcdef"
 	mustWrite(t, filepath.Join(dir, "admin.token"), tn.token+"\n")
 	cfg := fmt.Sprintf(`[node]
 id = "node1"

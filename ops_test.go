@@ -312,7 +312,7 @@ func startServed(t *testing.T, handlerURL string) *served {
 		done: make(chan error, 1), client: &http.Client{Timeout: 10 * time.Second}}
 	s.secret, _ = providers.GenerateSecret("standard")
 	mustWrite(t, filepath.Join(dir, "orders.secret"), s.secret+"\n")
-	mustWrite(t, filepath.Join(dir, "admin.token"), "ops-token\n")
+	mustWrite(t, filepath.Join(dir, "admin.token"), "ops-token-0123456789abcdef0123456789\n")
 	mustWrite(t, s.cfgPath, s.config("info", handlerURL, ""))
 
 	// The fake systemd's notify socket. A short relative name keeps the path

@@ -35,10 +35,10 @@ type Config struct {
 	// Bind is the cluster port (raft and the internal channel). Empty: a
 	// single node on an in-memory transport, reachable by nobody else.
 	Bind      string
-	Advertise string // address peers dial; default Bind
-	Peers     []Peer // bootstrap voters; empty: this node alone
-	Token     []byte // cluster token; required on every node when Peers name others and TLS is off
-	TLS       *TLSConfig
+	Advertise string     // address peers dial; default Bind
+	Peers     []Peer     // bootstrap voters; empty: this node alone
+	Token     []byte     // cluster token, at least MinTokenLen bytes; required with Bind unless TLS is set
+	TLS       *TLSConfig // mutual TLS between nodes; with it Token is optional
 
 	// Transport replaces the TCP transport (tests: raft.InmemTransport). With it,
 	// Forward names the other nodes so that followers can reach the leader in
@@ -151,6 +151,11 @@ type Node struct {
 func Open(cfg Config) (*Node, error) {
 	if cfg.ID == "" || cfg.Dir == "" {
 		return nil, errors.New("cluster: ID and Dir are required")
+	}
+	if cfg.Bind != "" && cfg.Transport == nil {
+		if err := checkAuth(cfg.Token, cfg.TLS); err != nil {
+			return nil, err
+		}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()

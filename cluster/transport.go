@@ -33,6 +33,31 @@ const (
 	preambleDeadline = 10 * time.Second
 )
 
+// MinTokenLen is the shortest cluster token accepted, in bytes: from the
+// configuration (Open refuses to start) and from a peer (the connection is
+// refused). The config package requires the same.
+const MinTokenLen = 32
+
+// ErrWeakAuth: the cluster port would be open, or guarded by a guessable
+// token. Open refuses to start with it.
+var ErrWeakAuth = errors.New("cluster: the cluster port needs mutual TLS or a token of at least 32 bytes")
+
+// checkAuth refuses a TCP cluster port that nobody would need to
+// authenticate to: without TLS the token is all that stands between the
+// network and a join or an apply, so it must be set and long; a token that is
+// set must be long even beside TLS.
+func checkAuth(token []byte, tlsc *TLSConfig) error {
+	switch {
+	case len(token) == 0 && tlsc == nil:
+		return fmt.Errorf("%w: no token and no TLS", ErrWeakAuth)
+	case len(token) > 0 && len(token) < MinTokenLen:
+		return fmt.Errorf("%w: the token is %d bytes", ErrWeakAuth, len(token))
+	case len(token) > maxTokenLen:
+		return fmt.Errorf("%w: the token is over %d bytes", ErrWeakAuth, maxTokenLen)
+	}
+	return nil
+}
+
 // mux accepts connections on the cluster port, authenticates them and routes
 // them by kind: Raft streams to the raft.StreamLayer side, forward streams to
 // the node's command handler.
@@ -57,6 +82,9 @@ type mux struct {
 }
 
 func newMux(ln net.Listener, advertise string, token []byte, tlsc *TLSConfig, log *slog.Logger) (*mux, error) {
+	if err := checkAuth(token, tlsc); err != nil {
+		return nil, err
+	}
 	adv, err := net.ResolveTCPAddr("tcp", advertise)
 	if err != nil {
 		return nil, fmt.Errorf("advertise address %q: %w", advertise, err)
@@ -175,12 +203,26 @@ func (m *mux) readPreamble(c net.Conn) (byte, error) {
 		return 0, err
 	}
 	// With mutual TLS the certificate already proved membership; a token, when
-	// configured, must match as well. ConstantTimeCompare keeps the token's
-	// bytes from leaking through timing.
-	if len(m.token) > 0 && subtle.ConstantTimeCompare(got, m.token) != 1 {
+	// configured, must match as well. Without TLS there is always a token
+	// (newMux refuses otherwise); an empty or short one never passes, even
+	// if the node's own were somehow short. ConstantTimeCompare keeps the
+	// token's bytes from leaking through timing.
+	switch {
+	case len(m.token) == 0 && m.serverTLS != nil:
+		return kind, nil
+	case len(m.token) < MinTokenLen || len(got) < MinTokenLen:
+		return 0, fmt.Errorf("%w: token of %d bytes", ErrUnauthorized, len(got))
+	case subtle.ConstantTimeCompare(got, m.token) != 1:
 		return 0, ErrUnauthorized
 	}
 	return kind, nil
+}
+
+// rejections counts the connections refused so far.
+func (m *mux) rejections() uint64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.rejected
 }
 
 func (m *mux) reject(c net.Conn, what string, err error) {

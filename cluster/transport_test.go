@@ -18,6 +18,9 @@ import (
 	"oncehook/engine"
 )
 
+// testToken is the cluster token of tcpCluster's nodes.
+const testToken = "cluster-token-for-tests-0123456789abcdef"
+
 // tcpCluster starts n nodes on real loopback TCP ports.
 func tcpCluster(t *testing.T, n int, tune func(i int, cfg *Config)) []*Node {
 	t.Helper()
@@ -39,7 +42,7 @@ func tcpCluster(t *testing.T, n int, tune func(i int, cfg *Config)) []*Node {
 	for i := range nodes {
 		cfg := Config{
 			ID: peers[i].ID, Dir: filepath.Join(dir, peers[i].ID), Bind: peers[i].Addr, Peers: peers,
-			Token: []byte("cluster-token"), Logger: quietLogger(), LogOutput: os.Stderr, RaftLogLevel: "off",
+			Token: []byte(testToken), Logger: quietLogger(), LogOutput: os.Stderr, RaftLogLevel: "off",
 			HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 			LeaderLeaseTimeout: 300 * time.Millisecond, NoSync: true,
 		}
@@ -108,7 +111,7 @@ func TestTCPFollowerForwardsClaimsToTheLeader(t *testing.T) {
 func TestTCPWrongTokenCannotJoin(t *testing.T) {
 	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
 		if i == 2 {
-			cfg.Token = []byte("not-the-token")
+			cfg.Token = []byte("not-the-cluster-token-0123456789abcdef")
 		}
 	})
 	leader := leaderOf(t, nodes[:2])

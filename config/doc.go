@@ -24,8 +24,12 @@
 //   - A secret never appears in an error, a log line, fmt output or JSON:
 //     Secret prints "<redacted>" in every form, a Source masks its Verifier
 //     when printed, and errors name a secret's key and file, never its bytes.
-//   - Secret and token files readable by others (mode & 0o004) are refused,
-//     the way ssh refuses an unprotected private key.
+//   - Secret, token and TLS key files readable by others (mode & 0o004) or
+//     writable by group or others (mode & 0o022) are refused, the way ssh
+//     refuses an unprotected private key; so is a config file readable by
+//     others that holds secrets or tokens inline.
+//   - Cluster and admin tokens are at least MinTokenLen (32) bytes, and a
+//     [cluster] table needs token_file or mutual TLS.
 //   - Load has no side effects; a failed Load returns no Config, so a reload
 //     with a bad file keeps the running one.
 //

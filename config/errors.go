@@ -15,9 +15,11 @@ var (
 	// or a key of a newer version). Never ignored: typos in ops configs are the
 	// common failure.
 	ErrUnknownKey = errors.New("unknown key")
-	// ErrSecretFileMode: a secret or token file is readable by others
-	// (mode & 0o004), refused like ssh refuses an unprotected private key.
-	ErrSecretFileMode = errors.New("secret file is readable by others")
+	// ErrSecretFileMode: a secret, token or TLS key file is readable by
+	// others (mode & 0o004) or writable by group or others (mode & 0o022), or
+	// a config file holding credentials inline is readable by others; refused
+	// like ssh refuses an unprotected private key.
+	ErrSecretFileMode = errors.New("secret file mode is unsafe")
 )
 
 // Error is one problem in a config: `file:line: key: message`. File is empty

@@ -15,9 +15,9 @@ const (
 	stripeSecret   = "whsec_stripe-test-secret-value"
 	githubSecret   = "github-test-secret-value"
 	standardSecret = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
-	adminToken     = "admin-token-value-0123456789"
-	ops2Token      = "ops2-token-value-0123456789"
-	clusterToken   = "cluster-token-value-0123456789"
+	adminToken     = "admin-token-value-0123456789abcdef0123456789"
+	ops2Token      = "ops2-token-value-0123456789abcdef0123456789"
+	clusterToken   = "cluster-token-value-0123456789abcdef0123456789"
 )
 
 // writeFile writes content to dir/name with exactly mode perm (no umask).
@@ -45,6 +45,7 @@ func fixtureDir(t *testing.T) string {
 	writeFile(t, dir, "admin.token", adminToken+"\n", 0o600)
 	writeFile(t, dir, "ops2.token", ops2Token+"\n", 0o600)
 	writeFile(t, dir, "cluster.token", clusterToken+"\n", 0o600)
+	writeFile(t, dir, "short.token", "short-token\n", 0o600)
 	writeFile(t, dir, "open.secret", "world-readable-secret\n", 0o644)
 	writeFile(t, dir, "empty.secret", "\n", 0o600)
 	writeFile(t, dir, "schema.json", `{"type":"object"}`, 0o644)
@@ -62,7 +63,9 @@ func loadTestdata(t *testing.T, name string) (*Config, string, error) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := writeFile(t, dir, name, string(data), 0o644)
+	// 0600: some fixtures hold inline secrets, which a file readable by
+	// others may not (TestInlineCredentialsMode).
+	path := writeFile(t, dir, name, string(data), 0o600)
 	c, err := Load(path)
 	return c, path, err
 }

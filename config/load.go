@@ -126,8 +126,10 @@ var sectionTypes = map[string]reflect.Type{
 // Paths of secret, token, TLS and schema files are resolved against the
 // directory of path when relative; for secret, token and TLS files, a relative
 // path that exists under $CREDENTIALS_DIRECTORY (systemd LoadCredential=) is
-// taken from there first. Secret and token files readable by others
-// (mode & 0o004) are refused.
+// taken from there first. Secret, token and TLS key files readable by others
+// (mode & 0o004) or writable by group or others (mode & 0o022) are refused,
+// and so is a config file readable by others that holds secrets or tokens
+// inline.
 func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -203,6 +205,20 @@ func (l *loader) load(data []byte) *Config {
 		// Partly decoded sections would only produce confusing follow-ups.
 		return nil
 	}
+
+	var inline []string
+	for i, t := range tokens {
+		if t.Token != nil && *t.Token != "" {
+			inline = append(inline, "admin.tokens["+strconv.Itoa(i)+"].token")
+		}
+	}
+	for i := range sources {
+		if len(sources[i].Secrets) > 0 {
+			inline = append(inline, "source["+strconv.Itoa(i)+"].secrets")
+		}
+	}
+	slices.SortStableFunc(inline, func(a, b string) int { return cmp.Compare(l.p.lines.find(a), l.p.lines.find(b)) })
+	l.checkInline(inline)
 
 	c := Default()
 	c.Path = l.p.file
@@ -624,7 +640,8 @@ func (l *loader) resolve(path string, credentials bool) string {
 }
 
 // readSecret reads one secret or token file. It refuses a file that is not a
-// regular file, is readable by others, or is empty, reporting the path and the
+// regular file, is readable by others, is writable by its group or by others
+// (whoever can write it can choose the secret), or is empty, reporting the path and the
 // os error at key, never the content. Surrounding whitespace (the trailing
 // newline of `echo secret > file`) is trimmed.
 func (l *loader) readSecret(key, path string) (Secret, bool) {
@@ -637,9 +654,10 @@ func (l *loader) readSecret(key, path string) (Secret, bool) {
 		l.p.add(key, nil, fmt.Sprintf("cannot read secret file: %s is not a regular file", path))
 		return nil, false
 	}
-	if perm := fi.Mode().Perm(); perm&0o004 != 0 {
+	if perm := fi.Mode().Perm(); perm&0o026 != 0 {
+		what, chmod := unsafeMode(perm)
 		l.p.add(key, ErrSecretFileMode, fmt.Sprintf(
-			"secret file %s has mode %#o: it must not be readable by others (chmod o-rwx %s)", path, perm, path))
+			"secret file %s has mode %#o: it must not be %s (chmod %s %s)", path, perm, what, chmod, path))
 		return nil, false
 	}
 	b, err := os.ReadFile(path)
@@ -662,4 +680,46 @@ func errText(err error) string {
 		return pe.Op + " " + pe.Path + ": " + pe.Err.Error()
 	}
 	return err.Error()
+}
+
+// unsafeMode says what is wrong with the mode of a secret, token or key file
+// ("" when nothing is) and the chmod argument that fixes it: such a file must
+// not be readable by others (mode & 0o004), nor writable by its group or by
+// others (mode & 0o022). Group-readable is fine (0640, root:oncehook).
+func unsafeMode(perm fs.FileMode) (what, chmod string) {
+	readable, groupW, otherW := perm&0o004 != 0, perm&0o020 != 0, perm&0o002 != 0
+	switch {
+	case readable && groupW:
+		return "readable by others or writable by its group", "g-w,o-rwx"
+	case readable:
+		return "readable by others", "o-rwx"
+	case groupW && otherW:
+		return "writable by its group or by others", "go-w"
+	case groupW:
+		return "writable by its group", "g-w"
+	case otherW:
+		return "writable by others", "o-w"
+	}
+	return "", ""
+}
+
+// checkInline refuses a config file that is readable by others when it holds
+// credentials inline (a source's secrets, an admin token): the file is then
+// as sensitive as a secret file. inline lists the keys holding them, in file
+// order; the problem is reported at the first.
+func (l *loader) checkInline(inline []string) {
+	if len(inline) == 0 {
+		return
+	}
+	fi, err := os.Stat(l.p.file)
+	if err != nil {
+		return // read a moment ago; a race with a rename is not ours to report
+	}
+	perm := fi.Mode().Perm()
+	if perm&0o004 == 0 {
+		return
+	}
+	l.p.add(inline[0], ErrSecretFileMode, fmt.Sprintf(
+		"config file %s holds inline credentials and has mode %#o: it must not be readable by others (chmod o-rwx %s), or move them to files (secret_files, token_file)",
+		l.p.file, perm, l.p.file))
 }

@@ -134,7 +134,7 @@ func TestLoadValid(t *testing.T) {
 	if tk := c.Admin.Tokens[0]; tk.Name != "ops" || string(tk.Token) != adminToken || tk.TokenFile != filepath.Join(dir, "admin.token") {
 		t.Errorf("admin token 0 = %+v", tk)
 	}
-	if tk := c.Admin.Tokens[1]; tk.Name != "ci" || string(tk.Token) != "ci-inline-token-value" || tk.TokenFile != "" {
+	if tk := c.Admin.Tokens[1]; tk.Name != "ci" || string(tk.Token) != "ci-inline-token-value-0123456789abcdef" || tk.TokenFile != "" {
 		t.Errorf("admin token 1 = %+v", tk)
 	}
 
@@ -333,7 +333,7 @@ func TestCredentialsDirectory(t *testing.T) {
 	writeFile(t, creds, "stripe.secret", "from-credentials", 0o400)
 	abs := writeFile(t, t.TempDir(), "abs.secret", "absolute", 0o600)
 	writeFile(t, creds, "abs.secret", "wrong", 0o400)
-	writeFile(t, creds, "admin.token", "admin-from-credentials", 0o400)
+	writeFile(t, creds, "admin.token", "admin-from-credentials-0123456789abcdef", 0o400)
 	path := writeFile(t, dir, "c.toml", fmt.Sprintf(`
 [admin]
 tokens = [{ name = "ops", token_file = "admin.token" }]
@@ -357,7 +357,7 @@ forward = "http://127.0.0.1:9000/a"
 	if wantFiles := []string{filepath.Join(creds, "stripe.secret"), filepath.Join(dir, "github.secret"), abs}; !reflect.DeepEqual(c.Sources[0].SecretFiles, wantFiles) {
 		t.Errorf("secret files = %q, want %q", c.Sources[0].SecretFiles, wantFiles)
 	}
-	if got := string(c.Admin.Tokens[0].Token); got != "admin-from-credentials" {
+	if got := string(c.Admin.Tokens[0].Token); got != "admin-from-credentials-0123456789abcdef" {
 		t.Errorf("admin token = %q", got)
 	}
 
@@ -368,15 +368,25 @@ forward = "http://127.0.0.1:9000/a"
 	}
 }
 
-// TestSecretFileMode: group-readable is fine (0640, root:oncehook), readable
-// by others is refused, with the path and a fix in the message.
+// TestSecretFileMode: group-readable is fine (0640, root:oncehook); readable
+// by others, or writable by the group or by others, is refused, with the path
+// and the exact chmod in the message.
 func TestSecretFileMode(t *testing.T) {
 	for _, tt := range []struct {
-		mode os.FileMode
-		ok   bool
+		mode        os.FileMode
+		what, chmod string // "" = accepted
 	}{
-		{0o600, true}, {0o400, true}, {0o640, true}, {0o660, true},
-		{0o604, false}, {0o644, false}, {0o666, false}, {0o444, false},
+		{0o600, "", ""}, {0o400, "", ""}, {0o640, "", ""}, {0o440, "", ""},
+		{0o604, "readable by others", "o-rwx"},
+		{0o644, "readable by others", "o-rwx"},
+		{0o444, "readable by others", "o-rwx"},
+		{0o606, "readable by others", "o-rwx"},
+		{0o660, "writable by its group", "g-w"},
+		{0o620, "writable by its group", "g-w"},
+		{0o602, "writable by others", "o-w"},
+		{0o622, "writable by its group or by others", "go-w"},
+		{0o664, "readable by others or writable by its group", "g-w,o-rwx"},
+		{0o666, "readable by others or writable by its group", "g-w,o-rwx"},
 	} {
 		t.Run(tt.mode.String(), func(t *testing.T) {
 			dir := t.TempDir()
@@ -388,19 +398,142 @@ secret_files = ["s.secret"]
 forward = "http://127.0.0.1:9000/a"
 `, 0o644)
 			_, err := Load(path)
-			if tt.ok {
+			if tt.what == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
 				return
 			}
-			want := fmt.Sprintf("%s:4: source[0].secret_files[0]: secret file %s has mode %#o: it must not be readable by others (chmod o-rwx %s)",
-				path, secret, tt.mode, secret)
+			want := fmt.Sprintf("%s:4: source[0].secret_files[0]: secret file %s has mode %#o: it must not be %s (chmod %s %s)",
+				path, secret, tt.mode, tt.what, tt.chmod, secret)
 			if err == nil || err.Error() != want || !errors.Is(err, ErrSecretFileMode) {
 				t.Fatalf("err = %v\nwant %s", err, want)
 			}
 			if strings.Contains(err.Error(), "the-secret-value") {
 				t.Fatal("error shows the secret")
+			}
+			// The chmod it names is the fix.
+			if err := os.Chmod(secret, tt.mode&^chmodMask(tt.chmod)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := Load(path); err != nil {
+				t.Fatalf("after chmod %s: %v", tt.chmod, err)
+			}
+		})
+	}
+}
+
+// chmodMask is the bits a symbolic "who-perms[,who-perms]" removal clears.
+func chmodMask(arg string) os.FileMode {
+	var m os.FileMode
+	for _, part := range strings.Split(arg, ",") {
+		who, perms, _ := strings.Cut(part, "-")
+		var bits os.FileMode
+		for _, p := range perms {
+			bits |= map[rune]os.FileMode{'r': 4, 'w': 2, 'x': 1}[p]
+		}
+		for _, w := range who {
+			m |= bits << map[rune]uint{'g': 3, 'o': 0}[w]
+		}
+	}
+	return m
+}
+
+// TestTokenAndKeyFileModes: every kind of credential file is held to the
+// same rule as secret_files: admin and cluster token files, and the cluster's
+// TLS key.
+func TestTokenAndKeyFileModes(t *testing.T) {
+	for _, tt := range []struct {
+		name, key string
+		toml      func(file string) string
+	}{
+		{"admin token_file", "admin.tokens[0].token_file", func(f string) string {
+			return fmt.Sprintf("[admin]\ntokens = [{ name = \"ops\", token_file = %q }]\n", f)
+		}},
+		{"cluster token_file", "cluster.token_file", func(f string) string {
+			return fmt.Sprintf("[cluster]\nraft_listen = \"127.0.0.1:7070\"\npeers = [\"node1=127.0.0.1:7070\"]\ntoken_file = %q\n", f)
+		}},
+	} {
+		for _, mode := range []os.FileMode{0o620, 0o602, 0o644} {
+			t.Run(fmt.Sprintf("%s/%#o", tt.name, mode), func(t *testing.T) {
+				dir := t.TempDir()
+				tok := writeFile(t, dir, "x.token", clusterToken, mode)
+				path := writeFile(t, dir, "c.toml", tt.toml(tok), 0o600)
+				_, err := Load(path)
+				what, chmod := unsafeMode(mode)
+				want := fmt.Sprintf("%s: secret file %s has mode %#o: it must not be %s (chmod %s %s)", tt.key, tok, mode, what, chmod, tok)
+				if err == nil || !strings.Contains(err.Error(), want) || !errors.Is(err, ErrSecretFileMode) {
+					t.Fatalf("err = %v\nwant %s", err, want)
+				}
+				if strings.Contains(err.Error(), clusterToken) {
+					t.Fatal("error shows the token")
+				}
+				if err := os.Chmod(tok, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := Load(path); err != nil {
+					t.Fatalf("mode 0600: %v", err)
+				}
+			})
+		}
+	}
+	t.Run("tls_key group-writable", func(t *testing.T) {
+		dir := t.TempDir()
+		cert, key, ca := writeTLS(t, dir)
+		if err := os.Chmod(key, 0o660); err != nil {
+			t.Fatal(err)
+		}
+		c := Default()
+		c.Cluster = &Cluster{RaftListen: "10.0.0.1:7070", Peers: []Peer{{"node1", "10.0.0.1:7070"}}, TLSCert: cert, TLSKey: key, TLSCA: ca}
+		err := c.Validate()
+		want := "cluster.tls_key: key file " + key + " has mode 0660: it must not be writable by its group (chmod g-w " + key + ")"
+		if err == nil || err.Error() != want || !errors.Is(err, ErrSecretFileMode) {
+			t.Fatalf("err = %v\nwant %s", err, want)
+		}
+	})
+}
+
+// TestInlineCredentialsMode: a config file that holds a secret or a token
+// inline is itself a secret file: readable by others, it is refused at the
+// first inline credential's line, with the chmod that fixes it. Without
+// inline credentials its mode is the operator's business.
+func TestInlineCredentialsMode(t *testing.T) {
+	const source = "[[source]]\nname = \"a\"\nprovider = \"github\"\nforward = \"http://127.0.0.1:9000/a\"\n"
+	for _, tt := range []struct {
+		name string
+		toml string
+		mode os.FileMode
+		want string // "" = accepted; else "line: key"
+	}{
+		{"inline secrets, 0644", source + "secrets = [\"inline-secret-value\"]\n", 0o644, "5: source[0].secrets"},
+		{"inline secrets, 0604", source + "secrets = [\"inline-secret-value\"]\n", 0o604, "5: source[0].secrets"},
+		{"inline secrets, 0640", source + "secrets = [\"inline-secret-value\"]\n", 0o640, ""},
+		{"inline secrets, 0600", source + "secrets = [\"inline-secret-value\"]\n", 0o600, ""},
+		{"inline admin token, 0644", "[admin]\ntokens = [{ name = \"ops\", token = \"" + adminToken + "\" }]\n", 0o644, "2: admin.tokens[0].token"},
+		{"inline admin token, 0600", "[admin]\ntokens = [{ name = \"ops\", token = \"" + adminToken + "\" }]\n", 0o600, ""},
+		{"both, token first", "[admin]\ntokens = [{ name = \"ops\", token = \"" + adminToken + "\" }]\n" + source + "secrets = [\"inline-secret-value\"]\n", 0o644, "2: admin.tokens[0].token"},
+		{"files only, 0644", "[admin]\ntokens = [{ name = \"ops\", token_file = \"admin.token\" }]\n" + source + "secret_files = [\"github.secret\"]\n", 0o644, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := fixtureDir(t)
+			path := writeFile(t, dir, "c.toml", tt.toml, tt.mode)
+			_, err := Load(path)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want := fmt.Sprintf("%s:%s: config file %s holds inline credentials and has mode %#o: it must not be readable by others (chmod o-rwx %s)",
+				path, tt.want, path, tt.mode, path)
+			if err == nil || !strings.HasPrefix(err.Error(), want) || !errors.Is(err, ErrSecretFileMode) {
+				t.Fatalf("err = %v\nwant %s", err, want)
+			}
+			if n := len(problemsOf(t, err)); n != 1 {
+				t.Errorf("%d problems, want 1: %v", n, err)
+			}
+			if strings.Contains(err.Error(), "inline-secret-value") || strings.Contains(err.Error(), adminToken) {
+				t.Fatal("error shows a credential")
 			}
 		})
 	}

@@ -140,7 +140,9 @@ func (c *Config) validateCluster(p *problems) {
 			"cluster.raft_listen", "cluster.peers")
 	}
 
-	// Authentication between nodes: mutual TLS, or at least a shared token.
+	// Authentication between nodes: mutual TLS, a shared token, or both. The
+	// cluster port is never open, even for a cluster of one: a join or an
+	// apply on it changes who votes and what is stored (docs/security.md).
 	set := 0
 	for _, f := range []string{cl.TLSCert, cl.TLSKey, cl.TLSCA} {
 		if f != "" {
@@ -149,9 +151,10 @@ func (c *Config) validateCluster(p *problems) {
 	}
 	switch set {
 	case 0:
-		if len(cl.Peers) > 1 && len(cl.Token) == 0 && !p.has("cluster.token_file") {
+		if len(cl.Token) == 0 && !p.has("cluster.token_file") {
 			p.add("cluster.token_file", nil,
-				"required: the cluster has other nodes and no TLS (tls_cert, tls_key, tls_ca) to authenticate them", "cluster")
+				"required: the cluster port needs authentication: set token_file (a shared token of at least "+
+					strconv.Itoa(MinTokenLen)+" bytes) or tls_cert, tls_key and tls_ca (mutual TLS)", "cluster")
 		}
 	case 3:
 		validateTLS(p, cl)
@@ -159,12 +162,34 @@ func (c *Config) validateCluster(p *problems) {
 		p.add("cluster.tls_cert", nil, "tls_cert, tls_key and tls_ca go together: set all three or none",
 			"cluster.tls_key", "cluster.tls_ca")
 	}
+	if n := len(cl.Token); n > 0 && n < MinTokenLen {
+		p.add("cluster.token_file", nil, shortToken(cl.TokenFile, n))
+	}
+}
+
+// MinTokenLen is the shortest cluster or admin token accepted, in bytes.
+const MinTokenLen = 32
+
+// makeToken says how to make a token long enough; both give more than
+// MinTokenLen bytes.
+const makeToken = "make one with `oncehook keygen -provider hmac` or `head -c 32 /dev/urandom | base64`"
+
+// shortToken is the message for a token of n bytes, read from file (empty
+// for an inline token). It never shows the token.
+func shortToken(file string, n int) string {
+	what := "the token"
+	if file != "" {
+		what = "the token in " + file
+	}
+	return fmt.Sprintf("%s is %d bytes: at least %d are required; %s", what, n, MinTokenLen, makeToken)
 }
 
 func validateTLS(p *problems, cl *Cluster) {
-	if fi, err := os.Stat(cl.TLSKey); err == nil && fi.Mode().Perm()&0o004 != 0 {
-		p.add("cluster.tls_key", ErrSecretFileMode, fmt.Sprintf(
-			"key file %s has mode %#o: it must not be readable by others (chmod o-rwx %s)", cl.TLSKey, fi.Mode().Perm(), cl.TLSKey))
+	if fi, err := os.Stat(cl.TLSKey); err == nil {
+		if what, chmod := unsafeMode(fi.Mode().Perm()); what != "" {
+			p.add("cluster.tls_key", ErrSecretFileMode, fmt.Sprintf(
+				"key file %s has mode %#o: it must not be %s (chmod %s %s)", cl.TLSKey, fi.Mode().Perm(), what, chmod, cl.TLSKey))
+		}
 	}
 	for _, f := range []struct{ key, path string }{
 		{"cluster.tls_cert", cl.TLSCert}, {"cluster.tls_key", cl.TLSKey}, {"cluster.tls_ca", cl.TLSCA},
@@ -204,6 +229,14 @@ func (c *Config) validateAdmin(p *problems) {
 		}
 		if len(t.Token) == 0 {
 			p.add(key+".token_file", nil, "required: a token_file (or an inline token)", key+".token")
+			continue
+		}
+		if len(t.Token) < MinTokenLen {
+			if t.TokenFile != "" {
+				p.add(key+".token_file", nil, shortToken(t.TokenFile, len(t.Token)))
+			} else {
+				p.add(key+".token", nil, shortToken("", len(t.Token)))
+			}
 			continue
 		}
 		for j := range i {

@@ -100,7 +100,7 @@ func TestAdvertise(t *testing.T) {
 		{"7070", "", "", `cluster.raft_listen: invalid address "7070"`},
 	} {
 		c := Default()
-		c.Cluster = &Cluster{RaftListen: tt.listen, Advertise: tt.advertise, Peers: []Peer{{"node1", "10.0.0.1:7070"}}}
+		c.Cluster = &Cluster{RaftListen: tt.listen, Advertise: tt.advertise, Peers: []Peer{{"node1", "10.0.0.1:7070"}}, Token: Secret(clusterToken)}
 		err := c.Validate()
 		if tt.err == "" {
 			if err != nil || c.Cluster.Advertise != tt.want {

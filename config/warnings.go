@@ -1,5 +1,10 @@
 package config
 
+import (
+	"fmt"
+	"net"
+)
+
 // Warnings lists what the config allows but an operator should know about,
 // one line each: settings that work yet weaken a guarantee (docs/security.md).
 // `oncehook validate` prints them and exits 0; `serve` logs each at start and
@@ -13,4 +18,25 @@ func (c *Config) Warnings() []string {
 }
 
 // warningChecks are run in order by Warnings; each returns zero or more lines.
-var warningChecks = []func(*Config) []string{}
+var warningChecks = []func(*Config) []string{
+	clearTextCluster,
+}
+
+// clearTextCluster warns when cluster traffic leaves the machine unencrypted:
+// a token authenticates the nodes but does not encrypt what they exchange,
+// and the raft log carries every webhook body.
+func clearTextCluster(c *Config) []string {
+	cl := c.Cluster
+	if cl == nil || cl.TLS() {
+		return nil
+	}
+	for _, p := range cl.Peers {
+		host, _, err := net.SplitHostPort(p.Addr)
+		if err != nil || !IsLoopbackHost(host) {
+			return []string{fmt.Sprintf(
+				"cluster: peer %s is not on loopback and TLS is off: webhook bodies and the cluster token cross the network in clear; set tls_cert, tls_key and tls_ca (mutual TLS) or keep the nodes on a private network",
+				p.String())}
+		}
+	}
+	return nil
+}

@@ -97,6 +97,35 @@ tolerance = "five minutes"
 	if code != 1 || !strings.Contains(out, "bad.toml:6") || !strings.Contains(out, "tolerance") {
 		t.Fatalf("invalid config: exit %d\n%s", code, out)
 	}
+	// Cluster authentication: required, 32 bytes at least; clear text off
+	// loopback is a warning, not an error.
+	writeFile(t, filepath.Join(dir, "cluster.token"), "systest-cluster-token-0123456789abcdef\n")
+	writeFile(t, filepath.Join(dir, "short.token"), "short\n")
+	cluster := func(name, extra string) {
+		writeFile(t, filepath.Join(dir, name), `[node]
+id = "node1"
+
+[cluster]
+raft_listen = "10.0.0.1:7070"
+peers = ["node1=10.0.0.1:7070", "node2=10.0.0.2:7070", "node3=10.0.0.3:7070"]
+`+extra)
+	}
+	cluster("open.toml", "")
+	cluster("short.toml", `token_file = "short.token"`+"\n")
+	cluster("clear.toml", `token_file = "cluster.token"`+"\n")
+	for _, tt := range []struct {
+		file string
+		code int
+		want string
+	}{
+		{"open.toml", 1, "open.toml:4: cluster.token_file: required: the cluster port needs authentication"},
+		{"short.toml", 1, "cluster.token_file: the token in "},
+		{"clear.toml", 0, "clear.toml: warning: cluster: peer node1=10.0.0.1:7070 is not on loopback and TLS is off"},
+	} {
+		if out, code := run(t, dir, "validate", "-config", tt.file); code != tt.code || !strings.Contains(out, tt.want) {
+			t.Fatalf("validate %s: exit %d, want %d and %q\n%s", tt.file, code, tt.code, tt.want, out)
+		}
+	}
 	if _, code := run(t, dir, "validate"); code != 2 {
 		t.Fatalf("validate without -config: exit %d, want 2", code)
 	}

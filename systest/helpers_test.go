@@ -239,9 +239,9 @@ func startCluster(t *testing.T, n int, handler string) *testCluster {
 	t.Helper()
 	root := t.TempDir()
 	ports := freePorts(t, 3*n)
-	c := &testCluster{t: t, token: "systest-admin-token"}
+	c := &testCluster{t: t, token: "systest-admin-token-0123456789abcdef"}
 	c.secret, _ = providers.GenerateSecret("standard")
-	writeFile(t, filepath.Join(root, "cluster.token"), "systest-cluster-token\n")
+	writeFile(t, filepath.Join(root, "cluster.token"), "systest-cluster-token-0123456789abcdef\n")
 	writeFile(t, filepath.Join(root, "admin.token"), c.token+"\n")
 	writeFile(t, filepath.Join(root, "orders.secret"), c.secret+"\n")
 	var peers []string

@@ -29,8 +29,8 @@ const (
 	raftPort   = "7070"
 	lease      = 3 * time.Second
 	fwdTimeout = 2 * time.Second
-	adminToken = "chaos-admin-token-0123456789"
-	clusterTok = "chaos-cluster-token-0123456789"
+	adminToken = "chaos-admin-token-0123456789abcdef"
+	clusterTok = "chaos-cluster-token-0123456789abcdef"
 )
 
 // proc is a process this test started; it is signalled only by its PID.

@@ -193,7 +193,7 @@ func TestClusterMutualTLS(t *testing.T) {
 	ca := newTestCA(t, dir, "oncehook cluster CA")
 	foreign := newTestCA(t, dir, "foreign CA")
 	now := time.Now()
-	const token = "mtls-cluster-token-0123456789"
+	const token = "mtls-cluster-token-0123456789abcdef"
 
 	nodes := make([]*lnode, 3)
 	var peers []string
@@ -257,7 +257,7 @@ func TestClusterMutualTLS(t *testing.T) {
 		{"certificate from another CA", tlsc(&foreignPair, 0), token, false, "tls handshake"},
 		{"expired certificate", tlsc(&expiredPair, 0), token, false, "tls handshake"},
 		{"TLS 1.2 only", tlsc(&goodPair, tls.VersionTLS12), token, false, "tls handshake"},
-		{"right certificate, wrong token", tlsc(&goodPair, 0), "not-the-token", false, "preamble"},
+		{"right certificate, wrong token", tlsc(&goodPair, 0), "not-the-cluster-token-0123456789abcdef", false, "preamble"},
 		{"right certificate, no token", tlsc(&goodPair, 0), "", false, "preamble"},
 		{"plain TCP with the right token", nil, token, false, "tls handshake"},
 	}
@@ -305,7 +305,7 @@ func TestClusterMutualTLS(t *testing.T) {
 	}{
 		{"certificate from another CA", tlsMaterial{cert: fcp, key: fkp, ca: foreign.path, token: token}, false},
 		{"expired certificate", tlsMaterial{cert: ecp, key: ekp, ca: ca.path, token: token}, false},
-		{"right certificate, wrong token", tlsMaterial{cert: cp, key: kp, ca: ca.path, token: "not-the-token"}, false},
+		{"right certificate, wrong token", tlsMaterial{cert: cp, key: kp, ca: ca.path, token: "not-the-cluster-token-0123456789abcdef"}, false},
 		{"no TLS, right token", tlsMaterial{token: token}, false},
 		{"right certificate and token", tlsMaterial{cert: cp, key: kp, ca: ca.path, token: token}, true}, // last: it changes the cluster
 	}

@@ -1,0 +1,167 @@
+package cluster
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"net"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"oncehook/engine"
+)
+
+// TestOpenRefusesWeakClusterAuth: a node never serves a cluster port that an
+// unauthenticated peer could use: without TLS it needs a token of at least
+// MinTokenLen bytes, and a token that is set must be that long even with TLS.
+// A refused Open leaves nothing listening.
+func TestOpenRefusesWeakClusterAuth(t *testing.T) {
+	ca := writeCA(t, filepath.Join(t.TempDir(), "ca"), 1)[0]
+	tlsc := &TLSConfig{CertFile: ca.cert, KeyFile: ca.key, CAFile: ca.ca}
+	for _, tt := range []struct {
+		name  string
+		token string
+		tls   *TLSConfig
+		ok    bool
+	}{
+		{"no token, no TLS", "", nil, false},
+		{"short token, no TLS", strings.Repeat("t", MinTokenLen-1), nil, false},
+		{"short token with TLS", strings.Repeat("t", MinTokenLen-1), tlsc, false},
+		{"32-byte token", strings.Repeat("t", MinTokenLen), nil, true},
+		{"TLS, no token", "", tlsc, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			addr := freePort(t)
+			cfg := Config{
+				ID: "a1", Dir: t.TempDir(), Bind: addr, Peers: []Peer{{ID: "a1", Addr: addr}},
+				Token: []byte(tt.token), TLS: tt.tls, Logger: quietLogger(), RaftLogLevel: "off", NoSync: true,
+			}
+			n, err := Open(cfg)
+			if tt.ok {
+				if err != nil {
+					t.Fatal(err)
+				}
+				n.Close()
+				return
+			}
+			if err == nil {
+				n.Close()
+				t.Fatal("Open served a cluster port without usable authentication")
+			}
+			if !errors.Is(err, ErrWeakAuth) || (tt.token != "" && strings.Contains(err.Error(), tt.token)) {
+				t.Fatalf("err = %v, want ErrWeakAuth without the token", err)
+			}
+			if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+				c.Close()
+				t.Fatal("a refused Open left the cluster port listening")
+			}
+		})
+	}
+	// The in-memory transport has no port: nothing to authenticate.
+	if n, err := Open(Config{ID: "m1", Dir: t.TempDir(), Logger: quietLogger(), RaftLogLevel: "off", NoSync: true}); err != nil {
+		t.Fatalf("in-memory node without a token: %v", err)
+	} else {
+		n.Close()
+	}
+}
+
+// TestIntruderOnClusterPort: a raw TCP client that knows the wire format but
+// not the token sends the preamble of a forward stream with an empty, short
+// or wrong token, then an rpcJoin for itself and an rpcApply of a claim. The
+// node refuses the connection at the preamble: no answer, membership
+// unchanged, nothing applied. The control row, with the right token, gets
+// its apply committed, so the frames the intruder sends are the real thing.
+func TestIntruderOnClusterPort(t *testing.T) {
+	nodes := tcpCluster(t, 1, nil)
+	node := nodes[leaderOf(t, nodes)]
+	waitFor(t, "the node is ready", func() bool { ok, _ := node.Ready(); return ok })
+	addr := node.cfg.Bind
+
+	for i, tt := range []struct {
+		name  string
+		token string
+		ok    bool
+	}{
+		{"empty token", "", false},
+		{"short prefix of the token", testToken[:MinTokenLen-1], false},
+		{"one byte of the token", testToken[:1], false},
+		{"wrong token of the right length", strings.Repeat("x", len(testToken)), false},
+		{"token with a byte more", testToken + "x", false},
+		{"right token (control)", testToken, true},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			key := "src:intruder-" + string(rune('a'+i))
+			before := node.Status()
+			rejected := node.mux.rejections()
+
+			c, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+			w := bufio.NewWriter(c)
+			w.Write(preambleMagic[:])
+			w.WriteByte(kindForward)
+			var n [2]byte
+			binary.BigEndian.PutUint16(n[:], uint16(len(tt.token)))
+			w.Write(n[:])
+			w.WriteString(tt.token)
+			w.Flush()
+			r := bufio.NewReader(c)
+
+			if tt.ok {
+				// A join would make a cluster of one wait for a voter that
+				// does not exist; the control applies only.
+				if err := writeFrame(w, rpcApply, engine.EncodeEntry(nil, []engine.Command{claimCmd(key)})); err != nil {
+					t.Fatal(err)
+				}
+				status, body, err := readFrame(r, nil)
+				if err != nil || status != rpcOK {
+					t.Fatalf("control apply: status %d %q %v", status, body, err)
+				}
+				if _, ok, _ := node.Lookup(key); !ok {
+					t.Fatal("control: the applied claim is not there")
+				}
+				return
+			}
+
+			// Write errors are expected: the node may have closed already.
+			_ = writeFrame(w, rpcJoin, encodeJoin("intruder", "127.0.0.1:1"))
+			_ = writeFrame(w, rpcApply, engine.EncodeEntry(nil, []engine.Command{claimCmd(key)}))
+			status, body, err := readFrame(r, nil)
+			if err == nil {
+				t.Fatalf("the node answered the intruder: status %d %q", status, body)
+			}
+			if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+				t.Fatalf("the node kept the intruder's connection open: %v", err)
+			}
+			waitFor(t, "the rejection is counted", func() bool { return node.mux.rejections() > rejected })
+
+			after := node.Status()
+			if len(after.Nodes) != 1 || after.Nodes[0].ID != "t1" {
+				t.Fatalf("membership changed: %+v", after.Nodes)
+			}
+			if after.CommitIndex != before.CommitIndex {
+				t.Fatalf("commit index moved from %d to %d", before.CommitIndex, after.CommitIndex)
+			}
+			if _, ok, _ := node.Lookup(key); ok {
+				t.Fatal("the intruder's claim was applied")
+			}
+		})
+	}
+}
+
+// freePort returns a loopback address nothing listens on.
+func freePort(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
