@@ -438,6 +438,13 @@ func validateHMAC(p *problems, k func(string) string, s *Source) bool {
 		fail("template", "uses {timestamp} but timestamp_header is not set")
 	case strings.Contains(h.Template, "{id}") && h.IDHeader == "":
 		fail("template", "uses {id} but id_header is not set")
+	default:
+		// Unknown placeholders, {body} twice, and placeholders with no
+		// separator between them ("{id}{body}": the boundary between the
+		// parts is not signed, so one signed string splits two ways).
+		if err := providers.CheckTemplate(h.Template); err != nil {
+			fail("template", strings.TrimPrefix(err.Error(), providers.ErrBadConfig.Error()+": "))
+		}
 	}
 	return bad
 }
