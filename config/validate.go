@@ -326,6 +326,11 @@ func validateSource(p *problems, key string, s *Source) {
 			p.add(k("allow_ips")+"["+strconv.Itoa(j)+"]", nil, "invalid prefix")
 		}
 	}
+	for j, a := range s.TrustedProxies {
+		if !a.IsValid() && !p.has(k("trusted_proxies")+"["+strconv.Itoa(j)+"]") {
+			p.add(k("trusted_proxies")+"["+strconv.Itoa(j)+"]", nil, "invalid prefix")
+		}
+	}
 	if s.KeysURL != "" {
 		if err := checkKeysURL(s.KeysURL); err != nil {
 			p.add(k("keys_url"), nil, err.Error())
