@@ -402,6 +402,7 @@ func kids(keys []keyEntry) []string {
 func (ks *keyset) get(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, keysFetchLimit)
 	defer cancel()
+	ctx = withKeysDialPolicy(ctx, ks.url)
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, ks.url, nil)
 	if err != nil {
 		return nil, errors.New("bad keys_url")
@@ -538,18 +539,7 @@ type keyManager struct {
 }
 
 func newKeyManager(dataDir string, log *slog.Logger, m *metrics) *keyManager {
-	client := &http.Client{
-		Timeout: keysFetchLimit,
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if len(via) >= 5 {
-				return errors.New("too many redirects")
-			}
-			if !keysFetchURLOK(req.URL) {
-				return errors.New("redirect to a URL that is neither https nor loopback")
-			}
-			return nil
-		},
-	}
+	client := newKeysClient() // the redirect policy: keysredirect.go
 	return &keyManager{dir: filepath.Join(dataDir, "keys"), log: log, m: m, client: client, sets: map[string]*keyset{}}
 }
 

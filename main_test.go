@@ -146,6 +146,12 @@ backoff_max = "50ms"
 // starts a node on loopback ports chosen by the kernel.
 func startTestNode(t testing.TB, dir, handlerURL string) *testNode {
 	t.Helper()
+	return startTestNodeWith(t, dir, handlerURL, "")
+}
+
+// startTestNodeWith is startTestNode with extra TOML (more sources) appended.
+func startTestNodeWith(t testing.TB, dir, handlerURL, extra string) *testNode {
+	t.Helper()
 	if dir == "" {
 		dir = t.TempDir()
 	}
@@ -168,7 +174,7 @@ log_level = "debug"
 [admin]
 listen = "127.0.0.1:0"
 tokens = [{ name = "ops", token_file = "admin.token" }]
-`, filepath.Join(dir, "data")) + fmt.Sprintf(testSourceTOML, handlerURL)
+`, filepath.Join(dir, "data")) + fmt.Sprintf(testSourceTOML, handlerURL) + extra
 	mustWrite(t, tn.cfgPath, cfg)
 	tn.start()
 	return tn

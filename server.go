@@ -52,6 +52,7 @@ type source struct {
 	orderTime   *providers.Field
 	fwdHeaders  []string
 	allow       []netip.Prefix
+	trusted     []netip.Prefix // proxies whose X-Forwarded-Proto/Host are believed (twilio URL)
 	ack         int
 	sync        bool
 	maxBody     int
@@ -273,7 +274,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 
 	req := providers.Request{Body: body, Header: &ctx.Request.Header, Now: in.now()}
 	if src.provider == "twilio" {
-		req.URL = publicURL(ctx)
+		req.URL = publicURL(ctx, src.trusted)
 	}
 	if err := src.verifier.Verify(&req); err != nil {
 		in.metrics.signatureFailure(src.name, verifyReason(err))
@@ -478,16 +479,64 @@ func allowed(prefixes []netip.Prefix, ip net.IP) bool {
 	return false
 }
 
-// publicURL rebuilds the URL the sender signed (twilio), honouring a proxy's
-// X-Forwarded-Proto.
-func publicURL(ctx *fasthttp.RequestCtx) string {
+// publicURL rebuilds the URL the sender signed (twilio): the listener's
+// scheme, the Host header and the request URI as received. A peer in trusted
+// (the source's trusted_proxies) may override scheme and host with
+// X-Forwarded-Proto ("http" or "https") and X-Forwarded-Host; from any other
+// peer those headers are ignored, so that a client cannot choose the URL the
+// signature is checked against. When a proxy appends to a list, the last
+// value (the one the connected proxy added) is used. A value that is not a
+// plain scheme or host is ignored.
+func publicURL(ctx *fasthttp.RequestCtx, trusted []netip.Prefix) string {
 	scheme := "http"
-	if p := ctx.Request.Header.Peek("X-Forwarded-Proto"); len(p) > 0 {
-		scheme = string(p)
-	} else if ctx.IsTLS() {
+	if ctx.IsTLS() {
 		scheme = "https"
 	}
-	return scheme + "://" + string(ctx.Host()) + string(ctx.RequestURI())
+	host := ctx.Host()
+	if len(trusted) > 0 && allowed(trusted, ctx.RemoteIP()) {
+		switch p := lastListValue(ctx.Request.Header.Peek("X-Forwarded-Proto")); {
+		case bytes.EqualFold(p, strHTTPS):
+			scheme = "https"
+		case bytes.EqualFold(p, strHTTP):
+			scheme = "http"
+		}
+		if h := lastListValue(ctx.Request.Header.Peek("X-Forwarded-Host")); validForwardedHost(h) {
+			host = h
+		}
+	}
+	return scheme + "://" + string(host) + string(ctx.RequestURI())
+}
+
+var (
+	strHTTP  = []byte("http")
+	strHTTPS = []byte("https")
+)
+
+// lastListValue returns the last element of a comma-separated header value,
+// trimmed of spaces.
+func lastListValue(v []byte) []byte {
+	if i := bytes.LastIndexByte(v, ','); i >= 0 {
+		v = v[i+1:]
+	}
+	return bytes.TrimSpace(v)
+}
+
+// validForwardedHost accepts a host[:port] made of letters, digits, '.', '-',
+// '_', ':' and brackets (an IPv6 literal): nothing that could change the
+// URL's path or query.
+func validForwardedHost(h []byte) bool {
+	if len(h) == 0 || len(h) > 255 {
+		return false
+	}
+	for _, c := range h {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case c == '.' || c == '-' || c == '_' || c == ':' || c == '[' || c == ']':
+		default:
+			return false
+		}
+	}
+	return true
 }
 
 func verifyReason(err error) string {

@@ -116,21 +116,25 @@ type Source struct {
 	Secrets []Secret `json:"secrets"`
 	// SecretFiles are the resolved paths the secrets were read from; empty when
 	// they were given inline. Load re-reads them every time.
-	SecretFiles    []string            `json:"secret_files,omitempty"`
-	Tolerance      Duration            `json:"tolerance"`
-	Key            []string            `json:"key"`
-	Retention      Duration            `json:"retention"`
-	MaxBody        Size                `json:"max_body"`
-	Forward        string              `json:"forward"`
-	ForwardHeaders []string            `json:"forward_headers,omitempty"`
-	Mode           string              `json:"mode"` // async|sync
-	AckStatus      int                 `json:"ack_status"`
-	Lease          Duration            `json:"lease"`
-	MaxAttempts    int                 `json:"max_attempts"`
-	BackoffMin     Duration            `json:"backoff_min"`
-	BackoffMax     Duration            `json:"backoff_max"`
-	ForwardTimeout Duration            `json:"forward_timeout"`
-	AllowIPs       []netip.Prefix      `json:"allow_ips,omitempty"` // empty: any
+	SecretFiles    []string       `json:"secret_files,omitempty"`
+	Tolerance      Duration       `json:"tolerance"`
+	Key            []string       `json:"key"`
+	Retention      Duration       `json:"retention"`
+	MaxBody        Size           `json:"max_body"`
+	Forward        string         `json:"forward"`
+	ForwardHeaders []string       `json:"forward_headers,omitempty"`
+	Mode           string         `json:"mode"` // async|sync
+	AckStatus      int            `json:"ack_status"`
+	Lease          Duration       `json:"lease"`
+	MaxAttempts    int            `json:"max_attempts"`
+	BackoffMin     Duration       `json:"backoff_min"`
+	BackoffMax     Duration       `json:"backoff_max"`
+	ForwardTimeout Duration       `json:"forward_timeout"`
+	AllowIPs       []netip.Prefix `json:"allow_ips,omitempty"` // empty: any
+	// TrustedProxies are the peers whose X-Forwarded-Proto and
+	// X-Forwarded-Host are believed when the public URL a sender signed is
+	// rebuilt (twilio); from any other peer those headers are ignored.
+	TrustedProxies []netip.Prefix      `json:"trusted_proxies,omitempty"`
 	KeysURL        string              `json:"keys_url,omitempty"`
 	KeysRefresh    Duration            `json:"keys_refresh"`
 	SchemaFile     string              `json:"schema_file,omitempty"` // resolved path

@@ -26,6 +26,7 @@ var sourceKeys = []struct{ field, key string }{
 	{"BackoffMax", "backoff_max"},
 	{"ForwardTimeout", "forward_timeout"},
 	{"AllowIPs", "allow_ips"},
+	{"TrustedProxies", "trusted_proxies"},
 	{"KeysURL", "keys_url"},
 	{"KeysRefresh", "keys_refresh"},
 	{"SchemaFile", "schema_file"},

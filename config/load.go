@@ -83,6 +83,7 @@ type rawSource struct {
 	BackoffMax     Duration  `toml:"backoff_max"`
 	ForwardTimeout Duration  `toml:"forward_timeout"`
 	AllowIPs       []string  `toml:"allow_ips"`
+	TrustedProxies []string  `toml:"trusted_proxies"`
 	KeysURL        string    `toml:"keys_url"`
 	KeysRefresh    Duration  `toml:"keys_refresh"`
 	SchemaFile     string    `toml:"schema_file"`
@@ -561,6 +562,13 @@ func (l *loader) source(i int, r *rawSource) Source {
 			l.p.add(key+".allow_ips["+strconv.Itoa(j)+"]", err, fmt.Sprintf("invalid CIDR or IP %q", v))
 		}
 		s.AllowIPs = append(s.AllowIPs, p) // invalid on error: indexes match the file
+	}
+	for j, v := range r.TrustedProxies {
+		p, err := parsePrefix(v)
+		if err != nil {
+			l.p.add(key+".trusted_proxies["+strconv.Itoa(j)+"]", err, fmt.Sprintf("invalid CIDR or IP %q", v))
+		}
+		s.TrustedProxies = append(s.TrustedProxies, p)
 	}
 	s.KeysURL = r.KeysURL
 	if r.KeysRefresh != 0 {

@@ -167,6 +167,10 @@ func TestLoadValid(t *testing.T) {
 			netip.MustParsePrefix("2001:db8::/32"),
 			netip.MustParsePrefix("10.0.0.0/8"), // masked
 		},
+		TrustedProxies: []netip.Prefix{
+			netip.MustParsePrefix("10.0.0.7/32"),
+			netip.MustParsePrefix("fd00::/8"),
+		},
 		KeysURL:     "https://keys.example.com/jwks.json",
 		KeysRefresh: Duration(90 * time.Minute),
 		SchemaFile:  filepath.Join(dir, "schema.json"),

@@ -369,6 +369,11 @@ func validateSource(p *problems, key string, s *Source) {
 			p.add(k("allow_ips")+"["+strconv.Itoa(j)+"]", nil, "invalid prefix")
 		}
 	}
+	for j, a := range s.TrustedProxies {
+		if !a.IsValid() && !p.has(k("trusted_proxies")+"["+strconv.Itoa(j)+"]") {
+			p.add(k("trusted_proxies")+"["+strconv.Itoa(j)+"]", nil, "invalid prefix")
+		}
+	}
 	if s.KeysURL != "" {
 		if err := checkKeysURL(s.KeysURL); err != nil {
 			p.add(k("keys_url"), nil, err.Error())
@@ -481,6 +486,13 @@ func validateHMAC(p *problems, k func(string) string, s *Source) bool {
 		fail("template", "uses {timestamp} but timestamp_header is not set")
 	case strings.Contains(h.Template, "{id}") && h.IDHeader == "":
 		fail("template", "uses {id} but id_header is not set")
+	default:
+		// Unknown placeholders, {body} twice, and placeholders with no
+		// separator between them ("{id}{body}": the boundary between the
+		// parts is not signed, so one signed string splits two ways).
+		if err := providers.CheckTemplate(h.Template); err != nil {
+			fail("template", strings.TrimPrefix(err.Error(), providers.ErrBadConfig.Error()+": "))
+		}
 	}
 	return bad
 }

@@ -300,16 +300,16 @@ func TestGitHubDetails(t *testing.T) {
 func TestGenericHMACDetails(t *testing.T) {
 	now := unix(testT)
 	body := []byte(`{"a":1}`)
-	spec := &HMACSpec{Header: "X-Zendesk-Webhook-Signature", Encoding: "base64",
-		TimestampHeader: "X-Zendesk-Webhook-Signature-Timestamp", Template: "{timestamp}{body}"}
+	spec := &HMACSpec{Header: "X-Webhook-Signature", Encoding: "base64",
+		TimestampHeader: "X-Webhook-Signature-Timestamp", Template: "{timestamp}.{body}"}
 	v := mustVerifier(t, "hmac", Options{Secrets: secrets("zd"), HMAC: spec})
 	sign := func(ts string) hdrs {
 		m := hmac.New(sha256.New, []byte("zd"))
-		m.Write([]byte(ts))
+		m.Write([]byte(ts + "."))
 		m.Write(body)
 		return hdrs{
-			{"X-Zendesk-Webhook-Signature", []byte(base64.StdEncoding.EncodeToString(m.Sum(nil)))},
-			{"X-Zendesk-Webhook-Signature-Timestamp", []byte(ts)},
+			{"X-Webhook-Signature", []byte(base64.StdEncoding.EncodeToString(m.Sum(nil)))},
+			{"X-Webhook-Signature-Timestamp", []byte(ts)},
 		}
 	}
 	for _, ts := range []string{"1700000000", "1700000000123", "2023-11-14T22:13:20Z"} {

@@ -30,7 +30,11 @@ import (
 //
 // Svix sends the same headers named svix-id, svix-timestamp and
 // svix-signature; the svix scheme reads those and falls back to webhook-* when
-// any is absent, like Svix's own libraries. Unknown versions are skipped; a
+// any is absent, like Svix's own libraries. A request whose svix-id and
+// webhook-id are both present and differ is refused (ErrMalformedHeader), by
+// either scheme: one of them is not signed, and a key reading it would let a
+// captured delivery be replayed as a new event. Entries that cannot be
+// decoded (no ',', unknown version, bad base64, wrong length) are skipped; a
 // list with more than MaxSignatures entries is refused unread, and one with
 // more than MaxEd25519Signatures v1a entries (for a source with public keys)
 // too, since each costs an ed25519 verification per key. GitLab's
@@ -65,7 +69,7 @@ var (
 	webhookHeaders = newStdHeaders("webhook")
 	svixHeaders    = newStdHeaders("svix")
 
-	errNoComma    = newErr(ErrMalformedHeader, "signature entry without ','")
+	errIDsDiffer  = newErr(ErrMalformedHeader, "svix-id and webhook-id differ")
 	errTooManyV1a = newErr(ErrMalformedHeader, "too many v1a signatures")
 	dot           = []byte(".")
 )
@@ -224,6 +228,9 @@ func (v *stdVerifier) Verify(r *Request) error {
 	if err != nil {
 		return err
 	}
+	if otherIDDiffers(r.Header, hn, id) {
+		return errIDsDiffer
+	}
 	ts, err := peekSig(r.Header, hn.ts, hn.errNoTS)
 	if err != nil {
 		return err
@@ -280,6 +287,21 @@ func (s *macState) matchEd25519(keys []ed25519.PublicKey) bool {
 	return ok == 1
 }
 
+// otherIDDiffers reports whether the id header of the set not verified
+// (webhook-id when svix-* is read, svix-id when webhook-* is) is present with
+// a value other than id. The svix default key reads svix-id first and then
+// webhook-id, and a key the operator writes may name either: refusing a
+// request whose two ids disagree (for standard too, which never reads svix-*)
+// keeps the key's id the signed one whichever of the two a key part names.
+func otherIDDiffers(h Headers, verified *stdHeaders, id []byte) bool {
+	other := svixHeaders
+	if verified == svixHeaders {
+		other = webhookHeaders
+	}
+	v := h.Peek(other.id)
+	return len(v) > 0 && string(v) != string(id)
+}
+
 // svixNames picks the header names for a svix delivery: svix-* when all three
 // are present; else webhook-* when any of those is present; else svix-*, so
 // that a missing header is reported under the name Svix uses.
@@ -297,8 +319,12 @@ func (v *stdVerifier) svixNames(h Headers) *stdHeaders {
 }
 
 // parseSigList reads "v1,<b64> v1a,<b64> ..." into st: v1 entries decoded when
-// v1 is set, v1a entries when v1a is set, other versions skipped. More than
-// MaxSignatures entries of any version is refused before anything is decoded.
+// v1 is set, v1a entries when v1a is set. Entries that cannot be one of those
+// (no ',', an unknown version, bad base64, the wrong length) are skipped, as
+// the Standard Webhooks libraries do: any one entry that verifies is enough,
+// and an undecodable neighbour does not spoil it. More than MaxSignatures
+// entries of any kind is refused before anything is decoded, and so is a list
+// with more than MaxEd25519Signatures v1a entries when v1a is read.
 func parseSigList(raw []byte, st *macState, v1, v1a bool) error {
 	entries := 0
 	for i := 0; i < len(raw); i++ {
@@ -309,6 +335,7 @@ func parseSigList(raw []byte, st *macState, v1, v1a bool) error {
 	if entries > MaxSignatures {
 		return errTooManySigs
 	}
+	nv1a := 0
 	for len(raw) > 0 {
 		var e []byte
 		if i := indexByte(raw, ' '); i >= 0 {
@@ -321,21 +348,22 @@ func parseSigList(raw []byte, st *macState, v1, v1a bool) error {
 		}
 		c := indexByte(e, ',')
 		if c < 0 {
-			return errNoComma
+			continue // not "<version>,<signature>": undecodable, skipped
 		}
-		var err error
 		switch string(e[:c]) {
 		case "v1":
 			if v1 {
-				err = st.addSig(e[c+1:], encBase64, algSHA256.size)
+				// An entry that is not base64 of 32 bytes cannot match:
+				// skipped, like an unknown version.
+				_ = st.addSig(e[c+1:], encBase64, algSHA256.size)
 			}
 		case "v1a":
 			if v1a {
-				err = st.addEd25519(e[c+1:])
+				if nv1a++; nv1a > MaxEd25519Signatures {
+					return errTooManyV1a
+				}
+				_ = st.addEd25519(e[c+1:])
 			}
-		}
-		if err != nil {
-			return err
 		}
 	}
 	return nil

@@ -70,7 +70,45 @@ func compileTemplate(t string) (template, error) {
 	if bodies != 1 {
 		return nil, fmt.Errorf("%w: template %q must contain {body} exactly once", ErrBadConfig, t)
 	}
+	if err := checkSeparated(t, out); err != nil {
+		return nil, err
+	}
 	return out, nil
+}
+
+// checkSeparated refuses two placeholders with nothing between them, as in
+// "{id}{body}": where one part ends and the next begins is then not signed,
+// so one signature fits many splits of the same bytes (id "evt_1" with body
+// "{...}" and id "evt_1{" with the body's rest sign alike), and a captured
+// delivery could be replayed under another id.
+func checkSeparated(t string, segs template) error {
+	for i := 1; i < len(segs); i++ {
+		if segs[i-1].kind != segLit && segs[i].kind != segLit {
+			return fmt.Errorf("%w: template %q: %s and %s are adjacent: put a separator between them (e.g. \".\"), "+
+				"else one signed string splits into parts more than one way", ErrBadConfig, t, segs[i-1].kind, segs[i].kind)
+		}
+	}
+	return nil
+}
+
+// CheckTemplate reports whether t is a usable template for the generic hmac
+// scheme's signed content (HMACSpec.Template): only {id}, {timestamp} and
+// {body}, {body} exactly once, and a separator between any two placeholders.
+func CheckTemplate(t string) error {
+	_, err := compileTemplate(t)
+	return err
+}
+
+func (k segKind) String() string {
+	switch k {
+	case segID:
+		return "{id}"
+	case segTimestamp:
+		return "{timestamp}"
+	case segBody:
+		return "{body}"
+	}
+	return "text"
 }
 
 func (t template) uses(k segKind) bool {
