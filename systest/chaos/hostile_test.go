@@ -399,6 +399,57 @@ func TestHostileInputs(t *testing.T) {
 			t.Fatalf("%d handler runs", n)
 		}
 	})
+	t.Run("H19 captured svix delivery resent with a forged svix-id: 401, one event", func(t *testing.T) {
+		b := body(newID("h19"))
+		std := sign(t, s.secret, b, "msg_h19", time.Now()) // webhook-id/-timestamp/-signature
+		var svix []providers.Header
+		for _, h := range std {
+			svix = append(svix, providers.Header{Name: "svix-" + strings.TrimPrefix(h.Name, "webhook-"), Value: h.Value})
+		}
+		if a := s.post("POST", "/in/svix", b, svix, nil); a.status != 202 {
+			t.Fatalf("original delivery: %d %s", a.status, a.body)
+		}
+		waitDelivered(t, s, "svix:msg_h19", 1)
+		begin()
+		runs := s.rec.count("")
+		for i := range 3 {
+			forged := with(std, "svix-id", fmt.Sprintf("forged-%d", i))
+			if a := s.post("POST", "/in/svix", b, forged, nil); a.status != 401 {
+				t.Errorf("forged svix-id %d: %d %s, want 401", i, a.status, a.body)
+			}
+			if s.exists(fmt.Sprintf("svix:forged-%d", i)) {
+				t.Errorf("forged-%d was stored", i)
+			}
+		}
+		unchanged(t, runs)
+	})
+	t.Run("H20 captured GitHub body under a new delivery id: 200 duplicate of the original", func(t *testing.T) {
+		b := body(newID("h20"))
+		gh, _ := providers.Lookup("github")
+		hs, err := gh.Sign(b, []byte(githubSecret), time.Now(), "d-h20", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := s.post("POST", "/in/github", b, hs, nil); a.status != 202 {
+			t.Fatalf("original delivery: %d %s", a.status, a.body)
+		}
+		waitDelivered(t, s, "github:d-h20", 1)
+		begin()
+		runs := s.rec.count("")
+		for i := range 3 {
+			a := s.post("POST", "/in/github", b, with(hs, "X-GitHub-Delivery", fmt.Sprintf("d-h20-replay-%d", i)), nil)
+			if a.status != 200 || !strings.Contains(a.body, `"key":"github:d-h20"`) {
+				t.Errorf("replay %d: %d %s, want 200 duplicate naming github:d-h20", i, a.status, a.body)
+			}
+			if s.exists(fmt.Sprintf("github:d-h20-replay-%d", i)) {
+				t.Errorf("replay %d was stored", i)
+			}
+		}
+		unchanged(t, runs)
+		if n := s.rec.count("github:d-h20"); n != 1 {
+			t.Fatalf("handler ran %d times for the GitHub delivery, want 1", n)
+		}
+	})
 	t.Run("H18 flood: only 2xx or 503 with Retry-After, acked stored, alive", func(t *testing.T) {
 		h18(t, s)
 	})

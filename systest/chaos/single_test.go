@@ -84,7 +84,12 @@ func freeAddr(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// newSingle writes a config (sources orders: standard, stripe: stripe) and
+// githubSecret signs the github source's deliveries (GitHub signs the body
+// only: the replay guard's case).
+const githubSecret = "CANARYgithub0123456789abcdef0123"
+
+// newSingle writes a config (sources orders: standard, stripe: stripe, svix:
+// svix with the orders secret, github: github) and
 // starts the node unless start is false.
 func newSingle(t *testing.T, start bool) *single {
 	t.Helper()
@@ -95,6 +100,7 @@ func newSingle(t *testing.T, start bool) *single {
 	writeSecret(t, filepath.Join(dir, "admin.token"), adminToken)
 	writeSecret(t, filepath.Join(dir, "orders.secret"), s.secret)
 	writeSecret(t, filepath.Join(dir, "stripe.secret"), s.stripe)
+	writeSecret(t, filepath.Join(dir, "github.secret"), githubSecret)
 	writeFile(t, s.cfg, fmt.Sprintf(`[node]
 id = "solo"
 data_dir = %q
@@ -119,8 +125,20 @@ backoff_max = "500ms"
 name = "stripe"
 provider = "stripe"
 secret_files = ["stripe.secret"]
-forward = "http://%s/stripe"
+forward = "http://%[5]s/stripe"
 max_body = "64KiB"
+
+[[source]]
+name = "svix"
+provider = "svix"
+secret_files = ["orders.secret"]
+forward = "http://%[5]s/svix"
+
+[[source]]
+name = "github"
+provider = "github"
+secret_files = ["github.secret"]
+forward = "http://%[5]s/github"
 `, s.data, s.intake, s.admin, s.rec.addr, s.rec.addr))
 	if start {
 		s.start()
