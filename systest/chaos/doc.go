@@ -8,7 +8,7 @@
 // write IOPS of a node's own loop-mounted ext4 (slow disk); checks at the end
 // of every scenario (lost acknowledgements, a porcupine linearizability check
 // of the per-key claims, double runs, fencing, replica convergence,
-// availability). It also holds the hostile-input suite (H1-H18) and security
+// availability). It also holds the hostile-input suite (H1-H20) and security
 // checks against a single loopback node, and the mutual-TLS rejection tests
 // against a three-node loopback cluster. Everything lives in _test.go files;
 // see RELIABILITY.md.

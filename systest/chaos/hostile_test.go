@@ -15,7 +15,7 @@ import (
 	"oncehook/providers"
 )
 
-// TestHostileInputs runs the rows H1-H18 of reliability.md section 4.2 against
+// TestHostileInputs runs the hostile-input rows H1-H20 (RELIABILITY.md) against
 // one real node on loopback. For every row it checks the status code, that
 // nothing was stored (the /v1/status counts, the key through
 // /v1/events/{key}, the handler's deliveries) unless the row stores by design,

@@ -41,7 +41,7 @@ var canarySecret = "whsec_" + b64(canaryRaw)
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	// `make test` runs the short profile (S0 S1 S4 S5 S6, one seed), H1-H18,
+	// `make test` runs the short profile (S0 S1 S4 S5 S6, one seed), H1-H20,
 	// the security and the mutual-TLS checks: about 3.5 min with -race on the
 	// 2-core reference machine. The scenarios skip, saying why, without root,
 	// network namespaces or iptables; -short (or ONCEHOOK_CHAOS=0) skips the
