@@ -151,6 +151,7 @@ type options struct {
 	targets        []string // intake base URLs (-target)
 	source         string
 	provider       string
+	replayGuard    string // -spawn: the source's replay_guard; "": the provider's default
 	secretFile     string
 	adminURL       string
 	adminTokenFile string
@@ -207,6 +208,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&target, "target", "", "intake URL(s) of running nodes, comma-separated (e.g. http://127.0.0.1:8080)")
 	fs.StringVar(&o.source, "source", "bench", "source name (URL /in/{source})")
 	fs.StringVar(&o.provider, "provider", "standard", "signature scheme: standard, svix, github, stripe")
+	fs.StringVar(&o.replayGuard, "replay-guard", "", "with -spawn: the source's replay_guard (body or off; default: the provider's)")
 	fs.StringVar(&o.secretFile, "secret-file", "", "the source's secret (with -target)")
 	fs.StringVar(&o.adminURL, "admin", "", "admin URL for -cpuprofile with -target (e.g. http://127.0.0.1:7071)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin bearer token file for -cpuprofile with -target")

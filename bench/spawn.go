@@ -227,6 +227,9 @@ func (e *env) config(p *proc, o *options) string {
 	maxBody := max(1<<20, o.size+64<<10)
 	fmt.Fprintf(&b, "[[source]]\nname = %s\nprovider = %s\nsecret_files = [%s]\nmax_body = \"%d\"\nforward = %s\n",
 		q(o.source), q(o.provider), q(filepath.Join(e.dir, "bench.secret")), maxBody, q(e.sink.url()+"/"+o.source))
+	if o.replayGuard != "" {
+		fmt.Fprintf(&b, "replay_guard = %s\n", q(o.replayGuard))
+	}
 	return b.String()
 }
 
