@@ -93,7 +93,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	notifySystemd("READY=1")
-	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminScheme()+"://"+n.adminLn.Addr().String(), "version", version)
+	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "admin_tls", n.adminCert.Load() != nil, "version", version)
 
 	var serveErr error
 loop:
