@@ -356,6 +356,13 @@ func TestAdminRestoreIsBounded(t *testing.T) {
 	if _, err := tn.event("orders:evt_restore_before"); err != nil {
 		t.Fatalf("event from the backup: %v", err)
 	}
+	// The client command, which sends the length and waits for 100 Continue,
+	// restores a backup within the bound.
+	var out, errOut bytes.Buffer
+	if err := run(ctxTimeout(t, 30*time.Second), []string{"snapshot", "restore", "-addr", tn.admin,
+		"-token-file", filepath.Join(tn.dir, "admin.token"), backupFile}, &out, &errOut); err != nil || !strings.Contains(out.String(), "restored") {
+		t.Fatalf("oncehook snapshot restore within max_restore: %v\n%s", err, out.String())
+	}
 }
 
 // selfSigned writes a self-signed certificate for 127.0.0.1 (its own CA)
