@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/pprof"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -51,8 +52,16 @@ func (n *node) adminHandler() http.Handler {
 	return mux
 }
 
+// requireToken admits requests with a configured bearer token. A client that
+// keeps presenting wrong tokens is backed off (authlimit.go): 429 with
+// Retry-After, whatever it sends, until its wait is over.
 func (n *node) requireToken(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client := authKey(r.RemoteAddr)
+		if d := n.authLimit.wait(client); d > 0 {
+			tooManyFailures(w, d)
+			return
+		}
 		tokens := n.cfg.Load().Admin.Tokens
 		if len(tokens) == 0 {
 			jsonError(w, http.StatusUnauthorized, "no admin tokens configured ([admin] tokens)")
@@ -73,11 +82,32 @@ func (n *node) requireToken(h http.HandlerFunc) http.Handler {
 			}
 		}
 		if who == "" {
+			n.authFailed(r, client, "admin api")
 			jsonError(w, http.StatusUnauthorized, "invalid bearer token")
 			return
 		}
+		n.authLimit.success(client)
+		// The server's ReadTimeout guards against clients that never finish
+		// a request. Past it, net/http's read for the next request fails and
+		// cancels this one's context, so an authenticated request gets the
+		// whole write timeout (a pprof profile, a replay's commit).
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(n.adminTimeouts.write))
 		h(w, r.WithContext(context.WithValue(r.Context(), whoKey, who)))
 	})
+}
+
+// authFailed counts a wrong token against the client and logs when that
+// starts or lengthens its backoff.
+func (n *node) authFailed(r *http.Request, client netip.Prefix, where string) {
+	if d := n.authLimit.fail(client); d > 0 {
+		n.log.Warn(where+": repeated authentication failures; backing off", "remote", r.RemoteAddr, "retry_after", d.String())
+	}
+}
+
+func tooManyFailures(w http.ResponseWriter, d time.Duration) {
+	secs := retryAfter(d)
+	w.Header().Set("Retry-After", strconv.Itoa(secs))
+	jsonError(w, http.StatusTooManyRequests, fmt.Sprintf("too many failed authentication attempts from this address; retry in %d s", secs))
 }
 
 func jsonError(w http.ResponseWriter, status int, msg string) {
@@ -452,28 +482,56 @@ func clusterStatus(err error) int {
 func (n *node) adminBackup(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="oncehook-backup.db"`)
-	if _, err := n.cluster.Backup(w); err != nil {
+	// The stream may outlast the server's WriteTimeout; it may not stall.
+	sw := streamWriter{w: w, rc: http.NewResponseController(w), timeout: n.adminTimeouts.stream}
+	if _, err := n.cluster.Backup(sw); err != nil {
 		n.log.Error("backup failed", "err", err)
 	}
 }
 
-// adminRestore replaces the cluster's state with an uploaded backup (leader only).
+// adminRestore replaces the cluster's state with an uploaded backup (leader
+// only). The upload is spooled into data_dir first, at most admin.max_restore
+// bytes of it: a larger one is answered 413 and changes nothing.
 func (n *node) adminRestore(w http.ResponseWriter, r *http.Request) {
-	f, err := os.CreateTemp(n.cfg.Load().Node.DataDir, "restore-*.db")
+	cfg := n.cfg.Load()
+	limit := int64(cfg.Admin.MaxRestore)
+	tooLarge := func() {
+		jsonError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
+			"backup is larger than admin.max_restore (%s); nothing restored", cfg.Admin.MaxRestore))
+	}
+	if r.ContentLength > limit {
+		tooLarge() // before reading any of it (a client sending Expect: 100-continue sends none)
+		return
+	}
+	rc := http.NewResponseController(w)
+	// The upload may outlast the server's ReadTimeout; it may not stall.
+	body := streamReader{r: http.MaxBytesReader(w, r.Body, limit), rc: rc, timeout: n.adminTimeouts.stream}
+	f, err := os.CreateTemp(cfg.Node.DataDir, "restore-*.db")
 	if err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	defer os.Remove(f.Name())
-	_, err = io.Copy(f, r.Body)
+	_, err = io.Copy(f, body)
 	if cerr := f.Close(); err == nil {
 		err = cerr
+	}
+	if mbe := (*http.MaxBytesError)(nil); errors.As(err, &mbe) {
+		tooLarge()
+		return
 	}
 	if err != nil {
 		jsonError(w, http.StatusBadRequest, "read backup: "+err.Error())
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 5*time.Minute)
+	const restoreTimeout = 5 * time.Minute
+	// The answer comes after the restore commits, which may take longer
+	// than the server's WriteTimeout; the read deadline also keeps r's
+	// context alive meanwhile (see requireToken).
+	end := time.Now().Add(restoreTimeout + n.adminTimeouts.write)
+	_ = rc.SetWriteDeadline(end)
+	_ = rc.SetReadDeadline(end)
+	ctx, cancel := context.WithTimeout(r.Context(), restoreTimeout)
 	defer cancel()
 	if err := n.cluster.Restore(ctx, f.Name()); err != nil {
 		status := clusterStatus(err)

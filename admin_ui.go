@@ -261,36 +261,50 @@ func (u *adminUI) loginForm(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, safeNext(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
-	u.showLogin(w, http.StatusOK, safeNext(r.URL.Query().Get("next")), "")
+	u.showLogin(w, r, http.StatusOK, safeNext(r.URL.Query().Get("next")), "")
 }
 
-func (u *adminUI) showLogin(w http.ResponseWriter, status int, next, problem string) {
+func (u *adminUI) showLogin(w http.ResponseWriter, r *http.Request, status int, next, problem string) {
 	csrf := randomToken()
 	http.SetCookie(w, &http.Cookie{Name: uiLoginCookie, Value: csrf, Path: "/ui/login", MaxAge: 600,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	d := &pageData{Title: "Sign in", Login: &loginView{CSRF: csrf, Next: next}, Flash: problem, FlashErr: problem != ""}
 	u.render(w, status, "login", d, nil)
 }
 
+// login opens a session for a configured admin token. Wrong tokens count
+// against the client like wrong bearer tokens do (authlimit.go): while it
+// must wait, the form is answered 429 with Retry-After and no token is
+// looked at.
 func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
 	next := safeNext(r.PostFormValue("next"))
+	client := authKey(r.RemoteAddr)
+	if d := u.n.authLimit.wait(client); d > 0 {
+		secs := retryAfter(d)
+		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		u.showLogin(w, r, http.StatusTooManyRequests, next,
+			fmt.Sprintf("Too many failed sign-ins from your address; try again in %d seconds.", secs))
+		return
+	}
 	c, err := r.Cookie(uiLoginCookie)
 	if err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(r.PostFormValue("csrf"))) != 1 {
-		u.showLogin(w, http.StatusForbidden, next, "The sign-in form expired; please try again.")
+		u.showLogin(w, r, http.StatusForbidden, next, "The sign-in form expired; please try again.")
 		return
 	}
 	tokens := u.n.cfg.Load().Admin.Tokens
 	who, sum := matchToken(tokens, []byte(strings.TrimSpace(r.PostFormValue("token"))))
 	if who == "" {
 		u.n.log.Warn("admin ui: sign-in refused", "remote", r.RemoteAddr)
+		u.n.authFailed(r, client, "admin ui")
 		msg := "That token is not one of [admin] tokens."
 		if len(tokens) == 0 {
 			msg = "No admin tokens are configured ([admin] tokens)."
 		}
-		u.showLogin(w, http.StatusUnauthorized, next, msg)
+		u.showLogin(w, r, http.StatusUnauthorized, next, msg)
 		return
 	}
+	u.n.authLimit.success(client)
 	id := randomToken()
 	now := time.Now()
 	u.mu.Lock()
@@ -309,7 +323,7 @@ func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 	}
 	u.sessions[id] = &uiSession{who: who, tokenSum: sum, csrf: randomToken(), expires: now.Add(uiSessionTTL)}
 	u.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: uiLoginCookie, Value: "", Path: "/ui/login", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: uiLoginCookie, Value: "", Path: "/ui/login", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.SetCookie(w, &http.Cookie{Name: uiSessionCookie, Value: id, Path: "/ui/", MaxAge: int(uiSessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	u.n.log.Info("admin ui: signed in", "who", who, "remote", r.RemoteAddr)
@@ -324,7 +338,7 @@ func (u *adminUI) logout(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		}
 	}
 	u.mu.Unlock()
-	http.SetCookie(w, &http.Cookie{Name: uiSessionCookie, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode})
+	http.SetCookie(w, &http.Cookie{Name: uiSessionCookie, Value: "", Path: "/ui/", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.Redirect(w, r, "/ui/login", http.StatusSeeOther)
 }
 

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"flag"
 	"fmt"
@@ -22,17 +24,37 @@ type adminClient struct {
 	http  *http.Client
 }
 
-// clientFlags adds -addr and -token-file to fs and returns a constructor.
+// clientFlags adds -addr, -token-file and -ca to fs and returns a
+// constructor. The client speaks https when the address says https:// or
+// when a CA bundle is given (an address without a scheme then means https).
 func clientFlags(fs *flag.FlagSet) func() (*adminClient, error) {
-	addr := fs.String("addr", os.Getenv("ONCEHOOK_ADDR"), "admin address (env ONCEHOOK_ADDR; default 127.0.0.1:7071)")
+	addr := fs.String("addr", os.Getenv("ONCEHOOK_ADDR"), "admin address (env ONCEHOOK_ADDR; default 127.0.0.1:7071; https://host:port for TLS)")
 	tokenFile := fs.String("token-file", os.Getenv("ONCEHOOK_TOKEN_FILE"), "file holding the admin token (env ONCEHOOK_TOKEN_FILE, or ONCEHOOK_TOKEN)")
+	caFile := fs.String("ca", os.Getenv("ONCEHOOK_CA"), "PEM bundle of the CAs to trust for an https admin address (env ONCEHOOK_CA; implies https)")
 	return func() (*adminClient, error) {
 		a := *addr
 		if a == "" {
 			a = "127.0.0.1:7071"
 		}
-		if !strings.Contains(a, "://") {
+		switch {
+		case !strings.Contains(a, "://") && *caFile != "":
+			a = "https://" + a
+		case !strings.Contains(a, "://"):
 			a = "http://" + a
+		case strings.HasPrefix(a, "http://") && *caFile != "":
+			return nil, usageError{fmt.Sprintf("-ca (or ONCEHOOK_CA) is for https, but the address is %s", a)}
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if *caFile != "" {
+			pem, err := os.ReadFile(*caFile)
+			if err != nil {
+				return nil, fmt.Errorf("ca file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("ca file %s holds no PEM certificate", *caFile)
+			}
+			tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 		}
 		tok := os.Getenv("ONCEHOOK_TOKEN")
 		if *tokenFile != "" {
@@ -42,7 +64,7 @@ func clientFlags(fs *flag.FlagSet) func() (*adminClient, error) {
 			}
 			tok = strings.TrimSpace(string(b))
 		}
-		return &adminClient{base: strings.TrimRight(a, "/"), token: tok, http: &http.Client{Timeout: 60 * time.Second}}, nil
+		return &adminClient{base: strings.TrimRight(a, "/"), token: tok, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
 	}
 }
 
@@ -62,11 +84,7 @@ func (c *adminClient) do(ctx context.Context, method, path string, body any, out
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if resp.StatusCode/100 != 2 {
-		var e struct{ Error string }
-		if json.Unmarshal(data, &e) == nil && e.Error != "" {
-			return fmt.Errorf("%s %s: %d: %s", method, path, resp.StatusCode, e.Error)
-		}
-		return fmt.Errorf("%s %s: %d: %s", method, path, resp.StatusCode, strings.TrimSpace(string(data)))
+		return fmt.Errorf("%s %s: %d: %s", method, path, resp.StatusCode, errorText(data))
 	}
 	if out == nil {
 		return nil
@@ -74,15 +92,28 @@ func (c *adminClient) do(ctx context.Context, method, path string, body any, out
 	return json.Unmarshal(data, out)
 }
 
+// errorText is the "error" of an admin API JSON error, or the body as is.
+func errorText(body []byte) string {
+	var e struct{ Error string }
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return strings.TrimSpace(string(body))
+}
+
 func (c *adminClient) raw(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
 	if err != nil {
 		return nil, err
 	}
+	return c.send(req)
+}
+
+func (c *adminClient) send(req *http.Request) (*http.Response, error) {
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	if body != nil {
+	if req.Body != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)
@@ -296,6 +327,8 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		return err
 	}
 	file := fs.Arg(0)
+	// A backup streams for as long as the state takes; ctx bounds it.
+	c.http.Timeout = 0
 	switch args[0] {
 	case "save":
 		resp, err := c.raw(ctx, http.MethodGet, "/v1/backup", nil)
@@ -305,7 +338,7 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		defer resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-			return fmt.Errorf("backup: %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+			return fmt.Errorf("backup: %d: %s", resp.StatusCode, errorText(b))
 		}
 		tmp := file + ".tmp"
 		f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
@@ -334,14 +367,27 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 			return err
 		}
 		defer f.Close()
-		resp, err := c.raw(ctx, http.MethodPost, "/v1/restore", f)
+		fi, err := f.Stat()
+		if err != nil {
+			return err
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/restore", f)
+		if err != nil {
+			return err
+		}
+		// The length lets the node refuse a backup over admin.max_restore
+		// before any of it is sent.
+		req.ContentLength = fi.Size()
+		req.Header.Set("Content-Type", "application/octet-stream")
+		req.Header.Set("Expect", "100-continue")
+		resp, err := c.send(req)
 		if err != nil {
 			return err
 		}
 		defer resp.Body.Close()
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("restore: %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+			return fmt.Errorf("restore: %d: %s", resp.StatusCode, errorText(b))
 		}
 		fmt.Fprintf(stdout, "restored %s\n", file)
 		return nil

@@ -56,7 +56,8 @@ Usage:
   oncehook version
 
 Client commands find the node with -addr or ONCEHOOK_ADDR and the token with
--token-file, ONCEHOOK_TOKEN or ONCEHOOK_TOKEN_FILE.
+-token-file, ONCEHOOK_TOKEN or ONCEHOOK_TOKEN_FILE; an https:// address or
+-ca FILE (ONCEHOOK_CA) for a TLS admin listener.
 `
 
 // run is the whole program behind main, callable from tests.

@@ -107,6 +107,7 @@ type testNode struct {
 	client  *http.Client
 	log     *bytes.Buffer
 	logMu   *sync.Mutex
+	opts    []nodeOption // passed to startNode
 }
 
 const testSourceTOML = `
@@ -189,13 +190,13 @@ func (tn *testNode) start() {
 	}
 	level := new(slog.LevelVar)
 	log := slog.New(slog.NewTextHandler(syncWriter{tn.logMu, tn.log}, &slog.HandlerOptions{Level: level}))
-	n, err := startNode(cfg, log, level, syncWriter{tn.logMu, tn.log})
+	n, err := startNode(cfg, log, level, syncWriter{tn.logMu, tn.log}, tn.opts...)
 	if err != nil {
 		t.Fatalf("start node: %v", err)
 	}
 	tn.n = n
 	tn.intake = "http://" + n.httpLn.Addr().String()
-	tn.admin = "http://" + n.adminLn.Addr().String()
+	tn.admin = n.adminScheme() + "://" + n.adminLn.Addr().String()
 	tn.client = &http.Client{Timeout: 20 * time.Second}
 	t.Cleanup(tn.stop)
 	waitUntil(t, "node ready", func() bool { ok, _ := n.cluster.Ready(); return ok && n.cluster.IsLeader() })

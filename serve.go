@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -41,6 +42,11 @@ type node struct {
 	admin   *http.Server
 	adminLn net.Listener
 	served  chan error
+
+	// The admin listener (admin_server.go, authlimit.go).
+	adminTimeouts adminTimeouts
+	adminCert     atomic.Pointer[tls.Certificate] // nil without TLS
+	authLimit     *authLimiter
 }
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -87,7 +93,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	notifySystemd("READY=1")
-	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "version", version)
+	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "admin_tls", n.adminCert.Load() != nil, "version", version)
 
 	var serveErr error
 loop:
@@ -116,8 +122,12 @@ loop:
 
 // startNode binds the listeners first (a port conflict fails before any state
 // is touched), then opens the cluster node, then serves.
-func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stderr io.Writer) (*node, error) {
-	n := &node{log: log, level: level, metrics: newMetrics(), served: make(chan error, 2)}
+func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stderr io.Writer, opts ...nodeOption) (*node, error) {
+	n := &node{log: log, level: level, metrics: newMetrics(), served: make(chan error, 2),
+		adminTimeouts: defaultAdminTimeouts, authLimit: newAuthLimiter(time.Now)}
+	for _, o := range opts {
+		o(n)
+	}
 	n.cfg.Store(cfg)
 	// Operations (issue 8): raft's own go-metrics into the same registry,
 	// bridged before raft starts so its first samples are kept.
@@ -129,6 +139,9 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		return nil, err
 	}
 	n.targets.Store(&targets)
+	if n.admin, err = n.newAdminServer(cfg); err != nil {
+		return nil, err
+	}
 
 	if n.httpLn, err = net.Listen("tcp", cfg.Node.Listen); err != nil {
 		return nil, fmt.Errorf("intake listen %s: %w", cfg.Node.Listen, err)
@@ -187,9 +200,8 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 			n.served <- fmt.Errorf("intake: %w", err)
 		}
 	}()
-	n.admin = &http.Server{Handler: n.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
-		if err := n.admin.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := n.serveAdmin(); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			n.served <- fmt.Errorf("admin: %w", err)
 		}
 	}()
@@ -252,6 +264,10 @@ func (n *node) reload(path string) {
 		return
 	}
 	set, targets, err := compileSources(cfg)
+	var cert *tls.Certificate
+	if err == nil {
+		cert, err = n.reloadAdminCert(cfg)
+	}
 	if err == nil {
 		err = n.keys.attach(set, cfg)
 	}
@@ -265,6 +281,9 @@ func (n *node) reload(path string) {
 	n.targets.Store(&targets)
 	setLevel(n.level, cfg.Node.LogLevel)
 	n.cfg.Store(cfg)
+	if cert != nil {
+		n.adminCert.Store(cert)
+	}
 	n.metrics.reloadOK.Set(1)
 	for _, w := range cfg.Warnings() {
 		n.log.Warn(w)

@@ -90,7 +90,17 @@ func (p Peer) String() string { return p.ID + "=" + p.Addr }
 type Admin struct {
 	Listen string       `json:"listen"`
 	Tokens []AdminToken `json:"tokens"`
+	// TLSCert and TLSKey (both or neither) serve the admin listener over
+	// TLS; the files are re-read on reload, so a renewed certificate needs
+	// no restart.
+	TLSCert string `json:"tls_cert,omitempty"`
+	TLSKey  string `json:"tls_key,omitempty"`
+	// MaxRestore is the largest backup POST /v1/restore accepts.
+	MaxRestore Size `json:"max_restore"`
 }
+
+// TLS reports whether the admin listener serves TLS.
+func (a *Admin) TLS() bool { return a.TLSCert != "" && a.TLSKey != "" }
 
 // AdminToken is one bearer token of the admin API. Name is recorded as "who"
 // in audit records.
@@ -214,7 +224,7 @@ func Default() *Config {
 			LogFormat:     DefaultLogFormat,
 			MaxConnsPerIP: DefaultMaxConnsPerIP,
 		},
-		Admin:   Admin{Listen: DefaultAdminListen},
+		Admin:   Admin{Listen: DefaultAdminListen, MaxRestore: DefaultMaxRestore},
 		Sources: []Source{},
 	}
 }

@@ -37,9 +37,10 @@ var sourceKeys = []struct{ field, key string }{
 
 // Diff compares the running config with a newly loaded one, for SIGHUP. It
 // returns the keys that changed, split into those the running process applies
-// live (sources and their secrets, admin tokens, node.log_level) and those it
-// applies only after a restart (node id, listen addresses, data_dir,
-// log_format, the whole [cluster] table, admin.listen). Sources are named by
+// live (sources and their secrets, admin tokens, admin.max_restore, the admin
+// TLS files while TLS stays on, node.log_level) and those it applies only
+// after a restart (node id, listen addresses, data_dir, log_format, the whole
+// [cluster] table, admin.listen, turning admin TLS on or off). Sources are named by
 // name, not position: "source[stripe-live].forward", "source[github] (added)",
 // "source[old] (removed)". Secret values never appear, only the key. Both
 // lists are nil when nothing changed. A nil argument counts as Default().
@@ -82,6 +83,21 @@ func Diff(old, new *Config) (reloadable, restartNeeded []string) {
 	restart("admin.listen", old.Admin.Listen, new.Admin.Listen)
 	if !reflect.DeepEqual(old.Admin.Tokens, new.Admin.Tokens) {
 		reloadable = append(reloadable, "admin.tokens")
+	}
+	// The admin listener is TLS or not from its start; with TLS on both
+	// sides, the certificate files (paths and content) are re-read live.
+	adminTLS := &reloadable
+	if old.Admin.TLS() != new.Admin.TLS() {
+		adminTLS = &restartNeeded
+	}
+	if old.Admin.TLSCert != new.Admin.TLSCert {
+		*adminTLS = append(*adminTLS, "admin.tls_cert")
+	}
+	if old.Admin.TLSKey != new.Admin.TLSKey {
+		*adminTLS = append(*adminTLS, "admin.tls_key")
+	}
+	if old.Admin.MaxRestore != new.Admin.MaxRestore {
+		reloadable = append(reloadable, "admin.max_restore")
 	}
 
 	olds := map[string]*Source{}

@@ -36,6 +36,9 @@ func TestDiff(t *testing.T) {
 			[]string{"cluster.raft_listen", "cluster.advertise"}},
 		{"admin listen", func(c *Config) { c.Admin.Listen = "127.0.0.1:1" }, nil, []string{"admin.listen"}},
 		{"admin token", func(c *Config) { c.Admin.Tokens[0].Token = Secret("rotated") }, []string{"admin.tokens"}, nil},
+		{"admin max_restore", func(c *Config) { c.Admin.MaxRestore = 1 * GiB }, []string{"admin.max_restore"}, nil},
+		{"admin tls turned on", func(c *Config) { c.Admin.TLSCert, c.Admin.TLSKey = "/a.crt", "/a.key" }, nil,
+			[]string{"admin.tls_cert", "admin.tls_key"}},
 		{"source fields", func(c *Config) {
 			c.Sources[0].Forward = "http://127.0.0.1:1/new"
 			c.Sources[0].Secrets = append(c.Sources[0].Secrets, Secret("next"))
@@ -67,6 +70,19 @@ func TestDiff(t *testing.T) {
 	reload, restart := Diff(old, load())
 	if !reflect.DeepEqual(reload, []string{"source[stripe-live].secrets"}) || restart != nil {
 		t.Errorf("after rotation: %q, %q", reload, restart)
+	}
+
+	// With TLS on both sides, new certificate paths are applied live; turning
+	// it off needs a restart.
+	tlsOn := load()
+	tlsOn.Admin.TLSCert, tlsOn.Admin.TLSKey = "/a.crt", "/a.key"
+	renewed := load()
+	renewed.Admin.TLSCert, renewed.Admin.TLSKey = "/b.crt", "/a.key"
+	if reload, restart := Diff(tlsOn, renewed); !reflect.DeepEqual(reload, []string{"admin.tls_cert"}) || restart != nil {
+		t.Errorf("admin certificate renewed: %q, %q", reload, restart)
+	}
+	if reload, restart := Diff(tlsOn, load()); reload != nil || !reflect.DeepEqual(restart, []string{"admin.tls_cert", "admin.tls_key"}) {
+		t.Errorf("admin tls turned off: %q, %q", reload, restart)
 	}
 
 	// nil counts as Default().

@@ -135,6 +135,8 @@ func TestExampleDefaults(t *testing.T) {
 		"source.forward_timeout": q(s.ForwardTimeout.String()),
 		"source.keys_refresh":    q(s.KeysRefresh.String()),
 		"cluster.tls_cert":       `""`,
+		"admin.tls_cert":         `""`,
+		"admin.max_restore":      q(Size(DefaultMaxRestore).String()),
 		"source.keys_url":        `""`,
 		"source.schema_file":     `""`,
 	}

@@ -54,8 +54,11 @@ type rawCluster struct {
 }
 
 type rawAdmin struct {
-	Listen string           `toml:"listen"`
-	Tokens []toml.Primitive `toml:"tokens"`
+	Listen     string           `toml:"listen"`
+	Tokens     []toml.Primitive `toml:"tokens"`
+	TLSCert    string           `toml:"tls_cert"`
+	TLSKey     string           `toml:"tls_key"`
+	MaxRestore *Size            `toml:"max_restore"`
 }
 
 type rawToken struct {
@@ -484,6 +487,11 @@ func (l *loader) cluster(r rawCluster) *Cluster {
 
 func (l *loader) admin(a *Admin, r rawAdmin, tokens []rawToken) {
 	setString(&a.Listen, r.Listen)
+	a.TLSCert = l.resolve(r.TLSCert, true)
+	a.TLSKey = l.resolve(r.TLSKey, true)
+	if r.MaxRestore != nil {
+		a.MaxRestore = *r.MaxRestore
+	}
 	for i, t := range tokens {
 		key := "admin.tokens[" + strconv.Itoa(i) + "]"
 		tok := AdminToken{Name: t.Name}

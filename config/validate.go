@@ -34,7 +34,7 @@ var (
 // Verifier, rebuilt from Provider, Secrets, Tolerance and HMAC (nil when that
 // fails). It is idempotent: calling it twice gives the same result.
 //
-// Validate reads the TLS files named in [cluster]; it does not read secret or
+// Validate reads the TLS files named in [cluster] and [admin]; it does not read secret or
 // token files, which Load does.
 func (c *Config) Validate() error {
 	p := &problems{file: c.Path, lines: c.lines}
@@ -48,6 +48,7 @@ func (c *Config) validate(p *problems) {
 		c.validateCluster(p)
 	}
 	c.validateAdmin(p)
+	c.validateAdminServer(p)
 	c.validateListeners(p)
 	names := map[string]int{}
 	for i := range c.Sources {
