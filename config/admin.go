@@ -19,10 +19,6 @@ import (
 // the bound keeps a wrong or hostile upload from filling that disk.
 const DefaultMaxRestore = 4 * GiB
 
-func init() {
-	warningChecks = append(warningChecks, adminPlaintextWarning)
-}
-
 // validateAdminServer checks admin.tls_cert, admin.tls_key and
 // admin.max_restore. The TLS files must be readable and form a usable pair,
 // and the key must not be readable by others (like a secret file).

@@ -20,6 +20,7 @@ func (c *Config) Warnings() []string {
 // warningChecks are run in order by Warnings; each returns zero or more lines.
 var warningChecks = []func(*Config) []string{
 	clearTextCluster,
+	adminPlaintextWarning, // admin.go
 }
 
 // clearTextCluster warns when cluster traffic leaves the machine unencrypted:
