@@ -31,7 +31,6 @@ const (
 	counterSource = 'c' // 'c' source -> number of events of that source
 	expiryEvent   = 'e' // 'e' key: an event expiring with the bucket
 	expiryOrder   = 'o' // 'o' object: an order-guard entry expiring with the bucket
-	expiryBody    = 'b' // 'b' body key: a replay-guard entry expiring with the bucket
 )
 
 // empty is the value of pure index entries. It is never modified.
@@ -79,7 +78,7 @@ type applier struct {
 	nbuf  [8]byte // scratch for expiry bucket names
 
 	// Kept cursors for the point reads and deletes of the hot path (see point).
-	evp, payp, duep, leasep, statep, donep point
+	evp, payp, duep, leasep, statep, donep, bodyp point
 
 	// written, when set, is told every event record stored or deleted (key,
 	// state; 0 for deleted): Exists answers from it until the commit.
@@ -115,6 +114,7 @@ func newApplier(tx *bolt.Tx, width int64) *applier {
 	}
 	a.evp, a.payp, a.duep = point{a.events.Cursor()}, point{a.payloads.Cursor()}, point{a.due.Cursor()}
 	a.leasep, a.statep, a.donep = point{a.leases.Cursor()}, point{a.states.Cursor()}, point{a.done.Cursor()}
+	a.bodyp = point{a.bodies.Cursor()}
 	return a
 }
 
@@ -412,7 +412,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 		return Result{State: st}, nil
 	}
 	if c.BodyKey != "" {
-		if orig := a.bodies.Get(strBytes(c.BodyKey)); orig != nil {
+		if orig := a.bodyp.get(strBytes(c.BodyKey)); orig != nil {
 			return a.bodyDuplicate(c, orig)
 		}
 	}
@@ -436,6 +436,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 		UpdatedAt: c.Now,
 		ExpiresAt: expires,
 		LeaseFor:  c.LeaseFor,
+		BodyKey:   c.BodyKey,
 	}
 	if st == StatePending {
 		ev.NextAttemptAt = c.Now
@@ -462,12 +463,10 @@ func (a *applier) claim(c *Command) (Result, error) {
 		return Result{}, err
 	}
 	if c.BodyKey != "" {
-		// The body entry ends with the event's bucket, so it never outlives
-		// the key it names.
+		// The record names its body entry, and deleteEvent removes the two
+		// together: no expiry listing of its own, whose random keys would
+		// cost the claim path a second scattered page write.
 		if err := a.bodies.Put(strBytes(c.BodyKey), append(a.arena.make(len(c.Key)), c.Key...)); err != nil {
-			return Result{}, err
-		}
-		if err := eb.Put(a.pk(expiryBody, c.BodyKey), empty); err != nil {
 			return Result{}, err
 		}
 	}
@@ -955,14 +954,6 @@ func (a *applier) expire(c *Command) (Result, error) {
 				if err := a.orders.Delete(ok); err != nil {
 					return Result{}, err
 				}
-			case expiryBody:
-				bk := k[1:]
-				if a.bodies.Get(bk) == nil {
-					return Result{}, fmt.Errorf("%w: expiry lists body entry %q it does not hold", ErrCorrupt, clip(bk))
-				}
-				if err := a.bodies.Delete(bk); err != nil {
-					return Result{}, err
-				}
 			default:
 				return Result{}, fmt.Errorf("%w: expiry key %x", ErrCorrupt, k)
 			}
@@ -1000,6 +991,15 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 	}
 	if err := a.statep.del(a.ptk(byte(ev.State), ev.UpdatedAt, key)); err != nil {
 		return err
+	}
+	if ev.BodyKey != "" {
+		bk := strBytes(ev.BodyKey)
+		if v := a.bodyp.get(bk); string(v) != key {
+			return fmt.Errorf("%w: event %q holds body entry %q, which names %q", ErrCorrupt, clip(strBytes(key)), clip(bk), clip(v))
+		}
+		if err := a.bodyp.del(bk); err != nil {
+			return err
+		}
 	}
 	switch ev.State {
 	case StatePending:

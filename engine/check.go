@@ -32,7 +32,7 @@ func checkIndexes(tx *bolt.Tx) error {
 
 	var byState [StateStale + 1]uint64
 	bySource := map[string]uint64{}
-	nEvents := 0
+	nEvents, nHeld := 0, 0
 	c := events.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		nEvents++
@@ -43,6 +43,9 @@ func checkIndexes(tx *bolt.Tx) error {
 			continue
 		}
 		byState[ev.State]++
+		if ev.BodyKey != "" {
+			nHeld++
+		}
 		bySource[ev.Source]++
 		if src := states.Get(ptk(byte(ev.State), ev.UpdatedAt, k)); src == nil || string(src) != ev.Source {
 			bad("event %q: no states entry for %d/%q", k, ev.State, ev.Source)
@@ -125,8 +128,8 @@ func checkIndexes(tx *bolt.Tx) error {
 		}
 	}
 
-	// Expiry buckets list exactly the events, order and body entries that end with them.
-	listed, bodiesListed := 0, 0
+	// Expiry buckets list exactly the events and order entries that end with them.
+	listed := 0
 	c = expiry.Cursor()
 	for name, _ := c.First(); name != nil; name, _ = c.Next() {
 		eb := expiry.Bucket(name)
@@ -147,13 +150,7 @@ func checkIndexes(tx *bolt.Tx) error {
 				if v := orders.Get(k[1:]); len(v) != 16 || int64(binary.BigEndian.Uint64(v[8:])) != end {
 					bad("expiry %d lists order %q, which does not end there", end, k[1:])
 				}
-			case len(k) > 1 && k[0] == expiryBody:
-				bodiesListed++
-				if orig := bodies.Get(k[1:]); orig == nil {
-					bad("expiry %d lists body entry %q, which is absent", end, k[1:])
-				} else if ev, ok := record(orig); !ok || ev.ExpiresAt != end {
-					bad("body entry %q names %q, which does not end at %d", k[1:], orig, end)
-				}
+
 			default:
 				bad("expiry key %x", k)
 			}
@@ -162,8 +159,17 @@ func checkIndexes(tx *bolt.Tx) error {
 	if listed != nEvents {
 		bad("expiry lists %d events for %d", listed, nEvents)
 	}
-	if n := bodies.Stats().KeyN; n != bodiesListed {
-		bad("%d body entries, %d listed in expiry buckets", n, bodiesListed)
+	// Body entries and the records that hold them name each other.
+	nBodies := 0
+	c = bodies.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		nBodies++
+		if ev, ok := record(v); !ok || ev.BodyKey != string(k) {
+			bad("body entry %q names %q, which does not hold it", k, v)
+		}
+	}
+	if nBodies != nHeld {
+		bad("%d body entries for %d events holding one", nBodies, nHeld)
 	}
 	c = orders.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {

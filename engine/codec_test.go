@@ -118,6 +118,8 @@ func sampleEvents() []Event {
 			Audit: []AuditEntry{{At: t0, Who: "ops", Action: "replay", Reason: "r", From: StateDone}, {From: StateDead}}},
 		{State: StatePending, Source: "s", Attempts: 1, Token: 3, LastError: "status 500", Step: "charged"},
 		{State: StateDone, Source: "s", Step: "3", Audit: []AuditEntry{{Who: "ops"}}},
+		{State: StatePending, Source: "gh", BodyKey: "gh\x00\x01\xfe"},
+		{State: StateDone, Source: "gh", Step: "2", BodyKey: "gh\x00\x02"},
 	}
 }
 
@@ -131,6 +133,9 @@ func TestRecordRoundTrip(t *testing.T) {
 			want := flags
 			if ev.Step != "" {
 				want |= flagStep // set from the event, whatever the caller passed
+			}
+			if ev.BodyKey != "" {
+				want |= flagBody
 			}
 			var got Event
 			gf, err := decodeRecord([]byte("k"), b, &got)

@@ -67,7 +67,7 @@ type Command struct {
 	// source and a hash of the body; docs/security.md). When another event
 	// already holds it, the claim is a duplicate of that event: nothing is
 	// stored and Result.Keys names the original key. A new event holds its
-	// BodyKey until the event's retention bucket expires. "": no guard.
+	// BodyKey as long as the event exists. "": no guard.
 	BodyKey string
 	// LeaseFor on a claim is stored with the event and is its lease length
 	// (per source); on a lease command it is the default for events without one.
@@ -126,7 +126,10 @@ type Event struct {
 	// Step is the last step a handler reported (Oncehook-Step) on complete or
 	// fail; "" when none has. A reclaim or a replay keeps it, and the next
 	// attempt sends it as Oncehook-Last-Step.
-	Step     string
+	Step string
+	// BodyKey is the replay-guard entry the event holds (Command.BodyKey of
+	// its claim; "" for none). It is deleted with the event.
+	BodyKey  string
 	Headers  []Header  // filled together with Payload
 	Response *Response // cached handler answer (Get)
 	Audit    []AuditEntry

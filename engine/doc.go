@@ -73,10 +73,10 @@
 //	expiry     time(bucket end) -> bucket of
 //	             'e' time(CreatedAt) key -> ""  (the events that expire with it)
 //	             'o' object -> ""               (the order entries that expire with it)
-//	             'b' body key -> ""             (the replay-guard entries that expire with it)
 //	orders     order object -> newest order time, expiry (8+8 bytes; ordering guard)
 //	counters   's' state -> n; 'c' source -> n  (8 bytes big endian, no zero entries)
-//	bodies     body key -> the event key holding it (replay guard; added to
+//	bodies     body key -> the event key holding it (replay guard; the
+//	           record names it too, and it goes with the event; added to
 //	           version 1 later: a file without it is read as empty)
 //
 // # Imports
