@@ -36,17 +36,7 @@ const hardeningToken = "admin-token-for-hardening-tests-0123456789"
 
 // adminNodeConfig is the test config with extra keys in [admin].
 func adminNodeConfig(dir, handlerURL, adminTOML string) string {
-	return fmt.Sprintf(`[node]
-id = "node1"
-data_dir = %q
-listen = "127.0.0.1:0"
-log_level = "debug"
-
-[admin]
-listen = "127.0.0.1:0"
-tokens = [{ name = "ops", token_file = "admin.token" }]
-%s
-`, filepath.Join(dir, "data"), adminTOML) + fmt.Sprintf(testSourceTOML, handlerURL)
+	return nodeConfig(dir, handlerURL, adminTOML, "")
 }
 
 // startAdminNode starts a node like startTestNode, with adminTOML added to

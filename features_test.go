@@ -40,16 +40,7 @@ func startNodeWithSources(t testing.TB, dir, handlerURL, extra string) *testNode
 
 // testConfig is the config startNodeWithSources writes.
 func testConfig(dir, handlerURL, extra string) string {
-	return fmt.Sprintf(`[node]
-id = "node1"
-data_dir = %q
-listen = "127.0.0.1:0"
-log_level = "debug"
-
-[admin]
-listen = "127.0.0.1:0"
-tokens = [{ name = "ops", token_file = "admin.token" }]
-`, filepath.Join(dir, "data")) + fmt.Sprintf(testSourceTOML+extra, handlerURL)
+	return nodeConfig(dir, handlerURL, "", extra)
 }
 
 // signWith signs body for a standard source with secret (whsec_ or whsk_).

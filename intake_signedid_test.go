@@ -15,13 +15,13 @@ import (
 // svix-id and webhook-id differ is refused (401) before it is keyed.
 func TestIntakeForgedSvixIDReplayIsOneEvent(t *testing.T) {
 	h := newHandler(t)
-	tn := startTestNodeWith(t, "", h.url, fmt.Sprintf(`
+	tn := startNodeWithSources(t, "", h.url, `
 [[source]]
 name = "svix"
 provider = "svix"
 secret_files = ["orders.secret"]
-forward = "%s/svix"
-`, h.url))
+forward = "%[1]s/svix"
+`)
 	body := orderBody("evt_svix", "obj_svix", 100)
 	captured := tn.signed(body, "msg_svix_1") // webhook-id, webhook-timestamp, webhook-signature
 	first := tn.post("svix", body, captured)

@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -147,26 +146,14 @@ backoff_max = "50ms"
 // starts a node on loopback ports chosen by the kernel.
 func startTestNode(t testing.TB, dir, handlerURL string) *testNode {
 	t.Helper()
-	return startTestNodeWith(t, dir, handlerURL, "")
+	return startNodeWithSources(t, dir, handlerURL, "")
 }
 
-// startTestNodeWith is startTestNode with extra TOML (more sources) appended.
-func startTestNodeWith(t testing.TB, dir, handlerURL, extra string) *testNode {
-	t.Helper()
-	if dir == "" {
-		dir = t.TempDir()
-	}
-	tn := &testNode{t: t, dir: dir, cfgPath: filepath.Join(dir, "oncehook.toml"), log: &bytes.Buffer{}, logMu: &sync.Mutex{}}
-	secretPath := filepath.Join(dir, "orders.secret")
-	if b, err := os.ReadFile(secretPath); err == nil {
-		tn.secret = strings.TrimSpace(string(b))
-	} else {
-		tn.secret, _ = providers.GenerateSecret("standard")
-		mustWrite(t, secretPath, tn.secret+"\n")
-	}
-	tn.token = "admin-token-for-tests-0123456789abcdef"
-	mustWrite(t, filepath.Join(dir, "admin.token"), tn.token+"\n")
-	cfg := fmt.Sprintf(`[node]
+// nodeConfig is every test node's config: [node] and [admin] on loopback
+// ports the kernel chooses, adminExtra appended to [admin], the shared test
+// sources, then sources ("%[1]s" standing for the handler URL).
+func nodeConfig(dir, handlerURL, adminExtra, sources string) string {
+	return fmt.Sprintf(`[node]
 id = "node1"
 data_dir = %q
 listen = "127.0.0.1:0"
@@ -175,10 +162,8 @@ log_level = "debug"
 [admin]
 listen = "127.0.0.1:0"
 tokens = [{ name = "ops", token_file = "admin.token" }]
-`, filepath.Join(dir, "data")) + fmt.Sprintf(testSourceTOML, handlerURL) + extra
-	mustWrite(t, tn.cfgPath, cfg)
-	tn.start()
-	return tn
+%s
+`, filepath.Join(dir, "data"), adminExtra) + fmt.Sprintf(testSourceTOML+sources, handlerURL)
 }
 
 func (tn *testNode) start() {

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"errors"
-	"fmt"
 	"net"
 	"net/http"
 	"net/netip"
@@ -115,7 +114,7 @@ func TestTwilioPublicURLTrustedProxies(t *testing.T) {
 // network ignores them.
 func TestIntakeTwilioTrustedProxies(t *testing.T) {
 	h := newHandler(t)
-	tn := startTestNodeWith(t, "", h.url, fmt.Sprintf(`
+	tn := startNodeWithSources(t, "", h.url, `
 [[source]]
 name = "tw-trusted"
 provider = "twilio"
@@ -129,7 +128,7 @@ provider = "twilio"
 secrets = ["twilio-auth-token"]
 forward = "%[1]s/tw"
 trusted_proxies = ["10.0.0.0/8"]
-`, h.url))
+`)
 	body := []byte("CallSid=CA1&From=%2B15551234567")
 	s, _ := providers.Lookup("twilio")
 	post := func(source, signedURL, id string) int {

@@ -61,29 +61,7 @@ func (m cpuMeter) report(b *testing.B) {
 // cluster applies them; ns/op and allocs/op are per claim.
 func BenchmarkClaimBatch(b *testing.B) {
 	for _, n := range []int{1, 16, 64, 256} {
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
-			e := mustOpen(b, Options{NoSync: true})
-			keys := make([]string, b.N)
-			for i := range keys {
-				keys[i] = benchKey(i)
-			}
-			entries := make([]Entry, n)
-			cmds := make([]Command, n)
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu := startCPU(b)
-			defer cpu.report(b)
-			for i := 0; i < b.N; i += n {
-				m := min(n, b.N-i)
-				for j := range m {
-					cmds[j] = benchClaim(keys[i+j], t0+int64(i+j), benchPayload)
-					entries[j] = Entry{Index: uint64(i + j + 1), Cmds: cmds[j : j+1]}
-				}
-				if _, err := e.ApplyBatch(entries[:m]); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		b.Run(fmt.Sprint(n), func(b *testing.B) { benchClaimBatches(b, n, false) })
 	}
 }
 
@@ -91,37 +69,40 @@ func BenchmarkClaimBatch(b *testing.B) {
 // guard's body key (a random 32-byte hash, like the intake's SHA-256), so
 // that benchstat shows what the guard adds to a claim.
 func BenchmarkClaimGuarded(b *testing.B) {
-	const n = 256
 	for _, guard := range []bool{false, true} {
-		b.Run(fmt.Sprintf("guard=%v", guard), func(b *testing.B) {
-			e := mustOpen(b, Options{NoSync: true})
-			keys := make([]string, b.N)
-			bodies := make([]string, b.N)
-			for i := range keys {
-				keys[i] = benchKey(i)
-				sum := sha256.Sum256([]byte(keys[i]))
-				bodies[i] = "stripe-live\x00" + string(sum[:])
-			}
-			entries := make([]Entry, n)
-			cmds := make([]Command, n)
-			b.ReportAllocs()
-			b.ResetTimer()
-			cpu := startCPU(b)
-			defer cpu.report(b)
-			for i := 0; i < b.N; i += n {
-				m := min(n, b.N-i)
-				for j := range m {
-					cmds[j] = benchClaim(keys[i+j], t0+int64(i+j), benchPayload)
-					if guard {
-						cmds[j].BodyKey = bodies[i+j]
-					}
-					entries[j] = Entry{Index: uint64(i + j + 1), Cmds: cmds[j : j+1]}
-				}
-				if _, err := e.ApplyBatch(entries[:m]); err != nil {
-					b.Fatal(err)
-				}
-			}
-		})
+		b.Run(fmt.Sprintf("guard=%v", guard), func(b *testing.B) { benchClaimBatches(b, 256, guard) })
+	}
+}
+
+// benchClaimBatches applies b.N claims of distinct keys in batches of n
+// entries, each claim with a body key when guard is set.
+func benchClaimBatches(b *testing.B, n int, guard bool) {
+	e := mustOpen(b, Options{NoSync: true})
+	keys := make([]string, b.N)
+	bodies := make([]string, b.N)
+	for i := range keys {
+		keys[i] = benchKey(i)
+		if guard {
+			sum := sha256.Sum256([]byte(keys[i]))
+			bodies[i] = "stripe-live\x00" + string(sum[:])
+		}
+	}
+	entries := make([]Entry, n)
+	cmds := make([]Command, n)
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu := startCPU(b)
+	defer cpu.report(b)
+	for i := 0; i < b.N; i += n {
+		m := min(n, b.N-i)
+		for j := range m {
+			cmds[j] = benchClaim(keys[i+j], t0+int64(i+j), benchPayload)
+			cmds[j].BodyKey = bodies[i+j]
+			entries[j] = Entry{Index: uint64(i + j + 1), Cmds: cmds[j : j+1]}
+		}
+		if _, err := e.ApplyBatch(entries[:m]); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 
