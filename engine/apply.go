@@ -84,6 +84,11 @@ type applier struct {
 	// state; 0 for deleted): Exists answers from it until the commit.
 	written func(key string, st State)
 
+	// The replay guard's index (bodyindex.go): the committed one, read-only
+	// here, and this transaction's changes, merged in after its commit.
+	bodyIdx  bodyIndex
+	bodyPend map[bodyHash]int64
+
 	// Counter changes of the batch, written once by finish.
 	stateDelta  [StateStale + 1]int64
 	sourceDelta map[string]int64
@@ -412,7 +417,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 		return Result{State: st}, nil
 	}
 	if c.BodyKey != "" {
-		if orig := a.bodyp.get(strBytes(c.BodyKey)); orig != nil {
+		if orig := a.bodyHolder(c.BodyKey); orig != nil {
 			return a.bodyDuplicate(c, orig)
 		}
 	}
@@ -436,7 +441,6 @@ func (a *applier) claim(c *Command) (Result, error) {
 		UpdatedAt: c.Now,
 		ExpiresAt: expires,
 		LeaseFor:  c.LeaseFor,
-		BodyKey:   c.BodyKey,
 	}
 	if st == StatePending {
 		ev.NextAttemptAt = c.Now
@@ -444,7 +448,11 @@ func (a *applier) claim(c *Command) (Result, error) {
 			return Result{}, err
 		}
 	}
-	if err := a.store(&ev, 0); err != nil {
+	var flags byte
+	if c.BodyKey != "" {
+		flags = flagBody
+	}
+	if err := a.store(&ev, flags); err != nil {
 		return Result{}, err
 	}
 	pv := appendPayload(a.arena.make(payloadSize(c.Headers, c.Payload)), c.Headers, c.Payload)
@@ -463,10 +471,8 @@ func (a *applier) claim(c *Command) (Result, error) {
 		return Result{}, err
 	}
 	if c.BodyKey != "" {
-		// The record names its body entry, and deleteEvent removes the two
-		// together: no expiry listing of its own, whose random keys would
-		// cost the claim path a second scattered page write.
-		if err := a.bodies.Put(strBytes(c.BodyKey), append(a.arena.make(len(c.Key)), c.Key...)); err != nil {
+		// deleteEvent removes the entry with the event (flagBody).
+		if err := a.holdBody(c.Key, c.BodyKey, c.Now); err != nil {
 			return Result{}, err
 		}
 	}
@@ -479,7 +485,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 func (a *applier) bodyDuplicate(c *Command, orig []byte) (Result, error) {
 	v := a.evp.get(orig)
 	if v == nil {
-		return Result{}, fmt.Errorf("%w: body entry %q names no event", ErrCorrupt, clip(strBytes(c.BodyKey)))
+		return Result{}, fmt.Errorf("%w: body entry of %q names no event", ErrCorrupt, clip(orig))
 	}
 	st, err := recordState(orig, v)
 	if err != nil {
@@ -992,12 +998,8 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 	if err := a.statep.del(a.ptk(byte(ev.State), ev.UpdatedAt, key)); err != nil {
 		return err
 	}
-	if ev.BodyKey != "" {
-		bk := strBytes(ev.BodyKey)
-		if v := a.bodyp.get(bk); string(v) != key {
-			return fmt.Errorf("%w: event %q holds body entry %q, which names %q", ErrCorrupt, clip(strBytes(key)), clip(bk), clip(v))
-		}
-		if err := a.bodyp.del(bk); err != nil {
+	if flags&flagBody != 0 {
+		if err := a.releaseBody(key, ev.CreatedAt); err != nil {
 			return err
 		}
 	}

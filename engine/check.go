@@ -43,8 +43,11 @@ func checkIndexes(tx *bolt.Tx) error {
 			continue
 		}
 		byState[ev.State]++
-		if ev.BodyKey != "" {
+		if flags&flagBody != 0 {
 			nHeld++
+			if v := bodies.Get(tk(ev.CreatedAt, k)); len(v) == 0 {
+				bad("event %q: flagged as holding a body entry, none at %d", k, ev.CreatedAt)
+			}
 		}
 		bySource[ev.Source]++
 		if src := states.Get(ptk(byte(ev.State), ev.UpdatedAt, k)); src == nil || string(src) != ev.Source {
@@ -164,8 +167,15 @@ func checkIndexes(tx *bolt.Tx) error {
 	c = bodies.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		nBodies++
-		if ev, ok := record(v); !ok || ev.BodyKey != string(k) {
-			bad("body entry %q names %q, which does not hold it", k, v)
+		if len(k) < 9 || len(v) == 0 {
+			bad("bodies entry %x", k)
+			continue
+		}
+		var ev Event
+		rv := events.Get(k[8:])
+		flags, err := decodeRecord(k[8:], rv, &ev)
+		if rv == nil || err != nil || flags&flagBody == 0 || ev.CreatedAt != timeOf(k) {
+			bad("body entry %q names no event holding it", k[8:])
 		}
 	}
 	if nBodies != nHeld {

@@ -33,7 +33,7 @@ const (
 const (
 	flagResponse = 1 << 0 // a cached Response is stored in the responses bucket
 	flagStep     = 1 << 1 // the record ends with the event's Step (non-empty)
-	flagBody     = 1 << 2 // then the event's BodyKey (non-empty): it holds a replay-guard entry
+	flagBody     = 1 << 2 // the event holds a replay-guard entry in the bodies bucket
 	flagsKnown   = flagResponse | flagStep | flagBody
 )
 
@@ -158,7 +158,6 @@ func appendBytes(dst []byte, b []byte) []byte {
 //	uvarint  number of audit entries, then each:
 //	         varint at, string who, string action, string reason, byte from
 //	string   step, only when flags has flagStep (then never empty)
-//	string   body key, only when flags has flagBody (then never empty)
 //
 // The key is not repeated (it is the bbolt key). Payload, headers and the
 // cached response live in their own buckets so that the record stays small.
@@ -171,19 +170,15 @@ func recordSize(ev *Event) int {
 		a := &ev.Audit[i]
 		n += binary.MaxVarintLen64 + 3*binary.MaxVarintLen64 + len(a.Who) + len(a.Action) + len(a.Reason) + 1
 	}
-	return n + 2*binary.MaxVarintLen64 + len(ev.Step) + len(ev.BodyKey)
+	return n + binary.MaxVarintLen64 + len(ev.Step)
 }
 
 // appendRecord appends the record encoding of ev (without payload, headers,
-// response) to dst. flagStep and flagBody are set from ev.Step and
-// ev.BodyKey, whatever flags says.
+// response) to dst. flagStep is set from ev.Step, whatever flags says.
 func appendRecord(dst []byte, ev *Event, flags byte) []byte {
-	flags &^= flagStep | flagBody
+	flags &^= flagStep
 	if ev.Step != "" {
 		flags |= flagStep
-	}
-	if ev.BodyKey != "" {
-		flags |= flagBody
 	}
 	dst = append(dst, recordVersion, byte(ev.State), flags)
 	dst = binary.AppendUvarint(dst, uint64(ev.Attempts))
@@ -207,9 +202,6 @@ func appendRecord(dst []byte, ev *Event, flags byte) []byte {
 	}
 	if ev.Step != "" {
 		dst = appendString(dst, ev.Step)
-	}
-	if ev.BodyKey != "" {
-		dst = appendString(dst, ev.BodyKey)
 	}
 	return dst
 }
@@ -265,12 +257,6 @@ func decodeRecord(key, b []byte, ev *Event) (byte, error) {
 		ev.Step = string(d.bytes("step"))
 		if d.err == nil && ev.Step == "" {
 			d.fail("step: flagged but empty")
-		}
-	}
-	if flags&flagBody != 0 {
-		ev.BodyKey = string(d.bytes("body key"))
-		if d.err == nil && ev.BodyKey == "" {
-			d.fail("body key: flagged but empty")
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {

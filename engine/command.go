@@ -126,10 +126,7 @@ type Event struct {
 	// Step is the last step a handler reported (Oncehook-Step) on complete or
 	// fail; "" when none has. A reclaim or a replay keeps it, and the next
 	// attempt sends it as Oncehook-Last-Step.
-	Step string
-	// BodyKey is the replay-guard entry the event holds (Command.BodyKey of
-	// its claim; "" for none). It is deleted with the event.
-	BodyKey  string
+	Step     string
 	Headers  []Header  // filled together with Payload
 	Response *Response // cached handler answer (Get)
 	Audit    []AuditEntry

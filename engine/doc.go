@@ -75,9 +75,10 @@
 //	             'o' object -> ""               (the order entries that expire with it)
 //	orders     order object -> newest order time, expiry (8+8 bytes; ordering guard)
 //	counters   's' state -> n; 'c' source -> n  (8 bytes big endian, no zero entries)
-//	bodies     body key -> the event key holding it (replay guard; the
-//	           record names it too, and it goes with the event; added to
-//	           version 1 later: a file without it is read as empty)
+//	bodies     time(CreatedAt) key -> body key  (events holding a replay-guard
+//	           entry, flagged in their record; an in-memory index finds them
+//	           by body key, see bodyindex.go; added to version 1 later: a file
+//	           without it is read as empty)
 //
 // # Imports
 //

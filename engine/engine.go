@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -124,6 +125,10 @@ type Engine struct {
 	// whether it is committed yet or not.
 	ovMu    sync.RWMutex
 	overlay map[string]State
+
+	// bodies is the replay guard's in-memory index of the bodies bucket
+	// (bodyindex.go), as of the last commit. Guarded by wmu.
+	bodies bodyIndex
 }
 
 // pendingTx is a write transaction with applied entries not yet committed.
@@ -144,6 +149,10 @@ func Open(path string, opts Options) (*Engine, error) {
 	}
 	e.db, e.width = db, width
 	e.applied.Store(applied)
+	if err := db.View(func(tx *bolt.Tx) (err error) { e.bodies, err = loadBodyIndex(tx); return err }); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("engine: open %s: %w", path, err)
+	}
 	return e, nil
 }
 
@@ -329,6 +338,7 @@ func (e *Engine) applyLocked(entries []Entry, deferred bool) ([][]Result, error)
 			return nil, fmt.Errorf("engine: begin: %w", err)
 		}
 		a := newApplier(tx, e.width)
+		a.bodyIdx = e.bodies
 		applied := a.lastApplied()
 		p = &pendingTx{tx: tx, a: a, start: applied, applied: applied}
 		e.pending = p
@@ -411,6 +421,7 @@ func (e *Engine) flushLocked() error {
 	if err := p.tx.Commit(); err != nil {
 		return fmt.Errorf("engine: commit: %w", err)
 	}
+	e.bodies.merge(p.a.bodyPend)
 	// Commits are ordered by bbolt's writer lock but this store is not: a
 	// concurrent, later batch may already have stored a higher index.
 	for {
@@ -739,6 +750,9 @@ func (e *Engine) Restore(r io.Reader) (err error) {
 	}
 	e.db, e.width = db, width
 	e.applied.Store(applied)
+	if err = db.View(func(tx *bolt.Tx) (err error) { e.bodies, err = loadBodyIndex(tx); return err }); err != nil {
+		return fmt.Errorf("engine: restore: %w", err)
+	}
 	return nil
 }
 
@@ -831,13 +845,25 @@ func walk(tx *bolt.Tx, fn func(depth int, kind byte, k, v []byte) error) error {
 // transaction. It scans everything: for tests and offline tools, not the hot
 // path.
 func (e *Engine) Check() error {
-	return e.view(func(tx *bolt.Tx) error {
+	// wmu: the in-memory body index must not move while it is compared.
+	e.wmu.Lock()
+	defer e.wmu.Unlock()
+	if err := e.flushLocked(); err != nil {
+		return err
+	}
+	return e.viewCommitted(func(tx *bolt.Tx) error {
 		var errs []error
 		for err := range tx.Check() {
 			errs = append(errs, err)
 		}
 		if err := checkIndexes(tx); err != nil {
 			errs = append(errs, err)
+		}
+		if want, err := loadBodyIndex(tx); err != nil {
+			errs = append(errs, err)
+		} else if !maps.Equal(want, e.bodies) {
+			errs = append(errs, fmt.Errorf("%w: the in-memory body index (%d entries) differs from the bodies bucket (%d)",
+				ErrCorrupt, len(e.bodies), len(want)))
 		}
 		return errors.Join(errs...)
 	})
