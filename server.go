@@ -132,16 +132,21 @@ const maxPooledBody = 256 << 10
 // readBody reads the request body into dst, refusing more than limit bytes:
 // a declared Content-Length over the limit is refused before anything more
 // is read, a chunked body as soon as it passes the limit. status is 0 when the
-// body was read, else the answer to send (the connection is then closed:
-// what the client still sends is never read).
+// body was read, else the answer to send. After a 413 fasthttp sends the
+// answer first, then reads and drops a rest of at most 256 KiB (so a sender
+// still writing reads a clean 413, not a reset) or closes the connection
+// unread; after a broken body the connection is closed.
 func readBody(ctx *fasthttp.RequestCtx, dst []byte, limit int) (body []byte, status int, msg string) {
+	tooLarge := func() ([]byte, int, string) {
+		return dst, fasthttp.StatusRequestEntityTooLarge, "body larger than max_body"
+	}
 	refuse := func(status int, msg string) ([]byte, int, string) {
 		ctx.SetConnectionClose()
 		return dst, status, msg
 	}
 	n := ctx.Request.Header.ContentLength()
 	if n > limit {
-		return refuse(fasthttp.StatusRequestEntityTooLarge, "body larger than max_body")
+		return tooLarge()
 	}
 	want := limit + 1 // chunked: one byte past the limit tells it is over
 	if n >= 0 {
@@ -172,7 +177,7 @@ func readBody(ctx *fasthttp.RequestCtx, dst []byte, limit int) (body []byte, sta
 		}
 	}
 	if len(dst) > limit {
-		return refuse(fasthttp.StatusRequestEntityTooLarge, "body larger than max_body")
+		return tooLarge()
 	}
 	if n >= 0 && len(dst) < n {
 		return refuse(fasthttp.StatusBadRequest, "truncated request body")
