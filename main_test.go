@@ -31,6 +31,11 @@ func TestMain(m *testing.M) {
 		// which notices a stopped server only after its next 10s sleep.
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
 		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*workerPool).Start.func2"),
+		// The benchmarks' fasthttp client: the process-wide dialer's address
+		// cache cleaner, and a HostClient's idle-connection cleaner, which
+		// notices closed connections only after its next 10s sleep.
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*TCPDialer).tcpAddrsClean"),
+		goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.(*HostClient).connsCleaner"),
 	)
 }
 
