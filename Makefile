@@ -37,8 +37,8 @@ bench: build
 	$(GO) run ./bench -spawn 1 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
 	$(GO) run ./bench -spawn 3 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
 
-# Every fault scenario of systest/chaos (reliability.md 4.1) with SEEDS seeds
-# each, as root (network namespaces, iptables, tmpfs). Writes
+# Every fault scenario of systest/chaos (systest/chaos/RELIABILITY.md) with
+# SEEDS seeds each, as root (network namespaces, iptables, tmpfs). Writes
 # systest/chaos/results/latest.md (and a porcupine HTML per failing run).
 # `go test ./systest/chaos` (and so `make test`) runs the short profile (S0 S1 S4
 # S5 S6, one seed) and the hostile-input, security and mutual-TLS suites;

@@ -48,7 +48,7 @@ func (n *node) adminHandler() http.Handler {
 	auth("GET /debug/pprof/profile", pprof.Profile)
 	auth("GET /debug/pprof/symbol", pprof.Symbol)
 	auth("GET /debug/pprof/trace", pprof.Trace)
-	n.registerUI(mux) // Operations (issue 8): the dead-letter page, /ui/ (admin_ui.go)
+	n.registerUI(mux) // the dead-letter page, /ui/ (admin_ui.go)
 	return mux
 }
 
@@ -155,7 +155,8 @@ func (n *node) adminStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// eventJSON is the admin API's event shape (DESIGN.md section 4).
+// eventJSON is the admin API's event shape (README.md, "HTTP surface";
+// scripts read it, so field names are fixed).
 type eventJSON struct {
 	Key           string            `json:"key"`
 	Source        string            `json:"source"`

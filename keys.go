@@ -1,6 +1,6 @@
 package main
 
-// Published, rotating keys (issue 9): a source's keys_url names a JSON
+// Published, rotating keys: a source's keys_url names a JSON
 // document of its sender's active keys. Each source with one has a keyset that
 // fetches the document at start and every keys_refresh, keeps the last good
 // copy on disk under data_dir/keys/ (so a restart works while the URL is down),

@@ -1,6 +1,6 @@
 // Command oncehook receives webhooks at least once and runs their effect
-// exactly once. See README.md for the operator's manual and DESIGN.md in
-// ../shared for the contract.
+// exactly once. See README.md for the operator's manual and
+// docs/architecture.md for the design and its invariants.
 package main
 
 import (

@@ -1,6 +1,6 @@
 package main
 
-// Payload schemas (issue 9): a source's schema_file is a JSON Schema that a
+// Payload schemas: a source's schema_file is a JSON Schema that a
 // verified body must satisfy before anything is keyed or stored. The schema is
 // compiled once per (re)load by compileSources; a schema that does not compile
 // is a load or reload error, so a running node never serves with a broken one.

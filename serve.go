@@ -86,7 +86,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if demo != nil {
 		demo.announce(log, n.httpLn.Addr().String())
 	}
-	// Catch SIGHUP before READY=1 (issue 8 fix): systemd may send
+	// Catch SIGHUP before READY=1: systemd may send
 	// ExecReload's HUP as soon as it sees READY, and an uncaught HUP ends
 	// the process.
 	hup := make(chan os.Signal, 1)
@@ -129,8 +129,8 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		o(n)
 	}
 	n.cfg.Store(cfg)
-	// Operations (issue 8): raft's own go-metrics into the same registry,
-	// bridged before raft starts so its first samples are kept.
+	// Raft's own go-metrics into the same registry, bridged before raft
+	// starts so its first samples are kept.
 	if err := bridgeRaftMetrics(n.metrics.reg); err != nil {
 		log.Warn("raft metrics bridge disabled", "err", err)
 	}
@@ -178,9 +178,9 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		return nil, err
 	}
 
-	// Operations (issue 8): raft and event-state gauges, read at scrape time.
+	// Raft and event-state gauges, read at scrape time.
 	n.metrics.reg.MustRegister(newRaftCollector(n.cluster))
-	// Published keys (issue 9): keys_url sources verify with the fetched keys.
+	// Published keys: keys_url sources verify with the fetched keys.
 	n.keys = newKeyManager(cfg.Node.DataDir, log, n.metrics)
 	if err := n.keys.attach(set, cfg); err != nil {
 		n.keys.close()

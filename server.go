@@ -258,7 +258,8 @@ func (in *intake) handleIn(ctx *fasthttp.RequestCtx, name []byte) {
 	in.metrics.claimDuration(time.Since(start))
 }
 
-// serveSource runs the hot path of DESIGN.md section 1 and returns the status sent.
+// serveSource runs the hot path (docs/architecture.md, Request flow) and
+// returns the status sent.
 func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.Time) int {
 	if !ctx.IsPost() {
 		ctx.Response.Header.Set("Allow", "POST")

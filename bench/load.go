@@ -22,8 +22,9 @@ import (
 )
 
 // signers are the providers bench can sign for, each with its key where the
-// default key rule of DESIGN.md section 4 looks for it: the id passed to
-// Sign (standard, svix, github headers) or "id" in the body (stripe).
+// provider's default key rule looks for it (README.md, "Providers"): the id
+// passed to Sign (standard, svix, github headers) or "id" in the body
+// (stripe).
 var signers = map[string]bool{"standard": true, "svix": true, "github": true, "stripe": true}
 
 func signerNames() []string {

@@ -9,7 +9,8 @@ import (
 	"oncehook/providers"
 )
 
-// Defaults of the keys that do not depend on the provider (DESIGN.md section 4).
+// Defaults of the keys that do not depend on the provider (config.example.toml
+// documents each one).
 const (
 	DefaultNodeID         = "node1"
 	DefaultDataDir        = "./data"

@@ -1,6 +1,6 @@
 // Package config owns oncehook's configuration: the one TOML file described in
-// DESIGN.md section 4 and documented key by key in config.example.toml at the
-// repository root.
+// README.md ("Configuration") and documented key by key in config.example.toml
+// at the repository root.
 //
 // The life of a Config is Default() -> parse the file on top -> normalise ->
 // Validate(), all done by Load; `oncehook serve` without a file uses Demo.

@@ -127,8 +127,8 @@ const redacted = "<redacted>"
 // Secret is key material: a webhook signing secret or a bearer token. Every way
 // of printing it (fmt verbs, String, GoString, text, JSON, slog) shows
 // "<redacted>", so a Config can be logged or served as JSON without leaking
-// (DESIGN.md invariant 7). Use the bytes only to build verifiers and compare
-// tokens.
+// (docs/architecture.md, Invariants, 7). Use the bytes only to build
+// verifiers and compare tokens.
 type Secret []byte
 
 // String returns "<redacted>".

@@ -4,7 +4,8 @@ package engine
 // the intake). Names and meanings here are fixed; the encoding and the storage
 // behind them are the engine's own business.
 
-// State is the lifecycle state of one event (DESIGN.md section 2).
+// State is the lifecycle state of one event (docs/architecture.md, Event
+// states).
 type State uint8
 
 // The states of an event. The zero value is not a state.

@@ -1,7 +1,7 @@
 // Package engine is oncehook's event state machine: every claimed idempotency
 // key, its payload, its lifecycle (pending -> processing -> done | pending
-// again | dead, stale; DESIGN.md section 2), its leases and fencing tokens, and
-// its expiry, in one bbolt file.
+// again | dead, stale; docs/architecture.md, Event states), its leases and
+// fencing tokens, and its expiry, in one bbolt file.
 //
 // The cluster package applies Raft log entries to it (ApplyBatchDeferred), snapshots
 // it (Snapshot) and restores it (Restore); the intake and the admin API read it

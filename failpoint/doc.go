@@ -1,5 +1,5 @@
 // Package failpoint holds oncehook's fault-injection hooks for the chaos
-// suite (systest/chaos, reliability.md section 3 "Failpoints in our own code").
+// suite (systest/chaos; systest/chaos/RELIABILITY.md, "Failpoints").
 //
 // A release build (no build tag) compiles every hook to nothing: Enabled is the
 // constant false, Inject has an empty body that the compiler inlines away, and

@@ -16,7 +16,8 @@ import (
 	"oncehook/failpoint"
 )
 
-// The headers every delivery carries (DESIGN.md section 3).
+// The headers every delivery carries (README.md, "What your handler
+// receives"); handlers depend on these names.
 const (
 	HeaderIdempotencyKey = "Idempotency-Key"
 	HeaderEventKey       = "Oncehook-Event-Key"

@@ -7,8 +7,9 @@ import (
 )
 
 // TestDependencyRule keeps forward off cluster, providers and fasthttp
-// (STYLE.md): of ours it may import engine only (and the failpoint hooks, a
-// leaf that compiles to nothing in a release build).
+// (docs/architecture.md, "Dependency rule"): of ours it may import engine
+// only (and the failpoint hooks, a leaf that compiles to nothing in a release
+// build).
 func TestDependencyRule(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	if err != nil {

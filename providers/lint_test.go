@@ -128,7 +128,7 @@ func f(sig, sum []byte, token string, a, b []byte) bool {
 }
 
 // TestDependencyRule keeps providers free of our other packages, fasthttp and
-// net/http (STYLE.md).
+// net/http (docs/architecture.md, "Dependency rule").
 func TestDependencyRule(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	if err != nil {

@@ -193,7 +193,7 @@ func TestV1aKeys(t *testing.T) {
 	}
 }
 
-// The Standard Webhooks specification's own example (notes/providers.md)
+// The Standard Webhooks specification's own example (in the spec's text)
 // carries a v1a entry but publishes no key, so it cannot be verified; the
 // published library vector in testdata/vectors.json (seed
 // "TESTSIGNINGKEYDONOTUSETHISFORANY") is the v1a vector we check. Here: the

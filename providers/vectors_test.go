@@ -9,7 +9,7 @@ import (
 )
 
 // vector is a published (or, for Shopify, independently computed) test vector
-// from testdata/vectors.json; notes/providers.md says where each comes from.
+// from testdata/vectors.json; each vector's name says where it comes from.
 type vector struct {
 	Name   string `json:"name"`
 	Scheme string `json:"scheme"`

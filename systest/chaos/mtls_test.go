@@ -25,9 +25,10 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// Mutual TLS on the cluster port (reliability.md 4.3 "raft transport TLS" and
-// "internal forwarding"): three real nodes on loopback with mutual TLS 1.3, a
-// CA and a cluster token. Peers that must be refused try two ways in:
+// Mutual TLS on the cluster port, for both the Raft transport and the internal
+// forwarding channel (RELIABILITY.md, "Mutual TLS on the cluster port"):
+// three real nodes on loopback with mutual TLS 1.3, a CA and a cluster token.
+// Peers that must be refused try two ways in:
 //
 //   - a probe: one Raft RPC (RequestVote) sent with hashicorp/raft's own
 //     NetworkTransport over a hand-made connection. It is refused when no

@@ -186,7 +186,7 @@ type clockPhase struct {
 const pickUp = 400 * time.Millisecond
 
 // chaosRetention is the orders source's retention: the standard provider's
-// default (DESIGN.md section 4).
+// default (README.md, "Providers").
 const chaosRetention = 96 * time.Hour
 
 // sigTolerance is the orders source's timestamp tolerance (the default).
@@ -480,9 +480,10 @@ func slowDisk(s *srun, n *cnode) {
 }
 
 // checkSlowFollower: two of three nodes commit, so a slow follower must not
-// slow the cluster (reliability.md S13: claims/s during the throttle at least
-// 0.8x the rate before it). As with the other liveness targets, a miss is a
-// note and only half the target fails (the two cores are shared).
+// slow the cluster (RELIABILITY.md, row S13a; the target: claims/s during the
+// throttle at least 0.8x the rate before it). As with the other liveness
+// targets, a miss is a note and only half the target fails (the two cores are
+// shared).
 func checkSlowFollower(s *srun) {
 	if s.r.BeforeRate == 0 {
 		return
@@ -500,8 +501,9 @@ func checkSlowFollower(s *srun) {
 // soak runs the load with no fault for three times the slow-disk time (3 min
 // with -full, within the load generator's request cap) and
 // samples, every 30 s, each node's /proc/<pid>/io write_bytes, its data dir
-// size and the claims acknowledged so far (reliability.md S13 soak, shortened:
-// bytes written per claim must stay flat, freelist growth would show as drift).
+// size and the claims acknowledged so far (RELIABILITY.md, row S13soak, a
+// short soak: bytes written per claim must stay flat, freelist growth would
+// show as drift).
 // With no expiry in so short a run (keys live 96 h, buckets are an hour wide)
 // the engine file only grows, and every snapshot copies it whole, so bytes per
 // claim grow with the file here: the drift is reported, not gated. The 20 %

@@ -28,7 +28,7 @@ var (
 	fullProfile  = profile{warm: 15 * time.Second, recovery: 15 * time.Second, outage: 12 * time.Second, slowDisk: 60 * time.Second, workers: 16}
 )
 
-// scenario is one row of reliability.md section 4.1.
+// scenario is one row of the scenario tables in RELIABILITY.md.
 type scenario struct {
 	id, name   string
 	short      bool // in the CI profile
@@ -337,7 +337,8 @@ func caughtUp(c *cluster, n *cnode, d time.Duration) time.Duration {
 }
 
 // diskFullCheck reports how long the S10 victim took to catch up after the
-// space was freed (reliability.md S10: recovery <= 15 s after the restart).
+// space was freed (RELIABILITY.md, rows S10a and S10b; the target: recovery
+// <= 15 s after the restart).
 func diskFullCheck(s *srun) {
 	v, ok := diskFullCatchUp.LoadAndDelete(s)
 	if !ok {
@@ -655,7 +656,7 @@ func runScenario(t *testing.T, sc *scenario, prof profile, seed uint64, r *resul
 	for _, v := range r.Violations {
 		t.Errorf("VIOLATION %s: %s", sc.id, v)
 	}
-	// Liveness: reliability.md's provisional targets. Safety violations
+	// Liveness: the provisional targets of unavailTarget. Safety violations
 	// fail above; a missed target is a note, and only twice the target fails
 	// (CI shares two cores with other packages). S4b, S6 and S7 fail sooner:
 	// 8 s catches the forward-slot stall (see forwardStall), which measured
@@ -671,7 +672,7 @@ func runScenario(t *testing.T, sc *scenario, prof profile, seed uint64, r *resul
 	}
 }
 
-// unavailTarget is reliability.md 4.1's unavailability target per scenario,
+// unavailTarget is the provisional unavailability target per scenario,
 // in seconds (S4: the pause itself is 5 s).
 var unavailTarget = map[string]float64{"S1": 5, "S1fp": 5, "S3": 5, "S3fp": 5, "S4": 6, "S4b": 5, "S6": 5, "S7": 5, "S9": 5, "S10b": 5, "S12": 5}
 

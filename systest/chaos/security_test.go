@@ -21,7 +21,7 @@ import (
 // through valid, wrongly signed and duplicate deliveries, a reload, every
 // admin read route, then stops it and looks for the canaries in its log, every
 // admin answer, /metrics, the backup and every file of its data dir
-// (reliability.md 4.3 "secrets never logged"; the chaos scenarios do the same
+// (docs/architecture.md, Invariants, 7; the chaos scenarios do the same
 // for the three-node logs and data dirs).
 func TestCanarySecretNeverLeaks(t *testing.T) {
 	if testing.Short() {
