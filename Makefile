@@ -72,11 +72,13 @@ install: build
 	install -Dm0640 config.example.toml $(DESTDIR)/etc/oncehook/oncehook.toml.example
 	install -Dm0644 README.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/README.md
 	install -Dm0644 docs/alerts.yml $(DESTDIR)$(PREFIX)/share/doc/oncehook/alerts.yml
+	install -Dm0644 docs/grafana-dashboard.json $(DESTDIR)$(PREFIX)/share/doc/oncehook/grafana-dashboard.json
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/oncehook $(DESTDIR)/etc/systemd/system/oncehook.service \
 	      $(DESTDIR)/usr/lib/sysusers.d/oncehook.conf $(DESTDIR)/etc/oncehook/oncehook.toml.example \
-	      $(DESTDIR)$(PREFIX)/share/doc/oncehook/README.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/alerts.yml
+	      $(DESTDIR)$(PREFIX)/share/doc/oncehook/README.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/alerts.yml \
+	      $(DESTDIR)$(PREFIX)/share/doc/oncehook/grafana-dashboard.json
 
 # A .deb (bin/oncehook_<version>_<arch>.deb) with nfpm, run as a tool: it is
 # not a module dependency. Static binary in /usr/bin, the unit in
