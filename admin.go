@@ -141,7 +141,7 @@ type statusJSON struct {
 }
 
 func (n *node) adminStatus(w http.ResponseWriter, r *http.Request) {
-	st := statusJSON{Status: n.cluster.Status(), Version: version, Counts: map[string]int{}}
+	st := statusJSON{Status: n.cluster.ClusterStatus(r.Context()), Version: version, Counts: map[string]int{}}
 	st.Ready, st.ReadyWhy = n.cluster.Ready()
 	byState, bySource, err := n.cluster.Counts()
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -142,16 +143,36 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return printJSON(stdout, st)
 	}
 	fmt.Fprintf(stdout, "node %v: %v (leader %v), term %v, commit %v, applied %v, last contact %v, ready %v (%v)\n",
-		st["node_id"], st["state"], st["leader_id"], st["term"], st["commit_index"], st["applied_index"], st["last_contact"], st["ready"], st["ready_reason"])
+		st["node_id"], st["state"], st["leader_id"], num(st["term"]), num(st["commit_index"]), num(st["applied_index"]), st["last_contact"], st["ready"], st["ready_reason"])
+	// One row per member of the Raft configuration, with the member's own
+	// answer (an older node's API has no role: its state column stands in).
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tSUFFRAGE\tROLE")
+	fmt.Fprintln(tw, "NODE\tADDRESS\tSUFFRAGE\tROLE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT")
+	var unreachable []string
 	if nodes, ok := st["nodes"].([]any); ok {
 		for _, x := range nodes {
 			m, _ := x.(map[string]any)
-			fmt.Fprintf(tw, "%v\t%v\t%v\t%v\n", m["id"], m["address"], m["suffrage"], m["state"])
+			role, ok := m["role"]
+			if !ok {
+				role = m["state"]
+			}
+			dash := func(k string) any {
+				if v, ok := m[k]; ok {
+					return num(v)
+				}
+				return "-"
+			}
+			fmt.Fprintf(tw, "%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\n", m["id"], m["address"], m["suffrage"], role,
+				dash("term"), dash("commit_index"), dash("applied_index"), dash("last_contact"))
+			if e, ok := m["error"]; ok {
+				unreachable = append(unreachable, fmt.Sprintf("%v: %v", m["id"], e))
+			}
 		}
 	}
 	tw.Flush()
+	for _, u := range unreachable {
+		fmt.Fprintf(stdout, "no answer from %s\n", u)
+	}
 	if counts, ok := st["counts"].(map[string]any); ok {
 		fmt.Fprintf(stdout, "events: pending %v, processing %v, done %v, dead %v, stale %v\n",
 			counts["pending"], counts["processing"], counts["done"], counts["dead"], counts["stale"])
@@ -404,4 +425,13 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// num prints a JSON number as an integer when it is one (encoding/json
+// decodes every number into a float64, which %v would print as 1.5e+06).
+func num(v any) any {
+	if f, ok := v.(float64); ok {
+		return strconv.FormatFloat(f, 'f', -1, 64)
+	}
+	return v
 }

@@ -1,11 +1,14 @@
 package cluster
 
 import (
+	"bufio"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -223,12 +226,25 @@ func (n *Node) Ready() (bool, string) {
 	return true, "leader " + string(id)
 }
 
-// Server is one member as the status API reports it.
+// Server is one member as the status API reports it. State is the member's
+// role from this node's point of view; the fields after it are the member's
+// own answer, filled by ClusterStatus only.
 type Server struct {
 	ID       string `json:"id"`
 	Address  string `json:"address"`
 	Suffrage string `json:"suffrage"`
 	State    string `json:"state"` // leader|follower|unknown from this node's point of view
+
+	// Role is what the member says it is: leader, follower or candidate;
+	// unknown when it did not answer (Error says why).
+	Role         string `json:"role,omitempty"`
+	Term         uint64 `json:"term,omitempty"`
+	CommitIndex  uint64 `json:"commit_index,omitempty"`
+	AppliedIndex uint64 `json:"applied_index,omitempty"`
+	// LastContact is how long since the member last heard from the leader:
+	// "0s" on the leader, "never" if it never did.
+	LastContact string `json:"last_contact,omitempty"`
+	Error       string `json:"error,omitempty"`
 }
 
 // Status is this node's view of the cluster.
@@ -291,6 +307,122 @@ func (n *Node) Status() Status {
 		}
 	}
 	return st
+}
+
+// memberStats is one member's answer to rpcStats, and the member fields of
+// Server that come from it.
+type memberStats struct {
+	ID           string `json:"id"`
+	Role         string `json:"role"`
+	Term         uint64 `json:"term"`
+	CommitIndex  uint64 `json:"commit_index"`
+	AppliedIndex uint64 `json:"applied_index"`
+	LastContact  string `json:"last_contact"`
+}
+
+// ownStats is this node's memberStats.
+func (n *Node) ownStats() memberStats {
+	ms := memberStats{
+		ID:           n.cfg.ID,
+		Role:         stateName(n.raft.State()),
+		Term:         n.raft.CurrentTerm(),
+		CommitIndex:  n.raft.CommitIndex(),
+		AppliedIndex: n.raft.AppliedIndex(),
+	}
+	switch age := n.LastContactAge(); {
+	case age < 0:
+		ms.LastContact = "never"
+	default:
+		ms.LastContact = age.Round(time.Millisecond).String()
+	}
+	return ms
+}
+
+// memberStatsTimeout bounds how long ClusterStatus waits for a member.
+const memberStatsTimeout = 2 * time.Second
+
+// ClusterStatus is Status with every member's own role, term, indexes and
+// last contact with the leader, asked over the cluster port in parallel (this
+// node answers for itself). A member that does not answer within
+// memberStatsTimeout, or is another member than its address says, is
+// reported with role unknown and an error. Status stays free of network
+// calls: the metrics collector reads it on every scrape.
+func (n *Node) ClusterStatus(ctx context.Context) Status {
+	st := n.Status()
+	ctx, cancel := context.WithTimeout(ctx, memberStatsTimeout)
+	defer cancel()
+	var wg sync.WaitGroup
+	for i := range st.Nodes {
+		s := &st.Nodes[i]
+		if s.ID == n.cfg.ID {
+			s.setStats(n.ownStats())
+			continue
+		}
+		wg.Go(func() {
+			ms, err := n.askStats(ctx, s.Address)
+			if err == nil && ms.ID != s.ID {
+				err = fmt.Errorf("%s answers as %q", s.Address, ms.ID)
+			}
+			if err != nil {
+				s.Role, s.Error = "unknown", err.Error()
+				return
+			}
+			s.setStats(ms)
+		})
+	}
+	wg.Wait()
+	return st
+}
+
+func (s *Server) setStats(ms memberStats) {
+	s.Role, s.Term, s.CommitIndex, s.AppliedIndex, s.LastContact = ms.Role, ms.Term, ms.CommitIndex, ms.AppliedIndex, ms.LastContact
+}
+
+// askStats asks the member at addr for its memberStats on a stream of its
+// own (the forwarder's pooled streams are for the leader).
+func (n *Node) askStats(ctx context.Context, addr string) (memberStats, error) {
+	var ms memberStats
+	var body []byte
+	if n.inproc != nil {
+		peer := n.inproc(addr)
+		if peer == nil {
+			return ms, fmt.Errorf("%s: unreachable", addr)
+		}
+		status, resp := peer.handleRPC(ctx, rpcStats, nil, nil)
+		if status != rpcOK {
+			return ms, fmt.Errorf("%s answered: %s", addr, resp)
+		}
+		body = resp
+	} else {
+		if n.mux == nil {
+			return ms, errors.New("no cluster port")
+		}
+		c, err := n.mux.dial(ctx, addr, kindForward, memberStatsTimeout)
+		if err != nil {
+			return ms, err
+		}
+		defer c.Close()
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		defer stop()
+		if d, ok := ctx.Deadline(); ok {
+			_ = c.SetDeadline(d)
+		}
+		if err := writeFrame(bufio.NewWriter(c), rpcStats, nil); err != nil {
+			return ms, err
+		}
+		status, resp, err := readFrame(bufio.NewReader(c), nil)
+		if err != nil {
+			return ms, err
+		}
+		if status != rpcOK {
+			return ms, fmt.Errorf("%s answered: %s", addr, resp)
+		}
+		body = resp
+	}
+	if err := json.Unmarshal(body, &ms); err != nil {
+		return ms, fmt.Errorf("%s: bad stats answer: %w", addr, err)
+	}
+	return ms, nil
 }
 
 // LastContactAge is how long since this follower heard from the leader (0 on the leader).

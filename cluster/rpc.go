@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -24,6 +25,7 @@ import (
 const (
 	rpcApply byte = 1 // body: engine entry encoding of the commands
 	rpcJoin  byte = 2 // body: uvarint-length id, address
+	rpcStats byte = 3 // body: empty; answer: JSON memberStats (any member answers)
 
 	rpcOK         byte = 0 // body: encoded results
 	rpcNotLeader  byte = 1
@@ -109,6 +111,12 @@ func (n *Node) handleRPC(ctx context.Context, op byte, body, out []byte) (byte, 
 			return errStatus(err), append(out, err.Error()...)
 		}
 		return rpcOK, out
+	case rpcStats:
+		b, err := json.Marshal(n.ownStats())
+		if err != nil {
+			return rpcErr, append(out, err.Error()...)
+		}
+		return rpcOK, append(out, b...)
 	}
 	return rpcBadRequest, append(out, "unknown op"...)
 }

@@ -1,0 +1,78 @@
+package cluster
+
+import (
+	"fmt"
+	"testing"
+	"time"
+)
+
+// TestClusterStatusReportsEveryMember: the leader (and a follower) report
+// every member of the configuration with the member's own role, term and
+// indexes; after a write every member's commit and applied indexes reach the
+// write's index and are equal; a member cut off is reported unknown, with why.
+func TestClusterStatusReportsEveryMember(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader(-1)
+	if _, err := c.nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:evt_status")); err != nil {
+		t.Fatal(err)
+	}
+	written := c.nodes[leader].raft.AppliedIndex()
+
+	check := func(from int) (last string) {
+		st := c.nodes[from].ClusterStatus(ctxT(t, 5*time.Second))
+		if len(st.Nodes) != 3 {
+			return fmt.Sprintf("%d members, want 3: %+v", len(st.Nodes), st.Nodes)
+		}
+		roles := map[string]int{}
+		for i, s := range st.Nodes {
+			if s.ID != c.ids[i] || s.Address != c.ids[i] || s.Suffrage != "Voter" {
+				return fmt.Sprintf("member %d: %+v", i, s)
+			}
+			if s.Error != "" || s.Term == 0 || s.LastContact == "" || s.LastContact == "never" {
+				return fmt.Sprintf("member %s: %+v", s.ID, s)
+			}
+			if s.CommitIndex < written || s.AppliedIndex != s.CommitIndex {
+				return fmt.Sprintf("member %s: commit %d applied %d, want both >= %d and equal", s.ID, s.CommitIndex, s.AppliedIndex, written)
+			}
+			roles[s.Role]++
+			if (s.ID == c.ids[leader]) != (s.Role == "leader") || (s.Role == "leader") != (s.State == "leader") {
+				return fmt.Sprintf("member %s: role %s, state %s; leader is %s", s.ID, s.Role, s.State, c.ids[leader])
+			}
+			if s.Role == "leader" && s.LastContact != "0s" {
+				return fmt.Sprintf("leader's last contact %q, want 0s", s.LastContact)
+			}
+		}
+		if roles["leader"] != 1 || roles["follower"] != 2 {
+			return fmt.Sprintf("roles %v, want one leader and two followers", roles)
+		}
+		return ""
+	}
+	for _, from := range []int{leader, c.follower(leader)} {
+		var why string
+		deadline := time.Now().Add(10 * time.Second)
+		for why = check(from); why != "" && time.Now().Before(deadline); why = check(from) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if why != "" {
+			t.Fatalf("status from %s: %s", c.ids[from], why)
+		}
+	}
+
+	// A member the leader cannot reach stays listed, as unknown, with why.
+	cut := c.follower(leader)
+	c.partition(cut)
+	st := c.nodes[leader].ClusterStatus(ctxT(t, 5*time.Second))
+	if len(st.Nodes) != 3 {
+		t.Fatalf("%d members while %s is cut off, want 3", len(st.Nodes), c.ids[cut])
+	}
+	for _, s := range st.Nodes {
+		if s.ID == c.ids[cut] && (s.Role != "unknown" || s.Error == "") {
+			t.Fatalf("cut-off member %s reported as %+v", s.ID, s)
+		}
+		if s.ID != c.ids[cut] && s.Error != "" {
+			t.Fatalf("member %s: %s", s.ID, s.Error)
+		}
+	}
+	c.heal()
+	c.waitConverged()
+}
