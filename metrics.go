@@ -26,6 +26,10 @@ type metrics struct {
 	replays       *prometheus.CounterVec
 	syncConflicts *prometheus.CounterVec
 
+	// filtered counts deliveries a source's type filter answered without a
+	// claim; the type label is a configured type or "other".
+	filteredTotal *prometheus.CounterVec
+
 	schemaFailures *prometheus.CounterVec // schema.go
 	keys           *keysMetrics           // keys.go
 }
@@ -72,12 +76,16 @@ func newMetrics() *metrics {
 			Name: "oncehook_sync_conflicts_total",
 			Help: "Sync-mode duplicates whose body differs from the stored event's: answered 409, never the cached answer.",
 		}, []string{"source"}),
+		filteredTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_filtered_total",
+			Help: "Verified deliveries dropped by the source's accept_types or drop_types (200 filtered, nothing stored), by source and type (a configured type, or other).",
+		}, []string{"source", "type"}),
 		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "oncehook_config_last_reload_successful", Help: "1 if the last configuration reload succeeded.",
 		}),
 	}
 	m.reloadOK.Set(1)
-	m.reg.MustRegister(m.requests, m.claims, m.sigFailures, m.deliveries, m.bodyChanged, m.replays, m.syncConflicts, m.claimLatency, m.deliveryTime, m.reloadOK,
+	m.reg.MustRegister(m.requests, m.claims, m.sigFailures, m.deliveries, m.bodyChanged, m.replays, m.syncConflicts, m.filteredTotal, m.claimLatency, m.deliveryTime, m.reloadOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.initSchemaMetrics()
 	m.initKeysMetrics()
@@ -147,4 +155,13 @@ func (m *metrics) duplicateBodyChanged(source string) {
 		return
 	}
 	m.bodyChanged.WithLabelValues(source).Inc()
+}
+
+// filtered counts a delivery dropped by its source's type filter; typ is a
+// configured type or "other", so the label set stays bounded by the config.
+func (m *metrics) filtered(source, typ string) {
+	if m == nil {
+		return
+	}
+	m.filteredTotal.WithLabelValues(source, typ).Inc()
 }

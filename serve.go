@@ -336,6 +336,19 @@ func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, 
 				return nil, nil, fmt.Errorf("source %s: order.time: %w", s.Name, err)
 			}
 		}
+		if len(s.AcceptTypes) > 0 || len(s.DropTypes) > 0 {
+			if src.typeField, err = providers.NewField(s.Type); err != nil {
+				return nil, nil, fmt.Errorf("source %s: type: %w", s.Name, err)
+			}
+			list := s.DropTypes
+			if src.acceptTypes = len(s.AcceptTypes) > 0; src.acceptTypes {
+				list = s.AcceptTypes
+			}
+			src.types = make(map[string]struct{}, len(list))
+			for _, t := range list {
+				src.types[t] = struct{}{}
+			}
+		}
 		if src.maxBody > set.maxBody {
 			set.maxBody = src.maxBody
 		}

@@ -50,6 +50,12 @@ type source struct {
 	schema      *payloadSchema // nil: no schema_file
 	orderObject *providers.Field
 	orderTime   *providers.Field
+	// typeField reads the event type when the source filters by it
+	// (accept_types or drop_types); nil: no filter. types holds the listed
+	// types: the accepted ones when acceptTypes, else the dropped ones.
+	typeField   *providers.Field
+	types       map[string]struct{}
+	acceptTypes bool
 	fwdHeaders  []string
 	allow       []netip.Prefix
 	trusted     []netip.Prefix // proxies whose X-Forwarded-Proto/Host are believed (twilio URL)
@@ -300,6 +306,22 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 			return status
 		}
 	}
+	// The type filter sees verified bodies only (a forged delivery is 401
+	// above, whatever its type) and answers before anything is keyed or
+	// stored.
+	if src.typeField != nil {
+		if typ, drop := src.filter(&ctx.Request.Header, body); drop {
+			label := "other"
+			if _, listed := src.types[string(typ)]; listed {
+				label = string(typ)
+			}
+			in.metrics.filtered(src.name, label)
+			if in.log.Enabled(context.Background(), slog.LevelDebug) {
+				in.log.Debug("filtered", "source", src.name, "type", string(typ))
+			}
+			return writeFiltered(ctx, typ)
+		}
+	}
 	// The schema sees verified bodies only, and refuses before anything is
 	// keyed or stored.
 	if src.schema != nil {
@@ -387,6 +409,18 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		return in.answerSync(ctx, src, key)
 	}
 	return writeClaim(ctx, src.ack, "accepted", key, res.State, res.State == engine.StateStale)
+}
+
+// filter reads the event type and reports whether the source's filter drops
+// the delivery. A missing type is never in a list: not accepted, not dropped.
+// typ may alias body or the header's memory, and is nil when missing.
+func (s *source) filter(h providers.Headers, body []byte) (typ []byte, drop bool) {
+	typ, err := s.typeField.Value(h, body)
+	if err != nil || len(typ) == 0 {
+		return nil, s.acceptTypes
+	}
+	_, listed := s.types[string(typ)] // no allocation: the compiler looks up the bytes
+	return typ, listed != s.acceptTypes
 }
 
 func (in *intake) answerDuplicate(ctx *fasthttp.RequestCtx, src *source, key []byte, st engine.State, body []byte) int {
@@ -593,6 +627,23 @@ func writeClaim(ctx *fasthttp.RequestCtx, status int, word string, key []byte, s
 	out = append(out, "}\n"...)
 	ctx.Response.AppendBody(out)
 	return status
+}
+
+// writeFiltered answers a delivery the source's type filter drops:
+// 200 {"status":"filtered","type":"..."}, without "type" when the delivery
+// carries none.
+func writeFiltered(ctx *fasthttp.RequestCtx, typ []byte) int {
+	ctx.SetStatusCode(fasthttp.StatusOK)
+	ctx.SetContentType(strJSON)
+	var buf [256]byte
+	out := append(buf[:0], `{"status":"filtered"`...)
+	if typ != nil {
+		out = append(out, `,"type":`...)
+		out = appendJSONString(out, string(typ))
+	}
+	out = append(out, "}\n"...)
+	ctx.Response.AppendBody(out)
+	return fasthttp.StatusOK
 }
 
 func stateName(s engine.State) string {

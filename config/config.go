@@ -155,6 +155,15 @@ type Source struct {
 	// is a duplicate of that key's event) or "off"; the default is the
 	// provider's (docs/security.md).
 	ReplayGuard string `json:"replay_guard"`
+	// Type is the key part (header:NAME or json:PATH) the event type is read
+	// from; the default is the provider's (none for twilio and hmac).
+	// AcceptTypes and DropTypes filter verified deliveries by it: with
+	// AcceptTypes only those types are claimed, with DropTypes those types
+	// are not; the others are answered 200 "filtered" and nothing is stored.
+	// At most one of the two is set; neither means no filter.
+	Type        string   `json:"type,omitempty"`
+	AcceptTypes []string `json:"accept_types,omitempty"`
+	DropTypes   []string `json:"drop_types,omitempty"`
 	// Verifier checks this source's deliveries. Validate (and so Load) builds
 	// it from Provider, Secrets, Tolerance and HMAC. Never printed: it holds
 	// key material.
@@ -269,6 +278,9 @@ func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet bool) {
 		if d.ReplayGuard && !signsID {
 			s.ReplayGuard = ReplayGuardBody
 		}
+	}
+	if s.Type == "" {
+		s.Type = d.Type
 	}
 	if !keySet && len(d.Key) > 0 {
 		s.Key = append([]string(nil), d.Key...)

@@ -33,6 +33,9 @@ var sourceKeys = []struct{ field, key string }{
 	{"Order", "order"},
 	{"HMAC", "hmac"},
 	{"ReplayGuard", "replay_guard"},
+	{"Type", "type"},
+	{"AcceptTypes", "accept_types"},
+	{"DropTypes", "drop_types"},
 }
 
 // Diff compares the running config with a newly loaded one, for SIGHUP. It

@@ -44,6 +44,10 @@ func TestDiff(t *testing.T) {
 			c.Sources[0].Secrets = append(c.Sources[0].Secrets, Secret("next"))
 			c.Sources[2].HMAC.Prefix = ""
 		}, []string{"source[stripe-live].secrets", "source[stripe-live].forward", "source[legacy].hmac"}, nil},
+		{"type filters", func(c *Config) {
+			c.Sources[0].DropTypes = []string{"charge.updated"}
+			c.Sources[1].Type, c.Sources[1].AcceptTypes = "header:X-Event", []string{"order.paid"}
+		}, []string{"source[stripe-live].drop_types", "source[orders].type", "source[orders].accept_types"}, nil},
 		{"sources added and removed", func(c *Config) {
 			c.Sources[1].Name = "orders2"
 			c.Sources = c.Sources[1:]

@@ -93,6 +93,9 @@ type rawSource struct {
 	Order          *rawOrder `toml:"order"`
 	HMAC           *rawHMAC  `toml:"hmac"`
 	ReplayGuard    string    `toml:"replay_guard"`
+	Type           string    `toml:"type"`
+	AcceptTypes    []string  `toml:"accept_types"`
+	DropTypes      []string  `toml:"drop_types"`
 }
 
 type rawOrder struct {
@@ -614,6 +617,9 @@ func (l *loader) source(i int, r *rawSource) Source {
 		}
 	}
 	s.ReplayGuard = strings.ToLower(r.ReplayGuard)
+	s.Type = r.Type
+	s.AcceptTypes = r.AcceptTypes
+	s.DropTypes = r.DropTypes
 	applyProviderDefaults(&s, r.Key != nil, r.Retention != nil, r.AckStatus != nil)
 	return s
 }

@@ -176,6 +176,7 @@ func TestLoadValid(t *testing.T) {
 		SchemaFile:  filepath.Join(dir, "schema.json"),
 		Order:       &Order{Object: "json:data.object.id", Time: "json:created"},
 		ReplayGuard: ReplayGuardOff, // stripe signs the event id (in the body)
+		Type:        "json:type",
 	}
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("source[0] =\n%+v\nwant\n%+v", s, want)

@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"oncehook/providers"
 )
@@ -393,6 +395,7 @@ func validateSource(p *problems, key string, s *Source) {
 			}
 		}
 	}
+	validateTypeFilter(p, k, s)
 	hmacBad := validateHMAC(p, k, s)
 
 	s.Verifier = nil
@@ -517,6 +520,48 @@ func positive(p *problems, key string, d Duration) {
 	if d <= 0 {
 		p.add(key, nil, fmt.Sprintf("must be positive, got %s", d))
 	}
+}
+
+// validateTypeFilter checks type, accept_types and drop_types: at most one
+// list, each entry a non-empty printable string, and a type part to read when
+// a list is set.
+func validateTypeFilter(p *problems, k func(string) string, s *Source) {
+	if len(s.AcceptTypes) > 0 && len(s.DropTypes) > 0 {
+		p.add(k("drop_types"), nil, "accept_types and drop_types exclude each other: set one of them", k("accept_types"))
+	}
+	for _, list := range []struct {
+		key   string
+		types []string
+	}{{"accept_types", s.AcceptTypes}, {"drop_types", s.DropTypes}} {
+		for j, t := range list.types {
+			if !printableType(t) {
+				p.add(k(list.key)+"["+strconv.Itoa(j)+"]", nil, fmt.Sprintf("invalid event type %q: want a non-empty printable string", t), k(list.key))
+			}
+		}
+	}
+	if s.Type != "" {
+		if err := checkKeyPart(s.Type); err != nil {
+			p.add(k("type"), nil, err.Error())
+		}
+	} else if len(s.AcceptTypes) > 0 || len(s.DropTypes) > 0 {
+		if _, known := providers.Lookup(s.Provider); known {
+			p.add(k("type"), nil, fmt.Sprintf(`required with accept_types or drop_types: provider %q sends no event type; e.g. type = "header:X-Event-Type" or "json:type"`, s.Provider), k("provider"))
+		}
+	}
+}
+
+// printableType: non-empty, valid UTF-8, no control or other unprintable
+// characters (an event type becomes a metric label and a JSON answer).
+func printableType(t string) bool {
+	if t == "" || !utf8.ValidString(t) {
+		return false
+	}
+	for _, r := range t {
+		if !unicode.IsPrint(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // checkKeyPart checks a key part or order field spec with the providers

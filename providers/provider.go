@@ -55,6 +55,10 @@ type Defaults struct {
 	// verify as a new event; the source's replay_guard defaults to "body".
 	// SCHEMES.md gives the reason per provider.
 	ReplayGuard bool
+	// Type is the key part (header:NAME or json:PATH) the event type is read
+	// from for a source's accept_types and drop_types; empty: the provider
+	// sends no type, so a filter needs the source's own `type`.
+	Type string
 }
 
 // Scheme is one provider's signature scheme.

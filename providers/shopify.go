@@ -22,6 +22,7 @@ func (shopify) Defaults() Defaults {
 		Key:       []string{"header:X-Shopify-Event-Id|header:X-Shopify-Webhook-Id"},
 		Retention: 48 * time.Hour,
 		AckStatus: ackAccepted,
+		Type:      "header:X-Shopify-Topic",
 	}
 }
 

@@ -86,7 +86,7 @@ func (s standard) Defaults() Defaults {
 	if s.svix {
 		key = "header:svix-id|header:webhook-id"
 	}
-	return Defaults{Key: []string{key}, Retention: 96 * time.Hour, AckStatus: ackAccepted}
+	return Defaults{Key: []string{key}, Retention: 96 * time.Hour, AckStatus: ackAccepted, Type: "json:type"}
 }
 
 // whsecKey decodes a Standard Webhooks secret: optional "whsec_" + base64.

@@ -59,6 +59,7 @@ func (gitlab) Defaults() Defaults {
 		Retention:   72 * time.Hour,
 		AckStatus:   ackAccepted,
 		ReplayGuard: true,
+		Type:        "header:X-Gitlab-Event",
 	}
 }
 
@@ -86,7 +87,7 @@ type asaas struct{}
 func (asaas) Name() string { return "asaas" }
 
 func (asaas) Defaults() Defaults {
-	return Defaults{Key: []string{"json:id"}, Retention: 336 * time.Hour, AckStatus: ackOK}
+	return Defaults{Key: []string{"json:id"}, Retention: 336 * time.Hour, AckStatus: ackOK, Type: "json:event"}
 }
 
 func (asaas) NewVerifier(opts Options) (Verifier, error) {
