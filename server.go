@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/netip"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -639,7 +640,8 @@ func writeFiltered(ctx *fasthttp.RequestCtx, typ []byte) int {
 	out := append(buf[:0], `{"status":"filtered"`...)
 	if typ != nil {
 		out = append(out, `,"type":`...)
-		out = appendJSONString(out, string(typ))
+		// The type is the sender's bytes: keep the answer valid JSON.
+		out = appendJSONString(out, strings.ToValidUTF8(string(typ), "\uFFFD"))
 	}
 	out = append(out, "}\n"...)
 	ctx.Response.AppendBody(out)
