@@ -439,7 +439,7 @@ func (n *Node) afterApply(cmds [][]engine.Command, res [][]engine.Result) {
 				if r.Created && r.State == engine.StatePending {
 					wake = true
 				}
-			case engine.OpReplay, engine.OpReclaim:
+			case engine.OpReplay, engine.OpReclaim, engine.OpResume:
 				if r.N > 0 {
 					wake = true
 				}

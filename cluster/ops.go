@@ -107,6 +107,37 @@ func (n *Node) Replay(ctx context.Context, c engine.Command) (engine.Result, err
 	return r, r.Err
 }
 
+// Pause holds source: its pending events are not leased until Resume. It
+// may run on any node, like Replay. changed is false when the source was
+// already paused.
+func (n *Node) Pause(ctx context.Context, source, who, reason string) (bool, error) {
+	return n.sourceCmd(ctx, engine.OpPause, source, who, reason)
+}
+
+// Resume releases a paused source; its held events go out oldest first. It
+// may run on any node. changed is false when the source was not paused.
+func (n *Node) Resume(ctx context.Context, source, who, reason string) (bool, error) {
+	return n.sourceCmd(ctx, engine.OpResume, source, who, reason)
+}
+
+func (n *Node) sourceCmd(ctx context.Context, op engine.Op, source, who, reason string) (bool, error) {
+	r, err := n.applyOne(ctx, engine.Command{Op: op, Source: source, Who: who, Reason: reason}, false)
+	if err == nil {
+		err = r.Err
+	}
+	if err != nil {
+		return false, fmt.Errorf("%s %s: %w", opName(op), source, err)
+	}
+	return r.N > 0, nil
+}
+
+// Sources reads the paused sources from this node's applied state.
+func (n *Node) Sources() (map[string]engine.SourceState, error) { return n.eng.Sources() }
+
+// Backlog reads the pending events per source from this node's applied
+// state (a walk of every pending event: see engine.Backlog).
+func (n *Node) Backlog() (map[string]engine.Backlog, error) { return n.eng.Backlog() }
+
 func (n *Node) leaderCmd(ctx context.Context, c engine.Command) error {
 	r, err := n.applyOne(ctx, c, true)
 	if err != nil {
@@ -138,6 +169,10 @@ func opName(op engine.Op) string {
 		return "expire"
 	case engine.OpDropPayloads:
 		return "drop payloads"
+	case engine.OpPause:
+		return "pause"
+	case engine.OpResume:
+		return "resume"
 	}
 	return fmt.Sprintf("op %d", op)
 }

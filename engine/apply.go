@@ -68,7 +68,7 @@ type applier struct {
 	tx                                          *bolt.Tx
 	meta, events, payloads, responses, counters *bolt.Bucket
 	due, leases, states, expiry, done, orders   *bolt.Bucket
-	bodies                                      *bolt.Bucket
+	bodies, sources, held                       *bolt.Bucket
 
 	width int64  // retention bucket width
 	index uint64 // index of the entry being applied (the lease token)
@@ -78,7 +78,7 @@ type applier struct {
 	nbuf  [8]byte // scratch for expiry bucket names
 
 	// Kept cursors for the point reads and deletes of the hot path (see point).
-	evp, payp, duep, leasep, statep, donep, bodyp point
+	evp, payp, duep, leasep, statep, donep, bodyp, srcp point
 
 	// written, when set, is told every event record stored or deleted (key,
 	// state; 0 for deleted): Exists answers from it until the commit.
@@ -110,7 +110,9 @@ func newApplier(tx *bolt.Tx, width int64) *applier {
 		done:      tx.Bucket(bDone),
 		orders:    tx.Bucket(bOrders),
 		bodies:    tx.Bucket(bBodies),
-		kbuf:      make([]byte, 0, 8+MaxKeyLen+1),
+		sources:   tx.Bucket(bSources),
+		held:      tx.Bucket(bHeld),
+		kbuf:      make([]byte, 0, 2*MaxKeyLen+10),
 	}
 	// Time-ordered buckets grow at their end (or at the end of a state's
 	// range): pack their pages instead of splitting them in halves.
@@ -119,7 +121,7 @@ func newApplier(tx *bolt.Tx, width int64) *applier {
 	}
 	a.evp, a.payp, a.duep = point{a.events.Cursor()}, point{a.payloads.Cursor()}, point{a.due.Cursor()}
 	a.leasep, a.statep, a.donep = point{a.leases.Cursor()}, point{a.states.Cursor()}, point{a.done.Cursor()}
-	a.bodyp = point{a.bodies.Cursor()}
+	a.bodyp, a.srcp = point{a.bodies.Cursor()}, point{a.sources.Cursor()}
 	return a
 }
 
@@ -236,6 +238,36 @@ func (a *applier) tk(t int64, key string) []byte {
 func (a *applier) ptk(prefix byte, t int64, key string) []byte {
 	a.kbuf = append(appendTime(append(a.kbuf[:0], prefix), t), key...)
 	return a.kbuf
+}
+
+// hk returns the scratch key source|0x00|time|key of the held index. A
+// paused source never contains 0x00 (pause refuses it), so the entries of one
+// source are exactly the keys that start with source|0x00.
+func (a *applier) hk(source string, t int64, key string) []byte {
+	a.kbuf = append(appendTime(append(append(a.kbuf[:0], source...), 0), t), key...)
+	return a.kbuf
+}
+
+// paused reports whether source is paused (has a sources record).
+func (a *applier) paused(source string) bool {
+	return a.srcp.get(strBytes(source)) != nil
+}
+
+// putPending indexes a pending event due at t: in due, or in held when its
+// source is paused. Every transition into pending goes through it.
+func (a *applier) putPending(source string, t int64, key string) error {
+	if a.paused(source) {
+		return a.held.Put(a.hk(source, t, key), empty)
+	}
+	return a.due.Put(a.tk(t, key), empty)
+}
+
+// delPending removes a pending event's due or held entry.
+func (a *applier) delPending(source string, t int64, key string) error {
+	if a.paused(source) {
+		return a.held.Delete(a.hk(source, t, key))
+	}
+	return a.duep.del(a.tk(t, key))
 }
 
 // pk returns the scratch key prefix|key (order entries in expiry buckets).
@@ -379,6 +411,10 @@ func (a *applier) apply(c *Command) (Result, error) {
 		return a.dropPayloads(c)
 	case OpNoop:
 		return Result{}, nil
+	case OpPause:
+		return a.pause(c)
+	case OpResume:
+		return a.resume(c)
 	default:
 		return bad("unknown op %d", c.Op)
 	}
@@ -444,7 +480,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 	}
 	if st == StatePending {
 		ev.NextAttemptAt = c.Now
-		if err := a.due.Put(a.tk(c.Now, c.Key), empty); err != nil {
+		if err := a.putPending(c.Source, c.Now, c.Key); err != nil {
 			return Result{}, err
 		}
 	}
@@ -753,7 +789,7 @@ func (a *applier) fail(c *Command) (Result, error) {
 	} else {
 		ev.State = StatePending
 		ev.NextAttemptAt = c.Now + c.RetryIn
-		if err := a.due.Put(a.tk(ev.NextAttemptAt, ev.Key), empty); err != nil {
+		if err := a.putPending(ev.Source, ev.NextAttemptAt, ev.Key); err != nil {
 			return Result{}, err
 		}
 	}
@@ -808,7 +844,7 @@ func (a *applier) reclaim(c *Command) (Result, error) {
 		ev.NextAttemptAt = c.Now
 		ev.UpdatedAt = c.Now
 		ev.LastError = reclaimReason
-		if err := a.due.Put(a.tk(c.Now, it.key), empty); err != nil {
+		if err := a.putPending(ev.Source, c.Now, it.key); err != nil {
 			return Result{}, err
 		}
 		if err := a.setState(&ev, StateProcessing, oldUpdated); err != nil {
@@ -895,7 +931,7 @@ func (a *applier) replay(c *Command) (Result, error) {
 			ev.Audit = ev.Audit[len(ev.Audit)-maxAudit+1:]
 		}
 		ev.Audit = append(ev.Audit, AuditEntry{At: c.Now, Who: c.Who, Action: "replay", Reason: clipText(c.Reason), From: from})
-		if err := a.due.Put(a.tk(c.Now, key), empty); err != nil {
+		if err := a.putPending(ev.Source, c.Now, key); err != nil {
 			return Result{}, err
 		}
 		if err := a.setState(&ev, from, oldUpdated); err != nil {
@@ -1005,7 +1041,7 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 	}
 	switch ev.State {
 	case StatePending:
-		err = a.duep.del(a.tk(ev.NextAttemptAt, key))
+		err = a.delPending(ev.Source, ev.NextAttemptAt, key)
 	case StateProcessing:
 		err = a.leasep.del(a.tk(ev.LeaseUntil, key))
 	case StateDone:

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -21,8 +22,8 @@ func checkIndexes(tx *bolt.Tx) error {
 	events, payloads, responses := tx.Bucket(bEvents), tx.Bucket(bPayloads), tx.Bucket(bResponses)
 	due, leases, states, done := tx.Bucket(bDue), tx.Bucket(bLeases), tx.Bucket(bStates), tx.Bucket(bDone)
 	expiry, orders, counters := tx.Bucket(bExpiry), tx.Bucket(bOrders), tx.Bucket(bCounters)
-	bodies := tx.Bucket(bBodies)
-	for _, b := range []*bolt.Bucket{events, payloads, responses, due, leases, states, done, expiry, orders, counters, bodies} {
+	bodies, sources, held := tx.Bucket(bBodies), tx.Bucket(bSources), tx.Bucket(bHeld)
+	for _, b := range []*bolt.Bucket{events, payloads, responses, due, leases, states, done, expiry, orders, counters, bodies, sources, held} {
 		if b == nil {
 			return fmt.Errorf("%w: a bucket is missing", ErrCorrupt)
 		}
@@ -30,10 +31,25 @@ func checkIndexes(tx *bolt.Tx) error {
 	tk := func(t int64, key []byte) []byte { return append(appendTime(nil, t), key...) }
 	ptk := func(p byte, t int64, key []byte) []byte { return append(appendTime([]byte{p}, t), key...) }
 
+	hk := func(src string, t int64, key []byte) []byte {
+		return append(appendTime(append([]byte(src), 0), t), key...)
+	}
+	paused := map[string]bool{}
+	c := sources.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if _, err := decodeSourceRecord(k, v); err != nil {
+			bad("%v", err)
+		}
+		if !validSource(string(k)) {
+			bad("sources entry %q: not a valid source", k)
+		}
+		paused[string(k)] = true
+	}
+
 	var byState [StateStale + 1]uint64
 	bySource := map[string]uint64{}
-	nEvents, nHeld := 0, 0
-	c := events.Cursor()
+	nEvents, nHeld, nHeldPending := 0, 0, 0
+	c = events.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		nEvents++
 		var ev Event
@@ -53,8 +69,15 @@ func checkIndexes(tx *bolt.Tx) error {
 		if src := states.Get(ptk(byte(ev.State), ev.UpdatedAt, k)); src == nil || string(src) != ev.Source {
 			bad("event %q: no states entry for %d/%q", k, ev.State, ev.Source)
 		}
-		if (ev.State == StatePending) != (due.Get(tk(ev.NextAttemptAt, k)) != nil) {
-			bad("event %q (state %d): due index disagrees", k, ev.State)
+		isPaused := paused[ev.Source]
+		if (ev.State == StatePending && !isPaused) != (due.Get(tk(ev.NextAttemptAt, k)) != nil) {
+			bad("event %q (state %d, paused %v): due index disagrees", k, ev.State, isPaused)
+		}
+		if ev.State == StatePending && isPaused {
+			nHeldPending++
+			if held.Get(hk(ev.Source, ev.NextAttemptAt, k)) == nil {
+				bad("event %q: pending on paused source %q but not in the held index", k, ev.Source)
+			}
 		}
 		if ev.State != StatePending && ev.NextAttemptAt != 0 {
 			bad("event %q (state %d): next attempt %d", k, ev.State, ev.NextAttemptAt)
@@ -114,6 +137,26 @@ func checkIndexes(tx *bolt.Tx) error {
 				bad("%s entry %q names no matching event", name, k[8:])
 			}
 		}
+	}
+	nHeldEntries := 0
+	c = held.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		nHeldEntries++
+		i := bytes.IndexByte(k, 0)
+		if i <= 0 || len(k)-i-1 < 9 {
+			bad("held key %x", k)
+			continue
+		}
+		src, t, key := string(k[:i]), timeOf(k[i+1:]), k[i+9:]
+		if !paused[src] {
+			bad("held entry %q of source %q, which is not paused", key, src)
+		}
+		if ev, ok := record(key); !ok || ev.State != StatePending || ev.Source != src || ev.NextAttemptAt != t {
+			bad("held entry %q names no matching event", key)
+		}
+	}
+	if nHeldEntries != nHeldPending {
+		bad("%d held entries for %d pending events of paused sources", nHeldEntries, nHeldPending)
 	}
 	timeIndex("due", due, func(ev Event, t int64) bool { return ev.State == StatePending && ev.NextAttemptAt == t })
 	timeIndex("leases", leases, func(ev Event, t int64) bool { return ev.State == StateProcessing && ev.LeaseUntil == t })

@@ -381,7 +381,9 @@ func decodeResponse(key, b []byte) (*Response, error) {
 // Token, one byte for State, length-prefixed strings and bytes; Headers and Keys
 // are a uvarint count then the elements; Response is a varint status then the
 // body. fieldStep (a string) was added after version 1 shipped, behind its own
-// mask bit. A zero field is never written, and a present field must not be zero, so
+// mask bit. OpPause and OpResume (added later) carry only fields that
+// existed before (Now, Source, Who, Reason), so entries written before them
+// decode unchanged. A zero field is never written, and a present field must not be zero, so
 // every command list has exactly one encoding: DecodeEntry(EncodeEntry(c))
 // re-encodes to the same bytes.
 const (

@@ -24,6 +24,8 @@ func sampleCommands() []Command {
 		{Op: OpExpire, Now: t0 + 6},
 		{Op: OpDropPayloads, Now: t0 + 7, Before: t0},
 		{Op: OpNoop},
+		{Op: OpPause, Now: t0 + 8, Source: "stripe-live", Who: "ops", Reason: "handler down"},
+		{Op: OpResume, Now: t0 + 9, Source: "stripe-live", Who: "ops", Reason: "fixed"},
 		{Op: 250, Max: -3, MaxAttempts: -1},
 	}
 }

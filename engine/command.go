@@ -31,6 +31,14 @@ const (
 	OpExpire       Op = 7 // delete every whole retention bucket that ended by Now
 	OpDropPayloads Op = 8 // drop payloads of done events completed before Before
 	OpNoop         Op = 9 // does nothing; used as a barrier and in tests
+	// OpPause holds Source: its pending events leave the due index (Lease
+	// skips them) for the held index until OpResume. Who and Reason are
+	// recorded. N is 1 when the source was not paused, else 0 (no change).
+	OpPause Op = 10
+	// OpResume releases a paused Source: its held events return to the due
+	// index at their own times, so they go out oldest first. N is 1 when the
+	// source was paused, else 0 (no change).
+	OpResume Op = 11
 )
 
 // Header is one provider header kept with an event and passed to its handler.
@@ -54,7 +62,7 @@ type Command struct {
 	Now int64
 
 	Key    string // claim, complete, fail
-	Source string // claim; replay filter
+	Source string // claim; replay filter; pause, resume
 
 	// Claim.
 	Payload   []byte
@@ -88,14 +96,14 @@ type Command struct {
 	// Fail.
 	RetryIn     int64  // next try = Now+RetryIn (jitter decided by the leader)
 	MaxAttempts int    // attempts after this failure >= MaxAttempts -> dead (Attempts counts leases; <= 0: no limit)
-	Reason      string // fail: last error; replay: the operator's reason
+	Reason      string // fail: last error; replay, pause, resume: the operator's reason
 
 	// Replay: either Keys, or State (done, dead or stale; + optional Source) with
 	// UpdatedAt >= Since (0: no bound).
 	Keys  []string
 	State State
 	Since int64
-	Who   string
+	Who   string // replay, pause, resume: the operator
 
 	// DropPayloads.
 	Before int64
@@ -145,6 +153,7 @@ type Result struct {
 	// and the new Token.
 	Events []Event
 	// Lease, Reclaim, Replay, Expire, DropPayloads: how many events changed.
+	// Pause, Resume: 1 when the source's paused state changed, else 0.
 	N int
 	// Replay: the keys that moved (for the operator's report). Claim: when
 	// the replay guard matched (Command.BodyKey), the one key that holds the
@@ -157,4 +166,21 @@ type Result struct {
 type Entry struct {
 	Index uint64
 	Cmds  []Command
+}
+
+// SourceState is a source's pause state (Engine.Sources).
+type SourceState struct {
+	Paused bool
+	Since  int64 // Command.Now of the pause
+	Who    string
+	Reason string
+}
+
+// Backlog is a source's pending events (Engine.Backlog).
+type Backlog struct {
+	Pending int
+	// OldestPendingAt is the earliest NextAttemptAt among the pending events
+	// (the time the longest-waiting one became due; for a new event its
+	// CreatedAt); 0 when none is pending.
+	OldestPendingAt int64
 }

@@ -26,6 +26,8 @@ func fixedSequence() []Entry {
 		{Index: 5, Cmds: []Command{{Op: OpDropPayloads, Now: t0 + 4*sec, Before: t0 + 3*sec}, {Op: OpNoop}}},
 		{Index: 6, Cmds: []Command{leaseCmd(t0+5*sec, 5), {Op: OpReclaim, Now: t0 + hour}}},
 		{Index: 7, Cmds: []Command{{Op: OpExpire, Now: t0 + 25*hour}, claimCmd("src:c", t0+25*hour)}},
+		{Index: 8, Cmds: []Command{{Op: OpPause, Now: t0 + 26*hour, Source: "src", Who: "ops", Reason: "down"}, claimCmd("src:d", t0+26*hour)}},
+		{Index: 9, Cmds: []Command{{Op: OpResume, Now: t0 + 27*hour, Source: "src", Who: "ops", Reason: "up"}, leaseCmd(t0+27*hour, 5)}},
 	}
 }
 
@@ -130,6 +132,16 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 				c = Command{Op: OpNoop, Now: now}
 			}
 			cmds = append(cmds, c)
+		}
+		// Pause and resume the sources on a schedule derived from idx, so
+		// the rng sequence of the other ops stays as it was. s0 and s1 are
+		// paused (sometimes again: a no-op), s0 to s2 resumed (s2 never
+		// paused: a no-op).
+		if idx%19 == 0 {
+			cmds = append(cmds, Command{Op: OpPause, Now: now, Source: fmt.Sprintf("s%d", idx/19%2), Who: "ops", Reason: "down"})
+		}
+		if idx%29 == 0 {
+			cmds = append(cmds, Command{Op: OpResume, Now: now, Source: fmt.Sprintf("s%d", idx/29%3), Who: "ops"})
 		}
 		e := Entry{Index: idx, Cmds: cmds}
 		rs, err := ref.ApplyBatch([]Entry{e})
@@ -256,11 +268,20 @@ func resultString(r Result) string {
 func TestRandomSequenceCoversOutcomes(t *testing.T) {
 	entries := randomEntries(t, 7, 300)
 	e := mustOpen(t, Options{NoSync: true})
-	rs, err := e.ApplyBatch(entries)
-	if err != nil {
-		t.Fatal(err)
-	}
 	seen := map[string]int{}
+	var rs [][]Result
+	for _, en := range entries {
+		r, err := e.ApplyBatch([]Entry{en})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r...)
+		if n, err := heldEntries(e); err != nil {
+			t.Fatal(err)
+		} else if n > 0 {
+			seen["held"]++
+		}
+	}
 	for i, en := range entries {
 		for j, c := range en.Cmds {
 			r := rs[i][j]
@@ -285,12 +306,16 @@ func TestRandomSequenceCoversOutcomes(t *testing.T) {
 				seen["retry"]++
 			case r.N > 0:
 				seen[fmt.Sprint("op ", c.Op)]++
+			case c.Op == OpPause:
+				seen["pause no-op"]++
+			case c.Op == OpResume:
+				seen["resume no-op"]++
 			}
 		}
 	}
 	for _, want := range []string{ErrStaleToken.Error(), ErrWrongState.Error(), ErrBadCommand.Error(),
 		"stale claim", "duplicate", "body duplicate", "complete", "dead", "retry",
-		"op 2", "op 5", "op 6", "op 7", "op 8"} {
+		"op 2", "op 5", "op 6", "op 7", "op 8", "op 10", "op 11", "pause no-op", "resume no-op", "held"} {
 		if seen[want] == 0 {
 			t.Errorf("the random sequence never produced %q (saw %v)", want, seen)
 		}

@@ -44,8 +44,16 @@
 //     claimed at Now with Retention R expires at the end of the bucket holding
 //     Now+R). Replay by state seeks to Since in that state's index. Counts reads
 //     counters kept in the same transactions, not a scan.
-//   - Indexes agree with records: every event has one states entry; a due
-//     entry iff pending, a lease entry iff processing, a done entry while done
+//   - Paused sources. While a source is paused its pending events are in
+//     held, not due, so Lease (which walks due) leases none of them and
+//     spends none of their attempts; every transition into pending picks the
+//     index by the source's state. OpPause moves the source's due entries to
+//     held (one walk of the pending range of the states index); OpResume
+//     moves them back at their own times, so they go out oldest first.
+//     Leases already out are unaffected; a Fail while paused goes to held.
+//   - Indexes agree with records: every event has one states entry; a
+//     pending event has a due entry xor a held entry, by its source's paused
+//     state; a lease entry iff processing, a done entry while done
 //     with its payload; one expiry entry; counters equal the records. Check
 //     verifies all of it.
 //
@@ -66,7 +74,8 @@
 //	           List stay cheap
 //	payloads   time(CreatedAt) key -> headers + payload (dropped by DropPayloads)
 //	responses  time(CreatedAt) key -> cached handler response (sync mode)
-//	due        time(NextAttemptAt) key -> ""   (every pending event)
+//	due        time(NextAttemptAt) key -> ""   (every pending event of a source
+//	           that is not paused)
 //	leases     time(LeaseUntil) key -> ""      (every processing event)
 //	done       time(UpdatedAt) key -> ""       (done events still holding a payload)
 //	states     state time(UpdatedAt) key -> source  (every event; List, Replay by state)
@@ -79,6 +88,14 @@
 //	           entry, flagged in their record; an in-memory index finds them
 //	           by body key, see bodyindex.go; added to version 1 later: a file
 //	           without it is read as empty)
+//	sources    source -> paused record (paused at, who, reason; codec in
+//	           pause.go); present iff the source is paused (OpPause, OpResume)
+//	held       source 0x00 time(NextAttemptAt) key -> ""  (every pending event
+//	           of a paused source, instead of due; a paused source name never
+//	           holds 0x00)
+//
+// sources and held were added to version 1 later, like bodies: a file or
+// snapshot without them opens, and Open creates them empty.
 //
 // # Imports
 //

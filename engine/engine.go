@@ -34,15 +34,19 @@ var (
 	bOrders    = []byte("orders")
 	bCounters  = []byte("counters")
 	bBodies    = []byte("bodies")
+	bSources   = []byte("sources")
+	bHeld      = []byte("held")
 
 	allBuckets = [][]byte{bMeta, bEvents, bPayloads, bResponses, bDue, bLeases, bStates,
-		bExpiry, bDone, bOrders, bCounters, bBodies}
+		bExpiry, bDone, bOrders, bCounters, bBodies, bSources, bHeld}
 )
 
 // addedBucket reports whether name was added to layout version 1 after files
 // of that version were written: a file or snapshot without it is still an
 // engine file, and Open creates the empty bucket.
-func addedBucket(name []byte) bool { return bytes.Equal(name, bBodies) }
+func addedBucket(name []byte) bool {
+	return bytes.Equal(name, bBodies) || bytes.Equal(name, bSources) || bytes.Equal(name, bHeld)
+}
 
 // Keys in the meta bucket.
 var (

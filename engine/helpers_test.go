@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	bolt "go.etcd.io/bbolt"
 	"go.uber.org/goleak"
 )
 
@@ -137,3 +138,12 @@ func mustHash(tb testing.TB, e *Engine) [32]byte {
 }
 
 func removeAllQuiet(dir string) { _ = os.RemoveAll(dir) }
+
+// heldEntries counts the entries of the held index.
+func heldEntries(e *Engine) (int, error) {
+	n := 0
+	err := e.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bHeld).ForEach(func(k, v []byte) error { n++; return nil })
+	})
+	return n, err
+}

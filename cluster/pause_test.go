@@ -1,0 +1,49 @@
+package cluster
+
+import (
+	"testing"
+	"time"
+)
+
+// TestPauseOnAFollowerHoldsOnEveryNode: a follower proposes the pause through
+// the leader; every replica then holds the source (the leader leases nothing
+// of it) until a resume, also proposed by a follower.
+func TestPauseOnAFollowerHoldsOnEveryNode(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader(-1)
+	l, f := c.nodes[leader], c.nodes[c.follower(leader)]
+	ctx := ctxT(t, 10*time.Second)
+	if _, err := l.Claim(ctx, claimCmd("src:a")); err != nil {
+		t.Fatal(err)
+	}
+	if changed, err := f.Pause(ctx, "src", "ops", "handler down"); err != nil || !changed {
+		t.Fatalf("pause on a follower: %v %v", changed, err)
+	}
+	if changed, err := f.Pause(ctx, "src", "ops", "again"); err != nil || changed {
+		t.Fatalf("second pause: changed %v, err %v; want no change", changed, err)
+	}
+	if _, err := l.Claim(ctx, claimCmd("src:b")); err != nil {
+		t.Fatal(err)
+	}
+	if evs, err := l.Lease(ctx, 10, time.Minute); err != nil || len(evs) != 0 {
+		t.Fatalf("lease of a paused source: %v %v", evs, err)
+	}
+	c.waitConverged()
+	for _, n := range c.nodes {
+		s, err := n.Sources()
+		if err != nil || !s["src"].Paused || s["src"].Who != "ops" || s["src"].Reason != "handler down" {
+			t.Fatalf("%s: Sources = %+v, %v", n.cfg.ID, s, err)
+		}
+		if bl, err := n.Backlog(); err != nil || bl["src"].Pending != 2 {
+			t.Fatalf("%s: Backlog = %+v, %v", n.cfg.ID, bl, err)
+		}
+	}
+	if changed, err := f.Resume(ctx, "src", "ops", "fixed"); err != nil || !changed {
+		t.Fatalf("resume on a follower: %v %v", changed, err)
+	}
+	evs, err := l.Lease(ctx, 10, time.Minute)
+	if err != nil || len(evs) != 2 || evs[0].Key != "src:a" || evs[1].Key != "src:b" {
+		t.Fatalf("lease after resume: %v %v", evs, err)
+	}
+	c.waitConverged()
+}

@@ -1,0 +1,236 @@
+package engine
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// Pausing a source (OpPause, OpResume). A paused source has a record in the
+// sources bucket; its pending events are indexed in held instead of due, so
+// Lease, which walks due from its start, never sees them and its cost stays
+// that of the events it leases. Every transition into pending (claim, fail
+// with a retry, reclaim, replay) picks the index by the source's state
+// (putPending). Leases already out are unaffected.
+
+// The sources record, stored in the sources bucket under the source name:
+//
+//	byte     version (1)
+//	varint   paused at
+//	string   who, reason
+const sourceVersion = 1
+
+func appendSourceRecord(dst []byte, s *SourceState) []byte {
+	dst = append(dst, sourceVersion)
+	dst = binary.AppendVarint(dst, s.Since)
+	dst = appendString(dst, s.Who)
+	return appendString(dst, s.Reason)
+}
+
+func decodeSourceRecord(name, b []byte) (SourceState, error) {
+	d := decoder{b: b}
+	if v := d.byte("source version"); d.err == nil && v != sourceVersion {
+		d.fail(fmt.Sprintf("source version %d", v))
+	}
+	s := SourceState{Paused: true, Since: d.varint("paused at")}
+	s.Who = string(d.bytes("who"))
+	s.Reason = string(d.bytes("reason"))
+	if d.err == nil && len(d.b) != 0 {
+		d.fail("trailing bytes")
+	}
+	if d.err != nil {
+		return SourceState{}, fmt.Errorf("source %q: %w", clip(name), d.err)
+	}
+	return s, nil
+}
+
+// validSource reports whether a source can be paused: a key-like name
+// without 0x00 (the held index separates the source from the rest with it).
+func validSource(s string) bool { return validKey(s) && !strings.Contains(s, "\x00") }
+
+// pending is one pending event being moved between due and held.
+type pendingEntry struct {
+	t   int64
+	key string
+}
+
+// pause records c.Source as paused and moves its due events to held. It
+// finds them through the pending range of the states index (whose values are
+// the sources), so it reads the record of the source's own events only; the
+// cost is one walk of every pending event, once per pause.
+func (a *applier) pause(c *Command) (Result, error) {
+	switch {
+	case !validSource(c.Source):
+		return bad("pause source %q", clip(strBytes(c.Source)))
+	case len(c.Who) > MaxKeyLen:
+		return bad("pause who length %d", len(c.Who))
+	}
+	if a.paused(c.Source) {
+		return Result{}, nil
+	}
+	var items []pendingEntry
+	cur := a.states.Cursor()
+	prefix := []byte{byte(StatePending)}
+	for k, src := cur.Seek(prefix); k != nil && k[0] == byte(StatePending); k, src = cur.Next() {
+		if len(k) < 10 {
+			return Result{}, fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+		}
+		if string(src) != c.Source {
+			continue
+		}
+		items = append(items, pendingEntry{key: string(k[9:])})
+	}
+	for i := range items {
+		var ev Event
+		if _, found, err := a.load(items[i].key, &ev); err != nil {
+			return Result{}, err
+		} else if !found || ev.State != StatePending {
+			return Result{}, fmt.Errorf("%w: states index entry %q does not match its event", ErrCorrupt, clip(strBytes(items[i].key)))
+		}
+		items[i].t = ev.NextAttemptAt
+	}
+	// In (time, key) order: the order of the due keys deleted and of the
+	// held keys written, so each insert lands at the end of its run (see
+	// keyOrder).
+	sortPending(items)
+	for _, it := range items {
+		if k := a.tk(it.t, it.key); a.duep.get(k) == nil {
+			return Result{}, fmt.Errorf("%w: pending event %q not in the due index", ErrCorrupt, clip(strBytes(it.key)))
+		}
+		if err := a.duep.del(a.tk(it.t, it.key)); err != nil {
+			return Result{}, err
+		}
+		if err := a.held.Put(a.hk(c.Source, it.t, it.key), empty); err != nil {
+			return Result{}, err
+		}
+	}
+	rec := SourceState{Since: c.Now, Who: c.Who, Reason: clipText(c.Reason)}
+	v := appendSourceRecord(a.arena.make(1+3*binary.MaxVarintLen64+len(rec.Who)+len(rec.Reason)), &rec)
+	if err := a.sources.Put(strBytes(c.Source), v); err != nil {
+		return Result{}, err
+	}
+	return Result{N: 1}, nil
+}
+
+// resume deletes c.Source's paused record and moves its held events back to
+// due at their own times, so that they go out oldest first. Its cost is the
+// source's held events.
+func (a *applier) resume(c *Command) (Result, error) {
+	switch {
+	case !validSource(c.Source):
+		return bad("resume source %q", clip(strBytes(c.Source)))
+	case len(c.Who) > MaxKeyLen:
+		return bad("resume who length %d", len(c.Who))
+	}
+	if !a.paused(c.Source) {
+		return Result{}, nil
+	}
+	prefix := append([]byte(c.Source), 0)
+	var items []pendingEntry
+	cur := a.held.Cursor()
+	for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
+		rest := k[len(prefix):]
+		if len(rest) < 9 {
+			return Result{}, fmt.Errorf("%w: held index key %x", ErrCorrupt, clip(k))
+		}
+		items = append(items, pendingEntry{t: timeOf(rest), key: string(rest[8:])})
+	}
+	// The held walk is already in (time, key) order: the order of the due
+	// keys written.
+	if err := a.srcp.del(strBytes(c.Source)); err != nil {
+		return Result{}, err
+	}
+	for _, it := range items {
+		var ev Event
+		if _, found, err := a.load(it.key, &ev); err != nil {
+			return Result{}, err
+		} else if !found || ev.State != StatePending || ev.NextAttemptAt != it.t || ev.Source != c.Source {
+			return Result{}, fmt.Errorf("%w: held index entry %q does not match its event", ErrCorrupt, clip(strBytes(it.key)))
+		}
+		if err := a.held.Delete(a.hk(c.Source, it.t, it.key)); err != nil {
+			return Result{}, err
+		}
+		if err := a.due.Put(a.tk(it.t, it.key), empty); err != nil {
+			return Result{}, err
+		}
+	}
+	return Result{N: 1}, nil
+}
+
+func sortPending(items []pendingEntry) {
+	slices.SortFunc(items, func(x, y pendingEntry) int {
+		if x.t != y.t {
+			if x.t < y.t {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(x.key, y.key)
+	})
+}
+
+// Sources returns the pause state of every paused source (a source not in
+// the map is not paused). It reads the sources bucket only.
+func (e *Engine) Sources() (map[string]SourceState, error) {
+	out := map[string]SourceState{}
+	err := e.view(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bSources)
+		if b == nil {
+			return nil
+		}
+		c := b.Cursor()
+		for k, v := c.First(); k != nil; k, v = c.Next() {
+			s, err := decodeSourceRecord(k, v)
+			if err != nil {
+				return err
+			}
+			out[string(k)] = s
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Backlog returns, per source with pending events, how many there are and
+// the earliest NextAttemptAt among them. It walks the pending range of the
+// states index and decodes each pending event's record: its cost is the
+// number of pending events (paused or not), so it is for status pages and
+// metric scrapes, not for a hot path.
+func (e *Engine) Backlog() (map[string]Backlog, error) {
+	out := map[string]Backlog{}
+	err := e.view(func(tx *bolt.Tx) error {
+		events := tx.Bucket(bEvents)
+		c := tx.Bucket(bStates).Cursor()
+		for k, src := c.Seek([]byte{byte(StatePending)}); k != nil && k[0] == byte(StatePending); k, src = c.Next() {
+			if len(k) < 10 {
+				return fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+			}
+			v := events.Get(k[9:])
+			if v == nil {
+				return fmt.Errorf("%w: states index names missing event %q", ErrCorrupt, clip(k[9:]))
+			}
+			var ev Event
+			if _, err := decodeRecord(k[9:], v, &ev); err != nil {
+				return err
+			}
+			b := out[string(src)]
+			if b.Pending == 0 || ev.NextAttemptAt < b.OldestPendingAt {
+				b.OldestPendingAt = ev.NextAttemptAt
+			}
+			b.Pending++
+			out[string(src)] = b
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
