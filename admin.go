@@ -39,6 +39,8 @@ func (n *node) adminHandler() http.Handler {
 	auth("GET /v1/events", n.adminEvents)
 	auth("GET /v1/events/{key...}", n.adminEvent)
 	auth("POST /v1/replay", n.adminReplay)
+	auth("POST /v1/sources/{name}/pause", n.adminPause)
+	auth("POST /v1/sources/{name}/resume", n.adminResume)
 	auth("POST /v1/cluster/join", n.adminJoin)
 	auth("DELETE /v1/cluster/peers/{id}", n.adminRemovePeer)
 	auth("GET /v1/backup", n.adminBackup)
@@ -133,11 +135,13 @@ func (n *node) adminReady(w http.ResponseWriter, r *http.Request) {
 
 type statusJSON struct {
 	cluster.Status
-	Counts   map[string]int `json:"counts"`
-	Sources  map[string]int `json:"sources"`
-	Version  string         `json:"version"`
-	Ready    bool           `json:"ready"`
-	ReadyWhy string         `json:"ready_reason"`
+	Counts map[string]int `json:"counts"`
+	// Sources: every configured source (and any other with events stored or
+	// paused), its event count, pause state and backlog.
+	Sources  map[string]sourceStatusJSON `json:"sources"`
+	Version  string                      `json:"version"`
+	Ready    bool                        `json:"ready"`
+	ReadyWhy string                      `json:"ready_reason"`
 }
 
 func (n *node) adminStatus(w http.ResponseWriter, r *http.Request) {
@@ -151,7 +155,10 @@ func (n *node) adminStatus(w http.ResponseWriter, r *http.Request) {
 	for _, s := range []engine.State{engine.StatePending, engine.StateProcessing, engine.StateDone, engine.StateDead, engine.StateStale} {
 		st.Counts[stateName(s)] = byState[s]
 	}
-	st.Sources = bySource
+	if st.Sources, err = n.statusSources(bySource); err != nil {
+		jsonError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
 	writeJSON(w, http.StatusOK, st)
 }
 
@@ -381,11 +388,7 @@ func (n *node) adminReplay(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	res, err := n.cluster.Replay(ctx, cmd)
 	if err != nil && !errors.Is(err, engine.ErrWrongState) && !errors.Is(err, engine.ErrNotFound) {
-		status := http.StatusInternalServerError
-		if errors.Is(err, cluster.ErrNoLeader) || errors.Is(err, cluster.ErrIndeterminate) {
-			status = http.StatusServiceUnavailable
-		}
-		jsonError(w, status, err.Error())
+		jsonError(w, clusterWriteStatus(err), err.Error())
 		return
 	}
 	out := map[string]any{"replayed": res.N, "keys": nonNil(res.Keys)}

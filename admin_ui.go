@@ -99,6 +99,8 @@ func (n *node) registerUI(mux *http.ServeMux) {
 	mux.Handle("GET /ui/{$}", u.auth(u.list))
 	mux.Handle("GET /ui/event/{key...}", u.auth(u.event))
 	mux.Handle("POST /ui/replay", u.auth(u.replay))
+	mux.Handle("POST /ui/sources/pause", u.auth(u.pauseSource))
+	mux.Handle("POST /ui/sources/resume", u.auth(u.pauseSource))
 	mux.Handle("/ui/", u.auth(func(w http.ResponseWriter, r *http.Request, _ *uiSession) {
 		u.fail(w, r, nil, http.StatusNotFound, "Not found", "No page at "+r.URL.Path+".")
 	}))
@@ -348,6 +350,8 @@ type listView struct {
 	State, Source string
 	States        []tabView
 	Sources       []tabView
+	Paused        []sourceRow // every configured source, paused or not
+	Back          string      // this page, where the pause forms return
 	Events        []eventRow
 	Next          string
 }
@@ -357,6 +361,13 @@ type tabView struct {
 	Count   int
 	Current bool
 	URL     string
+}
+
+// sourceRow is one configured source in the list page's pause table.
+type sourceRow struct {
+	Name, Since, SinceAgo, By, Reason string
+	Paused                            bool
+	Backlog                           int
 }
 
 type eventRow struct {
@@ -407,6 +418,17 @@ func (u *adminUI) list(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		v.Sources = append(v.Sources, tabView{Name: name, Count: bySource[name], Current: name == source})
 	}
 	now := time.Now()
+	ss, err := u.n.sourceStatus()
+	if err != nil {
+		u.fail(w, r, s, http.StatusInternalServerError, "Storage error", err.Error())
+		return
+	}
+	for _, src := range u.n.cfg.Load().Sources {
+		p := ss.paused[src.Name]
+		v.Paused = append(v.Paused, sourceRow{Name: src.Name, Paused: p.Paused, Since: ts(p.Since), SinceAgo: ago(now, p.Since),
+			By: p.Who, Reason: p.Reason, Backlog: ss.backlog[src.Name].Pending})
+	}
+	v.Back = r.URL.RequestURI()
 	for _, ev := range evs {
 		v.Events = append(v.Events, eventRow{Key: ev.Key, Source: ev.Source, State: stateName(ev.State), Attempts: ev.Attempts,
 			UpdatedAt: ts(ev.UpdatedAt), UpdatedAgo: ago(now, ev.UpdatedAt), LastError: shorten(ev.LastError, 160)})
@@ -559,5 +581,50 @@ func (u *adminUI) replay(w http.ResponseWriter, r *http.Request, s *uiSession) {
 	default:
 		u.n.log.Info("admin ui: replay", "who", s.who, "key", key)
 		flash("Replayed: the event is pending and will be delivered again.", false)
+	}
+}
+
+// pauseSource pauses or resumes one configured source (the path says
+// which) through the same Raft command as POST /v1/sources/{name}/pause,
+// with the session's token name as who, and returns to the list.
+func (u *adminUI) pauseSource(w http.ResponseWriter, r *http.Request, s *uiSession) {
+	pause := strings.HasSuffix(r.URL.Path, "/pause")
+	verb := "resumed"
+	if pause {
+		verb = "paused"
+	}
+	name := r.PostFormValue("source")
+	reason := strings.TrimSpace(r.PostFormValue("reason"))
+	back := safeNext(r.PostFormValue("back"))
+	flash := func(msg string, isErr bool) {
+		u.mu.Lock()
+		s.flash, s.flashErr = msg, isErr
+		u.mu.Unlock()
+		http.Redirect(w, r, back, http.StatusSeeOther)
+	}
+	switch {
+	case !u.n.configuredSource(name):
+		u.fail(w, r, s, http.StatusNotFound, "Unknown source", fmt.Sprintf("No source %q in the running configuration.", name))
+		return
+	case reason == "":
+		flash("Not "+verb+": a reason is required.", true)
+		return
+	case utf8.RuneCountInString(reason) > uiMaxReason:
+		flash(fmt.Sprintf("Not %s: the reason is longer than %d characters.", verb, uiMaxReason), true)
+		return
+	}
+	changed, err := u.n.setPaused(r.Context(), name, s.who, reason, pause)
+	switch {
+	case err != nil:
+		flash("Not "+verb+": "+err.Error(), true)
+	case !changed:
+		flash(fmt.Sprintf("%s was already %s.", name, verb), false)
+	default:
+		u.n.log.Info("admin ui: "+strings.TrimSuffix(verb, "d"), "who", s.who, "source", name)
+		if pause {
+			flash(name+" is paused: its events are accepted and held, not delivered, until it is resumed.", false)
+		} else {
+			flash(name+" is resumed: its held events go out, oldest first.", false)
+		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -177,6 +178,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		fmt.Fprintf(stdout, "events: pending %v, processing %v, done %v, dead %v, stale %v\n",
 			counts["pending"], counts["processing"], counts["done"], counts["dead"], counts["stale"])
 	}
+	printSources(stdout, st["sources"])
 	return nil
 }
 
@@ -285,6 +287,35 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var out map[string]any
 	req := replayRequest{Source: *source, Keys: keys, State: *state, Since: *since, Reason: *reason, DryRun: *dry}
 	if err := c.do(ctx, http.MethodPost, "/v1/replay", req, &out); err != nil {
+		return err
+	}
+	return printJSON(stdout, out)
+}
+
+// cmdPause is oncehook pause and oncehook resume: POST
+// /v1/sources/{name}/pause or .../resume.
+func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, pause bool) error {
+	verb := "resume"
+	if pause {
+		verb = "pause"
+	}
+	fs := newFlags(verb, stderr)
+	mk := clientFlags(fs)
+	source := fs.String("source", "", "source name (required)")
+	reason := fs.String("reason", "", "why (recorded with the pause; required)")
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if *source == "" || *reason == "" {
+		return usageError{verb + " needs -source and -reason"}
+	}
+	c, err := mk()
+	if err != nil {
+		return err
+	}
+	var out map[string]any
+	path := "/v1/sources/" + url.PathEscape(*source) + "/" + verb
+	if err := c.do(ctx, http.MethodPost, path, pauseRequest{Reason: *reason}, &out); err != nil {
 		return err
 	}
 	return printJSON(stdout, out)
@@ -434,4 +465,39 @@ func num(v any) any {
 		return strconv.FormatFloat(f, 'f', -1, 64)
 	}
 	return v
+}
+
+// printSources prints the sources of /v1/status: one row per source with
+// its backlog, and for a paused one since when, by whom and why. An older
+// node's "sources" (counts only) prints nothing.
+func printSources(w io.Writer, v any) {
+	srcs, ok := v.(map[string]any)
+	if !ok || len(srcs) == 0 {
+		return
+	}
+	names := make([]string, 0, len(srcs))
+	for name, x := range srcs {
+		if _, ok := x.(map[string]any); ok {
+			names = append(names, name)
+		}
+	}
+	if len(names) == 0 {
+		return
+	}
+	slices.Sort(names)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SOURCE\tSTATE\tBACKLOG\tOLDEST PENDING\tPAUSED SINCE\tBY\tREASON")
+	for _, name := range names {
+		m := srcs[name].(map[string]any)
+		state, since, by, reason := "active", "-", "-", "-"
+		if p, _ := m["paused"].(bool); p {
+			state, since, by, reason = "PAUSED", fmt.Sprint(m["since"]), fmt.Sprint(m["by"]), fmt.Sprint(m["reason"])
+		}
+		age := "-"
+		if a, ok := m["oldest_pending_age_seconds"].(float64); ok && num(m["backlog"]) != "0" {
+			age = time.Duration(a * float64(time.Second)).Round(time.Second).String()
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\n", name, state, num(m["backlog"]), age, since, by, reason)
+	}
+	tw.Flush()
 }

@@ -51,6 +51,7 @@ Usage:
   oncehook send     -config F -source S -file P  sign P as S's provider does and POST it
   oncehook keygen   [-provider standard]         print a new secret
   oncehook status | events | replay              talk to a node's admin API
+  oncehook pause | resume -source S -reason R    hold or release a source's deliveries
   oncehook raft list-peers | remove-peer -id N   cluster membership
   oncehook snapshot save F | restore F           consistent backup and restore
   oncehook version
@@ -84,6 +85,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdEvents(ctx, rest, stdout, stderr)
 	case "replay":
 		return cmdReplay(ctx, rest, stdout, stderr)
+	case "pause":
+		return cmdPause(ctx, rest, stdout, stderr, true)
+	case "resume":
+		return cmdPause(ctx, rest, stdout, stderr, false)
 	case "raft":
 		return cmdRaft(ctx, rest, stdout, stderr)
 	case "snapshot":

@@ -180,6 +180,8 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 
 	// Raft and event-state gauges, read at scrape time.
 	n.metrics.reg.MustRegister(newRaftCollector(n.cluster))
+	// Per-source pause state and backlog, read at scrape time.
+	n.metrics.reg.MustRegister(newSourceCollector(n.cluster, n.configuredSourceNames))
 	// Published keys: keys_url sources verify with the fetched keys.
 	n.keys = newKeyManager(cfg.Node.DataDir, log, n.metrics)
 	if err := n.keys.attach(set, cfg); err != nil {

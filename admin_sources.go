@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"oncehook/cluster"
+	"oncehook/engine"
+)
+
+// Pausing a source: POST /v1/sources/{name}/pause and .../resume, the
+// "sources" of /v1/status, and the dead-letter page's buttons (admin_ui.go).
+// A paused source keeps answering its providers; its events wait, in the
+// replicated state, until it is resumed (engine.OpPause).
+
+type pauseRequest struct {
+	Reason string `json:"reason"`
+}
+
+// configuredSource reports whether name is a source of the running config.
+func (n *node) configuredSource(name string) bool {
+	for i := range n.cfg.Load().Sources {
+		if n.cfg.Load().Sources[i].Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func (n *node) adminPause(w http.ResponseWriter, r *http.Request) {
+	n.adminPauseResume(w, r, true)
+}
+
+func (n *node) adminResume(w http.ResponseWriter, r *http.Request) {
+	n.adminPauseResume(w, r, false)
+}
+
+func (n *node) adminPauseResume(w http.ResponseWriter, r *http.Request, pause bool) {
+	name := r.PathValue("name")
+	var req pauseRequest
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
+		return
+	}
+	if strings.TrimSpace(req.Reason) == "" {
+		jsonError(w, http.StatusBadRequest, "reason is required")
+		return
+	}
+	if !n.configuredSource(name) {
+		jsonError(w, http.StatusNotFound, "unknown source "+name)
+		return
+	}
+	changed, err := n.setPaused(r.Context(), name, r.Context().Value(whoKey).(string), req.Reason, pause)
+	if err != nil {
+		jsonError(w, clusterWriteStatus(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"source": name, "paused": pause, "changed": changed})
+}
+
+// setPaused proposes a pause or a resume of source, from any node.
+func (n *node) setPaused(ctx context.Context, source, who, reason string, pause bool) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if pause {
+		return n.cluster.Pause(ctx, source, who, reason)
+	}
+	return n.cluster.Resume(ctx, source, who, reason)
+}
+
+// clusterWriteStatus is the HTTP status of a failed operator write: 503
+// when the cluster cannot decide now, 500 otherwise.
+func clusterWriteStatus(err error) int {
+	if errors.Is(err, cluster.ErrNoLeader) || errors.Is(err, cluster.ErrIndeterminate) {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
+// sourceStatusJSON is one source in /v1/status.
+type sourceStatusJSON struct {
+	Events           int     `json:"events"` // events stored, every state
+	Paused           bool    `json:"paused"`
+	Since            string  `json:"since,omitempty"`
+	By               string  `json:"by,omitempty"`
+	Reason           string  `json:"reason,omitempty"`
+	Backlog          int     `json:"backlog"` // pending events
+	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
+}
+
+// sourceStatus is the pause state and backlog of every configured source
+// (and of any other source that still has events stored or is paused), from
+// this node's applied state.
+type sourceStatus struct {
+	paused  map[string]engine.SourceState
+	backlog map[string]engine.Backlog
+}
+
+func (n *node) sourceStatus() (sourceStatus, error) {
+	var s sourceStatus
+	var err error
+	if s.paused, err = n.cluster.Sources(); err != nil {
+		return s, err
+	}
+	s.backlog, err = n.cluster.Backlog()
+	return s, err
+}
+
+// oldestAge is how long the source's oldest pending event has been due, in
+// seconds (0 when none is, or it is not due yet).
+func (s sourceStatus) oldestAge(name string, now time.Time) float64 {
+	b := s.backlog[name]
+	if b.Pending == 0 {
+		return 0
+	}
+	return max(0, now.Sub(time.Unix(0, b.OldestPendingAt)).Seconds())
+}
+
+// pausedFor is how long the source has been paused (0 when it is not).
+func (s sourceStatus) pausedFor(name string, now time.Time) float64 {
+	p, ok := s.paused[name]
+	if !ok {
+		return 0
+	}
+	return max(0, now.Sub(time.Unix(0, p.Since)).Seconds())
+}
+
+func (n *node) statusSources(bySource map[string]int) (map[string]sourceStatusJSON, error) {
+	ss, err := n.sourceStatus()
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]sourceStatusJSON{}
+	now := time.Now()
+	add := func(name string) {
+		p := ss.paused[name]
+		out[name] = sourceStatusJSON{
+			Events: bySource[name], Paused: p.Paused, Since: ts(p.Since), By: p.Who, Reason: p.Reason,
+			Backlog: ss.backlog[name].Pending, OldestPendingAge: ss.oldestAge(name, now),
+		}
+	}
+	for _, src := range n.cfg.Load().Sources {
+		add(src.Name)
+	}
+	for name := range bySource {
+		add(name)
+	}
+	for name := range ss.paused {
+		add(name)
+	}
+	return out, nil
+}
