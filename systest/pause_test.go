@@ -1,0 +1,123 @@
+package systest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPauseSurvivesALeaderKill: a source paused through a follower's CLI
+// stays paused on the leader elected after the old one is killed (SIGKILL):
+// claims still get 202 and nothing is delivered; after a resume every event
+// is delivered once.
+func TestPauseSurvivesALeaderKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns three processes")
+	}
+	rec := newRecorder(t)
+	c := startCluster(t, 3, rec.url)
+	leader := c.leader()
+	var follower *clusterNode
+	for _, nd := range c.nodes {
+		if nd != leader {
+			follower = nd
+			break
+		}
+	}
+	t.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(filepath.Dir(follower.cfg), "admin.token"))
+	out, code := run(t, follower.dir, "pause", "-addr", follower.admin, "-source", "orders", "-reason", "handler deploy")
+	if code != 0 || !strings.Contains(out, `"changed": true`) {
+		t.Fatalf("pause through %s: exit %d\n%s", follower.id, code, out)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var keys []string
+	send := func(nd *clusterNode, id string) {
+		t.Helper()
+		if code := c.send(ctx, nd, id); code != 202 {
+			t.Fatalf("send %s through %s while paused: %d, want 202", id, nd.id, code)
+		}
+		keys = append(keys, "orders:"+id)
+	}
+	for i := range 10 {
+		send(follower, fmt.Sprintf("p_before_%d", i))
+	}
+	// held checks, on nd, that every key is pending with no attempt, once
+	// nd has applied entries after the claims (its lease commands, on a
+	// leader), and that the handler has received nothing.
+	held := func(nd *clusterNode) {
+		t.Helper()
+		st, ok := c.status(nd)
+		if !ok {
+			t.Fatalf("status of %s", nd.id)
+		}
+		waitFor(t, nd.id+" applied entries after the claims", 20*time.Second, func() bool {
+			s, ok := c.status(nd)
+			return ok && s.AppliedIndex > st.AppliedIndex
+		})
+		for _, k := range keys {
+			waitFor(t, k+" committed on "+nd.id, 20*time.Second, func() bool { return c.eventState(nd, k) != "" })
+			code, b := get("http://"+nd.admin+"/v1/events/"+k, c.token)
+			var ev struct {
+				State    string
+				Attempts int
+			}
+			if code != 200 || json.Unmarshal(b, &ev) != nil || ev.State != "pending" || ev.Attempts != 0 {
+				t.Fatalf("%s on %s while paused: %d %s", k, nd.id, code, b)
+			}
+			if n := rec.count(k); n != 0 {
+				t.Fatalf("%s was delivered %d times while paused", k, n)
+			}
+		}
+	}
+	held(leader)
+
+	leader.proc.kill()
+	newLeader := c.leader()
+	if newLeader == leader {
+		t.Fatal("the killed node is still the leader")
+	}
+	code2, b := get("http://"+newLeader.admin+"/v1/status", c.token)
+	var st struct {
+		Sources map[string]struct {
+			Paused  bool
+			By      string
+			Reason  string
+			Backlog int
+		}
+	}
+	if code2 != 200 || json.Unmarshal(b, &st) != nil {
+		t.Fatalf("status of %s: %d %s", newLeader.id, code2, b)
+	}
+	if s := st.Sources["orders"]; !s.Paused || s.By != "systest" || s.Reason != "handler deploy" || s.Backlog != len(keys) {
+		t.Fatalf("orders on the new leader %s: %+v", newLeader.id, s)
+	}
+	for i := range 10 {
+		send(newLeader, fmt.Sprintf("p_after_%d", i))
+	}
+	held(newLeader)
+
+	var other *clusterNode
+	for _, nd := range c.nodes {
+		if nd != leader && nd != newLeader {
+			other = nd
+		}
+	}
+	out, code = run(t, other.dir, "resume", "-addr", other.admin, "-source", "orders", "-reason", "deployed")
+	if code != 0 || !strings.Contains(out, `"changed": true`) {
+		t.Fatalf("resume through %s: exit %d\n%s", other.id, code, out)
+	}
+	for _, k := range keys {
+		waitFor(t, k+" done", 30*time.Second, func() bool { return c.eventState(newLeader, k) == "done" })
+	}
+	for _, k := range keys {
+		if n := rec.count(k); n != 1 {
+			t.Errorf("%s delivered %d times, want once", k, n)
+		}
+	}
+}
