@@ -30,6 +30,11 @@ type metrics struct {
 	// claim; the type label is a configured type or "other".
 	filteredTotal *prometheus.CounterVec
 
+	// rateLimitedTotal and rateLimitWait count deliveries that waited for
+	// their source's max_rate or a handler's Retry-After, and how long.
+	rateLimitedTotal *prometheus.CounterVec
+	rateLimitWait    *prometheus.CounterVec
+
 	schemaFailures *prometheus.CounterVec // schema.go
 	keys           *keysMetrics           // keys.go
 }
@@ -80,6 +85,14 @@ func newMetrics() *metrics {
 			Name: "oncehook_filtered_total",
 			Help: "Verified deliveries dropped by the source's accept_types or drop_types (200 filtered, nothing stored), by source and type (a configured type, or other).",
 		}, []string{"source", "type"}),
+		rateLimitedTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_rate_limited_total",
+			Help: "Deliveries that waited for their source's max_rate or a handler's Retry-After before they started, by source.",
+		}, []string{"source"}),
+		rateLimitWait: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_rate_limit_wait_seconds_total",
+			Help: "Time deliveries waited for their source's max_rate or a handler's Retry-After, by source.",
+		}, []string{"source"}),
 		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "oncehook_config_last_reload_successful", Help: "1 if the last configuration reload succeeded.",
 		}),
@@ -87,6 +100,7 @@ func newMetrics() *metrics {
 	m.reloadOK.Set(1)
 	m.reg.MustRegister(m.requests, m.claims, m.sigFailures, m.deliveries, m.bodyChanged, m.replays, m.syncConflicts, m.filteredTotal, m.claimLatency, m.deliveryTime, m.reloadOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.reg.MustRegister(m.rateLimitedTotal, m.rateLimitWait)
 	m.initSchemaMetrics()
 	m.initKeysMetrics()
 	return m
@@ -164,4 +178,14 @@ func (m *metrics) filtered(source, typ string) {
 		return
 	}
 	m.filteredTotal.WithLabelValues(source, typ).Inc()
+}
+
+// rateLimited counts a delivery that waited d for its source's rate limit or
+// hold.
+func (m *metrics) rateLimited(source string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.rateLimitedTotal.WithLabelValues(source).Inc()
+	m.rateLimitWait.WithLabelValues(source).Add(d.Seconds())
 }

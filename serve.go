@@ -221,6 +221,9 @@ func (n *node) lead(ctx context.Context) {
 		Wake:    n.cluster.Wake(),
 		Logger:  n.log,
 		Observe: n.metrics.delivery,
+		// Deliveries that waited for their source's max_rate or a handler's
+		// Retry-After.
+		RateLimited: n.metrics.rateLimited,
 	})
 	if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		n.log.Error("forwarder stopped", "err", err)
@@ -362,6 +365,8 @@ func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, 
 			BackoffMax:  time.Duration(s.BackoffMax),
 			MaxAttempts: s.MaxAttempts,
 			Sync:        src.sync,
+			MaxRate:     s.MaxRate,
+			Burst:       s.MaxRateBurst,
 		}
 	}
 	return set, targets, nil

@@ -29,11 +29,15 @@ const (
 	DefaultBackoffMax     = 10 * time.Minute
 	DefaultForwardTimeout = 10 * time.Second
 	DefaultKeysRefresh    = 5 * time.Minute
-	DefaultMaxConnsPerIP  = 512 // a provider's fan-out fits; one client cannot take every fd
-	MaxMaxConnsPerIP      = 65536
-	DemoSourceName        = "demo"
-	ReplayGuardBody       = "body" // replay_guard: a body seen under another key is a duplicate
-	ReplayGuardOff        = "off"
+	// maxRate and maxRateBurst bound max_rate and max_rate_burst: far above
+	// any handler, low enough that the token bucket's arithmetic stays exact.
+	maxRate              = 1e6
+	maxRateBurst         = 1_000_000
+	DefaultMaxConnsPerIP = 512 // a provider's fan-out fits; one client cannot take every fd
+	MaxMaxConnsPerIP     = 65536
+	DemoSourceName       = "demo"
+	ReplayGuardBody      = "body" // replay_guard: a body seen under another key is a duplicate
+	ReplayGuardOff       = "off"
 )
 
 // Config is one oncehook.toml, defaults applied, normalised and (after Load)
@@ -127,21 +131,26 @@ type Source struct {
 	Secrets []Secret `json:"secrets"`
 	// SecretFiles are the resolved paths the secrets were read from; empty when
 	// they were given inline. Load re-reads them every time.
-	SecretFiles    []string       `json:"secret_files,omitempty"`
-	Tolerance      Duration       `json:"tolerance"`
-	Key            []string       `json:"key"`
-	Retention      Duration       `json:"retention"`
-	MaxBody        Size           `json:"max_body"`
-	Forward        string         `json:"forward"`
-	ForwardHeaders []string       `json:"forward_headers,omitempty"`
-	Mode           string         `json:"mode"` // async|sync
-	AckStatus      int            `json:"ack_status"`
-	Lease          Duration       `json:"lease"`
-	MaxAttempts    int            `json:"max_attempts"`
-	BackoffMin     Duration       `json:"backoff_min"`
-	BackoffMax     Duration       `json:"backoff_max"`
-	ForwardTimeout Duration       `json:"forward_timeout"`
-	AllowIPs       []netip.Prefix `json:"allow_ips,omitempty"` // empty: any
+	SecretFiles    []string `json:"secret_files,omitempty"`
+	Tolerance      Duration `json:"tolerance"`
+	Key            []string `json:"key"`
+	Retention      Duration `json:"retention"`
+	MaxBody        Size     `json:"max_body"`
+	Forward        string   `json:"forward"`
+	ForwardHeaders []string `json:"forward_headers,omitempty"`
+	Mode           string   `json:"mode"` // async|sync
+	AckStatus      int      `json:"ack_status"`
+	Lease          Duration `json:"lease"`
+	MaxAttempts    int      `json:"max_attempts"`
+	BackoffMin     Duration `json:"backoff_min"`
+	BackoffMax     Duration `json:"backoff_max"`
+	ForwardTimeout Duration `json:"forward_timeout"`
+	// MaxRate is the most deliveries per second started to the handler; 0:
+	// no limit. MaxRateBurst is how many may start at once after a quiet
+	// spell; Load sets it to ceil(MaxRate) when the file leaves it out.
+	MaxRate      float64        `json:"max_rate"`
+	MaxRateBurst int            `json:"max_rate_burst"`
+	AllowIPs     []netip.Prefix `json:"allow_ips,omitempty"` // empty: any
 	// TrustedProxies are the peers whose X-Forwarded-Proto and
 	// X-Forwarded-Host are believed when the public URL a sender signed is
 	// rebuilt (twilio); from any other peer those headers are ignored.

@@ -25,6 +25,8 @@ var sourceKeys = []struct{ field, key string }{
 	{"BackoffMin", "backoff_min"},
 	{"BackoffMax", "backoff_max"},
 	{"ForwardTimeout", "forward_timeout"},
+	{"MaxRate", "max_rate"},
+	{"MaxRateBurst", "max_rate_burst"},
 	{"AllowIPs", "allow_ips"},
 	{"TrustedProxies", "trusted_proxies"},
 	{"KeysURL", "keys_url"},

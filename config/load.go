@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"math"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -85,6 +86,8 @@ type rawSource struct {
 	BackoffMin     Duration  `toml:"backoff_min"`
 	BackoffMax     Duration  `toml:"backoff_max"`
 	ForwardTimeout Duration  `toml:"forward_timeout"`
+	MaxRate        float64   `toml:"max_rate"`
+	MaxRateBurst   int       `toml:"max_rate_burst"`
 	AllowIPs       []string  `toml:"allow_ips"`
 	TrustedProxies []string  `toml:"trusted_proxies"`
 	KeysURL        string    `toml:"keys_url"`
@@ -566,6 +569,10 @@ func (l *loader) source(i int, r *rawSource) Source {
 	}
 	if r.ForwardTimeout != 0 {
 		s.ForwardTimeout = r.ForwardTimeout
+	}
+	s.MaxRate, s.MaxRateBurst = r.MaxRate, r.MaxRateBurst
+	if s.MaxRateBurst == 0 && s.MaxRate > 0 && s.MaxRate <= maxRate {
+		s.MaxRateBurst = max(1, int(math.Ceil(s.MaxRate)))
 	}
 	for j, v := range r.AllowIPs {
 		p, err := parsePrefix(v)

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"net/netip"
 	"net/url"
@@ -366,6 +367,12 @@ func validateSource(p *problems, key string, s *Source) {
 		p.add(k("forward_timeout"), nil, fmt.Sprintf(
 			"%s must be less than lease %s: a handler still running when its lease ends could be run twice at once",
 			s.ForwardTimeout, s.Lease), k("lease"))
+	}
+	if math.IsNaN(s.MaxRate) || s.MaxRate < 0 || s.MaxRate > maxRate {
+		p.add(k("max_rate"), nil, fmt.Sprintf("must be 0 (no limit) or a positive number of deliveries per second up to %g, got %g", float64(maxRate), s.MaxRate))
+	}
+	if s.MaxRate > 0 && s.MaxRateBurst < 1 || s.MaxRateBurst < 0 || s.MaxRateBurst > maxRateBurst {
+		p.add(k("max_rate_burst"), nil, fmt.Sprintf("must be from 1 to %d, got %d", maxRateBurst, s.MaxRateBurst), k("max_rate"))
 	}
 	for j, a := range s.AllowIPs {
 		if !a.IsValid() && !p.has(k("allow_ips")+"["+strconv.Itoa(j)+"]") {

@@ -70,6 +70,7 @@ type answer struct {
 	status     int           // 0 when there was no response
 	body       []byte        // up to MaxBody; read only for a sync target's 2xx
 	retryAfter time.Duration // > 0: the handler's Retry-After on 429/503, clamped
+	hold       time.Duration // > 0: the same Retry-After, capped at MaxHold only: holds the source
 	reason     string        // "" for a 2xx; else the short failure reason
 	step       string        // the handler's Oncehook-Step, when valid
 }
@@ -141,6 +142,9 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		if d, ok := retryAfter(resp.Header.Get("Retry-After"), tgt.BackoffMin, tgt.BackoffMax); ok {
 			a.retryAfter = d
+		}
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), 0, MaxHold); ok {
+			a.hold = d
 		}
 	}
 	return a
@@ -288,6 +292,13 @@ func (f *Forwarder) complete(ctx context.Context, ev engine.Event, attempt int, 
 
 // fail records a failed attempt with its retry delay.
 func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt Target, a answer, took time.Duration) {
+	if a.hold > 0 {
+		now := time.Now()
+		if f.lim != nil && f.lim.setHold(ev.Source, now, now.Add(a.hold)) {
+			f.log.Info("handler asked to wait; holding its source", "source", ev.Source,
+				"status", a.status, "retry_after", a.hold)
+		}
+	}
 	retryIn := a.retryAfter
 	if retryIn <= 0 {
 		retryIn = Backoff(attempt, tgt.BackoffMin, tgt.BackoffMax, f.jitter())
@@ -312,6 +323,29 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 		f.log.Warn("fail failed; the lease will expire", "key", ev.Key, "token", ev.Token, "err", err)
 	}
 	f.finish(fin, took)
+}
+
+// handBack returns a leased event that could not start inside its lease to
+// pending for retryIn, without calling its handler (doc.go, "Rate limits").
+// The engine counted the attempt when it leased the event; maxAttempts is
+// raised past it so that a hand-back never makes the event dead.
+func (f *Forwarder) handBack(ctx context.Context, ev engine.Event, retryIn time.Duration) {
+	if ctx.Err() != nil {
+		return
+	}
+	tgt, _ := f.opts.Targets(ev.Source)
+	tgt = tgt.withDefaults()
+	attempt := attemptOf(ev)
+	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, max(tgt.MaxAttempts, attempt+1), ReasonRateLimited, "")
+	switch {
+	case ctx.Err() != nil:
+	case err == nil:
+		f.log.Info("rate limited past the lease; handed back", "key", ev.Key, "source", ev.Source, "retry_in", retryIn)
+	case lostLease(err):
+		f.log.Info("hand-back fenced", "key", ev.Key, "token", ev.Token, "err", err)
+	default:
+		f.log.Warn("hand-back failed; the lease will expire", "key", ev.Key, "token", ev.Token, "err", err)
+	}
 }
 
 // lostLease reports whether a Complete or Fail was refused because the event

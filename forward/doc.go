@@ -59,7 +59,44 @@
 // Any 3xx is a failure (redirects are never followed), as is any non-2xx status,
 // a timeout or a connection error. A handler that answers 429 or 503 with
 // Retry-After in seconds is retried after that delay, kept within the target's
-// [BackoffMin, BackoffMax].
+// [BackoffMin, BackoffMax], and holds its whole source (below).
+//
+// # Rate limits
+//
+// A Target's MaxRate caps how many deliveries per second start to its
+// handler, with a token bucket of Burst tokens per source. A Run's bucket
+// starts with one token: a new leader does not know what the previous one sent
+// just before, so it never opens with a whole burst. A 429 or 503 with
+// Retry-After also holds the whole source: no delivery of it starts before
+// that time, capped at MaxHold, and the hold is logged once at info.
+//
+// Waiting must not cost attempts or lease time. The Store leases the oldest
+// due events of every source together, and nothing in it gives an event back
+// without counting an attempt (Lease counts it; Fail and Reclaim keep it). So:
+//
+//   - a leased event that must wait does not take a worker: the dispatcher
+//     parks it with its slot booked in its source's bucket and hands it to a
+//     worker when the slot comes, so other sources keep every worker;
+//   - it waits only when its slot comes before its lease's end minus its
+//     Timeout, so the delivery still fits in the lease it was leased under;
+//   - the dispatcher limits how many events of a throttled source are in
+//     flight instead of handing them back: it stops leasing while a source
+//     has slots booked more than half of (DefaultLease - Timeout) ahead, and
+//     while too many events are parked. The trade-off: while a throttled
+//     source's backlog is longer than that, events of other sources that are
+//     younger than the backlog wait behind it (the lease is oldest first, for
+//     all sources); older ones, and every one when the backlog is shorter, do
+//     not. A per-source lease in the Store would remove this;
+//   - holds do not stop leasing (a five-minute hold must not stop other
+//     sources). An event that cannot start inside its lease in any case (a
+//     hold longer than the lease, a per-event lease shorter than the default,
+//     a rate lowered by a reload) is handed back with Fail, reason
+//     ReasonRateLimited and the wait as its retry delay: that spends the
+//     attempt the lease counted, but its maxAttempts is raised so that a
+//     hand-back never makes the event dead. Without the hold it would have been
+//     delivered and refused, spending the attempt anyway.
+//
+// Options.RateLimited reports every delivery that waited, with how long.
 //
 // # Waking sync-mode waiters
 //

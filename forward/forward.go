@@ -47,6 +47,11 @@ type Target struct {
 	BackoffMax  time.Duration // no retry waits longer; default DefaultBackoffMax
 	MaxAttempts int           // the event is dead after this many failed attempts; default DefaultMaxAttempts
 	Sync        bool          // cache the handler's status and body with Complete (sync-mode sources)
+	// MaxRate is the most deliveries per second started to this handler; 0
+	// (or less): no limit. Burst is how many may start at once after a quiet
+	// spell; less than 1: ceil(MaxRate). See doc.go, "Rate limits".
+	MaxRate float64
+	Burst   int
 }
 
 // Defaults for a Target's zero fields and for events whose source has no
@@ -137,6 +142,11 @@ type Options struct {
 	// applies a Complete or Fail (see doc.go). It is not called for attempts
 	// abandoned because Run's context ended.
 	OnFinish func(Finish)
+	// RateLimited, when set, is called once per delivery that waited for its
+	// source's rate limit or Retry-After hold before it started, with how long
+	// it waited since it was leased. It runs on the dispatcher and must not
+	// block.
+	RateLimited func(source string, waited time.Duration)
 }
 
 // Defaults for zero Options fields.
@@ -164,6 +174,8 @@ type Forwarder struct {
 	running atomic.Bool
 
 	randMu sync.Mutex // guards opts.Rand, which is not safe for concurrent use
+
+	lim *limiter // this Run's rate limits; set before Run starts its goroutines
 }
 
 // New returns a Forwarder with opts' zero fields set to their defaults.
@@ -233,18 +245,23 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	defer cancel()
 
 	n := f.opts.Workers
+	f.lim = newLimiter(f.opts.DefaultLease)
 	// jobs never holds more than n events: the dispatcher sends only into free
 	// slots. freed gets one token per finished event, so it never holds more
 	// than n either and a worker never blocks on it.
-	jobs := make(chan engine.Event, n)
+	jobs := make(chan job, n)
 	freed := make(chan struct{}, n)
 	kick := make(chan struct{}, 1) // the sweeper reclaimed events: lease soon
 
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
-			for ev := range jobs {
-				f.deliver(ctx, ev)
+			for j := range jobs {
+				if j.handBack > 0 {
+					f.handBack(ctx, j.ev, j.handBack)
+				} else {
+					f.deliver(ctx, j.ev)
+				}
 				freed <- struct{}{}
 			}
 		})
@@ -261,19 +278,76 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	return nil
 }
 
+// job is one leased event for a worker: deliver it, or, when handBack > 0,
+// hand it back to pending for handBack without calling the handler.
+type job struct {
+	ev       engine.Event
+	leased   time.Time
+	handBack time.Duration
+}
+
+// maxParked bounds the events parked for their rate limit, with
+// parkFactor*Workers when that is more.
+const (
+	maxParked  = 1024
+	parkFactor = 16
+)
+
 // dispatch is the leasing loop. It returns when ctx ends.
-func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- engine.Event, freed <-chan struct{}, kick <-chan struct{}) {
+//
+// Rate limits (doc.go, "Rate limits"): the Store leases the oldest due events
+// of every source at once and cannot give an event back without counting an
+// attempt (Lease counts it; Fail and Reclaim keep it). So an event of a
+// rate-limited source is not handed back for want of a token: it is parked
+// here, on no worker, with its slot booked in the source's bucket, and given
+// to a worker when the slot comes, which is always before its lease's end
+// minus its timeout. Other sources' events go to workers at once. To keep
+// that promise the dispatcher limits how many events of a throttled source
+// are leased: it stops leasing while a source has slots booked more than half
+// of (lease - timeout) ahead, and while maxParked events are parked.
+// The price is head-of-line waiting: while that pause lasts, events of other
+// sources that are younger than the throttled source's backlog wait with it.
+// Only an event that cannot start inside its lease in any case (a Retry-After
+// hold longer than the lease, a per-event lease shorter than the default, a
+// rate lowered by a reload) is handed back with Fail, which spends the attempt
+// but never makes it the last one.
+func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan struct{}, kick <-chan struct{}) {
 	n := f.opts.Workers
 	tick := time.NewTicker(f.opts.PollInterval)
 	defer tick.Stop()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
 
+	var park parkQueue
+	parkCap := max(maxParked, parkFactor*n)
 	inflight := 0
 	// want: there may be due events we have not leased. It is set by a wake,
 	// a tick or a reclaim, and stays set after a lease that filled every free
 	// slot; a short lease or a failed one clears it.
 	want := true
+	send := func(j job) {
+		jobs <- j
+		inflight++
+	}
 	for {
-		if want && inflight < n && ctx.Err() == nil {
+		now := time.Now()
+		// Parked events whose slot came, while there are free workers.
+		for len(park) > 0 && inflight < n && !park[0].start.After(now) {
+			p := park.pop()
+			if f.lim.held(p.ev.Source, p.start) {
+				// A hold came after the slot was booked: book again.
+				f.place(p.job, now, &park, send)
+				continue
+			}
+			if f.opts.RateLimited != nil {
+				f.opts.RateLimited(p.ev.Source, now.Sub(p.leased))
+			}
+			send(p.job)
+		}
+
+		full, fullUntil := f.lim.full(now)
+		again := false
+		if want && inflight < n && !full && len(park) < parkCap && ctx.Err() == nil {
 			free := n - inflight
 			evs, err := f.opts.Store.Lease(ctx, free, f.opts.DefaultLease)
 			switch {
@@ -290,12 +364,32 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- engine.Event, free
 						"asked", free, "got", len(evs))
 					evs = evs[:free]
 				}
+				now = time.Now()
 				for _, ev := range evs {
-					jobs <- ev
+					f.place(job{ev: ev, leased: now}, now, &park, send)
 				}
-				inflight += len(evs)
 				want = len(evs) == free
+				// Some may have parked: lease again at once for the workers
+				// still free.
+				again = want && inflight < n
 			}
+		}
+		if again {
+			continue
+		}
+
+		// Wake for the next parked slot, or when leasing may resume.
+		var at time.Time
+		if len(park) > 0 && inflight < n {
+			at = park[0].start
+		}
+		if full && want && (at.IsZero() || fullUntil.Before(at)) {
+			at = fullUntil
+		}
+		var timerC <-chan time.Time
+		if !at.IsZero() {
+			timer.Reset(max(time.Until(at), 0))
+			timerC = timer.C
 		}
 
 		select {
@@ -307,6 +401,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- engine.Event, free
 			want = true
 		case <-tick.C:
 			want = true
+		case <-timerC:
 		case <-freed:
 			inflight--
 			// Collect every other worker that finished meanwhile, so one
@@ -320,6 +415,38 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- engine.Event, free
 				}
 			}
 		}
+		timer.Stop() // timers are unbuffered (Go 1.23+): nothing stale is left
+	}
+}
+
+// place sends a leased event to a worker when its source lets it start now,
+// parks it until its booked slot when that comes before its lease's end minus
+// its timeout, and otherwise sends it to a worker to be handed back. The
+// caller guarantees a free worker.
+func (f *Forwarder) place(j job, now time.Time, park *parkQueue, send func(job)) {
+	tgt, ok := f.opts.Targets(j.ev.Source)
+	if !ok {
+		send(j) // fails with ReasonNoTarget
+		return
+	}
+	tgt = tgt.withDefaults()
+	lease := time.Unix(0, j.ev.LeaseUntil)
+	if j.ev.LeaseUntil == 0 {
+		lease = j.leased.Add(f.opts.DefaultLease)
+	}
+	deadline := lease.Add(-tgt.Timeout)
+	start, ok := f.lim.book(j.ev.Source, tgt, now, deadline)
+	switch {
+	case !ok:
+		j.handBack = max(start.Sub(now), time.Millisecond)
+		send(j)
+	case start.After(now):
+		park.push(parked{job: j, start: start})
+	default:
+		if f.opts.RateLimited != nil && now.After(j.leased) {
+			f.opts.RateLimited(j.ev.Source, now.Sub(j.leased))
+		}
+		send(j)
 	}
 }
 

@@ -1,0 +1,210 @@
+package forward
+
+import (
+	"math"
+	"sync"
+	"time"
+)
+
+// MaxHold caps how long a handler's Retry-After (on 429 or 503) holds its
+// whole source.
+const MaxHold = 5 * time.Minute
+
+// ReasonRateLimited is the failure reason of an event handed back because its
+// source's rate limit or Retry-After hold would not let it start inside its
+// lease (doc.go, "Rate limits").
+const ReasonRateLimited = "rate limited"
+
+// bucket is one source's token bucket, kept as a theoretical arrival time
+// (GCRA): a delivery may start at tat - tau, and each start moves tat one
+// interval on. It holds burst tokens at most; it starts with one (see
+// limiter.bucket). hold is the end of a Retry-After hold: nothing starts
+// before it.
+type bucket struct {
+	rate     float64
+	burst    int
+	interval time.Duration // 1/rate; 0: no rate limit
+	tau      time.Duration // (burst-1) * interval
+	tat      time.Time
+	hold     time.Time
+	budget   time.Duration // how far ahead slots may be booked before leasing pauses
+}
+
+// next is the earliest time a delivery could start, at now.
+func (b *bucket) next(now time.Time) time.Time {
+	s := now
+	if b.hold.After(s) {
+		s = b.hold
+	}
+	if b.interval > 0 {
+		if t := b.tat.Add(-b.tau); t.After(s) {
+			s = t
+		}
+	}
+	return s
+}
+
+// take books the slot at start, which next returned.
+func (b *bucket) take(start time.Time) {
+	if b.interval > 0 {
+		if start.After(b.tat) {
+			b.tat = start
+		}
+		b.tat = b.tat.Add(b.interval)
+	}
+}
+
+// limiter holds the buckets of one Run. The dispatcher books slots; workers
+// set holds.
+type limiter struct {
+	mu    sync.Mutex
+	lease time.Duration // Options.DefaultLease
+	b     map[string]*bucket
+}
+
+func newLimiter(lease time.Duration) *limiter {
+	return &limiter{lease: lease, b: make(map[string]*bucket)}
+}
+
+// bucketLocked returns src's bucket with tgt's rate, creating or updating it.
+// A new bucket (or one whose rate was turned on by a reload) holds a single
+// token: this leader does not know what an earlier leader delivered just
+// before it took over, so it does not start with a whole burst.
+func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
+	b := l.b[src]
+	if b == nil {
+		b = &bucket{}
+		l.b[src] = b
+	}
+	rate, burst := tgt.MaxRate, tgt.Burst
+	if rate <= 0 || math.IsNaN(rate) || math.IsInf(rate, 0) {
+		rate, burst = 0, 0
+	} else if burst < 1 {
+		burst = max(1, int(math.Ceil(rate)))
+	}
+	if rate != b.rate || burst != b.burst {
+		wasOff := b.interval == 0
+		b.rate, b.burst = rate, burst
+		b.interval, b.tau = 0, 0
+		if rate > 0 {
+			b.interval = max(time.Duration(float64(time.Second)/rate), time.Nanosecond)
+			b.tau = time.Duration(burst-1) * b.interval
+			if wasOff {
+				b.tat = now.Add(b.tau)
+			}
+		}
+	}
+	b.budget = (l.lease - tgt.Timeout) / 2
+	return b
+}
+
+// book decides when an event of src leased now may start: at start, when that
+// is now or no later than deadline (the slot is then booked), or ok is false
+// and start says when it could have. An event that can start now always
+// does, whatever its deadline: only waiting is refused.
+func (l *limiter) book(src string, tgt Target, now, deadline time.Time) (start time.Time, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.bucketLocked(src, tgt, now)
+	start = b.next(now)
+	if start.After(now) && start.After(deadline) {
+		return start, false
+	}
+	b.take(start)
+	return start, true
+}
+
+// held reports whether src is held past t.
+func (l *limiter) held(src string, t time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.b[src]
+	return b != nil && b.hold.After(t)
+}
+
+// setHold holds src until until, and says whether the source was not held
+// before (so that the hold is logged once, not once per event).
+func (l *limiter) setHold(src string, now, until time.Time) (started bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.b[src]
+	if b == nil {
+		b = &bucket{}
+		l.b[src] = b
+	}
+	started = !b.hold.After(now)
+	if until.After(b.hold) {
+		b.hold = until
+	}
+	return started
+}
+
+// full reports whether some rate-limited source has slots booked further ahead
+// than its budget, and if so when the last of them stops being so. Leasing
+// pauses meanwhile (doc.go, "Rate limits"). Holds do not count: a long hold
+// must not stop other sources' deliveries.
+func (l *limiter) full(now time.Time) (bool, time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var until time.Time
+	for _, b := range l.b {
+		if b.interval == 0 {
+			continue
+		}
+		next := b.tat.Add(-b.tau)
+		if next.Sub(now) > max(b.budget, 0) {
+			if u := next.Add(-max(b.budget, 0)); u.After(until) {
+				until = u
+			}
+		}
+	}
+	return !until.IsZero(), until
+}
+
+// parked is a leased event waiting in the dispatcher, not on a worker, for its
+// booked start.
+type parked struct {
+	job
+	start time.Time
+}
+
+// parkQueue is a min-heap of parked events by start.
+type parkQueue []parked
+
+func (q *parkQueue) push(p parked) {
+	*q = append(*q, p)
+	s := *q
+	for i := len(s) - 1; i > 0; {
+		j := (i - 1) / 2
+		if !s[i].start.Before(s[j].start) {
+			break
+		}
+		s[i], s[j] = s[j], s[i]
+		i = j
+	}
+}
+
+func (q *parkQueue) pop() parked {
+	s := *q
+	p := s[0]
+	n := len(s) - 1
+	s[0] = s[n]
+	s[n] = parked{}
+	s = s[:n]
+	for i := 0; ; {
+		c := 2*i + 1
+		if c >= n {
+			break
+		}
+		if c+1 < n && s[c+1].start.Before(s[c].start) {
+			c++
+		}
+		if !s[c].start.Before(s[i].start) {
+			break
+		}
+		s[i], s[c] = s[c], s[i]
+		i = c
+	}
+	*q = s
+	return p
+}

@@ -1,0 +1,323 @@
+package forward
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"oncehook/engine"
+)
+
+// arrival is one request a rateSink received, at fake time.
+type arrival struct {
+	source  string
+	attempt string
+	at      time.Time
+}
+
+// rateSink records every request by source and answers with answer (nil: 200).
+type rateSink struct {
+	mu     sync.Mutex
+	got    []arrival
+	answer func(a arrival, n int, w http.ResponseWriter)
+}
+
+func (s *rateSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a := arrival{r.Header.Get(HeaderSource), r.Header.Get(HeaderAttempt), time.Now()}
+	s.mu.Lock()
+	s.got = append(s.got, a)
+	n := len(s.got)
+	s.mu.Unlock()
+	if s.answer != nil {
+		s.answer(a, n, w)
+	}
+}
+
+func (s *rateSink) of(source string) []arrival {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []arrival
+	for _, a := range s.got {
+		if a.source == source {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// runInBubble starts a Forwarder inside the current bubble and returns the
+// function that stops it and waits for Run.
+func runInBubble(t *testing.T, opts Options) (stop func()) {
+	t.Helper()
+	f := New(opts)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}
+}
+
+func targets(m map[string]Target) func(string) (Target, bool) {
+	return func(s string) (Target, bool) { t, ok := m[s]; return t, ok }
+}
+
+type waits struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (w *waits) add(source string, d time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.n == nil {
+		w.n = map[string]int{}
+	}
+	w.n[source]++
+}
+
+func (w *waits) get(source string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n[source]
+}
+
+// A backlog of 200 events at max_rate 20 starts one delivery every 50 ms and
+// takes about 10 s; a second, unlimited source is delivered at once meanwhile
+// on the same two workers; no attempt is spent waiting. After a quiet spell
+// the bucket holds a whole burst again.
+func TestRateLimitBacklogSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &rateSink{}
+		w := &waits{}
+		for i := range 200 {
+			l.claim(fmt.Sprintf("limited:%03d", i), "limited", "x")
+		}
+		for i := range 10 {
+			l.claim(fmt.Sprintf("open:%02d", i), "open", "x")
+		}
+		wake := make(chan struct{}, 1)
+		t0 := time.Now()
+		stop := runInBubble(t, Options{
+			Store: l,
+			Targets: targets(map[string]Target{
+				"limited": {URL: "http://handler/l", MaxRate: 20},
+				"open":    {URL: "http://handler/o"},
+			}),
+			Client:       &http.Client{Transport: handlerTransport{h}},
+			Workers:      2,
+			Wake:         wake,
+			PollInterval: time.Hour,
+			RateLimited:  w.add,
+		})
+		defer stop()
+
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		lim, open := h.of("limited"), h.of("open")
+		if len(lim) != 200 || len(open) != 10 {
+			t.Fatalf("delivered %d limited and %d open, want 200 and 10", len(lim), len(open))
+		}
+		for _, a := range open {
+			if a.at != t0 {
+				t.Errorf("open source delivered %v after start, want at once", a.at.Sub(t0))
+			}
+		}
+		if d := lim[199].at.Sub(lim[0].at); d < 9500*time.Millisecond || d > 11*time.Second {
+			t.Errorf("200 events at 20/s took %v, want about 10s", d)
+		}
+		for i := 1; i < len(lim); i++ {
+			if gap := lim[i].at.Sub(lim[i-1].at); gap < 50*time.Millisecond {
+				t.Fatalf("deliveries %d and %d only %v apart, want >= 50ms", i-1, i, gap)
+			}
+		}
+		for _, a := range lim {
+			if a.attempt != "1" {
+				t.Fatalf("a delivery on attempt %s: waiting spent an attempt", a.attempt)
+			}
+		}
+		if len(l.failLog()) != 0 {
+			t.Errorf("fails recorded while waiting: %+v", l.failLog())
+		}
+		if n := w.get("limited"); n != 199 {
+			t.Errorf("RateLimited reported %d waits, want 199", n)
+		}
+		if n := w.get("open"); n != 0 {
+			t.Errorf("RateLimited reported %d waits for the open source", n)
+		}
+
+		// Quiet for 5 s: the bucket is full again, and 30 new events start
+		// 20 at once, then one per 50 ms.
+		time.Sleep(5 * time.Second)
+		for i := range 30 {
+			l.claim(fmt.Sprintf("limited:b%02d", i), "limited", "x")
+		}
+		t1 := time.Now()
+		wake <- struct{}{}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		burst := h.of("limited")[200:]
+		if len(burst) != 30 {
+			t.Fatalf("%d of the 30 new events delivered", len(burst))
+		}
+		for i, a := range burst {
+			want := t1
+			if i >= 20 {
+				want = t1.Add(time.Duration(i-19) * 50 * time.Millisecond)
+			}
+			if a.at != want {
+				t.Errorf("burst delivery %d at %v, want %v", i, a.at.Sub(t1), want.Sub(t1))
+			}
+		}
+	})
+}
+
+// A 429 with Retry-After: 2 delays that event's retry and holds its whole
+// source for 2 s; another source is not held, and the held event waits
+// without spending an attempt.
+func TestRetryAfterHoldsSourceSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &rateSink{answer: func(a arrival, n int, w http.ResponseWriter) {
+			if n == 1 {
+				w.Header().Set("Retry-After", "2")
+				w.WriteHeader(http.StatusTooManyRequests)
+			}
+		}}
+		wake := make(chan struct{}, 1)
+		l.claim("held:1", "held", "x")
+		t0 := time.Now()
+		stop := runInBubble(t, Options{
+			Store: l,
+			Targets: targets(map[string]Target{
+				"held":  {URL: "http://handler/h", MaxAttempts: 2},
+				"other": {URL: "http://handler/o"},
+			}),
+			Client:       &http.Client{Transport: handlerTransport{h}},
+			Wake:         wake,
+			PollInterval: 100 * time.Millisecond,
+		})
+		defer stop()
+
+		time.Sleep(500 * time.Millisecond)
+		l.claim("held:2", "held", "x")
+		l.claim("other:1", "other", "x")
+		wake <- struct{}{}
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+
+		held, other := h.of("held"), h.of("other")
+		if len(held) != 3 || len(other) != 1 {
+			t.Fatalf("%d held and %d other deliveries, want 3 and 1", len(held), len(other))
+		}
+		if d := other[0].at.Sub(t0); d != 500*time.Millisecond {
+			t.Errorf("other source delivered %v after start, want at once (500ms)", d)
+		}
+		for _, a := range held[1:] {
+			if d := a.at.Sub(t0); d < 2*time.Second || d > 2100*time.Millisecond {
+				t.Errorf("held source delivered %v after the 429, want from 2s on", d)
+			}
+		}
+		if ev := l.get("held:2"); ev.State != engine.StateDone || ev.Attempts != 1 {
+			t.Errorf("held:2 %v after %d attempts, want done after 1", ev.State, ev.Attempts)
+		}
+		if ev := l.get("held:1"); ev.State != engine.StateDone || ev.Attempts != 2 {
+			t.Errorf("held:1 %v after %d attempts, want done after 2", ev.State, ev.Attempts)
+		}
+	})
+}
+
+// A hold longer than the lease cannot be waited out inside it: the event is
+// handed back, once, with the hold as its retry delay, and a hand-back never
+// makes an event dead even on its last attempt.
+func TestHoldPastLeaseHandsBackSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &rateSink{answer: func(a arrival, n int, w http.ResponseWriter) {
+			if n == 1 {
+				w.Header().Set("Retry-After", "120")
+				w.WriteHeader(http.StatusServiceUnavailable)
+			}
+		}}
+		wake := make(chan struct{}, 1)
+		l.claim("src:1", "src", "x")
+		stop := runInBubble(t, Options{
+			Store:        l,
+			Targets:      only(Target{URL: "http://handler/src", MaxAttempts: 1, BackoffMax: time.Hour}),
+			Client:       &http.Client{Transport: handlerTransport{h}},
+			Wake:         wake,
+			PollInterval: time.Second,
+		})
+		defer stop()
+		time.Sleep(time.Second)
+		l.claim("src:2", "src", "x")
+		wake <- struct{}{}
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if ev := l.get("src:2"); ev.State != engine.StatePending || ev.LastError != ReasonRateLimited {
+			t.Fatalf("src:2 %v (%q), want pending, handed back", ev.State, ev.LastError)
+		}
+		fails := l.failLog()
+		if len(fails) != 2 || fails[1].Key != "src:2" || time.Duration(fails[1].RetryIn) != 119*time.Second {
+			t.Fatalf("fails %+v, want the hand-back of s:2 for 119s", fails)
+		}
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		if ev := l.get("src:2"); ev.State != engine.StateDone {
+			t.Errorf("src:2 %v after the hold, want done", ev.State)
+		}
+		if n := len(h.of("src")); n != 2 {
+			t.Errorf("%d deliveries, want 2 (the 503 and s:2 after the hold)", n)
+		}
+	})
+}
+
+// The bucket starts with one token, holds burst at most, and books one slot
+// per interval; a hold pushes every start past it.
+func TestBucket(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	l := newLimiter(30 * time.Second)
+	tgt := Target{MaxRate: 10, Burst: 3}.withDefaults()
+	far := t0.Add(time.Hour)
+	var got []time.Duration
+	for range 3 {
+		s, ok := l.book("a", tgt, t0, far)
+		if !ok {
+			t.Fatal("refused")
+		}
+		got = append(got, s.Sub(t0))
+	}
+	if want := []time.Duration{0, 100 * time.Millisecond, 200 * time.Millisecond}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("starts %v, want %v", got, want)
+	}
+	// An hour later the bucket holds 3 tokens, not more.
+	got = got[:0]
+	for range 4 {
+		s, _ := l.book("a", tgt, far, far.Add(time.Hour))
+		got = append(got, s.Sub(far))
+	}
+	if want := []time.Duration{0, 0, 0, 100 * time.Millisecond}; fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("starts after a quiet hour %v, want %v", got, want)
+	}
+	if s, ok := l.book("a", tgt, far, far.Add(150*time.Millisecond)); ok {
+		t.Errorf("booked %v past the deadline", s.Sub(far))
+	}
+	// Unlimited sources start at once unless held.
+	if s, _ := l.book("b", Target{}, t0, far); !s.Equal(t0) {
+		t.Errorf("unlimited source starts %v late", s.Sub(t0))
+	}
+	if !l.setHold("b", t0, t0.Add(2*time.Second)) || l.setHold("b", t0, t0.Add(time.Second)) {
+		t.Error("setHold: want a new hold reported once")
+	}
+	if s, _ := l.book("b", Target{}, t0, far); s.Sub(t0) != 2*time.Second {
+		t.Errorf("held source starts %v after, want 2s", s.Sub(t0))
+	}
+}
