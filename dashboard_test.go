@@ -159,7 +159,8 @@ func TestDashboardFile(t *testing.T) {
 	for _, c := range []prometheus.Collector{
 		m.requests, m.claims, m.sigFailures, m.deliveries, m.claimLatency, m.deliveryTime, m.reloadOK,
 		m.bodyChanged, m.replays, m.syncConflicts, m.schemaFailures, m.keys.fetchFailures, m.keys.active,
-		newRaftCollector(tn.n.cluster),
+		m.filteredTotal, m.rateLimitedTotal, m.rateLimitWait,
+		newRaftCollector(tn.n.cluster), newSourceCollector(tn.n.cluster, tn.n.configuredSourceNames),
 	} {
 		// Registering it again proves the node's registry already holds it.
 		var already prometheus.AlreadyRegisteredError

@@ -298,6 +298,9 @@ func TestRetriesThenDone(t *testing.T) {
 	if ev.Attempts != failures+1 {
 		t.Errorf("attempts = %d, want %d", ev.Attempts, failures+1)
 	}
+	// The event is done once Complete commits; the forwarder reports the
+	// outcome just after.
+	waitFor(t, "the done outcome reported", func() bool { return rec.count(OutcomeDone) == 1 })
 	if got := rec.count(OutcomeRetry); got != failures || rec.count(OutcomeDone) != 1 {
 		t.Errorf("outcomes = %v", rec.list())
 	}
