@@ -4,12 +4,13 @@ import (
 	"bufio"
 	"encoding/binary"
 	"errors"
-	"github.com/hashicorp/raft"
 	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"oncehook/engine"
 )

@@ -147,3 +147,30 @@ func dump(list []*Error) string {
 	}
 	return b.String()
 }
+
+// loadOneSource loads a config of one source "s" forwarding to loopback,
+// made of lines (a stripe source unless lines name a provider; an inline
+// secret unless they give one). With wantErr set it checks that Load fails
+// with a message containing it and returns nil; else it fails on any error
+// and returns the source.
+func loadOneSource(t *testing.T, lines, wantErr string) *Source {
+	t.Helper()
+	if !strings.Contains(lines, "provider") {
+		lines = "provider = \"stripe\"\n" + lines
+	}
+	if !strings.Contains(lines, "secrets") {
+		lines += "\nsecrets = [\"0123456789abcdef0123456789abcdef\"]"
+	}
+	text := "[[source]]\nname = \"s\"\nforward = \"http://127.0.0.1:9000/\"\n" + lines + "\n"
+	c, err := Load(writeFile(t, t.TempDir(), "oncehook.toml", text, 0o600))
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("Load: %v, want an error containing %q", err, wantErr)
+		}
+		return nil
+	}
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	return &c.Sources[0]
+}

@@ -2,7 +2,6 @@ package config
 
 import (
 	"slices"
-	"strings"
 	"testing"
 )
 
@@ -30,20 +29,11 @@ func TestMaxRateConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			text := "[[source]]\nname = \"s\"\nprovider = \"stripe\"\nforward = \"http://127.0.0.1:9000/\"\n" +
-				"secrets = [\"0123456789abcdef0123456789abcdef\"]\n" + tt.lines + "\n"
-			path := writeFile(t, t.TempDir(), "oncehook.toml", text, 0o600)
-			c, err := Load(path)
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("Load: %v, want an error containing %q", err, tt.err)
-				}
+			s := loadOneSource(t, tt.lines, tt.err)
+			if s == nil {
 				return
 			}
-			if err != nil {
-				t.Fatalf("Load: %v", err)
-			}
-			if s := c.Sources[0]; s.MaxRate != tt.rate || s.MaxRateBurst != tt.burst {
+			if s.MaxRate != tt.rate || s.MaxRateBurst != tt.burst {
 				t.Fatalf("max_rate %v burst %d, want %v %d", s.MaxRate, s.MaxRateBurst, tt.rate, tt.burst)
 			}
 		})

@@ -28,23 +28,11 @@ func TestReplayGuardDefaults(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := tt.source
-			if !strings.Contains(src, "secrets") {
-				src += "\nsecrets = [\"0123456789abcdef0123456789abcdef\"]"
-			}
-			text := "[[source]]\nname = \"s\"\nforward = \"http://127.0.0.1:9000/\"\n" + src + "\n"
-			path := writeFile(t, t.TempDir(), "oncehook.toml", text, 0o600)
-			c, err := Load(path)
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("Load: %v, want an error containing %q", err, tt.err)
-				}
+			s := loadOneSource(t, tt.source, tt.err)
+			if s == nil {
 				return
 			}
-			if err != nil {
-				t.Fatalf("Load: %v", err)
-			}
-			if got := c.Sources[0].ReplayGuard; got != tt.want {
+			if got := s.ReplayGuard; got != tt.want {
 				t.Fatalf("replay_guard = %q, want %q", got, tt.want)
 			}
 		})

@@ -63,23 +63,10 @@ func TestTypeFilterConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			src := tt.source
-			if !strings.Contains(src, "secrets") {
-				src += "\nsecrets = [\"0123456789abcdef0123456789abcdef\"]"
-			}
-			text := "[[source]]\nname = \"s\"\nforward = \"http://127.0.0.1:9000/\"\n" + src + "\n"
-			path := writeFile(t, t.TempDir(), "oncehook.toml", text, 0o600)
-			c, err := Load(path)
-			if tt.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.err) {
-					t.Fatalf("Load: %v, want an error containing %q", err, tt.err)
-				}
+			s := loadOneSource(t, tt.source, tt.err)
+			if s == nil {
 				return
 			}
-			if err != nil {
-				t.Fatalf("Load: %v", err)
-			}
-			s := c.Sources[0]
 			if s.Type != tt.typ || strings.Join(s.AcceptTypes, ",") != strings.Join(tt.accept, ",") ||
 				strings.Join(s.DropTypes, ",") != strings.Join(tt.drop, ",") {
 				t.Fatalf("type %q accept %q drop %q, want %q %q %q", s.Type, s.AcceptTypes, s.DropTypes, tt.typ, tt.accept, tt.drop)
