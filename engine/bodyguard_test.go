@@ -75,11 +75,11 @@ func TestReplayGuardRejectsLongBodyKey(t *testing.T) {
 	}
 }
 
-// TestRestoreSnapshotWithoutBodiesBucket: a snapshot written before the
-// bodies bucket existed restores, and the guard works on it afterwards.
-func TestRestoreSnapshotWithoutBodiesBucket(t *testing.T) {
-	dir := t.TempDir()
-	old := filepath.Join(dir, "old.db")
+// oldSnapshot returns a snapshot (an engine file holding one claim, src:a)
+// without the named buckets, as written before they were added.
+func oldSnapshot(t *testing.T, drop ...[]byte) *os.File {
+	t.Helper()
+	old := filepath.Join(t.TempDir(), "old.db")
 	e, err := Open(old, Options{NoSync: true})
 	if err != nil {
 		t.Fatal(err)
@@ -94,7 +94,15 @@ func TestRestoreSnapshotWithoutBodiesBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := db.Update(func(tx *bolt.Tx) error { return tx.DeleteBucket(bBodies) }); err != nil {
+	err = db.Update(func(tx *bolt.Tx) error {
+		for _, name := range drop {
+			if err := tx.DeleteBucket(name); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := db.Close(); err != nil {
@@ -104,7 +112,14 @@ func TestRestoreSnapshotWithoutBodiesBucket(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer snap.Close()
+	t.Cleanup(func() { snap.Close() })
+	return snap
+}
+
+// TestRestoreSnapshotWithoutBodiesBucket: a snapshot written before the
+// bodies bucket existed restores, and the guard works on it afterwards.
+func TestRestoreSnapshotWithoutBodiesBucket(t *testing.T) {
+	snap := oldSnapshot(t, bBodies)
 
 	h := newHarness(t)
 	if err := h.e.Restore(snap); err != nil {

@@ -2,12 +2,8 @@ package engine
 
 import (
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
-
-	bolt "go.etcd.io/bbolt"
 )
 
 func pauseCmd(src string, now int64) Command {
@@ -201,34 +197,7 @@ func TestPauseDeterministic(t *testing.T) {
 // TestRestoreSnapshotWithoutSourcesBuckets: a snapshot written before the
 // sources and held buckets existed restores, and pausing works after it.
 func TestRestoreSnapshotWithoutSourcesBuckets(t *testing.T) {
-	old := filepath.Join(t.TempDir(), "old.db")
-	e, err := Open(old, Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.Apply(1, claimCmd("src:a", t0)); err != nil {
-		t.Fatal(err)
-	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
-	db, err := bolt.Open(old, 0o600, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Update(func(tx *bolt.Tx) error {
-		return errors.Join(tx.DeleteBucket(bSources), tx.DeleteBucket(bHeld))
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := db.Close(); err != nil {
-		t.Fatal(err)
-	}
-	snap, err := os.Open(old)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer snap.Close()
+	snap := oldSnapshot(t, bSources, bHeld)
 	h := newHarness(t, Options{NoSync: true})
 	if err := h.e.Restore(snap); err != nil {
 		t.Fatalf("Restore of a snapshot without the sources and held buckets: %v", err)

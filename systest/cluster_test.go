@@ -142,13 +142,7 @@ func TestWipedFollowerRejoins(t *testing.T) {
 			t.Fatalf("send %d: %d", i, code)
 		}
 	}
-	var f *clusterNode
-	for _, nd := range c.nodes {
-		if nd != leader {
-			f = nd
-			break
-		}
-	}
+	f := c.other(leader)
 	f.proc.stop()
 	if err := os.RemoveAll(f.dir); err != nil {
 		t.Fatal(err)

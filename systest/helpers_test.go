@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -335,6 +336,18 @@ func (c *testCluster) leader() *clusterNode {
 		return false
 	})
 	return l
+}
+
+// other returns the first node that is none of not.
+func (c *testCluster) other(not ...*clusterNode) *clusterNode {
+	c.t.Helper()
+	for _, nd := range c.nodes {
+		if !slices.Contains(not, nd) {
+			return nd
+		}
+	}
+	c.t.Fatal("no other node")
+	return nil
 }
 
 func (c *testCluster) eventState(nd *clusterNode, key string) string {

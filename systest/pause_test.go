@@ -21,13 +21,7 @@ func TestPauseSurvivesALeaderKill(t *testing.T) {
 	rec := newRecorder(t)
 	c := startCluster(t, 3, rec.url)
 	leader := c.leader()
-	var follower *clusterNode
-	for _, nd := range c.nodes {
-		if nd != leader {
-			follower = nd
-			break
-		}
-	}
+	follower := c.other(leader)
 	t.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(filepath.Dir(follower.cfg), "admin.token"))
 	out, code := run(t, follower.dir, "pause", "-addr", follower.admin, "-source", "orders", "-reason", "handler deploy")
 	if code != 0 || !strings.Contains(out, `"changed": true`) {
@@ -102,12 +96,7 @@ func TestPauseSurvivesALeaderKill(t *testing.T) {
 	}
 	held(newLeader)
 
-	var other *clusterNode
-	for _, nd := range c.nodes {
-		if nd != leader && nd != newLeader {
-			other = nd
-		}
-	}
+	other := c.other(leader, newLeader)
 	out, code = run(t, other.dir, "resume", "-addr", other.admin, "-source", "orders", "-reason", "deployed")
 	if code != 0 || !strings.Contains(out, `"changed": true`) {
 		t.Fatalf("resume through %s: exit %d\n%s", other.id, code, out)

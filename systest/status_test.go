@@ -16,13 +16,7 @@ func TestStatusListsEveryMember(t *testing.T) {
 	rec := newRecorder(t)
 	c := startCluster(t, 3, rec.url)
 	leader := c.leader()
-	var follower *clusterNode
-	for _, nd := range c.nodes {
-		if nd != leader {
-			follower = nd
-			break
-		}
-	}
+	follower := c.other(leader)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if code := c.send(ctx, follower, "evt_status"); code != 202 {
