@@ -70,7 +70,7 @@ func TestOpenRefusesWeakClusterAuth(t *testing.T) {
 }
 
 // TestIntruderOnClusterPort: a raw TCP client that knows the wire format but
-// not the token sends the preamble of a forward stream with an empty, short
+// not the token sends the preamble of a relay stream with an empty, short
 // or wrong token, then an rpcJoin for itself and an rpcApply of a claim. The
 // node refuses the connection at the preamble: no answer, membership
 // unchanged, nothing applied. The control row, with the right token, gets
@@ -106,7 +106,7 @@ func TestIntruderOnClusterPort(t *testing.T) {
 			_ = c.SetDeadline(time.Now().Add(10 * time.Second))
 			w := bufio.NewWriter(c)
 			w.Write(preambleMagic[:])
-			w.WriteByte(kindForward)
+			w.WriteByte(kindRelay)
 			var n [2]byte
 			binary.BigEndian.PutUint16(n[:], uint16(len(tt.token)))
 			w.Write(n[:])

@@ -183,7 +183,7 @@ func TestLeaderWorkRunsOnlyOnTheLeaderAndMovesWithIt(t *testing.T) {
 	c.heal()
 }
 
-func TestLeaderOnlyCommandsAreNotForwarded(t *testing.T) {
+func TestLeaderOnlyCommandsAreNotRelayed(t *testing.T) {
 	c := newTestCluster(t, 3, nil)
 	leader := c.waitLeader(-1)
 	f := c.follower(leader)

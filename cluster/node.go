@@ -41,8 +41,8 @@ type Config struct {
 	TLS       *TLSConfig // mutual TLS between nodes; with it Token is optional
 
 	// Transport replaces the TCP transport (tests: raft.InmemTransport). With it,
-	// Forward names the other nodes so that followers can reach the leader in
-	// process; see ConnectInmem.
+	// ConnectInmem names the other nodes so that followers can reach the leader in
+	// process.
 	Transport raft.Transport
 
 	Logger       *slog.Logger // default slog.Default()
@@ -69,11 +69,11 @@ type Config struct {
 	Inflight           int           // log entries outstanding at once (1)
 	Linger             time.Duration // how long a batch waits for more commands under load (200µs; <0 never)
 
-	// ForwardTimeout bounds one batch a follower hands to the leader over the
+	// RelayTimeout bounds one batch a follower hands to the leader over the
 	// internal channel (10s). It matters only for a leader that stays the one
 	// this node knows but does not answer: a leader change ends the calls to
 	// the old leader at once (see leaderWatch).
-	ForwardTimeout time.Duration
+	RelayTimeout time.Duration
 
 	// inproc is set by tests on raft.InmemTransport; see Node.inproc.
 	inproc func(addr string) *Node
@@ -107,15 +107,15 @@ type Node struct {
 	trans    raft.Transport
 	mux      *mux
 	prop     *proposer
-	fwd      *forwarder
+	relay    *relayer
 	now      func() time.Time
 
 	// leaders is the leader this node observes, fed by a raft observer; a
-	// change cancels the forwards in flight to the previous one.
-	leaders    *leaderWatch
-	leaderObs  *raft.Observer
-	watchDone  chan struct{}
-	fwdTimeout time.Duration
+	// change cancels the relays in flight to the previous one.
+	leaders      *leaderWatch
+	leaderObs    *raft.Observer
+	watchDone    chan struct{}
+	relayTimeout time.Duration
 
 	wake chan struct{}
 
@@ -176,17 +176,17 @@ func Open(cfg Config) (*Node, error) {
 		cfg.Advertise = cfg.Bind
 	}
 	n := &Node{
-		cfg:         cfg,
-		log:         cfg.Logger,
-		now:         cfg.Now,
-		wake:        make(chan struct{}, 1),
-		waiters:     make(map[string][]chan struct{}),
-		stopObserve: make(chan struct{}),
-		observeDone: make(chan struct{}),
-		watchDone:   make(chan struct{}),
-		fwdTimeout:  orDur(cfg.ForwardTimeout, 10*time.Second),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		now:          cfg.Now,
+		wake:         make(chan struct{}, 1),
+		waiters:      make(map[string][]chan struct{}),
+		stopObserve:  make(chan struct{}),
+		observeDone:  make(chan struct{}),
+		watchDone:    make(chan struct{}),
+		relayTimeout: orDur(cfg.RelayTimeout, 10*time.Second),
 	}
-	n.fwd = &forwarder{n: n}
+	n.relay = &relayer{n: n}
 	n.leaders = newLeaderWatch(func() (raft.ServerAddress, raft.ServerID) { return n.raft.LeaderWithID() })
 	n.inproc = cfg.inproc
 	if err := n.open(); err != nil {
@@ -280,7 +280,7 @@ func (n *Node) open() error {
 			return err
 		}
 		n.mux.wrap = cfg.wrapConn
-		n.mux.onForward = n.serveForward
+		n.mux.onRelay = n.serveRelay
 		n.mux.serve()
 		n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 			Stream:  raftLayer{n.mux},
@@ -386,9 +386,9 @@ func (n *Node) rejoinExisting() bool {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_, err := n.fwd.call(ctx, p.Addr, rpcJoin, body)
+		_, err := n.relay.call(ctx, p.Addr, rpcJoin, body)
 		cancel()
-		n.fwd.closeAll()
+		n.relay.closeAll()
 		if err == nil {
 			n.log.Info("rejoined the existing cluster", "via", p.ID)
 			return true
@@ -490,7 +490,7 @@ func (n *Node) observeLeadership() {
 }
 
 // watchLeader reads the leader watch on every leader observation, so that a
-// change cancels the forwards in flight even when no new claim arrives.
+// change cancels the relays in flight even when no new claim arrives.
 func (n *Node) watchLeader(ch <-chan raft.Observation) {
 	defer close(n.watchDone)
 	n.leaders.current() // a change before the observer was registered
@@ -573,7 +573,7 @@ func (n *Node) cleanup() error {
 		if n.prop != nil && !n.prop.drain(5*time.Second) {
 			n.log.Warn("shutdown: entries still in flight after 5s; their callers get no answer")
 		}
-		// Forwards still waiting for a leader that does not answer end now
+		// Relays still waiting for a leader that does not answer end now
 		// (outcome unknown to their callers) instead of at their timeout.
 		n.leaders.close()
 		if err := n.raft.Shutdown().Error(); err != nil {
@@ -583,7 +583,7 @@ func (n *Node) cleanup() error {
 			n.prop.close()
 		}
 	}
-	n.fwd.closeAll()
+	n.relay.closeAll()
 	if n.mux != nil {
 		n.mux.close()
 	}

@@ -54,7 +54,7 @@ func (n *Node) Claim(ctx context.Context, c engine.Command) (engine.Result, erro
 }
 
 // Lease, Complete, Fail, Reclaim and Expire belong to the leader's delivery
-// work; on any other node they fail with ErrNotLeader and are never forwarded,
+// work; on any other node they fail with ErrNotLeader and are never relayed,
 // so a deposed leader cannot act through its successor.
 
 // Lease moves up to max due events to processing under a new fencing token.
@@ -295,9 +295,9 @@ type Status struct {
 	LeaderChanges uint64   `json:"leader_changes"`
 	Nodes         []Server `json:"nodes"`
 	// Batching: how many commands this node packed per log entry it proposed
-	// (as leader) and per batch it forwarded (as follower).
-	Proposed  BatchStats `json:"proposed"`
-	Forwarded BatchStats `json:"forwarded"`
+	// (as leader) and per batch it relayed (as follower).
+	Proposed BatchStats `json:"proposed"`
+	Relayed  BatchStats `json:"relayed"`
 }
 
 // BatchStats counts batches and the commands in them.
@@ -319,7 +319,7 @@ func (n *Node) Status() Status {
 		AppliedIndex:  n.raft.AppliedIndex(),
 	}
 	st.Proposed = BatchStats{n.prop.entries.Load(), n.prop.commands.Load()}
-	st.Forwarded = BatchStats{n.prop.forwards.Load(), n.prop.forwarded.Load()}
+	st.Relayed = BatchStats{n.prop.relays.Load(), n.prop.relayed.Load()}
 	n.leaderMu.Lock()
 	st.LeaderChanges = n.leaderChange
 	n.leaderMu.Unlock()
@@ -414,7 +414,7 @@ func (s *Server) setStats(ms memberStats) {
 }
 
 // askStats asks the member at addr for its memberStats on a stream of its
-// own (the forwarder's pooled streams are for the leader).
+// own (the relayer's pooled streams are for the leader).
 func (n *Node) askStats(ctx context.Context, addr string) (memberStats, error) {
 	var ms memberStats
 	var body []byte
@@ -432,7 +432,7 @@ func (n *Node) askStats(ctx context.Context, addr string) (memberStats, error) {
 		if n.mux == nil {
 			return ms, errors.New("no cluster port")
 		}
-		c, err := n.mux.dial(ctx, addr, kindForward, memberStatsTimeout)
+		c, err := n.mux.dial(ctx, addr, kindRelay, memberStatsTimeout)
 		if err != nil {
 			return ms, err
 		}
@@ -484,7 +484,7 @@ func stateName(s raft.RaftState) string {
 	return "shutdown"
 }
 
-// Join adds (or re-adds) a voter. On a follower it is forwarded to the leader.
+// Join adds (or re-adds) a voter. On a follower it is relayed to the leader.
 // A node that comes back with the same id but no data is first removed, so that
 // its lost vote record cannot count in a configuration it is still part of.
 func (n *Node) Join(ctx context.Context, id, addr string) error {
@@ -496,7 +496,7 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 		if laddr == "" {
 			return fmt.Errorf("join %s: %w", id, ErrNoLeader)
 		}
-		_, err := n.fwd.call(ctx, string(laddr), rpcJoin, encodeJoin(id, addr))
+		_, err := n.relay.call(ctx, string(laddr), rpcJoin, encodeJoin(id, addr))
 		return err
 	}
 	f := n.raft.GetConfiguration()

@@ -16,7 +16,7 @@ import (
 // proposal is one caller's commands waiting for their results.
 type proposal struct {
 	cmds       []engine.Command
-	leaderOnly bool // never forward: leases and completions belong to this leader's term
+	leaderOnly bool // never relay: leases and completions belong to this leader's term
 	res        []engine.Result
 	err        error
 	done       chan struct{}
@@ -40,15 +40,15 @@ type proposer struct {
 	closing  chan struct{} // no new proposals are taken
 	stop     chan struct{} // raft is shut down; goroutines exit
 	wg       sync.WaitGroup
-	fwdWG    sync.WaitGroup // forwards in flight
+	relayWG  sync.WaitGroup // relays in flight
 	settled  chan struct{}  // closed when complete() returns
 
 	pending chan pendingApply // raft futures, completed in log order
 
-	entries   atomic.Uint64 // log entries proposed by this node
-	commands  atomic.Uint64 // commands in them
-	forwards  atomic.Uint64 // batches sent to the leader
-	forwarded atomic.Uint64 // commands in them
+	entries  atomic.Uint64 // log entries proposed by this node
+	commands atomic.Uint64 // commands in them
+	relays   atomic.Uint64 // batches sent to the leader
+	relayed  atomic.Uint64 // commands in them
 }
 
 type pendingApply struct {
@@ -97,7 +97,7 @@ func (p *proposer) drain(timeout time.Duration) bool {
 func (p *proposer) close() {
 	close(p.stop)
 	p.wg.Wait()
-	p.fwdWG.Wait() // the node's leader watch is closed: they end at once
+	p.relayWG.Wait() // the node's leader watch is closed: they end at once
 	select {
 	case <-p.settled:
 	case <-time.After(2 * time.Second):
@@ -214,11 +214,11 @@ func (p *proposer) loop() {
 	}
 }
 
-// acquire takes a slot: an entry slot when this node leads, a forward slot
+// acquire takes a slot: an entry slot when this node leads, a relay slot
 // otherwise, and says which. It decides again whenever the observed leader
-// changes: forward slots held by calls to a leader that froze are freed by
+// changes: relay slots held by calls to a leader that froze are freed by
 // that change (see leaderWatch), and a node that has just won the election
-// must not keep waiting for forward slots at all. ok is false when the
+// must not keep waiting for relay slots at all. ok is false when the
 // proposer stops.
 func (p *proposer) acquire() (leader bool, sem chan struct{}, ok bool) {
 	for {
@@ -302,9 +302,9 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int, leader bool, sem chan 
 		release()
 		return
 	}
-	p.fwdWG.Add(1)
+	p.relayWG.Add(1)
 	go func() {
-		defer p.fwdWG.Done()
+		defer p.relayWG.Done()
 		defer release()
 		// The leader as of now, with the context that ends when it changes.
 		addr, epoch := p.awaitLeader()
@@ -312,11 +312,11 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int, leader bool, sem chan 
 			finish(fwd, ErrNoLeader)
 			return
 		}
-		p.forwards.Add(1)
+		p.relays.Add(1)
 		for _, pr := range fwd {
-			p.forwarded.Add(uint64(len(pr.cmds)))
+			p.relayed.Add(uint64(len(pr.cmds)))
 		}
-		if err := p.n.forwardBatch(epoch, addr, fwd); err != nil {
+		if err := p.n.relayBatch(epoch, addr, fwd); err != nil {
 			finish(fwd, err)
 		}
 	}()
@@ -412,17 +412,17 @@ func translateApplyErr(err error) error {
 	return fmt.Errorf("apply: %v: %w", err, ErrIndeterminate)
 }
 
-// forwardBatch sends a follower's batch to the leader at addr and hands out
+// relayBatch sends a follower's batch to the leader at addr and hands out
 // the results. epoch ends when this node sees the leader change: the call
 // ends then too, with the outcome unknown (the old leader may commit it).
-func (n *Node) forwardBatch(epoch context.Context, addr raft.ServerAddress, batch []*proposal) error {
+func (n *Node) relayBatch(epoch context.Context, addr raft.ServerAddress, batch []*proposal) error {
 	var cmds []engine.Command
 	for _, pr := range batch {
 		cmds = append(cmds, pr.cmds...)
 	}
-	ctx, cancel := context.WithTimeout(epoch, n.fwdTimeout)
+	ctx, cancel := context.WithTimeout(epoch, n.relayTimeout)
 	defer cancel()
-	body, err := n.fwd.call(ctx, string(addr), rpcApply, engine.EncodeEntry(nil, cmds))
+	body, err := n.relay.call(ctx, string(addr), rpcApply, engine.EncodeEntry(nil, cmds))
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 	"oncehook/engine"
 )
 
-// The internal channel: a follower sends framed requests over a forward stream
+// The internal channel: a follower sends framed requests over a relay stream
 // and the leader answers each in order on the same stream.
 //
 //	request:  u32 length | op byte | body
@@ -64,8 +64,8 @@ func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 	return hdr[4], buf, nil
 }
 
-// serveForward answers one follower's stream until it closes.
-func (n *Node) serveForward(c net.Conn) {
+// serveRelay answers one follower's stream until it closes.
+func (n *Node) serveRelay(c net.Conn) {
 	r := bufio.NewReaderSize(c, 64<<10)
 	w := bufio.NewWriterSize(c, 16<<10)
 	var buf, out []byte
@@ -89,7 +89,7 @@ func (n *Node) handleRPC(ctx context.Context, op byte, body, out []byte) (byte, 
 	if !n.started.Load() {
 		return rpcNoLeader, append(out, "node still starting"...)
 	}
-	ctx, cancel := context.WithTimeout(ctx, n.fwdTimeout)
+	ctx, cancel := context.WithTimeout(ctx, n.relayTimeout)
 	defer cancel()
 	switch op {
 	case rpcApply:
@@ -255,24 +255,24 @@ func decodeResults(b []byte) ([]engine.Result, error) {
 	return res, nil
 }
 
-// forwarder keeps a few open streams to the current leader.
-type forwarder struct {
+// relayer keeps a few open streams to the current leader.
+type relayer struct {
 	n    *Node
 	mu   sync.Mutex
 	addr string
-	idle []*fwdConn
+	idle []*relayConn
 }
 
-type fwdConn struct {
+type relayConn struct {
 	c   net.Conn
 	r   *bufio.Reader
 	w   *bufio.Writer
 	buf []byte
 }
 
-const maxIdleForward = 8
+const maxIdleRelay = 8
 
-func (f *forwarder) get(ctx context.Context, addr string) (*fwdConn, error) {
+func (f *relayer) get(ctx context.Context, addr string) (*relayConn, error) {
 	f.mu.Lock()
 	if f.addr != addr {
 		for _, fc := range f.idle {
@@ -288,27 +288,27 @@ func (f *forwarder) get(ctx context.Context, addr string) (*fwdConn, error) {
 	}
 	f.mu.Unlock()
 	if f.n.mux == nil {
-		return nil, fmt.Errorf("forward to %s: %w", addr, ErrNoLeader)
+		return nil, fmt.Errorf("relay to %s: %w", addr, ErrNoLeader)
 	}
-	c, err := f.n.mux.dial(ctx, addr, kindForward, 5*time.Second)
+	c, err := f.n.mux.dial(ctx, addr, kindRelay, 5*time.Second)
 	if err != nil {
 		// Nothing was sent: the commands did not reach any leader.
 		return nil, fmt.Errorf("dial leader %s: %w: %w", addr, err, ErrNoLeader)
 	}
-	return &fwdConn{c: c, r: bufio.NewReaderSize(c, 16<<10), w: bufio.NewWriterSize(c, 64<<10)}, nil
+	return &relayConn{c: c, r: bufio.NewReaderSize(c, 16<<10), w: bufio.NewWriterSize(c, 64<<10)}, nil
 }
 
-func (f *forwarder) put(addr string, fc *fwdConn) {
+func (f *relayer) put(addr string, fc *relayConn) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.addr != addr || len(f.idle) >= maxIdleForward {
+	if f.addr != addr || len(f.idle) >= maxIdleRelay {
 		fc.c.Close()
 		return
 	}
 	f.idle = append(f.idle, fc)
 }
 
-func (f *forwarder) closeAll() {
+func (f *relayer) closeAll() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	for _, fc := range f.idle {
@@ -321,11 +321,11 @@ func (f *forwarder) closeAll() {
 // ctx ends the call early (a leader change, see leaderWatch): the stream is
 // closed under a blocked write or read, and the outcome is unknown, as for a
 // timeout, because the leader may have received the request.
-func (f *forwarder) call(ctx context.Context, addr string, op byte, body []byte) ([]byte, error) {
+func (f *relayer) call(ctx context.Context, addr string, op byte, body []byte) ([]byte, error) {
 	if f.n.inproc != nil {
 		peer := f.n.inproc(addr)
 		if peer == nil {
-			return nil, fmt.Errorf("forward to %s: unreachable: %w", addr, ErrNoLeader)
+			return nil, fmt.Errorf("relay to %s: unreachable: %w", addr, ErrNoLeader)
 		}
 		status, resp := peer.handleRPC(ctx, op, body, nil)
 		if status != rpcOK {
@@ -339,9 +339,9 @@ func (f *forwarder) call(ctx context.Context, addr string, op byte, body []byte)
 	}
 	if ctx.Err() != nil {
 		fc.c.Close()
-		return nil, fmt.Errorf("forward to leader %s: %v: %w", addr, context.Cause(ctx), ErrNoLeader) // nothing sent
+		return nil, fmt.Errorf("relay to leader %s: %v: %w", addr, context.Cause(ctx), ErrNoLeader) // nothing sent
 	}
-	deadline := time.Now().Add(f.n.fwdTimeout)
+	deadline := time.Now().Add(f.n.relayTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
@@ -354,7 +354,7 @@ func (f *forwarder) call(ctx context.Context, addr string, op byte, body []byte)
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 		}
-		return fmt.Errorf("forward to leader %s: %v: %w", addr, err, ErrIndeterminate)
+		return fmt.Errorf("relay to leader %s: %v: %w", addr, err, ErrIndeterminate)
 	}
 	if err := writeFrame(fc.w, op, body); err != nil {
 		stop()
@@ -381,14 +381,14 @@ func (f *forwarder) call(ctx context.Context, addr string, op byte, body []byte)
 	return out, nil
 }
 
-// errLeaderChanged is why a forward ended early: this node saw the leader
+// errLeaderChanged is why a relay ended early: this node saw the leader
 // change. The old leader may still commit what it received.
 var errLeaderChanged = errors.New("the leader changed")
 
 // leaderWatch is the leader this node observes, with a context for the calls
 // made to it. The context is cancelled when the observed leader changes,
 // including to none (this follower stopped hearing heartbeats and started an
-// election). Forwards to a leader that froze or was cut off then end at once
+// election). Relays to a leader that froze or was cut off then end at once
 // instead of at their timeout, and give their slots to the next leader.
 //
 // Every read asks raft (under mu, so a later read never records an older

@@ -26,8 +26,8 @@ import (
 var preambleMagic = [4]byte{'O', 'H', 'K', '1'}
 
 const (
-	kindRaft    byte = 'R'
-	kindForward byte = 'F'
+	kindRaft  byte = 'R'
+	kindRelay byte = 'F'
 
 	maxTokenLen      = 1024
 	preambleDeadline = 10 * time.Second
@@ -59,7 +59,7 @@ func checkAuth(token []byte, tlsc *TLSConfig) error {
 }
 
 // mux accepts connections on the cluster port, authenticates them and routes
-// them by kind: Raft streams to the raft.StreamLayer side, forward streams to
+// them by kind: Raft streams to the raft.StreamLayer side, relay streams to
 // the node's command handler.
 type mux struct {
 	ln        net.Listener
@@ -68,7 +68,7 @@ type mux struct {
 	serverTLS *tls.Config
 	clientTLS *tls.Config
 	log       *slog.Logger
-	onForward func(net.Conn)
+	onRelay   func(net.Conn)
 	wrap      func(net.Conn) net.Conn // tests: see Config.wrapConn
 
 	raftConns chan net.Conn
@@ -77,7 +77,7 @@ type mux struct {
 	wg        sync.WaitGroup
 
 	mu       sync.Mutex
-	open     map[net.Conn]struct{} // forward conns, closed on shutdown
+	open     map[net.Conn]struct{} // relay conns, closed on shutdown
 	rejected uint64
 }
 
@@ -172,13 +172,13 @@ func (m *mux) handshake(c net.Conn) {
 		case <-m.closing:
 			m.untrack(c)
 		}
-	case kindForward:
+	case kindRelay:
 		if !m.track(c) {
 			c.Close()
 			return
 		}
 		defer m.untrack(c)
-		m.onForward(c)
+		m.onRelay(c)
 	}
 }
 
@@ -191,7 +191,7 @@ func (m *mux) readPreamble(c net.Conn) (byte, error) {
 		return 0, errors.New("bad magic")
 	}
 	kind := hdr[4]
-	if kind != kindRaft && kind != kindForward {
+	if kind != kindRaft && kind != kindRelay {
 		return 0, fmt.Errorf("unknown stream kind %q", kind)
 	}
 	n := int(binary.BigEndian.Uint16(hdr[5:7]))
@@ -265,7 +265,7 @@ func (t *trackedConn) Close() error {
 }
 
 // dial opens an authenticated stream of the given kind to a peer. ctx ends
-// the dial and the TLS handshake early (a forward whose leader changed).
+// the dial and the TLS handshake early (a relay whose leader changed).
 func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
 	c, err := d.DialContext(ctx, "tcp", addr)

@@ -85,7 +85,7 @@ func leaderOf(t *testing.T, nodes []*Node) int {
 	return at
 }
 
-func TestTCPFollowerForwardsClaimsToTheLeader(t *testing.T) {
+func TestTCPFollowerRelaysClaimsToTheLeader(t *testing.T) {
 	nodes := tcpCluster(t, 3, nil)
 	leader := leaderOf(t, nodes)
 	f := (leader + 1) % 3

@@ -92,17 +92,17 @@ func (c *frozenConn) Close() error {
 	return c.Conn.Close()
 }
 
-// A follower's forwards to a leader that froze must end when the follower
-// sees the leader change, not at ForwardTimeout: until then they hold the
-// follower's forward slots, and no claim through it can reach the new leader.
-// ForwardTimeout is a minute here and every wait in the test far shorter, so
+// A follower's relays to a leader that froze must end when the follower
+// sees the leader change, not at RelayTimeout: until then they hold the
+// follower's relay slots, and no claim through it can reach the new leader.
+// RelayTimeout is a minute here and every wait in the test far shorter, so
 // only the leader change can free the slots in time.
-func TestForwardsToAFrozenLeaderEndWhenTheLeaderChanges(t *testing.T) {
+func TestRelaysToAFrozenLeaderEndWhenTheLeaderChanges(t *testing.T) {
 	freezers := make([]*freezer, 3)
 	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
 		freezers[i] = newFreezer()
 		cfg.wrapConn = freezers[i].wrap
-		cfg.ForwardTimeout = time.Minute
+		cfg.RelayTimeout = time.Minute
 	})
 	// Registered after tcpCluster's cleanup, so it runs first: nodes close thawed.
 	t.Cleanup(func() {
@@ -120,7 +120,7 @@ func TestForwardsToAFrozenLeaderEndWhenTheLeaderChanges(t *testing.T) {
 	freezers[old].freeze()
 	// A stream of claims through the follower, one every few milliseconds, as
 	// providers keep sending: the first batches go to the frozen leader and,
-	// without the fix, hold all four forward slots.
+	// without the fix, hold all four relay slots.
 	const stuck = 40
 	errs := make(chan error, stuck)
 	for i := 0; i < stuck; i++ {
@@ -145,7 +145,7 @@ func TestForwardsToAFrozenLeaderEndWhenTheLeaderChanges(t *testing.T) {
 		return false
 	})
 	// Every claim sent during the freeze has its answer well before the
-	// forward timeout: committed through the new leader, or a retryable
+	// relay timeout: committed through the new leader, or a retryable
 	// error (the intake's 503) whose outcome is unknown or not sent.
 	for i := 0; i < stuck; i++ {
 		select {
@@ -154,7 +154,7 @@ func TestForwardsToAFrozenLeaderEndWhenTheLeaderChanges(t *testing.T) {
 				t.Errorf("claim during the freeze: %v; want success, ErrIndeterminate or ErrNoLeader", err)
 			}
 		case <-time.After(10 * time.Second):
-			t.Fatalf("%d claims sent during the freeze still wait after a new leader (%s) was elected: forwards to the frozen leader hold the slots", stuck-i, nodes[next].cfg.ID)
+			t.Fatalf("%d claims sent during the freeze still wait after a new leader (%s) was elected: relays to the frozen leader hold the slots", stuck-i, nodes[next].cfg.ID)
 		}
 	}
 	res, err := nodes[f].Claim(ctxT(t, 5*time.Second), claimCmd("src:after"))
