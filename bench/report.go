@@ -134,7 +134,7 @@ type Delivery struct {
 	// first third of -d: the steady state, without the warm-up.
 	AfterAckSteady Latency `json:"after_ack_steady_us"`
 	BeforeAck      int64   `json:"before_ack,omitempty"` // delivered before the 202 came back (counted as 1 µs)
-	Stale               int64   `json:"stale,omitempty"`      // deliveries of an earlier step's keys
+	Stale          int64   `json:"stale,omitempty"`      // deliveries of an earlier step's keys
 }
 
 // CPU is the CPU used during the load phase, in cores (CPU seconds per second).
