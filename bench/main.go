@@ -11,6 +11,8 @@
 //	go run ./bench -spawn 1 -c 64 -d 10s -dup 0.5       # half the requests resend an acked key
 //	go run ./bench -spawn 3 -rate 5000 -d 10s           # open model at 5,000 req/s on 3 nodes
 //	go run ./bench -spawn 1 -storm 8 -d 5s              # 8 concurrent copies of every new key
+//	go run ./bench -spawn 1 -sustain -rate-min 1000 -rate-max 8000 -rate-step 1000 -c 512
+//	go run ./bench -spawn 1 -fill 1000000 -drain 10m    # retained state at a million keys
 //	go run ./bench -target http://127.0.0.1:8080 -source stripe-live \
 //	    -provider stripe -secret-file stripe.secret -d 30s
 //
@@ -45,6 +47,15 @@
 // the load to the end of the drain per claim (cpu_cores.us_per_claim): what
 // one event costs the machine from signing to delivery, comparable across
 // runs whose delivery lagged differently.
+//
+// The sustained rate (sustain.go) is the delivered rate, not the claim rate:
+// the open model reports every second's claim and delivery p50/p99 (delivery
+// timed from the generator's 202 to the handler, paired by key), keys
+// delivered and the backlog (claims minus keys delivered; also the node's
+// oncehook_backlog from /metrics). -sustain searches the highest rate whose
+// backlog stays flat and whose delivery p99 stays under -max-delivery-p99.
+// -fill N (fill.go) measures retained state: one node's RSS and data dir per
+// key, and the claim p99 of the last 100,000 events against the first.
 //
 // Output: the report on stdout (-json for the JSON result instead), a
 // progress bar on stderr when it is a terminal (-q to silence it), and unless

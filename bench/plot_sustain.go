@@ -94,10 +94,12 @@ func latencyOverTime(res *Result) (*plot.Plot, error) {
 	p.Y.Label.Text = "latency (ms, log)"
 	p.Add(plotter.NewGrid())
 	p.Legend.Top, p.Legend.Left = true, true
+	var top int64 = 1
 	pick := func(get func(Second) int64) plotter.XYs {
 		var xys plotter.XYs
 		for _, s := range res.Timeline {
 			if v := get(s); v > 0 {
+				top = max(top, v)
 				xys = append(xys, plotter.XY{X: float64(s.T) + 0.5, Y: float64(v) / 1000})
 			}
 		}
@@ -114,6 +116,7 @@ func latencyOverTime(res *Result) (*plot.Plot, error) {
 	}
 	p.Y.Scale = plot.LogScale{}
 	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Max = 8 * float64(top) / 1000 // headroom on the log axis: the legend sits above the lines
 	return p, nil
 }
 
