@@ -268,11 +268,27 @@ func runSustain(ctx context.Context, o *options, e *env, stdout, stderr io.Write
 		fmt.Fprintln(stderr, "sustain: "+stepLine(st))
 		return st, ctx.Err()
 	}
+	// An interrupt (ctx done) ends the search; what was measured is still
+	// reported, the interrupted step's verdict aside.
+	interrupted := false
+	stopped := func(err error) (bool, error) {
+		if err == nil {
+			return false, nil
+		}
+		if ctx.Err() != nil && len(sr.Steps) > 0 {
+			interrupted = true
+			return true, nil
+		}
+		return true, err
+	}
 	lastPass, firstFail := 0.0, 0.0
 	for _, r := range rates {
 		st, err := step(r)
-		if err != nil {
-			return err
+		if stop, err := stopped(err); stop {
+			if err != nil {
+				return err
+			}
+			break
 		}
 		if !st.Pass {
 			firstFail = st.Rate
@@ -280,7 +296,7 @@ func runSustain(ctx context.Context, o *options, e *env, stdout, stderr io.Write
 		}
 		lastPass = st.Rate
 	}
-	if firstFail > 0 && lastPass > 0 {
+	if firstFail > 0 && lastPass > 0 && !interrupted {
 		for range o.refine {
 			if !settle(ctx, e, o) {
 				sr.Note = "the node's backlog did not reach 0 within -drain after a failed step: refining skipped"
@@ -291,8 +307,11 @@ func runSustain(ctx context.Context, o *options, e *env, stdout, stderr io.Write
 				break
 			}
 			st, err := step(mid)
-			if err != nil {
-				return err
+			if stop, err := stopped(err); stop {
+				if err != nil {
+					return err
+				}
+				break
 			}
 			if st.Pass {
 				lastPass = st.Rate
@@ -301,7 +320,10 @@ func runSustain(ctx context.Context, o *options, e *env, stdout, stderr io.Write
 			}
 		}
 	}
-	sr.Sustained, sr.FirstFailed, sr.AtLeast = lastPass, firstFail, firstFail == 0
+	sr.Sustained, sr.FirstFailed, sr.AtLeast = lastPass, firstFail, firstFail == 0 && !interrupted
+	if interrupted {
+		sr.Note = "interrupted: the last step was cut short (its verdict does not count) and the search is incomplete"
+	}
 	if !o.noFiles {
 		base := filepath.Join(o.out, fmt.Sprintf("%s-%s-%dn-sustain", sr.Date.Format("20060102-150405"), sr.Commit, sr.Nodes))
 		sr.Files = []string{base + ".json", base + ".png"}
@@ -369,10 +391,14 @@ func formatSustain(sr *Sustain) string {
 		b.WriteString("  " + stepLine(st) + "\n")
 	}
 	switch {
-	case sr.Sustained == 0:
+	case sr.Sustained == 0 && sr.FirstFailed > 0:
 		fmt.Fprintf(&b, "Sustained rate: none of the steps (below %g/s)\n", sr.FirstFailed)
+	case sr.Sustained == 0:
+		b.WriteString("Sustained rate: not determined\n")
 	case sr.AtLeast:
 		fmt.Fprintf(&b, "Sustained rate: at least %g/s (every step passed; raise -rate-max)\n", sr.Sustained)
+	case sr.FirstFailed == 0:
+		fmt.Fprintf(&b, "Sustained rate: at least %g/s\n", sr.Sustained)
 	default:
 		fmt.Fprintf(&b, "Sustained rate: %g/s (%g/s failed)\n", sr.Sustained, sr.FirstFailed)
 	}

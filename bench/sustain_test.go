@@ -2,6 +2,8 @@ package main
 
 import (
 	"bytes"
+	"context"
+	"encoding/json"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -172,6 +174,14 @@ func TestFormatSustain(t *testing.T) {
 	sr.Steps, sr.Sustained, sr.FirstFailed, sr.AtLeast = []Step{failed}, 0, 2000, false
 	if text := formatSustain(sr); !strings.Contains(text, "none of the steps (below 2000/s)") {
 		t.Errorf("none passed:\n%s", text)
+	}
+	sr.Steps, sr.Sustained, sr.FirstFailed, sr.Note = []Step{pass}, 1000, 0, "interrupted"
+	if text := formatSustain(sr); !strings.Contains(text, "Sustained rate: at least 1000/s\n") || !strings.Contains(text, "Note: interrupted") {
+		t.Errorf("interrupted:\n%s", text)
+	}
+	sr.Sustained = 0
+	if text := formatSustain(sr); !strings.Contains(text, "Sustained rate: not determined") {
+		t.Errorf("interrupted in the first step:\n%s", text)
 	}
 	dir := t.TempDir()
 	sr.Steps = []Step{pass, failed}
@@ -386,4 +396,76 @@ func sum(v []int64) int64 {
 		n += x
 	}
 	return n
+}
+
+// TestSpawnOneOpenTimeline runs the open model on a real node: every
+// delivered key is paired with its 202 exactly once, and the seconds carry
+// claim latencies and a backlog that ends at zero once all is delivered.
+func TestSpawnOneOpenTimeline(t *testing.T) {
+	res, err := runJSON(t, "-spawn", "1", "-rate", "200", "-d", "3s", "-c", "64", "-drain", "20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := res.Delivery
+	if d == nil || res.Claims == 0 || d.Pending != 0 {
+		t.Fatalf("claims %d, delivery %+v", res.Claims, d)
+	}
+	if d.AfterAck.Count != d.Delivered || d.AfterAckSteady.Count == 0 || d.AfterAckSteady.Count > d.AfterAck.Count {
+		t.Fatalf("paired %d (steady %d) of %d delivered", d.AfterAck.Count, d.AfterAckSteady.Count, d.Delivered)
+	}
+	var claims, first int64
+	for _, s := range res.Timeline {
+		claims += s.Accepted
+		first += s.FirstDelivered
+		if s.Accepted > 0 && s.ClaimP99 == 0 {
+			t.Fatalf("second %d: %d claims without a latency", s.T, s.Accepted)
+		}
+	}
+	last := res.Timeline[len(res.Timeline)-1]
+	if claims != res.Claims || first != d.Delivered || last.Backlog != 0 {
+		t.Fatalf("timeline: %d claims, %d first deliveries, last backlog %d; want %d, %d, 0", claims, first, last.Backlog, res.Claims, d.Delivered)
+	}
+}
+
+// TestSpawnOneSustain runs a one-step search end to end. Whether the step
+// passes depends on the machine; what is checked is the shape of the result.
+func TestSpawnOneSustain(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	args := []string{"-spawn", "1", "-sustain", "-rate-min", "100", "-rate-max", "100", "-step-d", "6s", "-drain", "20s",
+		"-json", "-q", "-no-files", "-bin", binPath}
+	if err := run(ctx, args, &stdout, &stderr); err != nil {
+		t.Fatalf("%v\nstderr:\n%s", err, stderr.String())
+	}
+	var sr Sustain
+	if err := json.Unmarshal(stdout.Bytes(), &sr); err != nil {
+		t.Fatalf("decode: %v\n%s", err, stdout.String())
+	}
+	if len(sr.Steps) != 1 || sr.Steps[0].Rate != 100 || sr.Steps[0].Result == nil || sr.Steps[0].Flatness.To != 5 {
+		t.Fatalf("steps %+v", sr.Steps)
+	}
+	st := sr.Steps[0]
+	if st.Pass != (sr.Sustained == 100) || st.Pass != sr.AtLeast || st.Pass == (len(st.Reasons) > 0) {
+		t.Fatalf("pass %v, reasons %q, sustained %g, at least %v", st.Pass, st.Reasons, sr.Sustained, sr.AtLeast)
+	}
+	t.Logf("step: %s", stepLine(st))
+}
+
+// TestSpawnOneFill fills a real node with a few thousand events.
+func TestSpawnOneFill(t *testing.T) {
+	res, err := runJSON(t, "-spawn", "1", "-fill", "3000", "-c", "16", "-drain", "20s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := res.Fill
+	if f == nil || f.Events != 3000 || f.Claims != 3000 || res.BodyBytes != 256 || f.Window != 300 {
+		t.Fatalf("fill %+v, body %d", f, res.BodyBytes)
+	}
+	if f.First.Count != 300 || f.Last.Count != 300 || f.P99Growth <= 0 {
+		t.Fatalf("windows: first %+v, last %+v, growth %g", f.First, f.Last, f.P99Growth)
+	}
+	if f.RSSBytes <= 0 || f.DataBytes <= 0 || f.DataPerKey <= 0 || len(f.Points) == 0 || f.TenMillionS <= 0 {
+		t.Fatalf("footprint %+v", f)
+	}
 }
