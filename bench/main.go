@@ -152,12 +152,18 @@ func measure(ctx context.Context, o *options, e *env, stderr io.Writer) (res *Re
 	}
 	defer g.close()
 
+	// The open model scrapes the leader's backlog; found before the clock
+	// starts, so that the lookup does not delay the first requests.
+	scrapeAdmin := ""
+	if o.rate > 0 && e.sink != nil && e.adminURL != "" {
+		scrapeAdmin = e.leaderAdmin()
+	}
 	prof := startProfile(ctx, o, e)
 	before := e.cpuSample()
 	g.begin()
 	var scr *backlogScraper
-	if o.rate > 0 && e.sink != nil && e.adminURL != "" {
-		scr = startBacklogScraper(ctx, e.leaderAdmin(), o.source, g.start)
+	if scrapeAdmin != "" {
+		scr = startBacklogScraper(ctx, scrapeAdmin, o.source, g.start)
 	}
 	var fp *fillProgress
 	bar := &progress{}
