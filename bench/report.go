@@ -632,11 +632,16 @@ func replot(jsonPath string) error {
 	if err != nil {
 		return err
 	}
+	png := strings.TrimSuffix(jsonPath, ".json") + ".png"
+	var sr Sustain // a -sustain search has steps; a run has none
+	if err := json.Unmarshal(b, &sr); err == nil && len(sr.Steps) > 0 {
+		return writeSustainPlot(&sr, png)
+	}
 	var res Result
 	if err := json.Unmarshal(b, &res); err != nil {
 		return fmt.Errorf("%s: %w", jsonPath, err)
 	}
-	return writePlot(&res, strings.TrimSuffix(jsonPath, ".json")+".png")
+	return writePlot(&res, png)
 }
 
 // readCommit returns the short commit of HEAD by reading .git under root (no

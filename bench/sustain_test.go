@@ -194,6 +194,16 @@ func TestFormatSustain(t *testing.T) {
 			t.Fatalf("%s: %v", f, err)
 		}
 	}
+	// -replot knows a search's JSON from a run's.
+	if err := os.Remove(sr.Files[1]); err != nil {
+		t.Fatal(err)
+	}
+	if err := replot(sr.Files[0]); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(sr.Files[1]); err != nil || st.Size() == 0 {
+		t.Fatalf("replot: %v", err)
+	}
 }
 
 // TestAckMatcher pairs 202s and deliveries in both orders: each pair is
