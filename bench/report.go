@@ -647,7 +647,7 @@ func replot(jsonPath string) error {
 // readCommit returns the short commit of HEAD by reading .git under root (no
 // git process), or "nogit".
 func readCommit(root string) string {
-	gitDir := filepath.Join(root, ".git")
+	gitDir, commonDir := gitDirs(root)
 	head, err := os.ReadFile(filepath.Join(gitDir, "HEAD"))
 	if err != nil {
 		return "nogit"
@@ -655,9 +655,9 @@ func readCommit(root string) string {
 	h := strings.TrimSpace(string(head))
 	if ref, ok := strings.CutPrefix(h, "ref: "); ok {
 		h = ""
-		if b, err := os.ReadFile(filepath.Join(gitDir, filepath.FromSlash(ref))); err == nil {
+		if b, err := os.ReadFile(filepath.Join(commonDir, filepath.FromSlash(ref))); err == nil {
 			h = strings.TrimSpace(string(b))
-		} else if packed, err := os.ReadFile(filepath.Join(gitDir, "packed-refs")); err == nil {
+		} else if packed, err := os.ReadFile(filepath.Join(commonDir, "packed-refs")); err == nil {
 			for l := range strings.SplitSeq(string(packed), "\n") {
 				if hash, name, ok := strings.Cut(strings.TrimSpace(l), " "); ok && name == ref {
 					h = hash
@@ -669,6 +669,33 @@ func readCommit(root string) string {
 		return "nogit"
 	}
 	return h[:7]
+}
+
+// gitDirs returns the git dir of the checkout at root, where HEAD is, and
+// the common dir, where branches are: both root/.git in a plain checkout; in
+// a linked worktree, .git is a file naming the worktree's git dir, whose
+// commondir file names the repository's.
+func gitDirs(root string) (gitDir, commonDir string) {
+	gitDir = filepath.Join(root, ".git")
+	b, err := os.ReadFile(gitDir)
+	if err != nil {
+		return gitDir, gitDir // a directory, or nothing
+	}
+	dir, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir: ")
+	if !ok {
+		return gitDir, gitDir
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(root, dir)
+	}
+	commonDir = dir
+	if c, err := os.ReadFile(filepath.Join(dir, "commondir")); err == nil {
+		commonDir = strings.TrimSpace(string(c))
+		if !filepath.IsAbs(commonDir) {
+			commonDir = filepath.Join(dir, commonDir)
+		}
+	}
+	return dir, commonDir
 }
 
 // progress draws a one-line bar on a terminal; a no-op otherwise.
