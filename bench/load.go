@@ -56,6 +56,7 @@ type generator struct {
 	uris   []string               // one per node: http://host/in/source
 	acked  ackRing
 	lat    latRecorder
+	match  *ackMatcher // nil: delivery latency after the 2xx not measured
 
 	seq     atomic.Int64 // last event sequence number handed out
 	tickets atomic.Int64 // operations handed out (including refused tickets)
@@ -73,6 +74,13 @@ func newGenerator(o *options, e *env) (*generator, error) {
 		return nil, errors.New("unknown provider " + o.provider)
 	}
 	g := &generator{o: o, env: e, scheme: scheme, lat: newLatRecorder()}
+	if o.fill > 0 {
+		// Millions of operations: per-second histograms and the matcher's
+		// slots would grow with them; the fill windows take their place.
+		g.lat.noPerSec = true
+		g.lat.window = fillWindow(o.fill)
+		g.lat.total = o.fill
+	}
 	g.body = newBodyTemplate(runID(), o.size)
 	if _, err := scheme.Sign(g.body.fill(nil, 0, 0), e.secret, time.Now(), g.body.id(0), nil); err != nil {
 		return nil, err // a malformed -secret-file shows here, before the clock starts
@@ -124,6 +132,10 @@ type loadResult struct {
 	rec     recorder                // all workers merged
 	ops     int64                   // operations started
 	missed  int64                   // open model: operations due before the end but never started
+
+	claimPerSec []Latency   // 202 answers by the second they completed in
+	match       *ackMatcher // nil: no delivery latency after the 2xx
+	first, last Latency     // -fill: claim latency of the first and last windows
 }
 
 func (lr *loadResult) claims() int64 { return lr.rec.accepted }
@@ -139,7 +151,11 @@ func (g *generator) begin() {
 		g.hardStop = g.start.Add(g.scheduleSpan() + g.o.timeout)
 	}
 	if g.env.sink != nil {
-		g.env.sink.begin(g.start, g.body.run)
+		if g.o.fill == 0 {
+			// Steady state: from the end of the load's first third on.
+			g.match = newAckMatcher(g.start.UnixNano(), g.start.Add(g.o.duration/3).UnixNano())
+		}
+		g.env.sink.begin(g.start, g.body.run, g.match)
 	}
 }
 
@@ -171,6 +187,10 @@ func (g *generator) run(ctx context.Context) *loadResult {
 	lr := &loadResult{
 		start: g.start, elapsed: time.Since(g.start), ops: g.started.Load(),
 		lat: g.lat.all, lat202: g.lat.accepted, lat200: g.lat.dup,
+		claimPerSec: g.lat.perSec.summaries(), match: g.match,
+	}
+	if g.lat.window > 0 {
+		lr.first, lr.last = summarize(g.lat.first), summarize(g.lat.last)
 	}
 	for _, r := range recs {
 		lr.rec.merge(r)
@@ -210,6 +230,7 @@ type worker struct {
 	rng  *rand.Rand
 	body []byte
 	lats []latSample // latencies not yet flushed into the shared histograms
+	t    int64       // the operation being sent (its ticket)
 
 	// One request per node, kept across operations: its URI, method and
 	// content type are set once, and each operation sets only the signature
@@ -231,6 +252,7 @@ func (w *worker) closed(ctx context.Context) {
 			return
 		}
 		g.started.Add(1)
+		w.t = t
 		w.op(t, time.Time{})
 	}
 }
@@ -260,6 +282,7 @@ func (w *worker) open(ctx context.Context) {
 			return // the backlog left at hardStop is reported as missed
 		}
 		g.started.Add(1)
+		w.t = t
 		w.op(t, due)
 	}
 }
@@ -315,6 +338,9 @@ func (w *worker) single(k kind, seq int64, node int, origin time.Time) {
 	w.record(k, origin, out)
 	if k == kindNew && out.code == fasthttp.StatusAccepted {
 		w.g.acked.add(seq)
+		if w.g.match != nil {
+			w.g.match.acked(seq, out.end.UnixNano())
+		}
 	}
 }
 
@@ -339,6 +365,9 @@ func (w *worker) storm(seq int64, node int, origin time.Time) {
 		w.record(kindStorm, origin, out)
 		switch out.code {
 		case fasthttp.StatusAccepted:
+			if accepted == 0 && g.match != nil {
+				g.match.acked(seq, out.end.UnixNano())
+			}
 			accepted++
 		case fasthttp.StatusOK:
 			dups++
@@ -443,11 +472,11 @@ func errClass(err error) string {
 func (w *worker) record(k kind, origin time.Time, out outcome) {
 	r := w.rec
 	lat := out.end.Sub(origin)
-	w.lats = append(w.lats, latSample{us: micros(lat), code: out.code})
+	sec := int(out.end.Sub(w.g.start) / time.Second)
+	w.lats = append(w.lats, latSample{us: micros(lat), code: out.code, sec: int32(sec), t: w.t})
 	if len(w.lats) >= latBatch {
 		w.flush()
 	}
-	sec := int(out.end.Sub(w.g.start) / time.Second)
 	for len(r.perSec) <= sec {
 		r.perSec = append(r.perSec, Second{T: len(r.perSec)})
 	}
@@ -509,6 +538,8 @@ const latBatch = 256
 type latSample struct {
 	us   int64
 	code int
+	sec  int32 // second of the run it completed in
+	t    int64 // its operation's ticket
 }
 
 // latRecorder holds the run's latency histograms; workers flush into it in
@@ -518,10 +549,17 @@ type latRecorder struct {
 	all      *hdrhistogram.Histogram
 	accepted *hdrhistogram.Histogram // 202 answers: new claims
 	dup      *hdrhistogram.Histogram // 200 answers: duplicates
+	perSec   secHists                // 202 answers by the second they completed in
+
+	// -fill: the claim latency of the first and the last window operations,
+	// and of the 202s since the last checkpoint, instead of perSec.
+	noPerSec         bool
+	window, total    int64
+	first, last, cur *hdrhistogram.Histogram
 }
 
 func newLatRecorder() latRecorder {
-	return latRecorder{all: newHist(), accepted: newHist(), dup: newHist()}
+	return latRecorder{all: newHist(), accepted: newHist(), dup: newHist(), first: newHist(), last: newHist(), cur: newHist()}
 }
 
 func (l *latRecorder) record(samples []latSample) {
@@ -531,11 +569,33 @@ func (l *latRecorder) record(samples []latSample) {
 		switch s.code {
 		case fasthttp.StatusAccepted:
 			recordValue(l.accepted, s.us)
+			if !l.noPerSec {
+				l.perSec.record(int(s.sec), s.us)
+			}
+			if l.window > 0 {
+				recordValue(l.cur, s.us)
+				switch {
+				case s.t < l.window:
+					recordValue(l.first, s.us)
+				case s.t >= l.total-l.window:
+					recordValue(l.last, s.us)
+				}
+			}
 		case fasthttp.StatusOK:
 			recordValue(l.dup, s.us)
 		}
 	}
 	l.mu.Unlock()
+}
+
+// interval returns the claim latency since the previous call and starts a
+// new interval (-fill checkpoints).
+func (l *latRecorder) interval() Latency {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := summarize(l.cur)
+	l.cur.Reset()
+	return s
 }
 
 // recorder holds one worker's counters; merge adds them up.

@@ -11,6 +11,8 @@
 //	go run ./bench -spawn 1 -c 64 -d 10s -dup 0.5       # half the requests resend an acked key
 //	go run ./bench -spawn 3 -rate 5000 -d 10s           # open model at 5,000 req/s on 3 nodes
 //	go run ./bench -spawn 1 -storm 8 -d 5s              # 8 concurrent copies of every new key
+//	go run ./bench -spawn 1 -sustain -rate-min 1000 -rate-max 8000 -rate-step 1000 -c 512
+//	go run ./bench -spawn 1 -fill 1000000 -drain 10m    # retained state at a million keys
 //	go run ./bench -target http://127.0.0.1:8080 -source stripe-live \
 //	    -provider stripe -secret-file stripe.secret -d 30s
 //
@@ -45,6 +47,15 @@
 // the load to the end of the drain per claim (cpu_cores.us_per_claim): what
 // one event costs the machine from signing to delivery, comparable across
 // runs whose delivery lagged differently.
+//
+// The sustained rate (sustain.go) is the delivered rate, not the claim rate:
+// the open model reports every second's claim and delivery p50/p99 (delivery
+// timed from the generator's 202 to the handler, paired by key), keys
+// delivered and the backlog (claims minus keys delivered; also the node's
+// oncehook_backlog from /metrics). -sustain searches the highest rate whose
+// backlog stays flat and whose delivery p99 stays under -max-delivery-p99.
+// -fill N (fill.go) measures retained state: one node's RSS and data dir per
+// key, and the claim p99 of the last 100,000 events against the first.
 //
 // Output: the report on stdout (-json for the JSON result instead), a
 // progress bar on stderr when it is a terminal (-q to silence it), and unless
@@ -104,28 +115,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return err
 	}
 	defer func() { err = errors.Join(err, e.close(stderr)) }()
+	if o.sustain {
+		return runSustain(ctx, o, e, stdout, stderr)
+	}
 
-	g, err := newGenerator(o, e)
+	res, profErr, err := measure(ctx, o, e, stderr)
 	if err != nil {
 		return err
 	}
-	defer g.close()
-
-	prof := startProfile(ctx, o, e)
-	before := e.cpuSample()
-	g.begin()
-	bar := startProgress(o, stderr, g)
-	lr := g.run(ctx)
-	after := e.cpuSample()
-	bar.stop()
-	profErr := prof.wait()
-
-	drained := e.drain(ctx, lr.claims(), o.drain)
-	cpu := cpuUsage(before, after)
-	if drained != nil && drained.snap.unique >= lr.claims() {
-		cpu.perClaim(before, e.cpuSample(), lr.claims())
-	}
-	res := buildResult(o, e, lr, drained, cpu)
 	if !o.noFiles {
 		jsonPath, pngPath := resultPaths(o, res)
 		res.Files = []string{jsonPath, pngPath}
@@ -143,6 +140,57 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		fmt.Fprintf(stderr, "cpu profile: %s (go tool pprof -top %s)\n", o.cpuprofile, o.cpuprofile)
 	}
 	return nil
+}
+
+// measure runs one load against e and drains its deliveries: the whole of a
+// plain run, one step of -sustain. profErr is the CPU profile's failure, which
+// does not void the result.
+func measure(ctx context.Context, o *options, e *env, stderr io.Writer) (res *Result, profErr, err error) {
+	g, err := newGenerator(o, e)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer g.close()
+
+	// The open model scrapes the leader's backlog; found before the clock
+	// starts, so that the lookup does not delay the first requests.
+	scrapeAdmin := ""
+	if o.rate > 0 && e.sink != nil && e.adminURL != "" {
+		scrapeAdmin = e.leaderAdmin()
+	}
+	prof := startProfile(ctx, o, e)
+	before := e.cpuSample()
+	g.begin()
+	var scr *backlogScraper
+	if scrapeAdmin != "" {
+		scr = startBacklogScraper(ctx, scrapeAdmin, o.source, g.start)
+	}
+	var fp *fillProgress
+	bar := &progress{}
+	if o.fill > 0 {
+		fp = startFillProgress(o, e, g, stderr)
+	} else {
+		bar = startProgress(o, stderr, g)
+	}
+	lr := g.run(ctx)
+	after := e.cpuSample()
+	bar.stop()
+	profErr = prof.wait()
+
+	drained := e.drain(ctx, lr.claims(), o.drain)
+	metric := scr.stop()
+	if drained != nil {
+		drained.metric = metric
+	}
+	cpu := cpuUsage(before, after)
+	if drained != nil && drained.snap.unique >= lr.claims() {
+		cpu.perClaim(before, e.cpuSample(), lr.claims())
+	}
+	res = buildResult(o, e, lr, drained, cpu)
+	if fp != nil {
+		res.Fill = fp.finish(lr, res)
+	}
+	return res, profErr, nil
 }
 
 // options are the parsed flags. Zero values are documented on each flag.
@@ -169,9 +217,23 @@ type options struct {
 	drain    time.Duration // wait for deliveries after the load
 
 	// traffic
-	size  int
-	dup   float64
-	storm int
+	size    int
+	sizeSet bool // -size was given
+	dup     float64
+	storm   int
+
+	// -sustain: a search for the highest rate the product sustains
+	sustain     bool
+	rateMin     float64
+	rateMax     float64
+	rateStep    float64
+	refine      int
+	stepD       time.Duration
+	maxDelivP99 time.Duration
+
+	// -fill: retained state at scale
+	fill             int64
+	payloadRetention string // with -spawn: the source's payload_retention; "": not written
 
 	// output
 	json       bool
@@ -231,9 +293,19 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.BoolVar(&o.noFiles, "no-files", false, "do not write the JSON result and PNG")
 	fs.StringVar(&o.cpuprofile, "cpuprofile", "", "save a CPU profile of the node (the leader when spawned) for the run to this file")
 	fs.StringVar(&o.replot, "replot", "", "redraw the PNG beside this JSON result file and exit")
+	fs.BoolVar(&o.sustain, "sustain", false, "search the sustained rate: open-model steps from -rate-min to -rate-max (see -step-d, -refine)")
+	fs.Float64Var(&o.rateMin, "rate-min", 0, "-sustain: the first step's rate")
+	fs.Float64Var(&o.rateMax, "rate-max", 0, "-sustain: the highest step's rate")
+	fs.Float64Var(&o.rateStep, "rate-step", 0, "-sustain: rate increment between steps (default -rate-min)")
+	fs.IntVar(&o.refine, "refine", 2, "-sustain: steps halving the interval between the last passing and the first failing rate (0..5)")
+	fs.DurationVar(&o.stepD, "step-d", 30*time.Second, "-sustain: how long each step sends")
+	fs.DurationVar(&o.maxDelivP99, "max-delivery-p99", 100*time.Millisecond, "-sustain: a step passes only if delivery p99 after the 202 stays under this")
+	fs.Int64Var(&o.fill, "fill", 0, "send this many new events (closed model, -size default 256B) and report retained-state cost; needs -spawn 1")
+	fs.StringVar(&o.payloadRetention, "payload-retention", "", "with -spawn: write payload_retention = D into the source (e.g. 1s); only for nodes that know the key")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	fs.Visit(func(f *flag.Flag) { o.sizeSet = o.sizeSet || f.Name == "size" })
 	if o.replot != "" {
 		return o, nil
 	}
@@ -241,6 +313,9 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
 	var err error
+	if o.fill > 0 && !o.sizeSet {
+		size = "256B"
+	}
 	if o.size, err = parseSize(size); err != nil {
 		return nil, fmt.Errorf("-size: %w", err)
 	}
@@ -283,6 +358,9 @@ func (o *options) normalize() error {
 		return errors.New("-timeout must be positive")
 	case o.size > 64<<20:
 		return errors.New("-size: at most 64MiB")
+	}
+	if err := o.normalizeModes(); err != nil {
+		return err
 	}
 	if _, ok := signers[o.provider]; !ok {
 		return fmt.Errorf("-provider %q: want one of %s", o.provider, strings.Join(signerNames(), ", "))

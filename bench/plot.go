@@ -22,9 +22,11 @@ var (
 	colDeliv = color.RGBA{R: 0x2c, G: 0xa0, B: 0x2c, A: 0xff}
 )
 
-// writePlot draws two panels into a PNG at path: latency by percentile (x is
-// 1/(1-q) on a log axis, labelled in percentiles, as HdrHistogram plots do) and
-// answers per second over the run.
+// writePlot draws panels into a PNG at path: latency by percentile (x is
+// 1/(1-q) on a log axis, labelled in percentiles, as HdrHistogram plots do),
+// answers per second over the run, and, when the run has them, latencies and
+// backlog over time (open model) or the node's footprint as keys pile up
+// (-fill).
 func writePlot(res *Result, path string) error {
 	top, err := percentilePlot(res)
 	if err != nil {
@@ -34,13 +36,27 @@ func writePlot(res *Result, path string) error {
 	if err != nil {
 		return err
 	}
-	img := vgimg.New(9*vg.Inch, 9*vg.Inch)
+	more, err := extraPanels(res)
+	if err != nil {
+		return err
+	}
+	return drawPanels(append([]*plot.Plot{top, bottom}, more...), path)
+}
+
+// drawPanels stacks ps vertically, 4.5 inches each, into a PNG at path.
+func drawPanels(ps []*plot.Plot, path string) error {
+	img := vgimg.New(9*vg.Inch, vg.Length(len(ps))*4.5*vg.Inch)
 	dc := draw.New(img)
-	tiles := draw.Tiles{Rows: 2, Cols: 1, PadX: vg.Millimeter, PadY: 6 * vg.Millimeter,
+	tiles := draw.Tiles{Rows: len(ps), Cols: 1, PadX: vg.Millimeter, PadY: 6 * vg.Millimeter,
 		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 4 * vg.Millimeter}
-	canvases := plot.Align([][]*plot.Plot{{top}, {bottom}}, tiles, dc)
-	top.Draw(canvases[0][0])
-	bottom.Draw(canvases[1][0])
+	rows := make([][]*plot.Plot, len(ps))
+	for i, p := range ps {
+		rows[i] = []*plot.Plot{p}
+	}
+	canvases := plot.Align(rows, tiles, dc)
+	for i, p := range ps {
+		p.Draw(canvases[i][0])
+	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err

@@ -76,6 +76,7 @@ type Result struct {
 	Unexpected   int64            `json:"unexpected"` // answers other than 200/202, and failed requests
 	Violations   int64            `json:"violations"` // answers that break exactly-once claims
 	Delivery     *Delivery        `json:"delivery,omitempty"`
+	Fill         *Fill            `json:"fill,omitempty"`
 	CPU          CPU              `json:"cpu_cores"`
 	NodeStats    []NodeStat       `json:"node_stats,omitempty"`
 
@@ -125,6 +126,15 @@ type Delivery struct {
 	Latency      Latency `json:"latency_us"` // send time -> handler received
 	Percentiles  []Point `json:"percentiles"`
 	NoSendTimeIn int64   `json:"no_send_time,omitempty"`
+	// AfterAck is the delivery latency a provider's event sees: from the
+	// generator receiving its 202 to the handler receiving it, paired by key.
+	AfterAck            Latency `json:"after_ack_us"`
+	AfterAckPercentiles []Point `json:"after_ack_percentiles,omitempty"`
+	// AfterAckSteady is AfterAck of the deliveries that arrived after the
+	// first third of -d: the steady state, without the warm-up.
+	AfterAckSteady Latency `json:"after_ack_steady_us"`
+	BeforeAck      int64   `json:"before_ack,omitempty"` // delivered before the 202 came back (counted as 1 µs)
+	Stale          int64   `json:"stale,omitempty"`      // deliveries of an earlier step's keys
 }
 
 // CPU is the CPU used during the load phase, in cores (CPU seconds per second).
@@ -156,6 +166,15 @@ type Second struct {
 	Duplicate int64 `json:"duplicate"` // 200
 	Other     int64 `json:"other"`     // anything else, failures included
 	Delivered int64 `json:"delivered"` // received by the sink in this second
+
+	// Open model and the sink: what a user feels, second by second.
+	ClaimP50       int64  `json:"claim_p50_us,omitempty"`    // 202 answers completed in this second
+	ClaimP99       int64  `json:"claim_p99_us,omitempty"`    //
+	DeliveryP50    int64  `json:"delivery_p50_us,omitempty"` // 202 -> handler, first deliveries received in this second
+	DeliveryP99    int64  `json:"delivery_p99_us,omitempty"` //
+	FirstDelivered int64  `json:"first_delivered,omitempty"` // keys received for the first time
+	Backlog        int64  `json:"backlog,omitempty"`         // claims so far minus keys delivered so far, at the second's end
+	MetricBacklog  *int64 `json:"metric_backlog,omitempty"`  // the node's oncehook_backlog scraped in this second
 }
 
 // Point is one point of a percentile curve.
@@ -305,13 +324,38 @@ func buildResult(o *options, e *env, lr *loadResult, dr *drainResult, cpu CPU) *
 	if o.storm > 1 {
 		res.Storms = &Storms{Count: r.storms, Copies: o.storm, Requests: r.stormSent, Violations: r.stormBad}
 	}
+	at := func(i int) *Second {
+		for len(res.Timeline) <= i {
+			res.Timeline = append(res.Timeline, Second{T: len(res.Timeline)})
+		}
+		return &res.Timeline[i]
+	}
+	for i, l := range lr.claimPerSec {
+		at(i).ClaimP50, at(i).ClaimP99 = l.P50, l.P99
+	}
 	if dr != nil {
 		res.Delivery = deliveryOf(r.accepted, lr.elapsed, dr)
 		for i, n := range dr.snap.perSec {
-			for len(res.Timeline) <= i {
-				res.Timeline = append(res.Timeline, Second{T: len(res.Timeline)})
+			at(i).Delivered = n
+		}
+		for i, n := range dr.snap.perSecNew {
+			at(i).FirstDelivered = n
+		}
+		if lr.match != nil {
+			all, steady, perSec, before := lr.match.snapshot()
+			res.Delivery.AfterAck = summarize(all)
+			res.Delivery.AfterAckSteady = steady
+			res.Delivery.AfterAckPercentiles = percentileCurve(all)
+			res.Delivery.BeforeAck = before
+			for i, l := range perSec {
+				at(i).DeliveryP50, at(i).DeliveryP99 = l.P50, l.P99
 			}
-			res.Timeline[i].Delivered = n
+		}
+		for sec, v := range dr.metric {
+			at(sec).MetricBacklog = &v
+		}
+		if len(dr.snap.perSecNew) > 0 {
+			fillBacklog(res.Timeline)
 		}
 	}
 	if e != nil {
@@ -332,6 +376,18 @@ func deliveryOf(claimed int64, elapsed time.Duration, dr *drainResult) *Delivery
 		Latency:      summarize(s.lat),
 		Percentiles:  percentileCurve(s.lat),
 		NoSendTimeIn: s.noSentNs,
+		Stale:        s.stale,
+	}
+}
+
+// fillBacklog sets each second's Backlog: the claims (202 answers) completed
+// up to its end minus the keys first delivered up to its end.
+func fillBacklog(tl []Second) {
+	var claimed, delivered int64
+	for i := range tl {
+		claimed += tl[i].Accepted
+		delivered += tl[i].FirstDelivered
+		tl[i].Backlog = claimed - delivered
 	}
 }
 
@@ -385,6 +441,12 @@ func formatText(res *Result) string {
 		line("Delivery", "[delivered/claimed, repeated, rate]",
 			fmt.Sprintf("%d/%d, %d, %.2f/s (drain %s%s)", dl.Delivered, dl.Claimed, dl.Repeated, dl.PerSec, fmtSeconds(dl.DrainS), pendingNote(dl)))
 		line("Delivery lat", "[min, mean, 50, 90, 99, 99.9, max]", fmtLatency(dl.Latency))
+		if dl.AfterAck.Count > 0 {
+			line("  after 2xx", "[min, mean, 50, 90, 99, 99.9, max]", fmtLatency(dl.AfterAck))
+			if dl.AfterAckSteady.Count > 0 && dl.AfterAckSteady.Count < dl.AfterAck.Count {
+				line("  steady", "[after the first third of -d]", fmtLatency(dl.AfterAckSteady))
+			}
+		}
 	}
 	line("CPU cores", "[nodes..., bench]", fmtCPU(res.CPU))
 	for _, n := range res.NodeStats {
@@ -400,8 +462,47 @@ func formatText(res *Result) string {
 			fmt.Fprintf(&b, "  %d × %s\n", res.Errors[k], k)
 		}
 	}
+	if res.Model == "open" {
+		b.WriteString(formatTimeline(res.Timeline))
+	}
+	if res.Fill != nil {
+		b.WriteString(formatFill(res.Fill))
+	}
 	for _, f := range res.Files {
 		line("File", "", f)
+	}
+	return b.String()
+}
+
+// formatTimeline renders the run second by second: claims and their latency,
+// deliveries and their latency after the 2xx, and the backlog (computed, and
+// the node's metric when scraped). Empty when no second has a claim latency.
+func formatTimeline(tl []Second) string {
+	has := false
+	for _, s := range tl {
+		has = has || s.ClaimP99 > 0
+	}
+	if !has {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("Per second (claims by answer time; deliveries by arrival; latency after the 202):\n")
+	fmt.Fprintf(&b, "  %4s %9s %9s %9s %11s %9s %9s %9s %9s\n",
+		"t", "claims", "claim50", "claim99", "delivered", "deliv50", "deliv99", "backlog", "metric")
+	lat := func(us int64) string {
+		if us == 0 {
+			return "-"
+		}
+		return fmtMicros(float64(us))
+	}
+	for _, s := range tl {
+		metric := "-"
+		if s.MetricBacklog != nil {
+			metric = strconv.FormatInt(*s.MetricBacklog, 10)
+		}
+		fmt.Fprintf(&b, "  %4d %9d %9s %9s %11d %9s %9s %9d %9s\n",
+			s.T, s.Accepted, lat(s.ClaimP50), lat(s.ClaimP99), s.FirstDelivered,
+			lat(s.DeliveryP50), lat(s.DeliveryP99), s.Backlog, metric)
 	}
 	return b.String()
 }
@@ -500,6 +601,9 @@ func resultPaths(o *options, res *Result) (jsonPath, pngPath string) {
 	if o.storm > 1 {
 		name += fmt.Sprintf("-storm%d", o.storm)
 	}
+	if o.fill > 0 {
+		name += fmt.Sprintf("-fill%d", o.fill)
+	}
 	base := filepath.Join(o.out, name)
 	return base + ".json", base + ".png"
 }
@@ -528,17 +632,22 @@ func replot(jsonPath string) error {
 	if err != nil {
 		return err
 	}
+	png := strings.TrimSuffix(jsonPath, ".json") + ".png"
+	var sr Sustain // a -sustain search has steps; a run has none
+	if err := json.Unmarshal(b, &sr); err == nil && len(sr.Steps) > 0 {
+		return writeSustainPlot(&sr, png)
+	}
 	var res Result
 	if err := json.Unmarshal(b, &res); err != nil {
 		return fmt.Errorf("%s: %w", jsonPath, err)
 	}
-	return writePlot(&res, strings.TrimSuffix(jsonPath, ".json")+".png")
+	return writePlot(&res, png)
 }
 
 // readCommit returns the short commit of HEAD by reading .git under root (no
 // git process), or "nogit".
 func readCommit(root string) string {
-	gitDir := filepath.Join(root, ".git")
+	gitDir, commonDir := gitDirs(root)
 	head, err := os.ReadFile(filepath.Join(gitDir, "HEAD"))
 	if err != nil {
 		return "nogit"
@@ -546,9 +655,9 @@ func readCommit(root string) string {
 	h := strings.TrimSpace(string(head))
 	if ref, ok := strings.CutPrefix(h, "ref: "); ok {
 		h = ""
-		if b, err := os.ReadFile(filepath.Join(gitDir, filepath.FromSlash(ref))); err == nil {
+		if b, err := os.ReadFile(filepath.Join(commonDir, filepath.FromSlash(ref))); err == nil {
 			h = strings.TrimSpace(string(b))
-		} else if packed, err := os.ReadFile(filepath.Join(gitDir, "packed-refs")); err == nil {
+		} else if packed, err := os.ReadFile(filepath.Join(commonDir, "packed-refs")); err == nil {
 			for l := range strings.SplitSeq(string(packed), "\n") {
 				if hash, name, ok := strings.Cut(strings.TrimSpace(l), " "); ok && name == ref {
 					h = hash
@@ -560,6 +669,33 @@ func readCommit(root string) string {
 		return "nogit"
 	}
 	return h[:7]
+}
+
+// gitDirs returns the git dir of the checkout at root, where HEAD is, and
+// the common dir, where branches are: both root/.git in a plain checkout; in
+// a linked worktree, .git is a file naming the worktree's git dir, whose
+// commondir file names the repository's.
+func gitDirs(root string) (gitDir, commonDir string) {
+	gitDir = filepath.Join(root, ".git")
+	b, err := os.ReadFile(gitDir)
+	if err != nil {
+		return gitDir, gitDir // a directory, or nothing
+	}
+	dir, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir: ")
+	if !ok {
+		return gitDir, gitDir
+	}
+	if !filepath.IsAbs(dir) {
+		dir = filepath.Join(root, dir)
+	}
+	commonDir = dir
+	if c, err := os.ReadFile(filepath.Join(dir, "commondir")); err == nil {
+		commonDir = strings.TrimSpace(string(c))
+		if !filepath.IsAbs(commonDir) {
+			commonDir = filepath.Join(dir, commonDir)
+		}
+	}
+	return dir, commonDir
 }
 
 // progress draws a one-line bar on a terminal; a no-op otherwise.

@@ -24,7 +24,10 @@ type sink struct {
 
 	mu         sync.Mutex // guards the fields below
 	lat        *hdrhistogram.Histogram
+	match      *ackMatcher       // nil: no pairing with the generator's 2xx
 	runKey     []byte            // "evt_<run>_": keys of this run are counted in seqs
+	oldRuns    [][]byte          // runKeys of earlier runs (-sustain steps): their late deliveries are stale
+	stale      int64             // deliveries of an earlier run's keys
 	seqs       []uint8           // event number -> times received (saturating), for this run's keys
 	uniqSeqs   int64             // entries of seqs above zero
 	keys       map[string]uint32 // any other Idempotency-Key -> times received
@@ -32,6 +35,7 @@ type sink struct {
 	repeats    int64 // deliveries of a key already received
 	noSentNs   int64 // bodies without a readable sent_ns
 	perSec     []int64
+	perSecNew  []int64 // first deliveries of this run's keys, by second
 }
 
 // sinkSnapshot is a copy of the sink's counters.
@@ -42,6 +46,8 @@ type sinkSnapshot struct {
 	repeats    int64
 	noSentNs   int64
 	perSec     []int64
+	perSecNew  []int64
+	stale      int64
 }
 
 func startSink(addr string) (*sink, error) {
@@ -69,12 +75,33 @@ func (s *sink) url() string { return "http://" + s.ln.Addr().String() }
 // keys ("<source>:evt_<run>_<seq>") the sink counts by event number: an
 // array index per delivery instead of a map of strings, which would cost
 // this process (the machine the nodes run on) an allocation per delivery and
-// a growing map for its garbage collector to scan.
-func (s *sink) begin(t time.Time, run string) {
+// a growing map for its garbage collector to scan. It starts every count
+// afresh (a -sustain step is a run of its own); deliveries of an earlier
+// run's keys that arrive later are counted as stale only. match, when not
+// nil, is told of each key's first delivery.
+func (s *sink) begin(t time.Time, run string, match *ackMatcher) {
 	s.mu.Lock()
+	if len(s.runKey) > 0 {
+		s.oldRuns = append(s.oldRuns, s.runKey)
+	}
 	s.runKey = []byte("evt_" + run + "_")
-	s.mu.Unlock()
+	s.match = match
+	s.lat = newHist()
+	s.seqs, s.uniqSeqs, s.keys = nil, 0, make(map[string]uint32)
+	s.deliveries, s.repeats, s.noSentNs, s.stale = 0, 0, 0, 0
+	s.perSec, s.perSecNew = nil, nil
 	s.origin.Store(t.UnixNano())
+	s.mu.Unlock()
+}
+
+// staleKey reports whether key belongs to an earlier run.
+func (s *sink) staleKey(key []byte) bool {
+	for _, k := range s.oldRuns {
+		if bytes.Contains(key, k) {
+			return true
+		}
+	}
+	return false
 }
 
 // runSeq returns the event number of a key of this run, or false.
@@ -105,6 +132,12 @@ func (s *sink) handle(ctx *fasthttp.RequestCtx) {
 	origin := s.origin.Load()
 
 	s.mu.Lock()
+	if len(s.oldRuns) > 0 && s.staleKey(key) {
+		s.stale++
+		s.mu.Unlock()
+		ctx.SetStatusCode(fasthttp.StatusOK)
+		return
+	}
 	s.deliveries++
 	if seq, ok := s.runSeq(key); ok {
 		if seq >= len(s.seqs) {
@@ -114,6 +147,16 @@ func (s *sink) handle(ctx *fasthttp.RequestCtx) {
 		case n == 0:
 			s.uniqSeqs++
 			s.seqs[seq] = 1
+			if s.match != nil {
+				s.match.received(int64(seq), now)
+			}
+			if origin > 0 && now >= origin {
+				sec := int((now - origin) / int64(time.Second))
+				for len(s.perSecNew) <= sec {
+					s.perSecNew = append(s.perSecNew, 0)
+				}
+				s.perSecNew[sec]++
+			}
 		case n < 255:
 			s.repeats++
 			s.seqs[seq] = n + 1
@@ -176,11 +219,18 @@ func (s *sink) snapshot() sinkSnapshot {
 		repeats:    s.repeats,
 		noSentNs:   s.noSentNs,
 		perSec:     append([]int64(nil), s.perSec...),
+		perSecNew:  append([]int64(nil), s.perSecNew...),
+		stale:      s.stale,
 	}
 }
 
 func (s *sink) close() error {
 	err := s.srv.Shutdown()
+	// Shutdown closes the listeners Serve has registered; one closed right
+	// after start may not be yet, so close it here as well.
+	if cerr := s.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+		err = errors.Join(err, cerr)
+	}
 	if serr := <-s.served; serr != nil && !errors.Is(serr, net.ErrClosed) {
 		err = errors.Join(err, serr)
 	}

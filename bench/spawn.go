@@ -230,6 +230,9 @@ func (e *env) config(p *proc, o *options) string {
 	if o.replayGuard != "" {
 		fmt.Fprintf(&b, "replay_guard = %s\n", q(o.replayGuard))
 	}
+	if o.payloadRetention != "" {
+		fmt.Fprintf(&b, "payload_retention = %s\n", q(o.payloadRetention))
+	}
 	return b.String()
 }
 
@@ -516,6 +519,7 @@ func (e *env) drain(ctx context.Context, claims int64, limit time.Duration) *dra
 type drainResult struct {
 	waited time.Duration
 	snap   sinkSnapshot
+	metric map[int]int64 // the node's oncehook_backlog by second, when scraped
 }
 
 // profileJob fetches a CPU profile from a node's admin pprof while the load
