@@ -69,9 +69,11 @@ type applier struct {
 	meta, events, payloads, responses, counters *bolt.Bucket
 	due, leases, states, expiry, done, orders   *bolt.Bucket
 	bodies, sources, held                       *bolt.Bucket
+	objects, attempts                           *bolt.Bucket // order.go, history.go
 
 	width int64  // retention bucket width
 	index uint64 // index of the entry being applied (the lease token)
+	pos   uint32 // position of the command being applied in its entry
 
 	arena arena
 	kbuf  []byte  // scratch for index keys given to Get/Delete/Put
@@ -79,6 +81,7 @@ type applier struct {
 
 	// Kept cursors for the point reads and deletes of the hot path (see point).
 	evp, payp, duep, leasep, statep, donep, bodyp, srcp point
+	objp, histp                                         point
 
 	// written, when set, is told every event record stored or deleted (key,
 	// state; 0 for deleted): Exists answers from it until the commit.
@@ -112,6 +115,8 @@ func newApplier(tx *bolt.Tx, width int64) *applier {
 		bodies:    tx.Bucket(bBodies),
 		sources:   tx.Bucket(bSources),
 		held:      tx.Bucket(bHeld),
+		objects:   tx.Bucket(bObjects),
+		attempts:  tx.Bucket(bAttempts),
 		kbuf:      make([]byte, 0, 2*MaxKeyLen+10),
 	}
 	// Time-ordered buckets grow at their end (or at the end of a state's
@@ -122,6 +127,7 @@ func newApplier(tx *bolt.Tx, width int64) *applier {
 	a.evp, a.payp, a.duep = point{a.events.Cursor()}, point{a.payloads.Cursor()}, point{a.due.Cursor()}
 	a.leasep, a.statep, a.donep = point{a.leases.Cursor()}, point{a.states.Cursor()}, point{a.done.Cursor()}
 	a.bodyp, a.srcp = point{a.bodies.Cursor()}, point{a.sources.Cursor()}
+	a.objp, a.histp = point{a.objects.Cursor()}, point{a.attempts.Cursor()}
 	return a
 }
 
@@ -478,10 +484,18 @@ func (a *applier) claim(c *Command) (Result, error) {
 		ExpiresAt: expires,
 		LeaseFor:  c.LeaseFor,
 	}
+	if c.OrderObject != "" {
+		ev.OrderObject, ev.OrderTime, ev.OrderIndex, ev.OrderPos = c.OrderObject, c.OrderTime, a.index, a.pos
+	}
 	if st == StatePending {
 		ev.NextAttemptAt = c.Now
 		if err := a.putPending(c.Source, c.Now, c.Key); err != nil {
 			return Result{}, err
+		}
+		if ev.OrderObject != "" {
+			if err := a.enqueue(&ev); err != nil {
+				return Result{}, err
+			}
 		}
 	}
 	var flags byte
@@ -626,6 +640,12 @@ func (a *applier) lease(c *Command) (Result, error) {
 		if p.ev.Token >= a.index {
 			continue
 		}
+		if flags&flagOrder != 0 {
+			p.ev.Key = bytesStr(key)
+			if !a.isHead(&p.ev) {
+				continue // another event of its object goes first (order.go)
+			}
+		}
 		p.ev.Key = string(key)
 		p.flags, p.due = flags, t
 		picks = append(picks, p)
@@ -725,6 +745,9 @@ func (a *applier) complete(c *Command) (Result, error) {
 	if err := a.leasep.del(a.tk(ev.LeaseUntil, ev.Key)); err != nil {
 		return Result{}, err
 	}
+	if err := a.dequeue(&ev, ev.State); err != nil {
+		return Result{}, err
+	}
 	oldUpdated := ev.UpdatedAt
 	ev.State = StateDone
 	ev.LeaseUntil = 0
@@ -762,6 +785,8 @@ func (a *applier) fail(c *Command) (Result, error) {
 		return bad("fail retry in %d", c.RetryIn)
 	case !validStep(c.Step):
 		return bad("fail step: want at most %d printable ASCII bytes", MaxStepLen)
+	case c.Attempt != nil && !validAttempt(c.Attempt):
+		return bad("fail attempt out of range")
 	}
 	var ev Event
 	flags, found, err := a.load(c.Key, &ev)
@@ -784,8 +809,16 @@ func (a *applier) fail(c *Command) (Result, error) {
 	if c.Step != "" {
 		ev.Step = c.Step
 	}
+	if c.Attempt != nil {
+		if flags, err = a.recordAttempt(&ev, flags, c.Attempt); err != nil {
+			return Result{}, err
+		}
+	}
 	if c.MaxAttempts > 0 && int64(ev.Attempts) >= int64(c.MaxAttempts) {
 		ev.State = StateDead
+		if err := a.dequeue(&ev, StateProcessing); err != nil { // the next event of its object may go
+			return Result{}, err
+		}
 	} else {
 		ev.State = StatePending
 		ev.NextAttemptAt = c.Now + c.RetryIn
@@ -934,6 +967,11 @@ func (a *applier) replay(c *Command) (Result, error) {
 		if err := a.putPending(ev.Source, c.Now, key); err != nil {
 			return Result{}, err
 		}
+		if ev.OrderObject != "" {
+			if err := a.requeue(&ev); err != nil {
+				return Result{}, err
+			}
+		}
 		if err := a.setState(&ev, from, oldUpdated); err != nil {
 			return Result{}, err
 		}
@@ -1038,6 +1076,14 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 		if err := a.releaseBody(key, ev.CreatedAt); err != nil {
 			return err
 		}
+	}
+	if flags&flagHistory != 0 {
+		if err := a.histp.del(a.tk(ev.CreatedAt, key)); err != nil {
+			return err
+		}
+	}
+	if err := a.dequeue(&ev, ev.State); err != nil {
+		return err
 	}
 	switch ev.State {
 	case StatePending:

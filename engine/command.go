@@ -97,6 +97,10 @@ type Command struct {
 	RetryIn     int64  // next try = Now+RetryIn (jitter decided by the leader)
 	MaxAttempts int    // attempts after this failure >= MaxAttempts -> dead (Attempts counts leases; <= 0: no limit)
 	Reason      string // fail: last error; replay, pause, resume: the operator's reason
+	// Attempt is the failed attempt this Fail records in the event's
+	// attempt history (history.go); nil records none. The engine cuts its
+	// Body to MaxAttemptBody bytes and its Error like a reason.
+	Attempt *Attempt
 
 	// Replay: either Keys, or State (done, dead or stale; + optional Source) with
 	// UpdatedAt >= Since (0: no bound).
@@ -118,6 +122,15 @@ type AuditEntry struct {
 	From   State
 }
 
+// Attempt is one failed delivery attempt kept in an event's history.
+type Attempt struct {
+	At     int64  // when the attempt started
+	Took   int64  // how long it took (ns)
+	Status int    // the handler's HTTP status; 0 when there was no answer
+	Error  string // the failure: a transport error, or why the answer failed
+	Body   []byte // the first MaxAttemptBody bytes of the handler's answer
+}
+
 // Event is the stored view of one claimed key.
 type Event struct {
 	Key           string
@@ -135,7 +148,19 @@ type Event struct {
 	// Step is the last step a handler reported (Oncehook-Step) on complete or
 	// fail; "" when none has. A reclaim or a replay keeps it, and the next
 	// attempt sends it as Oncehook-Last-Step.
-	Step     string
+	Step string
+	// Ordering (a claim with an OrderObject): the object, and the event's
+	// place in the object's queue of unfinished events: its order time,
+	// then the Raft index and position in its entry of the claim (ties of
+	// order time go in claim order). A replay moves the event to the tail
+	// of its queue (order.go).
+	OrderObject string
+	OrderTime   int64
+	OrderIndex  uint64
+	OrderPos    uint32
+	// History is the event's last failed attempts, oldest first (at most
+	// maxHistory); filled by Get.
+	History  []Attempt
 	Headers  []Header  // filled together with Payload
 	Response *Response // cached handler answer (Get)
 	Audit    []AuditEntry
