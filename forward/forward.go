@@ -28,8 +28,9 @@ type Store interface {
 	Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string) error
 	// Fail records a failed attempt under token: the event is pending again
 	// retryIn from now, or dead when its attempts reach maxAttempts. reason is
-	// kept as the event's last error, step (when not "") as its step.
-	Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string) error
+	// kept as the event's last error, step (when not "") as its step; at
+	// (when not nil) joins the event's attempt history.
+	Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string, at *engine.Attempt) error
 	// Reclaim returns every processing event whose lease has ended to pending
 	// and says how many moved.
 	Reclaim(ctx context.Context) (int, error)
