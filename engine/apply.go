@@ -81,7 +81,7 @@ type applier struct {
 
 	// Kept cursors for the point reads and deletes of the hot path (see point).
 	evp, payp, duep, leasep, statep, donep, bodyp, srcp point
-	objp, histp                                         point
+	objp, histp                                         point // made on first use (objPoint, histPoint)
 
 	// written, when set, is told every event record stored or deleted (key,
 	// state; 0 for deleted): Exists answers from it until the commit.
@@ -127,7 +127,6 @@ func newApplier(tx *bolt.Tx, width int64) *applier {
 	a.evp, a.payp, a.duep = point{a.events.Cursor()}, point{a.payloads.Cursor()}, point{a.due.Cursor()}
 	a.leasep, a.statep, a.donep = point{a.leases.Cursor()}, point{a.states.Cursor()}, point{a.done.Cursor()}
 	a.bodyp, a.srcp = point{a.bodies.Cursor()}, point{a.sources.Cursor()}
-	a.objp, a.histp = point{a.objects.Cursor()}, point{a.attempts.Cursor()}
 	return a
 }
 
@@ -609,14 +608,16 @@ func (a *applier) lease(c *Command) (Result, error) {
 	case c.LeaseFor <= 0 || c.LeaseFor > maxDuration:
 		return bad("lease for %d", c.LeaseFor)
 	}
+	// The picked events are decoded straight into the result (out); picks
+	// holds what else the moves need.
 	type pick struct {
-		ev    Event
 		flags byte
 		due   int64
 	}
+	var out []Event
 	var picks []pick
 	cur := a.due.Cursor()
-	for k, _ := cur.First(); k != nil && len(picks) < c.Max; k, _ = cur.Next() {
+	for k, _ := cur.First(); k != nil && len(out) < c.Max; k, _ = cur.Next() {
 		if len(k) < 9 {
 			return Result{}, fmt.Errorf("%w: due index key %x", ErrCorrupt, k)
 		}
@@ -629,34 +630,33 @@ func (a *applier) lease(c *Command) (Result, error) {
 		if v == nil {
 			return Result{}, fmt.Errorf("%w: due index names missing event %q", ErrCorrupt, clip(key))
 		}
-		var p pick
-		flags, err := decodeRecord(key, v, &p.ev)
+		out = append(out, Event{})
+		ev := &out[len(out)-1]
+		flags, err := decodeRecord(key, v, ev)
 		if err != nil {
 			return Result{}, err
 		}
-		if p.ev.State != StatePending || p.ev.NextAttemptAt != t {
+		if ev.State != StatePending || ev.NextAttemptAt != t {
 			return Result{}, fmt.Errorf("%w: due index entry %q does not match its event", ErrCorrupt, clip(key))
 		}
-		if p.ev.Token >= a.index {
+		skip := ev.Token >= a.index
+		if !skip && flags&flagOrder != 0 {
+			ev.Key = bytesStr(key)
+			skip = !a.isHead(ev) // another event of its object goes first (order.go)
+		}
+		if skip {
+			out = out[:len(out)-1]
 			continue
 		}
-		if flags&flagOrder != 0 {
-			p.ev.Key = bytesStr(key)
-			if !a.isHead(&p.ev) {
-				continue // another event of its object goes first (order.go)
-			}
-		}
-		p.ev.Key = string(key)
-		p.flags, p.due = flags, t
-		picks = append(picks, p)
+		ev.Key = string(key)
+		picks = append(picks, pick{flags, t})
 	}
-	if len(picks) == 0 {
+	if len(out) == 0 {
 		return Result{}, nil
 	}
-	out := make([]Event, len(picks))
-	for _, i := range keyOrder(len(picks), func(i int) string { return picks[i].ev.Key }) {
+	for _, i := range keyOrder(len(out), func(i int) string { return out[i].Key }) {
 		p := &picks[i]
-		ev := &p.ev
+		ev := &out[i]
 		if err := a.duep.del(a.tk(p.due, ev.Key)); err != nil {
 			return Result{}, err
 		}
@@ -688,7 +688,6 @@ func (a *applier) lease(c *Command) (Result, error) {
 				return Result{}, err
 			}
 		}
-		out[i] = *ev
 	}
 	return Result{Events: out, N: len(out)}, nil
 }
@@ -1078,7 +1077,7 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 		}
 	}
 	if flags&flagHistory != 0 {
-		if err := a.histp.del(a.tk(ev.CreatedAt, key)); err != nil {
+		if err := a.histPoint().del(a.tk(ev.CreatedAt, key)); err != nil {
 			return err
 		}
 	}

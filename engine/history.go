@@ -106,13 +106,21 @@ func validAttempt(at *Attempt) bool {
 		at.Status >= 0 && at.Status <= 999 && len(at.Body) <= MaxPayloadLen
 }
 
+// histPoint returns the kept cursor of the attempts bucket, made on first use.
+func (a *applier) histPoint() point {
+	if a.histp.c == nil {
+		a.histp = point{a.attempts.Cursor()}
+	}
+	return a.histp
+}
+
 // recordAttempt appends c.Attempt to ev's history (the newest maxHistory
 // kept) and returns the record flags with flagHistory.
 func (a *applier) recordAttempt(ev *Event, flags byte, at *Attempt) (byte, error) {
 	hk := a.tk(ev.CreatedAt, ev.Key)
 	var h []Attempt
 	if flags&flagHistory != 0 {
-		v := a.histp.get(hk)
+		v := a.histPoint().get(hk)
 		if v == nil {
 			return 0, fmt.Errorf("%w: event %q: flagged with a history, none stored", ErrCorrupt, clip(strBytes(ev.Key)))
 		}

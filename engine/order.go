@@ -79,6 +79,15 @@ func parseObjectKey(k []byte) (object []byte, t int64, index uint64, pos uint32,
 	return object, t, index, pos, rest[objectKeyLen:], true
 }
 
+// objPoint returns the kept cursor of the objects bucket, made on first use
+// (a batch without ordered events never pays for it).
+func (a *applier) objPoint() point {
+	if a.objp.c == nil {
+		a.objp = point{a.objects.Cursor()}
+	}
+	return a.objp
+}
+
 // queued reports whether an event in state s is in its object's queue.
 func queued(s State) bool { return s == StatePending || s == StateProcessing }
 
@@ -95,14 +104,14 @@ func (a *applier) dequeue(ev *Event, from State) error {
 		return nil
 	}
 	a.kbuf = appendObjectKey(a.kbuf[:0], ev)
-	return a.objp.del(a.kbuf)
+	return a.objPoint().del(a.kbuf)
 }
 
 // isHead reports whether ev is the first entry of its object's queue: the
 // one event of the object that Lease may lease.
 func (a *applier) isHead(ev *Event) bool {
 	a.kbuf = objectPrefix(a.kbuf[:0], ev.OrderObject)
-	k, _ := a.objp.c.Seek(a.kbuf)
+	k, _ := a.objPoint().c.Seek(a.kbuf)
 	if k == nil {
 		return false
 	}
@@ -114,7 +123,7 @@ func (a *applier) isHead(ev *Event) bool {
 // replay's index and position, at the tail's order time when that is newer.
 func (a *applier) requeue(ev *Event) error {
 	a.kbuf = append(objectPrefix(a.kbuf[:0], ev.OrderObject), 0xff) // after every time (< 2^62)
-	c := a.objp.c
+	c := a.objPoint().c
 	k, _ := c.Seek(a.kbuf)
 	if k == nil {
 		k, _ = c.Last()
