@@ -69,7 +69,7 @@ type applier struct {
 	meta, events, payloads, responses, counters *bolt.Bucket
 	due, leases, states, expiry, done, orders   *bolt.Bucket
 	bodies, sources, held                       *bolt.Bucket
-	objects, attempts                           *bolt.Bucket // order.go, history.go
+	objects, attempts                           *bolt.Bucket // order.go, history.go: opened on first use
 
 	width int64  // retention bucket width
 	index uint64 // index of the entry being applied (the lease token)
@@ -115,8 +115,6 @@ func newApplier(tx *bolt.Tx, width int64) *applier {
 		bodies:    tx.Bucket(bBodies),
 		sources:   tx.Bucket(bSources),
 		held:      tx.Bucket(bHeld),
-		objects:   tx.Bucket(bObjects),
-		attempts:  tx.Bucket(bAttempts),
 		kbuf:      make([]byte, 0, 2*MaxKeyLen+10),
 	}
 	// Time-ordered buckets grow at their end (or at the end of a state's
@@ -629,6 +627,10 @@ func (a *applier) lease(c *Command) (Result, error) {
 		v := a.evp.get(key)
 		if v == nil {
 			return Result{}, fmt.Errorf("%w: due index names missing event %q", ErrCorrupt, clip(key))
+		}
+		if out == nil {
+			// Sized on the first due event: a lease with nothing due allocates nothing.
+			out, picks = make([]Event, 0, min(c.Max, 16)), make([]pick, 0, min(c.Max, 16))
 		}
 		out = append(out, Event{})
 		ev := &out[len(out)-1]

@@ -69,7 +69,9 @@ type Command struct {
 	Headers   []Header
 	Retention int64 // the key lives at least Now+Retention (rounded up to a whole bucket)
 	// Ordering guard: when OrderObject is set, a claim whose OrderTime is older
-	// than the newest OrderTime applied for that object becomes StateStale.
+	// than the newest OrderTime applied for that object becomes StateStale;
+	// else it joins the object's queue, and Lease hands out one event per
+	// object at a time, oldest first (order.go).
 	OrderObject string
 	OrderTime   int64
 	// BodyKey is the replay guard's key for the claim's verified body (the

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"unicode/utf8"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // Attempt history. A Fail that carries an Attempt appends it to the event's
@@ -106,10 +108,19 @@ func validAttempt(at *Attempt) bool {
 		at.Status >= 0 && at.Status <= 999 && len(at.Body) <= MaxPayloadLen
 }
 
+// histBucket returns the attempts bucket, opened on first use (a batch
+// without failed attempts never pays for it).
+func (a *applier) histBucket() *bolt.Bucket {
+	if a.attempts == nil {
+		a.attempts = a.tx.Bucket(bAttempts)
+	}
+	return a.attempts
+}
+
 // histPoint returns the kept cursor of the attempts bucket, made on first use.
 func (a *applier) histPoint() point {
 	if a.histp.c == nil {
-		a.histp = point{a.attempts.Cursor()}
+		a.histp = point{a.histBucket().Cursor()}
 	}
 	return a.histp
 }
@@ -134,7 +145,7 @@ func (a *applier) recordAttempt(ev *Event, flags byte, at *Attempt) (byte, error
 	}
 	h = append(h, clipAttempt(*at))
 	v := appendHistory(a.arena.make(historySize(h)), h)
-	if err := a.attempts.Put(a.tk(ev.CreatedAt, ev.Key), v); err != nil {
+	if err := a.histBucket().Put(a.tk(ev.CreatedAt, ev.Key), v); err != nil {
 		return 0, err
 	}
 	return flags | flagHistory, nil

@@ -3,6 +3,8 @@ package engine
 import (
 	"bytes"
 	"encoding/binary"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // Order at delivery. A claim with an OrderObject stores the object and its
@@ -79,11 +81,19 @@ func parseObjectKey(k []byte) (object []byte, t int64, index uint64, pos uint32,
 	return object, t, index, pos, rest[objectKeyLen:], true
 }
 
-// objPoint returns the kept cursor of the objects bucket, made on first use
-// (a batch without ordered events never pays for it).
+// objBucket returns the objects bucket, opened on first use (a batch without
+// ordered events never pays for it).
+func (a *applier) objBucket() *bolt.Bucket {
+	if a.objects == nil {
+		a.objects = a.tx.Bucket(bObjects)
+	}
+	return a.objects
+}
+
+// objPoint returns the kept cursor of the objects bucket, made on first use.
 func (a *applier) objPoint() point {
 	if a.objp.c == nil {
-		a.objp = point{a.objects.Cursor()}
+		a.objp = point{a.objBucket().Cursor()}
 	}
 	return a.objp
 }
@@ -94,7 +104,7 @@ func queued(s State) bool { return s == StatePending || s == StateProcessing }
 // enqueue adds ev to its object's queue (ev carries flagOrder).
 func (a *applier) enqueue(ev *Event) error {
 	a.kbuf = appendObjectKey(a.kbuf[:0], ev)
-	return a.objects.Put(a.kbuf, empty)
+	return a.objBucket().Put(a.kbuf, empty)
 }
 
 // dequeue removes ev from its object's queue, when it is ordered and was
