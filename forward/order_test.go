@@ -137,3 +137,21 @@ func TestTransportErrorInHistory(t *testing.T) {
 		t.Fatalf("history %+v, want one timeout without status", ev.History)
 	}
 }
+
+// TestOrderedSuccessorLeasedWhenTheHeadEnds: when an event with an order
+// object ends, the dispatcher leases again at once: the next event of its
+// object does not wait for a poll tick or a wake.
+func TestOrderedSuccessorLeasedWhenTheHeadEnds(t *testing.T) {
+	l := newLeader(t)
+	h := &sink{}
+	srv := serve(t, h)
+	l.claimOrdered("src:A1", "A", 100)
+	l.claimOrdered("src:A2", "A", 200)
+	wake := make(chan struct{}, 1)
+	start(t, l, nil, Options{Wake: wake, PollInterval: time.Hour, SweepInterval: time.Hour,
+		Targets: only(Target{URL: srv.URL})})
+	waitFor(t, "A2 done after A1, without a tick", stateIs(l, "src:A2", engine.StateDone))
+	if h.n() != 2 || h.hit(0).header.Get(HeaderIdempotencyKey) != "src:A1" {
+		t.Fatalf("handler got %d requests, the first %q", h.n(), h.hit(0).header.Get(HeaderIdempotencyKey))
+	}
+}
