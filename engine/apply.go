@@ -490,7 +490,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 			return Result{}, err
 		}
 		if ev.OrderObject != "" {
-			if err := a.enqueue(&ev); err != nil {
+			if err := a.append(&ev); err != nil {
 				return Result{}, err
 			}
 		}
@@ -969,7 +969,7 @@ func (a *applier) replay(c *Command) (Result, error) {
 			return Result{}, err
 		}
 		if ev.OrderObject != "" {
-			if err := a.requeue(&ev); err != nil {
+			if err := a.append(&ev); err != nil {
 				return Result{}, err
 			}
 		}

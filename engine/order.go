@@ -129,9 +129,12 @@ func (a *applier) isHead(ev *Event) bool {
 	return bytes.Equal(k, a.kbuf)
 }
 
-// requeue puts a replayed ev at the tail of its object's queue: at the
-// replay's index and position, at the tail's order time when that is newer.
-func (a *applier) requeue(ev *Event) error {
+// append puts ev (a claim, or a replayed event) at the tail of its object's
+// queue: at this command's index and position, and at the tail's order time
+// when that is newer than ev's. For a claim the tail is never newer while
+// the object's order entry lives (a newer claim makes this one stale), but
+// a replayed event can outlive that entry; so a claim, too, goes after it.
+func (a *applier) append(ev *Event) error {
 	a.kbuf = append(objectPrefix(a.kbuf[:0], ev.OrderObject), 0xff) // after every time (< 2^62)
 	c := a.objPoint().c
 	k, _ := c.Seek(a.kbuf)

@@ -267,3 +267,29 @@ func TestRestoreSnapshotWithoutOrderBuckets(t *testing.T) {
 		t.Fatalf("history after restore = %+v", ev.History)
 	}
 }
+
+// TestOrderClaimAfterAReplayedStaleEvent: a stale event replayed after its
+// object's order entry expired is the tail of the queue; a claim that the
+// guard no longer finds stale still goes after it, never beside it.
+func TestOrderClaimAfterAReplayedStaleEvent(t *testing.T) {
+	h := newHarness(t, Options{NoSync: true})
+	n := orderedClaim("src:new", t0, "A", 200)
+	n.Retention = hour / 2
+	h.one(n)
+	if r := h.one(orderedClaim("src:stale", t0, "A", 100)); r.State != StateStale {
+		t.Fatalf("older claim = %+v", r)
+	}
+	r := h.one(leaseCmd(t0, 10))
+	h.one(completeCmd("src:new", r.Events[0].Token, t0))
+	h.one(Command{Op: OpExpire, Now: t0 + 2*hour}) // src:new and the order entry go; src:stale stays
+	h.one(Command{Op: OpReplay, Now: t0 + 2*hour, Keys: []string{"src:stale"}, Who: "ops"})
+	if got := sortedLeased(h.one(leaseCmd(t0+2*hour, 10))); !slices.Equal(got, []string{"src:stale"}) {
+		t.Fatalf("leased %v", got)
+	}
+	if r := h.one(orderedClaim("src:late", t0+2*hour, "A", 50)); r.State != StatePending {
+		t.Fatalf("claim after the order entry expired = %+v", r)
+	}
+	if got := sortedLeased(h.one(leaseCmd(t0+2*hour, 10))); len(got) != 0 {
+		t.Fatalf("leased %v while src:stale is processing", got)
+	}
+}
