@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 
@@ -117,4 +118,24 @@ func attemptEntries(tb testing.TB, e *Engine) int {
 		tb.Fatal(err)
 	}
 	return n
+}
+
+// FuzzDecodeHistory: decoding never panics, errors wrap ErrCorrupt, and a
+// decoded history re-encodes to the same bytes.
+func FuzzDecodeHistory(f *testing.F) {
+	f.Add(appendHistory(nil, []Attempt{*attemptN(1), {}}))
+	f.Add(appendHistory(nil, []Attempt{{At: -1, Status: 502, Error: "status 502", Body: []byte{0, 0xff}}}))
+	f.Add([]byte{historyVersion, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, err := decodeHistory([]byte("k"), b)
+		if err != nil {
+			if !errors.Is(err, ErrCorrupt) {
+				t.Fatalf("error %v does not wrap ErrCorrupt", err)
+			}
+			return
+		}
+		if again := appendHistory(nil, h); !bytes.Equal(again, b) {
+			t.Fatalf("re-encoded %x, decoded from %x", again, b)
+		}
+	})
 }
