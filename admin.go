@@ -165,25 +165,26 @@ func (n *node) adminStatus(w http.ResponseWriter, r *http.Request) {
 // eventJSON is the admin API's event shape (README.md, "HTTP surface";
 // scripts read it, so field names are fixed).
 type eventJSON struct {
-	Key           string      `json:"key"`
-	Source        string      `json:"source"`
-	State         string      `json:"state"`
-	Attempts      uint32      `json:"attempts"`
-	Token         uint64      `json:"token"`
-	CreatedAt     string      `json:"created_at"`
-	UpdatedAt     string      `json:"updated_at"`
-	NextAttemptAt string      `json:"next_attempt_at,omitempty"`
-	LeaseUntil    string      `json:"lease_until,omitempty"`
-	ExpiresAt     string      `json:"expires_at"`
-	LastError     string      `json:"last_error"`
-	Step          string      `json:"step"` // the handler's last Oncehook-Step
-	Audit         []auditJSON `json:"audit"`
+	Key           string            `json:"key"`
+	Source        string            `json:"source"`
+	State         string            `json:"state"`
+	Attempts      uint32            `json:"attempts"`
+	Token         uint64            `json:"token"`
+	CreatedAt     string            `json:"created_at"`
+	UpdatedAt     string            `json:"updated_at"`
+	NextAttemptAt string            `json:"next_attempt_at,omitempty"`
+	LeaseUntil    string            `json:"lease_until,omitempty"`
+	ExpiresAt     string            `json:"expires_at"`
+	LastError     string            `json:"last_error"`
+	Step          string            `json:"step"` // the handler's last Oncehook-Step
+	Audit         []auditJSON       `json:"audit"`
+	Headers       map[string]string `json:"headers,omitempty"`
+	Response      *responseJSON     `json:"response,omitempty"`
+	Payload       *string           `json:"payload,omitempty"`
+
 	// History is the last failed attempts, oldest first; GET /v1/events/{key}
 	// only (a list leaves it out).
-	History  *[]attemptJSON    `json:"attempts_history,omitempty"`
-	Headers  map[string]string `json:"headers,omitempty"`
-	Response *responseJSON     `json:"response,omitempty"`
-	Payload  *string           `json:"payload,omitempty"`
+	History *[]attemptJSON `json:"attempts_history,omitempty"`
 }
 
 type auditJSON struct {

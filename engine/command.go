@@ -150,7 +150,12 @@ type Event struct {
 	// Step is the last step a handler reported (Oncehook-Step) on complete or
 	// fail; "" when none has. A reclaim or a replay keeps it, and the next
 	// attempt sends it as Oncehook-Last-Step.
-	Step string
+	Step     string
+	Headers  []Header  // filled together with Payload
+	Response *Response // cached handler answer (Get)
+	Audit    []AuditEntry
+	Payload  []byte // filled by Lease results and by Get when asked
+
 	// Ordering (a claim with an OrderObject): the object, and the event's
 	// place in the object's queue of unfinished events: its order time,
 	// then the Raft index and position in its entry of the claim (ties of
@@ -162,11 +167,7 @@ type Event struct {
 	OrderPos    uint32
 	// History is the event's last failed attempts, oldest first (at most
 	// maxHistory); filled by Get.
-	History  []Attempt
-	Headers  []Header  // filled together with Payload
-	Response *Response // cached handler answer (Get)
-	Audit    []AuditEntry
-	Payload  []byte // filled by Lease results and by Get when asked
+	History []Attempt
 }
 
 // Result is the outcome of one command. A rejected command (stale token, wrong
