@@ -57,7 +57,8 @@
 //     position in the entry); Lease leases an ordered event only when it is
 //     its queue's head, and the head leaves only when done, dead or deleted,
 //     so at most one event per object is processing and it is the head. A
-//     replay appends the event at the tail (order.go).
+//     replay appends the event at the tail (order.go). Lease walks past the
+//     due events that are not their queue's head: they cost it one seek each.
 //   - Attempt history. A Fail carrying an Attempt appends it (body cut to
 //     MaxAttemptBody bytes) to the event's history, the newest 10 kept;
 //     nothing else writes it; deleting the event deletes it (history.go).
