@@ -29,7 +29,8 @@ import (
 //   - A claim older than the newest claimed for its object is stale (the
 //     ordering guard) and never enters the queue; a claim with an equal or
 //     newer order time is not stale, so it sorts after every queued event
-//     (its index is the newest): claims only ever append to a queue.
+//     (its index is the newest): claims only ever append to a queue (append
+//     makes sure of it when a replayed event outlived the order entry).
 //   - A dead event leaves its queue: the next event of its object may go.
 //   - A reclaimed head is pending again and still the head: it goes again
 //     before any younger event.
@@ -38,9 +39,12 @@ import (
 //     tail when that is newer than its own. It goes after the events of its
 //     object already waiting. A replay is an operator's decision to deliver
 //     an old event again; it is the one way an older event can reach the
-//     handler after a newer one.
+//     handler after a newer one. Events of one object replayed by one
+//     command share that place and go in key order.
 //   - An event claimed without flagOrder (by a binary that predates it) is
 //     not in any queue and is leased as if its source had no order.
+//   - Objects are named as the ordering guard names them (the orders
+//     bucket): the same object in two ordered sources is one queue.
 //
 // The check costs Lease one seek in objects per due event of an ordered
 // source, and nothing for the others; an event that is not its queue's head
