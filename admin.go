@@ -181,6 +181,10 @@ type eventJSON struct {
 	Headers       map[string]string `json:"headers,omitempty"`
 	Response      *responseJSON     `json:"response,omitempty"`
 	Payload       *string           `json:"payload,omitempty"`
+
+	// History is the last failed attempts, oldest first; GET /v1/events/{key}
+	// only (a list leaves it out).
+	History *[]attemptJSON `json:"attempts_history,omitempty"`
 }
 
 type auditJSON struct {
@@ -189,6 +193,16 @@ type auditJSON struct {
 	Action string `json:"action"`
 	Reason string `json:"reason"`
 	From   string `json:"from"`
+}
+
+// attemptJSON is one failed attempt: the handler's status (0: no answer),
+// the error, and the first bytes of its answer.
+type attemptJSON struct {
+	At         string  `json:"at"`
+	DurationMS float64 `json:"duration_ms"`
+	Status     int     `json:"status"`
+	Error      string  `json:"error"`
+	Body       string  `json:"body"`
 }
 
 type responseJSON struct {
@@ -208,6 +222,14 @@ func toEventJSON(ev engine.Event, withBody bool) eventJSON {
 		Key: ev.Key, Source: ev.Source, State: stateName(ev.State), Attempts: ev.Attempts, Token: ev.Token,
 		CreatedAt: ts(ev.CreatedAt), UpdatedAt: ts(ev.UpdatedAt), ExpiresAt: ts(ev.ExpiresAt),
 		LastError: ev.LastError, Step: ev.Step, Audit: []auditJSON{},
+	}
+	if len(ev.History) > 0 {
+		h := make([]attemptJSON, 0, len(ev.History))
+		for _, a := range ev.History {
+			h = append(h, attemptJSON{At: ts(a.At), DurationMS: float64(a.Took) / 1e6,
+				Status: a.Status, Error: a.Error, Body: string(a.Body)})
+		}
+		j.History = &h
 	}
 	if ev.State == engine.StatePending {
 		j.NextAttemptAt = ts(ev.NextAttemptAt)
@@ -325,7 +347,11 @@ func (n *node) adminEvent(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	writeJSON(w, http.StatusOK, toEventJSON(ev, withBody))
+	j := toEventJSON(ev, withBody)
+	if j.History == nil {
+		j.History = &[]attemptJSON{} // one event: always there, empty when no attempt failed
+	}
+	writeJSON(w, http.StatusOK, j)
 }
 
 type replayRequest struct {

@@ -255,7 +255,7 @@ func TestRestartKeepsStateAndDoesNotReapply(t *testing.T) {
 	if err != nil || len(evs) != 5 {
 		t.Fatalf("lease: %d %v", len(evs), err)
 	}
-	if err := n.Fail(ctx, evs[0].Key, evs[0].Token, time.Hour, 10, "status 500", "charged"); err != nil {
+	if err := n.Fail(ctx, evs[0].Key, evs[0].Token, time.Hour, 10, "status 500", "charged", nil); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := n.Hash()

@@ -75,10 +75,11 @@ func (n *Node) Complete(ctx context.Context, key string, token uint64, resp *eng
 	return n.leaderCmd(ctx, engine.Command{Op: engine.OpComplete, Key: key, Token: token, Response: resp, Step: step})
 }
 
-// Fail records a failed attempt (and the handler's step when it is not "");
-// the engine decides pending or dead.
-func (n *Node) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string) error {
-	return n.leaderCmd(ctx, engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn), MaxAttempts: maxAttempts, Reason: reason, Step: step})
+// Fail records a failed attempt (and the handler's step when it is not "",
+// and at in the attempt history when it is not nil); the engine decides
+// pending or dead.
+func (n *Node) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string, at *engine.Attempt) error {
+	return n.leaderCmd(ctx, engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn), MaxAttempts: maxAttempts, Reason: reason, Step: step, Attempt: at})
 }
 
 // Reclaim returns expired leases to pending.

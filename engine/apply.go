@@ -69,9 +69,11 @@ type applier struct {
 	meta, events, payloads, responses, counters *bolt.Bucket
 	due, leases, states, expiry, done, orders   *bolt.Bucket
 	bodies, sources, held                       *bolt.Bucket
+	objects, attempts                           *bolt.Bucket // order.go, history.go: opened on first use
 
 	width int64  // retention bucket width
 	index uint64 // index of the entry being applied (the lease token)
+	pos   uint32 // position of the command being applied in its entry
 
 	arena arena
 	kbuf  []byte  // scratch for index keys given to Get/Delete/Put
@@ -79,6 +81,7 @@ type applier struct {
 
 	// Kept cursors for the point reads and deletes of the hot path (see point).
 	evp, payp, duep, leasep, statep, donep, bodyp, srcp point
+	objp, histp                                         point // made on first use (objPoint, histPoint)
 
 	// written, when set, is told every event record stored or deleted (key,
 	// state; 0 for deleted): Exists answers from it until the commit.
@@ -478,10 +481,18 @@ func (a *applier) claim(c *Command) (Result, error) {
 		ExpiresAt: expires,
 		LeaseFor:  c.LeaseFor,
 	}
+	if c.OrderObject != "" {
+		ev.OrderObject, ev.OrderTime, ev.OrderIndex, ev.OrderPos = c.OrderObject, c.OrderTime, a.index, a.pos
+	}
 	if st == StatePending {
 		ev.NextAttemptAt = c.Now
 		if err := a.putPending(c.Source, c.Now, c.Key); err != nil {
 			return Result{}, err
+		}
+		if ev.OrderObject != "" {
+			if err := a.append(&ev); err != nil {
+				return Result{}, err
+			}
 		}
 	}
 	var flags byte
@@ -595,14 +606,16 @@ func (a *applier) lease(c *Command) (Result, error) {
 	case c.LeaseFor <= 0 || c.LeaseFor > maxDuration:
 		return bad("lease for %d", c.LeaseFor)
 	}
+	// The picked events are decoded straight into the result (out); picks
+	// holds what else the moves need.
 	type pick struct {
-		ev    Event
 		flags byte
 		due   int64
 	}
+	var out []Event
 	var picks []pick
 	cur := a.due.Cursor()
-	for k, _ := cur.First(); k != nil && len(picks) < c.Max; k, _ = cur.Next() {
+	for k, _ := cur.First(); k != nil && len(out) < c.Max; k, _ = cur.Next() {
 		if len(k) < 9 {
 			return Result{}, fmt.Errorf("%w: due index key %x", ErrCorrupt, k)
 		}
@@ -615,28 +628,37 @@ func (a *applier) lease(c *Command) (Result, error) {
 		if v == nil {
 			return Result{}, fmt.Errorf("%w: due index names missing event %q", ErrCorrupt, clip(key))
 		}
-		var p pick
-		flags, err := decodeRecord(key, v, &p.ev)
+		if out == nil {
+			// Sized on the first due event: a lease with nothing due allocates nothing.
+			out, picks = make([]Event, 0, min(c.Max, 16)), make([]pick, 0, min(c.Max, 16))
+		}
+		out = append(out, Event{})
+		ev := &out[len(out)-1]
+		flags, err := decodeRecord(key, v, ev)
 		if err != nil {
 			return Result{}, err
 		}
-		if p.ev.State != StatePending || p.ev.NextAttemptAt != t {
+		if ev.State != StatePending || ev.NextAttemptAt != t {
 			return Result{}, fmt.Errorf("%w: due index entry %q does not match its event", ErrCorrupt, clip(key))
 		}
-		if p.ev.Token >= a.index {
+		skip := ev.Token >= a.index
+		if !skip && flags&flagOrder != 0 {
+			ev.Key = bytesStr(key)
+			skip = !a.isHead(ev) // another event of its object goes first (order.go)
+		}
+		if skip {
+			out = out[:len(out)-1]
 			continue
 		}
-		p.ev.Key = string(key)
-		p.flags, p.due = flags, t
-		picks = append(picks, p)
+		ev.Key = string(key)
+		picks = append(picks, pick{flags, t})
 	}
-	if len(picks) == 0 {
+	if len(out) == 0 {
 		return Result{}, nil
 	}
-	out := make([]Event, len(picks))
-	for _, i := range keyOrder(len(picks), func(i int) string { return picks[i].ev.Key }) {
+	for _, i := range keyOrder(len(out), func(i int) string { return out[i].Key }) {
 		p := &picks[i]
-		ev := &p.ev
+		ev := &out[i]
 		if err := a.duep.del(a.tk(p.due, ev.Key)); err != nil {
 			return Result{}, err
 		}
@@ -668,7 +690,6 @@ func (a *applier) lease(c *Command) (Result, error) {
 				return Result{}, err
 			}
 		}
-		out[i] = *ev
 	}
 	return Result{Events: out, N: len(out)}, nil
 }
@@ -725,6 +746,9 @@ func (a *applier) complete(c *Command) (Result, error) {
 	if err := a.leasep.del(a.tk(ev.LeaseUntil, ev.Key)); err != nil {
 		return Result{}, err
 	}
+	if err := a.dequeue(&ev, ev.State); err != nil {
+		return Result{}, err
+	}
 	oldUpdated := ev.UpdatedAt
 	ev.State = StateDone
 	ev.LeaseUntil = 0
@@ -762,6 +786,8 @@ func (a *applier) fail(c *Command) (Result, error) {
 		return bad("fail retry in %d", c.RetryIn)
 	case !validStep(c.Step):
 		return bad("fail step: want at most %d printable ASCII bytes", MaxStepLen)
+	case c.Attempt != nil && !validAttempt(c.Attempt):
+		return bad("fail attempt out of range")
 	}
 	var ev Event
 	flags, found, err := a.load(c.Key, &ev)
@@ -784,8 +810,16 @@ func (a *applier) fail(c *Command) (Result, error) {
 	if c.Step != "" {
 		ev.Step = c.Step
 	}
+	if c.Attempt != nil {
+		if flags, err = a.recordAttempt(&ev, flags, c.Attempt); err != nil {
+			return Result{}, err
+		}
+	}
 	if c.MaxAttempts > 0 && int64(ev.Attempts) >= int64(c.MaxAttempts) {
 		ev.State = StateDead
+		if err := a.dequeue(&ev, StateProcessing); err != nil { // the next event of its object may go
+			return Result{}, err
+		}
 	} else {
 		ev.State = StatePending
 		ev.NextAttemptAt = c.Now + c.RetryIn
@@ -934,6 +968,11 @@ func (a *applier) replay(c *Command) (Result, error) {
 		if err := a.putPending(ev.Source, c.Now, key); err != nil {
 			return Result{}, err
 		}
+		if ev.OrderObject != "" {
+			if err := a.append(&ev); err != nil {
+				return Result{}, err
+			}
+		}
 		if err := a.setState(&ev, from, oldUpdated); err != nil {
 			return Result{}, err
 		}
@@ -1038,6 +1077,14 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 		if err := a.releaseBody(key, ev.CreatedAt); err != nil {
 			return err
 		}
+	}
+	if flags&flagHistory != 0 {
+		if err := a.histPoint().del(a.tk(ev.CreatedAt, key)); err != nil {
+			return err
+		}
+	}
+	if err := a.dequeue(&ev, ev.State); err != nil {
+		return err
 	}
 	switch ev.State {
 	case StatePending:

@@ -23,7 +23,8 @@ func checkIndexes(tx *bolt.Tx) error {
 	due, leases, states, done := tx.Bucket(bDue), tx.Bucket(bLeases), tx.Bucket(bStates), tx.Bucket(bDone)
 	expiry, orders, counters := tx.Bucket(bExpiry), tx.Bucket(bOrders), tx.Bucket(bCounters)
 	bodies, sources, held := tx.Bucket(bBodies), tx.Bucket(bSources), tx.Bucket(bHeld)
-	for _, b := range []*bolt.Bucket{events, payloads, responses, due, leases, states, done, expiry, orders, counters, bodies, sources, held} {
+	objects, attempts := tx.Bucket(bObjects), tx.Bucket(bAttempts)
+	for _, b := range []*bolt.Bucket{events, payloads, responses, due, leases, states, done, expiry, orders, counters, bodies, sources, held, objects, attempts} {
 		if b == nil {
 			return fmt.Errorf("%w: a bucket is missing", ErrCorrupt)
 		}
@@ -48,7 +49,8 @@ func checkIndexes(tx *bolt.Tx) error {
 
 	var byState [StateStale + 1]uint64
 	bySource := map[string]uint64{}
-	nEvents, nHeld, nHeldPending := 0, 0, 0
+	nEvents, nHeld, nHeldPending, nQueued, nHistory := 0, 0, 0, 0, 0
+	oc := objects.Cursor()
 	c = events.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
 		nEvents++
@@ -66,6 +68,26 @@ func checkIndexes(tx *bolt.Tx) error {
 			}
 		}
 		bySource[ev.Source]++
+		ev.Key = string(k)
+		if flags&flagOrder != 0 && queued(ev.State) {
+			nQueued++
+			ok := appendObjectKey(nil, &ev)
+			if objects.Get(ok) == nil {
+				bad("event %q (state %d): not in the queue of its object %q", k, ev.State, ev.OrderObject)
+			}
+			// A processing event is the head of its object's queue (order.go).
+			if first, _ := oc.Seek(objectPrefix(nil, ev.OrderObject)); ev.State == StateProcessing && !bytes.Equal(first, ok) {
+				bad("event %q is processing but not the head of its object %q", k, ev.OrderObject)
+			}
+		}
+		if flags&flagHistory != 0 {
+			nHistory++
+			if hv := attempts.Get(tk(ev.CreatedAt, k)); hv == nil {
+				bad("event %q: flagged with a history, none at %d", k, ev.CreatedAt)
+			} else if _, err := decodeHistory(k, hv); err != nil {
+				bad("%v", err)
+			}
+		}
 		if src := states.Get(ptk(byte(ev.State), ev.UpdatedAt, k)); src == nil || string(src) != ev.Source {
 			bad("event %q: no states entry for %d/%q", k, ev.State, ev.Source)
 		}
@@ -223,6 +245,44 @@ func checkIndexes(tx *bolt.Tx) error {
 	}
 	if nBodies != nHeld {
 		bad("%d body entries for %d events holding one", nBodies, nHeld)
+	}
+	// Object queues hold exactly the unfinished ordered events, at their places.
+	nObjects := 0
+	for k, _ := oc.First(); k != nil; k, _ = oc.Next() {
+		nObjects++
+		obj, t, index, pos, key, ok := parseObjectKey(k)
+		if !ok {
+			bad("objects key %x", k)
+			continue
+		}
+		var ev Event
+		rv := events.Get(key)
+		flags, err := decodeRecord(key, rv, &ev)
+		if rv == nil || err != nil || flags&flagOrder == 0 || !queued(ev.State) || ev.OrderObject != string(obj) ||
+			ev.OrderTime != t || ev.OrderIndex != index || ev.OrderPos != pos {
+			bad("objects entry %q of %q names no matching event", key, obj)
+		}
+	}
+	if nObjects != nQueued {
+		bad("%d objects entries for %d unfinished ordered events", nObjects, nQueued)
+	}
+	nAttempts := 0
+	c = attempts.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		nAttempts++
+		if len(k) < 9 {
+			bad("attempts key %x", k)
+			continue
+		}
+		var ev Event
+		rv := events.Get(k[8:])
+		flags, err := decodeRecord(k[8:], rv, &ev)
+		if rv == nil || err != nil || flags&flagHistory == 0 || ev.CreatedAt != timeOf(k) {
+			bad("attempts entry %q names no event flagged with it", k[8:])
+		}
+	}
+	if nAttempts != nHistory {
+		bad("%d attempts entries for %d events with a history", nAttempts, nHistory)
 	}
 	c = orders.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {

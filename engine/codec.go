@@ -34,7 +34,9 @@ const (
 	flagResponse = 1 << 0 // a cached Response is stored in the responses bucket
 	flagStep     = 1 << 1 // the record ends with the event's Step (non-empty)
 	flagBody     = 1 << 2 // the event holds a replay-guard entry in the bodies bucket
-	flagsKnown   = flagResponse | flagStep | flagBody
+	flagOrder    = 1 << 5 // the record ends with the event's order object and queue place (order.go)
+	flagHistory  = 1 << 6 // the event has failed attempts in the attempts bucket (history.go)
+	flagsKnown   = flagResponse | flagStep | flagBody | flagOrder | flagHistory
 )
 
 // Limits enforced on commands. They keep records and index keys well inside
@@ -158,6 +160,8 @@ func appendBytes(dst []byte, b []byte) []byte {
 //	uvarint  number of audit entries, then each:
 //	         varint at, string who, string action, string reason, byte from
 //	string   step, only when flags has flagStep (then never empty)
+//	string   order object, varint order time, uvarint order index, uvarint
+//	         order position, only when flags has flagOrder (order.go)
 //
 // The key is not repeated (it is the bbolt key). Payload, headers and the
 // cached response live in their own buckets so that the record stays small.
@@ -170,15 +174,19 @@ func recordSize(ev *Event) int {
 		a := &ev.Audit[i]
 		n += binary.MaxVarintLen64 + 3*binary.MaxVarintLen64 + len(a.Who) + len(a.Action) + len(a.Reason) + 1
 	}
-	return n + binary.MaxVarintLen64 + len(ev.Step)
+	return n + binary.MaxVarintLen64 + len(ev.Step) + 4*binary.MaxVarintLen64 + len(ev.OrderObject)
 }
 
 // appendRecord appends the record encoding of ev (without payload, headers,
-// response) to dst. flagStep is set from ev.Step, whatever flags says.
+// response) to dst. flagStep is set from ev.Step, whatever flags says;
+// flagOrder from ev.OrderObject.
 func appendRecord(dst []byte, ev *Event, flags byte) []byte {
-	flags &^= flagStep
+	flags &^= flagStep | flagOrder
 	if ev.Step != "" {
 		flags |= flagStep
+	}
+	if ev.OrderObject != "" {
+		flags |= flagOrder
 	}
 	dst = append(dst, recordVersion, byte(ev.State), flags)
 	dst = binary.AppendUvarint(dst, uint64(ev.Attempts))
@@ -202,6 +210,12 @@ func appendRecord(dst []byte, ev *Event, flags byte) []byte {
 	}
 	if ev.Step != "" {
 		dst = appendString(dst, ev.Step)
+	}
+	if ev.OrderObject != "" {
+		dst = appendString(dst, ev.OrderObject)
+		dst = binary.AppendVarint(dst, ev.OrderTime)
+		dst = binary.AppendUvarint(dst, ev.OrderIndex)
+		dst = binary.AppendUvarint(dst, uint64(ev.OrderPos))
 	}
 	return dst
 }
@@ -257,6 +271,16 @@ func decodeRecord(key, b []byte, ev *Event) (byte, error) {
 		ev.Step = string(d.bytes("step"))
 		if d.err == nil && ev.Step == "" {
 			d.fail("step: flagged but empty")
+		}
+	}
+	if flags&flagOrder != 0 {
+		ev.OrderObject = string(d.bytes("order object"))
+		ev.OrderTime = d.varint("order time")
+		ev.OrderIndex = d.uvarint("order index")
+		pos := d.uvarint("order position")
+		ev.OrderPos = uint32(pos)
+		if d.err == nil && (ev.OrderObject == "" || pos > math.MaxUint32) {
+			d.fail("order: flagged but empty")
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {
@@ -381,7 +405,8 @@ func decodeResponse(key, b []byte) (*Response, error) {
 // Token, one byte for State, length-prefixed strings and bytes; Headers and Keys
 // are a uvarint count then the elements; Response is a varint status then the
 // body. fieldStep (a string) was added after version 1 shipped, behind its own
-// mask bit. OpPause and OpResume (added later) carry only fields that
+// mask bit, and so were fieldBodyKey (a string) and fieldAttempt (varint at,
+// varint took, varint status, string error, bytes body). OpPause and OpResume (added later) carry only fields that
 // existed before (Now, Source, Who, Reason), so entries written before them
 // decode unchanged. A zero field is never written, and a present field must not be zero, so
 // every command list has exactly one encoding: DecodeEntry(EncodeEntry(c))
@@ -409,6 +434,7 @@ const (
 	fieldBefore
 	fieldStep    // added after version 1 shipped: older entries never set it
 	fieldBodyKey // added with the replay guard: older entries never set it
+	fieldAttempt // added with the attempt history: older entries never set it
 	numFields
 )
 
@@ -441,6 +467,7 @@ func commandMask(c *Command) uint64 {
 	set(fieldBefore, c.Before != 0)
 	set(fieldStep, c.Step != "")
 	set(fieldBodyKey, c.BodyKey != "")
+	set(fieldAttempt, c.Attempt != nil)
 	return m
 }
 
@@ -531,6 +558,9 @@ func EncodeEntry(dst []byte, cmds []Command) []byte {
 		}
 		if m&(1<<fieldBodyKey) != 0 {
 			dst = appendString(dst, c.BodyKey)
+		}
+		if m&(1<<fieldAttempt) != 0 {
+			dst = appendAttempt(dst, c.Attempt)
 		}
 	}
 	return dst
@@ -742,6 +772,17 @@ func decodeEntry(b []byte, shared bool) ([]Command, error) {
 		}
 		if m&(1<<fieldBodyKey) != 0 {
 			c.BodyKey = d.string("body key", true)
+		}
+		if m&(1<<fieldAttempt) != 0 {
+			at := &Attempt{At: d.varint("attempt at"), Took: d.varint("attempt took")}
+			st := d.varint("attempt status")
+			if d.err == nil && (st < math.MinInt32 || st > math.MaxInt32) {
+				d.fail("attempt status")
+			}
+			at.Status = int(st)
+			at.Error = d.string("attempt error", false)
+			at.Body = d.byteSlice("attempt body", false)
+			c.Attempt = at
 		}
 		if d.err != nil {
 			break

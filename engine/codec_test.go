@@ -17,7 +17,9 @@ func sampleCommands() []Command {
 		{Op: OpLease, Now: t0 + 1, Max: 64, LeaseFor: 30 * sec},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 12345, Response: &Response{Status: 201, Body: []byte("ok")}, Step: "shipped"},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 1, Response: &Response{}},
-		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, RetryIn: 4 * sec, MaxAttempts: 8, Reason: "timeout", Step: "charged"},
+		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, RetryIn: 4 * sec, MaxAttempts: 8, Reason: "timeout", Step: "charged",
+			Attempt: &Attempt{At: t0 + 2, Took: 1500, Status: 502, Error: "status 502", Body: []byte("bad gateway")}},
+		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, Attempt: &Attempt{}},
 		{Op: OpReclaim, Now: t0 + 4},
 		{Op: OpReplay, Now: t0 + 5, Keys: []string{"a", "b", ""}, Who: "ops", Reason: "fixed"},
 		{Op: OpReplay, Now: t0 + 5, State: StateDead, Source: "s", Since: -1},
@@ -120,12 +122,14 @@ func sampleEvents() []Event {
 			Audit: []AuditEntry{{At: t0, Who: "ops", Action: "replay", Reason: "r", From: StateDone}, {From: StateDead}}},
 		{State: StatePending, Source: "s", Attempts: 1, Token: 3, LastError: "status 500", Step: "charged"},
 		{State: StateDone, Source: "s", Step: "3", Audit: []AuditEntry{{Who: "ops"}}},
+		{State: StatePending, Source: "s", OrderObject: "pi_1", OrderTime: -7, OrderIndex: 1 << 40, OrderPos: 3},
+		{State: StateStale, Source: "s", Step: "x", OrderObject: "\x00", OrderTime: 1},
 	}
 }
 
 func TestRecordRoundTrip(t *testing.T) {
 	for i, ev := range sampleEvents() {
-		for _, flags := range []byte{0, flagResponse, flagBody, flagResponse | flagBody} {
+		for _, flags := range []byte{0, flagResponse, flagBody, flagResponse | flagBody, flagHistory} {
 			b := appendRecord(nil, &ev, flags)
 			if len(b) > recordSize(&ev) {
 				t.Fatalf("%d: record of %d bytes over its size bound %d", i, len(b), recordSize(&ev))
@@ -133,6 +137,9 @@ func TestRecordRoundTrip(t *testing.T) {
 			want := flags
 			if ev.Step != "" {
 				want |= flagStep // set from the event, whatever the caller passed
+			}
+			if ev.OrderObject != "" {
+				want |= flagOrder // likewise
 			}
 
 			var got Event

@@ -69,7 +69,9 @@ type Command struct {
 	Headers   []Header
 	Retention int64 // the key lives at least Now+Retention (rounded up to a whole bucket)
 	// Ordering guard: when OrderObject is set, a claim whose OrderTime is older
-	// than the newest OrderTime applied for that object becomes StateStale.
+	// than the newest OrderTime applied for that object becomes StateStale;
+	// else it joins the object's queue, and Lease hands out one event per
+	// object at a time, oldest first (order.go).
 	OrderObject string
 	OrderTime   int64
 	// BodyKey is the replay guard's key for the claim's verified body (the
@@ -97,6 +99,10 @@ type Command struct {
 	RetryIn     int64  // next try = Now+RetryIn (jitter decided by the leader)
 	MaxAttempts int    // attempts after this failure >= MaxAttempts -> dead (Attempts counts leases; <= 0: no limit)
 	Reason      string // fail: last error; replay, pause, resume: the operator's reason
+	// Attempt is the failed attempt this Fail records in the event's
+	// attempt history (history.go); nil records none. The engine cuts its
+	// Body to MaxAttemptBody bytes and its Error like a reason.
+	Attempt *Attempt
 
 	// Replay: either Keys, or State (done, dead or stale; + optional Source) with
 	// UpdatedAt >= Since (0: no bound).
@@ -116,6 +122,15 @@ type AuditEntry struct {
 	Action string // "replay"
 	Reason string
 	From   State
+}
+
+// Attempt is one failed delivery attempt kept in an event's history.
+type Attempt struct {
+	At     int64  // when the attempt started
+	Took   int64  // how long it took (ns)
+	Status int    // the handler's HTTP status; 0 when there was no answer
+	Error  string // the failure: a transport error, or why the answer failed
+	Body   []byte // the first MaxAttemptBody bytes of the handler's answer
 }
 
 // Event is the stored view of one claimed key.
@@ -140,6 +155,19 @@ type Event struct {
 	Response *Response // cached handler answer (Get)
 	Audit    []AuditEntry
 	Payload  []byte // filled by Lease results and by Get when asked
+
+	// Ordering (a claim with an OrderObject): the object, and the event's
+	// place in the object's queue of unfinished events: its order time,
+	// then the Raft index and position in its entry of the claim (ties of
+	// order time go in claim order). A replay moves the event to the tail
+	// of its queue (order.go).
+	OrderObject string
+	OrderTime   int64
+	OrderIndex  uint64
+	OrderPos    uint32
+	// History is the event's last failed attempts, oldest first (at most
+	// maxHistory); filled by Get.
+	History []Attempt
 }
 
 // Result is the outcome of one command. A rejected command (stale token, wrong

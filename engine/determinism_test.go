@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // fixedSequence exercises every op once or more.
@@ -21,7 +23,7 @@ func fixedSequence() []Entry {
 	return []Entry{
 		{Index: 1, Cmds: []Command{claimCmd("src:a", t0), claimCmd("src:b", t0+1), order("src:o1", 5), order("src:o2", 4)}},
 		{Index: 2, Cmds: []Command{leaseCmd(t0+sec, 2)}},
-		{Index: 3, Cmds: []Command{completeCmd("src:a", 2, t0+2*sec), stepped(failCmd("src:b", 2, t0+2*sec, 1), "charged")}},
+		{Index: 3, Cmds: []Command{completeCmd("src:a", 2, t0+2*sec), withAttempt(stepped(failCmd("src:b", 2, t0+2*sec, 1), "charged"))}},
 		{Index: 4, Cmds: []Command{{Op: OpReplay, Now: t0 + 3*sec, State: StateDead, Who: "ops", Reason: "why"}}},
 		{Index: 5, Cmds: []Command{{Op: OpDropPayloads, Now: t0 + 4*sec, Before: t0 + 3*sec}, {Op: OpNoop}}},
 		{Index: 6, Cmds: []Command{leaseCmd(t0+5*sec, 5), {Op: OpReclaim, Now: t0 + hour}}},
@@ -52,6 +54,16 @@ func TestDeterminismFixed(t *testing.T) {
 	if !strings.Contains(dumps[0], `bucket "events"`) || !strings.Contains(dumps[0], `bucket "counters"`) {
 		t.Fatalf("dump lacks buckets:\n%s", dumps[0])
 	}
+}
+
+// attemptOf is a failed attempt derived from a command's time: none for a
+// fifth of the commands, else one with a body of up to 299 bytes (some cut).
+func attemptOf(now int64) *Attempt {
+	if now%5 == 0 {
+		return nil
+	}
+	return &Attempt{At: now - sec, Took: now % sec, Status: int(now % 3 * 250), Error: fmt.Sprintf("err %d", now%4),
+		Body: bytes.Repeat([]byte("b"), int(now%300))}
 }
 
 func stepped(c Command, step string) Command {
@@ -96,7 +108,10 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 					c.Headers = []Header{{Name: "H", Value: k}}
 				}
 				if rng.IntN(4) == 0 {
-					c.OrderObject, c.OrderTime = fmt.Sprintf("obj%d", rng.IntN(5)), rng.Int64N(1000)
+					// Order times in 2-hour steps that follow now (ties
+					// and several unfinished events per object), one in
+					// three a step behind (often stale).
+					c.OrderObject, c.OrderTime = fmt.Sprintf("obj%d", rng.IntN(5)), now/(2*hour)-rng.Int64N(1000)%3/2
 				}
 				c.BodyKey = bodyKeyOf(k) // from k, so the rng sequence stays as it was
 			case p < 50:
@@ -113,6 +128,7 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 				c = Command{Op: OpFail, Now: now, Key: l.key, Token: l.token, RetryIn: rng.Int64N(10 * 60 * sec),
 					MaxAttempts: rng.IntN(4), Reason: fmt.Sprintf("err %d", rng.IntN(9))}
 				c.Step = stepOf(now)
+				c.Attempt = attemptOf(now)
 			case p < 83:
 				c = Command{Op: OpReclaim, Now: now}
 			case p < 88:
@@ -281,6 +297,12 @@ func TestRandomSequenceCoversOutcomes(t *testing.T) {
 		} else if n > 0 {
 			seen["held"]++
 		}
+		if longestQueue(t, e) > 1 {
+			seen["queued behind"]++
+		}
+		if maxHistoryLen(t, e) > 1 {
+			seen["history"]++
+		}
 	}
 	for i, en := range entries {
 		for j, c := range en.Cmds {
@@ -315,7 +337,8 @@ func TestRandomSequenceCoversOutcomes(t *testing.T) {
 	}
 	for _, want := range []string{ErrStaleToken.Error(), ErrWrongState.Error(), ErrBadCommand.Error(),
 		"stale claim", "duplicate", "body duplicate", "complete", "dead", "retry",
-		"op 2", "op 5", "op 6", "op 7", "op 8", "op 10", "op 11", "pause no-op", "resume no-op", "held"} {
+		"op 2", "op 5", "op 6", "op 7", "op 8", "op 10", "op 11", "pause no-op", "resume no-op", "held",
+		"queued behind", "history"} {
 		if seen[want] == 0 {
 			t.Errorf("the random sequence never produced %q (saw %v)", want, seen)
 		}
@@ -338,4 +361,48 @@ func TestDependencyRule(t *testing.T) {
 			}
 		}
 	}
+}
+
+func withAttempt(c Command) Command {
+	c.Attempt = &Attempt{At: c.Now - sec, Took: sec / 2, Status: 500, Error: "status 500", Body: []byte("no")}
+	return c
+}
+
+// longestQueue is the most unfinished events one object has queued.
+func longestQueue(tb testing.TB, e *Engine) int {
+	tb.Helper()
+	best, n := 0, 0
+	var last string
+	err := e.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bObjects).ForEach(func(k, v []byte) error {
+			obj, _, _, _, _, _ := parseObjectKey(k)
+			if string(obj) != last {
+				last, n = string(obj), 0
+			}
+			n++
+			best = max(best, n)
+			return nil
+		})
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return best
+}
+
+// maxHistoryLen is the longest attempt history stored.
+func maxHistoryLen(tb testing.TB, e *Engine) int {
+	tb.Helper()
+	best := 0
+	err := e.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bAttempts).ForEach(func(k, v []byte) error {
+			h, err := decodeHistory(k, v)
+			best = max(best, len(h))
+			return err
+		})
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return best
 }

@@ -51,11 +51,23 @@
 //     held (one walk of the pending range of the states index); OpResume
 //     moves them back at their own times, so they go out oldest first.
 //     Leases already out are unaffected; a Fail while paused goes to held.
+//   - Ordered delivery. Every unfinished (pending or processing) event
+//     claimed with an order object is in its object's queue (objects),
+//     oldest order time first, ties in claim order (entry index, then
+//     position in the entry); Lease leases an ordered event only when it is
+//     its queue's head, and the head leaves only when done, dead or deleted,
+//     so at most one event per object is processing and it is the head. A
+//     replay appends the event at the tail (order.go). Lease walks past the
+//     due events that are not their queue's head: they cost it one seek each.
+//   - Attempt history. A Fail carrying an Attempt appends it (body cut to
+//     MaxAttemptBody bytes) to the event's history, the newest 10 kept;
+//     nothing else writes it; deleting the event deletes it (history.go).
 //   - Indexes agree with records: every event has one states entry; a
 //     pending event has a due entry xor a held entry, by its source's paused
 //     state; a lease entry iff processing, a done entry while done
-//     with its payload; one expiry entry; counters equal the records. Check
-//     verifies all of it.
+//     with its payload; one expiry entry; an objects entry iff ordered and
+//     unfinished; an attempts entry iff flagged; counters equal the records.
+//     Check verifies all of it.
 //
 // # Bucket layout (version 1)
 //
@@ -93,9 +105,15 @@
 //	held       source 0x00 time(NextAttemptAt) key -> ""  (every pending event
 //	           of a paused source, instead of due; a paused source name never
 //	           holds 0x00)
+//	objects    len(object) object time(OrderTime) index(8) pos(4) key -> ""
+//	           (every unfinished event claimed with an order object; the
+//	           2-byte length keeps objects apart; order.go)
+//	attempts   time(CreatedAt) key -> the event's failed attempts (flagged in
+//	           its record; history.go)
 //
 // sources and held were added to version 1 later, like bodies: a file or
-// snapshot without them opens, and Open creates them empty.
+// snapshot without them opens, and Open creates them empty. So were objects
+// and attempts.
 //
 // # Imports
 //

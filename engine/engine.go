@@ -36,16 +36,19 @@ var (
 	bBodies    = []byte("bodies")
 	bSources   = []byte("sources")
 	bHeld      = []byte("held")
+	bObjects   = []byte("objects")
+	bAttempts  = []byte("attempts")
 
 	allBuckets = [][]byte{bMeta, bEvents, bPayloads, bResponses, bDue, bLeases, bStates,
-		bExpiry, bDone, bOrders, bCounters, bBodies, bSources, bHeld}
+		bExpiry, bDone, bOrders, bCounters, bBodies, bSources, bHeld, bObjects, bAttempts}
 )
 
 // addedBucket reports whether name was added to layout version 1 after files
 // of that version were written: a file or snapshot without it is still an
 // engine file, and Open creates the empty bucket.
 func addedBucket(name []byte) bool {
-	return bytes.Equal(name, bBodies) || bytes.Equal(name, bSources) || bytes.Equal(name, bHeld)
+	return bytes.Equal(name, bBodies) || bytes.Equal(name, bSources) || bytes.Equal(name, bHeld) ||
+		bytes.Equal(name, bObjects) || bytes.Equal(name, bAttempts)
 }
 
 // Keys in the meta bucket.
@@ -373,6 +376,7 @@ func (e *Engine) applyLocked(entries []Entry, deferred bool) ([][]Result, error)
 		}
 		a.index = en.Index
 		for j := range en.Cmds {
+			a.pos = uint32(j)
 			if rs[j], err = a.apply(&en.Cmds[j]); err != nil {
 				e.discardLocked()
 				return nil, fmt.Errorf("engine: apply index %d: %w", en.Index, err)
@@ -537,6 +541,13 @@ func (e *Engine) Get(key string, withPayload bool) (Event, error) {
 		if flags&flagResponse != 0 {
 			if rv := tx.Bucket(bResponses).Get(bk); rv != nil {
 				if ev.Response, err = decodeResponse(k, rv); err != nil {
+					return err
+				}
+			}
+		}
+		if flags&flagHistory != 0 {
+			if hv := tx.Bucket(bAttempts).Get(bk); hv != nil {
+				if ev.History, err = decodeHistory(k, hv); err != nil {
 					return err
 				}
 			}

@@ -99,7 +99,7 @@ func (f *Forwarder) deliver(ctx context.Context, ev engine.Event) {
 		failpoint.Inject(failpoint.AfterHandlerDoneBeforeApply)
 		f.complete(ctx, ev, attempt, tgt, a, took)
 	} else {
-		f.fail(ctx, ev, attempt, tgt, a, took)
+		f.fail(ctx, ev, attempt, tgt, a, start, took)
 	}
 }
 
@@ -133,6 +133,11 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 			closeBody(resp.Body)
 			return answer{status: resp.StatusCode, reason: "read body: " + errReason(rctx, err)}
 		}
+	}
+	if !ok2xx {
+		// The start of the answer goes into the attempt history; a body cut
+		// short is still worth showing.
+		a.body, _ = io.ReadAll(io.LimitReader(resp.Body, engine.MaxAttemptBody))
 	}
 	closeBody(resp.Body)
 	if ok2xx {
@@ -290,8 +295,8 @@ func (f *Forwarder) complete(ctx context.Context, ev engine.Event, attempt int, 
 	f.finish(fin, took)
 }
 
-// fail records a failed attempt with its retry delay.
-func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt Target, a answer, took time.Duration) {
+// fail records a failed attempt, started at start, with its retry delay.
+func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt Target, a answer, start time.Time, took time.Duration) {
 	if a.hold > 0 {
 		now := time.Now()
 		if f.lim != nil && f.lim.setHold(ev.Source, now, now.Add(a.hold)) {
@@ -303,7 +308,8 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	if retryIn <= 0 {
 		retryIn = Backoff(attempt, tgt.BackoffMin, tgt.BackoffMax, f.jitter())
 	}
-	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, tgt.MaxAttempts, a.reason, a.step)
+	at := &engine.Attempt{At: start.UnixNano(), Took: int64(took), Status: a.status, Error: a.reason, Body: a.body}
+	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, tgt.MaxAttempts, a.reason, a.step, at)
 	if ctx.Err() != nil {
 		return
 	}
@@ -336,7 +342,7 @@ func (f *Forwarder) handBack(ctx context.Context, ev engine.Event, retryIn time.
 	tgt, _ := f.opts.Targets(ev.Source)
 	tgt = tgt.withDefaults()
 	attempt := attemptOf(ev)
-	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, max(tgt.MaxAttempts, attempt+1), ReasonRateLimited, "")
+	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, max(tgt.MaxAttempts, attempt+1), ReasonRateLimited, "", nil)
 	switch {
 	case ctx.Err() != nil:
 	case err == nil:

@@ -28,8 +28,9 @@ type Store interface {
 	Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string) error
 	// Fail records a failed attempt under token: the event is pending again
 	// retryIn from now, or dead when its attempts reach maxAttempts. reason is
-	// kept as the event's last error, step (when not "") as its step.
-	Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string) error
+	// kept as the event's last error, step (when not "") as its step; at
+	// (when not nil) joins the event's attempt history.
+	Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string, at *engine.Attempt) error
 	// Reclaim returns every processing event whose lease has ended to pending
 	// and says how many moved.
 	Reclaim(ctx context.Context) (int, error)
@@ -248,9 +249,12 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	f.lim = newLimiter(f.opts.DefaultLease)
 	// jobs never holds more than n events: the dispatcher sends only into free
 	// slots. freed gets one token per finished event, so it never holds more
-	// than n either and a worker never blocks on it.
+	// than n either and a worker never blocks on it. The token is true for an
+	// event with an order object: its end may let the next event of its
+	// object go (the engine leases one per object at a time), so the
+	// dispatcher leases again at once.
 	jobs := make(chan job, n)
-	freed := make(chan struct{}, n)
+	freed := make(chan bool, n)
 	kick := make(chan struct{}, 1) // the sweeper reclaimed events: lease soon
 
 	var wg sync.WaitGroup
@@ -262,7 +266,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				} else {
 					f.deliver(ctx, j.ev)
 				}
-				freed <- struct{}{}
+				freed <- j.ev.OrderObject != ""
 			}
 		})
 	}
@@ -311,7 +315,7 @@ const (
 // hold longer than the lease, a per-event lease shorter than the default, a
 // rate lowered by a reload) is handed back with Fail, which spends the attempt
 // but never makes it the last one.
-func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan struct{}, kick <-chan struct{}) {
+func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan bool, kick <-chan struct{}) {
 	n := f.opts.Workers
 	tick := time.NewTicker(f.opts.PollInterval)
 	defer tick.Stop()
@@ -402,14 +406,16 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		case <-tick.C:
 			want = true
 		case <-timerC:
-		case <-freed:
+		case ordered := <-freed:
 			inflight--
+			want = want || ordered
 			// Collect every other worker that finished meanwhile, so one
 			// lease fills them all.
 			for more := true; more; {
 				select {
-				case <-freed:
+				case ordered := <-freed:
 					inflight--
+					want = want || ordered
 				default:
 					more = false
 				}

@@ -118,11 +118,11 @@ func (l *leader) Complete(ctx context.Context, key string, token uint64, resp *e
 	return err
 }
 
-func (l *leader) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string) error {
+func (l *leader) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string, at *engine.Attempt) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cmd := engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn),
-		MaxAttempts: maxAttempts, Reason: reason, Step: step}
+		MaxAttempts: maxAttempts, Reason: reason, Step: step, Attempt: at}
 	_, err := l.applyLocked(cmd)
 	if err == nil {
 		l.fails = append(l.fails, cmd)

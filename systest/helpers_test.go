@@ -238,6 +238,12 @@ type testCluster struct {
 // startCluster writes a config per node (identical peers) and starts n processes.
 func startCluster(t *testing.T, n int, handler string) *testCluster {
 	t.Helper()
+	return startClusterWith(t, n, handler, "")
+}
+
+// startClusterWith is startCluster with extra lines in the orders source.
+func startClusterWith(t *testing.T, n int, handler, sourceExtra string) *testCluster {
+	t.Helper()
 	root := t.TempDir()
 	ports := freePorts(t, 3*n)
 	c := &testCluster{t: t, token: "systest-admin-token-0123456789abcdef"}
@@ -278,7 +284,8 @@ lease = "3s"
 forward_timeout = "2s"
 backoff_min = "50ms"
 backoff_max = "500ms"
-`, nd.id, nd.dir, nd.intake, ports[3*i+2], strings.Join(peers, ", "), nd.admin, handler))
+%s
+`, nd.id, nd.dir, nd.intake, ports[3*i+2], strings.Join(peers, ", "), nd.admin, handler, sourceExtra))
 		c.nodes = append(c.nodes, nd)
 	}
 	for _, nd := range c.nodes {
