@@ -103,3 +103,6 @@ func benchIntakeHandler(b *testing.B, sourceExtra string) {
 		}
 	}
 }
+func (nullStore) Replay(context.Context, engine.Command) (engine.Result, error) {
+	return engine.Result{}, engine.ErrNotFound
+}
