@@ -103,6 +103,9 @@ type intake struct {
 
 	keyBufs  sync.Pool
 	bodyBufs sync.Pool // bodies read by readBody, returned when the request ends
+
+	rearmMu  sync.Mutex
+	rearming map[string]chan struct{} // sync keys being re-armed, closed when done (intake_sync.go)
 }
 
 func newIntake(store claimStore, set *sourceSet, log *slog.Logger, m *metrics) *intake {

@@ -119,3 +119,90 @@ func TestSyncRetryOfAFailedPendingEventIsInProgress(t *testing.T) {
 		t.Fatalf("%d deliveries, want 1 (the next attempt is an hour away)", n)
 	}
 }
+
+// TestSyncDeadEventReachedByTheReplayGuardIsNotRearmed: on a sync source a
+// body the replay guard matches to a dead event (another delivery id) is
+// answered 502, never 2xx, and does not re-arm the event: only a retry under
+// the event's own key asks again.
+func TestSyncDeadEventReachedByTheReplayGuardIsNotRearmed(t *testing.T) {
+	h := newHandler(t)
+	h.setAnswer(func(d delivery) (int, string) { return 500, "down" })
+	tn := startNodeWithSources(t, "", h.url, `
+[[source]]
+name = "ghsync"
+provider = "github"
+secrets = ["`+githubTestSecret+`"]
+forward = "%[1]s/ghsync"
+mode = "sync"
+forward_timeout = "2s"
+lease = "5s"
+max_attempts = 1
+`)
+	body := []byte(`{"action":"opened","number":7}`)
+	if a := tn.post("ghsync", body, githubSigned(t, body, "d-1")); a.Status != http.StatusBadGateway {
+		t.Fatalf("first delivery: %d %s, want 502", a.Status, a.Raw)
+	}
+	tn.waitState("ghsync:d-1", engine.StateDead)
+	a := tn.post("ghsync", body, githubSigned(t, body, "d-2"))
+	if a.Status != http.StatusBadGateway || a.Body["key"] != "ghsync:d-1" || a.Body["state"] != "dead" {
+		t.Fatalf("same body under a new delivery id: %d %s, want 502 naming ghsync:d-1, dead", a.Status, a.Raw)
+	}
+	if ev, _ := tn.event("ghsync:d-1"); ev.State != engine.StateDead || len(ev.Audit) != 0 {
+		t.Fatalf("state %s, audit %+v: want dead, not re-armed", stateName(ev.State), ev.Audit)
+	}
+	if _, err := tn.event("ghsync:d-2"); err == nil {
+		t.Fatal("the replayed body was stored under its new key")
+	}
+}
+
+// TestConcurrentRetriesOfADeadSyncEvent: two retries at once re-arm the
+// event once; the handler runs once, and each retry gets its answer or 409
+// in_progress, never a 2xx before the handler's.
+func TestConcurrentRetriesOfADeadSyncEvent(t *testing.T) {
+	h := newHandler(t)
+	release := make(chan struct{})
+	var healthy atomic.Bool
+	h.setAnswer(func(d delivery) (int, string) {
+		if !healthy.Load() {
+			return 500, "down"
+		}
+		<-release
+		return 201, `{"made":true}`
+	})
+	tn := startNodeWithSources(t, "", h.url, syncRearmTOML)
+	const key = "syncdead:msg_both"
+	body := []byte(`{"id":"evt_both"}`)
+	if a := tn.post("syncdead", body, tn.signed(body, "msg_both")); a.Status != http.StatusBadGateway {
+		t.Fatalf("first delivery: %d %s, want 502", a.Status, a.Raw)
+	}
+	tn.waitState(key, engine.StateDead)
+	before := len(h.deliveries(key))
+	healthy.Store(true)
+
+	answers := make(chan answer, 2)
+	for range 2 {
+		go func() { answers <- tn.post("syncdead", body, tn.signed(body, "msg_both")) }()
+	}
+	waitUntil(t, "the re-armed event at the handler", func() bool { return len(h.deliveries(key)) > before })
+	select {
+	case a := <-answers:
+		if a.Status != http.StatusConflict || a.Body["status"] != "in_progress" {
+			t.Fatalf("a retry answered before the handler: %d %s", a.Status, a.Raw)
+		}
+		close(release)
+		if a := <-answers; a.Status != 201 {
+			t.Fatalf("the other retry: %d %s, want 201", a.Status, a.Raw)
+		}
+	default:
+		close(release)
+		for range 2 {
+			if a := <-answers; a.Status != 201 && a.Status != http.StatusConflict {
+				t.Fatalf("retry: %d %s, want 201 or 409", a.Status, a.Raw)
+			}
+		}
+	}
+	ev := tn.waitState(key, engine.StateDone)
+	if n := len(h.deliveries(key)) - before; n != 1 || len(ev.Audit) != 1 {
+		t.Fatalf("%d deliveries and audit %+v after two concurrent retries, want one of each", n, ev.Audit)
+	}
+}
