@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
-	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
@@ -324,7 +323,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 	}
 	// What reads JSON reads valid JSON only: a truncated or broken body is
 	// refused before anything is filtered, keyed or stored.
-	if src.checkJSON && !json.Valid(body) {
+	if src.checkJSON && !validJSON(body) {
 		if src.schema != nil {
 			in.metrics.schemaFailure(src.name) // the schema would have refused it
 		}
