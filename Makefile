@@ -60,6 +60,7 @@ fuzz:
 	$(GO) test ./config -run '^$$' -fuzz '^FuzzDuration$$' -fuzztime $(FUZZTIME)
 	for f in $$($(GO) test ./providers -list '^Fuzz' | grep '^Fuzz'); do \
 		$(GO) test ./providers -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
+	$(GO) test . -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
 
 # The unit names $(PREFIX)/bin/oncehook: systemd/oncehook.service is written for
 # PREFIX=/usr/local and its /usr/local/ paths follow PREFIX.

@@ -340,6 +340,7 @@ func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, 
 			if src.orderTime, err = providers.NewField(s.Order.Time); err != nil {
 				return nil, nil, fmt.Errorf("source %s: order.time: %w", s.Name, err)
 			}
+			src.orderUnordered = s.Order.Missing == config.OrderMissingUnordered
 		}
 		if len(s.AcceptTypes) > 0 || len(s.DropTypes) > 0 {
 			if src.typeField, err = providers.NewField(s.Type); err != nil {
@@ -354,6 +355,9 @@ func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, 
 				src.types[t] = struct{}{}
 			}
 		}
+		src.checkJSON = keyer.ReadsJSON() || src.schema != nil ||
+			src.orderObject != nil && (src.orderObject.ReadsJSON() || src.orderTime.ReadsJSON()) ||
+			src.typeField != nil && src.typeField.ReadsJSON()
 		if src.maxBody > set.maxBody {
 			set.maxBody = src.maxBody
 		}

@@ -37,6 +37,11 @@ type claimStore interface {
 	Wait(ctx context.Context, key string, final func(engine.Event) bool) (engine.Event, error)
 	// Ready reports whether the node has a leader and has applied the commit index.
 	Ready() (bool, string)
+	// Replay commits an OpReplay (Keys, Who, Reason) on a majority: done,
+	// dead or stale events back to pending with an audit entry. With one key,
+	// a key in another state is reported as an error wrapping
+	// engine.ErrWrongState, an unknown one engine.ErrNotFound.
+	Replay(ctx context.Context, c engine.Command) (engine.Result, error)
 }
 
 var _ claimStore = (*cluster.Node)(nil)
@@ -51,6 +56,12 @@ type source struct {
 	schema      *payloadSchema // nil: no schema_file
 	orderObject *providers.Field
 	orderTime   *providers.Field
+	// orderUnordered: a delivery without the order fields is claimed
+	// without the guard (order.missing = "unordered"); else it is 400.
+	orderUnordered bool
+	// checkJSON: a key part, order field, type filter or schema reads the
+	// JSON body, so a body that is not valid JSON is 400.
+	checkJSON bool
 	// typeField reads the event type when the source filters by it
 	// (accept_types or drop_types); nil: no filter. types holds the listed
 	// types: the accepted ones when acceptTypes, else the dropped ones.
@@ -91,6 +102,9 @@ type intake struct {
 
 	keyBufs  sync.Pool
 	bodyBufs sync.Pool // bodies read by readBody, returned when the request ends
+
+	rearmMu  sync.Mutex
+	rearming map[string]chan struct{} // sync keys being re-armed, closed when done (intake_sync.go)
 }
 
 func newIntake(store claimStore, set *sourceSet, log *slog.Logger, m *metrics) *intake {
@@ -307,6 +321,14 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 			return status
 		}
 	}
+	// What reads JSON reads valid JSON only: a truncated or broken body is
+	// refused before anything is filtered, keyed or stored.
+	if src.checkJSON && !validJSON(body) {
+		if src.schema != nil {
+			in.metrics.schemaFailure(src.name) // the schema would have refused it
+		}
+		return writeError(ctx, fasthttp.StatusBadRequest, "body is not valid JSON")
+	}
 	// The type filter sees verified bodies only (a forged delivery is 401
 	// above, whatever its type) and answers before anything is keyed or
 	// stored.
@@ -332,6 +354,15 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		}
 	}
 
+	var orderObj []byte
+	var orderTime int64
+	if src.orderObject != nil {
+		var msg string
+		if orderObj, orderTime, msg = src.order(&ctx.Request.Header, body); msg != "" && !src.orderUnordered {
+			return writeError(ctx, fasthttp.StatusBadRequest, msg)
+		}
+	}
+
 	kp := in.keyBufs.Get().(*[]byte)
 	defer in.keyBufs.Put(kp)
 	key, err := src.keyer.Key((*kp)[:0], &ctx.Request.Header, body)
@@ -345,7 +376,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 	skey := string(key) // one copy for the lookup and the command
 	if st, ok, err := in.store.Lookup(skey); err == nil && ok {
 		in.metrics.claim(src.name, false)
-		return in.answerDuplicate(ctx, src, key, st, body)
+		return in.answerDuplicate(ctx, src, key, st, body, true)
 	}
 
 	cmd := engine.Command{
@@ -360,14 +391,8 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 	if src.guardBody {
 		cmd.BodyKey = bodyKey(src.name, body)
 	}
-	if src.orderObject != nil {
-		if obj, err := src.orderObject.Value(&ctx.Request.Header, body); err == nil && len(obj) > 0 {
-			if tv, err := src.orderTime.Value(&ctx.Request.Header, body); err == nil {
-				if t, err := providers.ParseTime(tv); err == nil {
-					cmd.OrderObject, cmd.OrderTime = string(obj), t
-				}
-			}
-		}
+	if orderObj != nil {
+		cmd.OrderObject, cmd.OrderTime = string(orderObj), orderTime
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), in.timeout)
 	res, err := in.store.Claim(cctx, cmd)
@@ -401,10 +426,10 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		// event, resent under an id the signature does not cover.
 		in.metrics.replaySuspected(src.name)
 		in.log.Warn("replayed body under a new key", "source", src.name, "key", cmd.Key, "original", res.Keys[0])
-		return in.answerDuplicate(ctx, src, []byte(res.Keys[0]), res.State, body)
+		return in.answerDuplicate(ctx, src, []byte(res.Keys[0]), res.State, body, false)
 	}
 	if !res.Created {
-		return in.answerDuplicate(ctx, src, key, res.State, body)
+		return in.answerDuplicate(ctx, src, key, res.State, body, true)
 	}
 	if src.sync && res.State == engine.StatePending {
 		return in.answerSync(ctx, src, key)
@@ -424,7 +449,9 @@ func (s *source) filter(h providers.Headers, body []byte) (typ []byte, drop bool
 	return typ, listed != s.acceptTypes
 }
 
-func (in *intake) answerDuplicate(ctx *fasthttp.RequestCtx, src *source, key []byte, st engine.State, body []byte) int {
+// answerDuplicate answers a delivery whose event exists. own is false when
+// the replay guard matched the body under another key.
+func (in *intake) answerDuplicate(ctx *fasthttp.RequestCtx, src *source, key []byte, st engine.State, body []byte, own bool) int {
 	// A different body under the same key is still a duplicate (the key is the
 	// event's identity), but it is counted: a sender reusing ids, or a forged
 	// body under a valid signature for another event, shows up here.
@@ -453,6 +480,13 @@ func (in *intake) answerDuplicate(ctx *fasthttp.RequestCtx, src *source, key []b
 			}
 		case engine.StatePending, engine.StateProcessing:
 			return writeClaim(ctx, fasthttp.StatusConflict, "in_progress", key, st, true)
+		case engine.StateDead:
+			// A sync answer never acknowledges a failure: the provider's
+			// retry re-arms the event and waits for the handler.
+			if own {
+				return in.rearm(ctx, src, key)
+			}
+			return writeClaim(ctx, fasthttp.StatusBadGateway, "handler_failed", key, st, true)
 		}
 	}
 	return writeClaim(ctx, fasthttp.StatusOK, "duplicate", key, st, true)

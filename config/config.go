@@ -38,6 +38,10 @@ const (
 	DemoSourceName       = "demo"
 	ReplayGuardBody      = "body" // replay_guard: a body seen under another key is a duplicate
 	ReplayGuardOff       = "off"
+	// order.missing: a delivery without the order fields is refused (400),
+	// or claimed without the guard.
+	OrderMissingReject    = "reject"
+	OrderMissingUnordered = "unordered"
 )
 
 // Config is one oncehook.toml, defaults applied, normalised and (after Load)
@@ -120,6 +124,10 @@ type AdminToken struct {
 type Order struct {
 	Object string `json:"object"`
 	Time   string `json:"time"`
+	// Missing is what a delivery without the object or a readable time gets:
+	// OrderMissingReject (400; "" means it too) or OrderMissingUnordered
+	// (claimed without the guard).
+	Missing string `json:"missing,omitempty"`
 }
 
 // Source is one [[source]]: a URL /in/{Name}, how to verify it, how to key it,

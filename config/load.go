@@ -102,8 +102,9 @@ type rawSource struct {
 }
 
 type rawOrder struct {
-	Object string `toml:"object"`
-	Time   string `toml:"time"`
+	Object  string `toml:"object"`
+	Time    string `toml:"time"`
+	Missing string `toml:"missing"`
 }
 
 type rawHMAC struct {
@@ -601,7 +602,7 @@ func (l *loader) source(i int, r *rawSource) Source {
 		}
 	}
 	if r.Order != nil {
-		s.Order = &Order{Object: r.Order.Object, Time: r.Order.Time}
+		s.Order = &Order{Object: r.Order.Object, Time: r.Order.Time, Missing: r.Order.Missing}
 	}
 	if r.HMAC != nil {
 		s.HMAC = &providers.HMACSpec{

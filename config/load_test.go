@@ -216,7 +216,7 @@ func TestProviderDefaults(t *testing.T) {
 	}{
 		{"github", []string{"header:X-GitHub-Delivery"}, 168 * time.Hour, 202},
 		{"stripe", []string{"json:id"}, 168 * time.Hour, 202},
-		{"shopify", []string{"header:X-Shopify-Event-Id|header:X-Shopify-Webhook-Id"}, 48 * time.Hour, 202},
+		{"shopify", []string{"header:X-Shopify-Event-Id|header:X-Shopify-Webhook-Id"}, 72 * time.Hour, 202},
 		{"standard", []string{"header:webhook-id"}, 96 * time.Hour, 202},
 		{"svix", []string{"header:svix-id|header:webhook-id"}, 96 * time.Hour, 202},
 		{"slack", []string{"json:event_id"}, 24 * time.Hour, 202},
@@ -225,7 +225,7 @@ func TestProviderDefaults(t *testing.T) {
 		{"twilio", []string{"header:I-Twilio-Idempotency-Token"}, 24 * time.Hour, 202},
 		{"linear", []string{"header:Linear-Delivery"}, 72 * time.Hour, 202},
 		{"zoom", []string{"json:event", "json:event_ts"}, 24 * time.Hour, 202},
-		{"asaas", []string{"json:id"}, 336 * time.Hour, 200},
+		{"asaas", []string{"json:id"}, 384 * time.Hour, 200},
 		{"hmac", []string{"header:X-Request-Id"}, 168 * time.Hour, 202},
 		{"stripe-custom", []string{"header:X-Custom-Id"}, 24 * time.Hour, 200},
 	}

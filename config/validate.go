@@ -401,6 +401,11 @@ func validateSource(p *problems, key string, s *Source) {
 				p.add(k("order.time"), nil, err.Error())
 			}
 		}
+		switch o.Missing {
+		case "", OrderMissingReject, OrderMissingUnordered:
+		default:
+			p.add(k("order.missing"), nil, fmt.Sprintf("invalid missing %q: want %q (the default: 400) or %q (claimed without the guard)", o.Missing, OrderMissingReject, OrderMissingUnordered), k("order"))
+		}
 	}
 	validateTypeFilter(p, k, s)
 	hmacBad := validateHMAC(p, k, s)

@@ -20,7 +20,10 @@ func (c *Config) Warnings() []string {
 // warningChecks are run in order by Warnings; each returns zero or more lines.
 var warningChecks = []func(*Config) []string{
 	clearTextCluster,
-	adminPlaintextWarning, // admin.go
+	adminPlaintextWarning,     // admin.go
+	retentionBelowRetryWindow, // retentionwarn.go
+	retriesOutliveRetention,
+	keyPartChangesPerDelivery,
 }
 
 // clearTextCluster warns when cluster traffic leaves the machine unencrypted:

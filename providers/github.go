@@ -20,7 +20,7 @@ var githubSpec = macSpec{
 func (github) Name() string { return "github" }
 
 func (github) Defaults() Defaults {
-	return Defaults{Key: []string{"header:X-GitHub-Delivery"}, Retention: 168 * time.Hour, AckStatus: ackAccepted, ReplayGuard: true, Type: "header:X-GitHub-Event"}
+	return Defaults{Key: []string{"header:X-GitHub-Delivery"}, Retention: 168 * time.Hour, RetryWindow: 72 * time.Hour, AckStatus: ackAccepted, ReplayGuard: true, Type: "header:X-GitHub-Event"}
 }
 
 func (github) NewVerifier(opts Options) (Verifier, error) {

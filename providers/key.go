@@ -227,6 +227,16 @@ func newKeyPart(spec string, kind error) (keyPart, error) {
 	return p, nil
 }
 
+// readsJSON reports whether an alternative of p is a json:PATH.
+func (p *keyPart) readsJSON() bool {
+	for _, g := range p.getters {
+		if g.kind == getJSON {
+			return true
+		}
+	}
+	return false
+}
+
 // value tries each alternative in turn. Missing values fall through to the
 // next alternative; a value that is present but unusable does not. When every
 // alternative is missing and one needed a JSON body that was not JSON, the
@@ -308,6 +318,18 @@ func (k *Keyer) Key(dst []byte, h Headers, body []byte) ([]byte, error) {
 	return dst, nil
 }
 
+// ReadsJSON reports whether some part of the key reads the JSON body (a
+// json:PATH alternative), so that a body that is not JSON cannot be keyed
+// by it.
+func (k *Keyer) ReadsJSON() bool {
+	for i := range k.parts {
+		if k.parts[i].readsJSON() {
+			return true
+		}
+	}
+	return false
+}
+
 // Parts returns the key's part specs.
 func (k *Keyer) Parts() []string {
 	out := make([]string, len(k.parts))
@@ -333,6 +355,10 @@ func NewField(spec string) (*Field, error) {
 	}
 	return &Field{part: p}, nil
 }
+
+// ReadsJSON reports whether the field reads the JSON body (a json:PATH
+// alternative).
+func (f *Field) ReadsJSON() bool { return f.part.readsJSON() }
 
 // String returns the field's spec.
 func (f *Field) String() string { return f.part.spec }

@@ -18,7 +18,7 @@ var paddleList = &listSpec{header: "Paddle-Signature", sep: ';', tsKey: "ts", si
 func (paddle) Name() string { return "paddle" }
 
 func (paddle) Defaults() Defaults {
-	return Defaults{Key: []string{"json:event_id"}, Retention: 168 * time.Hour, AckStatus: ackAccepted, Type: "json:event_type"}
+	return Defaults{Key: []string{"json:event_id"}, Retention: 168 * time.Hour, RetryWindow: 72 * time.Hour, AckStatus: ackAccepted, Type: "json:event_type"}
 }
 
 func (paddle) NewVerifier(opts Options) (Verifier, error) {

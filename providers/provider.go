@@ -45,11 +45,20 @@ type HMACSpec struct {
 	Template        string // signed content from {id} {timestamp} {body}; default "{body}"
 }
 
+// RetryMargin is how much longer than the provider's RetryWindow a default
+// Retention keeps a key at least: a resend late in the window, or after a
+// slow redelivery, still finds its key.
+const RetryMargin = 12 * time.Hour
+
 // Defaults are a provider's defaults for a source that does not override them.
 type Defaults struct {
 	Key       []string      // key parts, e.g. ["header:X-GitHub-Delivery"]
-	Retention time.Duration // the provider's retry window plus margin
-	AckStatus int           // answer for a new event (asaas: 200, else 202)
+	Retention time.Duration // the provider's retry window plus margin (at least RetryMargin)
+	// RetryWindow is how long after the first delivery the provider may
+	// still resend an event, automatically or by a documented redelivery;
+	// 0: none documented (hmac). SCHEMES.md cites the provider's doc for each.
+	RetryWindow time.Duration
+	AckStatus   int // answer for a new event (asaas: 200, else 202)
 	// ReplayGuard: the signature covers neither an event id nor (usefully) a
 	// time, so a captured body resent under a new unsigned delivery id would
 	// verify as a new event; the source's replay_guard defaults to "body".

@@ -372,7 +372,7 @@ func TestDefaults(t *testing.T) {
 	}{
 		"github":   {"header:X-GitHub-Delivery", 168 * time.Hour, 202},
 		"stripe":   {"json:id", 168 * time.Hour, 202},
-		"shopify":  {"header:X-Shopify-Event-Id|header:X-Shopify-Webhook-Id", 48 * time.Hour, 202},
+		"shopify":  {"header:X-Shopify-Event-Id|header:X-Shopify-Webhook-Id", 72 * time.Hour, 202},
 		"standard": {"header:webhook-id", 96 * time.Hour, 202},
 		"svix":     {"header:svix-id|header:webhook-id", 96 * time.Hour, 202},
 		"slack":    {"json:event_id", 24 * time.Hour, 202},
@@ -381,7 +381,7 @@ func TestDefaults(t *testing.T) {
 		"twilio":   {"header:I-Twilio-Idempotency-Token", 24 * time.Hour, 202},
 		"linear":   {"header:Linear-Delivery", 72 * time.Hour, 202},
 		"zoom":     {"json:event json:event_ts", 24 * time.Hour, 202},
-		"asaas":    {"json:id", 336 * time.Hour, 200},
+		"asaas":    {"json:id", 384 * time.Hour, 200},
 		"hmac":     {"", 168 * time.Hour, 202},
 	}
 	for _, n := range Names() {

@@ -19,10 +19,14 @@ func (shopify) Name() string { return "shopify" }
 
 func (shopify) Defaults() Defaults {
 	return Defaults{
-		Key:       []string{"header:X-Shopify-Event-Id|header:X-Shopify-Webhook-Id"},
-		Retention: 48 * time.Hour,
-		AckStatus: ackAccepted,
-		Type:      "header:X-Shopify-Topic",
+		Key: []string{"header:X-Shopify-Event-Id|header:X-Shopify-Webhook-Id"},
+		// Shopify retries 8 times over 4 h since 2024-09-10; the window is
+		// the 48 h of the policy before it, which older senders may still
+		// follow.
+		Retention:   72 * time.Hour,
+		RetryWindow: 48 * time.Hour,
+		AckStatus:   ackAccepted,
+		Type:        "header:X-Shopify-Topic",
 	}
 }
 

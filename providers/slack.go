@@ -26,7 +26,7 @@ var slackSpec = macSpec{
 func (slack) Name() string { return "slack" }
 
 func (slack) Defaults() Defaults {
-	return Defaults{Key: []string{"json:event_id"}, Retention: 24 * time.Hour, AckStatus: ackAccepted, Type: "json:event.type"}
+	return Defaults{Key: []string{"json:event_id"}, Retention: 24 * time.Hour, RetryWindow: 6 * time.Minute, AckStatus: ackAccepted, Type: "json:event.type"}
 }
 
 func (slack) NewVerifier(opts Options) (Verifier, error) {

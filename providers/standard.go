@@ -82,11 +82,13 @@ func (s standard) Name() string {
 }
 
 func (s standard) Defaults() Defaults {
-	key := "header:webhook-id"
+	// The spec's example schedule ends 75h35m after the first attempt;
+	// Svix's own ends 27h35m after it.
+	key, window := "header:webhook-id", 76*time.Hour
 	if s.svix {
-		key = "header:svix-id|header:webhook-id"
+		key, window = "header:svix-id|header:webhook-id", 28*time.Hour
 	}
-	return Defaults{Key: []string{key}, Retention: 96 * time.Hour, AckStatus: ackAccepted, Type: "json:type"}
+	return Defaults{Key: []string{key}, Retention: 96 * time.Hour, RetryWindow: window, AckStatus: ackAccepted, Type: "json:type"}
 }
 
 // whsecKey decodes a Standard Webhooks secret: optional "whsec_" + base64.

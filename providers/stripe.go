@@ -18,7 +18,7 @@ var stripeList = &listSpec{header: "Stripe-Signature", sep: ',', tsKey: "t", sig
 func (stripe) Name() string { return "stripe" }
 
 func (stripe) Defaults() Defaults {
-	return Defaults{Key: []string{"json:id"}, Retention: 168 * time.Hour, AckStatus: ackAccepted, Type: "json:type"}
+	return Defaults{Key: []string{"json:id"}, Retention: 168 * time.Hour, RetryWindow: 72 * time.Hour, AckStatus: ackAccepted, Type: "json:type"}
 }
 
 func (stripe) NewVerifier(opts Options) (Verifier, error) {

@@ -57,6 +57,7 @@ func (gitlab) Defaults() Defaults {
 	return Defaults{
 		Key:         []string{"header:Idempotency-Key|header:X-Gitlab-Event-UUID"},
 		Retention:   72 * time.Hour,
+		RetryWindow: 48 * time.Hour, // no automatic retry; "Recent events" can be resent for 2 days
 		AckStatus:   ackAccepted,
 		ReplayGuard: true,
 		Type:        "header:X-Gitlab-Event",
@@ -81,13 +82,14 @@ func (gitlab) Sign(_, secret []byte, _ time.Time, id string, _ *HMACSpec) ([]Hea
 
 // Asaas: asaas-access-token carries the token configured in Asaas's panel. No
 // HMAC, no timestamp. Asaas counts anything but exactly 200 as a failure and
-// pauses the queue after 15, so the ack status is 200. Events are kept 14 days.
+// pauses the queue after 15, so the ack status is 200. Events are kept 14 days
+// and a resumed queue sends them all, so retention covers 14 days and two.
 type asaas struct{}
 
 func (asaas) Name() string { return "asaas" }
 
 func (asaas) Defaults() Defaults {
-	return Defaults{Key: []string{"json:id"}, Retention: 336 * time.Hour, AckStatus: ackOK, Type: "json:event"}
+	return Defaults{Key: []string{"json:id"}, Retention: 384 * time.Hour, RetryWindow: 336 * time.Hour, AckStatus: ackOK, Type: "json:event"}
 }
 
 func (asaas) NewVerifier(opts Options) (Verifier, error) {

@@ -45,7 +45,7 @@ var (
 func (twilio) Name() string { return "twilio" }
 
 func (twilio) Defaults() Defaults {
-	return Defaults{Key: []string{"header:I-Twilio-Idempotency-Token"}, Retention: 24 * time.Hour, AckStatus: ackAccepted, ReplayGuard: true}
+	return Defaults{Key: []string{"header:I-Twilio-Idempotency-Token"}, Retention: 24 * time.Hour, RetryWindow: 15 * time.Second, AckStatus: ackAccepted, ReplayGuard: true}
 }
 
 func (twilio) NewVerifier(opts Options) (Verifier, error) {

@@ -27,7 +27,7 @@ var zoomSpec = macSpec{
 func (zoom) Name() string { return "zoom" }
 
 func (zoom) Defaults() Defaults {
-	return Defaults{Key: []string{"json:event", "json:event_ts"}, Retention: 24 * time.Hour, AckStatus: ackAccepted, Type: "json:event"}
+	return Defaults{Key: []string{"json:event", "json:event_ts"}, Retention: 24 * time.Hour, RetryWindow: 85 * time.Minute, AckStatus: ackAccepted, Type: "json:event"}
 }
 
 func (zoom) NewVerifier(opts Options) (Verifier, error) {

@@ -1,0 +1,108 @@
+package config
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"oncehook/providers"
+)
+
+// Warnings about how long a source keeps its keys (README "Providers",
+// providers/SCHEMES.md "Retention and retry windows"): a key that ends
+// before the sender stops resending, and a key that changes on every resend,
+// both let one event in twice.
+
+// retentionBelowRetryWindow warns when a source's retention ends before its
+// provider's documented retry window: a retry after that is a new event.
+func retentionBelowRetryWindow(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		sch, ok := providers.Lookup(s.Provider)
+		if !ok {
+			continue
+		}
+		if window := sch.Defaults().RetryWindow; time.Duration(s.Retention) < window {
+			w = append(w, fmt.Sprintf(
+				"%s: %s is shorter than %s's documented retry window of %s: a resend after the key expired is claimed and delivered again; set at least %s",
+				sourceKey(i, "retention"), s.Retention, s.Provider, Duration(window), Duration(window+providers.RetryMargin)))
+		}
+	}
+	return w
+}
+
+// retriesOutliveRetention warns when the handler's retry schedule can run
+// past the key's retention: max_attempts waits of up to backoff_max each.
+func retriesOutliveRetention(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		if s.MaxAttempts <= 0 || s.Retention <= 0 || s.BackoffMax <= 0 {
+			continue
+		}
+		schedule := time.Duration(s.BackoffMax) * time.Duration(s.MaxAttempts)
+		if schedule/time.Duration(s.MaxAttempts) != time.Duration(s.BackoffMax) || schedule > time.Duration(s.Retention) {
+			w = append(w, fmt.Sprintf(
+				"%s: max_attempts %d x backoff_max %s exceeds retention %s: the retry schedule outlives the key, and a provider's resend after the key expired is a new event",
+				sourceKey(i, "max_attempts"), s.MaxAttempts, s.BackoffMax, s.Retention))
+		}
+	}
+	return w
+}
+
+// perDeliveryHeaders are headers whose value changes on every delivery of
+// one event (signatures and signing timestamps), or that carry the secret
+// itself: as a key part, each resend would be a new key.
+var perDeliveryHeaders = []string{
+	"Stripe-Signature",
+	"X-Hub-Signature", "X-Hub-Signature-256",
+	"X-Shopify-Hmac-Sha256",
+	"webhook-signature", "webhook-timestamp",
+	"svix-signature", "svix-timestamp",
+	"X-Slack-Signature", "X-Slack-Request-Timestamp",
+	"X-Gitlab-Token",
+	"Paddle-Signature",
+	"X-Twilio-Signature",
+	"Linear-Signature",
+	"x-zm-signature", "x-zm-request-timestamp",
+	"asaas-access-token",
+}
+
+// keyPartChangesPerDelivery warns when a key part reads a signature,
+// timestamp or token header (perDeliveryHeaders, and an hmac source's own
+// signature and timestamp headers).
+func keyPartChangesPerDelivery(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		bad := perDeliveryHeaders
+		if s.HMAC != nil {
+			bad = append(append([]string(nil), bad...), s.HMAC.Header, s.HMAC.TimestampHeader)
+		}
+		for j, part := range s.Key {
+			for _, alt := range strings.Split(part, "|") {
+				kind, name, _ := strings.Cut(strings.TrimSpace(alt), ":")
+				if kind != "header" || !containsFold(bad, name) {
+					continue
+				}
+				w = append(w, fmt.Sprintf(
+					"%s: header:%s is a signature, timestamp or token header: its value changes on every delivery (or is the secret), so every resend would be a new event; key on the event's id",
+					sourceKey(i, "key")+"["+strconv.Itoa(j)+"]", name))
+			}
+		}
+	}
+	return w
+}
+
+func sourceKey(i int, name string) string { return "source[" + strconv.Itoa(i) + "]." + name }
+
+func containsFold(list []string, s string) bool {
+	for _, v := range list {
+		if v != "" && strings.EqualFold(v, s) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,95 @@
+package config
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"oncehook/providers"
+)
+
+// sourceWarnings loads a config of one source "s" made of lines (a provider
+// line included) and returns its warnings about sources.
+func sourceWarnings(t *testing.T, lines string) []string {
+	t.Helper()
+	if !strings.Contains(lines, "secrets") {
+		lines += "\nsecrets = [\"" + standardSecret + "\"]"
+	}
+	text := "[[source]]\nname = \"s\"\nforward = \"http://127.0.0.1:9000/\"\n" + lines + "\n"
+	c, err := Load(writeFile(t, t.TempDir(), "oncehook.toml", text, 0o600))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	var w []string
+	for _, line := range c.Warnings() {
+		if strings.HasPrefix(line, "source[") {
+			w = append(w, line)
+		}
+	}
+	return w
+}
+
+// TestNoRetentionWarningOnDefaults: every provider's defaults pass the
+// retention and key checks.
+func TestNoRetentionWarningOnDefaults(t *testing.T) {
+	for _, name := range providers.Names() {
+		lines := "provider = \"" + name + "\""
+		if name == "hmac" {
+			lines += "\nkey = [\"header:X-Id\"]\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\" }"
+		}
+		if w := sourceWarnings(t, lines); len(w) != 0 {
+			t.Errorf("%s with its defaults: %q", name, w)
+		}
+	}
+}
+
+// TestRetentionWarnings: one line per problem, naming the key and the
+// numbers; a config that only warns still loads.
+func TestRetentionWarnings(t *testing.T) {
+	tests := []struct {
+		name  string
+		lines string
+		want  []string // substrings, one per warning, in order
+	}{
+		{"retention below the window", "provider = \"stripe\"\nretention = \"24h\"",
+			[]string{"source[0].retention: 24h is shorter than stripe's documented retry window of 72h: a resend after the key expired is claimed and delivered again; set at least 84h"}},
+		{"retention at the window", "provider = \"shopify\"\nretention = \"48h\"", nil},
+		{"retries outlive the key", "provider = \"twilio\"\nretention = \"5h\"\nmax_attempts = 10\nbackoff_max = \"1h\"",
+			[]string{"source[0].max_attempts: max_attempts 10 x backoff_max 1h exceeds retention 5h"}},
+		{"retries just fit", "provider = \"twilio\"\nretention = \"10h\"\nmax_attempts = 10\nbackoff_max = \"1h\"", nil},
+		{"signature header", "provider = \"stripe\"\nkey = [\"header:Stripe-Signature\"]",
+			[]string{"source[0].key[0]: header:Stripe-Signature is a signature, timestamp or token header"}},
+		{"any case", "provider = \"github\"\nkey = [\"header:x-hub-signature-256\"]",
+			[]string{"source[0].key[0]: header:x-hub-signature-256"}},
+		{"an alternative", "provider = \"standard\"\nkey = [\"json:id\", \"header:webhook-id|header:webhook-timestamp\"]",
+			[]string{"source[0].key[1]: header:webhook-timestamp"}},
+		{"slack timestamp", "provider = \"slack\"\nkey = [\"header:X-Slack-Request-Timestamp\"]",
+			[]string{"source[0].key[0]: header:X-Slack-Request-Timestamp"}},
+		{"hmac's own headers", "provider = \"hmac\"\nkey = [\"header:X-Sig\", \"header:x-ts\"]\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\" }",
+			[]string{"source[0].key[0]: header:X-Sig", "source[0].key[1]: header:x-ts"}},
+		{"a token", "provider = \"gitlab\"\nkey = [\"header:X-Gitlab-Token\"]",
+			[]string{"source[0].key[0]: header:X-Gitlab-Token"}},
+		{"the delivery id", "provider = \"github\"\nkey = [\"header:X-GitHub-Delivery\"]", nil},
+		{"all three", "provider = \"stripe\"\nretention = \"1h\"\nkey = [\"header:Stripe-Signature\"]",
+			[]string{"source[0].retention: 1h is shorter", "source[0].max_attempts: max_attempts 8 x backoff_max 10m exceeds retention 1h", "source[0].key[0]: header:Stripe-Signature"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := sourceWarnings(t, tt.lines)
+			if len(got) != len(tt.want) {
+				t.Fatalf("warnings %q, want %d", got, len(tt.want))
+			}
+			for i, want := range tt.want {
+				if !strings.Contains(got[i], want) {
+					t.Errorf("warning %d %q, want it to contain %q", i, got[i], want)
+				}
+				if strings.Contains(got[i], "\n") {
+					t.Errorf("warning %d spans lines: %q", i, got[i])
+				}
+			}
+			if slices.ContainsFunc(got, func(w string) bool { return strings.Contains(w, standardSecret) }) {
+				t.Error("a warning shows the secret")
+			}
+		})
+	}
+}

@@ -1,0 +1,99 @@
+package main
+
+// Sync mode's retries: a provider that resends a sync event whose handler
+// failed for good (dead) is asking for the effect again, and a sync answer
+// never acknowledges a failure (docs/architecture.md, Sync mode).
+
+import (
+	"context"
+	"errors"
+
+	"github.com/valyala/fasthttp"
+
+	"oncehook/engine"
+)
+
+// Audit fields of a re-arm by a provider's retry.
+const (
+	rearmWho    = "provider"
+	rearmReason = "provider retry"
+)
+
+// rearm moves key's dead event back to pending through the replay path (an
+// audit entry, attempts 0, due now) and answers like a new sync event: the
+// handler's answer, 502 when it fails, 504 when it is slower than the wait.
+// A retry that finds the event re-armed already (a concurrent retry, an
+// operator replay) waits for that attempt. Nothing is answered 2xx before
+// the handler answered 2xx.
+//
+// A replay also moves a done event, so a retry must not re-arm an event that
+// another retry re-armed and the handler completed meanwhile: on this node
+// the re-arms of one key run one at a time, and each reads the state again
+// first. Across nodes the window that remains is one Raft round against a
+// whole attempt (lease, handler, completion).
+func (in *intake) rearm(ctx *fasthttp.RequestCtx, src *source, key []byte) int {
+	rctx, cancel := context.WithTimeout(context.Background(), in.timeout)
+	err := in.rearmOnce(rctx, string(key))
+	cancel()
+	switch {
+	case err == nil:
+		in.log.Info("dead sync event re-armed by a provider retry", "source", src.name, "key", string(key))
+	case errors.Is(err, engine.ErrWrongState), errors.Is(err, errNotDead):
+		// Re-armed already: wait for the same attempt.
+	case errors.Is(err, engine.ErrNotFound):
+		// Expired since the lookup: the next retry claims it anew.
+		ctx.Response.Header.Set("Retry-After", "1")
+		return writeError(ctx, fasthttp.StatusServiceUnavailable, "event expired meanwhile, retry")
+	default:
+		in.log.Warn("re-arm not committed", "source", src.name, "key", string(key), "err", err)
+		ctx.Response.Header.Set("Retry-After", "1")
+		return writeError(ctx, fasthttp.StatusServiceUnavailable, "re-arm not committed, retry")
+	}
+	return in.answerSync(ctx, src, key)
+}
+
+// errNotDead: the event left dead before this retry could re-arm it.
+var errNotDead = errors.New("event no longer dead")
+
+// rearmOnce replays key's event if it is still dead, one re-arm of a key at
+// a time on this node (see rearm).
+func (in *intake) rearmOnce(ctx context.Context, key string) error {
+	for {
+		in.rearmMu.Lock()
+		busy, ok := in.rearming[key]
+		if !ok {
+			if in.rearming == nil {
+				in.rearming = make(map[string]chan struct{})
+			}
+			in.rearming[key] = make(chan struct{})
+			in.rearmMu.Unlock()
+			break
+		}
+		in.rearmMu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	defer func() {
+		in.rearmMu.Lock()
+		close(in.rearming[key])
+		delete(in.rearming, key)
+		in.rearmMu.Unlock()
+	}()
+	ev, err := in.store.Get(key, false)
+	if err != nil {
+		return err
+	}
+	if ev.State != engine.StateDead {
+		return errNotDead
+	}
+	_, err = in.store.Replay(ctx, engine.Command{
+		Op:     engine.OpReplay,
+		Keys:   []string{key},
+		Who:    rearmWho,
+		Reason: rearmReason,
+	})
+	return err
+}

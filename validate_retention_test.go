@@ -1,0 +1,55 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestValidateWarnsAboutRetention: `oncehook validate` prints one warning
+// line per retention or key problem and still succeeds.
+func TestValidateWarnsAboutRetention(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "oncehook.toml")
+	mustWrite(t, path, fmt.Sprintf(`[node]
+data_dir = %q
+
+[[source]]
+name = "stripe"
+provider = "stripe"
+secrets = ["whsec_stripe_test_secret"]
+forward = "http://127.0.0.1:9000/stripe"
+retention = "24h"
+key = ["header:Stripe-Signature"]
+
+[[source]]
+name = "fine"
+provider = "stripe"
+secrets = ["whsec_stripe_test_secret"]
+forward = "http://127.0.0.1:9000/fine"
+`, filepath.Join(dir, "data")))
+	var out, errOut bytes.Buffer
+	if err := cmdValidate([]string{"-config", path}, &out, &errOut); err != nil {
+		t.Fatalf("validate: %v (%s)", err, errOut.String())
+	}
+	var warnings []string
+	for _, line := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+		if strings.Contains(line, ": warning: ") {
+			warnings = append(warnings, line)
+		}
+	}
+	want := []string{"source[0].retention: 24h is shorter than stripe's documented retry window of 72h", "source[0].key[0]: header:Stripe-Signature"}
+	if len(warnings) != len(want) {
+		t.Fatalf("warnings:\n%s\nwant %d", out.String(), len(want))
+	}
+	for i, w := range want {
+		if !strings.Contains(warnings[i], w) {
+			t.Errorf("warning %q, want %q", warnings[i], w)
+		}
+	}
+	if !strings.Contains(out.String(), ": ok (single node, 2 sources)") {
+		t.Errorf("no ok line:\n%s", out.String())
+	}
+}
