@@ -50,8 +50,10 @@ type sweeper struct {
 	errs []error
 }
 
-func (s *sweeper) did(format string, args ...any) { s.done = append(s.done, fmt.Sprintf(format, args...)) }
-func (s *sweeper) fail(err error)                 { s.errs = append(s.errs, err) }
+func (s *sweeper) did(format string, args ...any) {
+	s.done = append(s.done, fmt.Sprintf(format, args...))
+}
+func (s *sweeper) fail(err error) { s.errs = append(s.errs, err) }
 
 // deadRun reports whether name starts with one of our prefixes and a PID
 // that is neither ours nor alive.

@@ -35,7 +35,7 @@ func TestDeadRun(t *testing.T) {
 		{fmt.Sprintf("%s%d-chaos-123", Prefix, dead), true},
 		{fmt.Sprintf("ohchaos-%d-1-hub", dead), true},
 		{fmt.Sprintf("%s%d-chaos-123", Prefix, os.Getpid()), false}, // ours, alive
-		{Prefix + "1-x", false},                                    // init never dies
+		{Prefix + "1-x", false},                                     // init never dies
 		{Prefix + "abc-x", false},
 		{fmt.Sprintf("%s%d", Prefix, dead), false}, // no dash after the PID: not our name
 		{fmt.Sprintf("oncehook-systest-%d-x", dead), false},
