@@ -14,40 +14,45 @@ import (
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"oncehook/internal/testproc"
 	"oncehook/providers"
 )
 
 var binary string
 
+// TestMain runs inside a testproc run directory: the binary, every test's
+// TempDir and data dir live under it, a SIGINT or SIGTERM still cleans up,
+// and what a killed run leaves is swept by the next one (package testproc).
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "oncehook-systest-")
+	run, err := testproc.Begin("systest")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "oncehook")
+	binary = filepath.Join(run.Dir(), "oncehook")
 	build := exec.Command("go", "build", "-o", binary, "oncehook")
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
+	if err := testproc.Run(build); err != nil {
 		fmt.Fprintln(os.Stderr, "build oncehook:", err)
+		run.End()
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	run.End()
 	os.Exit(code)
 }
 
-// proc is one oncehook process we started; we stop only these, by PID.
+// proc is one oncehook process we started (testproc.Start: it dies with the
+// test binary); we stop only these, by process group.
 type proc struct {
 	t    *testing.T
 	name string
 	cmd  *exec.Cmd
+	p    *testproc.Proc
 	out  *lockedBuffer
-	done chan struct{}
 }
 
 type lockedBuffer struct {
@@ -69,14 +74,14 @@ func (l *lockedBuffer) String() string {
 
 func start(t *testing.T, name, dir string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, name: name, out: &lockedBuffer{}, done: make(chan struct{})}
+	p := &proc{t: t, name: name, out: &lockedBuffer{}}
 	p.cmd = exec.Command(binary, args...)
 	p.cmd.Dir = dir
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
+	var err error
+	if p.p, err = testproc.Start(p.cmd); err != nil {
 		t.Fatalf("start %s: %v", name, err)
 	}
-	go func() { p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
@@ -86,33 +91,14 @@ func start(t *testing.T, name, dir string, args ...string) *proc {
 	return p
 }
 
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
+func (p *proc) running() bool { return p.p.Running() }
 
-func (p *proc) kill() {
-	if p.running() {
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-	}
-}
+func (p *proc) kill() { p.p.Kill() }
 
 // stop sends SIGTERM and waits for a clean exit.
 func (p *proc) stop() {
 	p.t.Helper()
-	if !p.running() {
-		return
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		p.kill()
+	if !p.p.Stop(30 * time.Second) {
 		p.t.Fatalf("%s did not stop within 30s of SIGTERM", p.name)
 	}
 }
@@ -121,7 +107,7 @@ func run(t *testing.T, dir string, args ...string) (string, int) {
 	t.Helper()
 	cmd := exec.Command(binary, args...)
 	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
+	out, err := testproc.CombinedOutput(cmd)
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()

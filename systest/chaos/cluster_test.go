@@ -21,6 +21,7 @@ import (
 
 	"oncehook/engine"
 	"oncehook/failpoint"
+	"oncehook/internal/testproc"
 )
 
 const (
@@ -33,10 +34,12 @@ const (
 	clusterTok = "chaos-cluster-token-0123456789abcdef"
 )
 
-// proc is a process this test started; it is signalled only by its PID.
+// proc is a process this test started with testproc.Start: it dies with the
+// test binary and is signalled only by its process group.
 type proc struct {
 	name    string
 	cmd     *exec.Cmd
+	tp      *testproc.Proc
 	logPath string
 	logf    *os.File
 	done    chan struct{}
@@ -61,15 +64,15 @@ func startProcEnv(t testing.TB, name, logPath string, env []string, argv ...stri
 	if env != nil {
 		p.cmd.Env = append(os.Environ(), env...)
 	}
-	// Its own process group: a ^C to the test does not hit it first, and the
-	// cleanup below still kills it by PID.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
+	// Its own process group (a ^C to the test does not hit it first) and
+	// SIGKILL if the test binary dies: see package testproc.
+	if p.tp, err = testproc.Start(p.cmd); err != nil {
 		f.Close()
 		t.Fatalf("start %s: %v", name, err)
 	}
 	go func() {
-		p.exitErr = p.cmd.Wait()
+		<-p.tp.Done()
+		p.exitErr = p.tp.Err()
 		f.Close()
 		close(p.done)
 	}()
@@ -77,7 +80,7 @@ func startProcEnv(t testing.TB, name, logPath string, env []string, argv ...stri
 	return p
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
+func (p *proc) pid() int { return p.tp.Pid() }
 
 func (p *proc) running() bool {
 	select {
@@ -90,32 +93,22 @@ func (p *proc) running() bool {
 
 func (p *proc) signal(s syscall.Signal) {
 	if p.running() {
-		p.cmd.Process.Signal(s)
+		p.tp.Signal(s)
 	}
 }
 
+// kill SIGKILLs the process group (after a SIGCONT: a stopped process must
+// run to die) and waits for the process to be reaped.
 func (p *proc) kill() {
-	if p.running() {
-		p.cmd.Process.Signal(syscall.SIGCONT) // a stopped process must run to die cleanly
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-	}
+	p.tp.Kill()
+	<-p.done
 }
 
 // stop sends SIGTERM and waits up to d, then kills.
 func (p *proc) stop(d time.Duration) bool {
-	if !p.running() {
-		return true
-	}
-	p.cmd.Process.Signal(syscall.SIGCONT)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return true
-	case <-time.After(d):
-		p.kill()
-		return false
-	}
+	ok := p.tp.Stop(d)
+	<-p.done
+	return ok
 }
 
 func (p *proc) logTail(n int) string {
@@ -203,13 +196,14 @@ func newCluster(t testing.TB, tp *topo, o clusterOpts) *cluster {
 			if err := os.MkdirAll(n.dir, 0o700); err != nil {
 				t.Fatal(err)
 			}
+			dir := n.dir
+			// Registered before the mount (and before the node's process
+			// cleanup: cleanups run in reverse, so the unmount comes after
+			// every process is gone); also run on SIGINT/SIGTERM.
+			testproc.Cleanup(t, func() { nsRun("umount", "-l", dir) })
 			if _, err := nsRun("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0700", o.tmpfsBytes), "tmpfs", n.dir); err != nil {
 				t.Skipf("chaos: disk-full scenario skipped: cannot mount a tmpfs: %v", err)
 			}
-			dir := n.dir
-			// Registered after the node's process cleanup would be: t.Cleanup
-			// runs in reverse, so unmount after every process is gone.
-			t.Cleanup(func() { nsRun("umount", "-l", dir) })
 		}
 		if o.loopDisk {
 			n.loop = newLoopDisk(t, filepath.Join(root, n.id+".img"), n.dir, 512<<20)
