@@ -306,3 +306,15 @@ func TestCleanupRunsOnce(t *testing.T) {
 		t.Fatalf("ran %d times after Interrupt", m)
 	}
 }
+
+// TestInterruptSurvivesAPanickingCleanup: one cleanup's panic does not keep
+// the older ones from running on the signal path.
+func TestInterruptSurvivesAPanickingCleanup(t *testing.T) {
+	ran := false
+	OnInterrupt(func() { ran = true })
+	OnInterrupt(func() { panic("cleanup broke") })
+	Interrupt()
+	if !ran {
+		t.Fatal("the cleanup before the panicking one did not run")
+	}
+}

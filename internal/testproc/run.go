@@ -136,6 +136,16 @@ func Interrupt() {
 	pending.Unlock()
 	slices.Sort(ids)
 	for _, id := range slices.Backward(ids) {
-		fns[id]()
+		runRecovered(fns[id])
 	}
+}
+
+// runRecovered runs fn; a panic in one cleanup must not stop the others.
+func runRecovered(fn func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintln(os.Stderr, "testproc: a cleanup panicked:", r)
+		}
+	}()
+	fn()
 }

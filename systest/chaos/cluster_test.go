@@ -21,6 +21,7 @@ import (
 
 	"oncehook/engine"
 	"oncehook/failpoint"
+	"oncehook/internal/testcluster"
 	"oncehook/internal/testproc"
 )
 
@@ -179,7 +180,7 @@ func newCluster(t testing.TB, tp *topo, o clusterOpts) *cluster {
 	writeSecret(t, filepath.Join(root, "orders.secret"), c.secret)
 	var peers []string
 	for i := 0; i < 3; i++ {
-		peers = append(peers, strconv.Quote(fmt.Sprintf("node%d=%s:%s", i+1, nodeIP(i), raftPort)))
+		peers = append(peers, fmt.Sprintf("node%d=%s:%s", i+1, nodeIP(i), raftPort))
 	}
 	var nodeMap []string
 	for i := 0; i < 3; i++ {
@@ -208,35 +209,20 @@ func newCluster(t testing.TB, tp *topo, o clusterOpts) *cluster {
 		if o.loopDisk {
 			n.loop = newLoopDisk(t, filepath.Join(root, n.id+".img"), n.dir, 512<<20)
 		}
-		writeFile(t, n.cfg, fmt.Sprintf(`[node]
-id = %q
-data_dir = %q
-listen = "%s:%s"
-log_level = "info"
-
-[cluster]
-raft_listen = "%s:%s"
-advertise = "%s:%s"
-peers = [%s]
-token_file = %q
-
-[admin]
-listen = "%s:%s"
-tokens = [{ name = "chaos", token_file = %q }]
-
-[[source]]
-name = "orders"
-provider = "standard"
-secret_files = [%q]
-forward = "http://%s:9000/orders"
-lease = %q
-forward_timeout = %q
-backoff_min = "50ms"
-backoff_max = "500ms"
-max_attempts = 100
-`, n.id, n.dir, n.ip, intakePort, n.ip, raftPort, n.ip, raftPort, strings.Join(peers, ", "),
-			filepath.Join(root, "cluster.token"), n.ip, adminPort, filepath.Join(root, "admin.token"),
-			filepath.Join(root, "orders.secret"), clientIP, lease.String(), fwdTimeout.String()))
+		nc := testcluster.NodeConfig{
+			ID: n.id, DataDir: n.dir, Listen: n.ip + ":" + intakePort,
+			RaftListen: n.ip + ":" + raftPort, Advertise: n.ip + ":" + raftPort, Peers: peers,
+			ClusterTokenFile: filepath.Join(root, "cluster.token"),
+			AdminListen:      n.ip + ":" + adminPort, AdminTokenName: "chaos", AdminTokenFile: filepath.Join(root, "admin.token"),
+			Sources: []testcluster.SourceConfig{{
+				Name: "orders", Provider: "standard", SecretFile: filepath.Join(root, "orders.secret"),
+				Forward: "http://" + clientIP + ":9000/orders", Lease: lease.String(), ForwardTimeout: fwdTimeout.String(),
+				BackoffMin: "50ms", BackoffMax: "500ms", MaxAttempts: 100,
+			}},
+		}
+		if err := nc.Write(n.cfg); err != nil {
+			t.Fatal(err)
+		}
 		c.nodes = append(c.nodes, n)
 		nodeMap = append(nodeMap, n.ip+"="+n.id)
 	}
@@ -313,19 +299,13 @@ func atomicWrite(t testing.TB, path, content string) {
 
 func (c *cluster) waitReady(n *cnode, d time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if code, _ := c.get(n.intakeURL()+"/readyz", false); code == 200 {
-			return
-		}
+	testcluster.WaitFor(c.t, n.id+" ready", d, func() bool {
 		if !n.p().running() {
 			c.t.Fatalf("%s exited while starting: %v\n%s", n.id, n.p().exitErr, n.p().logTail(20))
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s not ready within %s\n%s", n.id, d, n.p().logTail(20))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		code, _ := c.get(n.intakeURL()+"/readyz", false)
+		return code == 200
+	})
 }
 
 func (c *cluster) get(url string, auth bool) (int, []byte) {
@@ -405,16 +385,12 @@ func (c *cluster) leader() *cnode {
 
 func (c *cluster) waitLeader(d time.Duration) *cnode {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if l := c.leader(); l != nil {
-			return l
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("no leader within %s", d)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var l *cnode
+	testcluster.WaitFor(c.t, "a leader the others follow", d, func() bool {
+		l = c.leader()
+		return l != nil
+	})
+	return l
 }
 
 func (c *cluster) followers(l *cnode) []*cnode {

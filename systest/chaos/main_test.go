@@ -5,11 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"oncehook/failpoint"
+	"oncehook/internal/testcluster"
 	"oncehook/internal/testproc"
 )
 
@@ -77,10 +77,8 @@ func TestMain(m *testing.M) {
 	for _, b := range builds {
 		// -tags failpoints: the hooks of package failpoint and the test clock
 		// (S1fp, S3fp, S8fp, S11); they are inert until a control file arms them.
-		cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", b[0], b[1])
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := testproc.Run(cmd); err != nil {
-			fmt.Fprintln(os.Stderr, "build", b[1], err)
+		if err := testcluster.Build(b[0], b[1], "failpoints"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
 			run.End()
 			os.Exit(1)
 		}

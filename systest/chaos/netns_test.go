@@ -197,9 +197,10 @@ func (tp *topo) heal(i int) error {
 // connection it returns is used from any goroutine. The workers never unlock:
 // their threads end with them.
 type nsDialer struct {
-	reqs chan dialReq
-	wg   sync.WaitGroup
-	once sync.Once
+	reqs   chan dialReq
+	closed chan struct{} // closed by close: a dial after it fails, never panics
+	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 type dialReq struct {
@@ -215,7 +216,7 @@ type dialRes struct {
 }
 
 func newNSDialer(ns string, workers int) (*nsDialer, error) {
-	d := &nsDialer{reqs: make(chan dialReq)}
+	d := &nsDialer{reqs: make(chan dialReq), closed: make(chan struct{})}
 	errs := make(chan error, workers)
 	for i := 0; i < workers; i++ {
 		d.wg.Add(1)
@@ -236,9 +237,14 @@ func newNSDialer(ns string, workers int) (*nsDialer, error) {
 			errs <- nil
 			var nd net.Dialer
 			nd.Timeout = 5 * time.Second
-			for r := range d.reqs {
-				c, err := nd.DialContext(r.ctx, r.network, r.addr)
-				r.done <- dialRes{c, err}
+			for {
+				select {
+				case r := <-d.reqs:
+					c, err := nd.DialContext(r.ctx, r.network, r.addr)
+					r.done <- dialRes{c, err}
+				case <-d.closed:
+					return
+				}
 			}
 		}()
 	}
@@ -257,13 +263,15 @@ func (d *nsDialer) DialContext(ctx context.Context, network, addr string) (net.C
 	case d.reqs <- r:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-d.closed:
+		return nil, net.ErrClosed
 	}
 	res := <-r.done
 	return res.c, res.err
 }
 
 func (d *nsDialer) close() {
-	d.once.Do(func() { close(d.reqs) })
+	d.once.Do(func() { close(d.closed) })
 	d.wg.Wait()
 }
 
