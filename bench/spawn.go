@@ -244,8 +244,9 @@ func (p *proc) start(bin, cfgPath string) error {
 	p.cmd = exec.Command(bin, "serve", "-config", cfgPath)
 	p.cmd.Stdout, p.cmd.Stderr = logf, logf
 	// A process group of its own: a Ctrl-C on the terminal reaches bench
-	// only, which then reports and stops the nodes itself.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// only, which then reports and stops the nodes itself. On Linux the
+	// node also dies if bench is killed outright (procattr_linux.go).
+	p.cmd.SysProcAttr = nodeAttr()
 	if err := p.cmd.Start(); err != nil {
 		logf.Close()
 		return fmt.Errorf("start %s: %w", p.id, err)

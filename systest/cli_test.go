@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"oncehook/internal/testcluster"
 )
 
 // TestNewUserDemo follows the README as a new user: serve with no config, send
@@ -13,15 +15,15 @@ import (
 func TestNewUserDemo(t *testing.T) {
 	dir := t.TempDir()
 	srv := start(t, "serve-demo", dir, "serve")
-	waitFor(t, "demo config written and node ready", 30*time.Second, func() bool {
+	testcluster.WaitFor(t, "demo config written and node ready", 30*time.Second, func() bool {
 		if _, err := os.Stat(filepath.Join(dir, "data", "demo.toml")); err != nil {
 			return false
 		}
 		code, _ := get("http://127.0.0.1:8080/readyz", "")
 		return code == 200
 	})
-	if !strings.Contains(srv.out.String(), "oncehook send -config data/demo.toml -source demo -file data/demo-event.json") {
-		t.Fatalf("serve did not print the send command:\n%s", srv.out.String())
+	if !strings.Contains(srv.Output(), "oncehook send -config data/demo.toml -source demo -file data/demo-event.json") {
+		t.Fatalf("serve did not print the send command:\n%s", srv.Output())
 	}
 	out, code := run(t, dir, "send", "-config", "data/demo.toml", "-source", "demo", "-file", "data/demo-event.json", "-id", "evt_demo")
 	if code != 0 || !strings.Contains(out, "202") || !strings.Contains(out, `"accepted"`) {
@@ -31,10 +33,10 @@ func TestNewUserDemo(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "200") || !strings.Contains(out, `"duplicate"`) {
 		t.Fatalf("second send (exit %d):\n%s", code, out)
 	}
-	waitFor(t, "the demo sink logged the delivery", 10*time.Second, func() bool {
-		return strings.Contains(srv.out.String(), `delivery key="demo:evt_demo"`)
+	testcluster.WaitFor(t, "the demo sink logged the delivery", 10*time.Second, func() bool {
+		return strings.Contains(srv.Output(), `delivery key="demo:evt_demo"`)
 	})
-	if n := strings.Count(srv.out.String(), `delivery key="demo:evt_demo"`); n != 1 {
+	if n := strings.Count(srv.Output(), `delivery key="demo:evt_demo"`); n != 1 {
 		t.Fatalf("the sink saw the event %d times", n)
 	}
 	os.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(dir, "data", "admin.token"))
@@ -68,9 +70,11 @@ func TestNewUserDemo(t *testing.T) {
 	if out, code := run(t, dir, "events", "show", "demo:evt_demo"); code != 0 || !strings.Contains(out, `"state": "done"`) {
 		t.Fatalf("the backed-up event after the restore (exit %d):\n%s", code, out)
 	}
-	srv.stop()
-	if code := srv.cmd.ProcessState.ExitCode(); code != 0 {
-		t.Fatalf("serve exited %d after SIGTERM:\n%s", code, srv.out.String())
+	if !srv.Stop(testcluster.StopTimeout) {
+		t.Fatalf("serve did not stop within %s of SIGTERM", testcluster.StopTimeout)
+	}
+	if code := srv.ExitCode(); code != 0 {
+		t.Fatalf("serve exited %d after SIGTERM:\n%s", code, srv.Output())
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"oncehook/internal/testcluster"
 )
 
 // TestLeaderKillLosesNoAcknowledgedEvent streams 500 signed events over three
@@ -20,7 +22,7 @@ func TestLeaderKillLosesNoAcknowledgedEvent(t *testing.T) {
 	}
 	rec := newRecorder(t)
 	c := startCluster(t, 3, rec.url)
-	victim := c.leader()
+	victim := c.Leader()
 
 	const total = 500
 	ids := make(chan int, total)
@@ -43,12 +45,12 @@ func TestLeaderKillLosesNoAcknowledgedEvent(t *testing.T) {
 			for i := range ids {
 				id := fmt.Sprintf("evt_%04d", i)
 				if sent.Add(1) == killAt {
-					killed.Do(func() { victim.proc.kill() })
+					killed.Do(func() { c.KillNode(victim) })
 				}
 				// A sender retries until it gets a 2xx, like a provider, spreading
 				// over the nodes; bounded in tries and time.
 				for try := 0; try < 200 && ctx.Err() == nil; try++ {
-					nd := c.nodes[(i+try)%3]
+					nd := c.Nodes[(i+try)%3]
 					code := c.send(ctx, nd, id)
 					if code/100 == 2 {
 						acked.Store(id, true)
@@ -64,7 +66,7 @@ func TestLeaderKillLosesNoAcknowledgedEvent(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	if victim.proc.running() {
+	if victim.Proc.Running() {
 		t.Fatal("the leader was never killed")
 	}
 	n := 0
@@ -77,12 +79,12 @@ func TestLeaderKillLosesNoAcknowledgedEvent(t *testing.T) {
 	}
 
 	var survivors []*clusterNode
-	for _, nd := range c.nodes {
+	for _, nd := range c.Nodes {
 		if nd != victim {
 			survivors = append(survivors, nd)
 		}
 	}
-	waitFor(t, "every acknowledged event delivered and done on the survivors", 60*time.Second, func() bool {
+	testcluster.WaitFor(t, "every acknowledged event delivered and done on the survivors", 60*time.Second, func() bool {
 		done := true
 		acked.Range(func(k, _ any) bool {
 			id := k.(string)
@@ -96,7 +98,7 @@ func TestLeaderKillLosesNoAcknowledgedEvent(t *testing.T) {
 			return false
 		}
 		for _, nd := range survivors {
-			st, ok := c.status(nd)
+			st, ok := c.Status(nd)
 			if !ok || st.Counts["done"] != total {
 				return false
 			}
@@ -111,10 +113,10 @@ func TestLeaderKillLosesNoAcknowledgedEvent(t *testing.T) {
 	}
 
 	// The killed node comes back on the same data dir and catches up.
-	c.startNode(victim)
-	c.waitReady(victim)
-	waitFor(t, "the restarted node caught up", 60*time.Second, func() bool {
-		st, ok := c.status(victim)
+	c.StartNode(victim)
+	c.WaitReady(victim)
+	testcluster.WaitFor(t, "the restarted node caught up", 60*time.Second, func() bool {
+		st, ok := c.Status(victim)
 		return ok && st.Counts["done"] == total
 	})
 	extra := 0
@@ -134,7 +136,7 @@ func TestWipedFollowerRejoins(t *testing.T) {
 	}
 	rec := newRecorder(t)
 	c := startCluster(t, 3, rec.url)
-	leader := c.leader()
+	leader := c.Leader()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	for i := 0; i < 50; i++ {
@@ -142,14 +144,14 @@ func TestWipedFollowerRejoins(t *testing.T) {
 			t.Fatalf("send %d: %d", i, code)
 		}
 	}
-	f := c.other(leader)
-	f.proc.stop()
-	if err := os.RemoveAll(f.dir); err != nil {
+	f := c.Other(leader)
+	c.StopNode(f)
+	if err := os.RemoveAll(f.Dir); err != nil {
 		t.Fatal(err)
 	}
-	c.startNode(f)
-	c.waitReady(f)
-	waitFor(t, "the wiped follower caught up", 60*time.Second, func() bool {
+	c.StartNode(f)
+	c.WaitReady(f)
+	testcluster.WaitFor(t, "the wiped follower caught up", 60*time.Second, func() bool {
 		return c.eventState(f, "orders:w_49") != "" && c.eventState(f, "orders:w_0") != ""
 	})
 	// It can take intake again: a claim through it commits.

@@ -9,161 +9,57 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
+	"oncehook/internal/testcluster"
+	"oncehook/internal/testproc"
 	"oncehook/providers"
 )
 
 var binary string
 
+// TestMain runs inside a testproc run directory: the binary, every test's
+// TempDir and data dir live under it, a SIGINT or SIGTERM still cleans up,
+// and what a killed run leaves is swept by the next one (package testproc).
+// Processes, configs, readiness and the leader come from package
+// testcluster.
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "oncehook-systest-")
+	run, err := testproc.Begin("systest")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	binary = filepath.Join(dir, "oncehook")
-	build := exec.Command("go", "build", "-o", binary, "oncehook")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build oncehook:", err)
+	binary = filepath.Join(run.Dir(), "oncehook")
+	if err := testcluster.Build(binary, "oncehook"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		run.End()
 		os.Exit(1)
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	run.End()
 	os.Exit(code)
 }
 
-// proc is one oncehook process we started; we stop only these, by PID.
-type proc struct {
-	t    *testing.T
-	name string
-	cmd  *exec.Cmd
-	out  *lockedBuffer
-	done chan struct{}
-}
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-func start(t *testing.T, name, dir string, args ...string) *proc {
+// start starts the binary with args in dir; it dies with the test.
+func start(t *testing.T, name, dir string, args ...string) *testcluster.Proc {
 	t.Helper()
-	p := &proc{t: t, name: name, out: &lockedBuffer{}, done: make(chan struct{})}
-	p.cmd = exec.Command(binary, args...)
-	p.cmd.Dir = dir
-	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
-	if err := p.cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() { p.cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.kill()
-		if t.Failed() {
-			t.Logf("--- output of %s ---\n%s", name, p.out.String())
-		}
-	})
-	return p
+	return testcluster.StartProc(t, name, dir, append([]string{binary}, args...)...)
 }
 
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func (p *proc) kill() {
-	if p.running() {
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-	}
-}
-
-// stop sends SIGTERM and waits for a clean exit.
-func (p *proc) stop() {
-	p.t.Helper()
-	if !p.running() {
-		return
-	}
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-	case <-time.After(30 * time.Second):
-		p.kill()
-		p.t.Fatalf("%s did not stop within 30s of SIGTERM", p.name)
-	}
-}
-
+// run runs the binary with args in dir and returns its output and exit code.
 func run(t *testing.T, dir string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command(binary, args...)
-	cmd.Dir = dir
-	out, err := cmd.CombinedOutput()
-	code := 0
-	if ee, ok := err.(*exec.ExitError); ok {
-		code = ee.ExitCode()
-	} else if err != nil {
-		t.Fatalf("run %v: %v", args, err)
-	}
-	return string(out), code
-}
-
-func freePorts(t *testing.T, n int) []int {
-	t.Helper()
-	var lns []net.Listener
-	var ports []int
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
-	}
-	return ports
+	return testcluster.Run(t, dir, append([]string{binary}, args...)...)
 }
 
 func writeFile(t *testing.T, path, content string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {
 		t.Fatal(err)
-	}
-}
-
-func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(d)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", d, what)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -218,147 +114,28 @@ func (r *recorder) count(key string) int {
 }
 
 // clusterNode is one process of a test cluster.
-type clusterNode struct {
-	id      string
-	dir     string
-	cfg     string
-	intake  string
-	admin   string
-	proc    *proc
-	started int
-}
+type clusterNode = testcluster.Node
 
+// testCluster is testcluster's loopback cluster plus what these tests do
+// with it: send signed events, read an event's state.
 type testCluster struct {
-	t      *testing.T
-	nodes  []*clusterNode
-	token  string
-	secret string
+	*testcluster.Cluster
 }
 
-// startCluster writes a config per node (identical peers) and starts n processes.
+// startCluster starts n nodes forwarding the "orders" source to handler.
 func startCluster(t *testing.T, n int, handler string) *testCluster {
 	t.Helper()
 	return startClusterWith(t, n, handler, "")
 }
 
-// startClusterWith is startCluster with extra lines in the orders source.
+// startClusterWith is startCluster with extra TOML lines in the orders source.
 func startClusterWith(t *testing.T, n int, handler, sourceExtra string) *testCluster {
 	t.Helper()
-	root := t.TempDir()
-	ports := freePorts(t, 3*n)
-	c := &testCluster{t: t, token: "systest-admin-token-0123456789abcdef"}
-	c.secret, _ = providers.GenerateSecret("standard")
-	writeFile(t, filepath.Join(root, "cluster.token"), "systest-cluster-token-0123456789abcdef\n")
-	writeFile(t, filepath.Join(root, "admin.token"), c.token+"\n")
-	writeFile(t, filepath.Join(root, "orders.secret"), c.secret+"\n")
-	var peers []string
-	for i := 0; i < n; i++ {
-		peers = append(peers, fmt.Sprintf("%q", fmt.Sprintf("node%d=127.0.0.1:%d", i+1, ports[3*i+2])))
-	}
-	for i := 0; i < n; i++ {
-		nd := &clusterNode{id: fmt.Sprintf("node%d", i+1), dir: filepath.Join(root, fmt.Sprintf("node%d", i+1))}
-		nd.intake = fmt.Sprintf("127.0.0.1:%d", ports[3*i])
-		nd.admin = fmt.Sprintf("127.0.0.1:%d", ports[3*i+1])
-		nd.cfg = filepath.Join(root, nd.id+".toml")
-		writeFile(t, nd.cfg, fmt.Sprintf(`[node]
-id = %q
-data_dir = %q
-listen = %q
-log_level = "info"
-
-[cluster]
-raft_listen = "127.0.0.1:%d"
-peers = [%s]
-token_file = "cluster.token"
-
-[admin]
-listen = %q
-tokens = [{ name = "systest", token_file = "admin.token" }]
-
-[[source]]
-name = "orders"
-provider = "standard"
-secret_files = ["orders.secret"]
-forward = "%s/orders"
-lease = "3s"
-forward_timeout = "2s"
-backoff_min = "50ms"
-backoff_max = "500ms"
-%s
-`, nd.id, nd.dir, nd.intake, ports[3*i+2], strings.Join(peers, ", "), nd.admin, handler, sourceExtra))
-		c.nodes = append(c.nodes, nd)
-	}
-	for _, nd := range c.nodes {
-		c.startNode(nd)
-	}
-	for _, nd := range c.nodes {
-		c.waitReady(nd)
-	}
-	return c
-}
-
-func (c *testCluster) startNode(nd *clusterNode) {
-	nd.started++
-	nd.proc = start(c.t, fmt.Sprintf("%s#%d", nd.id, nd.started), filepath.Dir(nd.cfg), "serve", "-config", nd.cfg)
-}
-
-func (c *testCluster) waitReady(nd *clusterNode) {
-	c.t.Helper()
-	waitFor(c.t, nd.id+" ready", 30*time.Second, func() bool {
-		code, _ := get("http://"+nd.intake+"/readyz", "")
-		return code == 200
-	})
-}
-
-type status struct {
-	NodeID       string `json:"node_id"`
-	State        string `json:"state"`
-	LeaderID     string `json:"leader_id"`
-	AppliedIndex uint64 `json:"applied_index"`
-	Counts       map[string]int
-}
-
-func (c *testCluster) status(nd *clusterNode) (status, bool) {
-	code, b := get("http://"+nd.admin+"/v1/status", c.token)
-	var st status
-	if code != 200 || json.Unmarshal(b, &st) != nil {
-		return st, false
-	}
-	return st, true
-}
-
-func (c *testCluster) leader() *clusterNode {
-	c.t.Helper()
-	var l *clusterNode
-	waitFor(c.t, "a leader", 30*time.Second, func() bool {
-		for _, nd := range c.nodes {
-			if !nd.proc.running() {
-				continue
-			}
-			if st, ok := c.status(nd); ok && st.State == "leader" {
-				l = nd
-				return true
-			}
-		}
-		return false
-	})
-	return l
-}
-
-// other returns the first node that is none of not.
-func (c *testCluster) other(not ...*clusterNode) *clusterNode {
-	c.t.Helper()
-	for _, nd := range c.nodes {
-		if !slices.Contains(not, nd) {
-			return nd
-		}
-	}
-	c.t.Fatal("no other node")
-	return nil
+	return &testCluster{testcluster.Start(t, testcluster.Options{Bin: binary, Nodes: n, Handler: handler, SourceExtra: sourceExtra})}
 }
 
 func (c *testCluster) eventState(nd *clusterNode, key string) string {
-	code, b := get("http://"+nd.admin+"/v1/events/"+key, c.token)
+	code, b := get("http://"+nd.Admin+"/v1/events/"+key, c.Token)
 	if code != 200 {
 		return ""
 	}
@@ -372,8 +149,8 @@ func (c *testCluster) eventState(nd *clusterNode, key string) string {
 func (c *testCluster) send(ctx context.Context, nd *clusterNode, id string) int {
 	body := []byte(fmt.Sprintf(`{"type":"order.paid","id":%q,"pad":"%s"}`, id, strings.Repeat("x", 900)))
 	s, _ := providers.Lookup("standard")
-	hs, _ := s.Sign(body, []byte(c.secret), time.Now(), id, nil)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+nd.intake+"/in/orders", bytes.NewReader(body))
+	hs, _ := s.Sign(body, []byte(c.Secret), time.Now(), id, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+nd.Intake+"/in/orders", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for _, h := range hs {
 		req.Header.Set(h.Name, h.Value)

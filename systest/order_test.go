@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"oncehook/internal/testcluster"
 	"slices"
 	"sync"
 	"testing"
@@ -71,8 +72,8 @@ func (h *orderHandler) seen() (arrivals, early []string) {
 func (c *testCluster) sendOrdered(ctx context.Context, nd *clusterNode, id, obj string, created int64) int {
 	body := []byte(fmt.Sprintf(`{"type":"order.paid","id":%q,"obj":%q,"created":%d}`, id, obj, created))
 	s, _ := providers.Lookup("standard")
-	hs, _ := s.Sign(body, []byte(c.secret), time.Now(), id, nil)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+nd.intake+"/in/orders", bytes.NewReader(body))
+	hs, _ := s.Sign(body, []byte(c.Secret), time.Now(), id, nil)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+nd.Intake+"/in/orders", bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for _, h := range hs {
 		req.Header.Set(h.Name, h.Value)
@@ -97,7 +98,7 @@ func TestOrderedSourceDeliversOneAtATime(t *testing.T) {
 	}
 	h := newOrderHandler(t, "orders:x1")
 	c := startClusterWith(t, 1, h.url, `order = { object = "json:obj", time = "json:created" }`)
-	nd := c.leader()
+	nd := c.Leader()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	send := func(id, obj string, created int64) {
@@ -107,19 +108,19 @@ func TestOrderedSourceDeliversOneAtATime(t *testing.T) {
 		}
 	}
 	send("x1", "X", 100)
-	waitFor(t, "x1 at the handler", 20*time.Second, func() bool { a, _ := h.seen(); return len(a) > 0 })
+	testcluster.WaitFor(t, "x1 at the handler", 20*time.Second, func() bool { a, _ := h.seen(); return len(a) > 0 })
 	send("x2", "X", 200)
 	send("x3", "X", 200) // the same order time: after x2, in claim order
 	send("y1", "Y", 100)
-	waitFor(t, "y1 delivered while x1 is held", 20*time.Second, func() bool { return c.eventState(nd, "orders:y1") == "done" })
+	testcluster.WaitFor(t, "y1 delivered while x1 is held", 20*time.Second, func() bool { return c.eventState(nd, "orders:y1") == "done" })
 	// Several lease rounds after the claims, x2 and x3 still wait.
-	st, _ := c.status(nd)
-	waitFor(t, "lease rounds after the claims", 20*time.Second, func() bool {
-		s, ok := c.status(nd)
+	st, _ := c.Status(nd)
+	testcluster.WaitFor(t, "lease rounds after the claims", 20*time.Second, func() bool {
+		s, ok := c.Status(nd)
 		return ok && s.AppliedIndex >= st.AppliedIndex+5
 	})
 	for _, k := range []string{"orders:x2", "orders:x3"} {
-		code, b := get("http://"+nd.admin+"/v1/events/"+k, c.token)
+		code, b := get("http://"+nd.Admin+"/v1/events/"+k, c.Token)
 		var ev struct {
 			State    string `json:"state"`
 			Attempts int    `json:"attempts"`
@@ -129,7 +130,7 @@ func TestOrderedSourceDeliversOneAtATime(t *testing.T) {
 		}
 	}
 	close(h.release)
-	waitFor(t, "x3 delivered", 30*time.Second, func() bool { return c.eventState(nd, "orders:x3") == "done" })
+	testcluster.WaitFor(t, "x3 delivered", 30*time.Second, func() bool { return c.eventState(nd, "orders:x3") == "done" })
 	arrivals, early := h.seen()
 	if len(early) != 1 || early[0] != "orders:y1" {
 		t.Fatalf("delivered before x1 was answered: %v, want only y1 (arrivals %v)", early, arrivals)

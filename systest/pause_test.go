@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"oncehook/internal/testcluster"
 )
 
 // TestPauseSurvivesALeaderKill: a source paused through a follower's CLI
@@ -20,12 +22,12 @@ func TestPauseSurvivesALeaderKill(t *testing.T) {
 	}
 	rec := newRecorder(t)
 	c := startCluster(t, 3, rec.url)
-	leader := c.leader()
-	follower := c.other(leader)
-	t.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(filepath.Dir(follower.cfg), "admin.token"))
-	out, code := run(t, follower.dir, "pause", "-addr", follower.admin, "-source", "orders", "-reason", "handler deploy")
+	leader := c.Leader()
+	follower := c.Other(leader)
+	t.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(filepath.Dir(follower.Cfg), "admin.token"))
+	out, code := run(t, follower.Dir, "pause", "-addr", follower.Admin, "-source", "orders", "-reason", "handler deploy")
 	if code != 0 || !strings.Contains(out, `"changed": true`) {
-		t.Fatalf("pause through %s: exit %d\n%s", follower.id, code, out)
+		t.Fatalf("pause through %s: exit %d\n%s", follower.ID, code, out)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -34,7 +36,7 @@ func TestPauseSurvivesALeaderKill(t *testing.T) {
 	send := func(nd *clusterNode, id string) {
 		t.Helper()
 		if code := c.send(ctx, nd, id); code != 202 {
-			t.Fatalf("send %s through %s while paused: %d, want 202", id, nd.id, code)
+			t.Fatalf("send %s through %s while paused: %d, want 202", id, nd.ID, code)
 		}
 		keys = append(keys, "orders:"+id)
 	}
@@ -46,23 +48,23 @@ func TestPauseSurvivesALeaderKill(t *testing.T) {
 	// leader), and that the handler has received nothing.
 	held := func(nd *clusterNode) {
 		t.Helper()
-		st, ok := c.status(nd)
+		st, ok := c.Status(nd)
 		if !ok {
-			t.Fatalf("status of %s", nd.id)
+			t.Fatalf("status of %s", nd.ID)
 		}
-		waitFor(t, nd.id+" applied entries after the claims", 20*time.Second, func() bool {
-			s, ok := c.status(nd)
+		testcluster.WaitFor(t, nd.ID+" applied entries after the claims", 20*time.Second, func() bool {
+			s, ok := c.Status(nd)
 			return ok && s.AppliedIndex > st.AppliedIndex
 		})
 		for _, k := range keys {
-			waitFor(t, k+" committed on "+nd.id, 20*time.Second, func() bool { return c.eventState(nd, k) != "" })
-			code, b := get("http://"+nd.admin+"/v1/events/"+k, c.token)
+			testcluster.WaitFor(t, k+" committed on "+nd.ID, 20*time.Second, func() bool { return c.eventState(nd, k) != "" })
+			code, b := get("http://"+nd.Admin+"/v1/events/"+k, c.Token)
 			var ev struct {
 				State    string
 				Attempts int
 			}
 			if code != 200 || json.Unmarshal(b, &ev) != nil || ev.State != "pending" || ev.Attempts != 0 {
-				t.Fatalf("%s on %s while paused: %d %s", k, nd.id, code, b)
+				t.Fatalf("%s on %s while paused: %d %s", k, nd.ID, code, b)
 			}
 			if n := rec.count(k); n != 0 {
 				t.Fatalf("%s was delivered %d times while paused", k, n)
@@ -71,12 +73,12 @@ func TestPauseSurvivesALeaderKill(t *testing.T) {
 	}
 	held(leader)
 
-	leader.proc.kill()
-	newLeader := c.leader()
+	c.KillNode(leader)
+	newLeader := c.Leader()
 	if newLeader == leader {
 		t.Fatal("the killed node is still the leader")
 	}
-	code2, b := get("http://"+newLeader.admin+"/v1/status", c.token)
+	code2, b := get("http://"+newLeader.Admin+"/v1/status", c.Token)
 	var st struct {
 		Sources map[string]struct {
 			Paused  bool
@@ -86,23 +88,23 @@ func TestPauseSurvivesALeaderKill(t *testing.T) {
 		}
 	}
 	if code2 != 200 || json.Unmarshal(b, &st) != nil {
-		t.Fatalf("status of %s: %d %s", newLeader.id, code2, b)
+		t.Fatalf("status of %s: %d %s", newLeader.ID, code2, b)
 	}
 	if s := st.Sources["orders"]; !s.Paused || s.By != "systest" || s.Reason != "handler deploy" || s.Backlog != len(keys) {
-		t.Fatalf("orders on the new leader %s: %+v", newLeader.id, s)
+		t.Fatalf("orders on the new leader %s: %+v", newLeader.ID, s)
 	}
 	for i := range 10 {
 		send(newLeader, fmt.Sprintf("p_after_%d", i))
 	}
 	held(newLeader)
 
-	other := c.other(leader, newLeader)
-	out, code = run(t, other.dir, "resume", "-addr", other.admin, "-source", "orders", "-reason", "deployed")
+	other := c.Other(leader, newLeader)
+	out, code = run(t, other.Dir, "resume", "-addr", other.Admin, "-source", "orders", "-reason", "deployed")
 	if code != 0 || !strings.Contains(out, `"changed": true`) {
-		t.Fatalf("resume through %s: exit %d\n%s", other.id, code, out)
+		t.Fatalf("resume through %s: exit %d\n%s", other.ID, code, out)
 	}
 	for _, k := range keys {
-		waitFor(t, k+" done", 30*time.Second, func() bool { return c.eventState(newLeader, k) == "done" })
+		testcluster.WaitFor(t, k+" done", 30*time.Second, func() bool { return c.eventState(newLeader, k) == "done" })
 	}
 	for _, k := range keys {
 		if n := rec.count(k); n != 1 {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"oncehook/internal/testcluster"
 )
 
 // TestStatusListsEveryMember: `oncehook status`, asked of a follower, prints
@@ -15,24 +17,24 @@ import (
 func TestStatusListsEveryMember(t *testing.T) {
 	rec := newRecorder(t)
 	c := startCluster(t, 3, rec.url)
-	leader := c.leader()
-	follower := c.other(leader)
+	leader := c.Leader()
+	follower := c.Other(leader)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	if code := c.send(ctx, follower, "evt_status"); code != 202 {
-		t.Fatalf("send through %s: %d", follower.id, code)
+		t.Fatalf("send through %s: %d", follower.ID, code)
 	}
-	t.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(filepath.Dir(follower.cfg), "admin.token"))
+	t.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(filepath.Dir(follower.Cfg), "admin.token"))
 	var out, why string
 	defer func() {
 		if t.Failed() {
 			t.Logf("last status output (%s):\n%s", why, out)
 		}
 	}()
-	waitFor(t, "status listing every member, indexes equal", 20*time.Second, func() bool {
+	testcluster.WaitFor(t, "status listing every member, indexes equal", 20*time.Second, func() bool {
 		var code int
-		out, code = run(t, follower.dir, "status", "-addr", follower.admin)
-		why = statusRowsProblem(out, code, leader.id)
+		out, code = run(t, follower.Dir, "status", "-addr", follower.Admin)
+		why = statusRowsProblem(out, code, leader.ID)
 		return why == ""
 	})
 }

@@ -21,6 +21,8 @@ import (
 
 	"oncehook/engine"
 	"oncehook/failpoint"
+	"oncehook/internal/testcluster"
+	"oncehook/internal/testproc"
 )
 
 const (
@@ -33,10 +35,12 @@ const (
 	clusterTok = "chaos-cluster-token-0123456789abcdef"
 )
 
-// proc is a process this test started; it is signalled only by its PID.
+// proc is a process this test started with testproc.Start: it dies with the
+// test binary and is signalled only by its process group.
 type proc struct {
 	name    string
 	cmd     *exec.Cmd
+	tp      *testproc.Proc
 	logPath string
 	logf    *os.File
 	done    chan struct{}
@@ -61,15 +65,15 @@ func startProcEnv(t testing.TB, name, logPath string, env []string, argv ...stri
 	if env != nil {
 		p.cmd.Env = append(os.Environ(), env...)
 	}
-	// Its own process group: a ^C to the test does not hit it first, and the
-	// cleanup below still kills it by PID.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
+	// Its own process group (a ^C to the test does not hit it first) and
+	// SIGKILL if the test binary dies: see package testproc.
+	if p.tp, err = testproc.Start(p.cmd); err != nil {
 		f.Close()
 		t.Fatalf("start %s: %v", name, err)
 	}
 	go func() {
-		p.exitErr = p.cmd.Wait()
+		<-p.tp.Done()
+		p.exitErr = p.tp.Err()
 		f.Close()
 		close(p.done)
 	}()
@@ -77,7 +81,7 @@ func startProcEnv(t testing.TB, name, logPath string, env []string, argv ...stri
 	return p
 }
 
-func (p *proc) pid() int { return p.cmd.Process.Pid }
+func (p *proc) pid() int { return p.tp.Pid() }
 
 func (p *proc) running() bool {
 	select {
@@ -90,32 +94,22 @@ func (p *proc) running() bool {
 
 func (p *proc) signal(s syscall.Signal) {
 	if p.running() {
-		p.cmd.Process.Signal(s)
+		p.tp.Signal(s)
 	}
 }
 
+// kill SIGKILLs the process group (after a SIGCONT: a stopped process must
+// run to die) and waits for the process to be reaped.
 func (p *proc) kill() {
-	if p.running() {
-		p.cmd.Process.Signal(syscall.SIGCONT) // a stopped process must run to die cleanly
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-	}
+	p.tp.Kill()
+	<-p.done
 }
 
 // stop sends SIGTERM and waits up to d, then kills.
 func (p *proc) stop(d time.Duration) bool {
-	if !p.running() {
-		return true
-	}
-	p.cmd.Process.Signal(syscall.SIGCONT)
-	p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.done:
-		return true
-	case <-time.After(d):
-		p.kill()
-		return false
-	}
+	ok := p.tp.Stop(d)
+	<-p.done
+	return ok
 }
 
 func (p *proc) logTail(n int) string {
@@ -186,7 +180,7 @@ func newCluster(t testing.TB, tp *topo, o clusterOpts) *cluster {
 	writeSecret(t, filepath.Join(root, "orders.secret"), c.secret)
 	var peers []string
 	for i := 0; i < 3; i++ {
-		peers = append(peers, strconv.Quote(fmt.Sprintf("node%d=%s:%s", i+1, nodeIP(i), raftPort)))
+		peers = append(peers, fmt.Sprintf("node%d=%s:%s", i+1, nodeIP(i), raftPort))
 	}
 	var nodeMap []string
 	for i := 0; i < 3; i++ {
@@ -203,46 +197,32 @@ func newCluster(t testing.TB, tp *topo, o clusterOpts) *cluster {
 			if err := os.MkdirAll(n.dir, 0o700); err != nil {
 				t.Fatal(err)
 			}
+			dir := n.dir
+			// Registered before the mount (and before the node's process
+			// cleanup: cleanups run in reverse, so the unmount comes after
+			// every process is gone); also run on SIGINT/SIGTERM.
+			testproc.Cleanup(t, func() { nsRun("umount", "-l", dir) })
 			if _, err := nsRun("mount", "-t", "tmpfs", "-o", fmt.Sprintf("size=%d,mode=0700", o.tmpfsBytes), "tmpfs", n.dir); err != nil {
 				t.Skipf("chaos: disk-full scenario skipped: cannot mount a tmpfs: %v", err)
 			}
-			dir := n.dir
-			// Registered after the node's process cleanup would be: t.Cleanup
-			// runs in reverse, so unmount after every process is gone.
-			t.Cleanup(func() { nsRun("umount", "-l", dir) })
 		}
 		if o.loopDisk {
 			n.loop = newLoopDisk(t, filepath.Join(root, n.id+".img"), n.dir, 512<<20)
 		}
-		writeFile(t, n.cfg, fmt.Sprintf(`[node]
-id = %q
-data_dir = %q
-listen = "%s:%s"
-log_level = "info"
-
-[cluster]
-raft_listen = "%s:%s"
-advertise = "%s:%s"
-peers = [%s]
-token_file = %q
-
-[admin]
-listen = "%s:%s"
-tokens = [{ name = "chaos", token_file = %q }]
-
-[[source]]
-name = "orders"
-provider = "standard"
-secret_files = [%q]
-forward = "http://%s:9000/orders"
-lease = %q
-forward_timeout = %q
-backoff_min = "50ms"
-backoff_max = "500ms"
-max_attempts = 100
-`, n.id, n.dir, n.ip, intakePort, n.ip, raftPort, n.ip, raftPort, strings.Join(peers, ", "),
-			filepath.Join(root, "cluster.token"), n.ip, adminPort, filepath.Join(root, "admin.token"),
-			filepath.Join(root, "orders.secret"), clientIP, lease.String(), fwdTimeout.String()))
+		nc := testcluster.NodeConfig{
+			ID: n.id, DataDir: n.dir, Listen: n.ip + ":" + intakePort,
+			RaftListen: n.ip + ":" + raftPort, Advertise: n.ip + ":" + raftPort, Peers: peers,
+			ClusterTokenFile: filepath.Join(root, "cluster.token"),
+			AdminListen:      n.ip + ":" + adminPort, AdminTokenName: "chaos", AdminTokenFile: filepath.Join(root, "admin.token"),
+			Sources: []testcluster.SourceConfig{{
+				Name: "orders", Provider: "standard", SecretFile: filepath.Join(root, "orders.secret"),
+				Forward: "http://" + clientIP + ":9000/orders", Lease: lease.String(), ForwardTimeout: fwdTimeout.String(),
+				BackoffMin: "50ms", BackoffMax: "500ms", MaxAttempts: 100,
+			}},
+		}
+		if err := nc.Write(n.cfg); err != nil {
+			t.Fatal(err)
+		}
 		c.nodes = append(c.nodes, n)
 		nodeMap = append(nodeMap, n.ip+"="+n.id)
 	}
@@ -319,19 +299,13 @@ func atomicWrite(t testing.TB, path, content string) {
 
 func (c *cluster) waitReady(n *cnode, d time.Duration) {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if code, _ := c.get(n.intakeURL()+"/readyz", false); code == 200 {
-			return
-		}
+	testcluster.WaitFor(c.t, n.id+" ready", d, func() bool {
 		if !n.p().running() {
 			c.t.Fatalf("%s exited while starting: %v\n%s", n.id, n.p().exitErr, n.p().logTail(20))
 		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s not ready within %s\n%s", n.id, d, n.p().logTail(20))
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		code, _ := c.get(n.intakeURL()+"/readyz", false)
+		return code == 200
+	})
 }
 
 func (c *cluster) get(url string, auth bool) (int, []byte) {
@@ -411,16 +385,12 @@ func (c *cluster) leader() *cnode {
 
 func (c *cluster) waitLeader(d time.Duration) *cnode {
 	c.t.Helper()
-	deadline := time.Now().Add(d)
-	for {
-		if l := c.leader(); l != nil {
-			return l
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("no leader within %s", d)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var l *cnode
+	testcluster.WaitFor(c.t, "a leader the others follow", d, func() bool {
+		l = c.leader()
+		return l != nil
+	})
+	return l
 }
 
 func (c *cluster) followers(l *cnode) []*cnode {

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"oncehook/internal/testproc"
 )
 
 // Slow disk (S13): a node's data dir is its own ext4 on a loop device, and
@@ -102,12 +104,28 @@ func newLoopDisk(t testing.TB, img, mnt string, size int64) *loopDisk {
 	if _, err := nsRun("mkfs.ext4", "-q", "-F", "-E", "nodiscard", img); err != nil {
 		t.Skipf("chaos: slow-disk scenario skipped: mkfs.ext4 fails here: %v", err)
 	}
+	// Each cleanup is registered before what it undoes exists (and runs on
+	// SIGINT/SIGTERM too); reverse order: unmount, then detach.
+	d := &loopDisk{t: t, img: img, mnt: mnt}
+	var dev struct {
+		sync.Mutex
+		path string
+	}
+	testproc.Cleanup(t, func() {
+		dev.Lock()
+		defer dev.Unlock()
+		if dev.path != "" {
+			nsRun("losetup", "-d", dev.path)
+		}
+	})
 	out, err := nsRun("losetup", "-f", "--show", img)
 	if err != nil {
 		t.Skipf("chaos: slow-disk scenario skipped: no free loop device: %v", err)
 	}
-	d := &loopDisk{t: t, img: img, dev: strings.TrimSpace(out), mnt: mnt}
-	t.Cleanup(func() { nsRun("losetup", "-d", d.dev) })
+	d.dev = strings.TrimSpace(out)
+	dev.Lock()
+	dev.path = d.dev
+	dev.Unlock()
 	var st unix.Stat_t
 	if err := unix.Stat(d.dev, &st); err != nil {
 		t.Fatal(err)
@@ -116,10 +134,10 @@ func newLoopDisk(t testing.TB, img, mnt string, size int64) *loopDisk {
 	if err := os.MkdirAll(mnt, 0o700); err != nil {
 		t.Fatal(err)
 	}
+	testproc.Cleanup(t, func() { nsRun("umount", "-l", mnt) })
 	if _, err := nsRun("mount", "-t", "ext4", d.dev, mnt); err != nil {
 		t.Skipf("chaos: slow-disk scenario skipped: cannot mount ext4 from %s: %v", d.dev, err)
 	}
-	t.Cleanup(func() { nsRun("umount", "-l", mnt) })
 	if err := os.Chmod(mnt, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -134,18 +152,19 @@ func (d *loopDisk) throttle(pid, iops int) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if d.cg == "" {
-		cg := filepath.Join(cgroupIO.root, fmt.Sprintf("%s%d-%s", nsPrefix, os.Getpid(), filepath.Base(d.img)))
+		cg := filepath.Join(cgroupIO.root, testproc.NamePrefix()+filepath.Base(d.img))
 		if cgroupIO.v2 {
 			// The io controller must be enabled for the children of root.
 			if err := os.WriteFile(filepath.Join(cgroupIO.root, "cgroup.subtree_control"), []byte("+io"), 0o644); err != nil {
 				return fmt.Errorf("enable the io controller: %w", err)
 			}
 		}
+		d.cg = cg
+		testproc.Cleanup(d.t, d.removeCgroup) // before the cgroup exists
 		if err := os.Mkdir(cg, 0o755); err != nil && !os.IsExist(err) {
+			d.cg = ""
 			return err
 		}
-		d.cg = cg
-		d.t.Cleanup(d.removeCgroup)
 	}
 	if err := os.WriteFile(filepath.Join(d.cg, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0o644); err != nil {
 		return fmt.Errorf("move %d into %s: %w", pid, d.cg, err)
@@ -216,7 +235,7 @@ func (d *loopDisk) removeCgroup() {
 			os.WriteFile(filepath.Join(cgroupIO.root, "cgroup.procs"), []byte(pid), 0o644)
 		}
 	}
-	if err := syscall.Rmdir(d.cg); err != nil {
+	if err := syscall.Rmdir(d.cg); err != nil && !os.IsNotExist(err) {
 		d.t.Logf("remove cgroup %s: %v", d.cg, err)
 	}
 	d.cg = ""

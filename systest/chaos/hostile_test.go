@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"oncehook/internal/testcluster"
 	"oncehook/providers"
 )
 
@@ -482,13 +483,7 @@ func statusCodes(out string) []int {
 
 func waitDelivered(t *testing.T, s *single, key string, n int) {
 	t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
-	for s.rec.count(key) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s not delivered", key)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	testcluster.WaitFor(t, fmt.Sprintf("%s delivered %d times", key, n), 15*time.Second, func() bool { return s.rec.count(key) >= n })
 }
 
 // h10: 200 connections each send a request line and then one header byte

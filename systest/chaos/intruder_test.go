@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"oncehook/engine"
+	"oncehook/internal/testproc"
 )
 
 // TestClusterTokenIntruder: three real nodes on loopback whose cluster port
@@ -47,7 +48,7 @@ func TestClusterTokenIntruder(t *testing.T) {
 		cmd := exec.Command(oncehookBin, "serve", "-config", n.cfg)
 		done := make(chan struct{})
 		var out []byte
-		go func() { out, err = cmd.CombinedOutput(); close(done) }()
+		go func() { out, err = testproc.CombinedOutput(cmd); close(done) }()
 		select {
 		case <-done:
 		case <-time.After(15 * time.Second):

@@ -5,11 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
 
 	"oncehook/failpoint"
+	"oncehook/internal/testcluster"
+	"oncehook/internal/testproc"
 )
 
 var (
@@ -54,11 +55,17 @@ func TestMain(m *testing.M) {
 		fmt.Println("systest/chaos: skipped (ONCEHOOK_CHAOS=0)")
 		os.Exit(0)
 	}
-	dir, err := os.MkdirTemp("", "oncehook-chaos-bin-")
+	// The run directory holds the binaries and every test's TempDir (node
+	// data dirs, tmpfs and loop mounts); a SIGINT or SIGTERM kills the nodes
+	// and removes namespaces, mounts and cgroups; leftovers of a dead run
+	// (a -timeout panic) are swept here, at the start of the next run, or by
+	// `make chaos-clean` (package testproc).
+	run, err := testproc.Begin("chaos")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	dir := run.Dir()
 	oncehookBin = filepath.Join(dir, "oncehook")
 	handlerBin = filepath.Join(dir, "chaoshandler")
 	builds := [][2]string{{oncehookBin, "oncehook"}, {handlerBin, "oncehook/systest/chaos/cmd/chaoshandler"}}
@@ -70,11 +77,9 @@ func TestMain(m *testing.M) {
 	for _, b := range builds {
 		// -tags failpoints: the hooks of package failpoint and the test clock
 		// (S1fp, S3fp, S8fp, S11); they are inert until a control file arms them.
-		cmd := exec.Command("go", "build", "-tags", "failpoints", "-o", b[0], b[1])
-		cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
-		if err := cmd.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "build", b[1], err)
-			os.RemoveAll(dir)
+		if err := testcluster.Build(b[0], b[1], "failpoints"); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			run.End()
 			os.Exit(1)
 		}
 	}
@@ -82,6 +87,6 @@ func TestMain(m *testing.M) {
 		hasFailpoints = bytes.Contains(b, []byte(failpoint.EnvFile))
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	run.End()
 	os.Exit(code)
 }

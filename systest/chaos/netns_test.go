@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"oncehook/internal/testproc"
 )
 
 // The topology every scenario runs in:
@@ -27,11 +29,11 @@ import (
 //	  └── veth ── client netns  10.231.1.10/24 chaoshandler + the test's load
 //
 // No namespace has a default route, so nothing can leave the sandbox. Names
-// start with nsPrefix and carry the test process's PID, so a sweep at start
-// removes only namespaces left by a dead run of this test.
+// start with testproc.NamePrefix (the harness prefix and the test process's
+// PID), so testproc.Sweep, at the start of a run or from `make chaos-clean`,
+// removes only namespaces left by a dead run.
 
 const (
-	nsPrefix = "ohchaos-"
 	subnet   = "10.231.1"
 	clientIP = subnet + ".10"
 )
@@ -48,48 +50,20 @@ type topo struct {
 	dial   *nsDialer
 }
 
+// nsRun runs a helper command (ip, iptables, mount, losetup...) as a child of
+// the harness: it dies with the test binary.
 func nsRun(args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, args[0], args[1:]...).CombinedOutput()
+	out, err := testproc.CombinedOutput(testproc.CommandContext(ctx, args[0], args[1:]...))
 	if err != nil {
 		return string(out), fmt.Errorf("%s: %v: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
 }
 
-// sweepStale deletes namespaces with our prefix whose owning test process
-// (the PID in the name) is gone. Never anything else.
-func sweepStale() {
-	out, err := nsRun("ip", "netns", "list")
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(out, "\n") {
-		f := strings.Fields(line)
-		if len(f) == 0 || !strings.HasPrefix(f[0], nsPrefix) {
-			continue
-		}
-		name := f[0]
-		if !strings.HasPrefix(name, nsPrefix) {
-			continue
-		}
-		rest := strings.TrimPrefix(name, nsPrefix)
-		pidStr, _, _ := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if err != nil {
-			continue
-		}
-		if pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
-			continue // a live run owns it
-		}
-		killNetnsPids(name)
-		nsRun("ip", "netns", "del", name)
-	}
-}
-
-// killNetnsPids kills processes still inside a stale namespace of ours (left by
-// a crashed run), found by `ip netns pids`.
+// killNetnsPids kills processes still inside a namespace of ours, found by
+// `ip netns pids`: whatever runs there was started by this test.
 func killNetnsPids(name string) {
 	out, err := nsRun("ip", "netns", "pids", name)
 	if err != nil {
@@ -114,12 +88,13 @@ func newTopo(t testing.TB) *topo {
 	topoSeq.n++
 	seq := topoSeq.n
 	topoSeq.Unlock()
-	p := fmt.Sprintf("%s%d-%d-", nsPrefix, os.Getpid(), seq)
+	p := fmt.Sprintf("%s%d-", testproc.NamePrefix(), seq)
 	tp := &topo{t: t, prefix: p, hub: p + "hub", client: p + "cl"}
 	for i := 0; i < 3; i++ {
 		tp.nodes = append(tp.nodes, fmt.Sprintf("%sn%d", p, i+1))
 	}
-	t.Cleanup(tp.destroy)
+	// Before the first namespace exists; also run on SIGINT/SIGTERM.
+	testproc.Cleanup(t, tp.destroy)
 	must := func(args ...string) {
 		t.Helper()
 		if _, err := nsRun(args...); err != nil {
@@ -222,9 +197,10 @@ func (tp *topo) heal(i int) error {
 // connection it returns is used from any goroutine. The workers never unlock:
 // their threads end with them.
 type nsDialer struct {
-	reqs chan dialReq
-	wg   sync.WaitGroup
-	once sync.Once
+	reqs   chan dialReq
+	closed chan struct{} // closed by close: a dial after it fails, never panics
+	wg     sync.WaitGroup
+	once   sync.Once
 }
 
 type dialReq struct {
@@ -240,7 +216,7 @@ type dialRes struct {
 }
 
 func newNSDialer(ns string, workers int) (*nsDialer, error) {
-	d := &nsDialer{reqs: make(chan dialReq)}
+	d := &nsDialer{reqs: make(chan dialReq), closed: make(chan struct{})}
 	errs := make(chan error, workers)
 	for i := 0; i < workers; i++ {
 		d.wg.Add(1)
@@ -261,9 +237,14 @@ func newNSDialer(ns string, workers int) (*nsDialer, error) {
 			errs <- nil
 			var nd net.Dialer
 			nd.Timeout = 5 * time.Second
-			for r := range d.reqs {
-				c, err := nd.DialContext(r.ctx, r.network, r.addr)
-				r.done <- dialRes{c, err}
+			for {
+				select {
+				case r := <-d.reqs:
+					c, err := nd.DialContext(r.ctx, r.network, r.addr)
+					r.done <- dialRes{c, err}
+				case <-d.closed:
+					return
+				}
 			}
 		}()
 	}
@@ -282,13 +263,15 @@ func (d *nsDialer) DialContext(ctx context.Context, network, addr string) (net.C
 	case d.reqs <- r:
 	case <-ctx.Done():
 		return nil, ctx.Err()
+	case <-d.closed:
+		return nil, net.ErrClosed
 	}
 	res := <-r.done
 	return res.c, res.err
 }
 
 func (d *nsDialer) close() {
-	d.once.Do(func() { close(d.reqs) })
+	d.once.Do(func() { close(d.closed) })
 	d.wg.Wait()
 }
 
@@ -312,8 +295,7 @@ func requireNetns(t testing.TB) {
 			envCheck.netnsErr = fmt.Errorf("no ip command (iproute2): %v", err)
 			return
 		}
-		sweepStale()
-		probe := fmt.Sprintf("%s%d-probe", nsPrefix, os.Getpid())
+		probe := testproc.NamePrefix() + "probe"
 		if _, err := nsRun("ip", "netns", "add", probe); err != nil {
 			envCheck.netnsErr = fmt.Errorf("ip netns add fails here: %v", err)
 			return

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"oncehook/internal/testproc"
 )
 
 // TestCanarySecretNeverLeaks runs a node whose source secrets are canaries
@@ -135,7 +137,7 @@ func TestWorldReadableSecretRefused(t *testing.T) {
 			done := make(chan struct{})
 			var out []byte
 			var err error
-			go func() { out, err = cmd.CombinedOutput(); close(done) }()
+			go func() { out, err = testproc.CombinedOutput(cmd); close(done) }()
 			select {
 			case <-done:
 			case <-time.After(15 * time.Second):

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"oncehook/internal/testcluster"
 	"oncehook/providers"
 )
 
@@ -75,14 +76,7 @@ func (r *recorder) count(key string) int {
 	return n
 }
 
-func freeAddr(t *testing.T) string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
+func freeAddr(t *testing.T) string { return testcluster.FreeAddr(t) }
 
 // githubSecret signs the github source's deliveries (GitHub signs the body
 // only: the replay guard's case).
@@ -149,19 +143,13 @@ forward = "http://%[5]s/github"
 func (s *single) start() {
 	s.t.Helper()
 	s.proc = startProc(s.t, "solo", s.logPath, oncehookBin, "serve", "-config", s.cfg)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if code, _ := s.get("http://"+s.intake+"/readyz", false); code == 200 {
-			return
-		}
+	testcluster.WaitFor(s.t, "the node ready", testcluster.ReadyTimeout, func() bool {
 		if !s.proc.running() {
 			s.t.Fatalf("node exited: %v\n%s", s.proc.exitErr, s.proc.logTail(20))
 		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("node not ready\n%s", s.proc.logTail(20))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		code, _ := s.get("http://"+s.intake+"/readyz", false)
+		return code == 200
+	})
 }
 
 var plainClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}
