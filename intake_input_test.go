@@ -131,3 +131,27 @@ func TestOrderFieldsRequired(t *testing.T) {
 		}
 	}
 }
+
+// TestOrderObjectsAreScopedBySource: the ordering guard compares events of
+// one object within one source. Two sources that happen to carry the same
+// object id (a live and a test account, two shops) must not order, hold back
+// or mark stale each other's events.
+func TestOrderObjectsAreScopedBySource(t *testing.T) {
+	h := newHandler(t)
+	tn := startNodeWithSources(t, "", h.url, inputSourcesTOML)
+	newer := orderBody("evt_new", "shared_obj", 2000)
+	older := orderBody("evt_old", "shared_obj", 1000)
+	if a := tn.post("orders", newer, tn.signed(newer, "scoped_new")); a.Status != http.StatusAccepted || a.Body["state"] == "stale" {
+		t.Fatalf("newer on orders: %d %s", a.Status, a.Raw)
+	}
+	a := tn.post("loose", older, tn.signed(older, "scoped_old"))
+	if a.Status != http.StatusAccepted || a.Body["state"] == "stale" {
+		t.Fatalf("an older event of the same object id on another source: %d %s, want 202 and not stale", a.Status, a.Raw)
+	}
+	tn.waitState("loose:scoped_old", engine.StateDone)
+	tn.waitState("orders:scoped_new", engine.StateDone)
+	// Within one source the guard still holds.
+	if a := tn.post("orders", older, tn.signed(older, "scoped_old_orders")); a.Status != http.StatusAccepted || a.Body["state"] != "stale" {
+		t.Fatalf("older on the same source: %d %s, want stale", a.Status, a.Raw)
+	}
+}

@@ -4,22 +4,33 @@ package main
 // carry the object and a readable time, unless the source says
 // missing = "unordered" (docs/architecture.md, Request flow).
 
-import "oncehook/providers"
+import (
+	"fmt"
+
+	"oncehook/engine"
+	"oncehook/providers"
+)
 
 // order reads the delivery's order object and time (unix nanoseconds). msg
-// is "" when both were read, else the text of the 400 answer; obj is nil
-// then. obj may alias body or the header's memory.
-func (s *source) order(h providers.Headers, body []byte) (obj []byte, t int64, msg string) {
-	obj, err := s.orderObject.Value(h, body)
-	if err != nil || len(obj) == 0 {
-		return nil, 0, "order: object " + s.orderObject.String() + ": missing, empty or not a string or number"
+// is "" when both were read, else the text of the 400 answer; obj is ""
+// then. The object is scoped by the source ("{source}:{object}", like keys):
+// the guard orders the events of one object within one source, and two
+// sources that carry the same object id never hold back or mark stale each
+// other's events.
+func (s *source) order(h providers.Headers, body []byte) (obj string, t int64, msg string) {
+	raw, err := s.orderObject.Value(h, body)
+	if err != nil || len(raw) == 0 {
+		return "", 0, "order: object " + s.orderObject.String() + ": missing, empty or not a string or number"
+	}
+	if len(s.name)+1+len(raw) > engine.MaxKeyLen {
+		return "", 0, fmt.Sprintf("order: object %s: longer than %d bytes", s.orderObject.String(), engine.MaxKeyLen-len(s.name)-1)
 	}
 	tv, err := s.orderTime.Value(h, body)
 	if err != nil || len(tv) == 0 {
-		return nil, 0, "order: time " + s.orderTime.String() + ": missing, empty or not a string or number"
+		return "", 0, "order: time " + s.orderTime.String() + ": missing, empty or not a string or number"
 	}
 	if t, err = providers.ParseTime(tv); err != nil {
-		return nil, 0, "order: time " + s.orderTime.String() + ": not a time (unix seconds, milliseconds or RFC 3339)"
+		return "", 0, "order: time " + s.orderTime.String() + ": not a time (unix seconds, milliseconds or RFC 3339)"
 	}
-	return obj, t, ""
+	return s.name + ":" + string(raw), t, ""
 }

@@ -354,7 +354,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		}
 	}
 
-	var orderObj []byte
+	var orderObj string
 	var orderTime int64
 	if src.orderObject != nil {
 		var msg string
@@ -391,8 +391,8 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 	if src.guardBody {
 		cmd.BodyKey = bodyKey(src.name, body)
 	}
-	if orderObj != nil {
-		cmd.OrderObject, cmd.OrderTime = string(orderObj), orderTime
+	if orderObj != "" {
+		cmd.OrderObject, cmd.OrderTime = orderObj, orderTime
 	}
 	cctx, cancel := context.WithTimeout(context.Background(), in.timeout)
 	res, err := in.store.Claim(cctx, cmd)

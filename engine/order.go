@@ -44,7 +44,8 @@ import (
 //   - An event claimed without flagOrder (by a binary that predates it) is
 //     not in any queue and is leased as if its source had no order.
 //   - Objects are named as the ordering guard names them (the orders
-//     bucket): the same object in two ordered sources is one queue.
+//     bucket): equal names are one queue. The intake scopes every object by
+//     its source ("{source}:{object}"), so two sources never share one.
 //
 // The check costs Lease one seek in objects per due event of an ordered
 // source, and nothing for the others; an event that is not its queue's head
