@@ -34,7 +34,9 @@ const (
 	flagResponse = 1 << 0 // a cached Response is stored in the responses bucket
 	flagStep     = 1 << 1 // the record ends with the event's Step (non-empty)
 	flagBody     = 1 << 2 // the event holds a replay-guard entry in the bodies bucket
-	flagsKnown   = flagResponse | flagStep | flagBody
+	flagDeadKept = 1 << 3 // dead, and ExpiresAt already counts its dead retention (Expire deletes it)
+	flagLife     = 1 << 4 // the record ends with Retention and PayloadDropAt (see appendRecord)
+	flagsKnown   = flagResponse | flagStep | flagBody | flagDeadKept | flagLife
 )
 
 // Limits enforced on commands. They keep records and index keys well inside
@@ -158,6 +160,9 @@ func appendBytes(dst []byte, b []byte) []byte {
 //	uvarint  number of audit entries, then each:
 //	         varint at, string who, string action, string reason, byte from
 //	string   step, only when flags has flagStep (then never empty)
+//	varint   retention, payloadDropAt, only when flags has flagLife (set
+//	         when either is not 0: the expiry moved, or a done event's
+//	         payload has a drop time)
 //
 // The key is not repeated (it is the bbolt key). Payload, headers and the
 // cached response live in their own buckets so that the record stays small.
@@ -170,15 +175,22 @@ func recordSize(ev *Event) int {
 		a := &ev.Audit[i]
 		n += binary.MaxVarintLen64 + 3*binary.MaxVarintLen64 + len(a.Who) + len(a.Action) + len(a.Reason) + 1
 	}
-	return n + binary.MaxVarintLen64 + len(ev.Step)
+	return n + binary.MaxVarintLen64 + len(ev.Step) + 2*binary.MaxVarintLen64
 }
+
+// hasLife reports whether ev's record needs its flagLife fields.
+func hasLife(ev *Event) bool { return ev.Retention != 0 || ev.PayloadDropAt != 0 }
 
 // appendRecord appends the record encoding of ev (without payload, headers,
 // response) to dst. flagStep is set from ev.Step, whatever flags says.
 func appendRecord(dst []byte, ev *Event, flags byte) []byte {
-	flags &^= flagStep
+	flags &^= flagStep | flagLife
 	if ev.Step != "" {
 		flags |= flagStep
+	}
+	life := hasLife(ev)
+	if life {
+		flags |= flagLife
 	}
 	dst = append(dst, recordVersion, byte(ev.State), flags)
 	dst = binary.AppendUvarint(dst, uint64(ev.Attempts))
@@ -202,6 +214,10 @@ func appendRecord(dst []byte, ev *Event, flags byte) []byte {
 	}
 	if ev.Step != "" {
 		dst = appendString(dst, ev.Step)
+	}
+	if life {
+		dst = binary.AppendVarint(dst, ev.Retention)
+		dst = binary.AppendVarint(dst, ev.PayloadDropAt)
 	}
 	return dst
 }
@@ -257,6 +273,13 @@ func decodeRecord(key, b []byte, ev *Event) (byte, error) {
 		ev.Step = string(d.bytes("step"))
 		if d.err == nil && ev.Step == "" {
 			d.fail("step: flagged but empty")
+		}
+	}
+	if flags&flagLife != 0 {
+		ev.Retention = d.varint("retention")
+		ev.PayloadDropAt = d.varint("payloadDropAt")
+		if d.err == nil && !hasLife(ev) {
+			d.fail("life: flagged but empty")
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {
@@ -409,6 +432,10 @@ const (
 	fieldBefore
 	fieldStep    // added after version 1 shipped: older entries never set it
 	fieldBodyKey // added with the replay guard: older entries never set it
+	// Added with the retention rules: older entries never set them.
+	fieldPayloadRetention
+	fieldDeadRetention
+	fieldHorizon
 	numFields
 )
 
@@ -441,6 +468,9 @@ func commandMask(c *Command) uint64 {
 	set(fieldBefore, c.Before != 0)
 	set(fieldStep, c.Step != "")
 	set(fieldBodyKey, c.BodyKey != "")
+	set(fieldPayloadRetention, c.PayloadRetention != 0)
+	set(fieldDeadRetention, c.DeadRetention != 0)
+	set(fieldHorizon, c.Horizon != 0)
 	return m
 }
 
@@ -531,6 +561,15 @@ func EncodeEntry(dst []byte, cmds []Command) []byte {
 		}
 		if m&(1<<fieldBodyKey) != 0 {
 			dst = appendString(dst, c.BodyKey)
+		}
+		if m&(1<<fieldPayloadRetention) != 0 {
+			dst = binary.AppendVarint(dst, c.PayloadRetention)
+		}
+		if m&(1<<fieldDeadRetention) != 0 {
+			dst = binary.AppendVarint(dst, c.DeadRetention)
+		}
+		if m&(1<<fieldHorizon) != 0 {
+			dst = binary.AppendVarint(dst, c.Horizon)
 		}
 	}
 	return dst
@@ -742,6 +781,15 @@ func decodeEntry(b []byte, shared bool) ([]Command, error) {
 		}
 		if m&(1<<fieldBodyKey) != 0 {
 			c.BodyKey = d.string("body key", true)
+		}
+		if m&(1<<fieldPayloadRetention) != 0 {
+			c.PayloadRetention = d.nonZeroVarint("payload retention")
+		}
+		if m&(1<<fieldDeadRetention) != 0 {
+			c.DeadRetention = d.nonZeroVarint("dead retention")
+		}
+		if m&(1<<fieldHorizon) != 0 {
+			c.Horizon = d.nonZeroVarint("horizon")
 		}
 		if d.err != nil {
 			break
