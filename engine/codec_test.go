@@ -18,7 +18,11 @@ func sampleCommands() []Command {
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 12345, Response: &Response{Status: 201, Body: []byte("ok")}, Step: "shipped"},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 1, Response: &Response{}},
 		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, RetryIn: 4 * sec, MaxAttempts: 8, Reason: "timeout", Step: "charged"},
+		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 3, PayloadRetention: 72 * hour},
+		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, MaxAttempts: 1, DeadRetention: 720 * hour},
 		{Op: OpReclaim, Now: t0 + 4},
+		{Op: OpReclaim, Now: t0 + 4, Horizon: 10 * 60 * sec},
+		{Op: OpPurge, Now: t0 + 4, State: StateDead, Source: "s", Before: t0, Max: 1000, Who: "ops", Reason: "gdpr"},
 		{Op: OpReplay, Now: t0 + 5, Keys: []string{"a", "b", ""}, Who: "ops", Reason: "fixed"},
 		{Op: OpReplay, Now: t0 + 5, State: StateDead, Source: "s", Since: -1},
 		{Op: OpExpire, Now: t0 + 6},
@@ -120,6 +124,9 @@ func sampleEvents() []Event {
 			Audit: []AuditEntry{{At: t0, Who: "ops", Action: "replay", Reason: "r", From: StateDone}, {From: StateDead}}},
 		{State: StatePending, Source: "s", Attempts: 1, Token: 3, LastError: "status 500", Step: "charged"},
 		{State: StateDone, Source: "s", Step: "3", Audit: []AuditEntry{{Who: "ops"}}},
+		{State: StateDone, Source: "s", Retention: 25 * hour, PayloadDropAt: t0 + 72*hour},
+		{State: StateDead, Source: "s", Step: "x", Retention: hour},
+		{State: StateDone, Source: "s", PayloadDropAt: -1},
 	}
 }
 
@@ -133,6 +140,9 @@ func TestRecordRoundTrip(t *testing.T) {
 			want := flags
 			if ev.Step != "" {
 				want |= flagStep // set from the event, whatever the caller passed
+			}
+			if ev.Retention != 0 || ev.PayloadDropAt != 0 {
+				want |= flagLife // likewise
 			}
 
 			var got Event

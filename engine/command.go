@@ -104,14 +104,14 @@ type Command struct {
 	PayloadRetention int64
 
 	// Fail.
-	RetryIn     int64  // next try = Now+RetryIn (jitter decided by the leader)
+	RetryIn int64 // next try = Now+RetryIn (jitter decided by the leader)
 	// DeadRetention on a fail that makes the event dead: its expiry moves to
 	// at least the end of the bucket holding Now+DeadRetention, and Expire
 	// deletes it then. 0 (older entries): it is kept DefaultDeadRetention
 	// from the Expire that finds it.
 	DeadRetention int64
-	MaxAttempts int    // attempts after this failure >= MaxAttempts -> dead (Attempts counts leases; <= 0: no limit)
-	Reason      string // fail: last error; replay, pause, resume: the operator's reason
+	MaxAttempts   int    // attempts after this failure >= MaxAttempts -> dead (Attempts counts leases; <= 0: no limit)
+	Reason        string // fail: last error; replay, pause, resume: the operator's reason
 
 	// Replay: either Keys, or State (done, dead or stale; + optional Source) with
 	// UpdatedAt >= Since (0: no bound).
