@@ -29,6 +29,11 @@ const (
 	DefaultBackoffMax     = 10 * time.Minute
 	DefaultForwardTimeout = 10 * time.Second
 	DefaultKeysRefresh    = 5 * time.Minute
+	// DefaultDeadRetention is how long a dead letter is kept after it went
+	// dead; DefaultPayloadRetention how long a done event keeps its payload
+	// (at most the source's retention).
+	DefaultDeadRetention    = 720 * time.Hour
+	DefaultPayloadRetention = 72 * time.Hour
 	// maxRate and maxRateBurst bound max_rate and max_rate_burst: far above
 	// any handler, low enough that the token bucket's arithmetic stays exact.
 	maxRate              = 1e6
@@ -131,20 +136,26 @@ type Source struct {
 	Secrets []Secret `json:"secrets"`
 	// SecretFiles are the resolved paths the secrets were read from; empty when
 	// they were given inline. Load re-reads them every time.
-	SecretFiles    []string `json:"secret_files,omitempty"`
-	Tolerance      Duration `json:"tolerance"`
-	Key            []string `json:"key"`
-	Retention      Duration `json:"retention"`
-	MaxBody        Size     `json:"max_body"`
-	Forward        string   `json:"forward"`
-	ForwardHeaders []string `json:"forward_headers,omitempty"`
-	Mode           string   `json:"mode"` // async|sync
-	AckStatus      int      `json:"ack_status"`
-	Lease          Duration `json:"lease"`
-	MaxAttempts    int      `json:"max_attempts"`
-	BackoffMin     Duration `json:"backoff_min"`
-	BackoffMax     Duration `json:"backoff_max"`
-	ForwardTimeout Duration `json:"forward_timeout"`
+	SecretFiles []string `json:"secret_files,omitempty"`
+	Tolerance   Duration `json:"tolerance"`
+	Key         []string `json:"key"`
+	Retention   Duration `json:"retention"`
+	// DeadRetention: a dead letter is kept this long after it went dead
+	// (never less than Retention). PayloadRetention: a done event's payload
+	// is dropped this long after it completed; the key, state and audit stay
+	// until Retention (docs/architecture.md, Event states).
+	DeadRetention    Duration `json:"dead_retention"`
+	PayloadRetention Duration `json:"payload_retention"`
+	MaxBody          Size     `json:"max_body"`
+	Forward          string   `json:"forward"`
+	ForwardHeaders   []string `json:"forward_headers,omitempty"`
+	Mode             string   `json:"mode"` // async|sync
+	AckStatus        int      `json:"ack_status"`
+	Lease            Duration `json:"lease"`
+	MaxAttempts      int      `json:"max_attempts"`
+	BackoffMin       Duration `json:"backoff_min"`
+	BackoffMax       Duration `json:"backoff_max"`
+	ForwardTimeout   Duration `json:"forward_timeout"`
 	// MaxRate is the most deliveries per second started to the handler; 0:
 	// no limit. MaxRateBurst is how many may start at once after a quiet
 	// spell; Load sets it to ceil(MaxRate) when the file leaves it out.
@@ -267,11 +278,13 @@ func newSource() Source {
 		BackoffMax:     Duration(DefaultBackoffMax),
 		ForwardTimeout: Duration(DefaultForwardTimeout),
 		KeysRefresh:    Duration(DefaultKeysRefresh),
+		DeadRetention:  Duration(DefaultDeadRetention),
 	}
 }
 
 // applyProviderDefaults fills Key, Retention and AckStatus from the provider's
-// Defaults where the file left them unset (nil Key, zero Retention/AckStatus).
+// Defaults where the file left them unset (nil Key, zero Retention/AckStatus),
+// and PayloadRetention (when zero) from Retention.
 // An unknown provider is left alone; Validate reports it.
 func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet bool) {
 	sch, ok := providers.Lookup(s.Provider)
@@ -296,6 +309,9 @@ func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet bool) {
 	}
 	if !retentionSet {
 		s.Retention = Duration(d.Retention)
+	}
+	if s.PayloadRetention == 0 {
+		s.PayloadRetention = min(Duration(DefaultPayloadRetention), s.Retention)
 	}
 	if !ackSet {
 		s.AckStatus = d.AckStatus

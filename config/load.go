@@ -69,36 +69,38 @@ type rawToken struct {
 }
 
 type rawSource struct {
-	Name           string    `toml:"name"`
-	Provider       string    `toml:"provider"`
-	Secrets        []string  `toml:"secrets"`
-	SecretFiles    []string  `toml:"secret_files"`
-	Tolerance      Duration  `toml:"tolerance"`
-	Key            []string  `toml:"key"`
-	Retention      *Duration `toml:"retention"`
-	MaxBody        Size      `toml:"max_body"`
-	Forward        string    `toml:"forward"`
-	ForwardHeaders []string  `toml:"forward_headers"`
-	Mode           string    `toml:"mode"`
-	AckStatus      *int      `toml:"ack_status"`
-	Lease          Duration  `toml:"lease"`
-	MaxAttempts    int       `toml:"max_attempts"`
-	BackoffMin     Duration  `toml:"backoff_min"`
-	BackoffMax     Duration  `toml:"backoff_max"`
-	ForwardTimeout Duration  `toml:"forward_timeout"`
-	MaxRate        float64   `toml:"max_rate"`
-	MaxRateBurst   int       `toml:"max_rate_burst"`
-	AllowIPs       []string  `toml:"allow_ips"`
-	TrustedProxies []string  `toml:"trusted_proxies"`
-	KeysURL        string    `toml:"keys_url"`
-	KeysRefresh    Duration  `toml:"keys_refresh"`
-	SchemaFile     string    `toml:"schema_file"`
-	Order          *rawOrder `toml:"order"`
-	HMAC           *rawHMAC  `toml:"hmac"`
-	ReplayGuard    string    `toml:"replay_guard"`
-	Type           string    `toml:"type"`
-	AcceptTypes    []string  `toml:"accept_types"`
-	DropTypes      []string  `toml:"drop_types"`
+	Name             string    `toml:"name"`
+	Provider         string    `toml:"provider"`
+	Secrets          []string  `toml:"secrets"`
+	SecretFiles      []string  `toml:"secret_files"`
+	Tolerance        Duration  `toml:"tolerance"`
+	Key              []string  `toml:"key"`
+	Retention        *Duration `toml:"retention"`
+	DeadRetention    Duration  `toml:"dead_retention"`
+	PayloadRetention Duration  `toml:"payload_retention"`
+	MaxBody          Size      `toml:"max_body"`
+	Forward          string    `toml:"forward"`
+	ForwardHeaders   []string  `toml:"forward_headers"`
+	Mode             string    `toml:"mode"`
+	AckStatus        *int      `toml:"ack_status"`
+	Lease            Duration  `toml:"lease"`
+	MaxAttempts      int       `toml:"max_attempts"`
+	BackoffMin       Duration  `toml:"backoff_min"`
+	BackoffMax       Duration  `toml:"backoff_max"`
+	ForwardTimeout   Duration  `toml:"forward_timeout"`
+	MaxRate          float64   `toml:"max_rate"`
+	MaxRateBurst     int       `toml:"max_rate_burst"`
+	AllowIPs         []string  `toml:"allow_ips"`
+	TrustedProxies   []string  `toml:"trusted_proxies"`
+	KeysURL          string    `toml:"keys_url"`
+	KeysRefresh      Duration  `toml:"keys_refresh"`
+	SchemaFile       string    `toml:"schema_file"`
+	Order            *rawOrder `toml:"order"`
+	HMAC             *rawHMAC  `toml:"hmac"`
+	ReplayGuard      string    `toml:"replay_guard"`
+	Type             string    `toml:"type"`
+	AcceptTypes      []string  `toml:"accept_types"`
+	DropTypes        []string  `toml:"drop_types"`
 }
 
 type rawOrder struct {
@@ -558,6 +560,9 @@ func (l *loader) source(i int, r *rawSource) Source {
 	if r.Lease != 0 {
 		s.Lease = r.Lease
 	}
+	if r.DeadRetention != 0 {
+		s.DeadRetention = r.DeadRetention
+	}
 	if r.MaxAttempts != 0 {
 		s.MaxAttempts = r.MaxAttempts
 	}
@@ -627,6 +632,7 @@ func (l *loader) source(i int, r *rawSource) Source {
 	s.Type = r.Type
 	s.AcceptTypes = r.AcceptTypes
 	s.DropTypes = r.DropTypes
+	s.PayloadRetention = r.PayloadRetention
 	applyProviderDefaults(&s, r.Key != nil, r.Retention != nil, r.AckStatus != nil)
 	return s
 }
