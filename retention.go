@@ -36,6 +36,14 @@ func (m *metrics) initRetentionMetrics() {
 	m.reg.MustRegister(m.retention.deadExpired)
 }
 
+// deadExpiredSources exports oncehook_dead_expired_total at 0 for sources,
+// so that a rate or an alert sees the series before the first expiry.
+func (m *metrics) deadExpiredSources(sources []string) {
+	for _, s := range sources {
+		m.retention.deadExpired.WithLabelValues(s)
+	}
+}
+
 // deadExpired counts one dead letter deleted by expiry.
 func (m *metrics) deadExpired(ev engine.Event) {
 	if m == nil {
