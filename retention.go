@@ -52,36 +52,42 @@ func (m *metrics) deadExpired(ev engine.Event) {
 	m.retention.deadExpired.WithLabelValues(ev.Source).Inc()
 }
 
-// deadCollector reports oncehook_dead_oldest_age_seconds at scrape time: one
-// seek in the states index (engine.OldestDead).
+// deadCollector reports oncehook_dead_oldest_age_seconds{source} at scrape
+// time for every configured source (0 when it has no dead letter): a walk of
+// the dead letters oldest first that stops once every configured source was
+// seen (engine.OldestDeadBySource), so at most the number of dead letters.
+// oncehook_oldest_dead_seconds (raftmetrics.go) is the same age over all
+// sources, one seek.
 type deadCollector struct {
-	node interface {
-		OldestDead() (time.Time, bool, error)
-	}
-	now    func() time.Time
-	oldest *prometheus.Desc
+	node    interface{ OldestDeadBySource([]string) (map[string]int64, error) }
+	sources func() []string // the configured source names
+	now     func() time.Time
+	oldest  *prometheus.Desc
 }
 
-func newDeadCollector(n interface {
-	OldestDead() (time.Time, bool, error)
-}) *deadCollector {
-	return &deadCollector{node: n, now: time.Now, oldest: prometheus.NewDesc("oncehook_dead_oldest_age_seconds",
-		"Seconds since the oldest dead letter (of any source) went dead; 0 when there is none.", nil, nil)}
+func newDeadCollector(n interface{ OldestDeadBySource([]string) (map[string]int64, error) }, sources func() []string) *deadCollector {
+	return &deadCollector{node: n, sources: sources, now: time.Now, oldest: prometheus.NewDesc("oncehook_dead_oldest_age_seconds",
+		"Seconds since the source's oldest dead letter went dead (it is deleted when dead_retention passes); 0 when it has none.",
+		[]string{"source"}, nil)}
 }
 
 func (c *deadCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.oldest }
 
 func (c *deadCollector) Collect(ch chan<- prometheus.Metric) {
-	at, ok, err := c.node.OldestDead()
+	names := c.sources()
+	at, err := c.node.OldestDeadBySource(names)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.oldest, err)
 		return
 	}
-	age := 0.0
-	if ok {
-		age = max(0, c.now().Sub(at).Seconds())
+	now := c.now()
+	for _, name := range names {
+		age := 0.0
+		if t, ok := at[name]; ok {
+			age = max(0, now.Sub(time.Unix(0, t)).Seconds())
+		}
+		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age, name)
 	}
-	ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age)
 }
 
 // sweepLimits derives the sweeper's bounds from the running config: the

@@ -182,7 +182,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	n.metrics.reg.MustRegister(newRaftCollector(n.cluster))
 	// Per-source pause state and backlog, read at scrape time.
 	n.metrics.reg.MustRegister(newSourceCollector(n.cluster, n.configuredSourceNames))
-	n.metrics.reg.MustRegister(newDeadCollector(n.cluster))
+	n.metrics.reg.MustRegister(newDeadCollector(n.cluster, n.configuredSourceNames))
 	n.metrics.deadExpiredSources(n.configuredSourceNames())
 	// Published keys: keys_url sources verify with the fetched keys.
 	n.keys = newKeyManager(cfg.Node.DataDir, log, n.metrics)

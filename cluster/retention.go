@@ -42,13 +42,10 @@ func (n *Node) PurgePreview(state engine.State, source string, before time.Time,
 	return n.eng.PurgePreview(state, source, before.UnixNano(), max)
 }
 
-// OldestDead reads when the oldest dead letter went dead (ok false: none).
-func (n *Node) OldestDead() (time.Time, bool, error) {
-	t, ok, err := n.eng.OldestDead()
-	if err != nil || !ok {
-		return time.Time{}, false, err
-	}
-	return time.Unix(0, t), true, nil
+// OldestDeadBySource reads, per source with dead letters, when its oldest
+// went dead (see engine.OldestDeadBySource for the cost and sources).
+func (n *Node) OldestDeadBySource(sources []string) (map[string]int64, error) {
+	return n.eng.OldestDeadBySource(sources)
 }
 
 // auditPurge logs an applied purge command on the leader: one line per

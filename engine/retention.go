@@ -204,24 +204,33 @@ func (e *Engine) PurgePreview(st State, source string, before int64, max int) ([
 	return keys, err
 }
 
-// OldestDead returns the UpdatedAt (when it went dead) of the oldest dead
-// letter, and false when there is none: the first entry of the states index
-// for StateDead, one seek.
-func (e *Engine) OldestDead() (int64, bool, error) {
-	var t int64
-	var ok bool
+// OldestDeadBySource returns, per source with dead letters, the UpdatedAt
+// (when it went dead) of its oldest one. It walks the dead range of the
+// states index oldest first and stops once every source in want was found
+// (want empty: walks it all), so its cost is at most the number of dead
+// letters.
+func (e *Engine) OldestDeadBySource(want []string) (map[string]int64, error) {
+	out := make(map[string]int64)
+	missing := len(want)
 	err := e.view(func(tx *bolt.Tx) error {
-		k, _ := tx.Bucket(bStates).Cursor().Seek([]byte{byte(StateDead)})
-		if k == nil || k[0] != byte(StateDead) {
-			return nil
+		cur := tx.Bucket(bStates).Cursor()
+		for k, src := cur.Seek([]byte{byte(StateDead)}); k != nil && k[0] == byte(StateDead); k, src = cur.Next() {
+			if len(k) < 10 {
+				return fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+			}
+			if _, seen := out[string(src)]; seen {
+				continue
+			}
+			out[string(src)] = timeOf(k[1:])
+			if slices.Contains(want, string(src)) {
+				if missing--; missing == 0 {
+					return nil
+				}
+			}
 		}
-		if len(k) < 10 {
-			return fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
-		}
-		t, ok = timeOf(k[1:]), true
 		return nil
 	})
-	return t, ok, err
+	return out, err
 }
 
 // rescheduleAhead enforces the schedule horizon (Command.Horizon): a due

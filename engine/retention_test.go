@@ -186,11 +186,12 @@ func TestRetentionRules(t *testing.T) {
 }
 
 // TestPurgePreviewAndOldestDead: the dry run lists what Purge would delete
-// and changes nothing; OldestDead finds the earliest dead letter.
+// and changes nothing; OldestDeadBySource finds each source's earliest dead
+// letter.
 func TestPurgePreviewAndOldestDead(t *testing.T) {
 	h := newHarness(t, Options{NoSync: true})
-	if _, ok, err := h.e.OldestDead(); ok || err != nil {
-		t.Fatalf("OldestDead on an empty file = %v, %v", ok, err)
+	if m, err := h.e.OldestDeadBySource(nil); len(m) != 0 || err != nil {
+		t.Fatalf("OldestDeadBySource on an empty file = %v, %v", m, err)
 	}
 	for i := range 5 {
 		h.one(claimCmd(keyN(i), t0))
@@ -208,9 +209,18 @@ func TestPurgePreviewAndOldestDead(t *testing.T) {
 	if s, _ := mustCounts(t, h.e); s[StateDead] != 5 {
 		t.Fatalf("the dry run changed the counts: %v", s)
 	}
-	at, ok, err := h.e.OldestDead()
-	if err != nil || !ok || at != t0+2*sec+int64(len(keyN(0))%7)*sec {
-		t.Fatalf("OldestDead = %d, %v, %v", at-t0, ok, err)
+	h.one(otherClaim("other:x", t0+3*sec))
+	ev := h.one(leaseCmd(t0+4*sec, 1)).Events[0]
+	h.one(failCmd(ev.Key, ev.Token, t0+5*sec, 1))
+	for _, want := range [][]string{nil, {"src", "other"}, {"other"}} {
+		m, err := h.e.OldestDeadBySource(want)
+		if err != nil || len(m) != 2 || m["src"] != t0+2*sec+int64(len(keyN(0))%7)*sec || m["other"] != t0+5*sec {
+			t.Fatalf("OldestDeadBySource(%q) = %v, %v", want, m, err)
+		}
+	}
+	// Only src is wanted: the walk stops at its oldest, before other's.
+	if m, _ := h.e.OldestDeadBySource([]string{"src"}); len(m) != 1 || m["src"] == 0 {
+		t.Fatalf("OldestDeadBySource(src) = %v, want src's only", m)
 	}
 	r := h.one(Command{Op: OpPurge, Now: t0 + hour, State: StateDead, Before: t0 + hour, Max: 3})
 	if !slices.Equal(r.Keys, keys) {
