@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -49,8 +50,11 @@ func TestPurgeThroughTheAdminAPI(t *testing.T) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if !strings.Contains(string(metrics), "oncehook_dead_oldest_age_seconds ") {
-		t.Errorf("/metrics lacks oncehook_dead_oldest_age_seconds")
+	if m := regexp.MustCompile(`(?m)^oncehook_dead_oldest_age_seconds\{source="orders"\} (\S+)$`).FindStringSubmatch(string(metrics)); m == nil || m[1] == "0" {
+		t.Errorf("/metrics: oncehook_dead_oldest_age_seconds of orders = %v, want an age", m)
+	}
+	if !regexp.MustCompile(`(?m)^oncehook_dead_oldest_age_seconds\{source="stripe"\} 0$`).Match(metrics) {
+		t.Errorf("/metrics: oncehook_dead_oldest_age_seconds of stripe (no dead letter) is not 0")
 	}
 
 	before := time.Now().Add(time.Minute).UTC().Format(time.RFC3339Nano)
