@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"oncehook/cluster"
 	"oncehook/engine"
 	"oncehook/forward"
 )
@@ -59,13 +60,20 @@ func (m *metrics) deadExpired(ev engine.Event) {
 // oncehook_oldest_dead_seconds (raftmetrics.go) is the same age over all
 // sources, one seek.
 type deadCollector struct {
-	node    interface{ OldestDeadBySource([]string) (map[string]int64, error) }
+	node    deadSource
 	sources func() []string // the configured source names
 	now     func() time.Time
 	oldest  *prometheus.Desc
 }
 
-func newDeadCollector(n interface{ OldestDeadBySource([]string) (map[string]int64, error) }, sources func() []string) *deadCollector {
+// deadSource is what the collector needs from the cluster node.
+type deadSource interface {
+	OldestDeadBySource(sources []string) (map[string]int64, error)
+}
+
+var _ deadSource = (*cluster.Node)(nil)
+
+func newDeadCollector(n deadSource, sources func() []string) *deadCollector {
 	return &deadCollector{node: n, sources: sources, now: time.Now, oldest: prometheus.NewDesc("oncehook_dead_oldest_age_seconds",
 		"Seconds since the source's oldest dead letter went dead (it is deleted when dead_retention passes); 0 when it has none.",
 		[]string{"source"}, nil)}
