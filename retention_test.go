@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"io"
 	"net/http"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -80,6 +82,17 @@ func TestPurgeThroughTheAdminAPI(t *testing.T) {
 	}
 	if _, err := tn.event("orders:dies_1"); err != nil {
 		t.Fatalf("the dry run deleted: %v", err)
+	}
+
+	// The command line is a client of the same endpoint.
+	var out, errOut bytes.Buffer
+	err = run(ctxTimeout(t, 30*time.Second), []string{"purge", "-addr", tn.admin, "-token-file", filepath.Join(tn.dir, "admin.token"),
+		"-state", "dead", "-source", "orders", "-before", before, "-reason", "gdpr request 42", "-dry-run"}, &out, &errOut)
+	if err != nil || !strings.Contains(out.String(), `"would_purge": 2`) {
+		t.Fatalf("oncehook purge -dry-run: %v %s %s", err, out.String(), errOut.String())
+	}
+	if err := run(ctxTimeout(t, 30*time.Second), []string{"purge", "-state", "dead"}, &out, &errOut); err == nil {
+		t.Fatal("oncehook purge without -before and -reason succeeded")
 	}
 
 	a := tn.adminPost("/v1/purge", map[string]any{"state": "dead", "source": "orders", "before": before, "reason": "gdpr request 42"})
