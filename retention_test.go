@@ -132,7 +132,7 @@ func TestReplayOfADroppedPayloadIsAConflict(t *testing.T) {
 	tn.waitState("brief:b_1", engine.StateDone)
 	// The sweeper sends this every ExpireInterval; send it now.
 	waitUntil(t, "payload dropped", func() bool {
-		if _, err := tn.n.cluster.DropPayloads(ctxTimeout(t, 5*time.Second), 0); err != nil {
+		if _, err := tn.n.cluster.DropPayloads(ctxTimeout(t, 5*time.Second), 0, 0); err != nil {
 			t.Fatal(err)
 		}
 		ev, err := tn.n.cluster.Get("brief:b_1", true)

@@ -100,16 +100,16 @@ func (n *Node) Expire(ctx context.Context) (int, []engine.Event, error) {
 	return r.N, r.Events, r.Err
 }
 
-// DropPayloads drops the payloads of done events whose drop time passed;
-// those completed without one (before drop times were recorded) when done
-// longer than legacyAge (0: never).
-func (n *Node) DropPayloads(ctx context.Context, legacyAge time.Duration) (int, error) {
+// DropPayloads drops the payloads of done events whose drop time passed, at
+// most max (0: all); those completed without one (before drop times were
+// recorded) when done longer than legacyAge (0: never).
+func (n *Node) DropPayloads(ctx context.Context, legacyAge time.Duration, max int) (int, error) {
 	now := n.now()
 	since := int64(1) // keeps them: no event completed in the first nanosecond of 1970
 	if legacyAge > 0 {
 		since = now.Add(-legacyAge).UnixNano()
 	}
-	return n.countCmd(ctx, engine.Command{Op: engine.OpDropPayloads, Before: now.UnixNano(), Since: since}, true)
+	return n.countCmd(ctx, engine.Command{Op: engine.OpDropPayloads, Before: now.UnixNano(), Since: since, Max: max}, true)
 }
 
 // Replay moves dead or done events back to pending with an audit record. It

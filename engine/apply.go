@@ -1100,20 +1100,39 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 }
 
 // dropPayloads deletes the payloads (and headers) of done events whose drop
-// time (PayloadDropAt, the done index time) is before c.Before, walking the
-// done index up to Before only; each dropped entry leaves the index. An event
-// completed without a drop time is indexed at its completion: with Since set
-// it is dropped only when completed before Since. N counts the payloads
-// deleted.
+// time (PayloadDropAt, the done index time) is before c.Before, at most c.Max
+// of them (0: no bound), walking the done index up to Before only; each
+// dropped entry leaves the index. An event completed without a drop time is
+// indexed at its completion: with Since set it is dropped only when completed
+// before Since. N counts the payloads deleted.
 func (a *applier) dropPayloads(c *Command) (Result, error) {
+	if c.Max < 0 {
+		return bad("drop payloads max %d", c.Max)
+	}
 	var keys [][]byte
 	cur := a.done.Cursor()
-	for k, _ := cur.First(); k != nil; k, _ = cur.Next() {
+	for k, _ := cur.First(); k != nil && (c.Max == 0 || len(keys) < c.Max); k, _ = cur.Next() {
 		if len(k) < 9 {
 			return Result{}, fmt.Errorf("%w: done index key %x", ErrCorrupt, k)
 		}
-		if timeOf(k) >= c.Before {
+		t := timeOf(k)
+		if t >= c.Before {
 			break
+		}
+		if c.Since != 0 && t >= c.Since {
+			// Maybe completed without a drop time (indexed at its
+			// completion) and not yet old enough: read its record.
+			v := a.evp.get(k[8:])
+			if v == nil {
+				return Result{}, fmt.Errorf("%w: done index names missing event %q", ErrCorrupt, clip(k[8:]))
+			}
+			var ev Event
+			if _, err := decodeRecord(k[8:], v, &ev); err != nil {
+				return Result{}, err
+			}
+			if ev.PayloadDropAt == 0 {
+				continue
+			}
 		}
 		keys = append(keys, append([]byte(nil), k...))
 	}
@@ -1127,9 +1146,6 @@ func (a *applier) dropPayloads(c *Command) (Result, error) {
 		}
 		if !found || ev.State != StateDone || doneTime(&ev) != timeOf(k) {
 			return Result{}, fmt.Errorf("%w: done index entry %q does not match its event", ErrCorrupt, clip(k[8:]))
-		}
-		if ev.PayloadDropAt == 0 && c.Since != 0 && ev.UpdatedAt >= c.Since {
-			continue // completed without a drop time, and not yet old enough
 		}
 		if err := a.donep.del(k); err != nil {
 			return Result{}, err

@@ -29,7 +29,7 @@ const (
 	OpReclaim      Op = 5 // every processing event whose lease ended by Now returns to pending
 	OpReplay       Op = 6 // Keys, or State+Source+Since, back to pending with an audit record
 	OpExpire       Op = 7 // end every retention bucket that ended by Now (docs/architecture.md, Event states: expiry)
-	OpDropPayloads Op = 8 // drop payloads of done events due for it before Before
+	OpDropPayloads Op = 8 // drop payloads of done events due for it before Before (at most Max; 0: all)
 	OpNoop         Op = 9 // does nothing; used as a barrier and in tests
 	// OpPause holds Source: its pending events leave the due index (Lease
 	// skips them) for the held index until OpResume. Who and Reason are

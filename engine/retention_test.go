@@ -111,6 +111,26 @@ func TestRetentionRules(t *testing.T) {
 			{cmd: Command{Op: OpReplay, Now: t0 + 4*hour, State: StateDone, Who: "ops"}, n: 1, state: StatePending, key: a, keyState: StateDone, attempts: 1},
 			{cmd: Command{Op: OpExpire, Now: t0 + 25*hour}, n: 1, key: a},
 		}},
+		{"payload drops come in batches of at most Max", []step{
+			{cmd: claimCmd(a, t0), created: true},
+			{cmd: claimCmd(b, t0), created: true},
+			{cmd: claimCmd(c, t0), created: true},
+			{cmd: lease, n: 3},
+			{cmd: complete(a, t0+2*sec, hour), tok: 1},
+			{cmd: complete(b, t0+2*sec, hour), tok: 1},
+			// c without a drop time, not old enough by Since: walked past,
+			// not counted against Max.
+			{cmd: complete(c, t0+sec, 0), tok: 1},
+			{cmd: Command{Op: OpDropPayloads, Now: t0 + 2*hour, Before: t0 + 2*hour, Since: t0, Max: 1}, n: 1},
+			{cmd: Command{Op: OpDropPayloads, Now: t0 + 2*hour, Before: t0 + 2*hour, Since: t0, Max: 1}, n: 1,
+				check: func(t *testing.T, h *harness, r Result) {
+					payload(a, false)(t, h, r)
+					payload(b, false)(t, h, r)
+					payload(c, true)(t, h, r)
+				}},
+			{cmd: Command{Op: OpDropPayloads, Now: t0 + 2*hour, Before: t0 + 2*hour, Since: t0, Max: 1}, n: 0},
+			{cmd: Command{Op: OpDropPayloads, Now: t0 + 2*hour, Before: t0 + 2*hour, Max: -1}, err: ErrBadCommand},
+		}},
 		{"done events without a drop time are dropped by Since", []step{
 			{cmd: claimCmd(a, t0), created: true},
 			{cmd: lease, n: 1},

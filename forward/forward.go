@@ -40,9 +40,9 @@ type Store interface {
 	// events went, and which dead letters among them.
 	Expire(ctx context.Context) (int, []engine.Event, error)
 	// DropPayloads drops the payloads of done events whose payload retention
-	// passed; done events completed without one go when done longer than
-	// legacyAge. It says how many went.
-	DropPayloads(ctx context.Context, legacyAge time.Duration) (int, error)
+	// passed, at most max of them; done events completed without one go when
+	// done longer than legacyAge. It says how many went.
+	DropPayloads(ctx context.Context, legacyAge time.Duration, max int) (int, error)
 }
 
 // Limits are the bounds the sweeper sends, derived from every source's
@@ -541,14 +541,26 @@ func (f *Forwarder) expire(ctx context.Context) bool {
 			f.opts.DeadExpired(ev)
 		}
 	}
-	n, err = f.opts.Store.DropPayloads(ctx, f.limits().PayloadAge)
-	switch {
-	case ctx.Err() != nil:
-		return false
-	case err != nil:
-		f.log.Warn("dropping payloads failed", "err", err)
-	case n > 0:
-		f.log.Info("dropped payloads after payload_retention", "events", n)
+	age, dropped := f.limits().PayloadAge, 0
+	for {
+		n, err = f.opts.Store.DropPayloads(ctx, age, DropBatch)
+		dropped += n
+		switch {
+		case ctx.Err() != nil:
+			return false
+		case err != nil:
+			f.log.Warn("dropping payloads failed", "err", err)
+		case n == DropBatch:
+			continue // more are due
+		}
+		break
+	}
+	if dropped > 0 {
+		f.log.Info("dropped payloads after payload_retention", "events", dropped)
 	}
 	return true
 }
+
+// DropBatch is the most payloads one DropPayloads command drops; the sweeper
+// sends more while a command drops that many.
+const DropBatch = 1000

@@ -149,14 +149,14 @@ func (l *leader) Expire(ctx context.Context) (int, []engine.Event, error) {
 	return res.N, res.Events, err
 }
 
-func (l *leader) DropPayloads(ctx context.Context, legacyAge time.Duration) (int, error) {
+func (l *leader) DropPayloads(ctx context.Context, legacyAge time.Duration, max int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	now := l.now()
-	res, err := l.applyLocked(engine.Command{Op: engine.OpDropPayloads, Before: now, Since: now - int64(legacyAge)})
+	res, err := l.applyLocked(engine.Command{Op: engine.OpDropPayloads, Before: now, Since: now - int64(legacyAge), Max: max})
 	return res.N, err
 }
 
