@@ -796,7 +796,7 @@ func (a *applier) fail(c *Command) (Result, error) {
 	if c.MaxAttempts > 0 && int64(ev.Attempts) >= int64(c.MaxAttempts) {
 		ev.State = StateDead
 		if c.DeadRetention > 0 {
-			if flags, err = a.keepDead(&ev, flags, c.Now, c.DeadRetention); err != nil {
+			if flags, err = a.keepDead(&ev, flags, c.Now, c.DeadRetention, false); err != nil {
 				return Result{}, err
 			}
 		}
@@ -954,7 +954,7 @@ func (a *applier) replay(c *Command) (Result, error) {
 		// A fresh retention window from now (and no dead retention).
 		ev.PayloadDropAt = 0
 		flags &^= flagDeadKept
-		if err := a.moveExpiry(&ev, bucketEnd(c.Now+max(ev.RetentionWindow(), 1), a.width)); err != nil {
+		if err := a.moveExpiry(&ev, bucketEnd(c.Now+max(ev.RetentionWindow(), 1), a.width), false); err != nil {
 			return Result{}, err
 		}
 		ev.State = StatePending
@@ -1011,7 +1011,8 @@ func (a *applier) expire(c *Command) (Result, error) {
 			return Result{}, fmt.Errorf("%w: expiry entry %x is not a bucket", ErrCorrupt, name)
 		}
 		// The bucket's keys are copied first: an event that moves to a later
-		// bucket writes the expiry bucket while this one is read.
+		// bucket writes the expiry bucket while this one is read (its entry
+		// here goes with the bucket).
 		var ks [][]byte
 		bc := b.Cursor()
 		for k, _ := bc.First(); k != nil; k, _ = bc.Next() {
@@ -1041,9 +1042,6 @@ func (a *applier) expire(c *Command) (Result, error) {
 			default:
 				return Result{}, fmt.Errorf("%w: expiry key %x", ErrCorrupt, k)
 			}
-		}
-		if a.expiry.Bucket(name) == nil {
-			continue // emptied by the moves
 		}
 		if err := a.expiry.DeleteBucket(name); err != nil {
 			return Result{}, err

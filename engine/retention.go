@@ -38,13 +38,16 @@ func (ev *Event) RetentionWindow() int64 {
 
 // moveExpiry moves ev's expiry entry to the bucket ending at end and sets
 // ev.ExpiresAt (the caller stores the record). ev.Retention is unchanged, so
-// the record keeps the claim's window (flagLife) from its first move.
-func (a *applier) moveExpiry(ev *Event, end int64) error {
+// the record keeps the claim's window (flagLife) from its first move. With
+// ending set the old entry is left to its bucket, which Expire is deleting.
+func (a *applier) moveExpiry(ev *Event, end int64, ending bool) error {
 	if end == ev.ExpiresAt {
 		return nil
 	}
-	if err := a.delExpiryEntry(ev); err != nil {
-		return err
+	if !ending {
+		if err := a.delExpiryEntry(ev); err != nil {
+			return err
+		}
 	}
 	ev.Retention = ev.RetentionWindow()
 	ev.ExpiresAt = end
@@ -55,28 +58,23 @@ func (a *applier) moveExpiry(ev *Event, end int64) error {
 	return nb.Put(a.ptk(expiryEvent, ev.CreatedAt, ev.Key), empty)
 }
 
-// delExpiryEntry removes ev's entry from its expiry bucket, and the bucket
-// when it is left empty.
+// delExpiryEntry removes ev's entry from its expiry bucket. A bucket left
+// empty stays until Expire deletes it when it ends (checking for emptiness
+// here would walk the pages emptied earlier in the transaction).
 func (a *applier) delExpiryEntry(ev *Event) error {
 	ob, err := a.expiryBucket(ev.ExpiresAt, false)
 	if err != nil || ob == nil {
 		return err
 	}
-	if err := ob.Delete(a.ptk(expiryEvent, ev.CreatedAt, ev.Key)); err != nil {
-		return err
-	}
-	if k, _ := ob.Cursor().First(); k == nil {
-		return a.expiry.DeleteBucket(appendTime(a.nbuf[:0], ev.ExpiresAt))
-	}
-	return nil
+	return ob.Delete(a.ptk(expiryEvent, ev.CreatedAt, ev.Key))
 }
 
 // keepDead gives an event that just went dead its dead retention: its expiry
 // moves to at least the end of the bucket holding now+d, never earlier than
 // its own retention, and flagDeadKept tells Expire to delete it then.
-func (a *applier) keepDead(ev *Event, flags byte, now, d int64) (byte, error) {
+func (a *applier) keepDead(ev *Event, flags byte, now, d int64, ending bool) (byte, error) {
 	end := max(ev.ExpiresAt, bucketEnd(now+d, a.width))
-	if err := a.moveExpiry(ev, end); err != nil {
+	if err := a.moveExpiry(ev, end, ending); err != nil {
 		return flags, err
 	}
 	return flags | flagDeadKept, nil
@@ -109,12 +107,12 @@ func (a *applier) expireEvent(key string, created, end, now int64, res *Result) 
 	case ev.State == StateDead:
 		// Dead before dead retention existed (or without it): keep it
 		// DefaultDeadRetention from now, then delete it.
-		if flags, err = a.keepDead(&ev, flags, now, DefaultDeadRetention); err != nil {
+		if flags, err = a.keepDead(&ev, flags, now, DefaultDeadRetention, true); err != nil {
 			return err
 		}
 	case ev.State == StatePending || ev.State == StateProcessing:
 		// Unfinished: never forgotten. A fresh window from now.
-		if err := a.moveExpiry(&ev, bucketEnd(now+max(ev.RetentionWindow(), 1), a.width)); err != nil {
+		if err := a.moveExpiry(&ev, bucketEnd(now+max(ev.RetentionWindow(), 1), a.width), true); err != nil {
 			return err
 		}
 	default:
