@@ -137,6 +137,7 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 				c = Command{Op: OpExpire, Now: now}
 			case p < 95:
 				c = Command{Op: OpDropPayloads, Now: now, Before: now - rng.Int64N(hour)}
+				c.Max, c.Since = int(now%3), now%2*(now-2*hour) // from now, so the rng sequence stays as it was
 			case p < 97:
 				c = Command{Op: Op(rng.IntN(12)), Now: now} // often malformed
 			default:
