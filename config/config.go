@@ -136,26 +136,20 @@ type Source struct {
 	Secrets []Secret `json:"secrets"`
 	// SecretFiles are the resolved paths the secrets were read from; empty when
 	// they were given inline. Load re-reads them every time.
-	SecretFiles []string `json:"secret_files,omitempty"`
-	Tolerance   Duration `json:"tolerance"`
-	Key         []string `json:"key"`
-	Retention   Duration `json:"retention"`
-	// DeadRetention: a dead letter is kept this long after it went dead
-	// (never less than Retention). PayloadRetention: a done event's payload
-	// is dropped this long after it completed; the key, state and audit stay
-	// until Retention (docs/architecture.md, Event states).
-	DeadRetention    Duration `json:"dead_retention"`
-	PayloadRetention Duration `json:"payload_retention"`
-	MaxBody          Size     `json:"max_body"`
-	Forward          string   `json:"forward"`
-	ForwardHeaders   []string `json:"forward_headers,omitempty"`
-	Mode             string   `json:"mode"` // async|sync
-	AckStatus        int      `json:"ack_status"`
-	Lease            Duration `json:"lease"`
-	MaxAttempts      int      `json:"max_attempts"`
-	BackoffMin       Duration `json:"backoff_min"`
-	BackoffMax       Duration `json:"backoff_max"`
-	ForwardTimeout   Duration `json:"forward_timeout"`
+	SecretFiles    []string `json:"secret_files,omitempty"`
+	Tolerance      Duration `json:"tolerance"`
+	Key            []string `json:"key"`
+	Retention      Duration `json:"retention"`
+	MaxBody        Size     `json:"max_body"`
+	Forward        string   `json:"forward"`
+	ForwardHeaders []string `json:"forward_headers,omitempty"`
+	Mode           string   `json:"mode"` // async|sync
+	AckStatus      int      `json:"ack_status"`
+	Lease          Duration `json:"lease"`
+	MaxAttempts    int      `json:"max_attempts"`
+	BackoffMin     Duration `json:"backoff_min"`
+	BackoffMax     Duration `json:"backoff_max"`
+	ForwardTimeout Duration `json:"forward_timeout"`
 	// MaxRate is the most deliveries per second started to the handler; 0:
 	// no limit. MaxRateBurst is how many may start at once after a quiet
 	// spell; Load sets it to ceil(MaxRate) when the file leaves it out.
@@ -184,6 +178,12 @@ type Source struct {
 	Type        string   `json:"type,omitempty"`
 	AcceptTypes []string `json:"accept_types,omitempty"`
 	DropTypes   []string `json:"drop_types,omitempty"`
+	// DeadRetention: a dead letter is kept this long after it went dead
+	// (never less than Retention). PayloadRetention: a done event's payload
+	// is dropped this long after it completed; the key, state and audit stay
+	// until Retention (docs/architecture.md, Event states).
+	DeadRetention    Duration `json:"dead_retention"`
+	PayloadRetention Duration `json:"payload_retention"`
 	// Verifier checks this source's deliveries. Validate (and so Load) builds
 	// it from Provider, Secrets, Tolerance and HMAC. Never printed: it holds
 	// key material.
