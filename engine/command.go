@@ -104,14 +104,14 @@ type Command struct {
 	PayloadRetention int64
 
 	// Fail.
-	RetryIn int64 // next try = Now+RetryIn (jitter decided by the leader)
+	RetryIn     int64  // next try = Now+RetryIn (jitter decided by the leader)
+	MaxAttempts int    // attempts after this failure >= MaxAttempts -> dead (Attempts counts leases; <= 0: no limit)
+	Reason      string // fail: last error; replay, pause, resume: the operator's reason
 	// DeadRetention on a fail that makes the event dead: its expiry moves to
 	// at least the end of the bucket holding Now+DeadRetention, and Expire
 	// deletes it then. 0 (older entries): it is kept DefaultDeadRetention
 	// from the Expire that finds it.
 	DeadRetention int64
-	MaxAttempts   int    // attempts after this failure >= MaxAttempts -> dead (Attempts counts leases; <= 0: no limit)
-	Reason        string // fail: last error; replay, pause, resume: the operator's reason
 
 	// Replay: either Keys, or State (done, dead or stale; + optional Source) with
 	// UpdatedAt >= Since (0: no bound).
@@ -192,7 +192,7 @@ type Result struct {
 	// Lease, Reclaim, Replay, Expire, DropPayloads, Purge: how many events changed.
 	// Pause, Resume: 1 when the source's paused state changed, else 0.
 	N int
-	// Replay: the keys that moved (for the operator's report). Purge: the
+	// Replay: the keys that moved (for the operator's report); Purge: the
 	// keys deleted. Claim: when
 	// the replay guard matched (Command.BodyKey), the one key that holds the
 	// body; the duplicate is of that event.
