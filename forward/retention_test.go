@@ -1,7 +1,9 @@
 package forward
 
 import (
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,7 +26,9 @@ func TestSweeperRetention(t *testing.T) {
 	l.claim("src:dies", "src", "never taken")
 	var mu sync.Mutex
 	var expired []engine.Event
+	var logs lockedLog
 	start(t, l, nil, Options{
+		Logger:  slog.New(slog.NewTextHandler(&logs, nil)),
 		Targets: only(Target{URL: srv.URL, MaxAttempts: 1, PayloadRetention: time.Hour, DeadRetention: 48 * time.Hour}),
 		Limits:  func() Limits { return Limits{PayloadAge: time.Hour} },
 		DeadExpired: func(ev engine.Event) {
@@ -73,6 +77,27 @@ func TestSweeperRetention(t *testing.T) {
 	if ev := expired[0]; ev.Key != "src:dies" || ev.Source != "src" {
 		t.Fatalf("reported %+v", ev)
 	}
+	if out := logs.String(); !strings.Contains(out, `level=WARN msg="dead letter expired"`) || !strings.Contains(out, "key=src:dies") {
+		t.Fatalf("no warn line naming the expired dead letter:\n%s", out)
+	}
+}
+
+// lockedLog is a log sink safe for the forwarder's goroutines.
+type lockedLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedLog) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedLog) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 // TestSweeperRepairsSchedulesFromAClockAhead: a retry stamped while the
