@@ -1,8 +1,10 @@
 package forward
 
 import (
+	"context"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -133,4 +135,61 @@ func TestSweeperRepairsSchedulesFromAClockAhead(t *testing.T) {
 	limit = 50 * time.Millisecond
 	horizon.Unlock()
 	waitFor(t, "delivered after the repair", stateIs(l, "src:a", engine.StateDone))
+}
+
+// batchedDrops is a Store whose DropPayloads reports full batches a few
+// times, to show that the sweeper keeps sending while a batch is full.
+type batchedDrops struct {
+	*leader
+	mu    sync.Mutex
+	full  int      // full batches left to report
+	calls []string // "expire" and "drop", in order
+}
+
+func (b *batchedDrops) Expire(ctx context.Context) (int, []engine.Event, error) {
+	b.mu.Lock()
+	b.calls = append(b.calls, "expire")
+	b.mu.Unlock()
+	return b.leader.Expire(ctx)
+}
+
+func (b *batchedDrops) DropPayloads(ctx context.Context, legacyAge time.Duration, max int) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.calls = append(b.calls, "drop")
+	if b.full > 0 {
+		b.full--
+		return max, nil
+	}
+	return 0, nil
+}
+
+func (b *batchedDrops) log() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.calls)
+}
+
+// TestSweeperDropsPayloadsInBatches: after each Expire the sweeper sends
+// DropPayloads again while it reports a full batch (DropBatch).
+func TestSweeperDropsPayloadsInBatches(t *testing.T) {
+	l := newLeader(t)
+	s := &batchedDrops{leader: l, full: 2}
+	f := New(Options{Store: s, Targets: only(Target{URL: "http://127.0.0.1:1"}), ExpireInterval: 5 * time.Millisecond,
+		PollInterval: 5 * time.Millisecond, SweepInterval: 5 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "two expire ticks", func() bool {
+		calls := s.log()
+		return len(calls) > 1 && slices.Index(calls[1:], "expire") >= 0
+	})
+	want := []string{"expire", "drop", "drop", "drop", "expire"}
+	if got := s.log()[:len(want)]; !slices.Equal(got, want) {
+		t.Fatalf("sweeper calls %q, want %q", got, want)
+	}
 }
