@@ -98,6 +98,8 @@
 //	expiry     time(bucket end) -> bucket of
 //	             'e' time(CreatedAt) key -> ""  (the events that expire with it)
 //	             'o' object -> ""               (the order entries that expire with it)
+//	           (an event's entry moves when its expiry does; a bucket left
+//	           empty stays until it ends)
 //	orders     order object -> newest order time, expiry (8+8 bytes; ordering guard)
 //	counters   's' state -> n; 'c' source -> n  (8 bytes big endian, no zero entries)
 //	bodies     time(CreatedAt) key -> body key  (events holding a replay-guard
