@@ -153,12 +153,13 @@ func (n *node) adminPurge(w http.ResponseWriter, r *http.Request) {
 	}
 	who := r.Context().Value(whoKey).(string)
 	if req.DryRun {
-		keys, err := n.cluster.PurgePreview(st, req.Source, before, maxPurgePreview)
+		keys, count, err := n.cluster.PurgePreview(st, req.Source, before, maxPurgePreview)
 		if err != nil {
 			jsonError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "would_purge": len(keys), "keys": nonNil(keys)})
+		// keys: the first maxPurgePreview, oldest first.
+		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "would_purge": count, "keys": nonNil(keys)})
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)

@@ -36,9 +36,9 @@ func (n *Node) Purge(ctx context.Context, state engine.State, source string, bef
 	}
 }
 
-// PurgePreview lists, from this node's applied state, the keys a Purge
-// would delete (at most max): the dry run, without a Raft write.
-func (n *Node) PurgePreview(state engine.State, source string, before time.Time, max int) ([]string, error) {
+// PurgePreview counts, from this node's applied state, the events a Purge
+// would delete and lists the first max: the dry run, without a Raft write.
+func (n *Node) PurgePreview(state engine.State, source string, before time.Time, max int) ([]string, int, error) {
 	return n.eng.PurgePreview(state, source, before.UnixNano(), max)
 }
 

@@ -144,7 +144,7 @@ func (a *applier) purge(c *Command) (Result, error) {
 	case len(c.Source) > MaxKeyLen || len(c.Who) > MaxKeyLen:
 		return bad("purge source or who too long")
 	}
-	keys, err := purgeKeys(a.states, c.State, c.Source, c.Before, c.Max)
+	keys, _, err := purgeKeys(a.states, c.State, c.Source, c.Before, c.Max, false)
 	if err != nil {
 		return Result{}, err
 	}
@@ -167,14 +167,15 @@ func (a *applier) purge(c *Command) (Result, error) {
 }
 
 // purgeKeys lists up to max keys of state st with UpdatedAt < before, of
-// source when set, oldest first. Purge applies it; PurgePreview (dry run)
-// reads it.
-func purgeKeys(states *bolt.Bucket, st State, source string, before int64, max int) ([]string, error) {
+// source when set, oldest first, and counts them all when count is set (else
+// it stops at max). Purge applies it; PurgePreview (dry run) reads it.
+func purgeKeys(states *bolt.Bucket, st State, source string, before int64, max int, count bool) ([]string, int, error) {
 	var keys []string
+	n := 0
 	cur := states.Cursor()
-	for k, src := cur.Seek([]byte{byte(st)}); k != nil && k[0] == byte(st) && len(keys) < max; k, src = cur.Next() {
+	for k, src := cur.Seek([]byte{byte(st)}); k != nil && k[0] == byte(st); k, src = cur.Next() {
 		if len(k) < 10 {
-			return nil, fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+			return nil, 0, fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
 		}
 		if timeOf(k[1:]) >= before {
 			break
@@ -182,24 +183,31 @@ func purgeKeys(states *bolt.Bucket, st State, source string, before int64, max i
 		if source != "" && string(src) != source {
 			continue
 		}
-		keys = append(keys, string(k[9:]))
+		if n++; len(keys) < max {
+			keys = append(keys, string(k[9:]))
+		} else if !count {
+			break
+		}
 	}
-	return keys, nil
+	return keys, n, nil
 }
 
-// PurgePreview lists the keys a Purge with these arguments would delete
-// (at most max), without changing anything: the dry run.
-func (e *Engine) PurgePreview(st State, source string, before int64, max int) ([]string, error) {
+// PurgePreview says how many events a purge with these arguments would
+// delete (all its commands together) and lists the first max of them,
+// oldest first, without changing anything: the dry run. Its cost is the
+// events it counts.
+func (e *Engine) PurgePreview(st State, source string, before int64, max int) ([]string, int, error) {
 	if !purgeable(st) {
-		return nil, fmt.Errorf("%w: purge state %d", ErrBadCommand, st)
+		return nil, 0, fmt.Errorf("%w: purge state %d", ErrBadCommand, st)
 	}
 	var keys []string
+	var n int
 	err := e.view(func(tx *bolt.Tx) error {
 		var err error
-		keys, err = purgeKeys(tx.Bucket(bStates), st, source, before, max)
+		keys, n, err = purgeKeys(tx.Bucket(bStates), st, source, before, max, true)
 		return err
 	})
-	return keys, err
+	return keys, n, err
 }
 
 // OldestDeadBySource returns, per source with dead letters, the UpdatedAt

@@ -219,11 +219,11 @@ func TestPurgePreviewAndOldestDead(t *testing.T) {
 	for _, ev := range h.one(leaseCmd(t0+sec, 5)).Events {
 		h.one(failCmd(ev.Key, ev.Token, t0+2*sec+int64(len(ev.Key)%7)*sec, 1))
 	}
-	keys, err := h.e.PurgePreview(StateDead, "src", t0+hour, 3)
-	if err != nil || len(keys) != 3 {
-		t.Fatalf("PurgePreview = %q, %v", keys, err)
+	keys, n, err := h.e.PurgePreview(StateDead, "src", t0+hour, 3)
+	if err != nil || len(keys) != 3 || n != 5 {
+		t.Fatalf("PurgePreview = %q, %d, %v; want 3 keys of 5", keys, n, err)
 	}
-	if _, err := h.e.PurgePreview(StatePending, "", t0+hour, 3); !errors.Is(err, ErrBadCommand) {
+	if _, _, err := h.e.PurgePreview(StatePending, "", t0+hour, 3); !errors.Is(err, ErrBadCommand) {
 		t.Fatalf("PurgePreview of pending: %v, want ErrBadCommand", err)
 	}
 	if s, _ := mustCounts(t, h.e); s[StateDead] != 5 {
