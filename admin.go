@@ -39,6 +39,7 @@ func (n *node) adminHandler() http.Handler {
 	auth("GET /v1/events", n.adminEvents)
 	auth("GET /v1/events/{key...}", n.adminEvent)
 	auth("POST /v1/replay", n.adminReplay)
+	auth("POST /v1/purge", n.adminPurge) // retention.go
 	auth("POST /v1/sources/{name}/pause", n.adminPause)
 	auth("POST /v1/sources/{name}/resume", n.adminResume)
 	auth("POST /v1/cluster/join", n.adminJoin)
@@ -413,6 +414,10 @@ func (n *node) adminReplay(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
 	res, err := n.cluster.Replay(ctx, cmd)
+	if errors.Is(err, engine.ErrNoPayload) {
+		jsonError(w, http.StatusConflict, fmt.Sprintf("event %s: its payload was dropped after its source's payload_retention; there is nothing to deliver again", cmd.Keys[0]))
+		return
+	}
 	if err != nil && !errors.Is(err, engine.ErrWrongState) && !errors.Is(err, engine.ErrNotFound) {
 		jsonError(w, clusterWriteStatus(err), err.Error())
 		return

@@ -52,6 +52,7 @@ Usage:
   oncehook keygen   [-provider standard]         print a new secret
   oncehook status | events | replay              talk to a node's admin API
   oncehook pause | resume -source S -reason R    hold or release a source's deliveries
+  oncehook purge -state S -before T -reason R    delete dead, done or stale events [-source, -dry-run]
   oncehook raft list-peers | remove-peer -id N   cluster membership
   oncehook snapshot save F | restore F           consistent backup and restore
   oncehook version
@@ -89,6 +90,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return cmdPause(ctx, rest, stdout, stderr, true)
 	case "resume":
 		return cmdPause(ctx, rest, stdout, stderr, false)
+	case "purge":
+		return cmdPurge(ctx, rest, stdout, stderr)
 	case "raft":
 		return cmdRaft(ctx, rest, stdout, stderr)
 	case "snapshot":

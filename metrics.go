@@ -37,6 +37,7 @@ type metrics struct {
 
 	schemaFailures *prometheus.CounterVec // schema.go
 	keys           *keysMetrics           // keys.go
+	retention      *retentionMetrics      // retention.go
 }
 
 var codeStrings = func() (s [600]string) {
@@ -103,6 +104,7 @@ func newMetrics() *metrics {
 	m.reg.MustRegister(m.rateLimitedTotal, m.rateLimitWait)
 	m.initSchemaMetrics()
 	m.initKeysMetrics()
+	m.initRetentionMetrics()
 	return m
 }
 

@@ -182,6 +182,8 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	n.metrics.reg.MustRegister(newRaftCollector(n.cluster))
 	// Per-source pause state and backlog, read at scrape time.
 	n.metrics.reg.MustRegister(newSourceCollector(n.cluster, n.configuredSourceNames))
+	n.metrics.reg.MustRegister(newDeadCollector(n.cluster, n.configuredSourceNames))
+	n.metrics.deadExpiredSources(n.configuredSourceNames())
 	// Published keys: keys_url sources verify with the fetched keys.
 	n.keys = newKeyManager(cfg.Node.DataDir, log, n.metrics)
 	if err := n.keys.attach(set, cfg); err != nil {
@@ -224,6 +226,10 @@ func (n *node) lead(ctx context.Context) {
 		// Deliveries that waited for their source's max_rate or a handler's
 		// Retry-After.
 		RateLimited: n.metrics.rateLimited,
+		// Retention (retention.go): schedule repair, payload drops, dead
+		// letters deleted after dead_retention.
+		Limits:      n.sweepLimits,
+		DeadExpired: n.metrics.deadExpired,
 	})
 	if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		n.log.Error("forwarder stopped", "err", err)
@@ -371,6 +377,9 @@ func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, 
 			Sync:        src.sync,
 			MaxRate:     s.MaxRate,
 			Burst:       s.MaxRateBurst,
+
+			DeadRetention:    time.Duration(s.DeadRetention),
+			PayloadRetention: time.Duration(s.PayloadRetention),
 		}
 	}
 	return set, targets, nil

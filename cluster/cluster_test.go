@@ -190,7 +190,7 @@ func TestLeaderOnlyCommandsAreNotRelayed(t *testing.T) {
 	if _, err := c.nodes[f].Lease(ctxT(t, 5*time.Second), 10, time.Minute); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("lease on a follower: %v, want ErrNotLeader", err)
 	}
-	if err := c.nodes[f].Complete(ctxT(t, 5*time.Second), "src:x", 1, nil, ""); !errors.Is(err, ErrNotLeader) {
+	if err := c.nodes[f].Complete(ctxT(t, 5*time.Second), "src:x", 1, nil, "", 0); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("complete on a follower: %v, want ErrNotLeader", err)
 	}
 }
@@ -209,17 +209,17 @@ func TestLeaseCompleteFencingThroughRaft(t *testing.T) {
 	first := evs[0].Token
 	// The lease ends (the leader's clock moves on); the sweeper reclaims; a new lease fences the first.
 	c.clock.advance(2 * time.Minute)
-	if n, err := l.Reclaim(ctx); err != nil || n != 1 {
+	if n, err := l.Reclaim(ctx, 0); err != nil || n != 1 {
 		t.Fatalf("reclaim: %d %v", n, err)
 	}
 	evs, err = l.Lease(ctx, 10, time.Minute)
 	if err != nil || len(evs) != 1 || evs[0].Token <= first {
 		t.Fatalf("second lease: %v %v (first token %d)", evs, err, first)
 	}
-	if err := l.Complete(ctx, "src:a", first, nil, "late"); !errors.Is(err, engine.ErrStaleToken) {
+	if err := l.Complete(ctx, "src:a", first, nil, "late", 0); !errors.Is(err, engine.ErrStaleToken) {
 		t.Fatalf("late completion under the old token: %v, want ErrStaleToken", err)
 	}
-	if err := l.Complete(ctx, "src:a", evs[0].Token, nil, "shipped"); err != nil {
+	if err := l.Complete(ctx, "src:a", evs[0].Token, nil, "shipped", 0); err != nil {
 		t.Fatalf("completion under the live token: %v", err)
 	}
 	c.waitConverged()
@@ -255,7 +255,7 @@ func TestRestartKeepsStateAndDoesNotReapply(t *testing.T) {
 	if err != nil || len(evs) != 5 {
 		t.Fatalf("lease: %d %v", len(evs), err)
 	}
-	if err := n.Fail(ctx, evs[0].Key, evs[0].Token, time.Hour, 10, "status 500", "charged", nil); err != nil {
+	if err := n.Fail(ctx, evs[0].Key, evs[0].Token, time.Hour, 10, "status 500", "charged", 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	before, _ := n.Hash()
@@ -383,7 +383,7 @@ func TestWaitWakesOnCompletion(t *testing.T) {
 	if err != nil || len(evs) != 1 {
 		t.Fatal(evs, err)
 	}
-	if err := l.Complete(ctx, "src:sync", evs[0].Token, &engine.Response{Status: 201, Body: []byte("made")}, ""); err != nil {
+	if err := l.Complete(ctx, "src:sync", evs[0].Token, &engine.Response{Status: 201, Body: []byte("made")}, "", 0); err != nil {
 		t.Fatal(err)
 	}
 	select {

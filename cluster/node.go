@@ -445,6 +445,8 @@ func (n *Node) afterApply(cmds [][]engine.Command, res [][]engine.Result) {
 				}
 			case engine.OpComplete, engine.OpFail:
 				n.notifyKey(c.Key)
+			case engine.OpPurge:
+				n.auditPurge(c, r)
 			}
 		}
 	}

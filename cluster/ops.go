@@ -70,31 +70,47 @@ func (n *Node) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]en
 }
 
 // Complete marks key done under token, storing the handler's step when it is
-// not ""; engine.ErrStaleToken when fenced.
-func (n *Node) Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string) error {
-	return n.leaderCmd(ctx, engine.Command{Op: engine.OpComplete, Key: key, Token: token, Response: resp, Step: step})
+// not ""; engine.ErrStaleToken when fenced. The payload is dropped
+// payloadKeep from now.
+func (n *Node) Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string, payloadKeep time.Duration) error {
+	return n.leaderCmd(ctx, engine.Command{Op: engine.OpComplete, Key: key, Token: token, Response: resp, Step: step,
+		PayloadRetention: int64(payloadKeep)})
 }
 
 // Fail records a failed attempt (and the handler's step when it is not "",
 // and at in the attempt history when it is not nil); the engine decides
-// pending or dead.
-func (n *Node) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string, at *engine.Attempt) error {
-	return n.leaderCmd(ctx, engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn), MaxAttempts: maxAttempts, Reason: reason, Step: step, Attempt: at})
+// pending or dead (then kept deadKeep from now).
+func (n *Node) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string, deadKeep time.Duration, at *engine.Attempt) error {
+	return n.leaderCmd(ctx, engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn), MaxAttempts: maxAttempts,
+		Reason: reason, Step: step, DeadRetention: int64(deadKeep), Attempt: at})
 }
 
-// Reclaim returns expired leases to pending.
-func (n *Node) Reclaim(ctx context.Context) (int, error) {
-	return n.countCmd(ctx, engine.Command{Op: engine.OpReclaim}, true)
+// Reclaim returns expired leases to pending, after repairing schedules more
+// than horizon ahead (0: none; engine Command.Horizon).
+func (n *Node) Reclaim(ctx context.Context, horizon time.Duration) (int, error) {
+	return n.countCmd(ctx, engine.Command{Op: engine.OpReclaim, Horizon: int64(horizon)}, true)
 }
 
-// Expire deletes every whole retention bucket that has ended.
-func (n *Node) Expire(ctx context.Context) (int, error) {
-	return n.countCmd(ctx, engine.Command{Op: engine.OpExpire}, true)
+// Expire ends every retention bucket that has ended: how many events went,
+// and the dead letters among them.
+func (n *Node) Expire(ctx context.Context) (int, []engine.Event, error) {
+	r, err := n.applyOne(ctx, engine.Command{Op: engine.OpExpire}, true)
+	if err != nil {
+		return 0, nil, fmt.Errorf("expire: %w", err)
+	}
+	return r.N, r.Events, r.Err
 }
 
-// DropPayloads drops the bodies of events done for longer than age.
-func (n *Node) DropPayloads(ctx context.Context, age time.Duration) (int, error) {
-	return n.countCmd(ctx, engine.Command{Op: engine.OpDropPayloads, Before: n.now().Add(-age).UnixNano()}, true)
+// DropPayloads drops the payloads of done events whose drop time passed, at
+// most max (0: all); those completed without one (before drop times were
+// recorded) when done longer than legacyAge (0: never).
+func (n *Node) DropPayloads(ctx context.Context, legacyAge time.Duration, max int) (int, error) {
+	now := n.now()
+	since := int64(1) // keeps them: no event completed in the first nanosecond of 1970
+	if legacyAge > 0 {
+		since = now.Add(-legacyAge).UnixNano()
+	}
+	return n.countCmd(ctx, engine.Command{Op: engine.OpDropPayloads, Before: now.UnixNano(), Since: since, Max: max}, true)
 }
 
 // Replay moves dead or done events back to pending with an audit record. It
@@ -174,6 +190,8 @@ func opName(op engine.Op) string {
 		return "pause"
 	case engine.OpResume:
 		return "resume"
+	case engine.OpPurge:
+		return "purge"
 	}
 	return fmt.Sprintf("op %d", op)
 }

@@ -29,6 +29,11 @@ const (
 	DefaultBackoffMax     = 10 * time.Minute
 	DefaultForwardTimeout = 10 * time.Second
 	DefaultKeysRefresh    = 5 * time.Minute
+	// DefaultDeadRetention is how long a dead letter is kept after it went
+	// dead; DefaultPayloadRetention how long a done event keeps its payload
+	// (at most the source's retention).
+	DefaultDeadRetention    = 720 * time.Hour
+	DefaultPayloadRetention = 72 * time.Hour
 	// maxRate and maxRateBurst bound max_rate and max_rate_burst: far above
 	// any handler, low enough that the token bucket's arithmetic stays exact.
 	maxRate              = 1e6
@@ -181,6 +186,12 @@ type Source struct {
 	Type        string   `json:"type,omitempty"`
 	AcceptTypes []string `json:"accept_types,omitempty"`
 	DropTypes   []string `json:"drop_types,omitempty"`
+	// DeadRetention: a dead letter is kept this long after it went dead
+	// (never less than Retention). PayloadRetention: a done event's payload
+	// is dropped this long after it completed; the key, state and audit stay
+	// until Retention (docs/architecture.md, Event states).
+	DeadRetention    Duration `json:"dead_retention"`
+	PayloadRetention Duration `json:"payload_retention"`
 	// Verifier checks this source's deliveries. Validate (and so Load) builds
 	// it from Provider, Secrets, Tolerance and HMAC. Never printed: it holds
 	// key material.
@@ -275,11 +286,13 @@ func newSource() Source {
 		BackoffMax:     Duration(DefaultBackoffMax),
 		ForwardTimeout: Duration(DefaultForwardTimeout),
 		KeysRefresh:    Duration(DefaultKeysRefresh),
+		DeadRetention:  Duration(DefaultDeadRetention),
 	}
 }
 
 // applyProviderDefaults fills Key, Retention and AckStatus from the provider's
-// Defaults where the file left them unset (nil Key, zero Retention/AckStatus).
+// Defaults where the file left them unset (nil Key, zero Retention/AckStatus),
+// and PayloadRetention (when zero) from Retention.
 // An unknown provider is left alone; Validate reports it.
 func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet bool) {
 	sch, ok := providers.Lookup(s.Provider)
@@ -304,6 +317,9 @@ func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet bool) {
 	}
 	if !retentionSet {
 		s.Retention = Duration(d.Retention)
+	}
+	if s.PayloadRetention == 0 {
+		s.PayloadRetention = min(Duration(DefaultPayloadRetention), s.Retention)
 	}
 	if !ackSet {
 		s.AckStatus = d.AckStatus

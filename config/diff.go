@@ -15,6 +15,8 @@ var sourceKeys = []struct{ field, key string }{
 	{"Tolerance", "tolerance"},
 	{"Key", "key"},
 	{"Retention", "retention"},
+	{"DeadRetention", "dead_retention"},
+	{"PayloadRetention", "payload_retention"},
 	{"MaxBody", "max_body"},
 	{"Forward", "forward"},
 	{"ForwardHeaders", "forward_headers"},

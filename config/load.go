@@ -99,6 +99,9 @@ type rawSource struct {
 	Type           string    `toml:"type"`
 	AcceptTypes    []string  `toml:"accept_types"`
 	DropTypes      []string  `toml:"drop_types"`
+
+	DeadRetention    Duration `toml:"dead_retention"`
+	PayloadRetention Duration `toml:"payload_retention"`
 }
 
 type rawOrder struct {
@@ -559,6 +562,9 @@ func (l *loader) source(i int, r *rawSource) Source {
 	if r.Lease != 0 {
 		s.Lease = r.Lease
 	}
+	if r.DeadRetention != 0 {
+		s.DeadRetention = r.DeadRetention
+	}
 	if r.MaxAttempts != 0 {
 		s.MaxAttempts = r.MaxAttempts
 	}
@@ -628,6 +634,7 @@ func (l *loader) source(i int, r *rawSource) Source {
 	s.Type = r.Type
 	s.AcceptTypes = r.AcceptTypes
 	s.DropTypes = r.DropTypes
+	s.PayloadRetention = r.PayloadRetention
 	applyProviderDefaults(&s, r.Key != nil, r.Retention != nil, r.AckStatus != nil)
 	return s
 }

@@ -33,6 +33,7 @@ func TestLoadInvalid(t *testing.T) {
 		"cluster_mismatch.toml",
 		"cluster_empty.toml",
 		"sources_invalid.toml",
+		"retention_invalid.toml",
 	} {
 		t.Run(strings.TrimSuffix(name, ".toml"), func(t *testing.T) {
 			c, path, err := loadTestdata(t, name)
@@ -178,6 +179,7 @@ func TestLoadValid(t *testing.T) {
 		ReplayGuard: ReplayGuardOff, // stripe signs the event id (in the body)
 		Type:        "json:type",
 	}
+	want.DeadRetention, want.PayloadRetention = Duration(DefaultDeadRetention), Duration(DefaultPayloadRetention)
 	if !reflect.DeepEqual(s, want) {
 		t.Errorf("source[0] =\n%+v\nwant\n%+v", s, want)
 	}

@@ -330,6 +330,13 @@ func validateSource(p *problems, key string, s *Source) {
 	if scheme != nil || s.Retention != 0 {
 		positive(p, k("retention"), s.Retention)
 	}
+	if scheme != nil || s.PayloadRetention != 0 {
+		positive(p, k("payload_retention"), s.PayloadRetention)
+		if s.PayloadRetention > s.Retention {
+			p.add(k("payload_retention"), nil, fmt.Sprintf("%s is longer than retention %s: a payload is never kept longer than its key", s.PayloadRetention, s.Retention), k("retention"))
+		}
+	}
+	positive(p, k("dead_retention"), s.DeadRetention)
 	switch {
 	case s.MaxBody <= 0:
 		p.add(k("max_body"), nil, fmt.Sprintf("must be positive, got %s", s.MaxBody))

@@ -418,6 +418,8 @@ func (a *applier) apply(c *Command) (Result, error) {
 		return a.pause(c)
 	case OpResume:
 		return a.resume(c)
+	case OpPurge:
+		return a.purge(c)
 	default:
 		return bad("unknown op %d", c.Op)
 	}
@@ -731,6 +733,8 @@ func (a *applier) complete(c *Command) (Result, error) {
 		return bad("complete response length %d", len(c.Response.Body))
 	case !validStep(c.Step):
 		return bad("complete step: want at most %d printable ASCII bytes", MaxStepLen)
+	case !validDuration(c.PayloadRetention):
+		return bad("complete payload retention %d", c.PayloadRetention)
 	}
 	var ev Event
 	flags, found, err := a.load(c.Key, &ev)
@@ -756,7 +760,10 @@ func (a *applier) complete(c *Command) (Result, error) {
 	if c.Step != "" {
 		ev.Step = c.Step
 	}
-	if err := a.done.Put(a.tk(c.Now, ev.Key), empty); err != nil {
+	if c.PayloadRetention > 0 {
+		ev.PayloadDropAt = c.Now + c.PayloadRetention
+	}
+	if err := a.done.Put(a.tk(doneTime(&ev), ev.Key), empty); err != nil {
 		return Result{}, err
 	}
 	if c.Response != nil {
@@ -788,6 +795,8 @@ func (a *applier) fail(c *Command) (Result, error) {
 		return bad("fail step: want at most %d printable ASCII bytes", MaxStepLen)
 	case c.Attempt != nil && !validAttempt(c.Attempt):
 		return bad("fail attempt out of range")
+	case !validDuration(c.DeadRetention):
+		return bad("fail dead retention %d", c.DeadRetention)
 	}
 	var ev Event
 	flags, found, err := a.load(c.Key, &ev)
@@ -820,6 +829,11 @@ func (a *applier) fail(c *Command) (Result, error) {
 		if err := a.dequeue(&ev, StateProcessing); err != nil { // the next event of its object may go
 			return Result{}, err
 		}
+		if c.DeadRetention > 0 {
+			if flags, err = a.keepDead(&ev, flags, c.Now, c.DeadRetention, false); err != nil {
+				return Result{}, err
+			}
+		}
 	} else {
 		ev.State = StatePending
 		ev.NextAttemptAt = c.Now + c.RetryIn
@@ -843,6 +857,14 @@ const reclaimReason = "lease expired"
 // due at Now. The attempt stays counted; the token stays until the next lease.
 // It walks the lease index up to Now only.
 func (a *applier) reclaim(c *Command) (Result, error) {
+	if !validDuration(c.Horizon) {
+		return bad("reclaim horizon %d", c.Horizon)
+	}
+	if c.Horizon > 0 {
+		if err := a.rescheduleAhead(c.Now, c.Horizon); err != nil {
+			return Result{}, err
+		}
+	}
 	type item struct {
 		t   int64
 		key string
@@ -950,11 +972,24 @@ func (a *applier) replay(c *Command) (Result, error) {
 			}
 			continue
 		}
+		if a.payp.get(a.tk(ev.CreatedAt, key)) == nil {
+			// Dropped after its payload retention: nothing to deliver.
+			if len(c.Keys) == 1 {
+				res.Err, res.State = ErrNoPayload, ev.State
+			}
+			continue
+		}
 		from, oldUpdated := ev.State, ev.UpdatedAt
 		if from == StateDone {
-			if err := a.donep.del(a.tk(ev.UpdatedAt, key)); err != nil {
+			if err := a.donep.del(a.tk(doneTime(&ev), key)); err != nil {
 				return Result{}, err
 			}
+		}
+		// A fresh retention window from now (and no dead retention).
+		ev.PayloadDropAt = 0
+		flags &^= flagDeadKept
+		if err := a.moveExpiry(&ev, bucketEnd(c.Now+max(ev.RetentionWindow(), 1), a.width), false); err != nil {
+			return Result{}, err
 		}
 		ev.State = StatePending
 		ev.Attempts = 0
@@ -988,10 +1023,13 @@ func (a *applier) replay(c *Command) (Result, error) {
 	return res, nil
 }
 
-// expire deletes every retention bucket that ended by Now, whole: each event
-// it lists with its record, payload, response and index entries, and each
-// order entry it lists. Its cost is the number of expired entries (plus one
-// seek), whatever the number of keys kept.
+// expire ends every retention bucket that ended by Now: each done or stale
+// event it lists is deleted with its record, payload, response and index
+// entries, and so is each dead letter already kept for its dead retention
+// (reported in Result.Events); pending, processing and other dead events
+// move to a later bucket (expireEvent), so nothing unfinished is forgotten.
+// Each order entry it lists is deleted. Its cost is the number of entries
+// in the ended buckets (plus one seek), whatever the number of keys kept.
 func (a *applier) expire(c *Command) (Result, error) {
 	var names [][]byte
 	cur := a.expiry.Cursor()
@@ -1004,28 +1042,33 @@ func (a *applier) expire(c *Command) (Result, error) {
 		}
 		names = append(names, append([]byte(nil), k...))
 	}
-	n := 0
+	var res Result
 	for _, name := range names {
 		end := timeOf(name)
 		b := a.expiry.Bucket(name)
 		if b == nil {
 			return Result{}, fmt.Errorf("%w: expiry entry %x is not a bucket", ErrCorrupt, name)
 		}
+		// The bucket's keys are copied first: an event that moves to a later
+		// bucket writes the expiry bucket while this one is read (its entry
+		// here goes with the bucket).
+		var ks [][]byte
 		bc := b.Cursor()
 		for k, _ := bc.First(); k != nil; k, _ = bc.Next() {
+			ks = append(ks, append([]byte(nil), k...))
+		}
+		for _, k := range ks {
 			if len(k) < 2 {
 				return Result{}, fmt.Errorf("%w: expiry key %x", ErrCorrupt, k)
 			}
-			// k stays valid and unmodified until the bucket is deleted below.
 			switch k[0] {
 			case expiryEvent:
 				if len(k) < 10 {
 					return Result{}, fmt.Errorf("%w: expiry key %x", ErrCorrupt, k)
 				}
-				if err := a.deleteEvent(bytesStr(k[9:]), timeOf(k[1:]), end); err != nil {
+				if err := a.expireEvent(bytesStr(k[9:]), timeOf(k[1:]), end, c.Now, &res); err != nil {
 					return Result{}, err
 				}
-				n++
 			case expiryOrder:
 				ok := k[1:]
 				v := a.orders.Get(ok)
@@ -1043,7 +1086,7 @@ func (a *applier) expire(c *Command) (Result, error) {
 			return Result{}, err
 		}
 	}
-	return Result{N: n}, nil
+	return res, nil
 }
 
 // deleteEvent removes an expiring event and everything that refers to it.
@@ -1092,7 +1135,7 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 	case StateProcessing:
 		err = a.leasep.del(a.tk(ev.LeaseUntil, key))
 	case StateDone:
-		err = a.donep.del(a.tk(ev.UpdatedAt, key))
+		err = a.donep.del(a.tk(doneTime(&ev), key))
 	}
 	if err != nil {
 		return err
@@ -1101,18 +1144,40 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 	return nil
 }
 
-// dropPayloads deletes the payloads (and headers) of done events completed
-// before c.Before, walking the done index up to Before only; each visited
-// entry leaves the index. N counts the payloads deleted.
+// dropPayloads deletes the payloads (and headers) of done events whose drop
+// time (PayloadDropAt, the done index time) is before c.Before, at most c.Max
+// of them (0: no bound), walking the done index up to Before only; each
+// dropped entry leaves the index. An event completed without a drop time is
+// indexed at its completion: with Since set it is dropped only when completed
+// before Since. N counts the payloads deleted.
 func (a *applier) dropPayloads(c *Command) (Result, error) {
+	if c.Max < 0 {
+		return bad("drop payloads max %d", c.Max)
+	}
 	var keys [][]byte
 	cur := a.done.Cursor()
-	for k, _ := cur.First(); k != nil; k, _ = cur.Next() {
+	for k, _ := cur.First(); k != nil && (c.Max == 0 || len(keys) < c.Max); k, _ = cur.Next() {
 		if len(k) < 9 {
 			return Result{}, fmt.Errorf("%w: done index key %x", ErrCorrupt, k)
 		}
-		if timeOf(k) >= c.Before {
+		t := timeOf(k)
+		if t >= c.Before {
 			break
+		}
+		if c.Since != 0 && t >= c.Since {
+			// Maybe completed without a drop time (indexed at its
+			// completion) and not yet old enough: read its record.
+			v := a.evp.get(k[8:])
+			if v == nil {
+				return Result{}, fmt.Errorf("%w: done index names missing event %q", ErrCorrupt, clip(k[8:]))
+			}
+			var ev Event
+			if _, err := decodeRecord(k[8:], v, &ev); err != nil {
+				return Result{}, err
+			}
+			if ev.PayloadDropAt == 0 {
+				continue
+			}
 		}
 		keys = append(keys, append([]byte(nil), k...))
 	}
@@ -1120,15 +1185,21 @@ func (a *applier) dropPayloads(c *Command) (Result, error) {
 	for _, k := range keys {
 		var ev Event
 		key := bytesStr(k[8:])
-		_, found, err := a.load(key, &ev)
+		flags, found, err := a.load(key, &ev)
 		if err != nil {
 			return Result{}, err
 		}
-		if !found || ev.State != StateDone || ev.UpdatedAt != timeOf(k) {
+		if !found || ev.State != StateDone || doneTime(&ev) != timeOf(k) {
 			return Result{}, fmt.Errorf("%w: done index entry %q does not match its event", ErrCorrupt, clip(k[8:]))
 		}
 		if err := a.donep.del(k); err != nil {
 			return Result{}, err
+		}
+		if ev.PayloadDropAt != 0 {
+			ev.PayloadDropAt = 0
+			if err := a.store(&ev, flags); err != nil {
+				return Result{}, err
+			}
 		}
 		pk := a.tk(ev.CreatedAt, key)
 		if a.payp.get(pk) != nil {

@@ -47,13 +47,14 @@ func TestReplayGuard(t *testing.T) {
 		{cmd: guardedClaim(b, body1, t0+6*sec), state: StateDone, key: a, keyState: StateDone, attempts: 1, check: origin(a)},
 		// A different body is a new event.
 		{cmd: guardedClaim(b, body2, t0+7*sec), created: true, state: StatePending, key: b, keyState: StatePending},
-		// Expiry removes a and its guard entry together: the body is new again.
-		{cmd: expireAll, n: 3, key: a, keyState: 0},
-		{cmd: guardedClaim(b, body1, t0+27*hour), created: true, state: StatePending, check: origin("")},
+		// Expiry removes a (done) and its guard entry together: the body is
+		// new again. b and c are pending: they move to a later bucket.
+		{cmd: expireAll, n: 1, key: a, keyState: 0},
+		{cmd: guardedClaim("src:e", body1, t0+27*hour), created: true, state: StatePending, check: origin("")},
 	})
 	err := h.e.view(func(tx *bolt.Tx) error {
-		if n := tx.Bucket(bBodies).Stats().KeyN; n != 1 {
-			t.Errorf("%d body entries after expiry, want 1 (the last claim's)", n)
+		if n := tx.Bucket(bBodies).Stats().KeyN; n != 2 {
+			t.Errorf("%d body entries after expiry, want 2 (b's and the last claim's)", n)
 		}
 		return nil
 	})
@@ -194,16 +195,22 @@ func TestReplayGuardInAPendingTransaction(t *testing.T) {
 	if r := apply(2, guardedClaim("src:b", "src\x00one", t0+sec)); r.Created || !slices.Equal(r.Keys, []string{"src:a"}) {
 		t.Fatalf("same body, same pending transaction: %+v", r)
 	}
-	if r := apply(3, Command{Op: OpExpire, Now: t0 + 2*hour}); r.N != 1 {
+	if r := apply(3, leaseCmd(t0+sec, 1)); r.N != 1 {
+		t.Fatalf("lease: %+v", r)
+	}
+	if r := apply(4, completeCmd("src:a", 3, t0+sec)); r.Err != nil {
+		t.Fatalf("complete: %+v", r)
+	}
+	if r := apply(5, Command{Op: OpExpire, Now: t0 + 2*hour}); r.N != 1 {
 		t.Fatalf("expire: %+v", r)
 	}
-	if r := apply(4, guardedClaim("src:c", "src\x00one", t0+2*hour)); !r.Created {
+	if r := apply(6, guardedClaim("src:c", "src\x00one", t0+2*hour)); !r.Created {
 		t.Fatalf("after the holder expired in the pending transaction: %+v, want a new event", r)
 	}
 	if err := e.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	if r := apply(5, guardedClaim("src:d", "src\x00one", t0+3*hour)); r.Created || !slices.Equal(r.Keys, []string{"src:c"}) {
+	if r := apply(7, guardedClaim("src:d", "src\x00one", t0+3*hour)); r.Created || !slices.Equal(r.Keys, []string{"src:c"}) {
 		t.Fatalf("after the commit: %+v, want a duplicate of src:c", r)
 	}
 }

@@ -110,8 +110,14 @@ func checkIndexes(tx *bolt.Tx) error {
 		if ev.State != StateProcessing && ev.LeaseUntil != 0 {
 			bad("event %q (state %d): lease until %d", k, ev.State, ev.LeaseUntil)
 		}
-		if ev.State == StateDone && payloads.Get(tk(ev.CreatedAt, k)) != nil && done.Get(tk(ev.UpdatedAt, k)) == nil {
+		if ev.State == StateDone && payloads.Get(tk(ev.CreatedAt, k)) != nil && done.Get(tk(doneTime(&ev), k)) == nil {
 			bad("event %q: done with a payload but not in the done index", k)
+		}
+		if flags&flagDeadKept != 0 && ev.State != StateDead {
+			bad("event %q (state %d): kept for dead retention but not dead", k, ev.State)
+		}
+		if ev.PayloadDropAt != 0 && ev.State != StateDone {
+			bad("event %q (state %d): payload drop time but not done", k, ev.State)
 		}
 		if (flags&flagResponse != 0) != (responses.Get(tk(ev.CreatedAt, k)) != nil) {
 			bad("event %q: response flag disagrees with the responses bucket", k)
@@ -182,7 +188,7 @@ func checkIndexes(tx *bolt.Tx) error {
 	}
 	timeIndex("due", due, func(ev Event, t int64) bool { return ev.State == StatePending && ev.NextAttemptAt == t })
 	timeIndex("leases", leases, func(ev Event, t int64) bool { return ev.State == StateProcessing && ev.LeaseUntil == t })
-	timeIndex("done", done, func(ev Event, t int64) bool { return ev.State == StateDone && ev.UpdatedAt == t })
+	timeIndex("done", done, func(ev Event, t int64) bool { return ev.State == StateDone && doneTime(&ev) == t })
 	for _, b := range []*bolt.Bucket{payloads, responses} {
 		c := b.Cursor()
 		for k, _ := c.First(); k != nil; k, _ = c.Next() {

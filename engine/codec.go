@@ -34,9 +34,11 @@ const (
 	flagResponse = 1 << 0 // a cached Response is stored in the responses bucket
 	flagStep     = 1 << 1 // the record ends with the event's Step (non-empty)
 	flagBody     = 1 << 2 // the event holds a replay-guard entry in the bodies bucket
+	flagDeadKept = 1 << 3 // dead, and ExpiresAt already counts its dead retention (Expire deletes it)
+	flagLife     = 1 << 4 // the record ends with Retention and PayloadDropAt (see appendRecord)
 	flagOrder    = 1 << 5 // the record ends with the event's order object and queue place (order.go)
 	flagHistory  = 1 << 6 // the event has failed attempts in the attempts bucket (history.go)
-	flagsKnown   = flagResponse | flagStep | flagBody | flagOrder | flagHistory
+	flagsKnown   = flagResponse | flagStep | flagBody | flagDeadKept | flagLife | flagOrder | flagHistory
 )
 
 // Limits enforced on commands. They keep records and index keys well inside
@@ -162,6 +164,9 @@ func appendBytes(dst []byte, b []byte) []byte {
 //	string   step, only when flags has flagStep (then never empty)
 //	string   order object, varint order time, uvarint order index, uvarint
 //	         order position, only when flags has flagOrder (order.go)
+//	varint   retention, payloadDropAt, only when flags has flagLife (set
+//	         when either is not 0: the expiry moved, or a done event's
+//	         payload has a drop time)
 //
 // The key is not repeated (it is the bbolt key). Payload, headers and the
 // cached response live in their own buckets so that the record stays small.
@@ -174,19 +179,26 @@ func recordSize(ev *Event) int {
 		a := &ev.Audit[i]
 		n += binary.MaxVarintLen64 + 3*binary.MaxVarintLen64 + len(a.Who) + len(a.Action) + len(a.Reason) + 1
 	}
-	return n + binary.MaxVarintLen64 + len(ev.Step) + 4*binary.MaxVarintLen64 + len(ev.OrderObject)
+	return n + binary.MaxVarintLen64 + len(ev.Step) + 6*binary.MaxVarintLen64 + len(ev.OrderObject)
 }
+
+// hasLife reports whether ev's record needs its flagLife fields.
+func hasLife(ev *Event) bool { return ev.Retention != 0 || ev.PayloadDropAt != 0 }
 
 // appendRecord appends the record encoding of ev (without payload, headers,
 // response) to dst. flagStep is set from ev.Step, whatever flags says;
 // flagOrder from ev.OrderObject.
 func appendRecord(dst []byte, ev *Event, flags byte) []byte {
-	flags &^= flagStep | flagOrder
+	flags &^= flagStep | flagOrder | flagLife
 	if ev.Step != "" {
 		flags |= flagStep
 	}
 	if ev.OrderObject != "" {
 		flags |= flagOrder
+	}
+	life := hasLife(ev)
+	if life {
+		flags |= flagLife
 	}
 	dst = append(dst, recordVersion, byte(ev.State), flags)
 	dst = binary.AppendUvarint(dst, uint64(ev.Attempts))
@@ -216,6 +228,10 @@ func appendRecord(dst []byte, ev *Event, flags byte) []byte {
 		dst = binary.AppendVarint(dst, ev.OrderTime)
 		dst = binary.AppendUvarint(dst, ev.OrderIndex)
 		dst = binary.AppendUvarint(dst, uint64(ev.OrderPos))
+	}
+	if life {
+		dst = binary.AppendVarint(dst, ev.Retention)
+		dst = binary.AppendVarint(dst, ev.PayloadDropAt)
 	}
 	return dst
 }
@@ -281,6 +297,13 @@ func decodeRecord(key, b []byte, ev *Event) (byte, error) {
 		ev.OrderPos = uint32(pos)
 		if d.err == nil && (ev.OrderObject == "" || pos > math.MaxUint32) {
 			d.fail("order: flagged but empty")
+		}
+	}
+	if flags&flagLife != 0 {
+		ev.Retention = d.varint("retention")
+		ev.PayloadDropAt = d.varint("payloadDropAt")
+		if d.err == nil && !hasLife(ev) {
+			d.fail("life: flagged but empty")
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {
@@ -435,6 +458,10 @@ const (
 	fieldStep    // added after version 1 shipped: older entries never set it
 	fieldBodyKey // added with the replay guard: older entries never set it
 	fieldAttempt // added with the attempt history: older entries never set it
+	// Added with the retention rules: older entries never set them.
+	fieldPayloadRetention
+	fieldDeadRetention
+	fieldHorizon
 	numFields
 )
 
@@ -468,6 +495,9 @@ func commandMask(c *Command) uint64 {
 	set(fieldStep, c.Step != "")
 	set(fieldBodyKey, c.BodyKey != "")
 	set(fieldAttempt, c.Attempt != nil)
+	set(fieldPayloadRetention, c.PayloadRetention != 0)
+	set(fieldDeadRetention, c.DeadRetention != 0)
+	set(fieldHorizon, c.Horizon != 0)
 	return m
 }
 
@@ -561,6 +591,15 @@ func EncodeEntry(dst []byte, cmds []Command) []byte {
 		}
 		if m&(1<<fieldAttempt) != 0 {
 			dst = appendAttempt(dst, c.Attempt)
+		}
+		if m&(1<<fieldPayloadRetention) != 0 {
+			dst = binary.AppendVarint(dst, c.PayloadRetention)
+		}
+		if m&(1<<fieldDeadRetention) != 0 {
+			dst = binary.AppendVarint(dst, c.DeadRetention)
+		}
+		if m&(1<<fieldHorizon) != 0 {
+			dst = binary.AppendVarint(dst, c.Horizon)
 		}
 	}
 	return dst
@@ -783,6 +822,15 @@ func decodeEntry(b []byte, shared bool) ([]Command, error) {
 			at.Error = d.string("attempt error", false)
 			at.Body = d.byteSlice("attempt body", false)
 			c.Attempt = at
+		}
+		if m&(1<<fieldPayloadRetention) != 0 {
+			c.PayloadRetention = d.nonZeroVarint("payload retention")
+		}
+		if m&(1<<fieldDeadRetention) != 0 {
+			c.DeadRetention = d.nonZeroVarint("dead retention")
+		}
+		if m&(1<<fieldHorizon) != 0 {
+			c.Horizon = d.nonZeroVarint("horizon")
 		}
 		if d.err != nil {
 			break

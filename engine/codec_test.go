@@ -20,7 +20,12 @@ func sampleCommands() []Command {
 		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, RetryIn: 4 * sec, MaxAttempts: 8, Reason: "timeout", Step: "charged",
 			Attempt: &Attempt{At: t0 + 2, Took: 1500, Status: 502, Error: "status 502", Body: []byte("bad gateway")}},
 		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, Attempt: &Attempt{}},
+		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 3, PayloadRetention: 72 * hour},
+		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, MaxAttempts: 1, DeadRetention: 720 * hour,
+			Attempt: &Attempt{At: t0 + 2, Status: 500}},
 		{Op: OpReclaim, Now: t0 + 4},
+		{Op: OpReclaim, Now: t0 + 4, Horizon: 10 * 60 * sec},
+		{Op: OpPurge, Now: t0 + 4, State: StateDead, Source: "s", Before: t0, Max: 1000, Who: "ops", Reason: "gdpr"},
 		{Op: OpReplay, Now: t0 + 5, Keys: []string{"a", "b", ""}, Who: "ops", Reason: "fixed"},
 		{Op: OpReplay, Now: t0 + 5, State: StateDead, Source: "s", Since: -1},
 		{Op: OpExpire, Now: t0 + 6},
@@ -124,6 +129,10 @@ func sampleEvents() []Event {
 		{State: StateDone, Source: "s", Step: "3", Audit: []AuditEntry{{Who: "ops"}}},
 		{State: StatePending, Source: "s", OrderObject: "pi_1", OrderTime: -7, OrderIndex: 1 << 40, OrderPos: 3},
 		{State: StateStale, Source: "s", Step: "x", OrderObject: "\x00", OrderTime: 1},
+		{State: StateDone, Source: "s", Retention: 25 * hour, PayloadDropAt: t0 + 72*hour},
+		{State: StateDead, Source: "s", Step: "x", Retention: hour},
+		{State: StateDone, Source: "s", PayloadDropAt: -1},
+		{State: StatePending, Source: "s", Step: "y", OrderObject: "s:o", OrderTime: 5, Retention: hour},
 	}
 }
 
@@ -140,6 +149,9 @@ func TestRecordRoundTrip(t *testing.T) {
 			}
 			if ev.OrderObject != "" {
 				want |= flagOrder // likewise
+			}
+			if ev.Retention != 0 || ev.PayloadDropAt != 0 {
+				want |= flagLife // likewise
 			}
 
 			var got Event

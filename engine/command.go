@@ -28,8 +28,8 @@ const (
 	OpFail         Op = 4 // Key failed under Token: pending again after RetryIn, or dead at MaxAttempts
 	OpReclaim      Op = 5 // every processing event whose lease ended by Now returns to pending
 	OpReplay       Op = 6 // Keys, or State+Source+Since, back to pending with an audit record
-	OpExpire       Op = 7 // delete every whole retention bucket that ended by Now
-	OpDropPayloads Op = 8 // drop payloads of done events completed before Before
+	OpExpire       Op = 7 // end every retention bucket that ended by Now (docs/architecture.md, Event states: expiry)
+	OpDropPayloads Op = 8 // drop payloads of done events due for it before Before (at most Max; 0: all)
 	OpNoop         Op = 9 // does nothing; used as a barrier and in tests
 	// OpPause holds Source: its pending events leave the due index (Lease
 	// skips them) for the held index until OpResume. Who and Reason are
@@ -39,6 +39,11 @@ const (
 	// index at their own times, so they go out oldest first. N is 1 when the
 	// source was paused, else 0 (no change).
 	OpResume Op = 11
+	// OpPurge deletes up to Max events in State (dead, done or stale) whose
+	// UpdatedAt is before Before, of Source when set, with everything they
+	// own. Who and Reason are the operator's (the leader logs them). Result
+	// Keys names the deleted keys; fewer than Max means none is left.
+	OpPurge Op = 12
 )
 
 // Header is one provider header kept with an event and passed to its handler.
@@ -95,6 +100,11 @@ type Command struct {
 	// keeps the stored step (the handler reported none).
 	Step string
 
+	// PayloadRetention on a complete: the payload is dropped (DropPayloads)
+	// from Now+PayloadRetention; 0: the event is due for it at once (as
+	// entries written before this field). The key stays until its expiry.
+	PayloadRetention int64
+
 	// Fail.
 	RetryIn     int64  // next try = Now+RetryIn (jitter decided by the leader)
 	MaxAttempts int    // attempts after this failure >= MaxAttempts -> dead (Attempts counts leases; <= 0: no limit)
@@ -103,6 +113,11 @@ type Command struct {
 	// attempt history (history.go); nil records none. The engine cuts its
 	// Body to MaxAttemptBody bytes and its Error like a reason.
 	Attempt *Attempt
+	// DeadRetention on a fail that makes the event dead: its expiry moves to
+	// at least the end of the bucket holding Now+DeadRetention, and Expire
+	// deletes it then. 0 (older entries): it is kept DefaultDeadRetention
+	// from the Expire that finds it.
+	DeadRetention int64
 
 	// Replay: either Keys, or State (done, dead or stale; + optional Source) with
 	// UpdatedAt >= Since (0: no bound).
@@ -111,8 +126,17 @@ type Command struct {
 	Since int64
 	Who   string // replay, pause, resume: the operator
 
-	// DropPayloads.
+	// DropPayloads, Purge. DropPayloads: Before is Now; done events completed
+	// before payload retention existed (no drop time) are due when completed
+	// before Since (0: before Before).
 	Before int64
+
+	// Reclaim: Horizon bounds how far ahead of Now a schedule may be (the
+	// longest backoff_max and lease of any source): a due entry later than
+	// Now+Horizon is rescheduled to Now+Horizon, a lease ending later is
+	// reclaimed now. It repairs what a leader stamped while its clock ran
+	// ahead. 0: no bound.
+	Horizon int64
 }
 
 // AuditEntry records an operator action on an event.
@@ -145,6 +169,17 @@ type Event struct {
 	NextAttemptAt int64
 	LeaseUntil    int64
 	ExpiresAt     int64 // end of the retention bucket that holds the key
+	// Retention is the key's retention window once its expiry moved: its
+	// claim's ExpiresAt minus CreatedAt (the claim's retention rounded up to
+	// a bucket); 0 while it has not moved (the window is then
+	// ExpiresAt-CreatedAt, see RetentionWindow). A replay, and an Expire that
+	// finds the event unfinished, move ExpiresAt to the bucket of
+	// Now+window; the window itself never changes.
+	Retention int64
+	// PayloadDropAt is when a done event's payload becomes due for
+	// DropPayloads (its done index time); 0 when not done, dropped, or
+	// completed by an entry without PayloadRetention (due at UpdatedAt).
+	PayloadDropAt int64
 	LeaseFor      int64 // lease length stored at claim time (0: the lease command's)
 	LastError     string
 	// Step is the last step a handler reported (Oncehook-Step) on complete or
@@ -179,11 +214,14 @@ type Result struct {
 	State   State
 	// Lease: the events now processing, oldest due first, with payload, headers
 	// and the new Token.
+	// Expire: the dead letters it deleted (record fields only), for the
+	// leader's log and metrics.
 	Events []Event
-	// Lease, Reclaim, Replay, Expire, DropPayloads: how many events changed.
+	// Lease, Reclaim, Replay, Expire, DropPayloads, Purge: how many events changed.
 	// Pause, Resume: 1 when the source's paused state changed, else 0.
 	N int
-	// Replay: the keys that moved (for the operator's report). Claim: when
+	// Replay: the keys that moved (for the operator's report); Purge: the
+	// keys deleted. Claim: when
 	// the replay guard matched (Command.BodyKey), the one key that holds the
 	// body; the duplicate is of that event.
 	Keys []string

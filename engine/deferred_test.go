@@ -51,8 +51,10 @@ func TestApplyBatchDeferred(t *testing.T) {
 			t.Fatalf("Flush: %v, last applied %d", err, e.LastApplied())
 		}
 	}
-	// Exists sees a pending expiry's deletes.
-	if _, err := e.ApplyBatchDeferred([]Entry{{Index: 4, Cmds: []Command{{Op: OpExpire, Now: t0 + 200*hour}}}}); err != nil {
+	// Exists sees a pending expiry's deletes (of src:c, done first: an
+	// unfinished event never expires).
+	expire := []Command{leaseCmd(t0, 10), completeCmd("src:c", 4, t0), {Op: OpExpire, Now: t0 + 200*hour}}
+	if _, err := e.ApplyBatchDeferred([]Entry{{Index: 4, Cmds: expire}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, ok, _ := e.Exists("src:c"); ok {

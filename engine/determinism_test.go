@@ -30,6 +30,16 @@ func fixedSequence() []Entry {
 		{Index: 7, Cmds: []Command{{Op: OpExpire, Now: t0 + 25*hour}, claimCmd("src:c", t0+25*hour)}},
 		{Index: 8, Cmds: []Command{{Op: OpPause, Now: t0 + 26*hour, Source: "src", Who: "ops", Reason: "down"}, claimCmd("src:d", t0+26*hour)}},
 		{Index: 9, Cmds: []Command{{Op: OpResume, Now: t0 + 27*hour, Source: "src", Who: "ops", Reason: "up"}, leaseCmd(t0+27*hour, 5)}},
+		{Index: 10, Cmds: []Command{
+			{Op: OpComplete, Now: t0 + 28*hour, Key: "src:c", Token: 9, PayloadRetention: hour},
+			{Op: OpFail, Now: t0 + 28*hour, Key: "src:d", Token: 9, MaxAttempts: 1, DeadRetention: 2 * hour},
+			{Op: OpDropPayloads, Now: t0 + 30*hour, Before: t0 + 30*hour},
+			{Op: OpReclaim, Now: t0 + 30*hour, Horizon: 10 * 60 * sec},
+		}},
+		{Index: 11, Cmds: []Command{
+			{Op: OpPurge, Now: t0 + 31*hour, State: StateDone, Before: t0 + 31*hour, Max: 10, Who: "ops", Reason: "r"},
+			{Op: OpExpire, Now: t0 + 60*hour},
+		}},
 	}
 }
 
@@ -118,7 +128,7 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 				c = Command{Op: OpLease, Now: now, Max: 1 + rng.IntN(5), LeaseFor: 30 * sec}
 			case p < 65 && len(leases) > 0:
 				l := leases[rng.IntN(len(leases))]
-				c = Command{Op: OpComplete, Now: now, Key: l.key, Token: l.token}
+				c = Command{Op: OpComplete, Now: now, Key: l.key, Token: l.token, PayloadRetention: now % 3 * hour}
 				if rng.IntN(3) == 0 {
 					c.Response = &Response{Status: 200 + rng.IntN(3), Body: []byte("resp")}
 				}
@@ -129,8 +139,9 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 					MaxAttempts: rng.IntN(4), Reason: fmt.Sprintf("err %d", rng.IntN(9))}
 				c.Step = stepOf(now)
 				c.Attempt = attemptOf(now)
+				c.DeadRetention = now % 4 * hour // from now, so the rng sequence stays as it was
 			case p < 83:
-				c = Command{Op: OpReclaim, Now: now}
+				c = Command{Op: OpReclaim, Now: now, Horizon: now % 2 * 5 * 60 * sec}
 			case p < 88:
 				if rng.IntN(2) == 0 {
 					c = Command{Op: OpReplay, Now: now, Keys: []string{key(), key()}, Who: "ops", Reason: "r"}
@@ -142,6 +153,7 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 				c = Command{Op: OpExpire, Now: now}
 			case p < 95:
 				c = Command{Op: OpDropPayloads, Now: now, Before: now - rng.Int64N(hour)}
+				c.Max, c.Since = int(now%3), now%2*(now-2*hour) // from now, so the rng sequence stays as it was
 			case p < 97:
 				c = Command{Op: Op(rng.IntN(12)), Now: now} // often malformed
 			default:
@@ -158,6 +170,11 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 		}
 		if idx%29 == 0 {
 			cmds = append(cmds, Command{Op: OpResume, Now: now, Source: fmt.Sprintf("s%d", idx/29%3), Who: "ops"})
+		}
+		// Purge on a schedule too: dead, done or stale, some of one source.
+		if idx%23 == 0 {
+			cmds = append(cmds, Command{Op: OpPurge, Now: now, State: []State{StateDead, StateDone, StateStale}[idx/23%3],
+				Source: []string{"", "s1"}[idx/23%2], Before: now - hour, Max: int(idx%7 + 1), Who: "ops", Reason: "r"})
 		}
 		e := Entry{Index: idx, Cmds: cmds}
 		rs, err := ref.ApplyBatch([]Entry{e})

@@ -37,13 +37,24 @@
 //   - Attempts counts delivery attempts started: Lease increments it, Fail
 //     compares it with MaxAttempts (dead when Attempts >= MaxAttempts; 0 means
 //     no limit), Reclaim keeps it, Replay resets it to 0.
-//   - Cheap when big. Lease, Reclaim, Expire and DropPayloads walk time-ordered
-//     indexes from their start and stop at Now (or Before), so their cost grows
-//     with the events they change, not with the events stored. Expire deletes
-//     whole retention buckets (keys live at least their retention: a key
-//     claimed at Now with Retention R expires at the end of the bucket holding
-//     Now+R). Replay by state seeks to Since in that state's index. Counts reads
-//     counters kept in the same transactions, not a scan.
+//   - Cheap when big. Lease, Reclaim, Expire, DropPayloads and Purge walk
+//     time-ordered indexes from their start and stop at Now (or Before), so
+//     their cost grows with the events they change, not with the events
+//     stored; Reclaim's horizon walks the due and leases indexes from their
+//     end and stops at Now+Horizon. Expire ends whole retention buckets (keys
+//     live at least their retention: a key claimed at Now with Retention R
+//     expires at the end of the bucket holding Now+R). Replay by state seeks
+//     to Since in that state's index. Counts reads counters kept in the same
+//     transactions, not a scan.
+//   - Nothing unfinished expires. Expire deletes the done and stale events of
+//     an ended bucket, and the dead ones flagged flagDeadKept (their dead
+//     retention passed; reported in Result.Events); it moves the pending,
+//     processing and other dead events to a later bucket (Now + the event's
+//     RetentionWindow; an unflagged dead one DefaultDeadRetention, flagged).
+//     A Fail that makes an event dead moves its expiry to at least the bucket
+//     of Now+DeadRetention and flags it; a replay moves it to the bucket of
+//     Now+RetentionWindow and clears the flag. The window is the claim's
+//     ExpiresAt-CreatedAt, stored in the record (flagLife) once it moved.
 //   - Paused sources. While a source is paused its pending events are in
 //     held, not due, so Lease (which walks due) leases none of them and
 //     spends none of their attempts; every transition into pending picks the
@@ -65,8 +76,11 @@
 //   - Indexes agree with records: every event has one states entry; a
 //     pending event has a due entry xor a held entry, by its source's paused
 //     state; a lease entry iff processing, a done entry while done
-//     with its payload; one expiry entry; an objects entry iff ordered and
-//     unfinished; an attempts entry iff flagged; counters equal the records.
+//     with its payload (at doneTime: PayloadDropAt, or UpdatedAt without
+//     one); one expiry entry, at ExpiresAt; flagDeadKept only on dead
+//     events, PayloadDropAt only on done ones; an objects entry iff ordered
+//     and unfinished; an attempts entry iff flagged; counters equal the
+//     records.
 //     Check verifies all of it.
 //
 // # Bucket layout (version 1)
@@ -89,11 +103,16 @@
 //	due        time(NextAttemptAt) key -> ""   (every pending event of a source
 //	           that is not paused)
 //	leases     time(LeaseUntil) key -> ""      (every processing event)
-//	done       time(UpdatedAt) key -> ""       (done events still holding a payload)
+//	done       time(drop) key -> ""            (done events still holding a payload;
+//	           drop is PayloadDropAt = completion + the Complete's
+//	           PayloadRetention, or UpdatedAt for events completed without
+//	           one, which DropPayloads drops by Since)
 //	states     state time(UpdatedAt) key -> source  (every event; List, Replay by state)
 //	expiry     time(bucket end) -> bucket of
 //	             'e' time(CreatedAt) key -> ""  (the events that expire with it)
 //	             'o' object -> ""               (the order entries that expire with it)
+//	           (an event's entry moves when its expiry does; a bucket left
+//	           empty stays until it ends)
 //	orders     order object -> newest order time, expiry (8+8 bytes; ordering guard)
 //	counters   's' state -> n; 'c' source -> n  (8 bytes big endian, no zero entries)
 //	bodies     time(CreatedAt) key -> body key  (events holding a replay-guard

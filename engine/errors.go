@@ -19,6 +19,9 @@ var (
 	ErrCorrupt = errors.New("engine: corrupt record")
 	// ErrBadCommand: a command is malformed (unknown op, empty key, ...).
 	ErrBadCommand = errors.New("engine: bad command")
+	// ErrNoPayload: a replay of an event whose payload was dropped after its
+	// payload retention; there is nothing to deliver again.
+	ErrNoPayload = errors.New("engine: payload dropped")
 	// ErrClosed: the engine was closed (or a failed Restore left it without a file).
 	ErrClosed = errors.New("engine: closed")
 )

@@ -6,8 +6,10 @@ import (
 )
 
 // TestExpireManyBuckets: 100,000 keys over 72 hourly buckets (10,000 under
-// -short or -race). Expire at hour 36 removes exactly the keys whose bucket
-// ended, and leaves the others (records, payloads, indexes, counters) intact.
+// -short or -race), in every state. Expire at hour 36 deletes exactly the done
+// keys whose bucket ended, moves the unfinished ones (pending, processing,
+// dead) of those buckets to later buckets, and leaves the others (records,
+// payloads, indexes, counters) intact.
 func TestExpireManyBuckets(t *testing.T) {
 	n := 100_000
 	if testing.Short() || raceEnabled {
@@ -29,27 +31,47 @@ func TestExpireManyBuckets(t *testing.T) {
 	// with bucket (i%72)+1 or +2 depending on the minute it was claimed at.
 	claimAt := func(i int) int64 { return t0 + int64(i%buckets)*hour + int64(i%60)*60*sec }
 	ends := func(i int) int64 { return bucketEnd(claimAt(i)+30*60*sec, hour) }
+	// Key i's state: i%10 == 0 stays pending, 1 processing, 2 dead, else done.
+	want := func(i int) State {
+		switch i % 10 {
+		case 0:
+			return StatePending
+		case 1:
+			return StateProcessing
+		case 2:
+			return StateDead
+		}
+		return StateDone
+	}
 	const batch = 2000
 	cmds := make([]Command, 0, batch)
+	index := make(map[string]int, n)
 	for i := range n {
 		c := claimCmd(keyN(i), claimAt(i))
 		c.Retention = 30 * 60 * sec
+		index[c.Key] = i
 		cmds = append(cmds, c)
 		if len(cmds) == batch || i == n-1 {
 			apply(cmds...)
 			cmds = cmds[:0]
 		}
 	}
-	// Put some events in every other state so every index is involved.
-	leased := apply(leaseCmd(t0+100*hour, 300))[0].Events
-	for i, ev := range leased {
-		switch i % 3 {
-		case 0:
-			apply(completeCmd(ev.Key, ev.Token, t0+100*hour))
-		case 1:
-			apply(failCmd(ev.Key, ev.Token, t0+100*hour, 1))
+	leased := apply(leaseCmd(t0+100*hour, n))[0].Events
+	for _, ev := range leased {
+		switch want(index[ev.Key]) {
+		case StatePending:
+			cmds = append(cmds, Command{Op: OpFail, Now: t0 + 100*hour, Key: ev.Key, Token: ev.Token, RetryIn: 100 * hour})
+		case StateDead:
+			cmds = append(cmds, failCmd(ev.Key, ev.Token, t0+100*hour, 1))
+		case StateDone:
+			cmds = append(cmds, completeCmd(ev.Key, ev.Token, t0+100*hour))
+		}
+		if len(cmds) == batch {
+			apply(cmds...)
+			cmds = cmds[:0]
 		}
 	}
+	apply(cmds...)
 	if states, sources := mustCounts(t, e); sumCounts(states) != n || sources["src"] != n {
 		t.Fatalf("counts before = %v %v", states, sources)
 	}
@@ -57,7 +79,7 @@ func TestExpireManyBuckets(t *testing.T) {
 	cut := t0 + 36*hour
 	wantGone := 0
 	for i := range n {
-		if ends(i) <= cut {
+		if ends(i) <= cut && want(i) == StateDone {
 			wantGone++
 		}
 	}
@@ -74,27 +96,33 @@ func TestExpireManyBuckets(t *testing.T) {
 	}
 	for i := 0; i < n; i += 37 {
 		ev, err := e.Get(keyN(i), true)
-		if ends(i) <= cut {
+		switch {
+		case ends(i) <= cut && want(i) == StateDone:
 			if !errors.Is(err, ErrNotFound) {
 				t.Fatalf("%s (ends %d) survived: %v", keyN(i), (ends(i)-t0)/hour, err)
 			}
-			continue
-		}
-		if err != nil || ev.ExpiresAt != ends(i) || string(ev.Payload) != "payload of "+keyN(i) {
-			t.Fatalf("kept %s = %+v, %v", keyN(i), ev, err)
+		case ends(i) <= cut:
+			if err != nil || ev.State != want(i) || ev.ExpiresAt <= cut || string(ev.Payload) != "payload of "+keyN(i) {
+				t.Fatalf("unfinished %s was not moved: %+v, %v", keyN(i), ev, err)
+			}
+		default:
+			if err != nil || ev.ExpiresAt != ends(i) || string(ev.Payload) != "payload of "+keyN(i) {
+				t.Fatalf("kept %s = %+v, %v", keyN(i), ev, err)
+			}
 		}
 	}
-	// The indexes of the kept keys still work: everything pending is leasable.
+	// Nothing is left in an ended bucket: a second Expire changes nothing.
 	if r := apply(Command{Op: OpExpire, Now: cut})[0]; r.N != 0 {
 		t.Fatalf("second Expire = %d", r.N)
 	}
+	// The indexes of the kept keys still work: everything pending is leasable.
 	pending := states[StatePending]
 	if got := apply(leaseCmd(t0+200*hour, n))[0].N; got != pending {
 		t.Fatalf("leased %d after expiry, want the %d pending", got, pending)
 	}
 	// Claiming an expired key creates it again.
 	for i := range buckets {
-		if ends(i) <= cut {
+		if ends(i) <= cut && want(i) == StateDone {
 			if r := apply(claimCmd(keyN(i), t0+200*hour))[0]; !r.Created {
 				t.Fatalf("re-claim of expired %s: %+v", keyN(i), r)
 			}

@@ -155,8 +155,9 @@ func TestOrderReplayRequeues(t *testing.T) {
 	}
 }
 
-// TestOrderQueueLeavesWithTheEvent: done, dead, stale (never queued) and
-// expired events leave no objects entry.
+// TestOrderQueueLeavesWithTheEvent: done, dead and stale (never queued)
+// events leave no objects entry; an unfinished event keeps its entry
+// through the expiry of its bucket.
 func TestOrderQueueLeavesWithTheEvent(t *testing.T) {
 	h := newHarness(t, Options{NoSync: true})
 	h.apply(orderedClaim("src:a1", t0, "A", 100), orderedClaim("src:a2", t0, "A", 200),
@@ -175,12 +176,21 @@ func TestOrderQueueLeavesWithTheEvent(t *testing.T) {
 	if n := objectEntries(t, h.e); n != 1 {
 		t.Fatalf("%d objects entries after done and dead, want 1", n)
 	}
-	h.one(leaseCmd(t0, 100)) // a2 processing when it expires
-	if r := h.one(Command{Op: OpExpire, Now: t0 + 48*hour}); r.N != 4 {
-		t.Fatalf("expire = %d", r.N)
+	r = h.one(leaseCmd(t0, 100)) // a2 processing when its bucket ends
+	if r.N != 1 {
+		t.Fatalf("lease handed out %v, want a2", sortedLeased(r))
 	}
+	// Expiry deletes the done and the stale event; processing a2 moves to a
+	// later bucket (unfinished events never expire) and keeps its place.
+	if r := h.one(Command{Op: OpExpire, Now: t0 + 48*hour}); r.N != 2 {
+		t.Fatalf("expire = %d, want 2 (a1 done, old stale)", r.N)
+	}
+	if n := objectEntries(t, h.e); n != 1 {
+		t.Fatalf("%d objects entries after expiry, want a2's", n)
+	}
+	h.one(completeCmd("src:a2", r.Events[0].Token, t0+48*hour))
 	if n := objectEntries(t, h.e); n != 0 {
-		t.Fatalf("%d objects entries after expiry", n)
+		t.Fatalf("%d objects entries with every event finished", n)
 	}
 }
 

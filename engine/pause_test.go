@@ -133,11 +133,12 @@ func TestPauseTransitions(t *testing.T) {
 				}
 			}},
 		}},
-		{"expiry of a held event removes its held entry", []step{
+		{"a held event outlives its bucket: it moves and stays held", []step{
 			{cmd: pauseCmd("src", t0), n: 1},
 			{cmd: claimCmd(a, t0+sec), created: true, check: wantHeld(1)},
-			{cmd: Command{Op: OpExpire, Now: t0 + 26*hour}, n: 1, key: a, check: wantHeld(0)},
-			{cmd: resumeCmd("src", t0+26*hour), n: 1},
+			{cmd: Command{Op: OpExpire, Now: t0 + 26*hour}, n: 0, key: a, keyState: StatePending, check: wantHeld(1)},
+			{cmd: resumeCmd("src", t0+26*hour), n: 1, check: wantHeld(0)},
+			{cmd: leaseCmd(t0+26*hour, 10), n: 1},
 		}},
 		{"backlog counts pending events per source, paused or not", []step{
 			{cmd: claimCmd(a, t0+sec), created: true},

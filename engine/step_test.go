@@ -196,7 +196,7 @@ func TestStepEncodingsAreCompatible(t *testing.T) {
 		"flag without step": unhex("01 03 02 01 05 14 28 00 00 3c 00 01 73 00 00"),
 		"empty step":        unhex("01 03 02 01 05 14 28 00 00 3c 00 01 73 00 00 00"),
 		"step, no flag":     append(unhex("01 03 00 01 05 14 28 00 00 3c 00 01 73 00 00 07"), "charged"...),
-		"unknown flag":      unhex("01 03 08 01 05 14 28 00 00 3c 00 01 73 00 00"),
+		"unknown flag":      unhex("01 03 80 01 05 14 28 00 00 3c 00 01 73 00 00"),
 	} {
 		if _, err := decodeRecord([]byte("k"), b, &got); !errors.Is(err, ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrCorrupt", name, err)

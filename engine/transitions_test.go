@@ -354,9 +354,12 @@ func TestTransitions(t *testing.T) {
 		{"expire whole buckets", []step{
 			{cmd: func() Command { c := claimCmd("src:a", t0+10*sec); c.Retention = hour; return c }(), created: true},
 			{cmd: func() Command { c := claimCmd("src:b", t0+10*sec); c.Retention = 2 * hour; return c }(), created: true},
-			{cmd: Command{Op: OpExpire, Now: t0 + 2*hour - 1}, n: 0, key: "src:a", keyState: StatePending},
+			{cmd: leaseCmd(t0+20*sec, 10), n: 2},
+			{cmd: completeCmd("src:a", 0, t0+20*sec), tok: 1},
+			{cmd: completeCmd("src:b", 0, t0+20*sec), tok: 1},
+			{cmd: Command{Op: OpExpire, Now: t0 + 2*hour - 1}, n: 0, key: "src:a", keyState: StateDone, attempts: 1},
 			{cmd: Command{Op: OpExpire, Now: t0 + 2*hour}, n: 1, key: "src:a"},
-			{cmd: Command{Op: OpExpire, Now: t0 + 2*hour}, n: 0, key: "src:b", keyState: StatePending},
+			{cmd: Command{Op: OpExpire, Now: t0 + 2*hour}, n: 0, key: "src:b", keyState: StateDone, attempts: 1},
 			{cmd: Command{Op: OpExpire, Now: t0 + 3*hour}, n: 1, key: "src:b"},
 			{cmd: claimCmd("src:a", t0+3*hour), created: true, state: StatePending},
 		}},
@@ -368,11 +371,31 @@ func TestTransitions(t *testing.T) {
 			{cmd: leaseCmd(t0, 3), n: 3},
 			{cmd: func() Command { c := completeCmd("src:a", 0, t0); c.Response = &Response{Status: 200}; return c }(), tok: 1, state: StateDone},
 			{cmd: failCmd("src:b", 0, t0, 1), tok: 1, state: StateDead},
-			{cmd: Command{Op: OpExpire, Now: t0 + 25*hour}, n: 4, key: "src:c",
+			// Only the done event goes: the dead letter, the processing and
+			// the pending event move to later buckets (nothing unfinished is
+			// forgotten; the dead letter gets DefaultDeadRetention).
+			{cmd: Command{Op: OpExpire, Now: t0 + 25*hour}, n: 1, key: "src:a",
 				check: func(t *testing.T, h *harness, r Result) {
 					s, src := mustCounts(t, h.e)
-					if len(s) != 0 || len(src) != 0 {
-						t.Errorf("counts after expiring everything: %v %v", s, src)
+					if s[StateDead] != 1 || s[StateProcessing] != 1 || s[StatePending] != 1 || s[StateDone] != 0 || src["src"] != 3 {
+						t.Errorf("counts after expiry: %v %v", s, src)
+					}
+					if ev := h.get("src:b"); ev.ExpiresAt != bucketEnd(t0+25*hour+DefaultDeadRetention, hour) {
+						t.Errorf("dead letter expires at %d, want %d", ev.ExpiresAt, bucketEnd(t0+25*hour+DefaultDeadRetention, hour))
+					}
+					for _, k := range []string{"src:c", "src:d"} {
+						// A fresh window: the bucket of now + the claim's
+						// window (24 h rounded up to a bucket end: 25 h).
+						if ev := h.get(k); ev.ExpiresAt != t0+51*hour || ev.RetentionWindow() != 25*hour {
+							t.Errorf("%s expires at %d (window %d), want %d", k, ev.ExpiresAt, ev.RetentionWindow(), t0+51*hour)
+						}
+					}
+				}},
+			// The dead letter, kept for its dead retention, goes when that ends.
+			{cmd: Command{Op: OpExpire, Now: t0 + 25*hour + DefaultDeadRetention + hour}, n: 1, key: "src:b",
+				check: func(t *testing.T, h *harness, r Result) {
+					if len(r.Events) != 1 || r.Events[0].Key != "src:b" || r.Events[0].Source != "src" || r.Events[0].State != StateDead {
+						t.Errorf("expired dead letters = %+v", r.Events)
 					}
 				}},
 		}},
@@ -559,8 +582,9 @@ func TestOrderingGuard(t *testing.T) {
 	if s[StateStale] != 2 || s[StateProcessing] != 2 || s[StatePending] != 2 {
 		t.Fatalf("counts = %v", s)
 	}
-	// The guard's entries expire with the events.
-	if r := h.one(Command{Op: OpExpire, Now: t0 + 48*hour}); r.N != 6 {
+	// The guard's entries expire with the buckets of the events that set
+	// them; the stale events go, the processing ones move to a later bucket.
+	if r := h.one(Command{Op: OpExpire, Now: t0 + 48*hour}); r.N != 2 {
 		t.Fatalf("expire = %d", r.N)
 	}
 	if r := h.one(order("src:after_expiry", t0+48*hour, 1)); r.State != StatePending {

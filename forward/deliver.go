@@ -276,7 +276,7 @@ func (f *Forwarder) complete(ctx context.Context, ev engine.Event, attempt int, 
 	if tgt.Sync {
 		resp = &engine.Response{Status: a.status, Body: a.body}
 	}
-	err := f.opts.Store.Complete(ctx, ev.Key, ev.Token, resp, a.step)
+	err := f.opts.Store.Complete(ctx, ev.Key, ev.Token, resp, a.step, tgt.PayloadRetention)
 	if ctx.Err() != nil {
 		return // unknown whether it committed; the lease decides
 	}
@@ -309,7 +309,7 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 		retryIn = Backoff(attempt, tgt.BackoffMin, tgt.BackoffMax, f.jitter())
 	}
 	at := &engine.Attempt{At: start.UnixNano(), Took: int64(took), Status: a.status, Error: a.reason, Body: a.body}
-	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, tgt.MaxAttempts, a.reason, a.step, at)
+	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, tgt.MaxAttempts, a.reason, a.step, tgt.DeadRetention, at)
 	if ctx.Err() != nil {
 		return
 	}
@@ -342,7 +342,7 @@ func (f *Forwarder) handBack(ctx context.Context, ev engine.Event, retryIn time.
 	tgt, _ := f.opts.Targets(ev.Source)
 	tgt = tgt.withDefaults()
 	attempt := attemptOf(ev)
-	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, max(tgt.MaxAttempts, attempt+1), ReasonRateLimited, "", nil)
+	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, max(tgt.MaxAttempts, attempt+1), ReasonRateLimited, "", 0, nil)
 	switch {
 	case ctx.Err() != nil:
 	case err == nil:

@@ -1,6 +1,6 @@
 // Package forward delivers claimed events to their local HTTP handlers: leased
 // delivery, retries with backoff, dead letters, and the sweeper that reclaims
-// expired leases and expires whole retention buckets.
+// expired leases, ends retention buckets and drops payloads.
 //
 // # What it owns
 //
@@ -16,8 +16,12 @@
 //   - the workers POST each event to its source's Target and record the outcome
 //     with Complete (2xx) or Fail (anything else, with the retry delay and the
 //     attempt limit decided here, on the leader, and carried in the command);
-//   - the sweeper calls Reclaim every SweepInterval and Expire every
-//     ExpireInterval. Its errors are logged, never fatal.
+//   - the sweeper calls Reclaim every SweepInterval (with Options.Limits'
+//     Horizon: schedules stamped by a leader whose clock ran ahead are
+//     repaired), and Expire then DropPayloads every ExpireInterval; each dead
+//     letter Expire deleted is logged at warn with its key and reported to
+//     Options.DeadExpired. Its errors are logged, never fatal. The targets'
+//     DeadRetention and PayloadRetention ride in Fail and Complete.
 //
 // When Run's context ends, nothing more is leased, in-flight requests are
 // cancelled, and their events are neither completed nor failed: their leases

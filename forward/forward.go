@@ -23,20 +23,39 @@ type Store interface {
 	// none. It never returns more than max events.
 	Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error)
 	// Complete marks key done under token, caching resp when it is not nil.
-	// step is the handler's Oncehook-Step ("" keeps the stored one).
+	// step is the handler's Oncehook-Step ("" keeps the stored one). The
+	// payload is dropped payloadKeep from now (DropPayloads).
 	// errors.Is(err, engine.ErrStaleToken) when a newer lease fenced the token.
-	Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string) error
+	Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string, payloadKeep time.Duration) error
 	// Fail records a failed attempt under token: the event is pending again
-	// retryIn from now, or dead when its attempts reach maxAttempts. reason is
-	// kept as the event's last error, step (when not "") as its step; at
-	// (when not nil) joins the event's attempt history.
-	Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string, at *engine.Attempt) error
+	// retryIn from now, or dead when its attempts reach maxAttempts, and then
+	// kept deadKeep from now. reason is kept as the event's last error, step
+	// (when not "") as its step; at (when not nil) joins the event's attempt
+	// history.
+	Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string, deadKeep time.Duration, at *engine.Attempt) error
 	// Reclaim returns every processing event whose lease has ended to pending
-	// and says how many moved.
-	Reclaim(ctx context.Context) (int, error)
-	// Expire deletes every whole retention bucket that has ended and says how
-	// many events went.
-	Expire(ctx context.Context) (int, error)
+	// and says how many moved. With horizon > 0 it first repairs schedules
+	// further ahead than that (engine Command.Horizon).
+	Reclaim(ctx context.Context, horizon time.Duration) (int, error)
+	// Expire ends every retention bucket that has ended and says how many
+	// events went, and which dead letters among them.
+	Expire(ctx context.Context) (int, []engine.Event, error)
+	// DropPayloads drops the payloads of done events whose payload retention
+	// passed, at most max of them; done events completed without one go when
+	// done longer than legacyAge. It says how many went.
+	DropPayloads(ctx context.Context, legacyAge time.Duration, max int) (int, error)
+}
+
+// Limits are the bounds the sweeper sends, derived from every source's
+// settings (Options.Limits).
+type Limits struct {
+	// Horizon: the longest backoff_max and lease of any source (and
+	// MaxHold). A retry due, or a lease ending, further ahead than this was
+	// stamped by a leader whose clock ran ahead, and is repaired.
+	Horizon time.Duration
+	// PayloadAge: the longest payload_retention of any source, for done
+	// events completed before payload drop times were recorded.
+	PayloadAge time.Duration
 }
 
 // Target is where and how one source's events are delivered. Zero durations and
@@ -53,6 +72,11 @@ type Target struct {
 	// spell; less than 1: ceil(MaxRate). See doc.go, "Rate limits".
 	MaxRate float64
 	Burst   int
+	// DeadRetention: a dead letter is kept this long after it went dead
+	// (0: the engine's default). PayloadRetention: a done event's payload is
+	// dropped this long after it completed (0: at the next sweep).
+	DeadRetention    time.Duration
+	PayloadRetention time.Duration
 }
 
 // Defaults for a Target's zero fields and for events whose source has no
@@ -148,6 +172,13 @@ type Options struct {
 	// it waited since it was leased. It runs on the dispatcher and must not
 	// block.
 	RateLimited func(source string, waited time.Duration)
+	// Limits, when set, gives the sweeper's bounds (see Limits); it is
+	// called on every sweep, so a reload takes effect. nil: no schedule
+	// repair, and payloads without a drop time are never dropped.
+	Limits func() Limits
+	// DeadExpired, when set, is called for each dead letter Expire deleted
+	// (after it was logged at warn). It runs on the sweeper.
+	DeadExpired func(engine.Event)
 }
 
 // Defaults for zero Options fields.
@@ -468,7 +499,7 @@ func (f *Forwarder) sweep(ctx context.Context, kick chan<- struct{}) {
 		case <-ctx.Done():
 			return
 		case <-reclaim.C:
-			n, err := f.opts.Store.Reclaim(ctx)
+			n, err := f.opts.Store.Reclaim(ctx, f.limits().Horizon)
 			switch {
 			case ctx.Err() != nil:
 				return
@@ -482,15 +513,60 @@ func (f *Forwarder) sweep(ctx context.Context, kick chan<- struct{}) {
 				}
 			}
 		case <-expire.C:
-			n, err := f.opts.Store.Expire(ctx)
-			switch {
-			case ctx.Err() != nil:
+			if !f.expire(ctx) {
 				return
-			case err != nil:
-				f.log.Warn("expire failed", "err", err)
-			case n > 0:
-				f.log.Info("expired retention buckets", "events", n)
 			}
 		}
 	}
 }
+
+func (f *Forwarder) limits() Limits {
+	if f.opts.Limits == nil {
+		return Limits{}
+	}
+	return f.opts.Limits()
+}
+
+// expire ends the retention buckets that ended, logging and reporting each
+// dead letter deleted, then drops the payloads that are due. It reports
+// false when ctx ended.
+func (f *Forwarder) expire(ctx context.Context) bool {
+	n, dead, err := f.opts.Store.Expire(ctx)
+	switch {
+	case ctx.Err() != nil:
+		return false
+	case err != nil:
+		f.log.Warn("expire failed", "err", err)
+	case n > 0:
+		f.log.Info("expired retention buckets", "events", n)
+	}
+	for _, ev := range dead {
+		f.log.Warn("dead letter expired", "key", ev.Key, "source", ev.Source,
+			"dead_since", time.Unix(0, ev.UpdatedAt).UTC(), "last_error", ev.LastError)
+		if f.opts.DeadExpired != nil {
+			f.opts.DeadExpired(ev)
+		}
+	}
+	age, dropped := f.limits().PayloadAge, 0
+	for {
+		n, err = f.opts.Store.DropPayloads(ctx, age, DropBatch)
+		dropped += n
+		switch {
+		case ctx.Err() != nil:
+			return false
+		case err != nil:
+			f.log.Warn("dropping payloads failed", "err", err)
+		case n == DropBatch:
+			continue // more are due
+		}
+		break
+	}
+	if dropped > 0 {
+		f.log.Info("dropped payloads after payload_retention", "events", dropped)
+	}
+	return true
+}
+
+// DropBatch is the most payloads one DropPayloads command drops; the sweeper
+// sends more while a command drops that many.
+const DropBatch = 1000

@@ -86,7 +86,7 @@ func TestStepAfterReclaim(t *testing.T) {
 	if err != nil || len(evs) != 1 {
 		t.Fatalf("lease: %v %v", evs, err)
 	}
-	if err := l.Fail(ctx, "src:dies", evs[0].Token, 0, 5, "status 500", "reserved", nil); err != nil {
+	if err := l.Fail(ctx, "src:dies", evs[0].Token, 0, 5, "status 500", "reserved", 0, nil); err != nil {
 		t.Fatal(err)
 	}
 	// A worker leases it again and dies: no Complete, no Fail.

@@ -110,19 +110,20 @@ func (l *leader) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]
 // Complete and Fail apply even when ctx has ended, as a Raft proposal that is
 // already on its way would: the forwarder itself must not record an abandoned
 // attempt.
-func (l *leader) Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string) error {
+func (l *leader) Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string, payloadKeep time.Duration) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	_, err := l.applyLocked(engine.Command{Op: engine.OpComplete, Key: key, Token: token, Response: resp, Step: step})
+	_, err := l.applyLocked(engine.Command{Op: engine.OpComplete, Key: key, Token: token, Response: resp, Step: step,
+		PayloadRetention: int64(payloadKeep)})
 	l.done = append(l.done, tokenErr{token, err})
 	return err
 }
 
-func (l *leader) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string, at *engine.Attempt) error {
+func (l *leader) Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string, deadKeep time.Duration, at *engine.Attempt) error {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cmd := engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn),
-		MaxAttempts: maxAttempts, Reason: reason, Step: step, Attempt: at}
+		MaxAttempts: maxAttempts, Reason: reason, Step: step, DeadRetention: int64(deadKeep), Attempt: at}
 	_, err := l.applyLocked(cmd)
 	if err == nil {
 		l.fails = append(l.fails, cmd)
@@ -130,21 +131,32 @@ func (l *leader) Fail(ctx context.Context, key string, token uint64, retryIn tim
 	return err
 }
 
-func (l *leader) Reclaim(ctx context.Context) (int, error) {
+func (l *leader) Reclaim(ctx context.Context, horizon time.Duration) (int, error) {
 	l.reclaims.Add(1)
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	res, err := l.apply(engine.Command{Op: engine.OpReclaim})
+	res, err := l.apply(engine.Command{Op: engine.OpReclaim, Horizon: int64(horizon)})
 	return res.N, err
 }
 
-func (l *leader) Expire(ctx context.Context) (int, error) {
+func (l *leader) Expire(ctx context.Context) (int, []engine.Event, error) {
 	l.expires.Add(1)
+	if err := ctx.Err(); err != nil {
+		return 0, nil, err
+	}
+	res, err := l.apply(engine.Command{Op: engine.OpExpire})
+	return res.N, res.Events, err
+}
+
+func (l *leader) DropPayloads(ctx context.Context, legacyAge time.Duration, max int) (int, error) {
 	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	res, err := l.apply(engine.Command{Op: engine.OpExpire})
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.now()
+	res, err := l.applyLocked(engine.Command{Op: engine.OpDropPayloads, Before: now, Since: now - int64(legacyAge), Max: max})
 	return res.N, err
 }
 

@@ -1,0 +1,120 @@
+package cluster
+
+import (
+	"bytes"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"oncehook/engine"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// TestPurgeFromAFollower: a purge proposed on a follower deletes every
+// matching dead letter in commands of PurgeBatch, the leader logs one audit
+// line per command, and the replicas converge.
+func TestPurgeFromAFollower(t *testing.T) {
+	var logs lockedBuffer
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	l := c.waitLeader(-1)
+	leader, follower := c.nodes[l], c.nodes[c.follower(l)]
+	ctx := ctxT(t, 30*time.Second)
+	const n = PurgeBatch + 200
+	for i := 0; i < n; i += 500 {
+		var cmds []engine.Command
+		for j := i; j < min(n, i+500); j++ {
+			cmds = append(cmds, claimCmd(fmt.Sprintf("src:k%05d", j)))
+		}
+		if _, err := leader.Apply(ctx, cmds...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := leader.Lease(ctx, n, time.Hour)
+	if err != nil || len(evs) != n {
+		t.Fatalf("lease: %d %v", len(evs), err)
+	}
+	for i := 0; i < n; i += 500 {
+		var cmds []engine.Command
+		for _, ev := range evs[i:min(n, i+500)] {
+			cmds = append(cmds, engine.Command{Op: engine.OpFail, Key: ev.Key, Token: ev.Token, MaxAttempts: 1, DeadRetention: int64(48 * time.Hour)})
+		}
+		if _, err := leader.Apply(ctx, cmds...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	keys, err := follower.Purge(ctx, engine.StateDead, "src", c.clock.now().Add(time.Minute), "ops", "gdpr")
+	if err != nil || len(keys) != n {
+		t.Fatalf("purge: %d keys, %v", len(keys), err)
+	}
+	c.waitConverged()
+	if s, _, _ := follower.Counts(); s[engine.StateDead] != 0 {
+		t.Fatalf("counts after the purge: %v", s)
+	}
+	waitFor(t, "two audit lines", func() bool { return strings.Count(logs.String(), "msg=purge") == 2 })
+	if out := logs.String(); !strings.Contains(out, "who=ops reason=gdpr state=dead source=src") ||
+		!strings.Contains(out, fmt.Sprintf("count=%d", PurgeBatch)) || !strings.Contains(out, "count=200") {
+		t.Fatalf("audit lines:\n%s", out)
+	}
+	if _, err := follower.Purge(ctx, engine.StatePending, "", c.clock.now(), "ops", "x"); err == nil {
+		t.Fatal("a purge of pending events was accepted")
+	}
+}
+
+// TestExpireReportsDeadLetters: a dead letter is kept for the dead retention
+// its Fail carried; the Expire after it reports it, and the replicas agree.
+func TestExpireReportsDeadLetters(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.nodes[c.waitLeader(-1)]
+	ctx := ctxT(t, 10*time.Second)
+	for _, k := range []string{"src:dies", "src:waits"} {
+		if _, err := leader.Claim(ctx, claimCmd(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := leader.Lease(ctx, 1, time.Hour)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("lease: %v %v", evs, err)
+	}
+	if err := leader.Fail(ctx, evs[0].Key, evs[0].Token, time.Second, 1, "status 500", "", 3*time.Hour, nil); err != nil {
+		t.Fatal(err)
+	}
+	c.clock.advance(2 * time.Hour) // past the claims' hour: nothing unfinished goes
+	if n, dead, err := leader.Expire(ctx); err != nil || n != 0 || len(dead) != 0 {
+		t.Fatalf("expire after 2h: %d %v %v", n, dead, err)
+	}
+	c.clock.advance(3 * time.Hour)
+	n, dead, err := leader.Expire(ctx)
+	if err != nil || n != 1 || len(dead) != 1 || dead[0].Key != evs[0].Key {
+		t.Fatalf("expire after 5h: %d %v %v", n, dead, err)
+	}
+	c.waitConverged()
+	var left []string
+	for _, k := range []string{"src:dies", "src:waits"} {
+		if _, err := leader.Get(k, false); err == nil {
+			left = append(left, k)
+		}
+	}
+	if want := slices.DeleteFunc([]string{"src:dies", "src:waits"}, func(k string) bool { return k == evs[0].Key }); !slices.Equal(left, want) {
+		t.Fatalf("left %v, want %v (the pending one)", left, want)
+	}
+}

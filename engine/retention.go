@@ -1,0 +1,320 @@
+package engine
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// This file holds the retention rules (docs/architecture.md, Event states):
+// what Expire does with an event that is not finished, the dead retention, a
+// replay's fresh window, payload drop times, Purge, and the schedule horizon
+// that Reclaim enforces.
+
+// DefaultDeadRetention is how long a dead letter is kept when the Fail that
+// made it dead carried no DeadRetention (entries written before the field):
+// Expire then keeps it this long from the moment it finds it.
+const DefaultDeadRetention = 30 * 24 * 3600 * int64(1e9)
+
+// doneTime is the time of ev's done index entry: its payload drop time, or
+// its completion time when it was completed without a payload retention.
+func doneTime(ev *Event) int64 {
+	if ev.PayloadDropAt != 0 {
+		return ev.PayloadDropAt
+	}
+	return ev.UpdatedAt
+}
+
+// RetentionWindow is the event's retention window: Retention, or
+// ExpiresAt-CreatedAt while its expiry never moved.
+func (ev *Event) RetentionWindow() int64 {
+	if ev.Retention != 0 {
+		return ev.Retention
+	}
+	return ev.ExpiresAt - ev.CreatedAt
+}
+
+// moveExpiry moves ev's expiry entry to the bucket ending at end and sets
+// ev.ExpiresAt (the caller stores the record). ev.Retention is unchanged, so
+// the record keeps the claim's window (flagLife) from its first move. With
+// ending set the old entry is left to its bucket, which Expire is deleting.
+func (a *applier) moveExpiry(ev *Event, end int64, ending bool) error {
+	if end == ev.ExpiresAt {
+		return nil
+	}
+	if !ending {
+		if err := a.delExpiryEntry(ev); err != nil {
+			return err
+		}
+	}
+	ev.Retention = ev.RetentionWindow()
+	ev.ExpiresAt = end
+	nb, err := a.expiryBucket(end, true)
+	if err != nil {
+		return err
+	}
+	return nb.Put(a.ptk(expiryEvent, ev.CreatedAt, ev.Key), empty)
+}
+
+// delExpiryEntry removes ev's entry from its expiry bucket. A bucket left
+// empty stays until Expire deletes it when it ends (checking for emptiness
+// here would walk the pages emptied earlier in the transaction).
+func (a *applier) delExpiryEntry(ev *Event) error {
+	ob, err := a.expiryBucket(ev.ExpiresAt, false)
+	if err != nil || ob == nil {
+		return err
+	}
+	return ob.Delete(a.ptk(expiryEvent, ev.CreatedAt, ev.Key))
+}
+
+// keepDead gives an event that just went dead its dead retention: its expiry
+// moves to at least the end of the bucket holding now+d, never earlier than
+// its own retention, and flagDeadKept tells Expire to delete it then.
+func (a *applier) keepDead(ev *Event, flags byte, now, d int64, ending bool) (byte, error) {
+	end := max(ev.ExpiresAt, bucketEnd(now+d, a.width))
+	if err := a.moveExpiry(ev, end, ending); err != nil {
+		return flags, err
+	}
+	return flags | flagDeadKept, nil
+}
+
+// expireEvent handles one event listed in the ended bucket end: a done or
+// stale event, or a dead letter whose dead retention passed, is deleted
+// (dead: reported in res.Events); a pending, processing or dead event not yet
+// kept for its dead retention moves to a later bucket. Only the bucket's own
+// entries are visited, so the cost is the events expired plus those moved.
+func (a *applier) expireEvent(key string, created, end, now int64, res *Result) error {
+	var ev Event
+	flags, found, err := a.load(key, &ev)
+	if err != nil {
+		return err
+	}
+	if !found || ev.ExpiresAt != end || ev.CreatedAt != created {
+		return fmt.Errorf("%w: expiry lists event %q it does not hold", ErrCorrupt, clip(strBytes(key)))
+	}
+	ev.Key = strings.Clone(key) // key points into a page that the writes may change
+	switch {
+	case ev.State == StateDead && flags&flagDeadKept != 0:
+		if err := a.deleteEvent(ev.Key, created, end); err != nil {
+			return err
+		}
+		ev.Audit = nil
+		res.Events = append(res.Events, ev)
+		res.N++
+		return nil
+	case ev.State == StateDead:
+		// Dead before dead retention existed (or without it): keep it
+		// DefaultDeadRetention from now, then delete it.
+		if flags, err = a.keepDead(&ev, flags, now, DefaultDeadRetention, true); err != nil {
+			return err
+		}
+	case ev.State == StatePending || ev.State == StateProcessing:
+		// Unfinished: never forgotten. A fresh window from now.
+		if err := a.moveExpiry(&ev, bucketEnd(now+max(ev.RetentionWindow(), 1), a.width), true); err != nil {
+			return err
+		}
+	default:
+		if err := a.deleteEvent(ev.Key, created, end); err != nil {
+			return err
+		}
+		res.N++
+		return nil
+	}
+	return a.store(&ev, flags)
+}
+
+// maxPurge bounds one purge command; the caller loops.
+const maxPurge = 10000
+
+// purgeable reports whether Purge deletes events in state s. Pending and
+// processing events are in flight and never purged.
+func purgeable(s State) bool { return s == StateDone || s == StateDead || s == StateStale }
+
+// purge deletes up to c.Max events in c.State whose UpdatedAt is before
+// c.Before (of c.Source when set), with everything they own. It walks the
+// states index of that state from its start and stops at Before.
+func (a *applier) purge(c *Command) (Result, error) {
+	switch {
+	case !purgeable(c.State):
+		return bad("purge state %d: only dead, done and stale events can be purged", c.State)
+	case c.Max <= 0 || c.Max > maxPurge:
+		return bad("purge max %d", c.Max)
+	case len(c.Source) > MaxKeyLen || len(c.Who) > MaxKeyLen:
+		return bad("purge source or who too long")
+	}
+	keys, _, err := purgeKeys(a.states, c.State, c.Source, c.Before, c.Max, false)
+	if err != nil {
+		return Result{}, err
+	}
+	slices.Sort(keys) // see keyOrder
+	for _, key := range keys {
+		var ev Event
+		if _, found, err := a.load(key, &ev); err != nil {
+			return Result{}, err
+		} else if !found {
+			return Result{}, fmt.Errorf("%w: states index names missing event %q", ErrCorrupt, clip(strBytes(key)))
+		}
+		if err := a.delExpiryEntry(&ev); err != nil {
+			return Result{}, err
+		}
+		if err := a.deleteEvent(key, ev.CreatedAt, ev.ExpiresAt); err != nil {
+			return Result{}, err
+		}
+	}
+	return Result{N: len(keys), Keys: keys}, nil
+}
+
+// purgeKeys lists up to max keys of state st with UpdatedAt < before, of
+// source when set, oldest first, and counts them all when count is set (else
+// it stops at max). Purge applies it; PurgePreview (dry run) reads it.
+func purgeKeys(states *bolt.Bucket, st State, source string, before int64, max int, count bool) ([]string, int, error) {
+	var keys []string
+	n := 0
+	cur := states.Cursor()
+	for k, src := cur.Seek([]byte{byte(st)}); k != nil && k[0] == byte(st); k, src = cur.Next() {
+		if len(k) < 10 {
+			return nil, 0, fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+		}
+		if timeOf(k[1:]) >= before {
+			break
+		}
+		if source != "" && string(src) != source {
+			continue
+		}
+		if n++; len(keys) < max {
+			keys = append(keys, string(k[9:]))
+		} else if !count {
+			break
+		}
+	}
+	return keys, n, nil
+}
+
+// PurgePreview says how many events a purge with these arguments would
+// delete (all its commands together) and lists the first max of them,
+// oldest first, without changing anything: the dry run. Its cost is the
+// events it counts.
+func (e *Engine) PurgePreview(st State, source string, before int64, max int) ([]string, int, error) {
+	if !purgeable(st) {
+		return nil, 0, fmt.Errorf("%w: purge state %d", ErrBadCommand, st)
+	}
+	var keys []string
+	var n int
+	err := e.view(func(tx *bolt.Tx) error {
+		var err error
+		keys, n, err = purgeKeys(tx.Bucket(bStates), st, source, before, max, true)
+		return err
+	})
+	return keys, n, err
+}
+
+// OldestDeadBySource returns, per source with dead letters, the UpdatedAt
+// (when it went dead) of its oldest one. It walks the dead range of the
+// states index oldest first and stops once every source in want was found
+// (want empty: walks it all), so its cost is at most the number of dead
+// letters.
+func (e *Engine) OldestDeadBySource(want []string) (map[string]int64, error) {
+	out := make(map[string]int64)
+	missing := len(want)
+	err := e.view(func(tx *bolt.Tx) error {
+		cur := tx.Bucket(bStates).Cursor()
+		for k, src := cur.Seek([]byte{byte(StateDead)}); k != nil && k[0] == byte(StateDead); k, src = cur.Next() {
+			if len(k) < 10 {
+				return fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+			}
+			if _, seen := out[string(src)]; seen {
+				continue
+			}
+			out[string(src)] = timeOf(k[1:])
+			if slices.Contains(want, string(src)) {
+				if missing--; missing == 0 {
+					return nil
+				}
+			}
+		}
+		return nil
+	})
+	return out, err
+}
+
+// rescheduleAhead enforces the schedule horizon (Command.Horizon): a due
+// entry later than now+h is moved to now+h, and a lease ending later than
+// now+h is cut to end at now, so the reclaim that follows returns it to
+// pending. Both indexes are walked from their end backwards and only while
+// the time is beyond the horizon, so the cost is the entries repaired. The
+// held index is not walked: a paused source's events are not leased, and
+// OpResume returns them to due, where the next reclaim repairs them.
+func (a *applier) rescheduleAhead(now, h int64) error {
+	limit := now + h
+	type item struct {
+		t   int64
+		key string
+	}
+	walk := func(b *bolt.Bucket, name string) ([]item, error) {
+		var items []item
+		cur := b.Cursor()
+		for k, _ := cur.Last(); k != nil; k, _ = cur.Prev() {
+			if len(k) < 9 {
+				return nil, fmt.Errorf("%w: %s index key %x", ErrCorrupt, name, k)
+			}
+			t := timeOf(k)
+			if t <= limit {
+				break
+			}
+			items = append(items, item{t, string(k[8:])})
+		}
+		slices.SortFunc(items, func(x, y item) int { return strings.Compare(x.key, y.key) }) // see keyOrder
+		return items, nil
+	}
+	due, err := walk(a.due, "due")
+	if err != nil {
+		return err
+	}
+	for _, it := range due {
+		var ev Event
+		flags, found, err := a.load(it.key, &ev)
+		if err != nil {
+			return err
+		}
+		if !found || ev.State != StatePending || ev.NextAttemptAt != it.t {
+			return fmt.Errorf("%w: due index entry %q does not match its event", ErrCorrupt, clip([]byte(it.key)))
+		}
+		if err := a.duep.del(a.tk(it.t, it.key)); err != nil {
+			return err
+		}
+		ev.NextAttemptAt = limit
+		if err := a.due.Put(a.tk(limit, it.key), empty); err != nil {
+			return err
+		}
+		if err := a.store(&ev, flags); err != nil {
+			return err
+		}
+	}
+	leases, err := walk(a.leases, "lease")
+	if err != nil {
+		return err
+	}
+	for _, it := range leases {
+		var ev Event
+		flags, found, err := a.load(it.key, &ev)
+		if err != nil {
+			return err
+		}
+		if !found || ev.State != StateProcessing || ev.LeaseUntil != it.t {
+			return fmt.Errorf("%w: lease index entry %q does not match its event", ErrCorrupt, clip([]byte(it.key)))
+		}
+		if err := a.leasep.del(a.tk(it.t, it.key)); err != nil {
+			return err
+		}
+		ev.LeaseUntil = now
+		if err := a.leases.Put(a.tk(now, it.key), empty); err != nil {
+			return err
+		}
+		if err := a.store(&ev, flags); err != nil {
+			return err
+		}
+	}
+	return nil
+}
