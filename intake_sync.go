@@ -27,10 +27,10 @@ const (
 // the handler answered 2xx.
 //
 // A replay also moves a done event, so a retry must not re-arm an event that
-// another retry re-armed and the handler completed meanwhile: on this node
-// the re-arms of one key run one at a time, and each reads the state again
-// first. Across nodes the window that remains is one Raft round against a
-// whole attempt (lease, handler, completion).
+// another retry re-armed and the handler completed meanwhile: the replay
+// carries OnlyFrom dead, which the engine checks on committed state, so two
+// retries racing through two nodes re-arm the event once. On this node the
+// re-arms of one key also run one at a time (no needless Raft rounds).
 func (in *intake) rearm(ctx *fasthttp.RequestCtx, src *source, key []byte) int {
 	rctx, cancel := context.WithTimeout(context.Background(), in.timeout)
 	err := in.rearmOnce(rctx, string(key))
@@ -90,10 +90,11 @@ func (in *intake) rearmOnce(ctx context.Context, key string) error {
 		return errNotDead
 	}
 	_, err = in.store.Replay(ctx, engine.Command{
-		Op:     engine.OpReplay,
-		Keys:   []string{key},
-		Who:    rearmWho,
-		Reason: rearmReason,
+		Op:       engine.OpReplay,
+		Keys:     []string{key},
+		OnlyFrom: engine.StateDead, // never a done event another retry re-armed and the handler completed
+		Who:      rearmWho,
+		Reason:   rearmReason,
 	})
 	return err
 }

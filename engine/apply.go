@@ -927,6 +927,8 @@ func (a *applier) replay(c *Command) (Result, error) {
 		return bad("replay takes keys or a state, not both")
 	case len(c.Keys) == 0 && !replayable(c.State):
 		return bad("replay state %d", c.State)
+	case c.OnlyFrom != 0 && (len(c.Keys) == 0 || !replayable(c.OnlyFrom)):
+		return bad("replay only from %d", c.OnlyFrom)
 	case len(c.Who) > MaxKeyLen:
 		return bad("replay who length %d", len(c.Who))
 	case len(c.Source) > MaxKeyLen:
@@ -963,7 +965,7 @@ func (a *applier) replay(c *Command) (Result, error) {
 		if err != nil {
 			return Result{}, err
 		}
-		if !found || !replayable(ev.State) {
+		if !found || !replayable(ev.State) || c.OnlyFrom != 0 && ev.State != c.OnlyFrom {
 			if len(c.Keys) == 1 {
 				res.Err = ErrNotFound
 				if found {

@@ -462,6 +462,7 @@ const (
 	fieldPayloadRetention
 	fieldDeadRetention
 	fieldHorizon
+	fieldOnlyFrom // added with the provider's re-arm of dead sync events
 	numFields
 )
 
@@ -498,6 +499,7 @@ func commandMask(c *Command) uint64 {
 	set(fieldPayloadRetention, c.PayloadRetention != 0)
 	set(fieldDeadRetention, c.DeadRetention != 0)
 	set(fieldHorizon, c.Horizon != 0)
+	set(fieldOnlyFrom, c.OnlyFrom != 0)
 	return m
 }
 
@@ -600,6 +602,9 @@ func EncodeEntry(dst []byte, cmds []Command) []byte {
 		}
 		if m&(1<<fieldHorizon) != 0 {
 			dst = binary.AppendVarint(dst, c.Horizon)
+		}
+		if m&(1<<fieldOnlyFrom) != 0 {
+			dst = append(dst, byte(c.OnlyFrom))
 		}
 	}
 	return dst
@@ -831,6 +836,11 @@ func decodeEntry(b []byte, shared bool) ([]Command, error) {
 		}
 		if m&(1<<fieldHorizon) != 0 {
 			c.Horizon = d.nonZeroVarint("horizon")
+		}
+		if m&(1<<fieldOnlyFrom) != 0 {
+			if c.OnlyFrom = State(d.byte("only from")); d.err == nil && c.OnlyFrom == 0 {
+				d.fail("only from: zero")
+			}
 		}
 		if d.err != nil {
 			break

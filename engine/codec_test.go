@@ -25,6 +25,7 @@ func sampleCommands() []Command {
 			Attempt: &Attempt{At: t0 + 2, Status: 500}},
 		{Op: OpReclaim, Now: t0 + 4},
 		{Op: OpReclaim, Now: t0 + 4, Horizon: 10 * 60 * sec},
+		{Op: OpReplay, Now: t0 + 5, Keys: []string{"k"}, OnlyFrom: StateDead, Who: "provider", Reason: "provider retry"},
 		{Op: OpPurge, Now: t0 + 4, State: StateDead, Source: "s", Before: t0, Max: 1000, Who: "ops", Reason: "gdpr"},
 		{Op: OpReplay, Now: t0 + 5, Keys: []string{"a", "b", ""}, Who: "ops", Reason: "fixed"},
 		{Op: OpReplay, Now: t0 + 5, State: StateDead, Source: "s", Since: -1},

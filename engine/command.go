@@ -125,6 +125,12 @@ type Command struct {
 	State State
 	Since int64
 	Who   string // replay, pause, resume: the operator
+	// OnlyFrom on a replay by Keys: only events in this state move; the
+	// others are left as they are (a single key answers ErrWrongState). A
+	// provider's retry re-arms a dead event with it, so that two retries
+	// racing through two nodes cannot replay an event the first one's
+	// delivery has meanwhile completed. 0: any replayable state.
+	OnlyFrom State
 
 	// DropPayloads, Purge. DropPayloads: Before is Now; done events completed
 	// before payload retention existed (no drop time) are due when completed

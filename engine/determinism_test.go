@@ -144,7 +144,7 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 				c = Command{Op: OpReclaim, Now: now, Horizon: now % 2 * 5 * 60 * sec}
 			case p < 88:
 				if rng.IntN(2) == 0 {
-					c = Command{Op: OpReplay, Now: now, Keys: []string{key(), key()}, Who: "ops", Reason: "r"}
+					c = Command{Op: OpReplay, Now: now, Keys: []string{key(), key()}, Who: "ops", Reason: "r", OnlyFrom: []State{0, StateDead}[now/sec%2]}
 				} else {
 					c = Command{Op: OpReplay, Now: now, State: []State{StateDone, StateDead, StateStale}[rng.IntN(3)],
 						Source: []string{"", "s0"}[rng.IntN(2)], Since: now - rng.Int64N(hour), Who: "ops"}

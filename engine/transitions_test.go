@@ -280,6 +280,24 @@ func TestTransitions(t *testing.T) {
 					}
 				}},
 		}},
+		{"a re-arm only from dead leaves a done event alone", []step{
+			{cmd: claimCmd(k, t0), created: true},
+			{cmd: lease, n: 1},
+			{cmd: completeCmd(k, 0, t0+2*sec), tok: 1, state: StateDone},
+			{cmd: Command{Op: OpReplay, Now: t0 + hour, Keys: []string{k}, OnlyFrom: StateDead, Who: "provider"}, err: ErrWrongState, n: 0,
+				key: k, keyState: StateDone, attempts: 1, check: func(t *testing.T, h *harness, r Result) {
+					if ev := h.get(k); len(ev.Audit) != 0 {
+						t.Errorf("a re-arm only from dead touched a done event: %+v", ev)
+					}
+				}},
+		}},
+		{"a re-arm only from dead moves a dead event", []step{
+			{cmd: claimCmd(k, t0), created: true},
+			{cmd: lease, n: 1},
+			{cmd: failCmd(k, 0, t0+2*sec, 1), tok: 1, state: StateDead},
+			{cmd: Command{Op: OpReplay, Now: t0 + hour, Keys: []string{k}, OnlyFrom: StateDead, Who: "provider"}, n: 1,
+				state: StatePending, key: k, keyState: StatePending},
+		}},
 		{"replay of a pending event", []step{
 			{cmd: claimCmd(k, t0), created: true},
 			{cmd: Command{Op: OpReplay, Now: t0 + hour, Keys: []string{k}}, err: ErrWrongState, n: 0,
@@ -434,6 +452,8 @@ func TestBadCommands(t *testing.T) {
 		{"replay of pending by state", Command{Op: OpReplay, Now: t0, State: StatePending}},
 		{"replay keys and state", Command{Op: OpReplay, Now: t0, Keys: []string{"src:a"}, State: StateDead}},
 		{"replay empty key", Command{Op: OpReplay, Now: t0, Keys: []string{""}}},
+		{"replay only from without keys", Command{Op: OpReplay, Now: t0, State: StateDead, OnlyFrom: StateDead}},
+		{"replay only from pending", Command{Op: OpReplay, Now: t0, Keys: []string{"src:a"}, OnlyFrom: StatePending}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
