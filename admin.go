@@ -163,7 +163,7 @@ func (n *node) adminStatus(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, st)
 }
 
-// eventJSON is the admin API's event shape (README.md, "HTTP surface";
+// eventJSON is the admin API's event shape (docs/reference.md, "HTTP surface";
 // scripts read it, so field names are fixed).
 type eventJSON struct {
 	Key           string            `json:"key"`

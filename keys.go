@@ -9,7 +9,7 @@ package main
 // that fails is logged and counted and changes nothing: the keys already held
 // keep verifying until they expire.
 //
-// The document (README.md, "Published keys"):
+// The document (docs/sources.md, "Published keys"):
 //
 //	{"keys": [
 //	  {"kid": "2026-05", "alg": "ed25519", "key": "whpk_...", "nbf": 1777593600, "exp": 1780272000},

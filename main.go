@@ -1,6 +1,7 @@
 // Command oncehook receives webhooks at least once and runs their effect
-// exactly once. See README.md for the operator's manual and
-// docs/architecture.md for the design and its invariants.
+// exactly once. See README.md (the front door), docs/operations.md for the
+// operator's manual and docs/architecture.md for the design and its
+// invariants.
 package main
 
 import (

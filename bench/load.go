@@ -22,7 +22,7 @@ import (
 )
 
 // signers are the providers bench can sign for, each with its key where the
-// provider's default key rule looks for it (README.md, "Providers"): the id
+// provider's default key rule looks for it (docs/sources.md, "Providers"): the id
 // passed to Sign (standard, svix, github headers) or "id" in the body
 // (stripe).
 var signers = map[string]bool{"standard": true, "svix": true, "github": true, "stripe": true}

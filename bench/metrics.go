@@ -15,7 +15,7 @@ import (
 // backlogScraper reads the source's oncehook_backlog from a node's /metrics
 // (admin listener, no token) once a second while a run lasts: the node's own
 // count of pending events, beside the claimed-minus-delivered count bench
-// computes. A scrape walks the pending events (README, "Metrics"), so its
+// computes. A scrape walks the pending events (docs/operations.md, "Metrics"), so its
 // cost grows with the backlog it reports; open-model runs only.
 type backlogScraper struct {
 	stopc chan struct{}

@@ -206,7 +206,7 @@ func TestLoadValid(t *testing.T) {
 }
 
 // TestProviderDefaults checks that an unset key, retention and ack_status
-// take the provider's defaults (README.md's provider table) and that a set
+// take the provider's defaults (docs/sources.md's provider table) and that a set
 // one wins.
 func TestProviderDefaults(t *testing.T) {
 	c := mustLoadTestdata(t, "providers.toml")

@@ -9,7 +9,7 @@ import (
 	"oncehook/providers"
 )
 
-// Warnings about how long a source keeps its keys (README "Providers",
+// Warnings about how long a source keeps its keys (docs/sources.md, "Providers",
 // providers/SCHEMES.md "Retention and retry windows"): a key that ends
 // before the sender stops resending, and a key that changes on every resend,
 // both let one event in twice.

@@ -23,7 +23,7 @@ func TestRetentionCoversRetryWindow(t *testing.T) {
 }
 
 // TestRetentionTablesAgree: the retention and retry-window columns of
-// SCHEMES.md and README.md state the code's defaults.
+// SCHEMES.md and docs/sources.md state the code's defaults.
 func TestRetentionTablesAgree(t *testing.T) {
 	tables := []struct {
 		file   string
@@ -34,7 +34,7 @@ func TestRetentionTablesAgree(t *testing.T) {
 		{"SCHEMES.md", "| provider | signature header(s) |", 4, false},
 		{"SCHEMES.md", "| provider | retry window |", 1, true},
 		{"SCHEMES.md", "| provider | retry window |", 3, false},
-		{"../README.md", "| provider | signature | signed bytes |", 4, false},
+		{"../docs/sources.md", "| provider | signature | signed bytes |", 4, false},
 	}
 	for _, tb := range tables {
 		rows := markdownTable(t, tb.file, tb.header)

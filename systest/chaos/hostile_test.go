@@ -206,8 +206,8 @@ func TestHostileInputs(t *testing.T) {
 		unchanged(t, runs)
 	})
 	t.Run("H8 same id, different body, valid signature: 200 duplicate, first body kept", func(t *testing.T) {
-		// The plan proposes 409. oncehook answers 200 duplicate (README: "a
-		// different body under the same key is still a duplicate"): a 409
+		// oncehook answers 200 duplicate (docs/reference.md: "a different
+		// body under the same key is still a duplicate"), not 409: a 409
 		// would make the provider retry forever, and the key, not the body,
 		// is the event's identity. The stored payload must stay the first.
 		id := newID("h8")

@@ -186,7 +186,7 @@ type clockPhase struct {
 const pickUp = 400 * time.Millisecond
 
 // chaosRetention is the orders source's retention: the standard provider's
-// default (README.md, "Providers").
+// default (docs/sources.md, "Providers").
 const chaosRetention = 96 * time.Hour
 
 // sigTolerance is the orders source's timestamp tolerance (the default).
