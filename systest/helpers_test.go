@@ -147,7 +147,12 @@ func (c *testCluster) eventState(nd *clusterNode, key string) string {
 // send posts one signed delivery to a node and returns the status (0 when the
 // connection failed: an unknown outcome).
 func (c *testCluster) send(ctx context.Context, nd *clusterNode, id string) int {
-	body := []byte(fmt.Sprintf(`{"type":"order.paid","id":%q,"pad":"%s"}`, id, strings.Repeat("x", 900)))
+	return c.sendBody(ctx, nd, id, []byte(fmt.Sprintf(`{"type":"order.paid","id":%q,"pad":"%s"}`, id, strings.Repeat("x", 900))))
+}
+
+// sendBody posts body to the orders source of nd, signed the Standard
+// Webhooks way under id, and returns the status (0: the connection failed).
+func (c *testCluster) sendBody(ctx context.Context, nd *clusterNode, id string, body []byte) int {
 	s, _ := providers.Lookup("standard")
 	hs, _ := s.Sign(body, []byte(c.Secret), time.Now(), id, nil)
 	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+nd.Intake+"/in/orders", bytes.NewReader(body))

@@ -1,7 +1,6 @@
 package systest
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,8 +12,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	"oncehook/providers"
 )
 
 // orderHandler holds the first event of object X until released and records,
@@ -70,21 +67,7 @@ func (h *orderHandler) seen() (arrivals, early []string) {
 
 // sendOrdered posts a signed event of object obj created at created.
 func (c *testCluster) sendOrdered(ctx context.Context, nd *clusterNode, id, obj string, created int64) int {
-	body := []byte(fmt.Sprintf(`{"type":"order.paid","id":%q,"obj":%q,"created":%d}`, id, obj, created))
-	s, _ := providers.Lookup("standard")
-	hs, _ := s.Sign(body, []byte(c.Secret), time.Now(), id, nil)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+nd.Intake+"/in/orders", bytes.NewReader(body))
-	req.Header.Set("Content-Type", "application/json")
-	for _, h := range hs {
-		req.Header.Set(h.Name, h.Value)
-	}
-	resp, err := client.Do(req)
-	if err != nil {
-		return 0
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode
+	return c.sendBody(ctx, nd, id, []byte(fmt.Sprintf(`{"type":"order.paid","id":%q,"obj":%q,"created":%d}`, id, obj, created)))
 }
 
 // TestOrderedSourceDeliversOneAtATime: on a source with `order`, two more
