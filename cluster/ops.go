@@ -143,7 +143,7 @@ func (n *Node) sourceCmd(ctx context.Context, op engine.Op, source, who, reason 
 		err = r.Err
 	}
 	if err != nil {
-		return false, fmt.Errorf("%s %s: %w", opName(op), source, err)
+		return false, fmt.Errorf("%s %s: %w", op, source, err)
 	}
 	return r.N > 0, nil
 }
@@ -158,10 +158,10 @@ func (n *Node) Backlog() (map[string]engine.Backlog, error) { return n.eng.Backl
 func (n *Node) leaderCmd(ctx context.Context, c engine.Command) error {
 	r, err := n.applyOne(ctx, c, true)
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", opName(c.Op), c.Key, err)
+		return fmt.Errorf("%s %s: %w", c.Op, c.Key, err)
 	}
 	if r.Err != nil {
-		return fmt.Errorf("%s %s: %w", opName(c.Op), c.Key, r.Err)
+		return fmt.Errorf("%s %s: %w", c.Op, c.Key, r.Err)
 	}
 	return nil
 }
@@ -169,31 +169,9 @@ func (n *Node) leaderCmd(ctx context.Context, c engine.Command) error {
 func (n *Node) countCmd(ctx context.Context, c engine.Command, leaderOnly bool) (int, error) {
 	r, err := n.applyOne(ctx, c, leaderOnly)
 	if err != nil {
-		return 0, fmt.Errorf("%s: %w", opName(c.Op), err)
+		return 0, fmt.Errorf("%s: %w", c.Op, err)
 	}
 	return r.N, r.Err
-}
-
-func opName(op engine.Op) string {
-	switch op {
-	case engine.OpComplete:
-		return "complete"
-	case engine.OpFail:
-		return "fail"
-	case engine.OpReclaim:
-		return "reclaim"
-	case engine.OpExpire:
-		return "expire"
-	case engine.OpDropPayloads:
-		return "drop payloads"
-	case engine.OpPause:
-		return "pause"
-	case engine.OpResume:
-		return "resume"
-	case engine.OpPurge:
-		return "purge"
-	}
-	return fmt.Sprintf("op %d", op)
 }
 
 // Lookup reads this node's applied state. A key found here is committed, so

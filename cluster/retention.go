@@ -54,18 +54,6 @@ func (n *Node) auditPurge(c *engine.Command, r *engine.Result) {
 	if !n.IsLeader() {
 		return
 	}
-	n.log.Warn("purge", "audit", true, "who", c.Who, "reason", c.Reason, "state", stateLabel(c.State),
+	n.log.Warn("purge", "audit", true, "who", c.Who, "reason", c.Reason, "state", c.State.String(),
 		"source", c.Source, "before", time.Unix(0, c.Before).UTC(), "count", r.N)
-}
-
-func stateLabel(s engine.State) string {
-	switch s {
-	case engine.StateDone:
-		return "done"
-	case engine.StateDead:
-		return "dead"
-	case engine.StateStale:
-		return "stale"
-	}
-	return fmt.Sprintf("state %d", s)
 }

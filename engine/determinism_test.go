@@ -354,7 +354,7 @@ func TestRandomSequenceCoversOutcomes(t *testing.T) {
 	}
 	for _, want := range []string{ErrStaleToken.Error(), ErrWrongState.Error(), ErrBadCommand.Error(),
 		"stale claim", "duplicate", "body duplicate", "complete", "dead", "retry",
-		"op lease", "op reclaim", "op replay", "op expire", "op drop_payloads", "op pause", "op resume", "pause no-op", "resume no-op", "held",
+		"op lease", "op reclaim", "op replay", "op expire", "op drop payloads", "op pause", "op resume", "pause no-op", "resume no-op", "held",
 		"queued behind", "history"} {
 		if seen[want] == 0 {
 			t.Errorf("the random sequence never produced %q (saw %v)", want, seen)

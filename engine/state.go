@@ -49,10 +49,11 @@ var opNames = [...]string{
 	OpReclaim:      "reclaim",
 	OpReplay:       "replay",
 	OpExpire:       "expire",
-	OpDropPayloads: "drop_payloads",
+	OpDropPayloads: "drop payloads",
 	OpNoop:         "noop",
 	OpPause:        "pause",
 	OpResume:       "resume",
+	OpPurge:        "purge",
 }
 
 // String is the command's name ("claim", ...), or "op(N)" for a value the

@@ -35,7 +35,7 @@ func TestReplayableStates(t *testing.T) {
 }
 
 func TestOpNames(t *testing.T) {
-	for o := OpClaim; o <= OpResume; o++ {
+	for o := OpClaim; o <= OpPurge; o++ {
 		if n := o.String(); n == "" || n[0] == 'o' && n[1] == 'p' && n[2] == '(' {
 			t.Fatalf("op %d has no name", o)
 		}
