@@ -1,12 +1,16 @@
 package cluster
 
 import (
+	"encoding/binary"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
+	bolt "go.etcd.io/bbolt"
 
 	"oncehook/engine"
 )
@@ -82,5 +86,70 @@ func TestFSMNewerEntryIsFatal(t *testing.T) {
 				t.Fatalf("LastApplied = %d; want %d", got, tt.applied)
 			}
 		})
+	}
+}
+
+// A snapshot written by a newer binary (its engine file stamped with a higher
+// format) is refused by the FSM's Restore, naming both formats, and the
+// node's state stays as it was.
+func TestFSMRestoreNewerSnapshotRefused(t *testing.T) {
+	dir := t.TempDir()
+	newer := filepath.Join(dir, "newer.db")
+	src, err := engine.Open(newer, engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := src.Apply(1, claimCmd("src:a")); err != nil {
+		t.Fatal(err)
+	}
+	src.Close()
+	db, err := bolt.Open(newer, 0o600, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = db.Update(func(tx *bolt.Tx) error {
+		return tx.Bucket([]byte("meta")).Put([]byte("format"), binary.BigEndian.AppendUint64(nil, engine.FormatVersion+1))
+	})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(newer)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	snaps := raft.NewInmemSnapshotStore()
+	sink, err := snaps.Create(raft.SnapshotVersionMax, 5, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, rc, err := snaps.Open(sink.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	eng, err := engine.Open(filepath.Join(dir, "engine.db"), engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	f := &fsm{eng: eng, snaps: snaps, fatal: func(err error) { t.Errorf("fatal: %v", err) }}
+	err = f.Restore(rc)
+	want := fmt.Sprintf("engine file written by format %d; this binary reads up to format %d", engine.FormatVersion+1, engine.FormatVersion)
+	if !errors.Is(err, engine.ErrNewerFormat) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Restore of a newer snapshot: %v; want ErrNewerFormat naming %q", err, want)
+	}
+	if eng.LastApplied() != 0 {
+		t.Fatalf("LastApplied = %d after the refused restore", eng.LastApplied())
+	}
+	if _, err := eng.Get("src:a", false); !errors.Is(err, engine.ErrNotFound) {
+		t.Fatalf("the refused snapshot's event is readable: %v", err)
 	}
 }
