@@ -73,6 +73,7 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	defer f.mu.Unlock()
 	entries := f.entries[:0]
 	pos := make([]int, 0, len(logs))
+	var newer error // an entry this binary cannot read; logs from it on are not applied
 	for i, l := range logs {
 		if l.Type != raft.LogCommand {
 			continue
@@ -81,9 +82,21 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		// and the engine copies what it stores (saves two copies of every
 		// payload on every node).
 		cmds, err := engine.DecodeEntryShared(l.Data)
+		if errors.Is(err, engine.ErrNewerFormat) {
+			// A newer binary wrote it and the replicas that run one apply
+			// it: skipping it would diverge from them. Apply what came
+			// before, then stop this node (docs/operations.md, Upgrades).
+			newer = fmt.Errorf("entry %d was written by a newer binary; this node stops rather than skip it: %w", l.Index, err)
+			for j := i; j < len(logs); j++ {
+				out[j] = &applied{err: ErrShutdown}
+			}
+			logs = logs[:i]
+			break
+		}
 		if err != nil {
 			// The log is replicated byte for byte, so every node rejects the
-			// same entry the same way: determinism holds, nothing is applied.
+			// same corrupt entry the same way: determinism holds, nothing is
+			// applied.
 			out[i] = &applied{err: fmt.Errorf("entry %d: %w", l.Index, err)}
 			continue
 		}
@@ -91,12 +104,19 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		pos = append(pos, i)
 	}
 	f.entries = entries[:0]
+	if newer != nil {
+		defer f.fatal(newer)
+	}
 	if len(entries) == 0 {
 		return out
 	}
 	res, err := f.eng.ApplyBatchDeferred(entries)
 	if err == nil {
 		err = f.scheduleFlush(logs)
+	}
+	if err == nil && newer != nil {
+		// Commit what was applied before the node stops.
+		err = f.eng.Flush()
 	}
 	if err != nil {
 		// raft moves its applied index on whatever we return; a node that

@@ -18,8 +18,9 @@ import (
 // old one. An optional field can instead be added behind a record flag or an
 // entry field-mask bit (as Step was): values without it keep their bytes and
 // version, so every stored file and log still decodes; only a binary that
-// predates the field refuses a value that carries it (ErrCorrupt), which is why
-// a cluster is upgraded follower by follower, leader last.
+// predates the field refuses a value that carries it (an entry with
+// ErrNewerFormat, see version.go), which is why a cluster is upgraded follower
+// by follower, leader last. Every such addition raises FormatVersion.
 const (
 	recordVersion   = 1
 	payloadVersion  = 1
@@ -679,8 +680,10 @@ func (d *entryDecoder) nonZeroVarint(what string) int64 {
 }
 
 // DecodeEntry decodes an entry written by EncodeEntry. Malformed input gives an
-// error wrapping ErrCorrupt; it never panics. Unknown ops decode (Apply rejects
-// them with ErrBadCommand). The decoded commands do not alias b.
+// error wrapping ErrCorrupt; an entry a newer binary wrote (a newer entry
+// version, a field-mask bit or an op above this binary's) one wrapping
+// ErrNewerFormat (version.go); it never panics. Op 0 decodes (Apply rejects
+// it with ErrBadCommand). The decoded commands do not alias b.
 func DecodeEntry(b []byte) ([]Command, error) {
 	return decodeEntry(b, false)
 }
@@ -697,7 +700,9 @@ func DecodeEntryShared(b []byte) ([]Command, error) {
 
 func decodeEntry(b []byte, shared bool) ([]Command, error) {
 	d := entryDecoder{decoder: decoder{b: b}, base: len(b), orig: b, shared: shared}
-	if v := d.byte("entry version"); d.err == nil && v != entryVersion {
+	if v := d.byte("entry version"); d.err == nil && v > entryVersion {
+		d.failNewer(fmt.Sprintf("entry version %d", v))
+	} else if d.err == nil && v != entryVersion {
 		d.fail(fmt.Sprintf("entry version %d", v))
 	}
 	n := d.count("command count", 2)
@@ -708,9 +713,12 @@ func decodeEntry(b []byte, shared bool) ([]Command, error) {
 	for i := range cmds {
 		c := &cmds[i]
 		c.Op = Op(d.byte("op"))
+		if d.err == nil && c.Op > lastOp {
+			d.failNewer(fmt.Sprintf("op %d", c.Op))
+		}
 		m := d.uvarint("field mask")
 		if d.err == nil && m>>numFields != 0 {
-			d.fail(fmt.Sprintf("field mask %#x", m))
+			d.failNewer(fmt.Sprintf("entry field %d (mask %#x)", numFields+bits.TrailingZeros64(m>>numFields), m))
 		}
 		if d.err != nil {
 			break

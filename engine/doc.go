@@ -94,7 +94,9 @@
 // key order for the same reason (see keyOrder).
 //
 //	meta       "version" -> layout version; "applied" -> last applied index;
-//	           "width" -> retention bucket width in ns (fixed at creation)
+//	           "width" -> retention bucket width in ns (fixed at creation);
+//	           "format" -> the highest FormatVersion that wrote the file
+//	           (version.go; absent in files older than the stamp)
 //	events     key -> event record (state, attempts, token, times, source,
 //	           last error, audit, the handler's last step); small, so Get and
 //	           List stay cheap

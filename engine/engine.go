@@ -207,6 +207,10 @@ func openFile(path string, opts Options, create bool) (*bolt.DB, int64, uint64, 
 		} else if len(v) != 8 || binary.BigEndian.Uint64(v) != layoutVersion {
 			return fmt.Errorf("%w: layout version %x, want %d", ErrCorrupt, v, layoutVersion)
 		}
+		// Refuse a newer binary's file; stamp ours when we will write (version.go).
+		if err := checkFormat(m, create); err != nil {
+			return err
+		}
 		v := m.Get(metaWidth)
 		if len(v) != 8 || int64(binary.BigEndian.Uint64(v)) <= 0 {
 			return fmt.Errorf("%w: bucket width %x", ErrCorrupt, v)

@@ -1,0 +1,105 @@
+package engine
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// FormatVersion names everything this binary understands of the engine's
+// stored and replicated formats: buckets, record flags, entry fields, ops and
+// their meanings. It grows by one each time one of them is added, never for a
+// change that older binaries read correctly. The history:
+//
+//	1  the first release: buckets meta..counters, record flags response and
+//	   step, entry fields now..step, ops claim..noop
+//	2  the replay guard: bodies bucket, record flag body, entry field bodyKey
+//	3  pause: sources and held buckets, ops pause and resume
+//	4  ordered objects: objects bucket, record flag order
+//	5  attempt history: attempts bucket, record flag history, entry field attempt
+//	6  retention rules: record flags deadKept and life, entry fields
+//	   payloadRetention, deadRetention and horizon, op purge
+//	7  a keyed replay's required state: entry field onlyFrom
+//
+// A file records the highest format that has written to it (meta "format";
+// files written before the stamp existed have none and read as format 0). Open
+// and Restore refuse a file stamped newer than FormatVersion with
+// ErrNewerFormat, and stamp an older one: the binary that writes to it next
+// may add any of its formats' fields. Nothing else needs migrating: added
+// buckets are created empty (addedBucket), and every optional record field
+// and entry field is announced by its flag or mask bit, so an old value keeps
+// its bytes and meaning.
+//
+// A log entry carries no format number; an entry this binary cannot read
+// (a newer entry version, an unknown field-mask bit or an unknown op) fails
+// to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
+// applying instead of skipping it (docs/operations.md, Upgrades).
+const FormatVersion = 7
+
+// ErrNewerFormat: a file, snapshot or log entry was written by a newer binary
+// (a higher FormatVersion) than this one. The error names both; the remedy is
+// to upgrade this node's binary, never to skip the data.
+var ErrNewerFormat = errors.New("engine: written by a newer format")
+
+// metaFormat is the meta key of the highest format that has written to the
+// file, 8 bytes big endian.
+var metaFormat = []byte("format")
+
+// lastOp is the newest op of FormatVersion: a higher op in a log entry was
+// written by a newer binary. Raise it with every new op.
+const lastOp = OpPurge
+
+// fileFormat returns the format stamped in a file's meta bucket (0: none).
+func fileFormat(m *bolt.Bucket) (uint64, error) {
+	v := m.Get(metaFormat)
+	if v == nil {
+		return 0, nil
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("%w: format %x", ErrCorrupt, v)
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+// checkFormat refuses a file stamped by a newer format than this binary's
+// and, with stamp, records FormatVersion in an older one.
+func checkFormat(m *bolt.Bucket, stamp bool) error {
+	f, err := fileFormat(m)
+	if err != nil {
+		return err
+	}
+	if f > FormatVersion {
+		return fmt.Errorf("%w: engine file written by format %d; this binary reads up to format %d: upgrade this node's binary",
+			ErrNewerFormat, f, FormatVersion)
+	}
+	if stamp && f < FormatVersion {
+		return m.Put(metaFormat, be64(FormatVersion))
+	}
+	return nil
+}
+
+// Format returns the format stamped in the open file: FormatVersion once this
+// binary has opened it.
+func (e *Engine) Format() (uint64, error) {
+	var f uint64
+	err := e.view(func(tx *bolt.Tx) (err error) {
+		f, err = fileFormat(tx.Bucket(bMeta))
+		return err
+	})
+	return f, err
+}
+
+// newerEntry is the decode error of a log entry part this binary does not know.
+func newerEntry(what string) string {
+	return fmt.Sprintf("%s is from a newer format; this binary reads up to format %d: upgrade this node's binary", what, FormatVersion)
+}
+
+// failNewer is fail for a part of the input a newer binary wrote: the error
+// wraps ErrNewerFormat instead of ErrCorrupt.
+func (d *decoder) failNewer(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: %s", ErrNewerFormat, newerEntry(what))
+	}
+}
