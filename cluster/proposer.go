@@ -422,7 +422,7 @@ func (n *Node) relayBatch(epoch context.Context, addr raft.ServerAddress, batch 
 	}
 	ctx, cancel := context.WithTimeout(epoch, n.relayTimeout)
 	defer cancel()
-	body, err := n.relay.call(ctx, string(addr), rpcApply, engine.EncodeEntry(nil, cmds))
+	body, err := n.relay.call(ctx, string(addr), rpcApply, engine.EncodeRelayEntry(nil, cmds))
 	if err != nil {
 		return err
 	}

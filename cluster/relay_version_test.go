@@ -22,7 +22,7 @@ func TestRelayNewerEntryRefused(t *testing.T) {
 	before := c.nodes[leader].eng.LastApplied()
 
 	// A claim from a newer binary: a field-mask bit above this binary's fields.
-	newer := engine.EncodeEntry(nil, []engine.Command{claimCmd("src:new")})
+	newer := engine.EncodeRelayEntry(nil, []engine.Command{claimCmd("src:new")})
 	newer = append(newer[:3:3], 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x80, 0x40) // bit 62 only
 	if _, err := engine.DecodeEntry(newer); !errors.Is(err, engine.ErrNewerFormat) {
 		t.Fatalf("test entry: %v; want ErrNewerFormat", err)

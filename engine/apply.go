@@ -483,7 +483,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 		ExpiresAt: expires,
 		LeaseFor:  c.LeaseFor,
 	}
-	if c.OrderObject != "" {
+	if c.OrderObject != "" && c.semantics() >= formatOrderedObjects {
 		ev.OrderObject, ev.OrderTime, ev.OrderIndex, ev.OrderPos = c.OrderObject, c.OrderTime, a.index, a.pos
 	}
 	if st == StatePending {
@@ -987,11 +987,14 @@ func (a *applier) replay(c *Command) (Result, error) {
 				return Result{}, err
 			}
 		}
-		// A fresh retention window from now (and no dead retention).
+		// A fresh retention window from now (and no dead retention); an
+		// older writer's replay kept the expiry.
 		ev.PayloadDropAt = 0
 		flags &^= flagDeadKept
-		if err := a.moveExpiry(&ev, bucketEnd(c.Now+max(ev.RetentionWindow(), 1), a.width), false); err != nil {
-			return Result{}, err
+		if c.semantics() >= formatRetentionRules {
+			if err := a.moveExpiry(&ev, bucketEnd(c.Now+max(ev.RetentionWindow(), 1), a.width), false); err != nil {
+				return Result{}, err
+			}
 		}
 		ev.State = StatePending
 		ev.Attempts = 0
@@ -1068,7 +1071,7 @@ func (a *applier) expire(c *Command) (Result, error) {
 				if len(k) < 10 {
 					return Result{}, fmt.Errorf("%w: expiry key %x", ErrCorrupt, k)
 				}
-				if err := a.expireEvent(bytesStr(k[9:]), timeOf(k[1:]), end, c.Now, &res); err != nil {
+				if err := a.expireEvent(bytesStr(k[9:]), timeOf(k[1:]), end, c, &res); err != nil {
 					return Result{}, err
 				}
 			case expiryOrder:

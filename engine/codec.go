@@ -25,8 +25,22 @@ const (
 	recordVersion   = 1
 	payloadVersion  = 1
 	responseVersion = 1
-	entryVersion    = 1
+	// entryVersion 2 follows the version byte with the writer's
+	// FormatVersion (a uvarint): the commands of an entry are applied with
+	// the meanings of the binary that wrote it (Command.semantics), so that
+	// a newer follower applying an older leader's entries computes what the
+	// older leader computes. Version 1 (no format) is what the first
+	// releases wrote, read as format legacyFormat; a relay (a follower's
+	// batch for the leader, re-encoded by the leader's proposer) still uses
+	// it, so that a newer follower can relay to an older leader during a
+	// rolling upgrade.
+	entryVersion = 2
+	relayVersion = 1
 )
+
+// legacyFormat is the format of the meanings a version 1 entry is applied
+// with: that of the last binary that wrote version 1 log entries.
+const legacyFormat = 3
 
 // Record flags (byte 2 of an event record). A flag may announce an optional
 // field at the end of the record, so a record without it keeps the version 1
@@ -509,6 +523,20 @@ func commandMask(c *Command) uint64 {
 // reverses it. It allocates only when dst lacks capacity.
 func EncodeEntry(dst []byte, cmds []Command) []byte {
 	dst = append(dst, entryVersion)
+	dst = binary.AppendUvarint(dst, FormatVersion)
+	return appendCommands(dst, cmds)
+}
+
+// EncodeRelayEntry is EncodeEntry without the writer's format (version 1),
+// for a follower's batch relayed to the leader: the leader decodes it and
+// proposes the commands in an entry of its own, so the format that matters
+// is the leader's. An older leader reads version 1.
+func EncodeRelayEntry(dst []byte, cmds []Command) []byte {
+	dst = append(dst, relayVersion)
+	return appendCommands(dst, cmds)
+}
+
+func appendCommands(dst []byte, cmds []Command) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(cmds)))
 	for i := range cmds {
 		c := &cmds[i]
@@ -700,10 +728,23 @@ func DecodeEntryShared(b []byte) ([]Command, error) {
 
 func decodeEntry(b []byte, shared bool) ([]Command, error) {
 	d := entryDecoder{decoder: decoder{b: b}, base: len(b), orig: b, shared: shared}
-	if v := d.byte("entry version"); d.err == nil && v > entryVersion {
+	format := uint64(legacyFormat)
+	switch v := d.byte("entry version"); {
+	case d.err != nil:
+	case v > entryVersion:
 		d.failNewer(fmt.Sprintf("entry version %d", v))
-	} else if d.err == nil && v != entryVersion {
+	case v == entryVersion:
+		format = d.uvarint("entry format")
+		if d.err == nil && format > FormatVersion {
+			d.failNewer(fmt.Sprintf("entry of format %d", format))
+		} else if d.err == nil && format == 0 {
+			d.fail("entry format 0")
+		}
+	case v != relayVersion:
 		d.fail(fmt.Sprintf("entry version %d", v))
+	}
+	if format == FormatVersion {
+		format = 0 // today's meanings: the zero value, as in a Command built in process
 	}
 	n := d.count("command count", 2)
 	if d.err != nil {
@@ -712,6 +753,7 @@ func decodeEntry(b []byte, shared bool) ([]Command, error) {
 	cmds := make([]Command, n)
 	for i := range cmds {
 		c := &cmds[i]
+		c.format = uint8(format)
 		c.Op = Op(d.byte("op"))
 		if d.err == nil && c.Op > lastOp {
 			d.failNewer(fmt.Sprintf("op %d", c.Op))

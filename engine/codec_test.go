@@ -78,7 +78,7 @@ func TestDecodeEntryDoesNotAlias(t *testing.T) {
 // TestDecodeEntryShared: the in-place decoding yields the same commands as
 // the copying one, for good and bad input alike, and does alias its input.
 func TestDecodeEntryShared(t *testing.T) {
-	inputs := [][]byte{EncodeEntry(nil, sampleCommands()), EncodeEntry(nil, nil), {entryVersion, 1, byte(OpClaim), 1 << fieldKey, 9, 'a'}}
+	inputs := [][]byte{EncodeEntry(nil, sampleCommands()), EncodeEntry(nil, nil), {relayVersion, 1, byte(OpClaim), 1 << fieldKey, 9, 'a'}}
 	for _, c := range sampleCommands() {
 		inputs = append(inputs, EncodeEntry(nil, []Command{c}))
 	}
@@ -107,10 +107,13 @@ func TestDecodeEntryRejects(t *testing.T) {
 		"version":          {0, 0},
 		"truncated":        good[:len(good)-1],
 		"trailing":         append(bytes.Clone(good), 0),
-		"huge count":       {entryVersion, 0xff, 0xff, 0xff, 0xff, 0x0f},
-		"zero now":         {entryVersion, 1, byte(OpNoop), 1 << fieldNow, 0},
-		"empty key":        {entryVersion, 1, byte(OpClaim), 1 << fieldKey, 0},
-		"key past the end": {entryVersion, 1, byte(OpClaim), 1 << fieldKey, 9, 'a'},
+		"huge count":       {relayVersion, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		"zero now":         {relayVersion, 1, byte(OpNoop), 1 << fieldNow, 0},
+		"empty key":        {relayVersion, 1, byte(OpClaim), 1 << fieldKey, 0},
+		"key past the end": {relayVersion, 1, byte(OpClaim), 1 << fieldKey, 9, 'a'},
+		"format 0":         {entryVersion, 0, 0},
+		"no format":        {entryVersion},
+		"huge count, v2":   {entryVersion, FormatVersion, 0xff, 0xff, 0xff, 0xff, 0x0f},
 	}
 	for name, b := range tests {
 		if cmds, err := DecodeEntry(b); !errors.Is(err, ErrCorrupt) {

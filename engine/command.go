@@ -143,6 +143,21 @@ type Command struct {
 	// reclaimed now. It repairs what a leader stamped while its clock ran
 	// ahead. 0: no bound.
 	Horizon int64
+
+	// format is the FormatVersion of the binary that wrote the log entry
+	// this command came from, when older than this binary's (0: this
+	// binary's, as for a command built in process). Apply gives a command
+	// the meanings of its writer (semantics), so replicas that run
+	// different binaries during a rolling upgrade stay byte-identical.
+	format uint8
+}
+
+// semantics is the FormatVersion whose meanings apply to c.
+func (c *Command) semantics() int {
+	if c.format == 0 {
+		return FormatVersion
+	}
+	return int(c.format)
 }
 
 // AuditEntry records an operator action on an event.

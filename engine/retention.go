@@ -85,7 +85,11 @@ func (a *applier) keepDead(ev *Event, flags byte, now, d int64, ending bool) (by
 // (dead: reported in res.Events); a pending, processing or dead event not yet
 // kept for its dead retention moves to a later bucket. Only the bucket's own
 // entries are visited, so the cost is the events expired plus those moved.
-func (a *applier) expireEvent(key string, created, end, now int64, res *Result) error {
+//
+// An expire written by a binary older than the retention rules deletes every
+// event of the bucket, whatever its state, as that binary did.
+func (a *applier) expireEvent(key string, created, end int64, c *Command, res *Result) error {
+	now := c.Now
 	var ev Event
 	flags, found, err := a.load(key, &ev)
 	if err != nil {
@@ -96,6 +100,12 @@ func (a *applier) expireEvent(key string, created, end, now int64, res *Result) 
 	}
 	ev.Key = strings.Clone(key) // key points into a page that the writes may change
 	switch {
+	case c.semantics() < formatRetentionRules:
+		if err := a.deleteEvent(ev.Key, created, end); err != nil {
+			return err
+		}
+		res.N++
+		return nil
 	case ev.State == StateDead && flags&flagDeadKept != 0:
 		if err := a.deleteEvent(ev.Key, created, end); err != nil {
 			return err

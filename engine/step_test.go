@@ -206,19 +206,19 @@ func TestStepEncodingsAreCompatible(t *testing.T) {
 	// Log entry, version 1: one complete of "k" under token 5 (mask: key, token).
 	v1Entry := unhex("01 01 03 82 08 01 6b 05")
 	cmds, err := DecodeEntry(v1Entry)
-	if err != nil || !reflect.DeepEqual(cmds, []Command{{Op: OpComplete, Key: "k", Token: 5}}) {
+	if err != nil || !reflect.DeepEqual(cmds, []Command{{Op: OpComplete, Key: "k", Token: 5, format: legacyFormat}}) {
 		t.Fatalf("version 1 entry: %+v %v", cmds, err)
 	}
-	if b := EncodeEntry(nil, cmds); hex.EncodeToString(b) != hex.EncodeToString(v1Entry) {
+	if b := EncodeRelayEntry(nil, cmds); hex.EncodeToString(b) != hex.EncodeToString(v1Entry) {
 		t.Fatalf("an entry without a step is no longer the version 1 layout: %x", b)
 	}
 	// With a step: mask bit 20 and the step after the other fields.
 	withStep := append(unhex("01 01 03 82 88 40 01 6b 05 07"), "charged"...)
 	cmds, err = DecodeEntry(withStep)
-	if err != nil || !reflect.DeepEqual(cmds, []Command{{Op: OpComplete, Key: "k", Token: 5, Step: "charged"}}) {
+	if err != nil || !reflect.DeepEqual(cmds, []Command{{Op: OpComplete, Key: "k", Token: 5, Step: "charged", format: legacyFormat}}) {
 		t.Fatalf("entry with a step: %+v %v", cmds, err)
 	}
-	if b := EncodeEntry(nil, cmds); hex.EncodeToString(b) != hex.EncodeToString(withStep) {
+	if b := EncodeRelayEntry(nil, cmds); hex.EncodeToString(b) != hex.EncodeToString(withStep) {
 		t.Fatalf("entry with a step encodes as %x", b)
 	}
 	if _, err := DecodeEntry(unhex("01 01 03 82 88 40 01 6b 05 00")); !errors.Is(err, ErrCorrupt) {

@@ -21,7 +21,8 @@ import (
 //	5  attempt history: attempts bucket, record flag history, entry field attempt
 //	6  retention rules: record flags deadKept and life, entry fields
 //	   payloadRetention, deadRetention and horizon, op purge
-//	7  a keyed replay's required state: entry field onlyFrom
+//	7  a keyed replay's required state: entry field onlyFrom; log entries
+//	   carry their writer's format (entry version 2)
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -32,11 +33,28 @@ import (
 // and entry field is announced by its flag or mask bit, so an old value keeps
 // its bytes and meaning.
 //
-// A log entry carries no format number; an entry this binary cannot read
-// (a newer entry version, an unknown field-mask bit or an unknown op) fails
+// A log entry (version 2) carries its writer's FormatVersion, and its
+// commands are applied with that format's meanings where a meaning changed
+// (Command.semantics): a newer follower applying an older leader's entries
+// during a rolling upgrade computes what the leader computes, so the replicas
+// stay byte-identical. The changed meanings, and the format they start at:
+//
+//	formatOrderedObjects  a claim with an order object joins its object's
+//	                      queue (delivery one at a time per object)
+//	formatRetentionRules  expire keeps unfinished and dead events (moves
+//	                      them); a replay gives a fresh retention window
+//
+// An entry this binary cannot read (a newer entry version or format, an
+// unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
 const FormatVersion = 7
+
+// Formats at which the meaning of an existing command changed.
+const (
+	formatOrderedObjects = 4
+	formatRetentionRules = 6
+)
 
 // ErrNewerFormat: a file, snapshot or log entry was written by a newer binary
 // (a higher FormatVersion) than this one. The error names both; the remedy is

@@ -165,12 +165,13 @@ func TestDecodeEntryNewerFormat(t *testing.T) {
 		want string
 	}{
 		{"entry version", []byte{entryVersion + 1, 0}, fmt.Sprintf("entry version %d is from a newer format", entryVersion+1)},
-		{"field bit", append([]byte{entryVersion, 1, byte(OpNoop)}, uvarint(1<<numFields)...),
+		{"entry format", []byte{entryVersion, FormatVersion + 1, 0}, fmt.Sprintf("entry of format %d is from a newer format", FormatVersion+1)},
+		{"field bit", append([]byte{entryVersion, FormatVersion, 1, byte(OpNoop)}, uvarint(1<<numFields)...),
 			fmt.Sprintf("entry field %d (mask %#x) is from a newer format", numFields, uint64(1)<<numFields)},
-		{"high field bit", append([]byte{entryVersion, 1, byte(OpNoop)}, uvarint(1<<63|1<<(numFields+3))...),
+		{"high field bit", append([]byte{relayVersion, 1, byte(OpNoop)}, uvarint(1<<63|1<<(numFields+3))...),
 			fmt.Sprintf("entry field %d", numFields+3)},
-		{"op", []byte{entryVersion, 1, byte(lastOp + 1), 0}, fmt.Sprintf("op %d is from a newer format", lastOp+1)},
-		{"op after a good command", []byte{entryVersion, 2, byte(OpNoop), 0, 0xff, 0}, "op 255 is from a newer format"},
+		{"op", []byte{entryVersion, FormatVersion, 1, byte(lastOp + 1), 0}, fmt.Sprintf("op %d is from a newer format", lastOp+1)},
+		{"op after a good command", []byte{relayVersion, 2, byte(OpNoop), 0, 0xff, 0}, "op 255 is from a newer format"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -279,7 +280,7 @@ func TestFormat1Log(t *testing.T) {
 		if err != nil {
 			t.Fatalf("entry %d: %v", i+1, err)
 		}
-		if !bytes.Equal(EncodeEntry(nil, cmds), raw) {
+		if !bytes.Equal(EncodeRelayEntry(nil, cmds), raw) {
 			t.Fatalf("entry %d re-encodes differently", i+1)
 		}
 		res, err := e.Apply(uint64(i+1), cmds...)
@@ -292,19 +293,72 @@ func TestFormat1Log(t *testing.T) {
 			}
 		}
 	}
-	// The same entries mean more today for ordered events: format 4 queues
-	// them by object (the record keeps the object and its place) and format 6
-	// gives a replayed event a fresh retention. The rest is as it was.
-	compareEvents(t, e, fixtureEvents(t), func(got *Event, want Event) {
-		if got.OrderObject == "" {
-			return
+	// Version 1 entries are applied with the meanings of the binary that
+	// wrote them (legacyFormat): not queued by object, no fresh window on
+	// replay. So the replay gives exactly the events that release had, and
+	// the same file as the release's own, byte for byte.
+	compareEvents(t, e, fixtureEvents(t), nil)
+	if err := e.Check(); err != nil {
+		t.Fatal(err)
+	}
+	old := mustOpenPath(t, copyFixture(t, "format1/engine.db"), Options{NoSync: true})
+	if got, want := mustHash(t, e), mustHash(t, old); got != want {
+		t.Fatalf("replaying the release's log gives a file that differs from the release's own (hash %x, want %x)", got[:8], want[:8])
+	}
+}
+
+// TestOlderWritersMeanings: commands of an entry an older binary wrote
+// (version 1, read as legacyFormat) are applied with that binary's
+// meanings, those of today's entries with today's, so that replicas running
+// different binaries during a rolling upgrade compute the same state.
+func TestOlderWritersMeanings(t *testing.T) {
+	// through passes cmds through the log encoding: legacy uses the version
+	// 1 layout an older leader wrote, today the current one.
+	through := func(t *testing.T, legacy bool, cmds ...Command) []Command {
+		t.Helper()
+		b := EncodeEntry(nil, cmds)
+		if legacy {
+			b = EncodeRelayEntry(nil, cmds)
 		}
-		if got.OrderObject != "pi_1" || got.OrderIndex == 0 {
-			t.Errorf("%s: order %q index %d; want queued under pi_1", got.Key, got.OrderObject, got.OrderIndex)
+		out, err := DecodeEntry(b)
+		if err != nil {
+			t.Fatal(err)
 		}
-		got.OrderObject, got.OrderTime, got.OrderIndex, got.OrderPos = "", 0, 0, 0
-		if len(got.Audit) > 0 && got.Audit[0].Action == "replay" {
-			got.Retention, got.ExpiresAt = want.Retention, want.ExpiresAt
+		return out
+	}
+	for _, legacy := range []bool{true, false} {
+		name := map[bool]string{true: "older writer", false: "today's writer"}[legacy]
+		t.Run(name, func(t *testing.T) {
+			h := newHarness(t, Options{NoSync: true})
+			h.apply(through(t, legacy, claimCmd("src:pending", t0), orderedClaim("src:ordered", t0, "src:o", 1))...)
+			ordered := h.get("src:ordered")
+			if queued := ordered.OrderObject != ""; queued == legacy {
+				t.Fatalf("ordered claim queued = %v; an older writer's claims join no object queue, today's do", queued)
+			}
+			// Expire after the retention: an older writer's expire deleted
+			// every event of the bucket, today's keeps unfinished ones.
+			r := h.apply(through(t, legacy, Command{Op: OpExpire, Now: t0 + 48*hour})...)[0]
+			_, err := h.e.Get("src:pending", false)
+			if kept := err == nil; kept == legacy {
+				t.Fatalf("pending event kept by expire = %v (n %d, err %v); want deleted only by an older writer's expire", kept, r.N, err)
+			}
+			if err := h.e.Check(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	// A replay by an older writer keeps the event's expiry; today's gives a
+	// fresh window.
+	for _, legacy := range []bool{true, false} {
+		h := newHarness(t, Options{NoSync: true})
+		h.one(claimCmd("src:r", t0))
+		tok := h.one(leaseCmd(t0, 1)).Events[0].Token
+		h.one(completeCmd("src:r", tok, t0))
+		before := h.get("src:r").ExpiresAt
+		h.apply(through(t, legacy, Command{Op: OpReplay, Now: t0 + 20*hour, Keys: []string{"src:r"}, Who: "ops"})...)
+		after := h.get("src:r").ExpiresAt
+		if moved := after != before; moved == legacy {
+			t.Fatalf("legacy %v: replay moved the expiry %d -> %d", legacy, before, after)
 		}
-	})
+	}
 }
