@@ -153,8 +153,8 @@ func (n *node) adminStatus(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	for _, s := range []engine.State{engine.StatePending, engine.StateProcessing, engine.StateDone, engine.StateDead, engine.StateStale} {
-		st.Counts[stateName(s)] = byState[s]
+	for _, s := range engine.States {
+		st.Counts[s.String()] = byState[s]
 	}
 	if st.Sources, err = n.statusSources(bySource); err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())
@@ -220,7 +220,7 @@ func ts(ns int64) string {
 
 func toEventJSON(ev engine.Event, withBody bool) eventJSON {
 	j := eventJSON{
-		Key: ev.Key, Source: ev.Source, State: stateName(ev.State), Attempts: ev.Attempts, Token: ev.Token,
+		Key: ev.Key, Source: ev.Source, State: ev.State.String(), Attempts: ev.Attempts, Token: ev.Token,
 		CreatedAt: ts(ev.CreatedAt), UpdatedAt: ts(ev.UpdatedAt), ExpiresAt: ts(ev.ExpiresAt),
 		LastError: ev.LastError, Step: ev.Step, Audit: []auditJSON{},
 	}
@@ -239,7 +239,7 @@ func toEventJSON(ev engine.Event, withBody bool) eventJSON {
 		j.LeaseUntil = ts(ev.LeaseUntil)
 	}
 	for _, a := range ev.Audit {
-		j.Audit = append(j.Audit, auditJSON{At: ts(a.At), Who: a.Who, Action: a.Action, Reason: a.Reason, From: stateName(a.From)})
+		j.Audit = append(j.Audit, auditJSON{At: ts(a.At), Who: a.Who, Action: a.Action, Reason: a.Reason, From: a.From.String()})
 	}
 	if withBody {
 		if len(ev.Headers) > 0 {
@@ -259,20 +259,11 @@ func toEventJSON(ev engine.Event, withBody bool) eventJSON {
 	return j
 }
 
-func parseState(s string) (engine.State, bool) {
-	for _, st := range []engine.State{engine.StatePending, engine.StateProcessing, engine.StateDone, engine.StateDead, engine.StateStale} {
-		if stateName(st) == s {
-			return st, true
-		}
-	}
-	return 0, false
-}
-
 func (n *node) adminEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := engine.ListFilter{Source: q.Get("source"), Limit: engine.DefaultListLimit}
 	if s := q.Get("state"); s != "" {
-		st, ok := parseState(s)
+		st, ok := engine.ParseState(s)
 		if !ok {
 			jsonError(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q (pending|processing|done|dead|stale)", s))
 			return
@@ -384,8 +375,8 @@ func (n *node) adminReplay(w http.ResponseWriter, r *http.Request) {
 	case len(req.Keys) > 0:
 		cmd.Keys = req.Keys
 	case req.State != "":
-		st, ok := parseState(req.State)
-		if !ok || (st != engine.StateDead && st != engine.StateDone && st != engine.StateStale) {
+		st, ok := engine.ParseState(req.State)
+		if !ok || !engine.Replayable(st) {
 			jsonError(w, http.StatusBadRequest, "state must be dead, done or stale")
 			return
 		}

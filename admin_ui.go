@@ -381,7 +381,7 @@ func (u *adminUI) list(w http.ResponseWriter, r *http.Request, s *uiSession) {
 	if want == "" {
 		want = "dead"
 	}
-	st, ok := parseState(want)
+	st, ok := engine.ParseState(want)
 	if !ok {
 		u.fail(w, r, s, http.StatusBadRequest, "Unknown state", fmt.Sprintf("Unknown state %q: pending, processing, done, dead or stale.", want))
 		return
@@ -401,9 +401,9 @@ func (u *adminUI) list(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		u.fail(w, r, s, http.StatusInternalServerError, "Storage error", err.Error())
 		return
 	}
-	v := &listView{State: stateName(st), Source: source}
+	v := &listView{State: st.String(), Source: source}
 	for _, es := range eventStates {
-		name := stateName(es)
+		name := es.String()
 		v.States = append(v.States, tabView{Name: name, Count: byState[es], Current: es == st, URL: listURL(name, source, "", 0)})
 	}
 	// Sources: the configured ones plus any that still have events stored.
@@ -430,7 +430,7 @@ func (u *adminUI) list(w http.ResponseWriter, r *http.Request, s *uiSession) {
 	}
 	v.Back = r.URL.RequestURI()
 	for _, ev := range evs {
-		v.Events = append(v.Events, eventRow{Key: ev.Key, Source: ev.Source, State: stateName(ev.State), Attempts: ev.Attempts,
+		v.Events = append(v.Events, eventRow{Key: ev.Key, Source: ev.Source, State: ev.State.String(), Attempts: ev.Attempts,
 			UpdatedAt: ts(ev.UpdatedAt), UpdatedAgo: ago(now, ev.UpdatedAt), LastError: shorten(ev.LastError, 160)})
 	}
 	if len(evs) == uiPageSize {

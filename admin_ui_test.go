@@ -134,7 +134,7 @@ func TestUIPagesNeedASession(t *testing.T) {
 		}
 	}
 	if ev, _ := tn.event(key); ev.State != engine.StateDead {
-		t.Fatalf("a POST without a session moved the event to %s", stateName(ev.State))
+		t.Fatalf("a POST without a session moved the event to %s", ev.State.String())
 	}
 	// The login form and the stylesheet are open.
 	for _, p := range []string{"/ui/login", "/ui/static/style.css"} {
@@ -253,7 +253,7 @@ func TestUIReplayNeedsTheFormTokenAndAReason(t *testing.T) {
 		t.Fatalf("no message about the missing reason:\n%s", page.body)
 	}
 	if ev, _ := tn.event(key); ev.State != engine.StateDead {
-		t.Fatalf("a refused replay moved the event to %s", stateName(ev.State))
+		t.Fatalf("a refused replay moved the event to %s", ev.State.String())
 	}
 
 	h.setAnswer(func(delivery) (int, string) { return 200, "ok" })

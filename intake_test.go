@@ -141,7 +141,7 @@ func TestOlderEventForTheSameObjectIsStale(t *testing.T) {
 		t.Fatalf("the stale event was forwarded %d times", n)
 	}
 	if ev, _ := tn.event("orders:msg_old"); ev.State != engine.StateStale {
-		t.Fatalf("older event state %s", stateName(ev.State))
+		t.Fatalf("older event state %s", ev.State.String())
 	}
 }
 

@@ -45,6 +45,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"oncehook/config"
+	"oncehook/intake"
 	"oncehook/providers"
 )
 
@@ -547,13 +548,13 @@ func newKeyManager(dataDir string, log *slog.Logger, m *metrics) *keyManager {
 // an existing one (same source and URL) is reconfigured, a new one loads its
 // cache, and fetches at once (waiting for the fetch only when there is no
 // cache). Keysets of sources that are gone or lost their keys_url stop.
-func (km *keyManager) attach(set *sourceSet, cfg *config.Config) error {
+func (km *keyManager) attach(set *intake.Set, cfg *config.Config) error {
 	km.mu.Lock()
 	defer km.mu.Unlock()
 	keep := map[string]bool{}
 	for i := range cfg.Sources {
 		s := &cfg.Sources[i]
-		src := set.byName[s.Name]
+		src := set.Source(s.Name)
 		if s.KeysURL == "" || src == nil {
 			continue
 		}
@@ -589,11 +590,11 @@ func (km *keyManager) attach(set *sourceSet, cfg *config.Config) error {
 			km.sets[s.Name] = ks
 		}
 		kv := keyedVerifier{ks}
-		src.verifier = kv
-		src.handshaker = nil
+		var hs providers.Handshaker
 		if _, ok := ks.current(time.Now()).v.(providers.Handshaker); ok {
-			src.handshaker = kv
+			hs = kv
 		}
+		src.UseVerifier(kv, hs)
 	}
 	for name, ks := range km.sets {
 		if !keep[name] {

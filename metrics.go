@@ -35,7 +35,7 @@ type metrics struct {
 	rateLimitedTotal *prometheus.CounterVec
 	rateLimitWait    *prometheus.CounterVec
 
-	schemaFailures *prometheus.CounterVec // schema.go
+	schemaFailures *prometheus.CounterVec // intake_wiring.go
 	keys           *keysMetrics           // keys.go
 	retention      *retentionMetrics      // retention.go
 }

@@ -93,7 +93,7 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	// report a wrong zero; the scrape itself still succeeds.
 	if byState, _, err := c.node.Counts(); err == nil {
 		for _, s := range eventStates {
-			gauge(c.events, float64(byState[s]), stateName(s))
+			gauge(c.events, float64(byState[s]), s.String())
 		}
 	}
 	if dead, err := c.node.List(engine.ListFilter{State: engine.StateDead, Limit: 1}); err == nil {

@@ -137,7 +137,7 @@ func (n *node) adminPurge(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "reason is required")
 		return
 	}
-	st, ok := parseState(req.State)
+	st, ok := engine.ParseState(req.State)
 	switch {
 	case !ok:
 		jsonError(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q: want dead, done or stale", req.State))

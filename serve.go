@@ -22,7 +22,7 @@ import (
 	"oncehook/config"
 	"oncehook/failpoint"
 	"oncehook/forward"
-	"oncehook/providers"
+	"oncehook/intake"
 )
 
 // node is one running oncehook process: the intake, the admin API, the cluster
@@ -33,7 +33,7 @@ type node struct {
 	level   *slog.LevelVar
 	metrics *metrics
 	cluster *cluster.Node
-	intake  *intake
+	intake  *intake.Server
 	keys    *keyManager // keys_url sources' fetched keys (keys.go)
 	targets atomic.Pointer[map[string]forward.Target]
 
@@ -193,12 +193,13 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		n.adminLn.Close()
 		return nil, err
 	}
-	n.intake = newIntake(n.cluster, set, log, n.metrics)
-	n.intake.maxConnsPerIP = cfg.Node.MaxConnsPerIP
+	iopts := intake.Options{Store: n.cluster, Sources: set, Logger: log, Metrics: intakeMetrics{n.metrics},
+		MaxConnsPerIP: cfg.Node.MaxConnsPerIP, NotCommitted: claimNotCommitted}
 	if failpoint.Enabled { // chaos builds only: signatures checked against the test clock (S11)
-		n.intake.now = failpoint.Now
+		iopts.Now = failpoint.Now
 	}
-	n.httpSrv = n.intake.server()
+	n.intake = intake.New(iopts)
+	n.httpSrv = n.intake.HTTPServer()
 	go func() {
 		if err := n.httpSrv.Serve(n.httpLn); err != nil {
 			n.served <- fmt.Errorf("intake: %w", err)
@@ -288,7 +289,7 @@ func (n *node) reload(path string) {
 		return
 	}
 	live, restart := config.Diff(old, cfg)
-	n.intake.sources.Store(set)
+	n.intake.SetSources(set)
 	n.targets.Store(&targets)
 	setLevel(n.level, cfg.Node.LogLevel)
 	n.cfg.Store(cfg)
@@ -304,77 +305,21 @@ func (n *node) reload(path string) {
 
 // compileSources turns config sources into the intake's hot-path form and the
 // forwarder's targets.
-func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, error) {
-	set := &sourceSet{byName: make(map[string]*source, len(cfg.Sources))}
+func compileSources(cfg *config.Config) (*intake.Set, map[string]forward.Target, error) {
+	set, err := intake.Compile(cfg.Sources)
+	if err != nil {
+		return nil, nil, err
+	}
 	targets := make(map[string]forward.Target, len(cfg.Sources))
 	for i := range cfg.Sources {
 		s := &cfg.Sources[i]
-		keyer, err := providers.NewKeyer(s.Name, s.Key)
-		if err != nil {
-			return nil, nil, fmt.Errorf("source %s: key: %w", s.Name, err)
-		}
-		src := &source{
-			name:       s.Name,
-			provider:   s.Provider,
-			verifier:   s.Verifier,
-			keyer:      keyer,
-			fwdHeaders: s.ForwardHeaders,
-			allow:      s.AllowIPs,
-			trusted:    s.TrustedProxies,
-			ack:        s.AckStatus,
-			sync:       s.Mode == "sync",
-			maxBody:    int(s.MaxBody),
-			retention:  int64(time.Duration(s.Retention)),
-			leaseFor:   int64(time.Duration(s.Lease)),
-			guardBody:  s.ReplayGuard == config.ReplayGuardBody,
-			waitFor:    time.Duration(s.ForwardTimeout) + 2*time.Second,
-		}
-		if h, ok := s.Verifier.(providers.Handshaker); ok {
-			src.handshaker = h
-		}
-		if s.SchemaFile != "" {
-			// Compiled once per (re)load; a schema that does not compile
-			// rejects the load and keeps the running configuration.
-			if src.schema, err = compileSchema(s.SchemaFile); err != nil {
-				return nil, nil, fmt.Errorf("source %s: %w", s.Name, err)
-			}
-		}
-		if s.Order != nil {
-			if src.orderObject, err = providers.NewField(s.Order.Object); err != nil {
-				return nil, nil, fmt.Errorf("source %s: order.object: %w", s.Name, err)
-			}
-			if src.orderTime, err = providers.NewField(s.Order.Time); err != nil {
-				return nil, nil, fmt.Errorf("source %s: order.time: %w", s.Name, err)
-			}
-			src.orderUnordered = s.Order.Missing == config.OrderMissingUnordered
-		}
-		if len(s.AcceptTypes) > 0 || len(s.DropTypes) > 0 {
-			if src.typeField, err = providers.NewField(s.Type); err != nil {
-				return nil, nil, fmt.Errorf("source %s: type: %w", s.Name, err)
-			}
-			list := s.DropTypes
-			if src.acceptTypes = len(s.AcceptTypes) > 0; src.acceptTypes {
-				list = s.AcceptTypes
-			}
-			src.types = make(map[string]struct{}, len(list))
-			for _, t := range list {
-				src.types[t] = struct{}{}
-			}
-		}
-		src.checkJSON = keyer.ReadsJSON() || src.schema != nil ||
-			src.orderObject != nil && (src.orderObject.ReadsJSON() || src.orderTime.ReadsJSON()) ||
-			src.typeField != nil && src.typeField.ReadsJSON()
-		if src.maxBody > set.maxBody {
-			set.maxBody = src.maxBody
-		}
-		set.byName[s.Name] = src
 		targets[s.Name] = forward.Target{
 			URL:         s.Forward,
 			Timeout:     time.Duration(s.ForwardTimeout),
 			BackoffMin:  time.Duration(s.BackoffMin),
 			BackoffMax:  time.Duration(s.BackoffMax),
 			MaxAttempts: s.MaxAttempts,
-			Sync:        src.sync,
+			Sync:        s.Mode == "sync",
 			MaxRate:     s.MaxRate,
 			Burst:       s.MaxRateBurst,
 
