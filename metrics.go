@@ -36,7 +36,7 @@ type metrics struct {
 	rateLimitWait    *prometheus.CounterVec
 
 	schemaFailures *prometheus.CounterVec // intake_wiring.go
-	keys           *keysMetrics           // keys.go
+	keys           *keysMetrics           // keyset_wiring.go
 	retention      *retentionMetrics      // retention.go
 }
 

@@ -23,6 +23,7 @@ import (
 	"oncehook/failpoint"
 	"oncehook/forward"
 	"oncehook/intake"
+	"oncehook/keyset"
 )
 
 // node is one running oncehook process: the intake, the admin API, the cluster
@@ -34,7 +35,7 @@ type node struct {
 	metrics *metrics
 	cluster *cluster.Node
 	intake  *intake.Server
-	keys    *keyManager // keys_url sources' fetched keys (keys.go)
+	keys    *keyset.Manager // keys_url sources' fetched keys
 	targets atomic.Pointer[map[string]forward.Target]
 
 	httpSrv *fasthttp.Server
@@ -185,9 +186,9 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	n.metrics.reg.MustRegister(newDeadCollector(n.cluster, n.configuredSourceNames))
 	n.metrics.deadExpiredSources(n.configuredSourceNames())
 	// Published keys: keys_url sources verify with the fetched keys.
-	n.keys = newKeyManager(cfg.Node.DataDir, log, n.metrics)
-	if err := n.keys.attach(set, cfg); err != nil {
-		n.keys.close()
+	n.keys = keyset.NewManager(cfg.Node.DataDir, log, keysetMetrics{n.metrics}, version)
+	if err := n.keys.Attach(set, cfg); err != nil {
+		n.keys.Close()
 		n.cluster.Close()
 		n.httpLn.Close()
 		n.adminLn.Close()
@@ -249,7 +250,7 @@ func (n *node) shutdown() error {
 	if err := n.httpSrv.ShutdownWithContext(timeoutCtx(10 * time.Second)); err != nil {
 		errs = append(errs, fmt.Errorf("intake shutdown: %w", err))
 	}
-	n.keys.close()
+	n.keys.Close()
 	if err := n.cluster.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("cluster close: %w", err))
 	}
@@ -281,7 +282,7 @@ func (n *node) reload(path string) {
 		cert, err = n.reloadAdminCert(cfg)
 	}
 	if err == nil {
-		err = n.keys.attach(set, cfg)
+		err = n.keys.Attach(set, cfg)
 	}
 	if err != nil {
 		n.metrics.reloadOK.Set(0)

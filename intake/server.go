@@ -124,6 +124,18 @@ type Set struct {
 // Source returns the compiled source called name, or nil.
 func (s *Set) Source(name string) *Source { return s.byName[name] }
 
+// Has reports whether the set holds a source called name.
+func (s *Set) Has(name string) bool { return s.byName[name] != nil }
+
+// UseVerifier gives the source called name another verifier and handshaker
+// (Source.UseVerifier); nothing when there is no such source. The keys_url
+// key sets call it on a set before it is served.
+func (s *Set) UseVerifier(name string, v providers.Verifier, h providers.Handshaker) {
+	if src := s.byName[name]; src != nil {
+		src.UseVerifier(v, h)
+	}
+}
+
 // Options configures New.
 type Options struct {
 	// Store is the replicated store; required.
