@@ -18,6 +18,7 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"oncehook/admin"
 	"oncehook/cluster"
 	"oncehook/config"
 	"oncehook/failpoint"
@@ -40,14 +41,13 @@ type node struct {
 
 	httpSrv *fasthttp.Server
 	httpLn  net.Listener
-	admin   *http.Server
+	admin   *admin.Server
 	adminLn net.Listener
 	served  chan error
 
-	// The admin listener (admin_server.go, authlimit.go).
-	adminTimeouts adminTimeouts
-	adminCert     atomic.Pointer[tls.Certificate] // nil without TLS
-	authLimit     *authLimiter
+	// The admin listener's settings (admin_wiring.go).
+	adminTimeouts admin.Timeouts
+	authClock     func() time.Time // the admin authentication backoff's clock
 }
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -94,7 +94,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	notifySystemd("READY=1")
-	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "admin_tls", n.adminCert.Load() != nil, "version", version)
+	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "admin_tls", n.admin.TLS(), "version", version)
 
 	var serveErr error
 loop:
@@ -125,7 +125,7 @@ loop:
 // is touched), then opens the cluster node, then serves.
 func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stderr io.Writer, opts ...nodeOption) (*node, error) {
 	n := &node{log: log, level: level, metrics: newMetrics(), served: make(chan error, 2),
-		adminTimeouts: defaultAdminTimeouts, authLimit: newAuthLimiter(time.Now)}
+		adminTimeouts: admin.DefaultTimeouts, authClock: time.Now}
 	for _, o := range opts {
 		o(n)
 	}
@@ -182,7 +182,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	// Raft and event-state gauges, read at scrape time.
 	n.metrics.reg.MustRegister(newRaftCollector(n.cluster))
 	// Per-source pause state and backlog, read at scrape time.
-	n.metrics.reg.MustRegister(newSourceCollector(n.cluster, n.configuredSourceNames))
+	n.metrics.reg.MustRegister(admin.NewSourceCollector(n.cluster, n.configuredSourceNames))
 	n.metrics.reg.MustRegister(newDeadCollector(n.cluster, n.configuredSourceNames))
 	n.metrics.deadExpiredSources(n.configuredSourceNames())
 	// Published keys: keys_url sources verify with the fetched keys.
@@ -295,7 +295,7 @@ func (n *node) reload(path string) {
 	setLevel(n.level, cfg.Node.LogLevel)
 	n.cfg.Store(cfg)
 	if cert != nil {
-		n.adminCert.Store(cert)
+		n.admin.UseCert(cert)
 	}
 	n.metrics.reloadOK.Set(1)
 	for _, w := range cfg.Warnings() {
