@@ -432,7 +432,7 @@ func (s *Server) replayCandidates(cmd engine.Command) ([]string, error) {
 	if len(cmd.Keys) > 0 {
 		for _, k := range cmd.Keys {
 			ev, err := s.store.Get(k, false)
-			if err == nil && (ev.State == engine.StateDead || ev.State == engine.StateDone || ev.State == engine.StateStale) {
+			if err == nil && engine.Replayable(ev.State) {
 				keys = append(keys, k)
 			}
 		}
