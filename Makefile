@@ -33,7 +33,7 @@ fmt:
 
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./engine ./providers ./cluster | tee bench.txt
-	$(GO) test -run '^$$' -bench Intake -benchtime 3s -count 1 . | tee -a bench.txt
+	$(GO) test -run '^$$' -bench Intake -benchtime 3s -count 1 ./intake | tee -a bench.txt
 	$(GO) run ./bench -spawn 1 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
 	$(GO) run ./bench -spawn 3 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
 
@@ -67,7 +67,7 @@ fuzz:
 	$(GO) test ./config -run '^$$' -fuzz '^FuzzDuration$$' -fuzztime $(FUZZTIME)
 	for f in $$($(GO) test ./providers -list '^Fuzz' | grep '^Fuzz'); do \
 		$(GO) test ./providers -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
-	$(GO) test . -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./intake -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
 
 # The unit names $(PREFIX)/bin/oncehook: systemd/oncehook.service is written for
 # PREFIX=/usr/local and its /usr/local/ paths follow PREFIX.

@@ -25,6 +25,7 @@ import (
 	"testing"
 	"time"
 
+	"oncehook/admin"
 	"oncehook/engine"
 	"oncehook/providers"
 )
@@ -111,7 +112,7 @@ func TestAdminAuthBacksOff(t *testing.T) {
 					t.Fatalf("%s: 429 does not say why:\n%s", step, r.body)
 				}
 			}
-			for i := range authFreeFailures {
+			for i := range admin.AuthFreeFailures {
 				expect(fmt.Sprintf("wrong token %d", i+1), "wrong-"+tn.token, http.StatusUnauthorized, "")
 			}
 			// Backing off: not even the right token is looked at.
@@ -137,7 +138,7 @@ func TestAdminAuthBacksOff(t *testing.T) {
 			clk.Advance(500 * time.Millisecond)
 			expect("right token once the wait is over", tn.token, tt.ok, "")
 			// The success reset the count.
-			for i := range authFreeFailures - 1 {
+			for i := range admin.AuthFreeFailures - 1 {
 				expect(fmt.Sprintf("wrong token %d after a success", i+1), "wrong", http.StatusUnauthorized, "")
 			}
 			expect("right token again", tn.token, tt.ok, "")
@@ -149,13 +150,13 @@ func TestAdminAuthBacksOff(t *testing.T) {
 }
 
 // shortAdminTimeouts lets tests see timeouts fire in a fraction of a second.
-var shortAdminTimeouts = adminTimeouts{
-	readHeader: 300 * time.Millisecond,
-	read:       300 * time.Millisecond,
-	write:      time.Second,
-	idle:       300 * time.Millisecond,
-	stream:     5 * time.Second,
-	maxHeader:  8 << 10,
+var shortAdminTimeouts = admin.Timeouts{
+	ReadHeader: 300 * time.Millisecond,
+	Read:       300 * time.Millisecond,
+	Write:      time.Second,
+	Idle:       300 * time.Millisecond,
+	Stream:     5 * time.Second,
+	MaxHeader:  8 << 10,
 }
 
 // TestAdminCutsOffSlowClients: a client that sends its headers and then
@@ -210,7 +211,7 @@ func TestAdminCutsOffSlowClients(t *testing.T) {
 	}
 	t.Run("headers over the limit", func(t *testing.T) {
 		req, _ := http.NewRequest(http.MethodGet, tn.admin+"/ui/static/style.css", nil)
-		req.Header.Set("X-Big", strings.Repeat("a", 2*shortAdminTimeouts.maxHeader+4096))
+		req.Header.Set("X-Big", strings.Repeat("a", 2*shortAdminTimeouts.MaxHeader+4096))
 		if a := tn.do(req); a.Status != http.StatusRequestHeaderFieldsTooLarge {
 			t.Fatalf("status %d, want 431", a.Status)
 		}
@@ -230,8 +231,8 @@ func restoreFiles(t *testing.T, tn *testNode) []string {
 func TestAdminRestoreIsBounded(t *testing.T) {
 	// Short read and write timeouts: a restore must outlive them while its
 	// upload keeps moving.
-	tn, _ := startAdminNode(t, "", withAdminTimeouts(adminTimeouts{
-		readHeader: time.Second, read: time.Second, write: time.Second, idle: time.Minute, stream: 10 * time.Second, maxHeader: 64 << 10,
+	tn, _ := startAdminNode(t, "", withAdminTimeouts(admin.Timeouts{
+		ReadHeader: time.Second, Read: time.Second, Write: time.Second, Idle: time.Minute, Stream: 10 * time.Second, MaxHeader: 64 << 10,
 	}))
 	for _, id := range []string{"evt_restore_before"} {
 		body := orderBody(id, "obj_"+id, 1)
@@ -537,4 +538,24 @@ func errorJSON(t *testing.T, raw string) string {
 		t.Fatalf("not a JSON error: %q", raw)
 	}
 	return e.Error
+}
+
+// fakeClock is a clock tests move by hand.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+func (c *fakeClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *fakeClock) Advance(d time.Duration) {
+	c.mu.Lock()
+	c.t = c.t.Add(d)
+	c.mu.Unlock()
 }

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"oncehook/admin"
 	"oncehook/engine"
 )
 
@@ -44,8 +45,8 @@ func TestEventListPagesReachEveryEvent(t *testing.T) {
 	})
 
 	type page struct {
-		Events []eventJSON `json:"events"`
-		Next   string      `json:"next"`
+		Events []admin.Event `json:"events"`
+		Next   string        `json:"next"`
 	}
 	walk := func(query url.Values) int {
 		t.Helper()

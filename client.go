@@ -17,6 +17,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"oncehook/admin"
 )
 
 // adminClient talks to a node's admin API for the client commands.
@@ -212,8 +214,8 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		q.Set("after", *after)
 	}
 	var out struct {
-		Events []eventJSON `json:"events"`
-		Next   string      `json:"next"`
+		Events []admin.Event `json:"events"`
+		Next   string        `json:"next"`
 	}
 	if err := c.do(ctx, http.MethodGet, "/v1/events?"+q.Encode(), nil, &out); err != nil {
 		return err
@@ -285,7 +287,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	var out map[string]any
-	req := replayRequest{Source: *source, Keys: keys, State: *state, Since: *since, Reason: *reason, DryRun: *dry}
+	req := admin.ReplayRequest{Source: *source, Keys: keys, State: *state, Since: *since, Reason: *reason, DryRun: *dry}
 	if err := c.do(ctx, http.MethodPost, "/v1/replay", req, &out); err != nil {
 		return err
 	}
@@ -315,7 +317,7 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, paus
 	}
 	var out map[string]any
 	path := "/v1/sources/" + url.PathEscape(*source) + "/" + verb
-	if err := c.do(ctx, http.MethodPost, path, pauseRequest{Reason: *reason}, &out); err != nil {
+	if err := c.do(ctx, http.MethodPost, path, admin.PauseRequest{Reason: *reason}, &out); err != nil {
 		return err
 	}
 	return printJSON(stdout, out)

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"oncehook/admin"
 )
 
 // grafanaDashboard is the part of docs/grafana-dashboard.json that Grafana
@@ -160,7 +162,7 @@ func TestDashboardFile(t *testing.T) {
 		m.requests, m.claims, m.sigFailures, m.deliveries, m.claimLatency, m.deliveryTime, m.reloadOK,
 		m.bodyChanged, m.replays, m.syncConflicts, m.schemaFailures, m.keys.fetchFailures, m.keys.active,
 		m.filteredTotal, m.rateLimitedTotal, m.rateLimitWait,
-		newRaftCollector(tn.n.cluster), newSourceCollector(tn.n.cluster, tn.n.configuredSourceNames),
+		newRaftCollector(tn.n.cluster), admin.NewSourceCollector(tn.n.cluster, tn.n.configuredSourceNames),
 	} {
 		// Registering it again proves the node's registry already holds it.
 		var already prometheus.AlreadyRegisteredError

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"oncehook/admin"
 	"oncehook/engine"
 	"oncehook/providers"
 )
@@ -196,7 +197,7 @@ func TestStepsEndToEnd(t *testing.T) {
 	if ev.Step != "charged" || ev.Attempts != 2 {
 		t.Fatalf("event: step %q attempts %d", ev.Step, ev.Attempts)
 	}
-	var view eventJSON
+	var view admin.Event
 	if st := tn.adminGet("/v1/events/orders:msg_step", &view); st != http.StatusOK || view.Step != "charged" {
 		t.Fatalf("admin event: %d step %q", st, view.Step)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"oncehook/admin"
 	"oncehook/engine"
 )
 
@@ -70,7 +71,7 @@ func TestAttemptHistoryShown(t *testing.T) {
 
 	u := newUIClient(t, tn)
 	u.login(tn.token)
-	page := u.get(eventURL(key))
+	page := u.get(admin.EventURL(key))
 	if page.status != http.StatusOK {
 		t.Fatalf("event page: %d", page.status)
 	}
@@ -101,7 +102,7 @@ func TestAttemptHistoryEmpty(t *testing.T) {
 	}
 	u := newUIClient(t, tn)
 	u.login(tn.token)
-	if page := u.get(eventURL(key)); !strings.Contains(page.body, `id="no-attempts"`) {
+	if page := u.get(admin.EventURL(key)); !strings.Contains(page.body, `id="no-attempts"`) {
 		t.Fatalf("the event page lacks the empty-history note:\n%s", page.body)
 	}
 }

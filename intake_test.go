@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"oncehook/admin"
 	"oncehook/engine"
 	"oncehook/providers"
 )
@@ -141,7 +142,7 @@ func TestOlderEventForTheSameObjectIsStale(t *testing.T) {
 		t.Fatalf("the stale event was forwarded %d times", n)
 	}
 	if ev, _ := tn.event("orders:msg_old"); ev.State != engine.StateStale {
-		t.Fatalf("older event state %s", stateName(ev.State))
+		t.Fatalf("older event state %s", ev.State.String())
 	}
 }
 
@@ -292,7 +293,7 @@ func TestRetriesDeadLetterAndReplay(t *testing.T) {
 		t.Fatalf("replay: %d %s", a.Status, a.Raw)
 	}
 	tn.waitState("orders:msg_retry", engine.StateDone)
-	var view eventJSON
+	var view admin.Event
 	if st := tn.adminGet("/v1/events/orders:msg_retry", &view); st != http.StatusOK {
 		t.Fatalf("admin event: %d", st)
 	}
@@ -355,8 +356,8 @@ func TestHealthEndpoints(t *testing.T) {
 }
 
 func TestAdminNeedsAToken(t *testing.T) {
-	h := newHandler(t)
-	tn := startTestNode(t, "", h.url)
+	clk := newFakeClock()
+	tn, _ := startAdminNode(t, "", withAuthClock(clk.Now))
 	routes := []struct{ method, path string }{
 		{"GET", "/v1/status"}, {"GET", "/v1/events"}, {"GET", "/v1/events/orders:x"}, {"POST", "/v1/replay"},
 		{"POST", "/v1/cluster/join"}, {"DELETE", "/v1/cluster/peers/x"}, {"GET", "/v1/backup"},
@@ -365,8 +366,8 @@ func TestAdminNeedsAToken(t *testing.T) {
 	for _, r := range routes {
 		for _, auth := range []string{"", "Bearer wrong", "Bearer " + tn.token + "x", "Bearer " + tn.token[:len(tn.token)-1], "Basic " + tn.token} {
 			// Each wrong token on its own: the backoff after several is
-			// TestAdminAuthBacksOff's.
-			tn.n.authLimit.success(authKey("127.0.0.1:1"))
+			// TestAdminAuthBacksOff's. An hour on, the client is forgotten.
+			clk.Advance(time.Hour)
 			req, _ := http.NewRequest(r.method, tn.admin+r.path, nil)
 			if auth != "" {
 				req.Header.Set("Authorization", auth)

@@ -285,7 +285,7 @@ func (tn *testNode) event(key string) (engine.Event, error) {
 func (tn *testNode) waitState(key string, want engine.State) engine.Event {
 	tn.t.Helper()
 	var ev engine.Event
-	waitUntil(tn.t, fmt.Sprintf("%s in state %s", key, stateName(want)), func() bool {
+	waitUntil(tn.t, fmt.Sprintf("%s in state %s", key, want.String()), func() bool {
 		var err error
 		ev, err = tn.event(key)
 		return err == nil && ev.State == want

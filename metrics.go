@@ -35,8 +35,8 @@ type metrics struct {
 	rateLimitedTotal *prometheus.CounterVec
 	rateLimitWait    *prometheus.CounterVec
 
-	schemaFailures *prometheus.CounterVec // schema.go
-	keys           *keysMetrics           // keys.go
+	schemaFailures *prometheus.CounterVec // intake_wiring.go
+	keys           *keysMetrics           // keyset_wiring.go
 	retention      *retentionMetrics      // retention.go
 }
 

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"oncehook/admin"
 	"oncehook/engine"
 )
 
@@ -95,7 +96,7 @@ func TestPausedSourceHoldsDeliveriesUntilResumed(t *testing.T) {
 	if evs, err := tn.n.cluster.Lease(ctxTimeout(t, 10*time.Second), 100, time.Minute); err != nil || len(evs) != 0 {
 		t.Fatalf("lease while paused: %v %v, want nothing", evs, err)
 	}
-	var pending struct{ Events []eventJSON }
+	var pending struct{ Events []admin.Event }
 	if code := tn.adminGet("/v1/events?state=pending&source=orders", &pending); code != http.StatusOK || len(pending.Events) != n {
 		t.Fatalf("pending events while paused: %d %+v", code, pending.Events)
 	}

@@ -42,10 +42,6 @@ type raftSource interface {
 
 var _ raftSource = (*cluster.Node)(nil)
 
-// eventStates is every state oncehook_events reports, zeros included, so a
-// dashboard never sees a series appear out of nowhere.
-var eventStates = []engine.State{engine.StatePending, engine.StateProcessing, engine.StateDone, engine.StateDead, engine.StateStale}
-
 func newRaftCollector(n raftSource) *raftCollector {
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
@@ -92,8 +88,10 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	// A storage error leaves these series out of this scrape rather than
 	// report a wrong zero; the scrape itself still succeeds.
 	if byState, _, err := c.node.Counts(); err == nil {
-		for _, s := range eventStates {
-			gauge(c.events, float64(byState[s]), stateName(s))
+		// Every state, zeros included, so that a dashboard never sees a
+		// series appear out of nowhere.
+		for _, s := range engine.States {
+			gauge(c.events, float64(byState[s]), s.String())
 		}
 	}
 	if dead, err := c.node.List(engine.ListFilter{State: engine.StateDead, Limit: 1}); err == nil {

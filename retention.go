@@ -2,15 +2,13 @@ package main
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"oncehook/admin"
 	"oncehook/cluster"
 	"oncehook/engine"
 	"oncehook/forward"
@@ -113,67 +111,6 @@ func (n *node) sweepLimits() forward.Limits {
 	return l
 }
 
-// purgeRequest is the body of POST /v1/purge.
-type purgeRequest struct {
-	State  string `json:"state"`  // dead, done or stale
-	Source string `json:"source"` // "": every source
-	Before string `json:"before"` // RFC 3339: events updated before this time
-	Reason string `json:"reason"` // required; logged with who
-	DryRun bool   `json:"dry_run"`
-}
-
-// maxPurgePreview bounds the keys a dry run lists.
-const maxPurgePreview = engine.MaxListLimit
-
-func (n *node) adminPurge(w http.ResponseWriter, r *http.Request) {
-	var req purgeRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
-		jsonError(w, http.StatusBadRequest, "bad purge request: "+err.Error())
-		return
-	}
-	if strings.TrimSpace(req.Reason) == "" {
-		jsonError(w, http.StatusBadRequest, "reason is required")
-		return
-	}
-	st, ok := parseState(req.State)
-	switch {
-	case !ok:
-		jsonError(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q: want dead, done or stale", req.State))
-		return
-	case st == engine.StatePending || st == engine.StateProcessing:
-		jsonError(w, http.StatusBadRequest, fmt.Sprintf("%s events are in flight (not yet delivered) and cannot be purged; purge takes dead, done or stale", req.State))
-		return
-	}
-	before, err := time.Parse(time.RFC3339Nano, req.Before)
-	if err != nil {
-		jsonError(w, http.StatusBadRequest, fmt.Sprintf("before must be an RFC 3339 time, got %q", req.Before))
-		return
-	}
-	who := r.Context().Value(whoKey).(string)
-	if req.DryRun {
-		keys, count, err := n.cluster.PurgePreview(st, req.Source, before, maxPurgePreview)
-		if err != nil {
-			jsonError(w, http.StatusInternalServerError, err.Error())
-			return
-		}
-		// keys: the first maxPurgePreview, oldest first.
-		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "would_purge": count, "keys": nonNil(keys)})
-		return
-	}
-	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
-	defer cancel()
-	keys, err := n.cluster.Purge(ctx, st, req.Source, before, who, req.Reason)
-	n.log.Info("purge requested", "who", who, "reason", req.Reason, "state", req.State, "source", req.Source,
-		"before", before.UTC(), "count", len(keys), "err", err)
-	if err != nil {
-		writeJSON(w, clusterWriteStatus(err), map[string]any{"error": err.Error(), "purged": len(keys), "keys": nonNil(keys)})
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"purged": len(keys), "keys": nonNil(keys)})
-}
-
 // cmdPurge is oncehook purge: POST /v1/purge.
 func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := newFlags("purge", stderr)
@@ -194,7 +131,7 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	var out map[string]any
-	req := purgeRequest{State: *state, Source: *source, Before: *before, Reason: *reason, DryRun: *dry}
+	req := admin.PurgeRequest{State: *state, Source: *source, Before: *before, Reason: *reason, DryRun: *dry}
 	if err := c.do(ctx, http.MethodPost, "/v1/purge", req, &out); err != nil {
 		return err
 	}

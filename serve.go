@@ -18,11 +18,13 @@ import (
 
 	"github.com/valyala/fasthttp"
 
+	"oncehook/admin"
 	"oncehook/cluster"
 	"oncehook/config"
 	"oncehook/failpoint"
 	"oncehook/forward"
-	"oncehook/providers"
+	"oncehook/intake"
+	"oncehook/keyset"
 )
 
 // node is one running oncehook process: the intake, the admin API, the cluster
@@ -33,20 +35,19 @@ type node struct {
 	level   *slog.LevelVar
 	metrics *metrics
 	cluster *cluster.Node
-	intake  *intake
-	keys    *keyManager // keys_url sources' fetched keys (keys.go)
+	intake  *intake.Server
+	keys    *keyset.Manager // keys_url sources' fetched keys
 	targets atomic.Pointer[map[string]forward.Target]
 
 	httpSrv *fasthttp.Server
 	httpLn  net.Listener
-	admin   *http.Server
+	admin   *admin.Server
 	adminLn net.Listener
 	served  chan error
 
-	// The admin listener (admin_server.go, authlimit.go).
-	adminTimeouts adminTimeouts
-	adminCert     atomic.Pointer[tls.Certificate] // nil without TLS
-	authLimit     *authLimiter
+	// The admin listener's settings (admin_wiring.go).
+	adminTimeouts admin.Timeouts
+	authClock     func() time.Time // the admin authentication backoff's clock
 }
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -93,7 +94,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	notifySystemd("READY=1")
-	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "admin_tls", n.adminCert.Load() != nil, "version", version)
+	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "admin_tls", n.admin.TLS(), "version", version)
 
 	var serveErr error
 loop:
@@ -124,7 +125,7 @@ loop:
 // is touched), then opens the cluster node, then serves.
 func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stderr io.Writer, opts ...nodeOption) (*node, error) {
 	n := &node{log: log, level: level, metrics: newMetrics(), served: make(chan error, 2),
-		adminTimeouts: defaultAdminTimeouts, authLimit: newAuthLimiter(time.Now)}
+		adminTimeouts: admin.DefaultTimeouts, authClock: time.Now}
 	for _, o := range opts {
 		o(n)
 	}
@@ -181,24 +182,25 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	// Raft and event-state gauges, read at scrape time.
 	n.metrics.reg.MustRegister(newRaftCollector(n.cluster))
 	// Per-source pause state and backlog, read at scrape time.
-	n.metrics.reg.MustRegister(newSourceCollector(n.cluster, n.configuredSourceNames))
+	n.metrics.reg.MustRegister(admin.NewSourceCollector(n.cluster, n.configuredSourceNames))
 	n.metrics.reg.MustRegister(newDeadCollector(n.cluster, n.configuredSourceNames))
 	n.metrics.deadExpiredSources(n.configuredSourceNames())
 	// Published keys: keys_url sources verify with the fetched keys.
-	n.keys = newKeyManager(cfg.Node.DataDir, log, n.metrics)
-	if err := n.keys.attach(set, cfg); err != nil {
-		n.keys.close()
+	n.keys = keyset.NewManager(cfg.Node.DataDir, log, keysetMetrics{n.metrics}, version)
+	if err := n.keys.Attach(set, cfg); err != nil {
+		n.keys.Close()
 		n.cluster.Close()
 		n.httpLn.Close()
 		n.adminLn.Close()
 		return nil, err
 	}
-	n.intake = newIntake(n.cluster, set, log, n.metrics)
-	n.intake.maxConnsPerIP = cfg.Node.MaxConnsPerIP
+	iopts := intake.Options{Store: n.cluster, Sources: set, Logger: log, Metrics: intakeMetrics{n.metrics},
+		MaxConnsPerIP: cfg.Node.MaxConnsPerIP, NotCommitted: claimNotCommitted}
 	if failpoint.Enabled { // chaos builds only: signatures checked against the test clock (S11)
-		n.intake.now = failpoint.Now
+		iopts.Now = failpoint.Now
 	}
-	n.httpSrv = n.intake.server()
+	n.intake = intake.New(iopts)
+	n.httpSrv = n.intake.HTTPServer()
 	go func() {
 		if err := n.httpSrv.Serve(n.httpLn); err != nil {
 			n.served <- fmt.Errorf("intake: %w", err)
@@ -248,7 +250,7 @@ func (n *node) shutdown() error {
 	if err := n.httpSrv.ShutdownWithContext(timeoutCtx(10 * time.Second)); err != nil {
 		errs = append(errs, fmt.Errorf("intake shutdown: %w", err))
 	}
-	n.keys.close()
+	n.keys.Close()
 	if err := n.cluster.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("cluster close: %w", err))
 	}
@@ -280,7 +282,7 @@ func (n *node) reload(path string) {
 		cert, err = n.reloadAdminCert(cfg)
 	}
 	if err == nil {
-		err = n.keys.attach(set, cfg)
+		err = n.keys.Attach(set, cfg)
 	}
 	if err != nil {
 		n.metrics.reloadOK.Set(0)
@@ -288,12 +290,12 @@ func (n *node) reload(path string) {
 		return
 	}
 	live, restart := config.Diff(old, cfg)
-	n.intake.sources.Store(set)
+	n.intake.SetSources(set)
 	n.targets.Store(&targets)
 	setLevel(n.level, cfg.Node.LogLevel)
 	n.cfg.Store(cfg)
 	if cert != nil {
-		n.adminCert.Store(cert)
+		n.admin.UseCert(cert)
 	}
 	n.metrics.reloadOK.Set(1)
 	for _, w := range cfg.Warnings() {
@@ -304,77 +306,21 @@ func (n *node) reload(path string) {
 
 // compileSources turns config sources into the intake's hot-path form and the
 // forwarder's targets.
-func compileSources(cfg *config.Config) (*sourceSet, map[string]forward.Target, error) {
-	set := &sourceSet{byName: make(map[string]*source, len(cfg.Sources))}
+func compileSources(cfg *config.Config) (*intake.Set, map[string]forward.Target, error) {
+	set, err := intake.Compile(cfg.Sources)
+	if err != nil {
+		return nil, nil, err
+	}
 	targets := make(map[string]forward.Target, len(cfg.Sources))
 	for i := range cfg.Sources {
 		s := &cfg.Sources[i]
-		keyer, err := providers.NewKeyer(s.Name, s.Key)
-		if err != nil {
-			return nil, nil, fmt.Errorf("source %s: key: %w", s.Name, err)
-		}
-		src := &source{
-			name:       s.Name,
-			provider:   s.Provider,
-			verifier:   s.Verifier,
-			keyer:      keyer,
-			fwdHeaders: s.ForwardHeaders,
-			allow:      s.AllowIPs,
-			trusted:    s.TrustedProxies,
-			ack:        s.AckStatus,
-			sync:       s.Mode == "sync",
-			maxBody:    int(s.MaxBody),
-			retention:  int64(time.Duration(s.Retention)),
-			leaseFor:   int64(time.Duration(s.Lease)),
-			guardBody:  s.ReplayGuard == config.ReplayGuardBody,
-			waitFor:    time.Duration(s.ForwardTimeout) + 2*time.Second,
-		}
-		if h, ok := s.Verifier.(providers.Handshaker); ok {
-			src.handshaker = h
-		}
-		if s.SchemaFile != "" {
-			// Compiled once per (re)load; a schema that does not compile
-			// rejects the load and keeps the running configuration.
-			if src.schema, err = compileSchema(s.SchemaFile); err != nil {
-				return nil, nil, fmt.Errorf("source %s: %w", s.Name, err)
-			}
-		}
-		if s.Order != nil {
-			if src.orderObject, err = providers.NewField(s.Order.Object); err != nil {
-				return nil, nil, fmt.Errorf("source %s: order.object: %w", s.Name, err)
-			}
-			if src.orderTime, err = providers.NewField(s.Order.Time); err != nil {
-				return nil, nil, fmt.Errorf("source %s: order.time: %w", s.Name, err)
-			}
-			src.orderUnordered = s.Order.Missing == config.OrderMissingUnordered
-		}
-		if len(s.AcceptTypes) > 0 || len(s.DropTypes) > 0 {
-			if src.typeField, err = providers.NewField(s.Type); err != nil {
-				return nil, nil, fmt.Errorf("source %s: type: %w", s.Name, err)
-			}
-			list := s.DropTypes
-			if src.acceptTypes = len(s.AcceptTypes) > 0; src.acceptTypes {
-				list = s.AcceptTypes
-			}
-			src.types = make(map[string]struct{}, len(list))
-			for _, t := range list {
-				src.types[t] = struct{}{}
-			}
-		}
-		src.checkJSON = keyer.ReadsJSON() || src.schema != nil ||
-			src.orderObject != nil && (src.orderObject.ReadsJSON() || src.orderTime.ReadsJSON()) ||
-			src.typeField != nil && src.typeField.ReadsJSON()
-		if src.maxBody > set.maxBody {
-			set.maxBody = src.maxBody
-		}
-		set.byName[s.Name] = src
 		targets[s.Name] = forward.Target{
 			URL:         s.Forward,
 			Timeout:     time.Duration(s.ForwardTimeout),
 			BackoffMin:  time.Duration(s.BackoffMin),
 			BackoffMax:  time.Duration(s.BackoffMax),
 			MaxAttempts: s.MaxAttempts,
-			Sync:        src.sync,
+			Sync:        s.Mode == "sync",
 			MaxRate:     s.MaxRate,
 			Burst:       s.MaxRateBurst,
 

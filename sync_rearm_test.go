@@ -65,7 +65,7 @@ func TestSyncRetryOfADeadEventRearmsIt(t *testing.T) {
 		t.Fatalf("other body: %d %s, want 409 conflict", a.Status, a.Raw)
 	}
 	if ev, _ := tn.event(key); ev.State != engine.StateDead || len(ev.Audit) != 0 {
-		t.Fatalf("after a conflicting body: state %s, audit %+v; want dead, no audit", stateName(ev.State), ev.Audit)
+		t.Fatalf("after a conflicting body: state %s, audit %+v; want dead, no audit", ev.State.String(), ev.Audit)
 	}
 
 	// The provider retries while the handler still fails: re-armed, tried,
@@ -93,7 +93,7 @@ func TestSyncRetryOfADeadEventRearmsIt(t *testing.T) {
 			t.Fatalf("%s: %d %s, want 201 from the handler", what, a.Status, a.Raw)
 		}
 		if ev, _ := tn.event(key); ev.State != engine.StateDone || len(ev.Audit) != 2 {
-			t.Fatalf("%s (%d): state %s, audit %+v; want done after two re-arms", what, i, stateName(ev.State), ev.Audit)
+			t.Fatalf("%s (%d): state %s, audit %+v; want done after two re-arms", what, i, ev.State.String(), ev.Audit)
 		}
 	}
 }
@@ -148,7 +148,7 @@ max_attempts = 1
 		t.Fatalf("same body under a new delivery id: %d %s, want 502 naming ghsync:d-1, dead", a.Status, a.Raw)
 	}
 	if ev, _ := tn.event("ghsync:d-1"); ev.State != engine.StateDead || len(ev.Audit) != 0 {
-		t.Fatalf("state %s, audit %+v: want dead, not re-armed", stateName(ev.State), ev.Audit)
+		t.Fatalf("state %s, audit %+v: want dead, not re-armed", ev.State.String(), ev.Audit)
 	}
 	if _, err := tn.event("ghsync:d-2"); err == nil {
 		t.Fatal("the replayed body was stored under its new key")

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"oncehook/config"
+	"oncehook/intake"
 	"oncehook/providers"
 )
 
@@ -34,7 +35,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	// A schema that does not compile would refuse the start: say so now.
 	for i := range cfg.Sources {
 		if f := cfg.Sources[i].SchemaFile; f != "" {
-			if _, err := compileSchema(f); err != nil {
+			if err := intake.CheckSchema(f); err != nil {
 				return fmt.Errorf("%s: source %s: %w", *path, cfg.Sources[i].Name, err)
 			}
 		}

@@ -1,4 +1,4 @@
-package main
+package intake
 
 // validJSON, the intake's JSON validity check: what encoding/json.Valid
 // decides, in one pass without a per-byte state function, so that a 1 KiB

@@ -1,4 +1,4 @@
-package main
+package intake
 
 import (
 	"encoding/json"

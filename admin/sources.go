@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"context"
@@ -13,35 +13,36 @@ import (
 )
 
 // Pausing a source: POST /v1/sources/{name}/pause and .../resume, the
-// "sources" of /v1/status, and the dead-letter page's buttons (admin_ui.go).
+// "sources" of /v1/status, and the dead-letter page's buttons (ui.go).
 // A paused source keeps answering its providers; its events wait, in the
 // replicated state, until it is resumed (engine.OpPause).
 
-type pauseRequest struct {
+// PauseRequest is the body of POST /v1/sources/{name}/pause and .../resume.
+type PauseRequest struct {
 	Reason string `json:"reason"`
 }
 
 // configuredSource reports whether name is a source of the running config.
-func (n *node) configuredSource(name string) bool {
-	for i := range n.cfg.Load().Sources {
-		if n.cfg.Load().Sources[i].Name == name {
+func (s *Server) configuredSource(name string) bool {
+	for i := range s.cfg().Sources {
+		if s.cfg().Sources[i].Name == name {
 			return true
 		}
 	}
 	return false
 }
 
-func (n *node) adminPause(w http.ResponseWriter, r *http.Request) {
-	n.adminPauseResume(w, r, true)
+func (s *Server) adminPause(w http.ResponseWriter, r *http.Request) {
+	s.adminPauseResume(w, r, true)
 }
 
-func (n *node) adminResume(w http.ResponseWriter, r *http.Request) {
-	n.adminPauseResume(w, r, false)
+func (s *Server) adminResume(w http.ResponseWriter, r *http.Request) {
+	s.adminPauseResume(w, r, false)
 }
 
-func (n *node) adminPauseResume(w http.ResponseWriter, r *http.Request, pause bool) {
+func (s *Server) adminPauseResume(w http.ResponseWriter, r *http.Request, pause bool) {
 	name := r.PathValue("name")
-	var req pauseRequest
+	var req PauseRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -52,11 +53,11 @@ func (n *node) adminPauseResume(w http.ResponseWriter, r *http.Request, pause bo
 		jsonError(w, http.StatusBadRequest, "reason is required")
 		return
 	}
-	if !n.configuredSource(name) {
+	if !s.configuredSource(name) {
 		jsonError(w, http.StatusNotFound, "unknown source "+name)
 		return
 	}
-	changed, err := n.setPaused(r.Context(), name, r.Context().Value(whoKey).(string), req.Reason, pause)
+	changed, err := s.setPaused(r.Context(), name, r.Context().Value(whoKey).(string), req.Reason, pause)
 	if err != nil {
 		jsonError(w, clusterWriteStatus(err), err.Error())
 		return
@@ -65,13 +66,13 @@ func (n *node) adminPauseResume(w http.ResponseWriter, r *http.Request, pause bo
 }
 
 // setPaused proposes a pause or a resume of source, from any node.
-func (n *node) setPaused(ctx context.Context, source, who, reason string, pause bool) (bool, error) {
+func (s *Server) setPaused(ctx context.Context, source, who, reason string, pause bool) (bool, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	if pause {
-		return n.cluster.Pause(ctx, source, who, reason)
+		return s.store.Pause(ctx, source, who, reason)
 	}
-	return n.cluster.Resume(ctx, source, who, reason)
+	return s.store.Resume(ctx, source, who, reason)
 }
 
 // clusterWriteStatus is the HTTP status of a failed operator write: 503
@@ -102,14 +103,14 @@ type sourceStatus struct {
 	backlog map[string]engine.Backlog
 }
 
-func (n *node) sourceStatus() (sourceStatus, error) {
-	var s sourceStatus
+func (s *Server) sourceStatus() (sourceStatus, error) {
+	var ss sourceStatus
 	var err error
-	if s.paused, err = n.cluster.Sources(); err != nil {
-		return s, err
+	if ss.paused, err = s.store.Sources(); err != nil {
+		return ss, err
 	}
-	s.backlog, err = n.cluster.Backlog()
-	return s, err
+	ss.backlog, err = s.store.Backlog()
+	return ss, err
 }
 
 // oldestAge is how long the source's oldest pending event has been due, in
@@ -131,8 +132,8 @@ func (s sourceStatus) pausedFor(name string, now time.Time) float64 {
 	return max(0, now.Sub(time.Unix(0, p.Since)).Seconds())
 }
 
-func (n *node) statusSources(bySource map[string]int) (map[string]sourceStatusJSON, error) {
-	ss, err := n.sourceStatus()
+func (s *Server) statusSources(bySource map[string]int) (map[string]sourceStatusJSON, error) {
+	ss, err := s.sourceStatus()
 	if err != nil {
 		return nil, err
 	}
@@ -145,7 +146,7 @@ func (n *node) statusSources(bySource map[string]int) (map[string]sourceStatusJS
 			Backlog: ss.backlog[name].Pending, OldestPendingAge: ss.oldestAge(name, now),
 		}
 	}
-	for _, src := range n.cfg.Load().Sources {
+	for _, src := range s.cfg().Sources {
 		add(src.Name)
 	}
 	for name := range bySource {

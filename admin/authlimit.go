@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"container/list"
@@ -40,6 +40,10 @@ const (
 	authForget       = 15 * time.Minute // longer than authBackoffMax: a waiting client stays known
 	authTableSize    = 4096
 )
+
+// AuthFreeFailures is how many wrong tokens in a row a client address may
+// present before it is backed off.
+const AuthFreeFailures = authFreeFailures
 
 func newAuthLimiter(now func() time.Time) *authLimiter {
 	return &authLimiter{now: now, size: authTableSize, clients: map[netip.Prefix]*list.Element{}, order: list.New()}

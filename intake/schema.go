@@ -1,8 +1,8 @@
-package main
+package intake
 
 // Payload schemas: a source's schema_file is a JSON Schema that a
 // verified body must satisfy before anything is keyed or stored. The schema is
-// compiled once per (re)load by compileSources; a schema that does not compile
+// compiled once per (re)load by Compile; a schema that does not compile
 // is a load or reload error, so a running node never serves with a broken one.
 
 import (
@@ -13,7 +13,6 @@ import (
 
 	"unicode/utf8"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"golang.org/x/text/language"
 	"golang.org/x/text/message"
@@ -30,6 +29,13 @@ const maxSchemaMessage = 200
 type payloadSchema struct {
 	path string
 	sch  *jsonschema.Schema
+}
+
+// CheckSchema compiles the JSON Schema at path and reports whether it
+// compiles, as a load would (the validate command uses it).
+func CheckSchema(path string) error {
+	_, err := compileSchema(path)
+	return err
 }
 
 // compileSchema reads and compiles the JSON Schema at path (absolute, as config
@@ -120,21 +126,4 @@ func clipMessage(s string) string {
 		n--
 	}
 	return s[:n] + "..."
-}
-
-// initSchemaMetrics creates and registers the schema rejection counter; called
-// by newMetrics.
-func (m *metrics) initSchemaMetrics() {
-	m.schemaFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "oncehook_schema_failures_total", Help: "Verified deliveries refused by the source's schema_file (400), by source.",
-	}, []string{"source"})
-	m.reg.MustRegister(m.schemaFailures)
-}
-
-// schemaFailure counts a body refused by its source's schema.
-func (m *metrics) schemaFailure(source string) {
-	if m == nil {
-		return
-	}
-	m.schemaFailures.WithLabelValues(source).Inc()
 }

@@ -1,4 +1,4 @@
-package main
+package intake
 
 // Sync mode's retries: a provider that resends a sync event whose handler
 // failed for good (dead) is asking for the effect again, and a sync answer
@@ -31,7 +31,7 @@ const (
 // carries OnlyFrom dead, which the engine checks on committed state, so two
 // retries racing through two nodes re-arm the event once. On this node the
 // re-arms of one key also run one at a time (no needless Raft rounds).
-func (in *intake) rearm(ctx *fasthttp.RequestCtx, src *source, key []byte) int {
+func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 	rctx, cancel := context.WithTimeout(context.Background(), in.timeout)
 	err := in.rearmOnce(rctx, string(key))
 	cancel()
@@ -57,7 +57,7 @@ var errNotDead = errors.New("event no longer dead")
 
 // rearmOnce replays key's event if it is still dead, one re-arm of a key at
 // a time on this node (see rearm).
-func (in *intake) rearmOnce(ctx context.Context, key string) error {
+func (in *Server) rearmOnce(ctx context.Context, key string) error {
 	for {
 		in.rearmMu.Lock()
 		busy, ok := in.rearming[key]

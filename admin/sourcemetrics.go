@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"slices"
@@ -6,7 +6,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"oncehook/cluster"
 	"oncehook/engine"
 )
 
@@ -33,9 +32,10 @@ type pauseSource interface {
 	Backlog() (map[string]engine.Backlog, error)
 }
 
-var _ pauseSource = (*cluster.Node)(nil)
-
-func newSourceCollector(n pauseSource, sources func() []string) *sourceCollector {
+// NewSourceCollector returns the collector of the sources' pause state and
+// backlog, read from n at scrape time; sources returns the configured
+// source names.
+func NewSourceCollector(n pauseSource, sources func() []string) prometheus.Collector {
 	desc := func(name, help string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, []string{"source"}, nil)
 	}
@@ -84,12 +84,9 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// configuredSourceNames returns the running config's source names.
-func (n *node) configuredSourceNames() []string {
-	cfg := n.cfg.Load()
-	names := make([]string, 0, len(cfg.Sources))
-	for i := range cfg.Sources {
-		names = append(names, cfg.Sources[i].Name)
+func b2f(b bool) float64 {
+	if b {
+		return 1
 	}
-	return names
+	return 0
 }

@@ -1,4 +1,4 @@
-package main
+package intake
 
 import (
 	"bytes"
@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -18,22 +17,28 @@ import (
 
 	"github.com/valyala/fasthttp"
 
-	"oncehook/cluster"
 	"oncehook/config"
 	"oncehook/engine"
 	"oncehook/providers"
 )
 
-// claimStore is what the intake needs from the replicated store. The cluster
-// node satisfies it; the intake never knows whether Raft is underneath.
-type claimStore interface {
+// Store is what the intake needs from the replicated store. The cluster
+// node satisfies it (package main checks that at compile time); the intake
+// never knows whether Raft is underneath, and tests put a bare engine behind
+// it.
+type Store interface {
 	// Lookup reads this node's applied state: a key found is committed.
 	Lookup(key string) (engine.State, bool, error)
 	// Claim commits a claim on a majority; Created is false for a duplicate.
+	// An error means the claim is not known to be committed; one wrapping
+	// engine.ErrBadCommand is the request's fault (400), the others are
+	// answered 503 (Options.NotCommitted tells which of them to log as an
+	// expected loss of quorum).
 	Claim(ctx context.Context, c engine.Command) (engine.Result, error)
 	// Get reads one event from this node's applied state.
 	Get(key string, withPayload bool) (engine.Event, error)
-	// Wait blocks until final(event) holds on this node's applied state.
+	// Wait blocks until final(event) holds on this node's applied state, or
+	// ctx ends.
 	Wait(ctx context.Context, key string, final func(engine.Event) bool) (engine.Event, error)
 	// Ready reports whether the node has a leader and has applied the commit index.
 	Ready() (bool, string)
@@ -44,10 +49,32 @@ type claimStore interface {
 	Replay(ctx context.Context, c engine.Command) (engine.Result, error)
 }
 
-var _ claimStore = (*cluster.Node)(nil)
+// Metrics counts what the intake decides. Package main implements it over
+// its Prometheus collectors; the metric names are docs/reference.md's.
+type Metrics interface {
+	// Request counts one answered POST /in/{source} ("" for an unknown source).
+	Request(source string, code int)
+	// Claim counts a verified delivery, new or duplicate.
+	Claim(source string, created bool)
+	// SignatureFailure counts a 401 by reason.
+	SignatureFailure(source, reason string)
+	// ClaimDuration observes one request's latency.
+	ClaimDuration(d time.Duration)
+	// ReplaySuspected counts a body the replay guard found under another key.
+	ReplaySuspected(source string)
+	// SyncConflict counts a sync duplicate whose body differs (409).
+	SyncConflict(source string)
+	// DuplicateBodyChanged counts a duplicate whose body differs.
+	DuplicateBodyChanged(source string)
+	// Filtered counts a delivery the type filter dropped; typ is a
+	// configured type or "other".
+	Filtered(source, typ string)
+	// SchemaFailure counts a body refused by the source's schema.
+	SchemaFailure(source string)
+}
 
-// source is one configured source compiled for the hot path.
-type source struct {
+// Source is one configured source compiled for the hot path (Compile).
+type Source struct {
 	name        string
 	provider    string
 	verifier    providers.Verifier
@@ -82,20 +109,68 @@ type source struct {
 	guardBody bool
 }
 
-// sourceSet is swapped whole on reload.
-type sourceSet struct {
-	byName  map[string]*source
+// UseVerifier replaces the source's verifier and handshaker (nil: none);
+// the keys_url key sets do, before the set is served.
+func (s *Source) UseVerifier(v providers.Verifier, h providers.Handshaker) {
+	s.verifier, s.handshaker = v, h
+}
+
+// Set is the compiled sources, swapped whole on reload (SetSources).
+type Set struct {
+	byName  map[string]*Source
 	maxBody int
 }
 
-// intake is the public webhook listener.
-type intake struct {
-	store   claimStore
-	sources atomic.Pointer[sourceSet]
-	log     *slog.Logger
-	now     func() time.Time
-	metrics *metrics
-	timeout time.Duration // how long a claim may wait for a commit
+// Source returns the compiled source called name, or nil.
+func (s *Set) Source(name string) *Source { return s.byName[name] }
+
+// Has reports whether the set holds a source called name.
+func (s *Set) Has(name string) bool { return s.byName[name] != nil }
+
+// UseVerifier gives the source called name another verifier and handshaker
+// (Source.UseVerifier); nothing when there is no such source. The keys_url
+// key sets call it on a set before it is served.
+func (s *Set) UseVerifier(name string, v providers.Verifier, h providers.Handshaker) {
+	if src := s.byName[name]; src != nil {
+		src.UseVerifier(v, h)
+	}
+}
+
+// Options configures New.
+type Options struct {
+	// Store is the replicated store; required.
+	Store Store
+	// Sources is the first set served; nil: none until SetSources.
+	Sources *Set
+	// Logger; nil: discard.
+	Logger *slog.Logger
+	// Metrics; nil: nothing is counted.
+	Metrics Metrics
+	// Now is the clock signatures' timestamps are checked against; nil:
+	// time.Now.
+	Now func() time.Time
+	// Timeout bounds how long a claim waits for its commit; 0: 10 seconds.
+	Timeout time.Duration
+	// MaxConnsPerIP caps one client address's open connections ([node]
+	// max_conns_per_ip); 0: config.DefaultMaxConnsPerIP.
+	MaxConnsPerIP int
+	// NotCommitted reports whether a Claim error is the store's "no quorum"
+	// kind (no leader, not leader, shutdown, outcome unknown): logged at
+	// warn as "claim not committed". Any other error is logged at error as
+	// "claim failed". Both are 503 with Retry-After. nil: none is.
+	NotCommitted func(error) bool
+}
+
+// Server is the public webhook listener's handler (docs/architecture.md,
+// Request flow).
+type Server struct {
+	store        Store
+	sources      atomic.Pointer[Set]
+	log          *slog.Logger
+	now          func() time.Time
+	metrics      Metrics
+	timeout      time.Duration // how long a claim may wait for a commit
+	notCommitted func(error) bool
 	// maxConnsPerIP caps one client address's open connections ([node]
 	// max_conns_per_ip); 0: DefaultMaxConnsPerIP.
 	maxConnsPerIP int
@@ -104,25 +179,50 @@ type intake struct {
 	bodyBufs sync.Pool // bodies read by readBody, returned when the request ends
 
 	rearmMu  sync.Mutex
-	rearming map[string]chan struct{} // sync keys being re-armed, closed when done (intake_sync.go)
+	rearming map[string]chan struct{} // sync keys being re-armed, closed when done (sync.go)
 }
 
-func newIntake(store claimStore, set *sourceSet, log *slog.Logger, m *metrics) *intake {
-	in := &intake{store: store, log: log, now: time.Now, metrics: m, timeout: 10 * time.Second}
+// New returns the intake over o.Store.
+func New(o Options) *Server {
+	in := &Server{store: o.Store, log: o.Logger, now: o.Now, metrics: o.Metrics, timeout: o.Timeout,
+		maxConnsPerIP: o.MaxConnsPerIP, notCommitted: o.NotCommitted}
+	if in.log == nil {
+		in.log = slog.New(slog.DiscardHandler)
+	}
+	if in.now == nil {
+		in.now = time.Now
+	}
+	if in.metrics == nil {
+		in.metrics = noMetrics{}
+	}
+	if in.timeout <= 0 {
+		in.timeout = 10 * time.Second
+	}
+	if in.notCommitted == nil {
+		in.notCommitted = func(error) bool { return false }
+	}
+	set := o.Sources
+	if set == nil {
+		set = &Set{byName: map[string]*Source{}}
+	}
 	in.sources.Store(set)
 	in.keyBufs.New = func() any { b := make([]byte, 0, 600); return &b }
 	in.bodyBufs.New = func() any { b := make([]byte, 0, 8<<10); return &b }
 	return in
 }
 
-// server builds the fasthttp server with limits that bound hostile clients:
+// SetSources swaps the served sources (a reload); requests in flight finish
+// with the set they started with.
+func (in *Server) SetSources(set *Set) { in.sources.Store(set) }
+
+// HTTPServer builds the fasthttp server with limits that bound hostile clients:
 // read/write/idle timeouts against slowloris, a header size limit (431), a
 // per-IP connection cap, and bodies streamed: fasthttp hands the handler the
 // headers and at most 8 KiB already read, so the route, the client address
 // and the source's max_body are decided before the rest of a body is read
 // (readBody). Nothing a client sends to an unknown source, from a refused
 // address or over max_body is buffered.
-func (in *intake) server() *fasthttp.Server {
+func (in *Server) HTTPServer() *fasthttp.Server {
 	conns := in.maxConnsPerIP
 	if conns <= 0 {
 		conns = config.DefaultMaxConnsPerIP
@@ -243,7 +343,7 @@ var (
 	strJSON   = "application/json"
 )
 
-func (in *intake) handle(ctx *fasthttp.RequestCtx) {
+func (in *Server) handle(ctx *fasthttp.RequestCtx) {
 	path := ctx.Path()
 	switch {
 	case bytes.HasPrefix(path, strIn):
@@ -265,23 +365,23 @@ func (in *intake) handle(ctx *fasthttp.RequestCtx) {
 	}
 }
 
-func (in *intake) handleIn(ctx *fasthttp.RequestCtx, name []byte) {
+func (in *Server) handleIn(ctx *fasthttp.RequestCtx, name []byte) {
 	start := time.Now()
 	set := in.sources.Load()
 	src := set.byName[string(name)]
 	if src == nil {
-		in.metrics.request("", fasthttp.StatusNotFound)
+		in.metrics.Request("", fasthttp.StatusNotFound)
 		writeError(ctx, fasthttp.StatusNotFound, "unknown source")
 		return
 	}
 	code := in.serveSource(ctx, src, start)
-	in.metrics.request(src.name, code)
-	in.metrics.claimDuration(time.Since(start))
+	in.metrics.Request(src.name, code)
+	in.metrics.ClaimDuration(time.Since(start))
 }
 
 // serveSource runs the hot path (docs/architecture.md, Request flow) and
 // returns the status sent.
-func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.Time) int {
+func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.Time) int {
 	if !ctx.IsPost() {
 		ctx.Response.Header.Set("Allow", "POST")
 		return writeError(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed: use POST")
@@ -310,7 +410,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		req.URL = publicURL(ctx, src.trusted)
 	}
 	if err := src.verifier.Verify(&req); err != nil {
-		in.metrics.signatureFailure(src.name, verifyReason(err))
+		in.metrics.SignatureFailure(src.name, verifyReason(err))
 		return writeError(ctx, fasthttp.StatusUnauthorized, err.Error())
 	}
 	if src.handshaker != nil {
@@ -325,7 +425,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 	// refused before anything is filtered, keyed or stored.
 	if src.checkJSON && !validJSON(body) {
 		if src.schema != nil {
-			in.metrics.schemaFailure(src.name) // the schema would have refused it
+			in.metrics.SchemaFailure(src.name) // the schema would have refused it
 		}
 		return writeError(ctx, fasthttp.StatusBadRequest, "body is not valid JSON")
 	}
@@ -338,7 +438,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 			if _, listed := src.types[string(typ)]; listed {
 				label = string(typ)
 			}
-			in.metrics.filtered(src.name, label)
+			in.metrics.Filtered(src.name, label)
 			if in.log.Enabled(context.Background(), slog.LevelDebug) {
 				in.log.Debug("filtered", "source", src.name, "type", string(typ))
 			}
@@ -349,7 +449,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 	// keyed or stored.
 	if src.schema != nil {
 		if msg := src.schema.validate(body); msg != "" {
-			in.metrics.schemaFailure(src.name)
+			in.metrics.SchemaFailure(src.name)
 			return writeError(ctx, fasthttp.StatusBadRequest, msg)
 		}
 	}
@@ -375,7 +475,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 	// without a Raft round. Absence proves nothing; the claim decides.
 	skey := string(key) // one copy for the lookup and the command
 	if st, ok, err := in.store.Lookup(skey); err == nil && ok {
-		in.metrics.claim(src.name, false)
+		in.metrics.Claim(src.name, false)
 		return in.answerDuplicate(ctx, src, key, st, body, true)
 	}
 
@@ -401,8 +501,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		switch {
 		case errors.Is(err, engine.ErrBadCommand):
 			return writeError(ctx, fasthttp.StatusBadRequest, err.Error())
-		case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrIndeterminate),
-			errors.Is(err, cluster.ErrShutdown), errors.Is(err, cluster.ErrNotLeader):
+		case in.notCommitted(err):
 			in.log.Warn("claim not committed", "source", src.name, "err", err)
 			ctx.Response.Header.Set("Retry-After", "1")
 			return writeError(ctx, fasthttp.StatusServiceUnavailable, "no quorum: not committed, retry")
@@ -411,7 +510,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		ctx.Response.Header.Set("Retry-After", "1")
 		return writeError(ctx, fasthttp.StatusServiceUnavailable, "claim failed, retry")
 	}
-	in.metrics.claim(src.name, res.Created)
+	in.metrics.Claim(src.name, res.Created)
 	// One line per committed claim, at debug: at tens of thousands of claims a
 	// second an info line per event would cost more than the claim itself.
 	if in.log.Enabled(context.Background(), slog.LevelDebug) {
@@ -419,12 +518,12 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 		if !res.Created {
 			result = "duplicate"
 		}
-		in.log.Debug("claim", "source", src.name, "key", cmd.Key, "result", result, "state", stateName(res.State), "latency", time.Since(start))
+		in.log.Debug("claim", "source", src.name, "key", cmd.Key, "result", result, "state", res.State.String(), "latency", time.Since(start))
 	}
 	if !res.Created && len(res.Keys) == 1 {
 		// The replay guard matched: this verified body is another key's
 		// event, resent under an id the signature does not cover.
-		in.metrics.replaySuspected(src.name)
+		in.metrics.ReplaySuspected(src.name)
 		in.log.Warn("replayed body under a new key", "source", src.name, "key", cmd.Key, "original", res.Keys[0])
 		return in.answerDuplicate(ctx, src, []byte(res.Keys[0]), res.State, body, false)
 	}
@@ -440,7 +539,7 @@ func (in *intake) serveSource(ctx *fasthttp.RequestCtx, src *source, start time.
 // filter reads the event type and reports whether the source's filter drops
 // the delivery. A missing type is never in a list: not accepted, not dropped.
 // typ may alias body or the header's memory, and is nil when missing.
-func (s *source) filter(h providers.Headers, body []byte) (typ []byte, drop bool) {
+func (s *Source) filter(h providers.Headers, body []byte) (typ []byte, drop bool) {
 	typ, err := s.typeField.Value(h, body)
 	if err != nil || len(typ) == 0 {
 		return nil, s.acceptTypes
@@ -451,14 +550,14 @@ func (s *source) filter(h providers.Headers, body []byte) (typ []byte, drop bool
 
 // answerDuplicate answers a delivery whose event exists. own is false when
 // the replay guard matched the body under another key.
-func (in *intake) answerDuplicate(ctx *fasthttp.RequestCtx, src *source, key []byte, st engine.State, body []byte, own bool) int {
+func (in *Server) answerDuplicate(ctx *fasthttp.RequestCtx, src *Source, key []byte, st engine.State, body []byte, own bool) int {
 	// A different body under the same key is still a duplicate (the key is the
 	// event's identity), but it is counted: a sender reusing ids, or a forged
 	// body under a valid signature for another event, shows up here.
 	stored, err := in.store.Get(string(key), true)
 	sameBody := err == nil && stored.Payload != nil && bytes.Equal(stored.Payload, body)
 	if err == nil && stored.Payload != nil && !sameBody {
-		in.metrics.duplicateBodyChanged(src.name)
+		in.metrics.DuplicateBodyChanged(src.name)
 		in.log.Warn("duplicate with a different body", "source", src.name, "key", string(key))
 	}
 	if src.sync && !sameBody {
@@ -467,7 +566,7 @@ func (in *intake) answerDuplicate(ctx *fasthttp.RequestCtx, src *source, key []b
 		// of the event behind the key (docs/security.md). A body that can no
 		// longer be compared (payload dropped) gets no answer either.
 		if err == nil && stored.Payload != nil {
-			in.metrics.syncConflict(src.name)
+			in.metrics.SyncConflict(src.name)
 			return writeClaim(ctx, fasthttp.StatusConflict, "conflict", key, st, false)
 		}
 		return writeClaim(ctx, fasthttp.StatusOK, "duplicate", key, st, false)
@@ -493,7 +592,7 @@ func (in *intake) answerDuplicate(ctx *fasthttp.RequestCtx, src *source, key []b
 }
 
 // answerSync waits for the handler's answer and relays it.
-func (in *intake) answerSync(ctx *fasthttp.RequestCtx, src *source, key []byte) int {
+func (in *Server) answerSync(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 	wctx, cancel := context.WithTimeout(context.Background(), src.waitFor)
 	defer cancel()
 	ev, err := in.store.Wait(wctx, string(key), func(ev engine.Event) bool {
@@ -656,7 +755,7 @@ func writeClaim(ctx *fasthttp.RequestCtx, status int, word string, key []byte, s
 	out = appendJSONString(out, string(key))
 	if withState {
 		out = append(out, `,"state":"`...)
-		out = append(out, stateName(st)...)
+		out = append(out, st.String()...)
 		out = append(out, '"')
 	}
 	out = append(out, "}\n"...)
@@ -682,22 +781,6 @@ func writeFiltered(ctx *fasthttp.RequestCtx, typ []byte) int {
 	return fasthttp.StatusOK
 }
 
-func stateName(s engine.State) string {
-	switch s {
-	case engine.StatePending:
-		return "pending"
-	case engine.StateProcessing:
-		return "processing"
-	case engine.StateDone:
-		return "done"
-	case engine.StateDead:
-		return "dead"
-	case engine.StateStale:
-		return "stale"
-	}
-	return "unknown"
-}
-
 func appendJSONString(b []byte, s string) []byte {
 	const hex = "0123456789abcdef"
 	b = append(b, '"')
@@ -714,5 +797,3 @@ func appendJSONString(b []byte, s string) []byte {
 	}
 	return append(b, '"')
 }
-
-var _ = strconv.Itoa

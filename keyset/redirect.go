@@ -1,4 +1,4 @@
-package main
+package keyset
 
 // The redirect policy of the keys_url fetcher. A published key set decides who
 // may sign, so where a fetch may be redirected is bounded (docs/security.md):

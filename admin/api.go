@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"context"
@@ -15,8 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"oncehook/cluster"
 	"oncehook/engine"
 )
@@ -29,43 +27,43 @@ type ctxKey int
 
 const whoKey ctxKey = 0
 
-func (n *node) adminHandler() http.Handler {
+func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
-	auth := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, n.requireToken(h)) }
+	mux.Handle("GET /metrics", s.metrics)
+	auth := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.requireToken(h)) }
 	auth("GET /livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
-	auth("GET /readyz", n.adminReady)
-	auth("GET /v1/status", n.adminStatus)
-	auth("GET /v1/events", n.adminEvents)
-	auth("GET /v1/events/{key...}", n.adminEvent)
-	auth("POST /v1/replay", n.adminReplay)
-	auth("POST /v1/purge", n.adminPurge) // retention.go
-	auth("POST /v1/sources/{name}/pause", n.adminPause)
-	auth("POST /v1/sources/{name}/resume", n.adminResume)
-	auth("POST /v1/cluster/join", n.adminJoin)
-	auth("DELETE /v1/cluster/peers/{id}", n.adminRemovePeer)
-	auth("GET /v1/backup", n.adminBackup)
-	auth("POST /v1/restore", n.adminRestore)
+	auth("GET /readyz", s.adminReady)
+	auth("GET /v1/status", s.adminStatus)
+	auth("GET /v1/events", s.adminEvents)
+	auth("GET /v1/events/{key...}", s.adminEvent)
+	auth("POST /v1/replay", s.adminReplay)
+	auth("POST /v1/purge", s.adminPurge) // purge.go
+	auth("POST /v1/sources/{name}/pause", s.adminPause)
+	auth("POST /v1/sources/{name}/resume", s.adminResume)
+	auth("POST /v1/cluster/join", s.adminJoin)
+	auth("DELETE /v1/cluster/peers/{id}", s.adminRemovePeer)
+	auth("GET /v1/backup", s.adminBackup)
+	auth("POST /v1/restore", s.adminRestore)
 	auth("GET /debug/pprof/", pprof.Index)
 	auth("GET /debug/pprof/cmdline", pprof.Cmdline)
 	auth("GET /debug/pprof/profile", pprof.Profile)
 	auth("GET /debug/pprof/symbol", pprof.Symbol)
 	auth("GET /debug/pprof/trace", pprof.Trace)
-	n.registerUI(mux) // the dead-letter page, /ui/ (admin_ui.go)
+	s.registerUI(mux) // the dead-letter page, /ui/ (ui.go)
 	return mux
 }
 
 // requireToken admits requests with a configured bearer token. A client that
 // keeps presenting wrong tokens is backed off (authlimit.go): 429 with
 // Retry-After, whatever it sends, until its wait is over.
-func (n *node) requireToken(h http.HandlerFunc) http.Handler {
+func (s *Server) requireToken(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		client := authKey(r.RemoteAddr)
-		if d := n.authLimit.wait(client); d > 0 {
+		if d := s.authLimit.wait(client); d > 0 {
 			tooManyFailures(w, d)
 			return
 		}
-		tokens := n.cfg.Load().Admin.Tokens
+		tokens := s.cfg().Admin.Tokens
 		if len(tokens) == 0 {
 			jsonError(w, http.StatusUnauthorized, "no admin tokens configured ([admin] tokens)")
 			return
@@ -85,25 +83,25 @@ func (n *node) requireToken(h http.HandlerFunc) http.Handler {
 			}
 		}
 		if who == "" {
-			n.authFailed(r, client, "admin api")
+			s.authFailed(r, client, "admin api")
 			jsonError(w, http.StatusUnauthorized, "invalid bearer token")
 			return
 		}
-		n.authLimit.success(client)
+		s.authLimit.success(client)
 		// The server's ReadTimeout guards against clients that never finish
 		// a request. Past it, net/http's read for the next request fails and
 		// cancels this one's context, so an authenticated request gets the
 		// whole write timeout (a pprof profile, a replay's commit).
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(n.adminTimeouts.write))
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.timeouts.Write))
 		h(w, r.WithContext(context.WithValue(r.Context(), whoKey, who)))
 	})
 }
 
 // authFailed counts a wrong token against the client and logs when that
 // starts or lengthens its backoff.
-func (n *node) authFailed(r *http.Request, client netip.Prefix, where string) {
-	if d := n.authLimit.fail(client); d > 0 {
-		n.log.Warn(where+": repeated authentication failures; backing off", "remote", r.RemoteAddr, "retry_after", d.String())
+func (s *Server) authFailed(r *http.Request, client netip.Prefix, where string) {
+	if d := s.authLimit.fail(client); d > 0 {
+		s.log.Warn(where+": repeated authentication failures; backing off", "remote", r.RemoteAddr, "retry_after", d.String())
 	}
 }
 
@@ -125,8 +123,8 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	enc.Encode(v)
 }
 
-func (n *node) adminReady(w http.ResponseWriter, r *http.Request) {
-	if ok, why := n.cluster.Ready(); !ok {
+func (s *Server) adminReady(w http.ResponseWriter, r *http.Request) {
+	if ok, why := s.store.Ready(); !ok {
 		w.Header().Set("Retry-After", "1")
 		http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 		return
@@ -145,27 +143,27 @@ type statusJSON struct {
 	ReadyWhy string                      `json:"ready_reason"`
 }
 
-func (n *node) adminStatus(w http.ResponseWriter, r *http.Request) {
-	st := statusJSON{Status: n.cluster.ClusterStatus(r.Context()), Version: version, Counts: map[string]int{}}
-	st.Ready, st.ReadyWhy = n.cluster.Ready()
-	byState, bySource, err := n.cluster.Counts()
+func (s *Server) adminStatus(w http.ResponseWriter, r *http.Request) {
+	st := statusJSON{Status: s.store.ClusterStatus(r.Context()), Version: s.version, Counts: map[string]int{}}
+	st.Ready, st.ReadyWhy = s.store.Ready()
+	byState, bySource, err := s.store.Counts()
 	if err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	for _, s := range []engine.State{engine.StatePending, engine.StateProcessing, engine.StateDone, engine.StateDead, engine.StateStale} {
-		st.Counts[stateName(s)] = byState[s]
+	for _, s := range engine.States {
+		st.Counts[s.String()] = byState[s]
 	}
-	if st.Sources, err = n.statusSources(bySource); err != nil {
+	if st.Sources, err = s.statusSources(bySource); err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, st)
 }
 
-// eventJSON is the admin API's event shape (docs/reference.md, "HTTP surface";
+// Event is the admin API's event shape (docs/reference.md, "HTTP surface";
 // scripts read it, so field names are fixed).
-type eventJSON struct {
+type Event struct {
 	Key           string            `json:"key"`
 	Source        string            `json:"source"`
 	State         string            `json:"state"`
@@ -218,9 +216,9 @@ func ts(ns int64) string {
 	return time.Unix(0, ns).UTC().Format(time.RFC3339Nano)
 }
 
-func toEventJSON(ev engine.Event, withBody bool) eventJSON {
-	j := eventJSON{
-		Key: ev.Key, Source: ev.Source, State: stateName(ev.State), Attempts: ev.Attempts, Token: ev.Token,
+func toEventJSON(ev engine.Event, withBody bool) Event {
+	j := Event{
+		Key: ev.Key, Source: ev.Source, State: ev.State.String(), Attempts: ev.Attempts, Token: ev.Token,
 		CreatedAt: ts(ev.CreatedAt), UpdatedAt: ts(ev.UpdatedAt), ExpiresAt: ts(ev.ExpiresAt),
 		LastError: ev.LastError, Step: ev.Step, Audit: []auditJSON{},
 	}
@@ -239,7 +237,7 @@ func toEventJSON(ev engine.Event, withBody bool) eventJSON {
 		j.LeaseUntil = ts(ev.LeaseUntil)
 	}
 	for _, a := range ev.Audit {
-		j.Audit = append(j.Audit, auditJSON{At: ts(a.At), Who: a.Who, Action: a.Action, Reason: a.Reason, From: stateName(a.From)})
+		j.Audit = append(j.Audit, auditJSON{At: ts(a.At), Who: a.Who, Action: a.Action, Reason: a.Reason, From: a.From.String()})
 	}
 	if withBody {
 		if len(ev.Headers) > 0 {
@@ -259,20 +257,11 @@ func toEventJSON(ev engine.Event, withBody bool) eventJSON {
 	return j
 }
 
-func parseState(s string) (engine.State, bool) {
-	for _, st := range []engine.State{engine.StatePending, engine.StateProcessing, engine.StateDone, engine.StateDead, engine.StateStale} {
-		if stateName(st) == s {
-			return st, true
-		}
-	}
-	return 0, false
-}
-
-func (n *node) adminEvents(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	f := engine.ListFilter{Source: q.Get("source"), Limit: engine.DefaultListLimit}
 	if s := q.Get("state"); s != "" {
-		st, ok := parseState(s)
+		st, ok := engine.ParseState(s)
 		if !ok {
 			jsonError(w, http.StatusBadRequest, fmt.Sprintf("unknown state %q (pending|processing|done|dead|stale)", s))
 			return
@@ -292,15 +281,15 @@ func (n *node) adminEvents(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	evs, err := n.cluster.List(f)
+	evs, err := s.store.List(f)
 	if err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
 	out := struct {
-		Events []eventJSON `json:"events"`
-		Next   string      `json:"next,omitempty"`
-	}{Events: []eventJSON{}}
+		Events []Event `json:"events"`
+		Next   string  `json:"next,omitempty"`
+	}{Events: []Event{}}
 	for _, ev := range evs {
 		out.Events = append(out.Events, toEventJSON(ev, false))
 	}
@@ -336,10 +325,10 @@ func parseCursor(after string, f *engine.ListFilter) error {
 	return nil
 }
 
-func (n *node) adminEvent(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminEvent(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	withBody := r.URL.Query().Get("body") == "1" || r.URL.Query().Get("body") == "true"
-	ev, err := n.cluster.Get(key, withBody)
+	ev, err := s.store.Get(key, withBody)
 	if errors.Is(err, engine.ErrNotFound) {
 		jsonError(w, http.StatusNotFound, "no event with key "+strconv.Quote(key))
 		return
@@ -355,7 +344,8 @@ func (n *node) adminEvent(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, j)
 }
 
-type replayRequest struct {
+// ReplayRequest is the body of POST /v1/replay.
+type ReplayRequest struct {
 	Source string   `json:"source"`
 	Keys   []string `json:"keys"`
 	State  string   `json:"state"`
@@ -364,8 +354,8 @@ type replayRequest struct {
 	DryRun bool     `json:"dry_run"`
 }
 
-func (n *node) adminReplay(w http.ResponseWriter, r *http.Request) {
-	var req replayRequest
+func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
+	var req ReplayRequest
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&req); err != nil {
@@ -384,8 +374,8 @@ func (n *node) adminReplay(w http.ResponseWriter, r *http.Request) {
 	case len(req.Keys) > 0:
 		cmd.Keys = req.Keys
 	case req.State != "":
-		st, ok := parseState(req.State)
-		if !ok || (st != engine.StateDead && st != engine.StateDone && st != engine.StateStale) {
+		st, ok := engine.ParseState(req.State)
+		if !ok || !engine.Replayable(st) {
 			jsonError(w, http.StatusBadRequest, "state must be dead, done or stale")
 			return
 		}
@@ -403,7 +393,7 @@ func (n *node) adminReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.DryRun {
-		keys, err := n.replayCandidates(cmd)
+		keys, err := s.replayCandidates(cmd)
 		if err != nil {
 			jsonError(w, http.StatusInternalServerError, err.Error())
 			return
@@ -413,7 +403,7 @@ func (n *node) adminReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
-	res, err := n.cluster.Replay(ctx, cmd)
+	res, err := s.store.Replay(ctx, cmd)
 	if errors.Is(err, engine.ErrNoPayload) {
 		jsonError(w, http.StatusConflict, fmt.Sprintf("event %s: its payload was dropped after its source's payload_retention; there is nothing to deliver again", cmd.Keys[0]))
 		return
@@ -437,12 +427,12 @@ func nonNil(s []string) []string {
 }
 
 // replayCandidates lists what a replay would move, without moving it.
-func (n *node) replayCandidates(cmd engine.Command) ([]string, error) {
+func (s *Server) replayCandidates(cmd engine.Command) ([]string, error) {
 	var keys []string
 	if len(cmd.Keys) > 0 {
 		for _, k := range cmd.Keys {
-			ev, err := n.cluster.Get(k, false)
-			if err == nil && (ev.State == engine.StateDead || ev.State == engine.StateDone || ev.State == engine.StateStale) {
+			ev, err := s.store.Get(k, false)
+			if err == nil && engine.Replayable(ev.State) {
 				keys = append(keys, k)
 			}
 		}
@@ -450,7 +440,7 @@ func (n *node) replayCandidates(cmd engine.Command) ([]string, error) {
 	}
 	f := engine.ListFilter{State: cmd.State, Source: cmd.Source, Limit: engine.MaxListLimit}
 	for {
-		evs, err := n.cluster.List(f)
+		evs, err := s.store.List(f)
 		if err != nil {
 			return nil, err
 		}
@@ -479,7 +469,7 @@ func parseSince(s string) (int64, error) {
 	return t.UnixNano(), nil
 }
 
-func (n *node) adminJoin(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminJoin(w http.ResponseWriter, r *http.Request) {
 	var req struct {
 		ID      string `json:"id"`
 		Address string `json:"address"`
@@ -488,16 +478,16 @@ func (n *node) adminJoin(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "join needs JSON {\"id\":..., \"address\":...}")
 		return
 	}
-	if err := n.cluster.Join(r.Context(), req.ID, req.Address); err != nil {
+	if err := s.store.Join(r.Context(), req.ID, req.Address); err != nil {
 		jsonError(w, clusterStatus(err), err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"joined": req.ID})
 }
 
-func (n *node) adminRemovePeer(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminRemovePeer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
-	if err := n.cluster.RemovePeer(r.Context(), id); err != nil {
+	if err := s.store.RemovePeer(r.Context(), id); err != nil {
 		jsonError(w, clusterStatus(err), err.Error())
 		return
 	}
@@ -514,21 +504,21 @@ func clusterStatus(err error) int {
 	return http.StatusInternalServerError
 }
 
-func (n *node) adminBackup(w http.ResponseWriter, r *http.Request) {
+func (s *Server) adminBackup(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="oncehook-backup.db"`)
 	// The stream may outlast the server's WriteTimeout; it may not stall.
-	sw := streamWriter{w: w, rc: http.NewResponseController(w), timeout: n.adminTimeouts.stream}
-	if _, err := n.cluster.Backup(sw); err != nil {
-		n.log.Error("backup failed", "err", err)
+	sw := streamWriter{w: w, rc: http.NewResponseController(w), timeout: s.timeouts.Stream}
+	if _, err := s.store.Backup(sw); err != nil {
+		s.log.Error("backup failed", "err", err)
 	}
 }
 
 // adminRestore replaces the cluster's state with an uploaded backup (leader
 // only). The upload is spooled into data_dir first, at most admin.max_restore
 // bytes of it: a larger one is answered 413 and changes nothing.
-func (n *node) adminRestore(w http.ResponseWriter, r *http.Request) {
-	cfg := n.cfg.Load()
+func (s *Server) adminRestore(w http.ResponseWriter, r *http.Request) {
+	cfg := s.cfg()
 	limit := int64(cfg.Admin.MaxRestore)
 	tooLarge := func() {
 		jsonError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf(
@@ -540,7 +530,7 @@ func (n *node) adminRestore(w http.ResponseWriter, r *http.Request) {
 	}
 	rc := http.NewResponseController(w)
 	// The upload may outlast the server's ReadTimeout; it may not stall.
-	body := streamReader{r: http.MaxBytesReader(w, r.Body, limit), rc: rc, timeout: n.adminTimeouts.stream}
+	body := streamReader{r: http.MaxBytesReader(w, r.Body, limit), rc: rc, timeout: s.timeouts.Stream}
 	f, err := os.CreateTemp(cfg.Node.DataDir, "restore-*.db")
 	if err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())
@@ -563,12 +553,12 @@ func (n *node) adminRestore(w http.ResponseWriter, r *http.Request) {
 	// The answer comes after the restore commits, which may take longer
 	// than the server's WriteTimeout; the read deadline also keeps r's
 	// context alive meanwhile (see requireToken).
-	end := time.Now().Add(restoreTimeout + n.adminTimeouts.write)
+	end := time.Now().Add(restoreTimeout + s.timeouts.Write)
 	_ = rc.SetWriteDeadline(end)
 	_ = rc.SetReadDeadline(end)
 	ctx, cancel := context.WithTimeout(r.Context(), restoreTimeout)
 	defer cancel()
-	if err := n.cluster.Restore(ctx, f.Name()); err != nil {
+	if err := s.store.Restore(ctx, f.Name()); err != nil {
 		status := clusterStatus(err)
 		if strings.Contains(err.Error(), "not a usable backup") {
 			status = http.StatusBadRequest
@@ -576,6 +566,6 @@ func (n *node) adminRestore(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, status, err.Error())
 		return
 	}
-	n.log.Warn("cluster state restored from an uploaded backup", "who", r.Context().Value(whoKey))
+	s.log.Warn("cluster state restored from an uploaded backup", "who", r.Context().Value(whoKey))
 	writeJSON(w, http.StatusOK, map[string]string{"restored": "ok"})
 }

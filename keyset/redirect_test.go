@@ -1,4 +1,4 @@
-package main
+package keyset
 
 import (
 	"context"
@@ -130,7 +130,7 @@ func TestKeysRedirectHTTPSToHTTPRefused(t *testing.T) {
 	client := newKeysClient()
 	client.Transport.(*http.Transport).TLSClientConfig = tlsSrv.Client().Transport.(*http.Transport).TLSClientConfig.Clone()
 	get := func(path string) error {
-		ks := &keyset{source: "pub", url: tlsSrv.URL + path, client: client}
+		ks := &sourceKeys{source: "pub", url: tlsSrv.URL + path, client: client}
 		_, err := ks.get(context.Background())
 		return err
 	}

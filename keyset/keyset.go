@@ -1,4 +1,4 @@
-package main
+package keyset
 
 // Published, rotating keys: a source's keys_url names a JSON
 // document of its sender's active keys. Each source with one has a keyset that
@@ -42,8 +42,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-
 	"oncehook/config"
 	"oncehook/providers"
 )
@@ -59,20 +57,21 @@ const (
 	maxKidLen      = 128
 )
 
-// Key algorithms in a keys document.
+// Key algorithms in a keys document (Key.Alg).
 const (
-	algEd25519    = "ed25519"
-	algHMACSHA256 = "hmac-sha256"
+	AlgEd25519    = "ed25519"
+	AlgHMACSHA256 = "hmac-sha256"
 )
 
 var errNoKeyInForce = fmt.Errorf("%w: no key in force (keys_url)", providers.ErrBadSignature)
 
-// keysDoc is the published document, as read.
-type keysDoc struct {
-	Keys []keyEntry `json:"keys"`
+// Document is the published document, as read.
+type Document struct {
+	Keys []Key `json:"keys"`
 }
 
-type keyEntry struct {
+// Key is one key of a Document.
+type Key struct {
 	Kid string `json:"kid"`
 	Alg string `json:"alg"`
 	Key string `json:"key"`
@@ -81,15 +80,15 @@ type keyEntry struct {
 }
 
 // inForce reports whether k verifies at unix second now.
-func (k *keyEntry) inForce(now int64) bool {
+func (k *Key) inForce(now int64) bool {
 	return (k.Nbf == 0 || k.Nbf <= now) && (k.Exp == 0 || now < k.Exp)
 }
 
 // parseKeysDoc reads and checks a keys document for a source of provider. It
 // returns the usable keys and the kids skipped for an unknown alg. Errors
 // never quote key material.
-func parseKeysDoc(b []byte, provider string) (keys []keyEntry, skipped []string, err error) {
-	var doc keysDoc
+func parseKeysDoc(b []byte, provider string) (keys []Key, skipped []string, err error) {
+	var doc Document
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return nil, nil, fmt.Errorf("keys document is not JSON of the expected shape: %w", err)
 	}
@@ -113,14 +112,14 @@ func parseKeysDoc(b []byte, provider string) (keys []keyEntry, skipped []string,
 		}
 		seen[k.Kid] = true
 		switch k.Alg {
-		case algEd25519:
+		case AlgEd25519:
 			if provider != "standard" && provider != "svix" {
 				return nil, nil, fmt.Errorf("key %q: ed25519 keys are for standard and svix sources only", k.Kid)
 			}
 			if !strings.HasPrefix(k.Key, providers.PublicKeyPrefix) {
 				return nil, nil, fmt.Errorf("key %q: an ed25519 key is whpk_ followed by base64", k.Kid)
 			}
-		case algHMACSHA256:
+		case AlgHMACSHA256:
 			if strings.HasPrefix(k.Key, providers.PublicKeyPrefix) || strings.HasPrefix(k.Key, providers.PrivateKeyPrefix) {
 				return nil, nil, fmt.Errorf("key %q: alg hmac-sha256 with an ed25519 key", k.Kid)
 			}
@@ -182,13 +181,15 @@ type builtVerifier struct {
 }
 
 // keyset is one keys_url source's keys and its fetcher.
-type keyset struct {
+type sourceKeys struct {
 	source string
 	url    string
 	cache  string // data_dir/keys/<source>.json
 	client *http.Client
 	log    *slog.Logger
-	m      *metrics
+	m      Metrics
+	// userAgent is sent with every fetch ("oncehook/<version>").
+	userAgent string
 
 	earlyEvery time.Duration
 	earlyWait  time.Duration
@@ -198,8 +199,8 @@ type keyset struct {
 	scheme    providers.Scheme
 	opts      providers.Options // the source's static secrets, tolerance, hmac spec
 	refresh   time.Duration
-	keys      []keyEntry // the document's usable keys (fetched or cached)
-	raw       []byte     // the document they came from
+	keys      []Key  // the document's usable keys (fetched or cached)
+	raw       []byte // the document they came from
 	lastEarly time.Time
 	inflight  bool
 
@@ -213,7 +214,7 @@ type keyset struct {
 
 // keyedVerifier verifies a keys_url source's deliveries with the keys in
 // force at the delivery's time, fetching early once when none matches.
-type keyedVerifier struct{ ks *keyset }
+type keyedVerifier struct{ ks *sourceKeys }
 
 var (
 	_ providers.Verifier   = keyedVerifier{}
@@ -241,7 +242,7 @@ func (kv keyedVerifier) Handshake(r *providers.Request) (int, []byte, string, bo
 	return 0, nil, "", false
 }
 
-func (ks *keyset) verify(r *providers.Request) error {
+func (ks *sourceKeys) verify(r *providers.Request) error {
 	b := ks.current(r.Now)
 	if b.v == nil {
 		return errNoKeyInForce
@@ -251,7 +252,7 @@ func (ks *keyset) verify(r *providers.Request) error {
 
 // current returns the verifier for the keys in force at now, rebuilding it
 // when now has crossed a key's nbf or exp or the keys changed.
-func (ks *keyset) current(now time.Time) *builtVerifier {
+func (ks *sourceKeys) current(now time.Time) *builtVerifier {
 	sec := now.Unix()
 	if b := ks.built.Load(); b != nil && sec >= b.from && sec < b.until {
 		return b
@@ -291,7 +292,7 @@ func (ks *keyset) current(now time.Time) *builtVerifier {
 		}
 	}
 	ks.built.Store(b)
-	ks.m.keysActive(ks.source, b.active)
+	ks.m.Active(ks.source, b.active)
 	return b
 }
 
@@ -301,7 +302,7 @@ const (
 )
 
 // configure sets what the source's config says (on start and every reload).
-func (ks *keyset) configure(s *config.Source) error {
+func (ks *sourceKeys) configure(s *config.Source) error {
 	scheme, ok := providers.Lookup(s.Provider)
 	if !ok {
 		return fmt.Errorf("unknown provider %q", s.Provider)
@@ -325,7 +326,7 @@ func (ks *keyset) configure(s *config.Source) error {
 // fetchEarly fetches the document now unless an early fetch ran less than
 // earlyEvery ago or one is running, and waits up to earlyWait for it. It
 // reports whether the keys changed.
-func (ks *keyset) fetchEarly() bool {
+func (ks *sourceKeys) fetchEarly() bool {
 	ks.mu.Lock()
 	if ks.inflight || (!ks.lastEarly.IsZero() && time.Since(ks.lastEarly) < ks.earlyEvery) || ks.ctx.Err() != nil {
 		ks.mu.Unlock()
@@ -356,11 +357,11 @@ func (ks *keyset) fetchEarly() bool {
 // fetch gets, checks and installs the document, and caches it on disk. It
 // reports whether the keys changed. A failure is logged and counted, and
 // leaves the keys as they were.
-func (ks *keyset) fetch(ctx context.Context, why string) (changed bool, err error) {
+func (ks *sourceKeys) fetch(ctx context.Context, why string) (changed bool, err error) {
 	ks.fetchMu.Lock()
 	defer ks.fetchMu.Unlock()
 	raw, err := ks.get(ctx)
-	var keys []keyEntry
+	var keys []Key
 	var skipped []string
 	if err == nil {
 		ks.mu.Lock()
@@ -369,7 +370,7 @@ func (ks *keyset) fetch(ctx context.Context, why string) (changed bool, err erro
 		keys, skipped, err = parseKeysDoc(raw, provider)
 	}
 	if err != nil {
-		ks.m.keysFetchFailure(ks.source)
+		ks.m.FetchFailure(ks.source)
 		ks.log.Warn("keys_url fetch failed; keeping the keys held", "source", ks.source, "url", safeURL(ks.url), "why", why, "err", err)
 		return false, err
 	}
@@ -389,7 +390,7 @@ func (ks *keyset) fetch(ctx context.Context, why string) (changed bool, err erro
 	return changed, nil
 }
 
-func kids(keys []keyEntry) []string {
+func kids(keys []Key) []string {
 	out := make([]string, len(keys))
 	for i := range keys {
 		out[i] = keys[i].Kid
@@ -399,7 +400,7 @@ func kids(keys []keyEntry) []string {
 
 // get downloads the document: 200 only, at most maxKeysDoc bytes, within
 // keysFetchLimit.
-func (ks *keyset) get(ctx context.Context) ([]byte, error) {
+func (ks *sourceKeys) get(ctx context.Context) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, keysFetchLimit)
 	defer cancel()
 	ctx = withKeysDialPolicy(ctx, ks.url)
@@ -408,7 +409,7 @@ func (ks *keyset) get(ctx context.Context) ([]byte, error) {
 		return nil, errors.New("bad keys_url")
 	}
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("User-Agent", "oncehook/"+version)
+	req.Header.Set("User-Agent", ks.userAgent)
 	resp, err := ks.client.Do(req)
 	if err != nil {
 		var ue *url.Error
@@ -438,7 +439,7 @@ type keysCache struct {
 	Document  json.RawMessage `json:"document"`
 }
 
-func (ks *keyset) saveCache(raw []byte) error {
+func (ks *sourceKeys) saveCache(raw []byte) error {
 	b, err := json.Marshal(keysCache{URL: ks.url, FetchedAt: time.Now().UTC(), Document: raw})
 	if err != nil {
 		return err
@@ -467,7 +468,7 @@ func (ks *keyset) saveCache(raw []byte) error {
 
 // loadCache installs the cached document, if there is one for this URL. It
 // reports whether keys were loaded.
-func (ks *keyset) loadCache() bool {
+func (ks *sourceKeys) loadCache() bool {
 	b, err := os.ReadFile(ks.cache)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
@@ -502,7 +503,7 @@ func (ks *keyset) loadCache() bool {
 
 // run refetches every keys_refresh (sooner after a failure) until stopped.
 // first is the delay before the first fetch.
-func (ks *keyset) run(first time.Duration) {
+func (ks *sourceKeys) run(first time.Duration) {
 	defer ks.wg.Done()
 	t := time.NewTimer(first)
 	defer t.Stop()
@@ -522,39 +523,75 @@ func (ks *keyset) run(first time.Duration) {
 	}
 }
 
-func (ks *keyset) stop() {
+func (ks *sourceKeys) stop() {
 	ks.cancel()
 	ks.wg.Wait()
 }
 
-// keyManager owns the keysets of a node's keys_url sources, across reloads.
-type keyManager struct {
-	dir    string // data_dir/keys
-	log    *slog.Logger
-	m      *metrics
-	client *http.Client
+// Manager owns the keysets of a node's keys_url sources, across reloads.
+type Manager struct {
+	dir       string // data_dir/keys
+	log       *slog.Logger
+	m         Metrics
+	client    *http.Client
+	userAgent string
 
 	mu   sync.Mutex
-	sets map[string]*keyset // by source name
+	sets map[string]*sourceKeys // by source name
 }
 
-func newKeyManager(dataDir string, log *slog.Logger, m *metrics) *keyManager {
-	client := newKeysClient() // the redirect policy: keysredirect.go
-	return &keyManager{dir: filepath.Join(dataDir, "keys"), log: log, m: m, client: client, sets: map[string]*keyset{}}
+// Metrics counts what the key sets see. Package main implements it over its
+// collectors (oncehook_keys_fetch_failures_total, oncehook_keys_active).
+type Metrics interface {
+	// FetchFailure counts a failed fetch (network, status, size, bad
+	// document) of source's keys_url.
+	FetchFailure(source string)
+	// Active reports how many of source's published keys are in force.
+	Active(source string, n int)
 }
 
-// attach gives every keys_url source of set a keyedVerifier over its keyset:
+// noMetrics counts nothing: a nil Metrics.
+type noMetrics struct{}
+
+func (noMetrics) FetchFailure(string) {}
+func (noMetrics) Active(string, int)  {}
+
+// Sources is what the key sets need from the intake's compiled sources
+// (*intake.Set): whether a source is there, and a way to give it a verifier.
+type Sources interface {
+	// Has reports whether the set holds a source called name.
+	Has(name string) bool
+	// UseVerifier makes the source called name verify with v, and answer
+	// handshakes with h (nil: none).
+	UseVerifier(name string, v providers.Verifier, h providers.Handshaker)
+}
+
+// NewManager returns a Manager keeping its caches under dataDir/keys; m may
+// be nil (nothing counted), version goes in the fetches' User-Agent
+// ("oncehook/<version>").
+func NewManager(dataDir string, log *slog.Logger, m Metrics, version string) *Manager {
+	if m == nil {
+		m = noMetrics{}
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	client := newKeysClient() // the redirect policy: redirect.go
+	return &Manager{dir: filepath.Join(dataDir, "keys"), log: log, m: m, client: client, userAgent: "oncehook/" + version,
+		sets: map[string]*sourceKeys{}}
+}
+
+// Attach gives every keys_url source of set a keyedVerifier over its keyset:
 // an existing one (same source and URL) is reconfigured, a new one loads its
 // cache, and fetches at once (waiting for the fetch only when there is no
 // cache). Keysets of sources that are gone or lost their keys_url stop.
-func (km *keyManager) attach(set *sourceSet, cfg *config.Config) error {
+func (km *Manager) Attach(set Sources, cfg *config.Config) error {
 	km.mu.Lock()
 	defer km.mu.Unlock()
 	keep := map[string]bool{}
 	for i := range cfg.Sources {
 		s := &cfg.Sources[i]
-		src := set.byName[s.Name]
-		if s.KeysURL == "" || src == nil {
+		if s.KeysURL == "" || !set.Has(s.Name) {
 			continue
 		}
 		u, err := url.Parse(s.KeysURL)
@@ -569,8 +606,8 @@ func (km *keyManager) attach(set *sourceSet, cfg *config.Config) error {
 		}
 		fresh := ks == nil
 		if fresh {
-			ks = &keyset{source: s.Name, url: s.KeysURL, cache: filepath.Join(km.dir, s.Name+".json"),
-				client: km.client, log: km.log, m: km.m, earlyEvery: keysEarlyEvery, earlyWait: keysEarlyWait}
+			ks = &sourceKeys{source: s.Name, url: s.KeysURL, cache: filepath.Join(km.dir, s.Name+".json"),
+				client: km.client, log: km.log, m: km.m, userAgent: km.userAgent, earlyEvery: keysEarlyEvery, earlyWait: keysEarlyWait}
 			ks.ctx, ks.cancel = context.WithCancel(context.Background())
 		}
 		if err := ks.configure(s); err != nil {
@@ -589,11 +626,11 @@ func (km *keyManager) attach(set *sourceSet, cfg *config.Config) error {
 			km.sets[s.Name] = ks
 		}
 		kv := keyedVerifier{ks}
-		src.verifier = kv
-		src.handshaker = nil
+		var hs providers.Handshaker
 		if _, ok := ks.current(time.Now()).v.(providers.Handshaker); ok {
-			src.handshaker = kv
+			hs = kv
 		}
+		set.UseVerifier(s.Name, kv, hs)
 	}
 	for name, ks := range km.sets {
 		if !keep[name] {
@@ -604,8 +641,8 @@ func (km *keyManager) attach(set *sourceSet, cfg *config.Config) error {
 	return nil
 }
 
-// close stops every fetcher.
-func (km *keyManager) close() {
+// Close stops every fetcher.
+func (km *Manager) Close() {
 	if km == nil {
 		return
 	}
@@ -615,38 +652,4 @@ func (km *keyManager) close() {
 		ks.stop()
 		delete(km.sets, name)
 	}
-}
-
-// keysMetrics are the keys_url collectors.
-type keysMetrics struct {
-	fetchFailures *prometheus.CounterVec
-	active        *prometheus.GaugeVec
-}
-
-// initKeysMetrics creates and registers the keys_url collectors; called by
-// newMetrics.
-func (m *metrics) initKeysMetrics() {
-	m.keys = &keysMetrics{
-		fetchFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "oncehook_keys_fetch_failures_total", Help: "Failed keys_url fetches (network, status, size, bad document), by source.",
-		}, []string{"source"}),
-		active: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "oncehook_keys_active", Help: "keys_url keys in force (past nbf, before exp), by source.",
-		}, []string{"source"}),
-	}
-	m.reg.MustRegister(m.keys.fetchFailures, m.keys.active)
-}
-
-func (m *metrics) keysFetchFailure(source string) {
-	if m == nil {
-		return
-	}
-	m.keys.fetchFailures.WithLabelValues(source).Inc()
-}
-
-func (m *metrics) keysActive(source string, n int) {
-	if m == nil {
-		return
-	}
-	m.keys.active.WithLabelValues(source).Set(float64(n))
 }

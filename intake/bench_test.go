@@ -1,9 +1,7 @@
-package main
+package intake
 
 import (
-	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -13,24 +11,8 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"oncehook/config"
-	"oncehook/engine"
 	"oncehook/providers"
 )
-
-// nullStore answers every claim as new at once: BenchmarkIntakeHandler
-// measures the intake's own work per request (parse, verify, key, build the
-// command, answer), without Raft, the engine or the network.
-type nullStore struct{}
-
-func (nullStore) Lookup(string) (engine.State, bool, error) { return 0, false, nil }
-func (nullStore) Claim(_ context.Context, c engine.Command) (engine.Result, error) {
-	return engine.Result{Created: true, State: engine.StatePending}, nil
-}
-func (nullStore) Get(string, bool) (engine.Event, error) { return engine.Event{}, engine.ErrNotFound }
-func (nullStore) Wait(context.Context, string, func(engine.Event) bool) (engine.Event, error) {
-	return engine.Event{}, engine.ErrNotFound
-}
-func (nullStore) Ready() (bool, string) { return true, "" }
 
 // BenchmarkIntakeHandler: one signed 1 KiB Standard Webhooks delivery through
 // the intake handler per op, on a reused RequestCtx.
@@ -54,11 +36,11 @@ func benchIntakeHandler(b *testing.B, sourceExtra string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	set, _, err := compileSources(cfg)
+	set, err := Compile(cfg.Sources)
 	if err != nil {
 		b.Fatal(err)
 	}
-	in := newIntake(nullStore{}, set, slog.New(slog.DiscardHandler), newMetrics())
+	in := New(Options{Store: nullStore{}, Sources: set})
 	s, _ := providers.Lookup("standard")
 	pad := make([]byte, 1024-64)
 	for i := range pad {
@@ -102,7 +84,4 @@ func benchIntakeHandler(b *testing.B, sourceExtra string) {
 			b.Fatalf("status %d: %s", ctx.Response.StatusCode(), ctx.Response.Body())
 		}
 	}
-}
-func (nullStore) Replay(context.Context, engine.Command) (engine.Result, error) {
-	return engine.Result{}, engine.ErrNotFound
 }

@@ -1,4 +1,4 @@
-package main
+package admin
 
 import (
 	"bytes"
@@ -55,7 +55,7 @@ const (
 )
 
 type adminUI struct {
-	n     *node
+	s     *Server
 	pages map[string]*template.Template
 	css   []byte
 
@@ -72,9 +72,9 @@ type uiSession struct {
 	flashErr bool
 }
 
-func newAdminUI(n *node) *adminUI {
-	funcs := template.FuncMap{"eventURL": eventURL}
-	u := &adminUI{n: n, pages: map[string]*template.Template{}, sessions: map[string]*uiSession{}}
+func newAdminUI(s *Server) *adminUI {
+	funcs := template.FuncMap{"eventURL": EventURL}
+	u := &adminUI{s: s, pages: map[string]*template.Template{}, sessions: map[string]*uiSession{}}
 	for _, p := range []string{"login", "list", "event", "error"} {
 		u.pages[p] = template.Must(template.New(p).Funcs(funcs).ParseFS(webFS, "web/templates/layout.html", "web/templates/"+p+".html"))
 	}
@@ -87,8 +87,8 @@ func newAdminUI(n *node) *adminUI {
 }
 
 // registerUI adds the /ui/ routes to the admin mux.
-func (n *node) registerUI(mux *http.ServeMux) {
-	u := newAdminUI(n)
+func (s *Server) registerUI(mux *http.ServeMux) {
+	u := newAdminUI(s)
 	mux.HandleFunc("GET /ui", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusSeeOther)
 	})
@@ -106,7 +106,8 @@ func (n *node) registerUI(mux *http.ServeMux) {
 	}))
 }
 
-func eventURL(key string) string { return "/ui/event/" + url.PathEscape(key) }
+// EventURL is the dead-letter page of the event with key.
+func EventURL(key string) string { return "/ui/event/" + url.PathEscape(key) }
 
 // securityHeaders go on every /ui answer: no scripts, no framing, no caching,
 // no referrer carrying keys to other sites.
@@ -144,8 +145,8 @@ type pageData struct {
 }
 
 func (u *adminUI) render(w http.ResponseWriter, status int, page string, d *pageData, s *uiSession) {
-	d.NodeID = u.n.cfg.Load().Node.ID
-	d.Version = version
+	d.NodeID = u.s.cfg().Node.ID
+	d.Version = u.s.version
 	d.MaxReason = uiMaxReason
 	if s != nil {
 		d.Who, d.CSRF = s.who, s.csrf
@@ -156,7 +157,7 @@ func (u *adminUI) render(w http.ResponseWriter, status int, page string, d *page
 	}
 	var buf bytes.Buffer
 	if err := u.pages[page].ExecuteTemplate(&buf, "layout", d); err != nil {
-		u.n.log.Error("admin ui: render", "page", page, "err", err)
+		u.s.log.Error("admin ui: render", "page", page, "err", err)
 		http.Error(w, "internal error", http.StatusInternalServerError)
 		return
 	}
@@ -208,7 +209,7 @@ func (u *adminUI) session(r *http.Request) *uiSession {
 		return nil
 	}
 	// The token that opened the session must still be configured, unchanged.
-	for _, t := range u.n.cfg.Load().Admin.Tokens {
+	for _, t := range u.s.cfg().Admin.Tokens {
 		if t.Name == s.who {
 			sum := sha256.Sum256(t.Token)
 			if subtle.ConstantTimeCompare(sum[:], s.tokenSum[:]) == 1 {
@@ -282,7 +283,7 @@ func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
 	next := safeNext(r.PostFormValue("next"))
 	client := authKey(r.RemoteAddr)
-	if d := u.n.authLimit.wait(client); d > 0 {
+	if d := u.s.authLimit.wait(client); d > 0 {
 		secs := retryAfter(d)
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
 		u.showLogin(w, r, http.StatusTooManyRequests, next,
@@ -294,11 +295,11 @@ func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 		u.showLogin(w, r, http.StatusForbidden, next, "The sign-in form expired; please try again.")
 		return
 	}
-	tokens := u.n.cfg.Load().Admin.Tokens
+	tokens := u.s.cfg().Admin.Tokens
 	who, sum := matchToken(tokens, []byte(strings.TrimSpace(r.PostFormValue("token"))))
 	if who == "" {
-		u.n.log.Warn("admin ui: sign-in refused", "remote", r.RemoteAddr)
-		u.n.authFailed(r, client, "admin ui")
+		u.s.log.Warn("admin ui: sign-in refused", "remote", r.RemoteAddr)
+		u.s.authFailed(r, client, "admin ui")
 		msg := "That token is not one of [admin] tokens."
 		if len(tokens) == 0 {
 			msg = "No admin tokens are configured ([admin] tokens)."
@@ -306,7 +307,7 @@ func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 		u.showLogin(w, r, http.StatusUnauthorized, next, msg)
 		return
 	}
-	u.n.authLimit.success(client)
+	u.s.authLimit.success(client)
 	id := randomToken()
 	now := time.Now()
 	u.mu.Lock()
@@ -328,7 +329,7 @@ func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: uiLoginCookie, Value: "", Path: "/ui/login", MaxAge: -1, HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	http.SetCookie(w, &http.Cookie{Name: uiSessionCookie, Value: id, Path: "/ui/", MaxAge: int(uiSessionTTL / time.Second),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-	u.n.log.Info("admin ui: signed in", "who", who, "remote", r.RemoteAddr)
+	u.s.log.Info("admin ui: signed in", "who", who, "remote", r.RemoteAddr)
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
@@ -381,7 +382,7 @@ func (u *adminUI) list(w http.ResponseWriter, r *http.Request, s *uiSession) {
 	if want == "" {
 		want = "dead"
 	}
-	st, ok := parseState(want)
+	st, ok := engine.ParseState(want)
 	if !ok {
 		u.fail(w, r, s, http.StatusBadRequest, "Unknown state", fmt.Sprintf("Unknown state %q: pending, processing, done, dead or stale.", want))
 		return
@@ -391,24 +392,24 @@ func (u *adminUI) list(w http.ResponseWriter, r *http.Request, s *uiSession) {
 	if at := q.Get("after_time"); at != "" {
 		f.AfterTime, _ = strconv.ParseInt(at, 10, 64)
 	}
-	byState, bySource, err := u.n.cluster.Counts()
+	byState, bySource, err := u.s.store.Counts()
 	if err != nil {
 		u.fail(w, r, s, http.StatusInternalServerError, "Storage error", err.Error())
 		return
 	}
-	evs, err := u.n.cluster.List(f)
+	evs, err := u.s.store.List(f)
 	if err != nil {
 		u.fail(w, r, s, http.StatusInternalServerError, "Storage error", err.Error())
 		return
 	}
-	v := &listView{State: stateName(st), Source: source}
-	for _, es := range eventStates {
-		name := stateName(es)
+	v := &listView{State: st.String(), Source: source}
+	for _, es := range engine.States {
+		name := es.String()
 		v.States = append(v.States, tabView{Name: name, Count: byState[es], Current: es == st, URL: listURL(name, source, "", 0)})
 	}
 	// Sources: the configured ones plus any that still have events stored.
 	names := map[string]bool{}
-	for _, src := range u.n.cfg.Load().Sources {
+	for _, src := range u.s.cfg().Sources {
 		names[src.Name] = true
 	}
 	for name := range bySource {
@@ -418,19 +419,19 @@ func (u *adminUI) list(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		v.Sources = append(v.Sources, tabView{Name: name, Count: bySource[name], Current: name == source})
 	}
 	now := time.Now()
-	ss, err := u.n.sourceStatus()
+	ss, err := u.s.sourceStatus()
 	if err != nil {
 		u.fail(w, r, s, http.StatusInternalServerError, "Storage error", err.Error())
 		return
 	}
-	for _, src := range u.n.cfg.Load().Sources {
+	for _, src := range u.s.cfg().Sources {
 		p := ss.paused[src.Name]
 		v.Paused = append(v.Paused, sourceRow{Name: src.Name, Paused: p.Paused, Since: ts(p.Since), SinceAgo: ago(now, p.Since),
 			By: p.Who, Reason: p.Reason, Backlog: ss.backlog[src.Name].Pending})
 	}
 	v.Back = r.URL.RequestURI()
 	for _, ev := range evs {
-		v.Events = append(v.Events, eventRow{Key: ev.Key, Source: ev.Source, State: stateName(ev.State), Attempts: ev.Attempts,
+		v.Events = append(v.Events, eventRow{Key: ev.Key, Source: ev.Source, State: ev.State.String(), Attempts: ev.Attempts,
 			UpdatedAt: ts(ev.UpdatedAt), UpdatedAgo: ago(now, ev.UpdatedAt), LastError: shorten(ev.LastError, 160)})
 	}
 	if len(evs) == uiPageSize {
@@ -482,7 +483,7 @@ func shorten(s string, n int) string {
 // --- one event --------------------------------------------------------------
 
 type eventView struct {
-	eventJSON
+	Event
 	UpdatedAgo string
 	Replayable bool
 	HasPayload bool
@@ -493,7 +494,7 @@ type eventView struct {
 
 func (u *adminUI) event(w http.ResponseWriter, r *http.Request, s *uiSession) {
 	key := r.PathValue("key")
-	ev, err := u.n.cluster.Get(key, true)
+	ev, err := u.s.store.Get(key, true)
 	if errors.Is(err, engine.ErrNotFound) {
 		u.fail(w, r, s, http.StatusNotFound, "No such event", "No event with key "+strconv.Quote(key)+" (it may have expired).")
 		return
@@ -502,7 +503,7 @@ func (u *adminUI) event(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		u.fail(w, r, s, http.StatusInternalServerError, "Storage error", err.Error())
 		return
 	}
-	v := &eventView{eventJSON: toEventJSON(ev, false), UpdatedAgo: ago(time.Now(), ev.UpdatedAt),
+	v := &eventView{Event: toEventJSON(ev, false), UpdatedAgo: ago(time.Now(), ev.UpdatedAt),
 		Replayable: ev.State == engine.StateDead || ev.State == engine.StateDone || ev.State == engine.StateStale,
 		HasPayload: ev.Payload != nil, Headers: ev.Headers}
 	if ev.Response != nil {
@@ -547,7 +548,7 @@ func showBody(b []byte) string {
 func (u *adminUI) replay(w http.ResponseWriter, r *http.Request, s *uiSession) {
 	key := r.PostFormValue("key")
 	reason := strings.TrimSpace(r.PostFormValue("reason"))
-	back := eventURL(key)
+	back := EventURL(key)
 	flash := func(msg string, isErr bool) {
 		u.mu.Lock()
 		s.flash, s.flashErr = msg, isErr
@@ -568,7 +569,7 @@ func (u *adminUI) replay(w http.ResponseWriter, r *http.Request, s *uiSession) {
 	cmd := engine.Command{Op: engine.OpReplay, Who: s.who, Reason: reason, Keys: []string{key}}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
-	res, err := u.n.cluster.Replay(ctx, cmd)
+	res, err := u.s.store.Replay(ctx, cmd)
 	switch {
 	case errors.Is(err, engine.ErrWrongState):
 		flash("Not replayed: only dead, done or stale events can be replayed.", true)
@@ -579,7 +580,7 @@ func (u *adminUI) replay(w http.ResponseWriter, r *http.Request, s *uiSession) {
 	case res.N == 0:
 		flash("Not replayed: the event was not in a replayable state.", true)
 	default:
-		u.n.log.Info("admin ui: replay", "who", s.who, "key", key)
+		u.s.log.Info("admin ui: replay", "who", s.who, "key", key)
 		flash("Replayed: the event is pending and will be delivered again.", false)
 	}
 }
@@ -603,7 +604,7 @@ func (u *adminUI) pauseSource(w http.ResponseWriter, r *http.Request, s *uiSessi
 		http.Redirect(w, r, back, http.StatusSeeOther)
 	}
 	switch {
-	case !u.n.configuredSource(name):
+	case !u.s.configuredSource(name):
 		u.fail(w, r, s, http.StatusNotFound, "Unknown source", fmt.Sprintf("No source %q in the running configuration.", name))
 		return
 	case reason == "":
@@ -613,14 +614,14 @@ func (u *adminUI) pauseSource(w http.ResponseWriter, r *http.Request, s *uiSessi
 		flash(fmt.Sprintf("Not %s: the reason is longer than %d characters.", verb, uiMaxReason), true)
 		return
 	}
-	changed, err := u.n.setPaused(r.Context(), name, s.who, reason, pause)
+	changed, err := u.s.setPaused(r.Context(), name, s.who, reason, pause)
 	switch {
 	case err != nil:
 		flash("Not "+verb+": "+err.Error(), true)
 	case !changed:
 		flash(fmt.Sprintf("%s was already %s.", name, verb), false)
 	default:
-		u.n.log.Info("admin ui: "+strings.TrimSuffix(verb, "d"), "who", s.who, "source", name)
+		u.s.log.Info("admin ui: "+strings.TrimSuffix(verb, "d"), "who", s.who, "source", name)
 		if pause {
 			flash(name+" is paused: its events are accepted and held, not delivered, until it is resumed.", false)
 		} else {

@@ -1,4 +1,4 @@
-package main
+package intake
 
 // The ordering guard's fields: on a source with `order`, a delivery must
 // carry the object and a readable time, unless the source says
@@ -17,7 +17,7 @@ import (
 // the guard orders the events of one object within one source, and two
 // sources that carry the same object id never hold back or mark stale each
 // other's events.
-func (s *source) order(h providers.Headers, body []byte) (obj string, t int64, msg string) {
+func (s *Source) order(h providers.Headers, body []byte) (obj string, t int64, msg string) {
 	raw, err := s.orderObject.Value(h, body)
 	if err != nil || len(raw) == 0 {
 		return "", 0, "order: object " + s.orderObject.String() + ": missing, empty or not a string or number"

@@ -1,0 +1,199 @@
+package admin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"oncehook/cluster"
+	"oncehook/config"
+	"oncehook/engine"
+)
+
+// engineStore is the admin API's Store over a real engine on a temporary
+// bbolt file, without Raft: commands are applied at the next index with the
+// wall clock, as the leader's proposer would stamp them. Membership, backup
+// and restore are the cluster's and are refused here.
+type engineStore struct {
+	eng *engine.Engine
+
+	mu    sync.Mutex
+	index uint64
+}
+
+var _ Store = (*engineStore)(nil)
+
+var errNotHere = errors.New("not in this test store")
+
+func newEngineStore(t *testing.T) *engineStore {
+	t.Helper()
+	eng, err := engine.Open(filepath.Join(t.TempDir(), "engine.db"), engine.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := eng.Check(); err != nil {
+			t.Errorf("engine check: %v", err)
+		}
+		eng.Close()
+	})
+	return &engineStore{eng: eng}
+}
+
+func (s *engineStore) apply(c engine.Command) (engine.Result, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.index++
+	c.Now = time.Now().UnixNano()
+	rs, err := s.eng.Apply(s.index, c)
+	if err != nil {
+		return engine.Result{}, err
+	}
+	return rs[0], rs[0].Err
+}
+
+func (s *engineStore) Ready() (bool, string)                        { return true, "in memory" }
+func (s *engineStore) ClusterStatus(context.Context) cluster.Status { return cluster.Status{} }
+func (s *engineStore) Counts() (map[engine.State]int, map[string]int, error) {
+	return s.eng.Counts()
+}
+func (s *engineStore) List(f engine.ListFilter) ([]engine.Event, error) { return s.eng.List(f) }
+func (s *engineStore) Get(key string, withPayload bool) (engine.Event, error) {
+	return s.eng.Get(key, withPayload)
+}
+func (s *engineStore) Replay(_ context.Context, c engine.Command) (engine.Result, error) {
+	c.Op = engine.OpReplay
+	return s.apply(c)
+}
+func (s *engineStore) Pause(_ context.Context, source, who, reason string) (bool, error) {
+	r, err := s.apply(engine.Command{Op: engine.OpPause, Source: source, Who: who, Reason: reason})
+	return r.N > 0, err
+}
+func (s *engineStore) Resume(_ context.Context, source, who, reason string) (bool, error) {
+	r, err := s.apply(engine.Command{Op: engine.OpResume, Source: source, Who: who, Reason: reason})
+	return r.N > 0, err
+}
+func (s *engineStore) Sources() (map[string]engine.SourceState, error) { return s.eng.Sources() }
+func (s *engineStore) Backlog() (map[string]engine.Backlog, error)     { return s.eng.Backlog() }
+func (s *engineStore) PurgePreview(st engine.State, source string, before time.Time, max int) ([]string, int, error) {
+	return s.eng.PurgePreview(st, source, before.UnixNano(), max)
+}
+func (s *engineStore) Purge(context.Context, engine.State, string, time.Time, string, string) ([]string, error) {
+	return nil, errNotHere
+}
+func (s *engineStore) Join(context.Context, string, string) error { return errNotHere }
+func (s *engineStore) RemovePeer(context.Context, string) error   { return errNotHere }
+func (s *engineStore) Backup(io.Writer) (int64, error)            { return 0, errNotHere }
+func (s *engineStore) Restore(context.Context, string) error      { return errNotHere }
+
+const testToken = "admin-token-for-tests-0123456789abcdef"
+
+// newTestAPI is an admin server over a fresh engineStore, with one source
+// ("orders") and one token (named "ops"), served by httptest.
+func newTestAPI(t *testing.T) (*engineStore, string) {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name, content string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("admin.token", testToken+"\n")
+	write("orders.secret", "whsec_"+strings.Repeat("QUFB", 8)+"\n")
+	write("oncehook.toml", `[node]
+id = "node1"
+data_dir = "`+filepath.Join(dir, "data")+`"
+listen = "127.0.0.1:0"
+
+[admin]
+listen = "127.0.0.1:0"
+tokens = [{ name = "ops", token_file = "admin.token" }]
+
+[[source]]
+name = "orders"
+provider = "standard"
+secret_files = ["orders.secret"]
+forward = "http://127.0.0.1:1/orders"
+`)
+	cfg, err := config.Load(filepath.Join(dir, "oncehook.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := newEngineStore(t)
+	s, err := New(Options{Config: func() *config.Config { return cfg }, Store: store, Version: "test"}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(s.srv.Handler)
+	t.Cleanup(srv.Close)
+	return store, srv.URL
+}
+
+// TestAPIAnswers: the /v1 API's answers over a bare engine, without a node
+// (docs/reference.md, "Admin API").
+func TestAPIAnswers(t *testing.T) {
+	cases := []struct {
+		name     string
+		method   string
+		path     string
+		token    string // "": testToken; "-": none
+		body     string
+		status   int
+		contains string
+	}{
+		{"no token", "GET", "/v1/status", "-", "", 401, `"error": "missing bearer token"`},
+		{"wrong token", "GET", "/v1/status", "nope", "", 401, `"error": "invalid bearer token"`},
+		{"metrics without a token", "GET", "/metrics", "-", "", 404, ""},
+		{"status", "GET", "/v1/status", "", "", 200, `"orders": {`},
+		{"event", "GET", "/v1/events/orders:msg_1", "", "", 200, `"state": "pending"`},
+		{"event with body", "GET", "/v1/events/orders:msg_1?body=1", "", "", 200, `"payload": "{\"a\":1}"`},
+		{"unknown event", "GET", "/v1/events/orders:nope", "", "", 404, `no event with key \"orders:nope\"`},
+		{"events by state", "GET", "/v1/events?state=pending", "", "", 200, `"key": "orders:msg_1"`},
+		{"unknown state", "GET", "/v1/events?state=lost", "", "", 400, `unknown state \"lost\"`},
+		{"replay without a reason", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"]}`, 400, "reason is required"},
+		{"replay of a pending event", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"reason":"test"}`, 200, `"replayed": 0`},
+		{"replay of a state in flight", "POST", "/v1/replay", "", `{"state":"pending","reason":"test"}`, 400, "state must be dead, done or stale"},
+		{"pause", "POST", "/v1/sources/orders/pause", "", `{"reason":"maintenance"}`, 200, `"paused": true`},
+		{"pause of an unknown source", "POST", "/v1/sources/nope/pause", "", `{"reason":"maintenance"}`, 404, "unknown source nope"},
+		{"purge of events in flight", "POST", "/v1/purge", "", `{"state":"pending","before":"2030-01-01T00:00:00Z","reason":"x"}`, 400, "in flight"},
+		{"purge dry run", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}`, 200, `"would_purge": 0`},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			store, url := newTestAPI(t)
+			if _, err := store.apply(engine.Command{Op: engine.OpClaim, Key: "orders:msg_1", Source: "orders",
+				Payload: []byte(`{"a":1}`), Retention: int64(time.Hour), LeaseFor: int64(time.Minute)}); err != nil {
+				t.Fatal(err)
+			}
+			req, _ := http.NewRequest(c.method, url+c.path, strings.NewReader(c.body))
+			switch c.token {
+			case "":
+				req.Header.Set("Authorization", "Bearer "+testToken)
+			case "-":
+			default:
+				req.Header.Set("Authorization", "Bearer "+c.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != c.status || !strings.Contains(string(raw), c.contains) {
+				t.Fatalf("answer %d %s, want %d containing %s", resp.StatusCode, raw, c.status, c.contains)
+			}
+			if resp.StatusCode == 200 && strings.HasPrefix(c.path, "/v1/") && !json.Valid(raw) {
+				t.Fatalf("answer is not JSON: %s", raw)
+			}
+		})
+	}
+}

@@ -1,0 +1,291 @@
+package intake
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/valyala/fasthttp"
+
+	"oncehook/engine"
+	"oncehook/providers"
+)
+
+// tableSources are the sources of TestIntakeAnswers; every one signs with
+// the secret in orders.secret.
+const tableSources = `
+[[source]]
+name = "orders"
+provider = "standard"
+secret_files = ["orders.secret"]
+forward = "http://127.0.0.1:1/orders"
+max_body = "1KiB"
+
+[[source]]
+name = "jsonkey"
+provider = "standard"
+secret_files = ["orders.secret"]
+forward = "http://127.0.0.1:1/jsonkey"
+key = ["json:id"]
+
+[[source]]
+name = "ordered"
+provider = "standard"
+secret_files = ["orders.secret"]
+forward = "http://127.0.0.1:1/ordered"
+order = { object = "json:data.object.id", time = "json:created" }
+
+[[source]]
+name = "filtered"
+provider = "standard"
+secret_files = ["orders.secret"]
+forward = "http://127.0.0.1:1/filtered"
+drop_types = ["noise"]
+
+[[source]]
+name = "guarded"
+provider = "standard"
+secret_files = ["orders.secret"]
+forward = "http://127.0.0.1:1/guarded"
+replay_guard = "body"
+
+[[source]]
+name = "closed"
+provider = "standard"
+secret_files = ["orders.secret"]
+forward = "http://127.0.0.1:1/closed"
+allow_ips = ["192.0.2.0/24"]
+`
+
+// intakeFixture is an intake over a real engine (memStore), with the
+// sources of tableSources.
+type intakeFixture struct {
+	t      *testing.T
+	in     *Server
+	store  *memStore
+	secret string
+}
+
+func newIntakeFixture(t *testing.T) *intakeFixture {
+	t.Helper()
+	dir := t.TempDir()
+	secret, err := providers.GenerateSecret("standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
+	store := newMemStore(t)
+	in := New(Options{Store: store, Sources: loadSources(t, dir, tableSources),
+		NotCommitted: func(err error) bool { return errors.Is(err, errNoQuorum) }})
+	return &intakeFixture{t: t, in: in, store: store, secret: secret}
+}
+
+// errNoQuorum stands for the cluster's "not committed" errors.
+var errNoQuorum = errors.New("no quorum")
+
+// request is one request to the intake, signed unless unsigned.
+type request struct {
+	method   string // "": POST
+	path     string
+	body     string
+	id       string // webhook-id; "": not signed
+	unsigned bool   // no signature headers at all
+	badSig   bool   // signed with another secret
+	peer     string // client address; "": 127.0.0.1
+}
+
+// answer is what the intake sent.
+type answer struct {
+	status int
+	body   string
+	header map[string]string
+}
+
+// do runs r through the intake's handler on an in-process RequestCtx.
+func (f *intakeFixture) do(r request) answer {
+	f.t.Helper()
+	var req fasthttp.Request
+	method := r.method
+	if method == "" {
+		method = fasthttp.MethodPost
+	}
+	req.Header.SetMethod(method)
+	req.SetRequestURI(r.path)
+	req.Header.SetContentType("application/json")
+	if !r.unsigned && r.id != "" {
+		secret := f.secret
+		if r.badSig {
+			other, err := providers.GenerateSecret("standard")
+			if err != nil {
+				f.t.Fatal(err)
+			}
+			secret = other
+		}
+		s, _ := providers.Lookup("standard")
+		hs, err := s.Sign([]byte(r.body), []byte(secret), time.Now(), r.id, nil)
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		for _, h := range hs {
+			req.Header.Set(h.Name, h.Value)
+		}
+	}
+	req.SetBodyString(r.body)
+	peer := r.peer
+	if peer == "" {
+		peer = "127.0.0.1"
+	}
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP(peer), Port: 40000}, nil)
+	f.in.handle(&ctx)
+	a := answer{status: ctx.Response.StatusCode(), body: string(ctx.Response.Body()), header: map[string]string{}}
+	for k, v := range ctx.Response.Header.All() {
+		a.header[string(k)] = string(v)
+	}
+	return a
+}
+
+// TestIntakeAnswers: the intake's answers, from the cheap refusals to the
+// claim, against a real engine without Raft (docs/architecture.md, Request
+// flow; docs/reference.md has every answer). Each row runs on a fresh
+// store after its setup requests; stored says which key must exist after
+// the row (and "" that nothing beyond the setup's was stored).
+func TestIntakeAnswers(t *testing.T) {
+	order := func(obj string, created int) string {
+		return `{"id":"evt","created":` + strconv.Itoa(created) + `,"data":{"object":{"id":"` + obj + `"}}}`
+	}
+	cases := []struct {
+		name     string
+		setup    []request
+		req      request
+		status   int
+		body     string // exact answer body; "" to check contains only
+		contains string
+		header   [2]string // a header the answer must carry
+		stored   string
+	}{
+		{name: "new", req: request{path: "/in/orders", body: `{"a":1}`, id: "msg_1"},
+			status: 202, body: `{"status":"accepted","key":"orders:msg_1"}` + "\n", stored: "orders:msg_1"},
+		{name: "duplicate", setup: []request{{path: "/in/orders", body: `{"a":1}`, id: "msg_1"}},
+			req:    request{path: "/in/orders", body: `{"a":1}`, id: "msg_1"},
+			status: 200, body: `{"status":"duplicate","key":"orders:msg_1","state":"pending"}` + "\n", stored: "orders:msg_1"},
+		{name: "duplicate with another body is still a duplicate", setup: []request{{path: "/in/orders", body: `{"a":1}`, id: "msg_1"}},
+			req:    request{path: "/in/orders", body: `{"a":2}`, id: "msg_1"},
+			status: 200, body: `{"status":"duplicate","key":"orders:msg_1","state":"pending"}` + "\n"},
+		{name: "bad signature", req: request{path: "/in/orders", body: `{"a":1}`, id: "msg_1", badSig: true},
+			status: 401, contains: `"status":"error"`},
+		{name: "no signature", req: request{path: "/in/orders", body: `{"a":1}`, id: "msg_1", unsigned: true},
+			status: 401, contains: `"status":"error"`},
+		{name: "no key", req: request{path: "/in/jsonkey", body: `{"a":1}`, id: "msg_1"},
+			status: 400, contains: `no idempotency key`},
+		{name: "key from the body", req: request{path: "/in/jsonkey", body: `{"id":"evt_9"}`, id: "msg_1"},
+			status: 202, body: `{"status":"accepted","key":"jsonkey:evt_9"}` + "\n", stored: "jsonkey:evt_9"},
+		{name: "not JSON", req: request{path: "/in/jsonkey", body: `{"id":"evt_1"`, id: "msg_1"},
+			status: 400, body: `{"status":"error","error":"body is not valid JSON"}` + "\n"},
+		{name: "order object missing", req: request{path: "/in/ordered", body: `{"id":"evt","created":5}`, id: "msg_1"},
+			status: 400, contains: `order: object json:data.object.id: missing`},
+		{name: "ordered", req: request{path: "/in/ordered", body: order("obj_1", 5), id: "msg_1"},
+			status: 202, stored: "ordered:msg_1"},
+		{name: "older event of the object is stale", setup: []request{{path: "/in/ordered", body: order("obj_1", 10), id: "msg_new"}},
+			req:    request{path: "/in/ordered", body: order("obj_1", 5), id: "msg_old"},
+			status: 202, body: `{"status":"accepted","key":"ordered:msg_old","state":"stale"}` + "\n", stored: "ordered:msg_old"},
+		{name: "filtered", req: request{path: "/in/filtered", body: `{"type":"noise"}`, id: "msg_1"},
+			status: 200, body: `{"status":"filtered","type":"noise"}` + "\n"},
+		{name: "not filtered", req: request{path: "/in/filtered", body: `{"type":"order"}`, id: "msg_1"},
+			status: 202, stored: "filtered:msg_1"},
+		{name: "replay guard: the body under a new id", setup: []request{{path: "/in/guarded", body: `{"a":1}`, id: "msg_1"}},
+			req:    request{path: "/in/guarded", body: `{"a":1}`, id: "msg_2"},
+			status: 200, body: `{"status":"duplicate","key":"guarded:msg_1","state":"pending"}` + "\n", stored: "guarded:msg_1"},
+		{name: "413", req: request{path: "/in/orders", body: `{"a":"` + strings.Repeat("x", 1100) + `"}`, id: "msg_1"},
+			status: 413, body: `{"status":"error","error":"body larger than max_body"}` + "\n"},
+		{name: "405", req: request{method: "GET", path: "/in/orders"},
+			status: 405, body: `{"status":"error","error":"method not allowed: use POST"}` + "\n", header: [2]string{"Allow", "POST"}},
+		{name: "404 unknown source", req: request{path: "/in/nosuch", body: `{"a":1}`, id: "msg_1"},
+			status: 404, body: `{"status":"error","error":"unknown source"}` + "\n"},
+		{name: "404 other path", req: request{method: "GET", path: "/v1/status"},
+			status: 404, body: `{"status":"error","error":"not found"}` + "\n"},
+		{name: "403", req: request{path: "/in/closed", body: `{"a":1}`, id: "msg_1"},
+			status: 403, body: `{"status":"error","error":"client address not allowed"}` + "\n"},
+		{name: "allowed address", req: request{path: "/in/closed", body: `{"a":1}`, id: "msg_1", peer: "192.0.2.7"},
+			status: 202, stored: "closed:msg_1"},
+		{name: "empty body", req: request{path: "/in/orders", body: ``, id: "msg_1"},
+			status: 400, body: `{"status":"error","error":"empty body"}` + "\n"},
+		{name: "livez", req: request{method: "GET", path: "/livez"}, status: 200, body: "ok\n"},
+		{name: "readyz", req: request{method: "GET", path: "/readyz"}, status: 200, body: "ok: in memory\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			f := newIntakeFixture(t)
+			for _, r := range c.setup {
+				if a := f.do(r); a.status != 202 {
+					t.Fatalf("setup %s: %d %s", r.path, a.status, a.body)
+				}
+			}
+			before := f.store.index
+			a := f.do(c.req)
+			if a.status != c.status {
+				t.Fatalf("status %d, want %d: %s", a.status, c.status, a.body)
+			}
+			if c.body != "" && a.body != c.body {
+				t.Errorf("body %q, want %q", a.body, c.body)
+			}
+			if !strings.Contains(a.body, c.contains) {
+				t.Errorf("body %q, want it to contain %q", a.body, c.contains)
+			}
+			if c.header[0] != "" {
+				if got := a.header[c.header[0]]; got != c.header[1] {
+					t.Errorf("%s: %q, want %q", c.header[0], got, c.header[1])
+				}
+			}
+			if c.stored != "" {
+				if _, err := f.store.Get(c.stored, false); err != nil {
+					t.Errorf("%s not stored: %v", c.stored, err)
+				}
+			} else if f.store.index != before {
+				t.Errorf("the request applied %d commands, want none", f.store.index-before)
+			}
+		})
+	}
+}
+
+// TestIntakeClaimNotCommitted: a claim the store could not commit is 503
+// with Retry-After, never a 2xx; the store's "no quorum" errors
+// (Options.NotCommitted) are told apart from the others only in the log and
+// the message.
+func TestIntakeClaimNotCommitted(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		body string
+	}{
+		{"no quorum", fmt.Errorf("claim orders:msg_1: %w", errNoQuorum), `{"status":"error","error":"no quorum: not committed, retry"}` + "\n"},
+		{"other", errors.New("disk on fire"), `{"status":"error","error":"claim failed, retry"}` + "\n"},
+		{"bad command", fmt.Errorf("claim: %w", engine.ErrBadCommand), ""},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := newIntakeFixture(t)
+			f.store.failClaim = c.err
+			a := f.do(request{path: "/in/orders", body: `{"a":1}`, id: "msg_1"})
+			if errors.Is(c.err, engine.ErrBadCommand) {
+				if a.status != 400 {
+					t.Fatalf("status %d, want 400: %s", a.status, a.body)
+				}
+				return
+			}
+			if a.status != 503 || a.body != c.body {
+				t.Fatalf("answer %d %q, want 503 %q", a.status, a.body, c.body)
+			}
+			if got := a.header["Retry-After"]; got != "1" {
+				t.Fatalf("Retry-After %q, want 1", got)
+			}
+			if _, ok, _ := f.store.Lookup("orders:msg_1"); ok {
+				t.Fatal("a failed claim stored the event")
+			}
+		})
+	}
+}

@@ -1,0 +1,129 @@
+package intake
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"oncehook/engine"
+	"oncehook/providers"
+)
+
+// syncSources is a sync-mode source (docs/architecture.md, Sync mode).
+const syncSources = `
+[[source]]
+name = "paid"
+provider = "standard"
+secret_files = ["orders.secret"]
+forward = "http://127.0.0.1:1/paid"
+mode = "sync"
+`
+
+// handlerStep is what the test's stand-in for the forwarder does with the
+// next pending event: answer it (status), or fail it for good (dead).
+type handlerStep struct {
+	status int // the handler's answer; 0: the attempt fails and the event is dead
+	body   string
+}
+
+// deliver plays the leader's forwarder against the store: it waits for key
+// to be pending, leases it, and completes it with the step's answer or fails
+// it at its last attempt.
+func (m *memStore) deliver(t *testing.T, key string, step handlerStep) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := m.Wait(ctx, key, func(ev engine.Event) bool { return ev.State == engine.StatePending }); err != nil {
+		t.Errorf("waiting for %s to be pending: %v", key, err)
+		return
+	}
+	r, err := m.apply(engine.Command{Op: engine.OpLease, Max: 1, LeaseFor: int64(time.Minute)})
+	if err != nil || len(r.Events) != 1 {
+		t.Errorf("lease: %v %+v", err, r)
+		return
+	}
+	ev := r.Events[0]
+	if step.status == 0 {
+		_, err = m.apply(engine.Command{Op: engine.OpFail, Key: key, Token: ev.Token, MaxAttempts: int(ev.Attempts), Reason: "handler failed"})
+	} else {
+		_, err = m.apply(engine.Command{Op: engine.OpComplete, Key: key, Token: ev.Token,
+			Response: &engine.Response{Status: step.status, Body: []byte(step.body)}})
+	}
+	if err != nil {
+		t.Errorf("delivery of %s: %v", key, err)
+	}
+}
+
+// TestSyncAnswers: a sync source answers with the handler's answer, never
+// acknowledges a failure, and re-arms a dead event when its provider
+// retries with the same body; against a real engine, the forwarder played
+// by the test.
+func TestSyncAnswers(t *testing.T) {
+	const key = "paid:msg_1"
+	first := request{path: "/in/paid", body: `{"a":1}`, id: "msg_1"}
+	other := request{path: "/in/paid", body: `{"a":2}`, id: "msg_1"}
+	cases := []struct {
+		name    string
+		setup   []handlerStep // deliveries of the first request, before the retry
+		retry   *request      // nil: the first request is the one checked
+		handler *handlerStep  // the delivery while the checked request waits
+		status  int
+		body    string
+		audit   int // audit entries after the row
+	}{
+		{name: "new: the handler's answer", handler: &handlerStep{201, "made"}, status: 201, body: "made"},
+		{name: "new: a failure is 502", handler: &handlerStep{}, status: 502,
+			body: `{"status":"handler_failed","key":"paid:msg_1","state":"dead"}` + "\n"},
+		{name: "duplicate of a done event: the cached answer", setup: []handlerStep{{201, "made"}}, retry: &first,
+			status: 201, body: "made"},
+		{name: "duplicate with another body: conflict", setup: []handlerStep{{201, "made"}}, retry: &other,
+			status: 409, body: `{"status":"conflict","key":"paid:msg_1"}` + "\n"},
+		{name: "retry of a dead event re-arms it", setup: []handlerStep{{}}, retry: &first, handler: &handlerStep{200, "ok now"},
+			status: 200, body: "ok now", audit: 1},
+		{name: "retry of a dead event with another body: conflict, not re-armed", setup: []handlerStep{{}}, retry: &other,
+			status: 409, body: `{"status":"conflict","key":"paid:msg_1"}` + "\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			secret, _ := providers.GenerateSecret("standard")
+			mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
+			store := newMemStore(t)
+			f := &intakeFixture{t: t, store: store, secret: secret,
+				in: New(Options{Store: store, Sources: loadSources(t, dir, syncSources)})}
+			req := first
+			if len(c.setup) > 0 {
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					for _, s := range c.setup {
+						store.deliver(t, key, s)
+					}
+				}()
+				f.do(first)
+				<-done
+				req = *c.retry
+			}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				if c.handler != nil {
+					store.deliver(t, key, *c.handler)
+				}
+			}()
+			a := f.do(req)
+			<-done
+			if a.status != c.status || a.body != c.body {
+				t.Fatalf("answer %d %q, want %d %q", a.status, a.body, c.status, c.body)
+			}
+			ev, err := store.Get(key, false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(ev.Audit) != c.audit {
+				t.Fatalf("audit %+v, want %d entries", ev.Audit, c.audit)
+			}
+		})
+	}
+}
