@@ -143,6 +143,14 @@ type Command struct {
 	// reclaimed now. It repairs what a leader stamped while its clock ran
 	// ahead. 0: no bound.
 	Horizon int64
+
+	// LeaseNow on a claim: when the new event may go at once (pending, its
+	// source not paused, the head of its order object's queue), the claim
+	// leases it under the entry's index, until Now plus the event's LeaseFor,
+	// or plus LeaseNow when it has none; Result.Events then holds it, as a
+	// lease would. The leader's proposer sets it when its forwarder has a free
+	// worker (claimlease.go). 0: the claim only claims.
+	LeaseNow int64
 }
 
 // AuditEntry records an operator action on an event.
