@@ -121,10 +121,13 @@ func TestClaimLeaseWithoutWorker(t *testing.T) {
 		SweepInterval: 5 * time.Millisecond, DefaultLease: time.Minute})
 	stop := runF(t, f)
 	waitFor(t, "the first lease", func() bool { return l.leases.Load() == 1 })
-	lf, ticket, ok := f.ReserveSlot()
-	if !ok {
-		t.Fatal("no worker")
-	}
+	var lf time.Duration
+	var ticket uint64
+	waitFor(t, "a free worker", func() bool {
+		var ok bool
+		lf, ticket, ok = f.ReserveSlot()
+		return ok
+	})
 	res, err := l.apply(engine.Command{Op: engine.OpClaim, Key: "src:a", Source: "src", Payload: []byte("x"),
 		Retention: int64(24 * time.Hour), LeaseNow: int64(lf)})
 	if err != nil || len(res.Events) != 1 {
