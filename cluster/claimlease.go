@@ -52,25 +52,31 @@ type leaseReservation struct {
 
 // reserveLeases stamps LeaseNow on the claims of an entry this leader is about
 // to propose, one per free worker, and returns the slots and the
-// reservations (nil when none).
+// reservations (nil when none). Only the leader's proposer decides it: a
+// LeaseNow that arrived with a command (from any caller) is cleared, so no
+// claim leases an event no worker was reserved for.
 func (p *proposer) reserveLeases(cmds []engine.Command) (LeaseSlots, []leaseReservation) {
-	ref := p.leaseSlots.Load()
-	if ref == nil {
-		return nil, nil
-	}
+	held := p.leaseSlots.Load()
+	ref := held // nil once no worker is left
 	var rs []leaseReservation
 	for i := range cmds {
 		c := &cmds[i]
 		if c.Op != engine.OpClaim {
 			continue
 		}
+		c.LeaseNow = 0
+		if ref == nil {
+			continue
+		}
 		lf, ticket, ok := ref.ReserveSlot()
 		if !ok {
-			break
+			ref = nil // every worker is taken
+			continue
 		}
 		if lf <= 0 {
 			ref.ReleaseSlot(ticket)
-			break
+			ref = nil
+			continue
 		}
 		c.LeaseNow = int64(lf)
 		rs = append(rs, leaseReservation{pos: i, ticket: ticket})
@@ -79,7 +85,7 @@ func (p *proposer) reserveLeases(cmds []engine.Command) (LeaseSlots, []leaseRese
 		return nil, nil
 	}
 	p.claimLeases.Add(uint64(len(rs)))
-	return ref.LeaseSlots, rs
+	return held.LeaseSlots, rs
 }
 
 // handOver ends an entry's reservations: the events its claims leased go to

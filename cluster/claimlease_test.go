@@ -110,14 +110,19 @@ func TestClaimCarriesLeaseOnLeader(t *testing.T) {
 
 // TestClaimLeaseDeclinedReleasesWorker: a claim that may not lease (a
 // duplicate, a paused source) gives its worker back and stays as a lease
-// would leave it; a follower's own slots are never used.
+// would leave it; a follower's own slots are never used; a LeaseNow set by
+// the caller is not the leader's decision and is dropped.
 func TestClaimLeaseDeclinedReleasesWorker(t *testing.T) {
 	c := newTestCluster(t, 3, nil)
 	leader := c.waitLeader(-1)
 	l, f := c.nodes[leader], c.nodes[c.follower(leader)]
 	ctx := ctxT(t, 10*time.Second)
-	if _, err := l.Claim(ctx, claimCmd("src:a")); err != nil {
-		t.Fatal(err)
+	// Only the leader's proposer decides a claim's lease: one a caller put
+	// in the command is dropped.
+	first := claimCmd("src:a")
+	first.LeaseNow = int64(time.Minute)
+	if res, err := f.Claim(ctx, first); err != nil || res.State != engine.StatePending {
+		t.Fatalf("claim with a caller's LeaseNow: %+v %v; want pending", res, err)
 	}
 	if _, err := l.Pause(ctx, "paused", "ops", "down"); err != nil {
 		t.Fatal(err)
