@@ -10,13 +10,21 @@ import (
 // Workers are shared by two sources of events: the dispatcher's leases, and
 // claims that carry their lease (the cluster's proposer reserves a free worker
 // when it packs a claim, and the claim's entry leases the event for it; see
-// docs/architecture.md, "A claim that carries its lease"). slots counts the
-// workers taken by either, so that neither hands a worker more than one event
-// and the jobs channel never fills.
+// docs/architecture.md, "Delivery"). slots counts the workers taken by
+// either.
+//
+// A lease in flight takes every free worker, but claims may still reserve
+// the workers it takes: a lease usually finds nothing due (the claims lease
+// their own events), and refusing claims while it commits would leave them
+// pending, wake the dispatcher, and start the next lease: one lease entry per
+// claim again. So busy may exceed n by what claims reserved while a lease was
+// in flight, never by more than n: the jobs and freed channels hold 2n, and
+// an event beyond n waits in the jobs channel for the next free worker.
 type slots struct {
 	mu      sync.Mutex
 	n       int    // workers
 	busy    int    // delivering, reserved by a claim, or taken for a lease in flight
+	leasing int    // of busy: taken by the lease in flight
 	gen     uint64 // the Run the counts belong to; 0: not running
 	handed  []job  // leased by claims, not yet placed by the dispatcher
 	changed chan struct{}
@@ -27,7 +35,7 @@ func newSlots() *slots { return &slots{changed: make(chan struct{}, 1)} }
 // open starts the accounting of a Run with n workers.
 func (s *slots) open(n int) {
 	s.mu.Lock()
-	s.n, s.busy, s.handed = n, 0, nil
+	s.n, s.busy, s.leasing, s.handed = n, 0, 0, nil
 	s.gen++
 	if s.gen == 0 {
 		s.gen++
@@ -43,7 +51,7 @@ func (s *slots) close() {
 	if s.gen == 0 {
 		s.gen++
 	}
-	s.n, s.busy, s.handed = 0, 0, nil
+	s.n, s.busy, s.leasing, s.handed = 0, 0, 0, nil
 	s.mu.Unlock()
 }
 
@@ -64,6 +72,27 @@ func (s *slots) take(max int) int {
 	}
 	s.busy += k
 	return k
+}
+
+// takeForLease takes every free worker for a lease and says how many.
+func (s *slots) takeForLease() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := s.n - s.busy
+	if k <= 0 {
+		return 0
+	}
+	s.busy += k
+	s.leasing = k
+	return k
+}
+
+// leased ends the lease that took k workers and leased got events.
+func (s *slots) leased(k, got int) {
+	s.mu.Lock()
+	s.busy -= k - got
+	s.leasing = 0
+	s.mu.Unlock()
 }
 
 // put gives back k workers.
@@ -94,12 +123,13 @@ func (s *slots) takeHanded() []job {
 }
 
 // ReserveSlot takes a free worker for a claim's lease (cluster.LeaseSlots).
-// It fails while the Forwarder is not running or every worker is taken.
+// It fails while the Forwarder is not running or every worker is taken (a
+// lease in flight takes none from it; see slots).
 func (f *Forwarder) ReserveSlot() (time.Duration, uint64, bool) {
 	s := f.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n == 0 || s.busy >= s.n {
+	if s.n == 0 || s.busy-s.leasing >= s.n {
 		return 0, 0, false
 	}
 	s.busy++

@@ -147,3 +147,57 @@ func TestClaimLeaseWithoutWorker(t *testing.T) {
 		t.Errorf("attempts %d, deliveries %d; want 2 and 1", ev.Attempts, s.n())
 	}
 }
+
+// gatedLeases holds every Lease call at gate after reporting it on in (when
+// nobody took the last report, the new one is dropped).
+type gatedLeases struct {
+	*leader
+	in   chan struct{}
+	gate chan struct{}
+}
+
+func (g *gatedLeases) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error) {
+	select {
+	case g.in <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	return g.leader.Lease(ctx, max, leaseFor)
+}
+
+// TestClaimLeaseDuringLease: while a lease is in flight (it took every free
+// worker), claims still reserve workers; when the lease then returns as many
+// events as it asked for, every event is delivered, at most Workers at once.
+func TestClaimLeaseDuringLease(t *testing.T) {
+	l := newLeader(t)
+	l.claim("src:due1", "src", "x")
+	l.claim("src:due2", "src", "x")
+	var mu sync.Mutex
+	active, most := 0, 0
+	s := &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		active++
+		most = max(most, active)
+		mu.Unlock()
+		defer func() { mu.Lock(); active--; mu.Unlock() }()
+	}}
+	srv := serve(t, s)
+	g := &gatedLeases{leader: l, in: make(chan struct{}, 1), gate: make(chan struct{})}
+	f := New(Options{Store: g, Targets: only(Target{URL: srv.URL}), Workers: 2, PollInterval: time.Hour, SweepInterval: time.Hour})
+	runF(t, f)
+	<-g.in // the first lease is in flight and holds both workers
+	l.leasingClaim(f, "src:a")
+	l.leasingClaim(f, "src:b")
+	if _, _, ok := f.ReserveSlot(); ok {
+		t.Fatal("a third reservation with two workers")
+	}
+	close(g.gate) // this lease and later ones pass
+	for _, k := range []string{"src:due1", "src:due2", "src:a", "src:b"} {
+		waitFor(t, k+" done", stateIs(l, k, engine.StateDone))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > 2 {
+		t.Errorf("%d deliveries at once with 2 workers", most)
+	}
+}

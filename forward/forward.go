@@ -133,7 +133,8 @@ type Options struct {
 	// client with one returning http.ErrUseLastResponse is used.
 	Client *http.Client
 	// Workers is the number of concurrent deliveries and the most events ever
-	// in flight; default 16.
+	// in flight, but for claims that carry their lease: those may add as many
+	// again, waiting for a worker (claimlease.go); default 16.
 	Workers int
 	// Wake is signalled when new events may be due (a claim committed on this
 	// leader); give it a buffer of one and send without blocking, so that many
@@ -280,14 +281,14 @@ func (f *Forwarder) Run(ctx context.Context) error {
 
 	n := f.opts.Workers
 	f.lim = newLimiter(f.opts.DefaultLease)
-	// jobs never holds more than n events: the dispatcher sends only into free
-	// slots. freed gets one token per finished event, so it never holds more
-	// than n either and a worker never blocks on it. The token is true for an
+	// At most 2n events are ever sent and not yet freed (f.slots: claims
+	// may reserve workers a lease in flight also took), so neither jobs nor
+	// freed ever blocks its sender. The freed token is true for an
 	// event with an order object: its end may let the next event of its
 	// object go (the engine leases one per object at a time), so the
 	// dispatcher leases again at once.
-	jobs := make(chan job, n)
-	freed := make(chan bool, n)
+	jobs := make(chan job, 2*n)
+	freed := make(chan bool, 2*n)
 	kick := make(chan struct{}, 1) // the sweeper reclaimed events: lease soon
 
 	var wg sync.WaitGroup
@@ -390,7 +391,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		full, fullUntil := f.lim.full(now)
 		again := false
 		if want && !full && len(park) < parkCap && ctx.Err() == nil {
-			if free := f.slots.take(f.opts.Workers); free > 0 {
+			if free := f.slots.takeForLease(); free > 0 {
 				evs, err := f.opts.Store.Lease(ctx, free, f.opts.DefaultLease)
 				switch {
 				case ctx.Err() != nil:
@@ -398,7 +399,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 					// processing until its lease expires.
 					return
 				case err != nil:
-					f.slots.put(free)
+					f.slots.leased(free, 0)
 					f.log.Warn("lease failed", "err", err)
 					want = false // try again on the next tick or wake
 				default:
@@ -407,7 +408,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 							"asked", free, "got", len(evs))
 						evs = evs[:free]
 					}
-					f.slots.put(free - len(evs))
+					f.slots.leased(free, len(evs))
 					now = time.Now()
 					for _, ev := range evs {
 						f.place(job{ev: ev, leased: now}, now, &park, send)
