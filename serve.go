@@ -233,6 +233,9 @@ func (n *node) lead(ctx context.Context) {
 		Limits:      n.sweepLimits,
 		DeadExpired: n.metrics.deadExpired,
 	})
+	// Claims proposed while a worker is free lease their event themselves.
+	n.cluster.SetLeaseSlots(f)
+	defer n.cluster.SetLeaseSlots(nil)
 	if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		n.log.Error("forwarder stopped", "err", err)
 	}

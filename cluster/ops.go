@@ -295,6 +295,15 @@ type Status struct {
 	// (as leader) and per batch it relayed (as follower).
 	Proposed BatchStats `json:"proposed"`
 	Relayed  BatchStats `json:"relayed"`
+	// ClaimLeases: claims this node proposed as leader while a worker was
+	// free (offered), and those that leased their event (claimlease.go).
+	ClaimLeases ClaimLeaseStats `json:"claim_leases"`
+}
+
+// ClaimLeaseStats counts claims that carried a lease.
+type ClaimLeaseStats struct {
+	Offered uint64 `json:"offered"`
+	Leased  uint64 `json:"leased"`
 }
 
 // BatchStats counts batches and the commands in them.
@@ -317,6 +326,7 @@ func (n *Node) Status() Status {
 	}
 	st.Proposed = BatchStats{n.prop.entries.Load(), n.prop.commands.Load()}
 	st.Relayed = BatchStats{n.prop.relays.Load(), n.prop.relayed.Load()}
+	st.ClaimLeases = ClaimLeaseStats{n.prop.claimLeases.Load(), n.prop.claimLeased.Load()}
 	n.leaderMu.Lock()
 	st.LeaderChanges = n.leaderChange
 	n.leaderMu.Unlock()

@@ -49,12 +49,17 @@ type proposer struct {
 	commands atomic.Uint64 // commands in them
 	relays   atomic.Uint64 // batches sent to the leader
 	relayed  atomic.Uint64 // commands in them
+
+	leaseSlots atomic.Pointer[slotsRef] // the leader's free workers (claimlease.go)
+	claimLeaseCounters
 }
 
 type pendingApply struct {
 	future  raft.ApplyFuture
 	batch   []*proposal
 	release func()
+	slots   LeaseSlots         // with leases: the workers the entry's claims reserved
+	leases  []leaseReservation // (claimlease.go)
 }
 
 func newProposer(n *Node, inflight, maxCmds, maxBytes int, linger time.Duration) *proposer {
@@ -276,14 +281,18 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int, leader bool, sem chan 
 				cmds = append(cmds, c)
 			}
 		}
+		slots, leases := p.reserveLeases(cmds)
 		data := engine.EncodeEntry(nil, cmds)
 		p.entries.Add(1)
 		p.commands.Add(uint64(len(cmds)))
 		f := r.Apply(data, 0)
 		select {
-		case p.pending <- pendingApply{future: f, batch: batch, release: release}:
+		case p.pending <- pendingApply{future: f, batch: batch, release: release, slots: slots, leases: leases}:
 		case <-p.stop:
 			release()
+			if slots != nil {
+				p.handOver(slots, leases, nil)
+			}
 			finish(batch, ErrShutdown)
 		}
 		return
@@ -373,6 +382,11 @@ func (p *proposer) complete() {
 
 func (p *proposer) settle(pa pendingApply) {
 	defer pa.release()
+	defer func() {
+		if pa.slots != nil { // the entry failed: its claims leased nothing here
+			p.handOver(pa.slots, pa.leases, nil)
+		}
+	}()
 	if err := pa.future.Error(); err != nil {
 		finish(pa.batch, translateApplyErr(err))
 		return
@@ -385,6 +399,11 @@ func (p *proposer) settle(pa pendingApply) {
 	if a.err != nil {
 		finish(pa.batch, a.err)
 		return
+	}
+	if pa.slots != nil {
+		// Workers first: the deliveries start while the callers are answered.
+		p.handOver(pa.slots, pa.leases, a.results)
+		pa.slots = nil
 	}
 	i := 0
 	for _, pr := range pa.batch {

@@ -443,6 +443,8 @@ func (a *applier) claim(c *Command) (Result, error) {
 		return bad("claim payload length %d", len(c.Payload))
 	case len(c.Headers) > MaxHeaders:
 		return bad("claim has %d headers", len(c.Headers))
+	case !validDuration(c.LeaseNow):
+		return bad("claim lease now %d", c.LeaseNow)
 	}
 	for i := range c.Headers {
 		if len(c.Headers[i].Name) > MaxHeaderLen || len(c.Headers[i].Value) > MaxHeaderLen {
@@ -486,13 +488,21 @@ func (a *applier) claim(c *Command) (Result, error) {
 	if c.OrderObject != "" && c.semantics() >= formatOrderedObjects {
 		ev.OrderObject, ev.OrderTime, ev.OrderIndex, ev.OrderPos = c.OrderObject, c.OrderTime, a.index, a.pos
 	}
+	leased := false
 	if st == StatePending {
 		ev.NextAttemptAt = c.Now
-		if err := a.putPending(c.Source, c.Now, c.Key); err != nil {
-			return Result{}, err
-		}
 		if ev.OrderObject != "" {
 			if err := a.append(&ev); err != nil {
+				return Result{}, err
+			}
+		}
+		var err error
+		if leased, err = a.leaseClaimed(c, &ev); err != nil {
+			return Result{}, err
+		}
+		st = ev.State
+		if !leased {
+			if err := a.putPending(c.Source, c.Now, c.Key); err != nil {
 				return Result{}, err
 			}
 		}
@@ -526,6 +536,9 @@ func (a *applier) claim(c *Command) (Result, error) {
 		}
 	}
 	a.count(c.Source, 0, st)
+	if leased {
+		return claimLeaseResult(c, &ev), nil
+	}
 	return Result{Created: true, State: st}, nil
 }
 

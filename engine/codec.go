@@ -478,6 +478,7 @@ const (
 	fieldDeadRetention
 	fieldHorizon
 	fieldOnlyFrom // added with the provider's re-arm of dead sync events
+	fieldLeaseNow // added with the claim's lease: older entries never set it
 	numFields
 )
 
@@ -515,6 +516,7 @@ func commandMask(c *Command) uint64 {
 	set(fieldDeadRetention, c.DeadRetention != 0)
 	set(fieldHorizon, c.Horizon != 0)
 	set(fieldOnlyFrom, c.OnlyFrom != 0)
+	set(fieldLeaseNow, c.LeaseNow != 0)
 	return m
 }
 
@@ -634,6 +636,9 @@ func appendCommands(dst []byte, cmds []Command) []byte {
 		}
 		if m&(1<<fieldOnlyFrom) != 0 {
 			dst = append(dst, byte(c.OnlyFrom))
+		}
+		if m&(1<<fieldLeaseNow) != 0 {
+			dst = binary.AppendVarint(dst, c.LeaseNow)
 		}
 	}
 	return dst
@@ -891,6 +896,9 @@ func decodeEntry(b []byte, shared bool) ([]Command, error) {
 			if c.OnlyFrom = State(d.byte("only from")); d.err == nil && c.OnlyFrom == 0 {
 				d.fail("only from: zero")
 			}
+		}
+		if m&(1<<fieldLeaseNow) != 0 {
+			c.LeaseNow = d.nonZeroVarint("lease now")
 		}
 		if d.err != nil {
 			break

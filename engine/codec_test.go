@@ -14,6 +14,7 @@ func sampleCommands() []Command {
 		{Op: OpClaim, Now: t0, Key: "stripe-live:evt_1", Source: "stripe-live", Payload: []byte(`{"id":"evt_1"}`),
 			Headers:   []Header{{Name: "Stripe-Signature", Value: "t=1,v1=ab"}, {Name: "Content-Type", Value: "application/json"}},
 			Retention: 168 * hour, OrderObject: "pi_1", OrderTime: -5, LeaseFor: 30 * sec, BodyKey: "stripe-live\x00\xff\x01"},
+		{Op: OpClaim, Now: t0, Key: "s:k", Source: "s", LeaseNow: 30 * sec},
 		{Op: OpLease, Now: t0 + 1, Max: 64, LeaseFor: 30 * sec},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 12345, Response: &Response{Status: 201, Body: []byte("ok")}, Step: "shipped"},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 1, Response: &Response{}},

@@ -144,6 +144,14 @@ type Command struct {
 	// ahead. 0: no bound.
 	Horizon int64
 
+	// LeaseNow on a claim: when the new event may go at once (pending, its
+	// source not paused, the head of its order object's queue), the claim
+	// leases it under the entry's index, until Now plus the event's LeaseFor,
+	// or plus LeaseNow when it has none; Result.Events then holds it, as a
+	// lease would. The leader's proposer sets it when its forwarder has a free
+	// worker (claimlease.go). 0: the claim only claims.
+	LeaseNow int64
+
 	// format is the FormatVersion of the binary that wrote the log entry
 	// this command came from, when older than this binary's (0: this
 	// binary's, as for a command built in process). Apply gives a command

@@ -124,6 +124,9 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 					c.OrderObject, c.OrderTime = fmt.Sprintf("obj%d", rng.IntN(5)), now/(2*hour)-rng.Int64N(1000)%3/2
 				}
 				c.BodyKey = bodyKeyOf(k) // from k, so the rng sequence stays as it was
+				// A quarter of the claims carry their lease (from now, so the rng
+				// sequence stays as it was).
+				c.LeaseNow = now % 4 / 3 * 30 * sec
 			case p < 50:
 				c = Command{Op: OpLease, Now: now, Max: 1 + rng.IntN(5), LeaseFor: 30 * sec}
 			case p < 65 && len(leases) > 0:
@@ -337,6 +340,10 @@ func TestRandomSequenceCoversOutcomes(t *testing.T) {
 				seen["body duplicate"]++
 			case c.Op == OpClaim && !r.Created:
 				seen["duplicate"]++
+			case c.Op == OpClaim && len(r.Events) == 1:
+				seen["claim leased"]++
+			case c.Op == OpClaim && c.LeaseNow > 0 && r.State == StatePending:
+				seen["claim lease declined"]++
 			case c.Op == OpComplete:
 				seen["complete"]++
 			case c.Op == OpFail && r.State == StateDead:
@@ -353,7 +360,7 @@ func TestRandomSequenceCoversOutcomes(t *testing.T) {
 		}
 	}
 	for _, want := range []string{ErrStaleToken.Error(), ErrWrongState.Error(), ErrBadCommand.Error(),
-		"stale claim", "duplicate", "body duplicate", "complete", "dead", "retry",
+		"stale claim", "duplicate", "body duplicate", "claim leased", "claim lease declined", "complete", "dead", "retry",
 		"op lease", "op reclaim", "op replay", "op expire", "op drop payloads", "op pause", "op resume", "pause no-op", "resume no-op", "held",
 		"queued behind", "history"} {
 		if seen[want] == 0 {

@@ -23,6 +23,7 @@ import (
 //	   payloadRetention, deadRetention and horizon, op purge
 //	7  a keyed replay's required state: entry field onlyFrom; log entries
 //	   carry their writer's format (entry version 2)
+//	8  a claim that carries its lease: entry field leaseNow
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -48,7 +49,7 @@ import (
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 7
+const FormatVersion = 8
 
 // Formats at which the meaning of an existing command changed.
 const (

@@ -133,7 +133,8 @@ type Options struct {
 	// client with one returning http.ErrUseLastResponse is used.
 	Client *http.Client
 	// Workers is the number of concurrent deliveries and the most events ever
-	// in flight; default 16.
+	// in flight, but for claims that carry their lease: those may add as many
+	// again, waiting for a worker (claimlease.go); default 16.
 	Workers int
 	// Wake is signalled when new events may be due (a claim committed on this
 	// leader); give it a buffer of one and send without blocking, so that many
@@ -208,6 +209,8 @@ type Forwarder struct {
 	randMu sync.Mutex // guards opts.Rand, which is not safe for concurrent use
 
 	lim *limiter // this Run's rate limits; set before Run starts its goroutines
+
+	slots *slots // workers taken by leases and by claims that carry theirs (claimlease.go)
 }
 
 // New returns a Forwarder with opts' zero fields set to their defaults.
@@ -227,7 +230,7 @@ func New(opts Options) *Forwarder {
 	if opts.DefaultLease <= 0 {
 		opts.DefaultLease = DefaultLease
 	}
-	f := &Forwarder{opts: opts, log: opts.Logger}
+	f := &Forwarder{opts: opts, log: opts.Logger, slots: newSlots()}
 	if f.log == nil {
 		f.log = slog.New(slog.DiscardHandler)
 	}
@@ -278,14 +281,14 @@ func (f *Forwarder) Run(ctx context.Context) error {
 
 	n := f.opts.Workers
 	f.lim = newLimiter(f.opts.DefaultLease)
-	// jobs never holds more than n events: the dispatcher sends only into free
-	// slots. freed gets one token per finished event, so it never holds more
-	// than n either and a worker never blocks on it. The token is true for an
+	// At most 2n events are ever sent and not yet freed (f.slots: claims
+	// may reserve workers a lease in flight also took), so neither jobs nor
+	// freed ever blocks its sender. The freed token is true for an
 	// event with an order object: its end may let the next event of its
 	// object go (the engine leases one per object at a time), so the
 	// dispatcher leases again at once.
-	jobs := make(chan job, n)
-	freed := make(chan bool, n)
+	jobs := make(chan job, 2*n)
+	freed := make(chan bool, 2*n)
 	kick := make(chan struct{}, 1) // the sweeper reclaimed events: lease soon
 
 	var wg sync.WaitGroup
@@ -304,7 +307,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	wg.Go(func() { f.sweep(ctx, kick) })
 
 	f.log.Info("forwarder started", "workers", n)
+	f.slots.open(n)
 	f.dispatch(ctx, jobs, freed, kick)
+	f.slots.close()
 	cancel()
 	close(jobs)
 	wg.Wait()
@@ -347,27 +352,30 @@ const (
 // rate lowered by a reload) is handed back with Fail, which spends the attempt
 // but never makes it the last one.
 func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan bool, kick <-chan struct{}) {
-	n := f.opts.Workers
 	tick := time.NewTicker(f.opts.PollInterval)
 	defer tick.Stop()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 
 	var park parkQueue
-	parkCap := max(maxParked, parkFactor*n)
-	inflight := 0
+	parkCap := max(maxParked, parkFactor*f.opts.Workers)
+	// Workers are counted in f.slots, which claims that carry their lease
+	// share: an event holds one from its lease (or its claim's reservation)
+	// until its worker is done, except while it is parked.
 	// want: there may be due events we have not leased. It is set by a wake,
 	// a tick or a reclaim, and stays set after a lease that filled every free
 	// slot; a short lease or a failed one clears it.
 	want := true
-	send := func(j job) {
-		jobs <- j
-		inflight++
-	}
+	send := func(j job) { jobs <- j }
 	for {
 		now := time.Now()
+		// Events leased by claims, each with its worker.
+		for _, j := range f.slots.takeHanded() {
+			j.leased = now // what waited so far was the commit, not a rate limit
+			f.place(j, now, &park, send)
+		}
 		// Parked events whose slot came, while there are free workers.
-		for len(park) > 0 && inflight < n && !park[0].start.After(now) {
+		for len(park) > 0 && !park[0].start.After(now) && f.slots.take(1) == 1 {
 			p := park.pop()
 			if f.lim.held(p.ev.Source, p.start) {
 				// A hold came after the slot was booked: book again.
@@ -382,31 +390,34 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 
 		full, fullUntil := f.lim.full(now)
 		again := false
-		if want && inflight < n && !full && len(park) < parkCap && ctx.Err() == nil {
-			free := n - inflight
-			evs, err := f.opts.Store.Lease(ctx, free, f.opts.DefaultLease)
-			switch {
-			case ctx.Err() != nil:
-				// Leadership ended mid-lease: anything leased stays
-				// processing until its lease expires.
-				return
-			case err != nil:
-				f.log.Warn("lease failed", "err", err)
-				want = false // try again on the next tick or wake
-			default:
-				if len(evs) > free {
-					f.log.Error("store leased more events than asked; extras left to expire",
-						"asked", free, "got", len(evs))
-					evs = evs[:free]
+		if want && !full && len(park) < parkCap && ctx.Err() == nil {
+			if free := f.slots.takeForLease(); free > 0 {
+				evs, err := f.opts.Store.Lease(ctx, free, f.opts.DefaultLease)
+				switch {
+				case ctx.Err() != nil:
+					// Leadership ended mid-lease: anything leased stays
+					// processing until its lease expires.
+					return
+				case err != nil:
+					f.slots.leased(free, 0)
+					f.log.Warn("lease failed", "err", err)
+					want = false // try again on the next tick or wake
+				default:
+					if len(evs) > free {
+						f.log.Error("store leased more events than asked; extras left to expire",
+							"asked", free, "got", len(evs))
+						evs = evs[:free]
+					}
+					f.slots.leased(free, len(evs))
+					now = time.Now()
+					for _, ev := range evs {
+						f.place(job{ev: ev, leased: now}, now, &park, send)
+					}
+					want = len(evs) == free
+					// Some may have parked: lease again at once for the workers
+					// still free.
+					again = want && f.slots.free() > 0
 				}
-				now = time.Now()
-				for _, ev := range evs {
-					f.place(job{ev: ev, leased: now}, now, &park, send)
-				}
-				want = len(evs) == free
-				// Some may have parked: lease again at once for the workers
-				// still free.
-				again = want && inflight < n
 			}
 		}
 		if again {
@@ -415,7 +426,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 
 		// Wake for the next parked slot, or when leasing may resume.
 		var at time.Time
-		if len(park) > 0 && inflight < n {
+		if len(park) > 0 && f.slots.free() > 0 {
 			at = park[0].start
 		}
 		if full && want && (at.IsZero() || fullUntil.Before(at)) {
@@ -437,20 +448,22 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		case <-tick.C:
 			want = true
 		case <-timerC:
+		case <-f.slots.changed: // a claim leased an event, or gave its worker back
 		case ordered := <-freed:
-			inflight--
+			done := 1
 			want = want || ordered
 			// Collect every other worker that finished meanwhile, so one
 			// lease fills them all.
 			for more := true; more; {
 				select {
 				case ordered := <-freed:
-					inflight--
+					done++
 					want = want || ordered
 				default:
 					more = false
 				}
 			}
+			f.slots.put(done)
 		}
 		timer.Stop() // timers are unbuffered (Go 1.23+): nothing stale is left
 	}
@@ -459,7 +472,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 // place sends a leased event to a worker when its source lets it start now,
 // parks it until its booked slot when that comes before its lease's end minus
 // its timeout, and otherwise sends it to a worker to be handed back. The
-// caller guarantees a free worker.
+// caller took a worker for it (f.slots); a parked event gives it back.
 func (f *Forwarder) place(j job, now time.Time, park *parkQueue, send func(job)) {
 	tgt, ok := f.opts.Targets(j.ev.Source)
 	if !ok {
@@ -479,6 +492,7 @@ func (f *Forwarder) place(j job, now time.Time, park *parkQueue, send func(job))
 		send(j)
 	case start.After(now):
 		park.push(parked{job: j, start: start})
+		f.slots.put(1) // a parked event holds no worker
 	default:
 		if f.opts.RateLimited != nil && now.After(j.leased) {
 			f.opts.RateLimited(j.ev.Source, now.Sub(j.leased))

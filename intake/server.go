@@ -530,7 +530,7 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 	if !res.Created {
 		return in.answerDuplicate(ctx, src, key, res.State, body, true)
 	}
-	if src.sync && res.State == engine.StatePending {
+	if src.sync && (res.State == engine.StatePending || res.State == engine.StateProcessing) {
 		return in.answerSync(ctx, src, key)
 	}
 	return writeClaim(ctx, src.ack, "accepted", key, res.State, res.State == engine.StateStale)

@@ -1,0 +1,203 @@
+package forward
+
+import (
+	"context"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"oncehook/engine"
+)
+
+// runF runs f until the returned stop is called (also at cleanup).
+func runF(t *testing.T, f *Forwarder) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+// leasingClaim claims key the way the cluster's proposer does when a worker
+// is free: it reserves one of f's workers, stamps the claim with LeaseNow,
+// and hands the leased event over (or gives the worker back). It reports the
+// claim's result.
+func (l *leader) leasingClaim(f *Forwarder, key string) engine.Result {
+	l.t.Helper()
+	var lf time.Duration
+	var ticket uint64
+	// The forwarder's lease in flight holds every free worker for a moment.
+	waitFor(l.t.(*testing.T), "a free worker", func() bool {
+		var ok bool
+		lf, ticket, ok = f.ReserveSlot()
+		return ok
+	})
+	res, err := l.apply(engine.Command{Op: engine.OpClaim, Key: key, Source: "src", Payload: []byte("body of " + key),
+		Retention: int64(24 * time.Hour), LeaseNow: int64(lf)})
+	if err != nil || !res.Created {
+		l.t.Fatalf("claim %q: %+v %v", key, res, err)
+	}
+	if len(res.Events) == 1 {
+		f.DeliverLeased(ticket, res.Events[0])
+	} else {
+		f.ReleaseSlot(ticket)
+	}
+	return res
+}
+
+// TestClaimLeaseDelivers: an event its claim leased goes to the handler with
+// no lease command, and completes under the claim's token.
+func TestClaimLeaseDelivers(t *testing.T) {
+	l := newLeader(t)
+	s := &sink{}
+	srv := serve(t, s)
+	f := New(Options{Store: l, Targets: only(Target{URL: srv.URL}), Workers: 4, PollInterval: time.Hour, SweepInterval: time.Hour})
+	runF(t, f)
+	waitFor(t, "the first lease", func() bool { return l.leases.Load() == 1 })
+	res := l.leasingClaim(f, "src:a")
+	if len(res.Events) != 1 || res.State != engine.StateProcessing {
+		t.Fatalf("claim leased %d events, state %d", len(res.Events), res.State)
+	}
+	waitFor(t, "done", stateIs(l, "src:a", engine.StateDone))
+	if got := string(s.hit(0).body); got != "body of src:a" {
+		t.Errorf("handler got %q", got)
+	}
+	if ev := l.get("src:a"); ev.Token != res.Events[0].Token || ev.Attempts != 1 {
+		t.Errorf("token %d attempts %d, want %d and 1", ev.Token, ev.Attempts, res.Events[0].Token)
+	}
+	if n := l.leases.Load(); n != 1 {
+		t.Errorf("%d lease commands, want only the first", n)
+	}
+}
+
+// TestClaimLeaseSharesWorkers: reservations and deliveries share the
+// workers: with every worker delivering, no claim gets one, and a worker
+// that finishes can be reserved again.
+func TestClaimLeaseSharesWorkers(t *testing.T) {
+	l := newLeader(t)
+	release := make(chan struct{})
+	s := &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) { <-release }}
+	srv := serve(t, s)
+	f := New(Options{Store: l, Targets: only(Target{URL: srv.URL}), Workers: 2, PollInterval: time.Hour, SweepInterval: time.Hour})
+	stop := runF(t, f)
+	waitFor(t, "the first lease", func() bool { return l.leases.Load() == 1 })
+	l.leasingClaim(f, "src:a")
+	l.leasingClaim(f, "src:b")
+	waitFor(t, "both at the handler", func() bool { return s.n() == 2 })
+	if _, _, ok := f.ReserveSlot(); ok {
+		t.Fatal("reserved a worker while every worker delivers")
+	}
+	close(release)
+	waitFor(t, "both done", func() bool {
+		return stateIs(l, "src:a", engine.StateDone)() && stateIs(l, "src:b", engine.StateDone)()
+	})
+	l.leasingClaim(f, "src:c") // fails the test when no worker comes free
+	waitFor(t, "c done", stateIs(l, "src:c", engine.StateDone))
+	stop()
+	if _, _, ok := f.ReserveSlot(); ok {
+		t.Fatal("reserved a worker of a stopped forwarder")
+	}
+}
+
+// TestClaimLeaseWithoutWorker: an event whose claim leased it for a
+// forwarder that stopped before it got it stays processing until its lease
+// ends, and is then reclaimed and delivered by the next run.
+func TestClaimLeaseWithoutWorker(t *testing.T) {
+	l := newLeader(t)
+	s := &sink{}
+	srv := serve(t, s)
+	f := New(Options{Store: l, Targets: only(Target{URL: srv.URL}), Workers: 2, PollInterval: time.Hour,
+		SweepInterval: 5 * time.Millisecond, DefaultLease: time.Minute})
+	stop := runF(t, f)
+	waitFor(t, "the first lease", func() bool { return l.leases.Load() == 1 })
+	var lf time.Duration
+	var ticket uint64
+	waitFor(t, "a free worker", func() bool {
+		var ok bool
+		lf, ticket, ok = f.ReserveSlot()
+		return ok
+	})
+	res, err := l.apply(engine.Command{Op: engine.OpClaim, Key: "src:a", Source: "src", Payload: []byte("x"),
+		Retention: int64(24 * time.Hour), LeaseNow: int64(lf)})
+	if err != nil || len(res.Events) != 1 {
+		t.Fatalf("claim: %+v %v", res, err)
+	}
+	stop() // leadership ends between the commit and the hand-over
+	f.DeliverLeased(ticket, res.Events[0])
+
+	runF(t, f)
+	ticks(t, l, 2)
+	if s.n() != 0 || !stateIs(l, "src:a", engine.StateProcessing)() {
+		t.Fatalf("delivered %d times, state %d, before the lease ended", s.n(), l.get("src:a").State)
+	}
+	l.advance(2 * time.Minute)
+	waitFor(t, "reclaimed and done", stateIs(l, "src:a", engine.StateDone))
+	if ev := l.get("src:a"); ev.Attempts != 2 || s.n() != 1 {
+		t.Errorf("attempts %d, deliveries %d; want 2 and 1", ev.Attempts, s.n())
+	}
+}
+
+// gatedLeases holds every Lease call at gate after reporting it on in (when
+// nobody took the last report, the new one is dropped).
+type gatedLeases struct {
+	*leader
+	in   chan struct{}
+	gate chan struct{}
+}
+
+func (g *gatedLeases) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error) {
+	select {
+	case g.in <- struct{}{}:
+	default:
+	}
+	<-g.gate
+	return g.leader.Lease(ctx, max, leaseFor)
+}
+
+// TestClaimLeaseDuringLease: while a lease is in flight (it took every free
+// worker), claims still reserve workers; when the lease then returns as many
+// events as it asked for, every event is delivered, at most Workers at once.
+func TestClaimLeaseDuringLease(t *testing.T) {
+	l := newLeader(t)
+	l.claim("src:due1", "src", "x")
+	l.claim("src:due2", "src", "x")
+	var mu sync.Mutex
+	active, most := 0, 0
+	s := &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		active++
+		most = max(most, active)
+		mu.Unlock()
+		defer func() { mu.Lock(); active--; mu.Unlock() }()
+	}}
+	srv := serve(t, s)
+	g := &gatedLeases{leader: l, in: make(chan struct{}, 1), gate: make(chan struct{})}
+	f := New(Options{Store: g, Targets: only(Target{URL: srv.URL}), Workers: 2, PollInterval: time.Hour, SweepInterval: time.Hour})
+	runF(t, f)
+	<-g.in // the first lease is in flight and holds both workers
+	l.leasingClaim(f, "src:a")
+	l.leasingClaim(f, "src:b")
+	if _, _, ok := f.ReserveSlot(); ok {
+		t.Fatal("a third reservation with two workers")
+	}
+	close(g.gate) // this lease and later ones pass
+	for _, k := range []string{"src:due1", "src:due2", "src:a", "src:b"} {
+		waitFor(t, k+" done", stateIs(l, k, engine.StateDone))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > 2 {
+		t.Errorf("%d deliveries at once with 2 workers", most)
+	}
+}
