@@ -172,7 +172,11 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 			ccfg.TLS = &cluster.TLSConfig{CertFile: c.TLSCert, KeyFile: c.TLSKey, CAFile: c.TLSCA}
 		}
 	}
-	if n.cluster, err = cluster.Open(ccfg); err != nil {
+	err = createTestEngine(ccfg.Dir, failpoint.BucketWidth) // failpoints builds only (testknobs.go)
+	if err == nil {
+		n.cluster, err = cluster.Open(ccfg)
+	}
+	if err != nil {
 		n.httpLn.Close()
 		n.adminLn.Close()
 		return nil, err
@@ -230,6 +234,8 @@ func (n *node) lead(ctx context.Context) {
 		// letters deleted after dead_retention.
 		Limits:      n.sweepLimits,
 		DeadExpired: n.metrics.deadExpired,
+		// Zero (the default) but in a failpoints build's test (failpoint/doc.go).
+		ExpireInterval: failpoint.ExpireInterval(),
 	})
 	if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		n.log.Error("forwarder stopped", "err", err)
