@@ -396,11 +396,12 @@ func TestDeadLetterOutlivesRetention(t *testing.T) {
 			return code == http.StatusNotFound && h.count("orders:"+id) > 0
 		})
 	}
-	checked := time.Now()
 	for _, k := range []string{keyA, keyB} {
 		code, ev := c.event(t, nd, k)
-		if checked.After(a.ExpiresAt) {
-			t.Fatalf("the retention rounds outlasted the dead retention (now %s, %s expires at %s): raise deadRetention", checked, keyA, a.ExpiresAt)
+		// Read before the dead retention ended (B went dead after A, so it
+		// ends no earlier), the dead letters must be there.
+		if now := time.Now(); now.After(a.ExpiresAt) {
+			t.Fatalf("the retention rounds outlasted the dead retention (now %s, %s expires at %s): raise deadRetention", now, keyA, a.ExpiresAt)
 		}
 		if code != http.StatusOK || ev.State != "dead" {
 			t.Fatalf("%s after retention passed 3 times: %d %q, want still dead", k, code, ev.State)
@@ -408,7 +409,7 @@ func TestDeadLetterOutlivesRetention(t *testing.T) {
 	}
 
 	// Replayable: the replay delivers it, and gives it a fresh window (the
-	// claim's 1s retention), not its dead retention.
+	// claim's), not its dead retention.
 	h.failing.Store(false)
 	out, code := run(t, c.Root, "replay", "-addr", nd.Admin, "-token-file", filepath.Join(c.Root, "admin.token"),
 		"-key", keyB, "-reason", "lifecycle test")
@@ -423,8 +424,11 @@ func TestDeadLetterOutlivesRetention(t *testing.T) {
 				replayed = e.At
 			}
 		}
-		if replayed.IsZero() || b.ExpiresAt.After(replayed.Add(time.Second+width)) {
-			t.Fatalf("replayed %s expires at %s (replayed at %s): want within its 1s retention plus a bucket", keyB, b.ExpiresAt, replayed)
+		// The window is the claim's: its expiry minus its creation, so the
+		// 1s retention plus up to a bucket, and the new expiry is rounded up
+		// to a bucket end again.
+		if replayed.IsZero() || b.ExpiresAt.After(replayed.Add(time.Second+2*width)) {
+			t.Fatalf("replayed %s expires at %s (replayed at %s): want a fresh window (1s retention plus at most two buckets), not its dead retention", keyB, b.ExpiresAt, replayed)
 		}
 	}
 	testcluster.WaitFor(t, keyB+" expired in its fresh window", 20*time.Second, func() bool {
@@ -451,5 +455,101 @@ func TestDeadLetterOutlivesRetention(t *testing.T) {
 	}
 	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, keyA) {
 		t.Fatalf("the expiry's log line %q: want a warning naming %s", line, keyA)
+	}
+}
+
+// TestOrderFieldsMissing: on an ordered source a delivery without the order
+// object, or without a readable time, is 400 and stores nothing; with
+// order.missing = "unordered" it is claimed without the guard and delivered.
+func TestOrderFieldsMissing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a process")
+	}
+	bodies := []struct{ id, body string }{
+		{"evt_no_obj", `{"type":"order.paid","id":"evt_no_obj","created":100}`},
+		{"evt_no_time", `{"type":"order.paid","id":"evt_no_time","obj":"X"}`},
+		{"evt_bad_time", `{"type":"order.paid","id":"evt_bad_time","obj":"X","created":"yesterday"}`},
+	}
+	for _, tc := range []struct {
+		name, missing string
+		want          int
+	}{
+		{"refused", "", http.StatusBadRequest},
+		{"unordered", `, missing = "unordered"`, http.StatusAccepted},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newSwitchHandler(t, "")
+			c := startClusterWith(t, 1, h.url, `order = { object = "json:obj", time = "json:created"`+tc.missing+` }`)
+			nd := c.Leader()
+			for _, b := range bodies {
+				code, ans := c.post(t, nd, b.id, []byte(b.body))
+				if code != tc.want || (code == http.StatusBadRequest && !strings.Contains(ans, "order:")) {
+					t.Fatalf("%s: %d %s, want %d", b.body, code, ans, tc.want)
+				}
+			}
+			keys := c.listed(t, nd, "orders")
+			if tc.want == http.StatusBadRequest {
+				if len(keys) != 0 {
+					t.Fatalf("refused deliveries stored events: %v", keys)
+				}
+				return
+			}
+			if len(keys) != len(bodies) {
+				t.Fatalf("stored %v, want the %d deliveries", keys, len(bodies))
+			}
+			for _, b := range bodies {
+				k := "orders:" + b.id
+				testcluster.WaitFor(t, k+" delivered", 20*time.Second, func() bool { return c.eventState(nd, k) == "done" })
+			}
+		})
+	}
+}
+
+// TestPayloadRetentionDropsDonePayloads: payload_retention after a done
+// event completed, its payload is dropped while its key stays: a resend is
+// still a duplicate, and a replay is refused with nothing to deliver.
+func TestPayloadRetentionDropsDonePayloads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a process")
+	}
+	bin, err := failpointsBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(envExpireInterval, "100ms") // the sweeper drops payloads on its expire pass
+	h := newSwitchHandler(t, "")
+	c := &testCluster{testcluster.Start(t, testcluster.Options{Bin: bin, Nodes: 1, Handler: h.url,
+		SourceExtra: "retention = \"1h\"\npayload_retention = \"1s\""})}
+	nd := c.Leader()
+	const id, key = "evt_paid", "orders:evt_paid"
+	if code, ans := c.post(t, nd, id, orderJSON(id)); code != http.StatusAccepted {
+		t.Fatalf("post: %d %s", code, ans)
+	}
+	testcluster.WaitFor(t, key+" done", 20*time.Second, func() bool { return c.eventState(nd, key) == "done" })
+	payload := func() (bool, string) {
+		code, b := get("http://"+nd.Admin+"/v1/events/"+key+"?body=1", c.Token)
+		var ev struct {
+			State   string  `json:"state"`
+			Payload *string `json:"payload"`
+		}
+		if code != http.StatusOK || json.Unmarshal(b, &ev) != nil {
+			t.Fatalf("event %s: %d %s", key, code, b)
+		}
+		return ev.Payload != nil, ev.State
+	}
+	testcluster.WaitFor(t, key+"'s payload dropped", 20*time.Second, func() bool { has, _ := payload(); return !has })
+	if _, st := payload(); st != "done" {
+		t.Fatalf("after the payload drop %s is %q, want done (the key stays for its retention)", key, st)
+	}
+	if code, ans := c.post(t, nd, id, orderJSON(id)); code != http.StatusOK || !strings.Contains(ans, "duplicate") {
+		t.Fatalf("resend after the payload drop: %d %s, want 200 duplicate", code, ans)
+	}
+	out, code := run(t, c.Root, "replay", "-addr", nd.Admin, "-token-file", filepath.Join(c.Root, "admin.token"),
+		"-key", key, "-reason", "lifecycle test")
+	if code == 0 || !strings.Contains(out, "nothing to deliver") {
+		t.Fatalf("replay of a dropped payload (exit %d), want a refusal saying there is nothing to deliver:\n%s", code, out)
+	}
+	if got := h.count(key); got != 1 {
+		t.Fatalf("the handler got %s %d times, want once", key, got)
 	}
 }
