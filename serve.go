@@ -234,7 +234,8 @@ func (n *node) lead(ctx context.Context) {
 		// letters deleted after dead_retention.
 		Limits:      n.sweepLimits,
 		DeadExpired: n.metrics.deadExpired,
-		// Zero (the default) but in a failpoints build's test (failpoint/doc.go).
+		// Zero, the default, unless a failpoints build is told otherwise
+		// (failpoint/doc.go).
 		ExpireInterval: failpoint.ExpireInterval(),
 	})
 	if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
