@@ -373,11 +373,10 @@ func TestDeadLetterOutlivesRetention(t *testing.T) {
 			t.Fatalf("post %s: %d %s", id, code, ans)
 		}
 	}
-	var a lifecycleEvent
 	for _, k := range []string{keyA, keyB} {
 		testcluster.WaitFor(t, k+" dead", 20*time.Second, func() bool { return c.eventState(nd, k) == "dead" })
 	}
-	_, a = c.event(t, nd, keyA)
+	_, a := c.event(t, nd, keyA)
 	if a.ExpiresAt.Before(a.UpdatedAt.Add(deadRetention)) {
 		t.Fatalf("dead letter %s went dead at %s and expires at %s: want at least dead_retention %s later",
 			keyA, a.UpdatedAt, a.ExpiresAt, deadRetention)
