@@ -173,7 +173,11 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 			ccfg.TLS = &cluster.TLSConfig{CertFile: c.TLSCert, KeyFile: c.TLSKey, CAFile: c.TLSCA}
 		}
 	}
-	if n.cluster, err = cluster.Open(ccfg); err != nil {
+	err = createTestEngine(ccfg.Dir, failpoint.BucketWidth) // failpoints builds only (testknobs.go)
+	if err == nil {
+		n.cluster, err = cluster.Open(ccfg)
+	}
+	if err != nil {
 		n.httpLn.Close()
 		n.adminLn.Close()
 		return nil, err
@@ -232,6 +236,9 @@ func (n *node) lead(ctx context.Context) {
 		// letters deleted after dead_retention.
 		Limits:      n.sweepLimits,
 		DeadExpired: n.metrics.deadExpired,
+		// Zero, the default, unless a failpoints build is told otherwise
+		// (failpoint/doc.go).
+		ExpireInterval: failpoint.ExpireInterval(),
 	})
 	// Claims proposed while a worker is free lease their event themselves.
 	n.cluster.SetLeaseSlots(f)

@@ -15,6 +15,12 @@
 //	ONCEHOOK_TEST_CLOCK_OFFSET_FILE=/path              a Go duration ("10m", "-6s")
 //	                                                   added to Now, re-read every
 //	                                                   100 ms (a per-process clock jump)
+//	ONCEHOOK_TEST_BUCKET_WIDTH=1s                      the retention bucket width of an engine
+//	                                                   file this process creates (default one
+//	                                                   hour; a file that exists keeps its own)
+//	ONCEHOOK_TEST_EXPIRE_INTERVAL=100ms                how often the leader's sweeper ends the
+//	                                                   retention buckets that ended (default one
+//	                                                   minute)
 //
 // Actions: panic (the process crashes with "failpoint NAME"), sleep(DURATION),
 // off. The file entries are merged over the variable's, name by name. The
@@ -40,4 +46,9 @@ const (
 	EnvSpec      = "ONCEHOOK_FAILPOINTS"
 	EnvFile      = "ONCEHOOK_FAILPOINTS_FILE"
 	EnvClockFile = "ONCEHOOK_TEST_CLOCK_OFFSET_FILE"
+
+	// The retention knobs (knobs_on.go): a system test watches a bucket end,
+	// or a dead letter outlive its source's retention, in seconds.
+	EnvBucketWidth    = "ONCEHOOK_TEST_BUCKET_WIDTH"
+	EnvExpireInterval = "ONCEHOOK_TEST_EXPIRE_INTERVAL"
 )

@@ -12,9 +12,10 @@ import (
 )
 
 // TestReleaseBuildIsInert: without the tag, Enabled is the constant false, and
-// a process whose environment arms every hook and jumps the clock runs every
-// hook as a no-op and reads the plain wall clock. The environment is set on a
-// child process, because a failpoints build would read it at init.
+// a process whose environment arms every hook, jumps the clock and sets the
+// retention knobs runs every hook as a no-op, reads the plain wall clock and
+// has no knob set. The environment is set on a child process, because a
+// failpoints build would read it at init.
 func TestReleaseBuildIsInert(t *testing.T) {
 	if Enabled {
 		t.Fatal("Enabled is true in a build without the failpoints tag")
@@ -30,6 +31,9 @@ func TestReleaseBuildIsInert(t *testing.T) {
 		if d := Now().Sub(time.Now()); d < -time.Second || d > time.Second {
 			t.Fatalf("Now is off the wall clock by %s", d)
 		}
+		if BucketWidth() != 0 || ExpireInterval() != 0 {
+			t.Fatalf("retention knobs set in a release build: width %s, expire interval %s", BucketWidth(), ExpireInterval())
+		}
 		return
 	}
 	dir := t.TempDir()
@@ -42,10 +46,11 @@ func TestReleaseBuildIsInert(t *testing.T) {
 	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestReleaseBuildIsInert$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "FAILPOINT_INERT_CHILD=1", EnvSpec+"="+spec,
-		EnvFile+"="+filepath.Join(dir, "fp"), EnvClockFile+"="+filepath.Join(dir, "clock"))
+		EnvFile+"="+filepath.Join(dir, "fp"), EnvClockFile+"="+filepath.Join(dir, "clock"),
+		EnvBucketWidth+"=1s", EnvExpireInterval+"=100ms")
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("a release build reacted to %s/%s/%s: %v\n%s", EnvSpec, EnvFile, EnvClockFile, err, out)
+		t.Fatalf("a release build reacted to its environment (%s, %s, %s, %s, %s): %v\n%s", EnvSpec, EnvFile, EnvClockFile, EnvBucketWidth, EnvExpireInterval, err, out)
 	}
 }
 
@@ -61,7 +66,8 @@ func TestReleaseBinaryHasNoFailpoints(t *testing.T) {
 	if err != nil {
 		t.Skipf("no go command: %v", err)
 	}
-	needles := []string{AfterClaimApplyBeforeResponse, AfterHandlerDoneBeforeApply, BeforeSnapshotPersist, EnvSpec, EnvFile, EnvClockFile}
+	needles := []string{AfterClaimApplyBeforeResponse, AfterHandlerDoneBeforeApply, BeforeSnapshotPersist, EnvSpec, EnvFile, EnvClockFile,
+		EnvBucketWidth, EnvExpireInterval}
 	dir := t.TempDir()
 	for _, b := range []struct {
 		name string
