@@ -79,6 +79,9 @@ func TestIntruderOnClusterPort(t *testing.T) {
 	nodes := tcpCluster(t, 1, nil)
 	node := nodes[leaderOf(t, nodes)]
 	waitFor(t, "the node is ready", func() bool { ok, _ := node.Ready(); return ok })
+	// The bootstrap configuration (log 1) is committed with the leader's
+	// first entry; wait for it, or it would count as appended meanwhile.
+	waitFor(t, "the bootstrap configuration committed", func() bool { return node.Status().CommitIndex >= 2 })
 	addr := node.cfg.Bind
 
 	for i, tt := range []struct {

@@ -252,7 +252,13 @@ func (n *Node) Ready() (bool, string) {
 		}
 		return false, "no leader yet"
 	}
-	if applied, commit := n.raft.AppliedIndex(), n.raft.CommitIndex(); applied < commit {
+	applied, commit := n.raft.AppliedIndex(), n.raft.CommitIndex()
+	if commit == 0 {
+		// A leader is known but nothing is committed yet (the first moments
+		// of a new cluster): applied = commit = 0 would read as caught up.
+		return false, fmt.Sprintf("no entry committed yet (leader %s)", id)
+	}
+	if applied < commit {
 		return false, fmt.Sprintf("catching up: applied %d of %d (leader %s)", applied, commit, id)
 	}
 	return true, "leader " + string(id)
