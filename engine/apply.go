@@ -1070,12 +1070,19 @@ func (a *applier) expire(c *Command) (Result, error) {
 		// The bucket's keys are copied first: an event that moves to a later
 		// bucket writes the expiry bucket while this one is read (its entry
 		// here goes with the bucket).
-		var ks [][]byte
+		// One buffer for all of them, not one allocation per key.
+		var buf []byte
+		var ends []int
 		bc := b.Cursor()
 		for k, _ := bc.First(); k != nil; k, _ = bc.Next() {
-			ks = append(ks, append([]byte(nil), k...))
+			buf = append(buf, k...)
+			ends = append(ends, len(buf))
 		}
-		for _, k := range ks {
+		for i, e := range ends {
+			k := buf[:e:e]
+			if i > 0 {
+				k = buf[ends[i-1]:e:e]
+			}
 			if len(k) < 2 {
 				return Result{}, fmt.Errorf("%w: expiry key %x", ErrCorrupt, k)
 			}

@@ -90,6 +90,22 @@ func (a *applier) keepDead(ev *Event, flags byte, now, d int64, ending bool) (by
 // event of the bucket, whatever its state, as that binary did.
 func (a *applier) expireEvent(key string, created, end int64, c *Command, res *Result) error {
 	now := c.Now
+	// Most events of an ended bucket are finished: read the state from the
+	// record's header and delete those at once (deleteEvent decodes the
+	// record once), as expiry did before it kept unfinished events.
+	if v := a.evp.get(strBytes(key)); v != nil {
+		st, err := recordState(strBytes(key), v)
+		if err != nil {
+			return err
+		}
+		if st == StateDone || st == StateStale || c.semantics() < formatRetentionRules {
+			if err := a.deleteEvent(key, created, end); err != nil {
+				return err
+			}
+			res.N++
+			return nil
+		}
+	}
 	var ev Event
 	flags, found, err := a.load(key, &ev)
 	if err != nil {
@@ -100,12 +116,6 @@ func (a *applier) expireEvent(key string, created, end int64, c *Command, res *R
 	}
 	ev.Key = strings.Clone(key) // key points into a page that the writes may change
 	switch {
-	case c.semantics() < formatRetentionRules:
-		if err := a.deleteEvent(ev.Key, created, end); err != nil {
-			return err
-		}
-		res.N++
-		return nil
 	case ev.State == StateDead && flags&flagDeadKept != 0:
 		if err := a.deleteEvent(ev.Key, created, end); err != nil {
 			return err
