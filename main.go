@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"oncehook/engine"
 	"os"
 	"os/signal"
 	"runtime"
@@ -120,7 +121,9 @@ func versionString() string {
 			}
 		}
 	}
-	return fmt.Sprintf("oncehook %s (commit %s, %s %s/%s)", version, rev, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+	// The data format matters on an upgrade: a node refuses data written by a
+	// newer format (docs/operations.md, Upgrades).
+	return fmt.Sprintf("oncehook %s (commit %s, data format %d, %s %s/%s)", version, rev, engine.FormatVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
 // newFlags makes a FlagSet that reports errors instead of exiting.

@@ -140,7 +140,7 @@ peers = ["node1=10.0.0.1:7070", "node2=10.0.0.2:7070", "node3=10.0.0.3:7070"]
 	if code != 0 || !strings.HasPrefix(out, "whsec_") {
 		t.Fatalf("keygen: exit %d %q", code, out)
 	}
-	if out, code := run(t, dir, "version"); code != 0 || !strings.HasPrefix(out, "oncehook ") {
+	if out, code := run(t, dir, "version"); code != 0 || !strings.HasPrefix(out, "oncehook ") || !strings.Contains(out, "data format ") {
 		t.Fatalf("version: exit %d %q", code, out)
 	}
 }
