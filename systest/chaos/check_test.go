@@ -106,6 +106,9 @@ func checkHistory(r *result, ops []op, final map[string]finalEvent, runs []hrun,
 			continue // refused before the claim: nothing stored (S11 checks when they may happen)
 		case outError:
 			r.Errors++
+			if r.Errors <= 3 {
+				r.note("unexpected answer to %s on node%d: %d %q", o.ID, o.Node+1, o.Status, o.Answer)
+			}
 			continue
 		}
 		byKey[o.ID] = append(byKey[o.ID], o)

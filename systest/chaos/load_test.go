@@ -37,6 +37,7 @@ type op struct {
 	Return  int64
 	Status  int
 	Outcome string
+	Answer  string `json:",omitempty"` // the start of the body of an unexpected answer (outError)
 }
 
 // loadGen sends signed Standard Webhooks deliveries from the client namespace,
@@ -224,6 +225,7 @@ func (g *loadGen) deliver(id string, node int) op {
 			o.Outcome = outReject
 		default:
 			o.Outcome = outError
+			o.Answer = string(b[:min(len(b), 200)])
 		}
 	} else if errors.Is(err, syscall.ECONNREFUSED) {
 		o.Outcome = outRefused
