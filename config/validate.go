@@ -268,164 +268,253 @@ func (c *Config) validateListeners(p *problems) {
 	}
 }
 
-func validateSource(p *problems, key string, s *Source) {
-	k := func(name string) string { return key + "." + name }
-	if !sourceNameRe.MatchString(s.Name) {
-		p.add(k("name"), nil, fmt.Sprintf("invalid name %q: want 1-64 of a-z 0-9 _ . - starting with a letter or digit (it is the URL path /in/{name})", s.Name))
-	}
+// sourceCheck is one [[source]] under validation: where its problems go, its
+// key ("source[3]"), and what the earlier steps learned that later ones need.
+type sourceCheck struct {
+	p   *problems
+	key string
+	s   *Source
+	// scheme is the provider's; nil when the provider is missing or unknown.
+	scheme providers.Scheme
+	// secretKey is where a secret's problem is reported: secret_files when
+	// the secrets came from files, else secrets. secretsBad: one was
+	// reported, so no verifier is tried.
+	secretKey  string
+	secretsBad bool
+}
 
-	var scheme providers.Scheme
+// k is the full key of the source's key name ("source[3].lease").
+func (c *sourceCheck) k(name string) string { return c.key + "." + name }
+
+// validateSource checks one source, step by step; the steps run in this
+// order, which is the order of its problems on one line.
+func validateSource(p *problems, key string, s *Source) {
+	c := &sourceCheck{p: p, key: key, s: s}
+	c.identity()
+	c.secrets()
+	c.signature()
+	c.keyRule()
+	c.retention()
+	c.delivery()
+	c.retry()
+	c.addresses()
+	c.keysURL()
+	c.order()
+	validateTypeFilter(p, c.k, s)
+	hmacBad := validateHMAC(p, c.k, s)
+	c.verifier(hmacBad)
+}
+
+// identity checks the name (the URL path /in/{name}) and the provider.
+func (c *sourceCheck) identity() {
+	p, s := c.p, c.s
+	if !sourceNameRe.MatchString(s.Name) {
+		p.add(c.k("name"), nil, fmt.Sprintf("invalid name %q: want 1-64 of a-z 0-9 _ . - starting with a letter or digit (it is the URL path /in/{name})", s.Name))
+	}
 	switch sch, ok := providers.Lookup(s.Provider); {
 	case s.Provider == "":
-		p.add(k("provider"), nil, "required")
+		p.add(c.k("provider"), nil, "required")
 	case !ok:
-		p.add(k("provider"), nil, fmt.Sprintf("unknown provider %q (known: %s)", s.Provider, strings.Join(knownProviders(), ", ")))
+		p.add(c.k("provider"), nil, fmt.Sprintf("unknown provider %q (known: %s)", s.Provider, strings.Join(knownProviders(), ", ")))
 	default:
-		scheme = sch
+		c.scheme = sch
 	}
+}
 
-	secretKey := k("secrets")
+// secrets checks that there is a secret (or a keys_url) and that none is
+// empty; whether each is usable is the verifier step's.
+func (c *sourceCheck) secrets() {
+	p, s := c.p, c.s
+	c.secretKey = c.k("secrets")
 	if len(s.SecretFiles) > 0 {
-		secretKey = k("secret_files")
+		c.secretKey = c.k("secret_files")
 	}
-	secretsBad := p.has(k("secrets")) || p.has(k("secret_files"))
-	if !secretsBad {
-		// With keys_url the keys may all come from the published document.
-		if len(s.Secrets) == 0 && s.KeysURL == "" {
-			p.add(secretKey, nil, "at least one secret is required (secret_files, or secrets inline, or keys_url)", k("secret_files"))
-			secretsBad = true
-		}
-		for j, sec := range s.Secrets {
-			if len(sec) == 0 {
-				p.add(secretKey+"["+strconv.Itoa(j)+"]", nil, "empty secret")
-				secretsBad = true
-			}
+	c.secretsBad = p.has(c.k("secrets")) || p.has(c.k("secret_files"))
+	if c.secretsBad {
+		return
+	}
+	// With keys_url the keys may all come from the published document.
+	if len(s.Secrets) == 0 && s.KeysURL == "" {
+		p.add(c.secretKey, nil, "at least one secret is required (secret_files, or secrets inline, or keys_url)", c.k("secret_files"))
+		c.secretsBad = true
+	}
+	for j, sec := range s.Secrets {
+		if len(sec) == 0 {
+			p.add(c.secretKey+"["+strconv.Itoa(j)+"]", nil, "empty secret")
+			c.secretsBad = true
 		}
 	}
+}
 
-	switch s.ReplayGuard {
+// signature checks what a verified delivery must also pass: the replay
+// guard and the timestamp tolerance.
+func (c *sourceCheck) signature() {
+	switch c.s.ReplayGuard {
 	case ReplayGuardBody, ReplayGuardOff:
 	case "":
 		// Unknown provider: no default to apply; the provider error says it.
 	default:
-		p.add(k("replay_guard"), nil, fmt.Sprintf("invalid replay_guard %q: want \"body\" or \"off\"", s.ReplayGuard))
+		c.p.add(c.k("replay_guard"), nil, fmt.Sprintf("invalid replay_guard %q: want \"body\" or \"off\"", c.s.ReplayGuard))
 	}
-	positive(p, k("tolerance"), s.Tolerance)
+	positive(c.p, c.k("tolerance"), c.s.Tolerance)
+}
+
+// keyRule checks the key: required unless the provider has a default, and
+// each part readable by the providers package's parser.
+func (c *sourceCheck) keyRule() {
+	p, s := c.p, c.s
 	if len(s.Key) == 0 {
 		msg := fmt.Sprintf("required: provider %q has no default key", s.Provider)
 		if s.Provider == "hmac" {
 			msg = `required for provider "hmac": e.g. key = ["header:X-Request-Id"] or ["json:id"]`
 		}
-		if scheme != nil || s.Provider == "hmac" {
-			p.add(k("key"), nil, msg, k("provider"))
+		if c.scheme != nil || s.Provider == "hmac" {
+			p.add(c.k("key"), nil, msg, c.k("provider"))
 		}
 	}
 	for j, part := range s.Key {
 		if err := checkKeyPart(part); err != nil {
-			p.add(k("key")+"["+strconv.Itoa(j)+"]", nil, err.Error(), k("key"))
+			p.add(c.k("key")+"["+strconv.Itoa(j)+"]", nil, err.Error(), c.k("key"))
 		}
 	}
+}
+
+// retention checks how long keys, payloads and dead letters are kept.
+func (c *sourceCheck) retention() {
+	p, s := c.p, c.s
 	// With an unknown provider, zero retention and ack_status are missing
 	// defaults, not mistakes: the provider error says it all.
-	if scheme != nil || s.Retention != 0 {
-		positive(p, k("retention"), s.Retention)
+	if c.scheme != nil || s.Retention != 0 {
+		positive(p, c.k("retention"), s.Retention)
 	}
-	if scheme != nil || s.PayloadRetention != 0 {
-		positive(p, k("payload_retention"), s.PayloadRetention)
+	if c.scheme != nil || s.PayloadRetention != 0 {
+		positive(p, c.k("payload_retention"), s.PayloadRetention)
 		if s.PayloadRetention > s.Retention {
-			p.add(k("payload_retention"), nil, fmt.Sprintf("%s is longer than retention %s: a payload is never kept longer than its key", s.PayloadRetention, s.Retention), k("retention"))
+			p.add(c.k("payload_retention"), nil, fmt.Sprintf("%s is longer than retention %s: a payload is never kept longer than its key", s.PayloadRetention, s.Retention), c.k("retention"))
 		}
 	}
-	positive(p, k("dead_retention"), s.DeadRetention)
+	positive(p, c.k("dead_retention"), s.DeadRetention)
+}
+
+// delivery checks what is taken in and handed on: max_body, the handler's
+// URL and headers, the mode and the status of the answer.
+func (c *sourceCheck) delivery() {
+	p, s := c.p, c.s
 	switch {
 	case s.MaxBody <= 0:
-		p.add(k("max_body"), nil, fmt.Sprintf("must be positive, got %s", s.MaxBody))
+		p.add(c.k("max_body"), nil, fmt.Sprintf("must be positive, got %s", s.MaxBody))
 	case s.MaxBody > MaxMaxBody:
-		p.add(k("max_body"), nil, fmt.Sprintf("%s is over the limit of %s", s.MaxBody, Size(MaxMaxBody)))
+		p.add(c.k("max_body"), nil, fmt.Sprintf("%s is over the limit of %s", s.MaxBody, Size(MaxMaxBody)))
 	}
 	if s.Forward == "" {
-		p.add(k("forward"), nil, `required: the handler's URL, e.g. "http://127.0.0.1:9000/hook"`)
+		p.add(c.k("forward"), nil, `required: the handler's URL, e.g. "http://127.0.0.1:9000/hook"`)
 	} else if err := checkURL(s.Forward); err != nil {
-		p.add(k("forward"), nil, err.Error())
+		p.add(c.k("forward"), nil, err.Error())
 	}
 	for j, h := range s.ForwardHeaders {
 		if !headerNameRe.MatchString(h) {
-			p.add(k("forward_headers")+"["+strconv.Itoa(j)+"]", nil, fmt.Sprintf("invalid header name %q", h), k("forward_headers"))
+			p.add(c.k("forward_headers")+"["+strconv.Itoa(j)+"]", nil, fmt.Sprintf("invalid header name %q", h), c.k("forward_headers"))
 		}
 	}
 	switch s.Mode {
 	case "async", "sync":
 	default:
-		p.add(k("mode"), nil, fmt.Sprintf("invalid mode %q: want async or sync", s.Mode))
+		p.add(c.k("mode"), nil, fmt.Sprintf("invalid mode %q: want async or sync", s.Mode))
 	}
-	if (s.AckStatus < 200 || s.AckStatus > 299) && (scheme != nil || s.AckStatus != 0) {
-		p.add(k("ack_status"), nil, fmt.Sprintf("%d is not a 2xx status (200..299)", s.AckStatus))
+	if (s.AckStatus < 200 || s.AckStatus > 299) && (c.scheme != nil || s.AckStatus != 0) {
+		p.add(c.k("ack_status"), nil, fmt.Sprintf("%d is not a 2xx status (200..299)", s.AckStatus))
 	}
-	positive(p, k("lease"), s.Lease)
+}
+
+// retry checks the delivery attempts: lease, attempts, backoff, the
+// handler's timeout and the rate limit.
+func (c *sourceCheck) retry() {
+	p, s := c.p, c.s
+	positive(p, c.k("lease"), s.Lease)
 	if s.MaxAttempts < 1 {
-		p.add(k("max_attempts"), nil, fmt.Sprintf("must be at least 1, got %d", s.MaxAttempts))
+		p.add(c.k("max_attempts"), nil, fmt.Sprintf("must be at least 1, got %d", s.MaxAttempts))
 	}
-	positive(p, k("backoff_min"), s.BackoffMin)
+	positive(p, c.k("backoff_min"), s.BackoffMin)
 	if s.BackoffMax < s.BackoffMin {
-		p.add(k("backoff_max"), nil, fmt.Sprintf("%s is less than backoff_min %s", s.BackoffMax, s.BackoffMin), k("backoff_min"))
+		p.add(c.k("backoff_max"), nil, fmt.Sprintf("%s is less than backoff_min %s", s.BackoffMax, s.BackoffMin), c.k("backoff_min"))
 	}
-	positive(p, k("forward_timeout"), s.ForwardTimeout)
+	positive(p, c.k("forward_timeout"), s.ForwardTimeout)
 	if s.ForwardTimeout > 0 && s.Lease > 0 && s.ForwardTimeout >= s.Lease {
-		p.add(k("forward_timeout"), nil, fmt.Sprintf(
+		p.add(c.k("forward_timeout"), nil, fmt.Sprintf(
 			"%s must be less than lease %s: a handler still running when its lease ends could be run twice at once",
-			s.ForwardTimeout, s.Lease), k("lease"))
+			s.ForwardTimeout, s.Lease), c.k("lease"))
 	}
 	if math.IsNaN(s.MaxRate) || s.MaxRate < 0 || s.MaxRate > maxRate {
-		p.add(k("max_rate"), nil, fmt.Sprintf("must be 0 (no limit) or a positive number of deliveries per second up to %g, got %g", float64(maxRate), s.MaxRate))
+		p.add(c.k("max_rate"), nil, fmt.Sprintf("must be 0 (no limit) or a positive number of deliveries per second up to %g, got %g", float64(maxRate), s.MaxRate))
 	}
 	if s.MaxRate > 0 && s.MaxRateBurst < 1 || s.MaxRateBurst < 0 || s.MaxRateBurst > maxRateBurst {
-		p.add(k("max_rate_burst"), nil, fmt.Sprintf("must be from 1 to %d, got %d", maxRateBurst, s.MaxRateBurst), k("max_rate"))
+		p.add(c.k("max_rate_burst"), nil, fmt.Sprintf("must be from 1 to %d, got %d", maxRateBurst, s.MaxRateBurst), c.k("max_rate"))
 	}
-	for j, a := range s.AllowIPs {
-		if !a.IsValid() && !p.has(k("allow_ips")+"["+strconv.Itoa(j)+"]") {
-			p.add(k("allow_ips")+"["+strconv.Itoa(j)+"]", nil, "invalid prefix")
-		}
-	}
-	for j, a := range s.TrustedProxies {
-		if !a.IsValid() && !p.has(k("trusted_proxies")+"["+strconv.Itoa(j)+"]") {
-			p.add(k("trusted_proxies")+"["+strconv.Itoa(j)+"]", nil, "invalid prefix")
-		}
-	}
-	if s.KeysURL != "" {
-		if err := checkKeysURL(s.KeysURL); err != nil {
-			p.add(k("keys_url"), nil, err.Error())
-		}
-	}
-	positive(p, k("keys_refresh"), s.KeysRefresh)
-	if o := s.Order; o != nil {
-		if o.Object == "" || o.Time == "" {
-			p.add(k("order"), nil, "object and time go together: set both, or remove order")
-		} else {
-			if err := checkKeyPart(o.Object); err != nil {
-				p.add(k("order.object"), nil, err.Error())
-			}
-			if err := checkKeyPart(o.Time); err != nil {
-				p.add(k("order.time"), nil, err.Error())
-			}
-		}
-		switch o.Missing {
-		case "", OrderMissingReject, OrderMissingUnordered:
-		default:
-			p.add(k("order.missing"), nil, fmt.Sprintf("invalid missing %q: want %q (the default: 400) or %q (claimed without the guard)", o.Missing, OrderMissingReject, OrderMissingUnordered), k("order"))
-		}
-	}
-	validateTypeFilter(p, k, s)
-	hmacBad := validateHMAC(p, k, s)
+}
 
+// addresses checks allow_ips and trusted_proxies (an unparsable prefix was
+// reported by Load already).
+func (c *sourceCheck) addresses() {
+	for _, list := range []struct {
+		key      string
+		prefixes []netip.Prefix
+	}{{"allow_ips", c.s.AllowIPs}, {"trusted_proxies", c.s.TrustedProxies}} {
+		for j, a := range list.prefixes {
+			if key := c.k(list.key) + "[" + strconv.Itoa(j) + "]"; !a.IsValid() && !c.p.has(key) {
+				c.p.add(key, nil, "invalid prefix")
+			}
+		}
+	}
+}
+
+// keysURL checks where published keys come from and how often.
+func (c *sourceCheck) keysURL() {
+	if c.s.KeysURL != "" {
+		if err := checkKeysURL(c.s.KeysURL); err != nil {
+			c.p.add(c.k("keys_url"), nil, err.Error())
+		}
+	}
+	positive(c.p, c.k("keys_refresh"), c.s.KeysRefresh)
+}
+
+// order checks the ordering guard's fields and its missing policy.
+func (c *sourceCheck) order() {
+	o := c.s.Order
+	if o == nil {
+		return
+	}
+	p := c.p
+	if o.Object == "" || o.Time == "" {
+		p.add(c.k("order"), nil, "object and time go together: set both, or remove order")
+	} else {
+		if err := checkKeyPart(o.Object); err != nil {
+			p.add(c.k("order.object"), nil, err.Error())
+		}
+		if err := checkKeyPart(o.Time); err != nil {
+			p.add(c.k("order.time"), nil, err.Error())
+		}
+	}
+	switch o.Missing {
+	case "", OrderMissingReject, OrderMissingUnordered:
+	default:
+		p.add(c.k("order.missing"), nil, fmt.Sprintf("invalid missing %q: want %q (the default: 400) or %q (claimed without the guard)", o.Missing, OrderMissingReject, OrderMissingUnordered), c.k("order"))
+	}
+}
+
+// verifier builds the source's verifier from its secrets, when every step
+// before found them and the scheme's options sound, so that a malformed
+// secret is a config error naming its key rather than a 401 at run time.
+func (c *sourceCheck) verifier(hmacBad bool) {
+	p, s := c.p, c.s
 	s.Verifier = nil
-	if scheme == nil || secretsBad || hmacBad || p.has(k("tolerance")) {
+	if c.scheme == nil || c.secretsBad || hmacBad || p.has(c.k("tolerance")) {
 		return
 	}
 	if len(s.Secrets) == 0 {
 		// keys_url only: the verifier is built from the fetched keys (serve).
 		return
 	}
-	v, err := scheme.NewVerifier(s.options(s.Secrets))
+	v, err := c.scheme.NewVerifier(s.options(s.Secrets))
 	if err == nil {
 		s.Verifier = v
 		return
@@ -433,20 +522,20 @@ func validateSource(p *problems, key string, s *Source) {
 	// Name the culprit: the first secret that fails on its own, else the scheme's options.
 	if errors.Is(err, providers.ErrBadSecret) || len(s.Secrets) > 1 {
 		for j, sec := range s.Secrets {
-			if _, e := scheme.NewVerifier(s.options([]Secret{sec})); e != nil {
+			if _, e := c.scheme.NewVerifier(s.options([]Secret{sec})); e != nil {
 				// The provider numbers secrets in its own call ("secret #1"); the key says which.
 				msg := "unusable secret: " + reSecretNumber.ReplaceAllString(scrub(e.Error(), s.Secrets), "")
 				if j < len(s.SecretFiles) {
 					msg = s.SecretFiles[j] + ": " + msg
 				}
-				p.add(secretKey+"["+strconv.Itoa(j)+"]", e, msg, secretKey)
+				p.add(c.secretKey+"["+strconv.Itoa(j)+"]", e, msg, c.secretKey)
 				return
 			}
 		}
 	}
-	at := k("provider")
+	at := c.k("provider")
 	if s.HMAC != nil {
-		at = k("hmac")
+		at = c.k("hmac")
 	}
 	p.add(at, err, scrub(err.Error(), s.Secrets))
 }
