@@ -314,8 +314,10 @@ func (n *node) reload(path string) {
 	n.log.Info("configuration reloaded", "applied", live, "needs_restart", restart)
 }
 
-// compileSources turns config sources into the intake's hot-path form and the
-// forwarder's targets.
+// compileSources turns config sources into the intake's hot-path form
+// (intake.Compile, one intake.CompileSource per source) and the forwarder's
+// targets. Start, reload and `oncehook validate` all call it, so validate
+// refuses what serve would.
 func compileSources(cfg *config.Config) (*intake.Set, map[string]forward.Target, error) {
 	set, err := intake.Compile(cfg.Sources)
 	if err != nil {

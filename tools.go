@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"oncehook/config"
-	"oncehook/intake"
 	"oncehook/providers"
 )
 
@@ -32,13 +31,10 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	// A schema that does not compile would refuse the start: say so now.
-	for i := range cfg.Sources {
-		if f := cfg.Sources[i].SchemaFile; f != "" {
-			if err := intake.CheckSchema(f); err != nil {
-				return fmt.Errorf("%s: source %s: %w", *path, cfg.Sources[i].Name, err)
-			}
-		}
+	// Compile the sources as serve and a reload do (schemas, verifiers, key
+	// rules, fields): what would refuse the start is refused here.
+	if _, _, err := compileSources(cfg); err != nil {
+		return fmt.Errorf("%s: %w", *path, err)
 	}
 	for _, w := range cfg.Warnings() {
 		fmt.Fprintf(stdout, "%s: warning: %s\n", *path, w)

@@ -136,7 +136,8 @@ type Order struct {
 }
 
 // Source is one [[source]]: a URL /in/{Name}, how to verify it, how to key it,
-// and where to forward it.
+// and where to forward it. It is plain data: the verifier, key rule, order
+// fields and schema it describes are built from it by intake.CompileSource.
 type Source struct {
 	Name     string `json:"name"`
 	Provider string `json:"provider"`
@@ -192,22 +193,13 @@ type Source struct {
 	// until Retention (docs/architecture.md, Event states).
 	DeadRetention    Duration `json:"dead_retention"`
 	PayloadRetention Duration `json:"payload_retention"`
-	// Verifier checks this source's deliveries. Validate (and so Load) builds
-	// it from Provider, Secrets, Tolerance and HMAC. Never printed: it holds
-	// key material.
-	Verifier providers.Verifier `json:"-"`
 }
 
-// Format prints the source with its Verifier masked, so that fmt's %v, %+v
-// and %#v of a Source or a Config never reach key material a verifier holds.
-// Secrets print as "<redacted>" through Secret's own methods.
+// Format prints the source; its Secrets print "<redacted>" through Secret's
+// own methods. See formatSafe.
 func (s Source) Format(f fmt.State, verb rune) {
 	type source Source // no methods: no recursion
-	p := source(s)
-	if p.Verifier != nil {
-		p.Verifier = maskedVerifier{}
-	}
-	formatSafe(f, verb, p)
+	formatSafe(f, verb, source(s))
 }
 
 // Format prints the config without its internal line table. See formatSafe.
@@ -243,12 +235,6 @@ func formatSafe(f fmt.State, verb rune, v any) {
 	}
 	fmt.Fprintf(f, fmt.FormatString(f, verb), v)
 }
-
-// maskedVerifier stands in for a real verifier when a Source is printed.
-type maskedVerifier struct{}
-
-func (maskedVerifier) Verify(*providers.Request) error { return nil }
-func (maskedVerifier) Format(f fmt.State, _ rune)      { fmt.Fprint(f, "<verifier>") }
 
 // Default returns the configuration of a single node with no sources: what
 // `oncehook serve` starts from before a file is applied.
@@ -332,8 +318,8 @@ func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet bool) {
 // Demo returns the configuration `oncehook serve` runs without a file: a
 // single node keeping its data in dataDir (DefaultDataDir when empty) with one
 // source "demo" of provider "standard", signed with secret (a whsec_ string,
-// as `oncehook keygen` prints) and forwarded to forward. Its Verifier is built
-// when the secret is well-formed; call Validate to learn why it is not.
+// as `oncehook keygen` prints) and forwarded to forward. Demo does not
+// validate: call Validate to learn whether the secret is well-formed.
 func Demo(dataDir, secret, forward string) *Config {
 	c := Default()
 	if dataDir != "" {
@@ -346,6 +332,5 @@ func Demo(dataDir, secret, forward string) *Config {
 	s.Forward = forward
 	applyProviderDefaults(&s, false, false, false)
 	c.Sources = []Source{s}
-	_ = c.Validate()
 	return c
 }

@@ -6,8 +6,8 @@ import (
 )
 
 // sourceKeys maps each compared Source field to its key in the file. Name
-// identifies a source and Verifier is derived, so neither is listed; a test
-// checks that every other field is.
+// identifies a source, so it is not listed; a test checks that every other
+// field is.
 var sourceKeys = []struct{ field, key string }{
 	{"Provider", "provider"},
 	{"Secrets", "secrets"},

@@ -9,11 +9,17 @@
 //     the defaults (key, retention and ack_status come from the source's
 //     provider, via providers.Lookup(...).Defaults()), reads every secret and
 //     token file (again on every call: SIGHUP re-reads them), and validates.
-//   - Validate checks everything semantic and builds each source's
-//     providers.Verifier, so that a malformed secret is a config error naming
-//     its key rather than a 401 at run time. It is idempotent.
+//   - Validate checks everything semantic and is idempotent. It leaves the
+//     sources as they are; it tries each source's verifier once (from
+//     Source.VerifierOptions) only so that a malformed secret is a config
+//     error naming its key, and drops it.
 //   - Diff tells a SIGHUP handler which changes it can apply live (sources,
 //     secrets, admin tokens, log level) and which need a restart.
+//
+// A Config is plain data: it holds no verifier, key rule or compiled schema.
+// intake.CompileSource turns a Source into what serves it, the same for
+// `oncehook serve`, a SIGHUP reload and `oncehook validate`; the keys_url key
+// sets (package keyset) build their verifiers from the same VerifierOptions.
 //
 // Errors are *Error values of the form `file:line: key: message`, joined with
 // errors.Join so that one run reports every problem. Lines come from toml's
@@ -22,8 +28,8 @@
 //
 // Invariants:
 //   - A secret never appears in an error, a log line, fmt output or JSON:
-//     Secret prints "<redacted>" in every form, a Source masks its Verifier
-//     when printed, and errors name a secret's key and file, never its bytes.
+//     Secret prints "<redacted>" in every form, and errors name a secret's
+//     key and file, never its bytes.
 //   - Secret, token and TLS key files readable by others (mode & 0o004) or
 //     writable by group or others (mode & 0o022) are refused, the way ssh
 //     refuses an unprotected private key; so is a config file readable by
@@ -34,7 +40,7 @@
 //     with a bad file keeps the running one.
 //
 // Imports: the standard library, BurntSushi/toml and oncehook/providers (for
-// per-provider defaults and to build verifiers). It must not import fasthttp,
+// per-provider defaults, key part syntax and to try verifiers). It must not import fasthttp,
 // raft, bbolt, or oncehook's engine, cluster or forward packages; a test
 // (TestDependencyRule) keeps it so.
 package config

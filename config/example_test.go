@@ -42,9 +42,7 @@ func TestExample(t *testing.T) {
 	var names []string
 	for _, s := range c.Sources {
 		names = append(names, s.Name+"/"+s.Provider)
-		if s.Verifier == nil {
-			t.Errorf("source %s has no verifier", s.Name)
-		}
+		mustBuildVerifier(t, &s)
 	}
 	if want := []string{"stripe-live/stripe", "github/github", "orders/standard", "legacy/hmac"}; !slices.Equal(names, want) {
 		t.Errorf("sources %v, want %v", names, want)

@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+
+	"oncehook/providers"
 )
 
 // Secret values the fixtures use; tests check that none of them leaks.
@@ -78,6 +80,21 @@ func mustLoadTestdata(t *testing.T, name string) *Config {
 		t.Fatalf("Load(%s): %v", name, err)
 	}
 	return c
+}
+
+// mustBuildVerifier builds s's verifier from its VerifierOptions, as
+// intake.CompileSource does, and fails the test when that fails.
+func mustBuildVerifier(t *testing.T, s *Source) providers.Verifier {
+	t.Helper()
+	sch, ok := providers.Lookup(s.Provider)
+	if !ok {
+		t.Fatalf("source %s: unknown provider %q", s.Name, s.Provider)
+	}
+	v, err := sch.NewVerifier(s.VerifierOptions())
+	if err != nil {
+		t.Fatalf("source %s: verifier: %v", s.Name, err)
+	}
+	return v
 }
 
 // want is one expected problem, read from a `# want: key: message` marker.

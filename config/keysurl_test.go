@@ -26,13 +26,8 @@ provider = "standard"
 forward = "http://127.0.0.1:9000/x"
 keys_url = "`+c.url+`"
 `, 0o644)
-		cfg, err := Load(path)
-		if c.ok != (err == nil) {
+		if _, err := Load(path); c.ok != (err == nil) {
 			t.Errorf("%s: %v", c.url, err)
-			continue
-		}
-		if err == nil && cfg.Sources[0].Verifier != nil {
-			t.Errorf("%s: a source without secrets has a static verifier", c.url)
 		}
 	}
 }

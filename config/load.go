@@ -613,22 +613,14 @@ func (l *loader) source(i int, r *rawSource) Source {
 	if r.HMAC != nil {
 		s.HMAC = &providers.HMACSpec{
 			Header:          r.HMAC.Header,
-			Algorithm:       strings.ToLower(r.HMAC.Algorithm),
-			Encoding:        strings.ToLower(r.HMAC.Encoding),
+			Algorithm:       r.HMAC.Algorithm,
+			Encoding:        r.HMAC.Encoding,
 			Prefix:          r.HMAC.Prefix,
 			TimestampHeader: r.HMAC.TimestampHeader,
 			IDHeader:        r.HMAC.IDHeader,
 			Template:        r.HMAC.Template,
 		}
-		if s.HMAC.Algorithm == "" {
-			s.HMAC.Algorithm = "sha256"
-		}
-		if s.HMAC.Encoding == "" {
-			s.HMAC.Encoding = "hex"
-		}
-		if s.HMAC.Template == "" {
-			s.HMAC.Template = "{body}"
-		}
+		normaliseHMAC(s.HMAC)
 	}
 	s.ReplayGuard = strings.ToLower(r.ReplayGuard)
 	s.Type = r.Type

@@ -143,7 +143,6 @@ func TestLoadValid(t *testing.T) {
 		t.Fatalf("%d sources, want 3", len(c.Sources))
 	}
 	s := c.Sources[0]
-	s.Verifier = nil
 	want := Source{
 		Name:           "stripe-live",
 		Provider:       "stripe",
@@ -198,10 +197,8 @@ func TestLoadValid(t *testing.T) {
 	if s.Provider != "hmac" || s.HMAC == nil || *s.HMAC != wantSpec {
 		t.Errorf("source[2] provider %q hmac %+v", s.Provider, s.HMAC)
 	}
-	for i, s := range c.Sources {
-		if s.Verifier == nil {
-			t.Errorf("source[%d] has no Verifier", i)
-		}
+	for i := range c.Sources {
+		mustBuildVerifier(t, &c.Sources[i])
 	}
 }
 
@@ -256,9 +253,7 @@ func TestProviderDefaults(t *testing.T) {
 				s.KeysRefresh != Duration(5*time.Minute) || s.AllowIPs != nil || s.Order != nil {
 				t.Errorf("defaults = %+v", s)
 			}
-			if s.Verifier == nil {
-				t.Errorf("no Verifier")
-			}
+			mustBuildVerifier(t, &s)
 		})
 	}
 	if h := c.Sources[12].HMAC; h == nil || h.Algorithm != "sha256" || h.Encoding != "hex" || h.Template != "{body}" {
@@ -280,23 +275,12 @@ func TestLoadTwice(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	strip := func(c *Config) *Config {
-		for i := range c.Sources {
-			c.Sources[i].Verifier = nil
-		}
-		return c
-	}
 	for range 2 {
 		if err := a.Validate(); err != nil {
 			t.Fatalf("Validate after Load: %v", err)
 		}
 	}
-	for i, s := range a.Sources {
-		if s.Verifier == nil {
-			t.Errorf("source[%d] lost its Verifier on Validate", i)
-		}
-	}
-	if !reflect.DeepEqual(strip(a), strip(b)) {
+	if !reflect.DeepEqual(a, b) {
 		t.Errorf("two Loads differ:\n%+v\n%+v", a, b)
 	}
 
@@ -546,8 +530,9 @@ func TestInlineCredentialsMode(t *testing.T) {
 	}
 }
 
-// TestVerifierFromLoad: the Verifier Load builds accepts what the provider
-// signs with the file's secret (trailing newline trimmed).
+// TestVerifierFromLoad: a verifier built from a loaded source's
+// VerifierOptions accepts what the provider signs with the file's secret
+// (trailing newline trimmed).
 func TestVerifierFromLoad(t *testing.T) {
 	c := mustLoadTestdata(t, "providers.toml")
 	now := time.Unix(1_700_000_000, 0)
@@ -563,10 +548,11 @@ func TestVerifierFromLoad(t *testing.T) {
 		for _, x := range hs {
 			h[strings.ToLower(x.Name)] = x.Value
 		}
-		if err := s.Verifier.Verify(&providers.Request{Body: body, Header: h, Now: now}); err != nil {
+		v := mustBuildVerifier(t, &s)
+		if err := v.Verify(&providers.Request{Body: body, Header: h, Now: now}); err != nil {
 			t.Errorf("%s: Verify = %v", s.Name, err)
 		}
-		if err := s.Verifier.Verify(&providers.Request{Body: []byte(`{}`), Header: h, Now: now}); err == nil {
+		if err := v.Verify(&providers.Request{Body: []byte(`{}`), Header: h, Now: now}); err == nil {
 			t.Errorf("%s: Verify accepted a changed body", s.Name)
 		}
 	}

@@ -32,10 +32,11 @@ var (
 
 // Validate checks the whole configuration and returns every problem found,
 // joined with errors.Join, each an *Error naming the key (and its line when
-// the Config came from Load). It also normalises what is derived: cluster
-// advertise from raft_listen, the hmac table's defaults, and each source's
-// Verifier, rebuilt from Provider, Secrets, Tolerance and HMAC (nil when that
-// fails). It is idempotent: calling it twice gives the same result.
+// the Config came from Load). The one thing it derives is the cluster's
+// advertise address (from raft_listen); it leaves the sources as they are.
+// It builds each source's verifier once, the way intake.CompileSource does,
+// only to report a malformed secret as a problem naming its key, and drops
+// it. It is idempotent: calling it twice gives the same result.
 //
 // Validate reads the TLS files named in [cluster] and [admin]; it does not read secret or
 // token files, which Load does.
@@ -501,12 +502,13 @@ func (c *sourceCheck) order() {
 	}
 }
 
-// verifier builds the source's verifier from its secrets, when every step
-// before found them and the scheme's options sound, so that a malformed
-// secret is a config error naming its key rather than a 401 at run time.
+// verifier tries to build the source's verifier from its secrets, when
+// every step before found them and the scheme's options sound, so that a
+// malformed secret is a config error naming its key rather than a refused
+// start. The verifier is dropped: intake.CompileSource builds the one that
+// serves, from the same VerifierOptions.
 func (c *sourceCheck) verifier(hmacBad bool) {
 	p, s := c.p, c.s
-	s.Verifier = nil
 	if c.scheme == nil || c.secretsBad || hmacBad || p.has(c.k("tolerance")) {
 		return
 	}
@@ -514,9 +516,8 @@ func (c *sourceCheck) verifier(hmacBad bool) {
 		// keys_url only: the verifier is built from the fetched keys (serve).
 		return
 	}
-	v, err := c.scheme.NewVerifier(s.options(s.Secrets))
+	_, err := c.scheme.NewVerifier(s.VerifierOptions())
 	if err == nil {
-		s.Verifier = v
 		return
 	}
 	// Name the culprit: the first secret that fails on its own, else the scheme's options.
@@ -540,33 +541,45 @@ func (c *sourceCheck) verifier(hmacBad bool) {
 	p.add(at, err, scrub(err.Error(), s.Secrets))
 }
 
+// VerifierOptions are the options the source's provider builds its verifier
+// from (providers.Scheme.NewVerifier): its secrets, tolerance and hmac table
+// (a copy, its defaults filled). Validate, intake.CompileSource and the
+// keys_url key sets all build from them.
+func (s *Source) VerifierOptions() providers.Options { return s.options(s.Secrets) }
+
 // options are the verifier options for secrets.
 func (s *Source) options(secrets []Secret) providers.Options {
-	o := providers.Options{Tolerance: time.Duration(s.Tolerance), HMAC: s.HMAC}
+	o := providers.Options{Tolerance: time.Duration(s.Tolerance)}
+	if s.HMAC != nil {
+		h := *s.HMAC
+		normaliseHMAC(&h)
+		o.HMAC = &h
+	}
 	for _, sec := range secrets {
 		o.Secrets = append(o.Secrets, []byte(sec))
 	}
 	return o
 }
 
-// validateHMAC checks the hmac table against the provider, filling defaults.
-// It reports whether a problem was found.
+// validateHMAC checks the hmac table against the provider, its defaults
+// filled in a copy (the source is left as it is). It reports whether a
+// problem was found.
 func validateHMAC(p *problems, k func(string) string, s *Source) bool {
-	h := s.HMAC
 	if s.Provider != "hmac" {
-		if h != nil {
+		if s.HMAC != nil {
 			p.add(k("hmac"), nil, fmt.Sprintf(`only for provider "hmac"; provider %q has its own scheme`, s.Provider))
 			return true
 		}
 		return false
 	}
-	if h == nil {
+	if s.HMAC == nil {
 		p.add(k("hmac"), nil,
 			`required for provider "hmac": e.g. hmac = { header = "X-Signature", algorithm = "sha256", encoding = "hex" }`,
 			k("provider"))
 		return true
 	}
-	normaliseHMAC(h)
+	h := *s.HMAC
+	normaliseHMAC(&h)
 	bad := false
 	fail := func(key, msg string) {
 		p.add(k("hmac."+key), nil, msg, k("hmac"))

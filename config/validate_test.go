@@ -10,9 +10,13 @@ import (
 	"errors"
 	"math/big"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"oncehook/providers"
 )
 
 func TestDefault(t *testing.T) {
@@ -43,18 +47,16 @@ func TestDemo(t *testing.T) {
 	s := c.Sources[0]
 	if s.Name != "demo" || s.Provider != "standard" || string(s.Secrets[0]) != standardSecret ||
 		s.Forward != "http://127.0.0.1:9000/demo" || s.Retention != Duration(96*time.Hour) ||
-		s.AckStatus != 202 || s.Key[0] != "header:webhook-id" || s.Verifier == nil {
+		s.AckStatus != 202 || s.Key[0] != "header:webhook-id" {
 		t.Errorf("demo source = %+v", s)
 	}
+	mustBuildVerifier(t, &s)
 	if Demo("", standardSecret, "http://x").Node.DataDir != "./data" {
 		t.Error("Demo(\"\") data dir is not the default")
 	}
 
-	// A bad secret: no Verifier, and Validate says why, without a file prefix.
+	// A bad secret: Validate says why, without a file prefix.
 	c = Demo(dir, "whsec_***", "http://127.0.0.1:9000/demo")
-	if c.Sources[0].Verifier != nil {
-		t.Error("Verifier built from a malformed secret")
-	}
 	err := c.Validate()
 	if err == nil || !strings.HasPrefix(err.Error(), "source[0].secrets[0]: unusable secret: ") || strings.Contains(err.Error(), "***") {
 		t.Errorf("Validate = %v", err)
@@ -80,9 +82,6 @@ func TestValidateBuilt(t *testing.T) {
 	c.Path = "x.toml"
 	if err := c.Validate(); err == nil || !strings.HasPrefix(err.Error(), "x.toml: node.log_level: ") {
 		t.Errorf("Validate with Path = %v", err)
-	}
-	if c.Sources[0].Verifier == nil {
-		t.Error("Validate did not build the Verifier of a source whose secrets are fine")
 	}
 }
 
@@ -202,4 +201,32 @@ func TestCheckKeyPart(t *testing.T) {
 			t.Errorf("checkKeyPart(%q) = %v", part, err)
 		}
 	}
+}
+
+// TestValidateLeavesSources: Validate reads the sources and changes none of
+// them; the hmac table's defaults are filled in a copy for its checks and
+// in VerifierOptions, not in the source.
+func TestValidateLeavesSources(t *testing.T) {
+	c := Default()
+	s := newSource()
+	s.Name, s.Provider, s.Secrets, s.Forward = "generic", "hmac", []Secret{Secret("k")}, "http://127.0.0.1:1/x"
+	s.Key = []string{"header:X-Request-Id"}
+	s.HMAC = &providers.HMACSpec{Header: "X-Signature", Algorithm: "SHA512", Encoding: "BASE64"}
+	applyProviderDefaults(&s, true, false, false)
+	c.Sources = append(c.Sources, s, Demo("", standardSecret, "http://127.0.0.1:1/demo").Sources[0])
+	before := slices.Clone(c.Sources)
+	spec := *s.HMAC
+	for range 2 {
+		if err := c.Validate(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if !reflect.DeepEqual(c.Sources, before) || *c.Sources[0].HMAC != spec {
+		t.Errorf("Validate changed the sources:\n%+v\nwas\n%+v (hmac %+v)", c.Sources, before, spec)
+	}
+	if o := c.Sources[0].VerifierOptions(); o.HMAC == c.Sources[0].HMAC ||
+		o.HMAC.Algorithm != "sha512" || o.HMAC.Encoding != "base64" || o.HMAC.Template != "{body}" {
+		t.Errorf("VerifierOptions hmac = %+v, want a normalised copy", o.HMAC)
+	}
+	mustBuildVerifier(t, &c.Sources[0])
 }

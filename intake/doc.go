@@ -12,9 +12,14 @@
 //     state, the claim and the answer.
 //   - The answers, written by hand without an encoder; their bodies and
 //     status codes are docs/reference.md's and part of the product's surface.
-//   - A compiled Source per configured source (Compile): verifier, key rule,
-//     order and type fields, schema, limits. A Set is swapped whole on
-//     reload (Server.SetSources).
+//   - Compiling sources: CompileSource is the one function that turns a
+//     config.Source (plain data) into a ready Source: verifier and
+//     handshaker, key rule, order and type fields, schema, limits. Compile
+//     builds a Set with it, for `oncehook serve` at start, a SIGHUP reload
+//     and `oncehook validate` alike, so validate refuses exactly what serve
+//     would. A keys_url source's verifier is replaced by its key set
+//     (package keyset, Set.UseVerifier) before the Set is served. A Set is
+//     swapped whole on reload (Server.SetSources).
 //   - Sync mode (sync.go): waiting for the handler's first answer, and the
 //     re-arm of a dead event by the provider's retry.
 //   - The server's limits against hostile clients (timeouts, header size,

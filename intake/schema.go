@@ -2,8 +2,9 @@ package intake
 
 // Payload schemas: a source's schema_file is a JSON Schema that a
 // verified body must satisfy before anything is keyed or stored. The schema is
-// compiled once per (re)load by Compile; a schema that does not compile
-// is a load or reload error, so a running node never serves with a broken one.
+// compiled once per (re)load by CompileSource; a schema that does not compile
+// is a load or reload error (and an `oncehook validate` error), so a running
+// node never serves with a broken one.
 
 import (
 	"bytes"
@@ -29,13 +30,6 @@ const maxSchemaMessage = 200
 type payloadSchema struct {
 	path string
 	sch  *jsonschema.Schema
-}
-
-// CheckSchema compiles the JSON Schema at path and reports whether it
-// compiles, as a load would (the validate command uses it).
-func CheckSchema(path string) error {
-	_, err := compileSchema(path)
-	return err
 }
 
 // compileSchema reads and compiles the JSON Schema at path (absolute, as config

@@ -307,10 +307,9 @@ func (ks *sourceKeys) configure(s *config.Source) error {
 	if !ok {
 		return fmt.Errorf("unknown provider %q", s.Provider)
 	}
-	o := providers.Options{Tolerance: time.Duration(s.Tolerance), HMAC: s.HMAC}
-	for _, sec := range s.Secrets {
-		o.Secrets = append(o.Secrets, []byte(sec))
-	}
+	// The static secrets, tolerance and hmac table, as the source's own
+	// verifier is built from them (intake.CompileSource).
+	o := s.VerifierOptions()
 	ks.mu.Lock()
 	defer ks.mu.Unlock()
 	if ks.provider != "" && ks.provider != s.Provider {
