@@ -1,0 +1,86 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestValidateRefusesWhatServeRefuses: for each config, `oncehook validate`
+// fails if and only if serve refuses it, at start and on a SIGHUP reload,
+// because all three compile the sources with intake.CompileSource. Among
+// the cases are mistakes only compiling finds (a schema that does not
+// compile) and mistakes Load finds (a malformed secret, a bad key part).
+func TestValidateRefusesWhatServeRefuses(t *testing.T) {
+	const handlerURL = "http://127.0.0.1:1" // nothing is delivered
+	dir := t.TempDir()
+	tn := startNodeWithSources(t, dir, handlerURL, "") // the node the reloads go to
+	startDir := t.TempDir()
+	for _, d := range []string{dir, startDir} {
+		mustWrite(t, filepath.Join(d, "orders.secret"), tn.secret+"\n")
+		mustWrite(t, filepath.Join(d, "admin.token"), tn.token+"\n")
+		mustWrite(t, filepath.Join(d, "good.schema.json"), `{"type":"object","required":["id"]}`)
+		mustWrite(t, filepath.Join(d, "bad.schema.json"), `{"type": 12}`)
+		mustWrite(t, filepath.Join(d, "notjson.schema.json"), `{"type": `)
+	}
+	const head = "\n[[source]]\nname = \"extra\"\nforward = \"http://127.0.0.1:1/extra\"\n"
+	standard := head + "provider = \"standard\"\nsecret_files = [\"orders.secret\"]\n"
+	tests := []struct {
+		name    string
+		source  string
+		refused bool
+	}{
+		{"plain source", standard, false},
+		{"schema", standard + `schema_file = "good.schema.json"` + "\n", false},
+		{"keys_url on loopback, no secrets", head + "provider = \"standard\"\nkeys_url = \"http://127.0.0.1:1/keys\"\n", false},
+		{"type filter", standard + "type = \"json:type\"\naccept_types = [\"order.paid\"]\n", false},
+		{"schema does not compile", standard + `schema_file = "bad.schema.json"` + "\n", true},
+		{"schema is not JSON", standard + `schema_file = "notjson.schema.json"` + "\n", true},
+		{"schema missing", standard + `schema_file = "gone.schema.json"` + "\n", true},
+		{"malformed secret", head + "provider = \"standard\"\nsecrets = [\"whsec_!!!not-base64!!!\"]\n", true},
+		{"bad key part", standard + "key = [\"query:id\"]\n", true},
+		{"bad order field", standard + "order = { object = \"id\", time = \"json:created\" }\n", true},
+		{"bad type field", standard + "type = \"type\"\naccept_types = [\"order.paid\"]\n", true},
+		{"hmac template without body", head + "provider = \"hmac\"\nsecrets = [\"s3cret\"]\nkey = [\"header:X-Id\"]\nhmac = { header = \"X-Sig\", id_header = \"X-Id\", template = \"{id}\" }\n", true},
+		{"unknown provider", head + "provider = \"nope\"\nsecret_files = [\"orders.secret\"]\n", true},
+		{"keys_url over http to another host", standard + "keys_url = \"http://keys.example.com/keys\"\n", true},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// validate, through the CLI's own entry point.
+			startPath := filepath.Join(startDir, fmt.Sprintf("start%d.toml", i))
+			mustWrite(t, startPath, nodeConfig(filepath.Join(startDir, fmt.Sprint(i)), handlerURL, "", tt.source))
+			var out, errOut bytes.Buffer
+			validateErr := run(context.Background(), []string{"validate", "-config", startPath}, &out, &errOut)
+
+			// serve at start: a node from the same file.
+			startErr := loadAndStart(startPath)
+			if startErr != nil && strings.HasPrefix(startErr.Error(), "started") {
+				if shutdownErr := strings.TrimPrefix(startErr.Error(), "started"); shutdownErr != "" {
+					t.Errorf("shutdown:%s", shutdownErr)
+				}
+				startErr = nil
+			}
+
+			// serve on SIGHUP: the running node reloads the same sources.
+			reloadPath := filepath.Join(dir, fmt.Sprintf("reload%d.toml", i))
+			mustWrite(t, reloadPath, nodeConfig(dir, handlerURL, "", tt.source))
+			tn.n.reload(reloadPath)
+			reloadRefused := strings.Contains(tn.metricsText(), "oncehook_config_last_reload_successful 0")
+
+			if (validateErr != nil) != tt.refused || (startErr != nil) != tt.refused || reloadRefused != tt.refused {
+				t.Fatalf("want refused=%v: validate: %v; start: %v; reload refused: %v",
+					tt.refused, validateErr, startErr, reloadRefused)
+			}
+			if tt.refused && !strings.Contains(validateErr.Error(), startErr.Error()) {
+				t.Errorf("validate says\n%v\nserve says\n%v", validateErr, startErr)
+			}
+			if !tt.refused && !strings.Contains(out.String(), ": ok (") {
+				t.Errorf("validate printed %q", out.String())
+			}
+		})
+	}
+}
