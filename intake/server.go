@@ -73,7 +73,7 @@ type Metrics interface {
 	SchemaFailure(source string)
 }
 
-// Source is one configured source compiled for the hot path (Compile).
+// Source is one configured source compiled for the hot path (CompileSource).
 type Source struct {
 	name        string
 	provider    string

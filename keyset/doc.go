@@ -9,7 +9,9 @@
 // works while the URL is down, honours each key's not-before and expiry, and
 // fetches early (rate-limited) when a delivery's signature matches no key in
 // force. The source's verifier becomes one over those keys (and its static
-// secrets), given to the intake's compiled sources through Sources. Fetches
+// secrets, tolerance and hmac table: config.Source.VerifierOptions, as
+// intake.CompileSource builds from), given to the intake's compiled sources
+// through Sources. Fetches
 // follow the redirect policy of redirect.go (docs/security.md): https only
 // (http to loopback), and a redirect reaches a public address or one of the
 // configured URL's own class.
