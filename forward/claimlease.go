@@ -28,6 +28,11 @@ type slots struct {
 	gen     uint64 // the Run the counts belong to; 0: not running
 	handed  []job  // leased by claims, not yet placed by the dispatcher
 	changed chan struct{}
+	// draining: Drain was called in this Run; no claim reserves a worker and
+	// the dispatcher leases nothing. idle is closed when busy reaches zero
+	// while draining (drain.go).
+	draining bool
+	idle     chan struct{}
 }
 
 func newSlots() *slots { return &slots{changed: make(chan struct{}, 1)} }
@@ -36,6 +41,7 @@ func newSlots() *slots { return &slots{changed: make(chan struct{}, 1)} }
 func (s *slots) open(n int) {
 	s.mu.Lock()
 	s.n, s.busy, s.leasing, s.handed = n, 0, 0, nil
+	s.draining, s.idle = false, nil
 	s.gen++
 	if s.gen == 0 {
 		s.gen++
@@ -52,6 +58,9 @@ func (s *slots) close() {
 		s.gen++
 	}
 	s.n, s.busy, s.leasing, s.handed = 0, 0, 0, nil
+	s.draining = false
+	s.wakeIdle()
+	s.idle = nil
 	s.mu.Unlock()
 }
 
@@ -67,8 +76,8 @@ func (s *slots) take(max int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := min(max, s.n-s.busy)
-	if k <= 0 {
-		return 0
+	if k <= 0 || s.draining {
+		return 0 // a parked event waits for its lease to end, not for a drain
 	}
 	s.busy += k
 	return k
@@ -79,7 +88,7 @@ func (s *slots) takeForLease() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := s.n - s.busy
-	if k <= 0 {
+	if k <= 0 || s.draining {
 		return 0
 	}
 	s.busy += k
@@ -92,6 +101,7 @@ func (s *slots) leased(k, got int) {
 	s.mu.Lock()
 	s.busy -= k - got
 	s.leasing = 0
+	s.checkIdle()
 	s.mu.Unlock()
 }
 
@@ -102,6 +112,7 @@ func (s *slots) put(k int) {
 	}
 	s.mu.Lock()
 	s.busy -= k
+	s.checkIdle()
 	s.mu.Unlock()
 }
 
@@ -129,7 +140,7 @@ func (f *Forwarder) ReserveSlot() (time.Duration, uint64, bool) {
 	s := f.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n == 0 || s.busy-s.leasing >= s.n {
+	if s.n == 0 || s.draining || s.busy-s.leasing >= s.n {
 		return 0, 0, false
 	}
 	s.busy++
@@ -160,6 +171,7 @@ func (f *Forwarder) ReleaseSlot(ticket uint64) {
 		return
 	}
 	s.busy--
+	s.checkIdle()
 	s.mu.Unlock()
 	s.signal()
 }

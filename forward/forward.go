@@ -391,7 +391,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		full, fullUntil := f.lim.full(now)
 		again := false
 		if want && !full && len(park) < parkCap && ctx.Err() == nil {
-			if free := f.slots.takeForLease(); free > 0 {
+			if free := f.slots.takeForLease(); free > 0 { // none while draining
 				evs, err := f.opts.Store.Lease(ctx, free, f.opts.DefaultLease)
 				switch {
 				case ctx.Err() != nil:
