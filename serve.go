@@ -224,8 +224,9 @@ func (n *node) lead(ctx context.Context) {
 	f := forward.New(forward.Options{
 		Store:   n.cluster,
 		Targets: n.target,
-		// Each worker waits a commit per delivery; enough of them keep delivery
-		// up with intake on a local handler.
+		// At most this many requests to handlers at once. A worker is free
+		// when its handler answered (the outcome commits meanwhile), so this
+		// bounds the handlers' concurrency, not the delivery rate.
 		Workers: 64,
 		Wake:    n.cluster.Wake(),
 		Logger:  n.log,

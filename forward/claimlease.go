@@ -33,6 +33,34 @@ type slots struct {
 	// while draining (drain.go).
 	draining bool
 	idle     chan struct{}
+	// recording: outcomes whose handler answered, committing while their
+	// worker delivers another event (forward.go, Run).
+	recording int
+}
+
+// recordFactor bounds the outcomes committing in the background to
+// recordFactor times the workers: enough for a commit as long as several
+// handler answers, and a bound on what waits in memory.
+const recordFactor = 4
+
+// startRecording counts one more outcome committing in the background, if
+// fewer than recordFactor*n are.
+func (s *slots) startRecording(n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recording >= recordFactor*n {
+		return false
+	}
+	s.recording++
+	return true
+}
+
+// endRecording counts an outcome committed (or abandoned).
+func (s *slots) endRecording() {
+	s.mu.Lock()
+	s.recording--
+	s.checkIdle()
+	s.mu.Unlock()
 }
 
 func newSlots() *slots { return &slots{changed: make(chan struct{}, 1)} }

@@ -45,7 +45,7 @@ func (f *Forwarder) Drain(ctx context.Context) error {
 // checkIdle closes idle when a drain waits and no worker is busy. Call with
 // s.mu held.
 func (s *slots) checkIdle() {
-	if s.draining && s.busy <= 0 {
+	if s.draining && s.busy <= 0 && s.recording <= 0 {
 		s.wakeIdle()
 	}
 }
