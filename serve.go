@@ -38,6 +38,7 @@ type node struct {
 	intake  *intake.Server
 	keys    *keyset.Manager // keys_url sources' fetched keys
 	targets atomic.Pointer[map[string]forward.Target]
+	fwd     atomic.Pointer[forward.Forwarder] // while this node leads
 
 	httpSrv *fasthttp.Server
 	httpLn  net.Listener
@@ -223,8 +224,9 @@ func (n *node) lead(ctx context.Context) {
 	f := forward.New(forward.Options{
 		Store:   n.cluster,
 		Targets: n.target,
-		// Each worker waits a commit per delivery; enough of them keep delivery
-		// up with intake on a local handler.
+		// At most this many requests to handlers at once. A worker is free
+		// when its handler answered (the outcome commits meanwhile), so this
+		// bounds the handlers' concurrency, not the delivery rate.
 		Workers: 64,
 		Wake:    n.cluster.Wake(),
 		Logger:  n.log,
@@ -243,6 +245,8 @@ func (n *node) lead(ctx context.Context) {
 	// Claims proposed while a worker is free lease their event themselves.
 	n.cluster.SetLeaseSlots(f)
 	defer n.cluster.SetLeaseSlots(nil)
+	n.fwd.Store(f)
+	defer n.fwd.CompareAndSwap(f, nil)
 	if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		n.log.Error("forwarder stopped", "err", err)
 	}
@@ -253,14 +257,28 @@ func (n *node) target(source string) (forward.Target, bool) {
 	return t, ok
 }
 
-// shutdown closes the front door first, then the cluster node (which hands
-// leadership over and stops deliveries), then the admin API.
+// drainTimeout bounds how long a stopping leader waits for the deliveries in
+// flight. It fits, with the intake's 10 s, inside the systemd unit's
+// TimeoutStopSec (30 s); a handler slower than that is left to its lease.
+const drainTimeout = 10 * time.Second
+
+// shutdown closes the front door first, then lets a leader's deliveries in
+// flight finish (forward.Forwarder.Drain: an answer that arrives after the
+// hand-over could not be recorded, and its event would run again when its
+// lease ends), then closes the cluster node (which hands leadership over and
+// stops deliveries), then the admin API.
 func (n *node) shutdown() error {
 	var errs []error
 	if err := n.httpSrv.ShutdownWithContext(timeoutCtx(10 * time.Second)); err != nil {
 		errs = append(errs, fmt.Errorf("intake shutdown: %w", err))
 	}
 	n.keys.Close()
+	if f := n.fwd.Load(); f != nil {
+		if err := f.Drain(timeoutCtx(drainTimeout)); err != nil {
+			n.log.Warn("shutdown: deliveries still in flight; their events run again when their leases end",
+				"waited", drainTimeout)
+		}
+	}
 	if err := n.cluster.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("cluster close: %w", err))
 	}

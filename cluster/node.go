@@ -68,6 +68,7 @@ type Config struct {
 	MaxBatch           int           // commands per log entry (1024)
 	Inflight           int           // log entries outstanding at once (1)
 	Linger             time.Duration // how long a batch waits for more commands under load (200µs; <0 never)
+	RideFor            time.Duration // how long a delivery outcome waits for a claim to share its entry (2ms; <0 never)
 
 	// RelayTimeout bounds one batch a follower hands to the leader over the
 	// internal channel (10s). It matters only for a leader that stays the one
@@ -171,6 +172,9 @@ func Open(cfg Config) (*Node, error) {
 	}
 	if cfg.Linger == 0 {
 		cfg.Linger = 200 * time.Microsecond
+	}
+	if cfg.RideFor == 0 {
+		cfg.RideFor = 2 * time.Millisecond
 	}
 	if cfg.Advertise == "" {
 		cfg.Advertise = cfg.Bind
@@ -326,7 +330,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
-	n.prop = newProposer(n, cfg.Inflight, cfg.MaxBatch, 8<<20, cfg.Linger)
+	n.prop = newProposer(n, cfg.Inflight, cfg.MaxBatch, 8<<20, cfg.Linger, cfg.RideFor)
 	n.started.Store(true)
 	go n.observeLeadership()
 	// Raft drops observations for a full channel; watchLeader reads the

@@ -156,12 +156,16 @@ func (n *Node) Sources() (map[string]engine.SourceState, error) { return n.eng.S
 func (n *Node) Backlog() (map[string]engine.Backlog, error) { return n.eng.Backlog() }
 
 func (n *Node) leaderCmd(ctx context.Context, c engine.Command) error {
-	r, err := n.applyOne(ctx, c, true)
+	// An outcome rides with the next claim (proposer.ride), but for a sync
+	// source's completion (it carries the cached response): its provider is
+	// waiting for that answer. (A sync source's failure may wait RideFor.)
+	riding := (c.Op == engine.OpComplete && c.Response == nil) || c.Op == engine.OpFail
+	res, err := n.prop.submitAs(ctx, []engine.Command{c}, true, riding)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", c.Op, c.Key, err)
 	}
-	if r.Err != nil {
-		return fmt.Errorf("%s %s: %w", c.Op, c.Key, r.Err)
+	if res[0].Err != nil {
+		return fmt.Errorf("%s %s: %w", c.Op, c.Key, res[0].Err)
 	}
 	return nil
 }

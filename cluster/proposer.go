@@ -17,9 +17,12 @@ import (
 type proposal struct {
 	cmds       []engine.Command
 	leaderOnly bool // never relay: leases and completions belong to this leader's term
-	res        []engine.Result
-	err        error
-	done       chan struct{}
+	// riding: an outcome nobody waits on (docs/architecture.md, "Delivery"):
+	// it may wait up to rideFor for a claim to share its entry.
+	riding bool
+	res    []engine.Result
+	err    error
+	done   chan struct{}
 }
 
 var proposalPool = sync.Pool{New: func() any { return &proposal{done: make(chan struct{}, 1)} }}
@@ -37,6 +40,7 @@ type proposer struct {
 	maxCmds  int
 	maxBytes int
 	linger   time.Duration
+	rideFor  time.Duration // how long riding proposals wait for a claim
 	closing  chan struct{} // no new proposals are taken
 	stop     chan struct{} // raft is shut down; goroutines exit
 	wg       sync.WaitGroup
@@ -49,6 +53,7 @@ type proposer struct {
 	commands atomic.Uint64 // commands in them
 	relays   atomic.Uint64 // batches sent to the leader
 	relayed  atomic.Uint64 // commands in them
+	riders   atomic.Int64  // batches of outcomes waiting in ride (tests watch it)
 
 	leaseSlots atomic.Pointer[slotsRef] // the leader's free workers (claimlease.go)
 	claimLeaseCounters
@@ -62,8 +67,9 @@ type pendingApply struct {
 	leases  []leaseReservation // (claimlease.go)
 }
 
-func newProposer(n *Node, inflight, maxCmds, maxBytes int, linger time.Duration) *proposer {
+func newProposer(n *Node, inflight, maxCmds, maxBytes int, linger, rideFor time.Duration) *proposer {
 	p := &proposer{
+		rideFor:  rideFor,
 		n:        n,
 		queue:    make(chan *proposal, 4096),
 		slots:    make(chan struct{}, inflight),
@@ -123,8 +129,14 @@ func (p *proposer) close() {
 // submit queues cmds and waits for their results or ctx. A caller that gives up
 // gets ErrIndeterminate: its commands may still commit.
 func (p *proposer) submit(ctx context.Context, cmds []engine.Command, leaderOnly bool) ([]engine.Result, error) {
+	return p.submitAs(ctx, cmds, leaderOnly, false)
+}
+
+// submitAs is submit; riding proposals may wait up to rideFor for another
+// proposal to share their entry (see ride).
+func (p *proposer) submitAs(ctx context.Context, cmds []engine.Command, leaderOnly, riding bool) ([]engine.Result, error) {
 	pr := proposalPool.Get().(*proposal)
-	pr.cmds, pr.leaderOnly, pr.res, pr.err = cmds, leaderOnly, nil, nil
+	pr.cmds, pr.leaderOnly, pr.riding, pr.res, pr.err = cmds, leaderOnly, riding, nil, nil
 	select {
 	case p.queue <- pr:
 	case <-ctx.Done():
@@ -214,9 +226,66 @@ func (p *proposer) loop() {
 		if linger != nil {
 			timer.Stop() // Go 1.23+ timers: no stale tick is delivered after Stop
 		}
+		if leader && p.rideFor > 0 && onlyRiding(batch) {
+			batch, ncmds, nbytes = p.ride(batch, ncmds, nbytes, timer)
+		}
 		lastCmds = ncmds
 		p.dispatch(append([]*proposal(nil), batch...), ncmds, leader, sem)
 	}
+}
+
+// onlyRiding reports whether every proposal of batch is riding.
+func onlyRiding(batch []*proposal) bool {
+	for _, pr := range batch {
+		if !pr.riding {
+			return false
+		}
+	}
+	return true
+}
+
+// ride holds a batch of outcomes only (Complete, Fail: nobody waits on
+// them, the event stays leased until they commit) up to rideFor for another
+// proposal, then takes whatever else is queued. Under light traffic an
+// outcome otherwise takes an entry of its own, just as the provider's next
+// claim arrives, and that claim waits a whole commit for it: at one client
+// every event cost two entries in a row. With it the outcome goes in the
+// next claim's entry. Under load claims are always queued and nothing waits.
+func (p *proposer) ride(batch []*proposal, ncmds, nbytes int, timer *time.Timer) ([]*proposal, int, int) {
+	timer.Reset(p.rideFor)
+	defer timer.Stop()
+	p.riders.Add(1)
+	defer p.riders.Add(-1)
+	for ncmds < p.maxCmds && nbytes < p.maxBytes {
+		select {
+		case pr := <-p.queue:
+			batch = append(batch, pr)
+			ncmds += len(pr.cmds)
+			nbytes += cmdBytes(pr.cmds)
+			if pr.riding {
+				continue
+			}
+			// A claim (or any proposal someone waits on): it goes now, with
+			// whatever queued behind it.
+			for ncmds < p.maxCmds && nbytes < p.maxBytes {
+				select {
+				case pr := <-p.queue:
+					batch = append(batch, pr)
+					ncmds += len(pr.cmds)
+					nbytes += cmdBytes(pr.cmds)
+					continue
+				default:
+				}
+				break
+			}
+			return batch, ncmds, nbytes
+		case <-timer.C:
+			return batch, ncmds, nbytes
+		case <-p.closing:
+			return batch, ncmds, nbytes
+		}
+	}
+	return batch, ncmds, nbytes
 }
 
 // acquire takes a slot: an entry slot when this node leads, a relay slot

@@ -28,6 +28,39 @@ type slots struct {
 	gen     uint64 // the Run the counts belong to; 0: not running
 	handed  []job  // leased by claims, not yet placed by the dispatcher
 	changed chan struct{}
+	// draining: Drain was called in this Run; no claim reserves a worker and
+	// the dispatcher leases nothing. idle is closed when busy reaches zero
+	// while draining (drain.go).
+	draining bool
+	idle     chan struct{}
+	// recording: outcomes whose handler answered, committing while their
+	// worker delivers another event (forward.go, Run).
+	recording int
+}
+
+// recordFactor bounds the outcomes committing in the background to
+// recordFactor times the workers: enough for a commit as long as several
+// handler answers, and a bound on what waits in memory.
+const recordFactor = 4
+
+// startRecording counts one more outcome committing in the background, if
+// fewer than recordFactor*n are.
+func (s *slots) startRecording(n int) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.recording >= recordFactor*n {
+		return false
+	}
+	s.recording++
+	return true
+}
+
+// endRecording counts an outcome committed (or abandoned).
+func (s *slots) endRecording() {
+	s.mu.Lock()
+	s.recording--
+	s.checkIdle()
+	s.mu.Unlock()
 }
 
 func newSlots() *slots { return &slots{changed: make(chan struct{}, 1)} }
@@ -36,6 +69,7 @@ func newSlots() *slots { return &slots{changed: make(chan struct{}, 1)} }
 func (s *slots) open(n int) {
 	s.mu.Lock()
 	s.n, s.busy, s.leasing, s.handed = n, 0, 0, nil
+	s.draining, s.idle = false, nil
 	s.gen++
 	if s.gen == 0 {
 		s.gen++
@@ -52,6 +86,9 @@ func (s *slots) close() {
 		s.gen++
 	}
 	s.n, s.busy, s.leasing, s.handed = 0, 0, 0, nil
+	s.draining = false
+	s.wakeIdle()
+	s.idle = nil
 	s.mu.Unlock()
 }
 
@@ -67,8 +104,8 @@ func (s *slots) take(max int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := min(max, s.n-s.busy)
-	if k <= 0 {
-		return 0
+	if k <= 0 || s.draining {
+		return 0 // a parked event waits for its lease to end, not for a drain
 	}
 	s.busy += k
 	return k
@@ -79,7 +116,7 @@ func (s *slots) takeForLease() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	k := s.n - s.busy
-	if k <= 0 {
+	if k <= 0 || s.draining {
 		return 0
 	}
 	s.busy += k
@@ -92,6 +129,7 @@ func (s *slots) leased(k, got int) {
 	s.mu.Lock()
 	s.busy -= k - got
 	s.leasing = 0
+	s.checkIdle()
 	s.mu.Unlock()
 }
 
@@ -102,6 +140,7 @@ func (s *slots) put(k int) {
 	}
 	s.mu.Lock()
 	s.busy -= k
+	s.checkIdle()
 	s.mu.Unlock()
 }
 
@@ -129,7 +168,7 @@ func (f *Forwarder) ReserveSlot() (time.Duration, uint64, bool) {
 	s := f.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n == 0 || s.busy-s.leasing >= s.n {
+	if s.n == 0 || s.draining || s.busy-s.leasing >= s.n {
 		return 0, 0, false
 	}
 	s.busy++
@@ -160,6 +199,7 @@ func (f *Forwarder) ReleaseSlot(ticket uint64) {
 		return
 	}
 	s.busy--
+	s.checkIdle()
 	s.mu.Unlock()
 	s.signal()
 }

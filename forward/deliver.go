@@ -75,31 +75,54 @@ type answer struct {
 	step       string        // the handler's Oncehook-Step, when valid
 }
 
-// deliver runs one attempt of ev and records its outcome, unless ctx ended
-// first: then the event is left processing for its lease to expire.
-func (f *Forwarder) deliver(ctx context.Context, ev engine.Event) {
+// attempt is one delivery attempt whose handler answered (or that had no
+// target), waiting to be recorded.
+type attempt struct {
+	ev    engine.Event
+	n     int // the attempt's number, 1 for the first delivery
+	tgt   Target
+	a     answer
+	start time.Time
+	took  time.Duration
+}
+
+// try runs one attempt of ev: it POSTs ev and returns what to record, or nil
+// when ctx ended first (then the event is left processing for its lease to
+// expire). A handler's Retry-After hold takes effect here, before the worker
+// is free, so that the dispatcher leases no more of its source meanwhile.
+func (f *Forwarder) try(ctx context.Context, ev engine.Event) *attempt {
 	if ctx.Err() != nil {
-		return
+		return nil
 	}
-	attempt := attemptOf(ev)
+	at := &attempt{ev: ev, n: attemptOf(ev), start: time.Now()}
 	tgt, ok := f.opts.Targets(ev.Source)
-	tgt = tgt.withDefaults()
-	start := time.Now()
-	var a answer
+	at.tgt = tgt.withDefaults()
 	if ok {
-		a = f.post(ctx, ev, attempt, tgt)
+		at.a = f.post(ctx, ev, at.n, at.tgt)
 	} else {
-		a.reason = ReasonNoTarget
+		at.a.reason = ReasonNoTarget
 	}
-	took := time.Since(start)
+	at.took = time.Since(at.start)
 	if ctx.Err() != nil {
-		return // cancelled: do not record anything
+		return nil // cancelled: do not record anything
 	}
-	if a.reason == "" {
+	if at.a.hold > 0 {
+		now := time.Now()
+		if f.lim != nil && f.lim.setHold(ev.Source, now, now.Add(at.a.hold)) {
+			f.log.Info("handler asked to wait; holding its source", "source", ev.Source,
+				"status", at.a.status, "retry_after", at.a.hold)
+		}
+	}
+	return at
+}
+
+// record records an attempt's outcome: Complete for a 2xx, Fail otherwise.
+func (f *Forwarder) record(ctx context.Context, at *attempt) {
+	if at.a.reason == "" {
 		failpoint.Inject(failpoint.AfterHandlerDoneBeforeApply)
-		f.complete(ctx, ev, attempt, tgt, a, took)
+		f.complete(ctx, at.ev, at.n, at.tgt, at.a, at.took)
 	} else {
-		f.fail(ctx, ev, attempt, tgt, a, start, took)
+		f.fail(ctx, at.ev, at.n, at.tgt, at.a, at.start, at.took)
 	}
 }
 
@@ -297,13 +320,6 @@ func (f *Forwarder) complete(ctx context.Context, ev engine.Event, attempt int, 
 
 // fail records a failed attempt, started at start, with its retry delay.
 func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt Target, a answer, start time.Time, took time.Duration) {
-	if a.hold > 0 {
-		now := time.Now()
-		if f.lim != nil && f.lim.setHold(ev.Source, now, now.Add(a.hold)) {
-			f.log.Info("handler asked to wait; holding its source", "source", ev.Source,
-				"status", a.status, "retry_after", a.hold)
-		}
-	}
 	retryIn := a.retryAfter
 	if retryIn <= 0 {
 		retryIn = Backoff(attempt, tgt.BackoffMin, tgt.BackoffMax, f.jitter())

@@ -25,7 +25,9 @@
 //
 // When Run's context ends, nothing more is leased, in-flight requests are
 // cancelled, and their events are neither completed nor failed: their leases
-// expire and the next leader's sweeper returns them to pending.
+// expire and the next leader's sweeper returns them to pending. A leader
+// that steps down on purpose calls Drain first (drain.go), so that its
+// handlers' answers are recorded before it hands over.
 //
 // # The contract with handlers: at least once, fenced
 //

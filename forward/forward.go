@@ -132,9 +132,12 @@ type Options struct {
 	// are never followed: when Client.CheckRedirect is nil, a copy of the
 	// client with one returning http.ErrUseLastResponse is used.
 	Client *http.Client
-	// Workers is the number of concurrent deliveries and the most events ever
-	// in flight, but for claims that carry their lease: those may add as many
-	// again, waiting for a worker (claimlease.go); default 16.
+	// Workers is the number of concurrent requests to handlers; default 16.
+	// A worker is free again when its handler answered: the outcome is
+	// recorded (Complete or Fail, a Raft commit) in the background, with at
+	// most recordFactor*Workers outcomes waiting to commit; beyond that a
+	// worker waits for its own. Claims that carry their lease may add as
+	// many events again as Workers, waiting for a worker (claimlease.go).
 	Workers int
 	// Wake is signalled when new events may be due (a claim committed on this
 	// leader); give it a buffer of one and send without blocking, so that many
@@ -289,18 +292,40 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	// dispatcher leases again at once.
 	jobs := make(chan job, 2*n)
 	freed := make(chan bool, 2*n)
-	kick := make(chan struct{}, 1) // the sweeper reclaimed events: lease soon
+	kick := make(chan struct{}, 1) // events may be due (a reclaim, an ordered event recorded): lease soon
 
 	var wg sync.WaitGroup
 	for range n {
 		wg.Go(func() {
 			for j := range jobs {
+				ordered := j.ev.OrderObject != ""
 				if j.handBack > 0 {
 					f.handBack(ctx, j.ev, j.handBack)
-				} else {
-					f.deliver(ctx, j.ev)
+					freed <- ordered
+					continue
 				}
-				freed <- j.ev.OrderObject != ""
+				at := f.try(ctx, j.ev)
+				if at == nil || !f.slots.startRecording(n) {
+					if at != nil {
+						f.record(ctx, at)
+					}
+					freed <- ordered
+					continue
+				}
+				// The handler answered: the worker is free for the next
+				// event while the outcome commits (workers bound the
+				// requests to handlers, not the commits; see Workers).
+				freed <- false
+				wg.Go(func() {
+					f.record(ctx, at)
+					f.slots.endRecording()
+					if ordered { // the next event of its object may go now
+						select {
+						case kick <- struct{}{}:
+						default:
+						}
+					}
+				})
 			}
 		})
 	}
@@ -391,7 +416,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		full, fullUntil := f.lim.full(now)
 		again := false
 		if want && !full && len(park) < parkCap && ctx.Err() == nil {
-			if free := f.slots.takeForLease(); free > 0 {
+			if free := f.slots.takeForLease(); free > 0 { // none while draining
 				evs, err := f.opts.Store.Lease(ctx, free, f.opts.DefaultLease)
 				switch {
 				case ctx.Err() != nil:

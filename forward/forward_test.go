@@ -122,6 +122,7 @@ func only(tgt Target) func(string) (Target, bool) {
 // running is a Forwarder started by start.
 type running struct {
 	t    *testing.T
+	f    *Forwarder
 	stop func() time.Duration // cancels Run and waits for it; how long that took
 }
 
@@ -162,7 +163,7 @@ func start(t *testing.T, l *leader, rec *recorder, opts Options) running {
 		return took
 	}
 	t.Cleanup(func() { stop() })
-	return running{t, stop}
+	return running{t, f, stop}
 }
 
 // waitFor polls cond until it holds or 10 s pass.

@@ -349,11 +349,12 @@ func TestRollingUpgrade(t *testing.T) {
 			t.Errorf("%s acknowledged, state %q", k, st)
 		}
 	}
-	// No event ran twice, but for one case the logs explain: a stopping
-	// leader hands leadership over first, and a delivery whose complete
-	// was being proposed then fails ("complete failed; the lease will
-	// expire") runs again when its lease ends. That is the forwarder's
-	// shutdown order, not the upgrade; it is logged, not failed.
+	// No event ran twice, but for one case the logs explain: the previous
+	// release's leader, stopped, hands leadership over before its
+	// deliveries in flight are recorded, and a delivery whose complete was
+	// being proposed then fails ("complete failed; the lease will expire")
+	// runs again when its lease ends. Only old processes are stopped here;
+	// the current release drains first (TestLeaderStopFinishesDeliveries).
 	rec.mu.Lock()
 	for k, n := range rec.runs {
 		if n == 1 {

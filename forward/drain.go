@@ -1,0 +1,63 @@
+package forward
+
+import "context"
+
+// Drain prepares a leader to step down without a second delivery: it stops
+// leasing (neither the dispatcher nor a claim leases another event, and a
+// parked event is not started) and waits until every delivery in flight has
+// ended and its outcome was recorded, or ctx ends. It returns nil when
+// nothing is in flight any more, ctx's error when ctx ended first, and nil at
+// once when Run is not running.
+//
+// Why: a leader that hands leadership over while a handler is answering
+// cannot record that answer (Complete is refused off the leader), so the
+// event stays processing until its lease ends and is delivered again. A
+// node that drains first hands over with no answer pending; events still
+// due wait for the next leader, which leases them at once. Events parked
+// for a rate limit keep their lease and are reclaimed by the next leader
+// when it ends, as after a crash (docs/architecture.md, "Delivery").
+//
+// Drain does not end Run: the caller stops the Forwarder (by cancelling
+// Run's context, or when leadership ends) after Drain returned.
+func (f *Forwarder) Drain(ctx context.Context) error {
+	s := f.slots
+	s.mu.Lock()
+	if s.n == 0 { // not running
+		s.mu.Unlock()
+		return nil
+	}
+	if !s.draining {
+		s.draining = true
+		s.idle = make(chan struct{})
+		s.checkIdle()
+	}
+	idle := s.idle
+	s.mu.Unlock()
+	s.signal() // the dispatcher may be waiting to lease: it looks again
+	select {
+	case <-idle:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// checkIdle closes idle when a drain waits and no worker is busy. Call with
+// s.mu held.
+func (s *slots) checkIdle() {
+	if s.draining && s.busy <= 0 && s.recording <= 0 {
+		s.wakeIdle()
+	}
+}
+
+// wakeIdle closes idle once. Call with s.mu held.
+func (s *slots) wakeIdle() {
+	if s.idle == nil {
+		return
+	}
+	select {
+	case <-s.idle:
+	default:
+		close(s.idle)
+	}
+}

@@ -1,0 +1,108 @@
+package forward
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"time"
+
+	"oncehook/engine"
+)
+
+// TestDrain: a draining leader leases nothing more, lets the delivery in
+// flight finish and records its outcome, and only then reports idle; the
+// event that arrived meanwhile waits, and the next Run delivers it.
+func TestDrain(t *testing.T) {
+	l := newLeader(t)
+	entered := make(chan struct{}, 4)
+	release := make(chan struct{})
+	h := &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) {
+		entered <- struct{}{}
+		if n == 1 {
+			<-release
+		}
+	}}
+	srv := serve(t, h)
+	rec := &recorder{}
+	opts := Options{Targets: only(Target{URL: srv.URL, Timeout: time.Minute})}
+	r := start(t, l, rec, opts)
+	l.claim("src:a", "src", "a")
+	<-entered // a's handler is answering
+
+	drained := make(chan error, 1)
+	go func() { drained <- r.f.Drain(context.Background()) }()
+	// The drain is seen by claims at once or soon: wait for it, not for time.
+	waitFor(t, "claims refused a worker", func() bool {
+		_, ticket, ok := r.f.ReserveSlot()
+		if ok {
+			r.f.ReleaseSlot(ticket)
+		}
+		return !ok
+	})
+	leases := l.leases.Load()
+	l.claim("src:b", "src", "b")
+	ticks(t, l, 3) // the dispatcher polls as often as the sweeper ticks
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned %v while a handler was answering", err)
+	default:
+	}
+
+	close(release)
+	if err := <-drained; err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	// Idle means recorded: a's outcome is in the store when Drain returns.
+	if ev := l.get("src:a"); ev.State != engine.StateDone {
+		t.Errorf("a is %v after Drain, want done", ev.State)
+	}
+	if got := l.leases.Load(); got != leases {
+		t.Errorf("%d leases while draining, want none", got-leases)
+	}
+	if ev := l.get("src:b"); ev.State != engine.StatePending || h.n() != 1 {
+		t.Errorf("b is %v, handler called %d times, want pending and 1", ev.State, h.n())
+	}
+
+	// The next term starts without the drain.
+	r.stop()
+	r2 := start(t, l, rec, opts)
+	waitFor(t, "b delivered by the next run", stateIs(l, "src:b", engine.StateDone))
+	if _, ticket, ok := r2.f.ReserveSlot(); !ok {
+		t.Errorf("a new Run refuses claims a worker")
+	} else {
+		r2.f.ReleaseSlot(ticket)
+	}
+}
+
+// TestDrainStops: Drain gives up when its context ends, and returns at once
+// when nothing is in flight or the Forwarder is not running.
+func TestDrainStops(t *testing.T) {
+	l := newLeader(t)
+	release := make(chan struct{})
+	entered := make(chan struct{})
+	srv := serve(t, &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) {
+		close(entered)
+		<-release
+	}})
+	f := New(Options{Store: l, Targets: only(Target{URL: srv.URL, Timeout: time.Minute})})
+	if err := f.Drain(context.Background()); err != nil {
+		t.Errorf("Drain before Run: %v", err)
+	}
+	r := start(t, l, nil, Options{Targets: only(Target{URL: srv.URL, Timeout: time.Minute})})
+	l.claim("src:a", "src", "a")
+	<-entered
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := r.f.Drain(ctx); !errors.Is(err, context.Canceled) {
+		t.Errorf("Drain with an ended context and a handler answering = %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := r.f.Drain(context.Background()); err != nil {
+		t.Errorf("Drain after the handler answered: %v", err)
+	}
+	r.stop()
+	if err := r.f.Drain(context.Background()); err != nil {
+		t.Errorf("Drain after Run returned: %v", err)
+	}
+}

@@ -1,0 +1,131 @@
+package systest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"oncehook/internal/testcluster"
+)
+
+// slowHandler takes its time over every delivery, as a handler that writes
+// to a database does. It counts a delivery when it arrives: the business
+// effect starts then, whether or not the sender waits for the answer.
+type slowHandler struct {
+	took     time.Duration
+	inFlight atomic.Int64
+	mu       sync.Mutex
+	runs     map[string]int
+}
+
+func (h *slowHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	io.Copy(io.Discard, r.Body)
+	h.mu.Lock()
+	h.runs[r.Header.Get("Idempotency-Key")]++
+	h.mu.Unlock()
+	h.inFlight.Add(1)
+	defer h.inFlight.Add(-1)
+	time.Sleep(h.took) // the handler's own work, not the test waiting
+	w.WriteHeader(http.StatusOK)
+}
+
+func (h *slowHandler) count(key string) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.runs[key]
+}
+
+// TestLeaderStopFinishesDeliveries stops the leader with SIGTERM while its
+// handler is answering. The leader lets those deliveries finish and records
+// them before it hands leadership over, so no event reaches the handler a
+// second time when its lease ends (an answer that arrived after the
+// hand-over could not be recorded, and the next leader would run the event
+// again).
+func TestLeaderStopFinishesDeliveries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns three processes")
+	}
+	h := &slowHandler{took: 300 * time.Millisecond, runs: map[string]int{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: h}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	c := startCluster(t, 3, "http://"+ln.Addr().String())
+	leader := c.Leader()
+
+	const total = 40
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var stopped atomic.Bool
+	ids := make(chan int, total)
+	for i := range total {
+		ids <- i
+	}
+	close(ids)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for i := range ids {
+				id := fmt.Sprintf("drain_%03d", i)
+				for try := 0; try < 100 && ctx.Err() == nil; try++ {
+					nd := c.Nodes[(i+try)%3]
+					if nd == leader && stopped.Load() {
+						continue
+					}
+					if code := c.send(ctx, nd, id); code/100 == 2 {
+						break
+					}
+					time.Sleep(50 * time.Millisecond) // a provider's retry
+				}
+			}
+		})
+	}
+	testcluster.WaitFor(t, "the handler answering deliveries", 30*time.Second, func() bool {
+		return h.inFlight.Load() > 0
+	})
+	stopped.Store(true)
+	if err := leader.Proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatalf("SIGTERM the leader: %v", err)
+	}
+	wg.Wait()
+	select {
+	case <-leader.Proc.Done():
+	case <-time.After(testcluster.StopTimeout):
+		t.Fatalf("%s did not stop within %s of SIGTERM", leader.ID, testcluster.StopTimeout)
+	}
+	if code := leader.Proc.ExitCode(); code != 0 {
+		t.Errorf("the stopped leader exited %d\n%s", code, leader.Proc.Output())
+	}
+	if out := leader.Proc.Output(); strings.Contains(out, "deliveries still in flight") {
+		t.Errorf("the stopped leader gave up waiting for its deliveries:\n%s", out)
+	}
+
+	others := []*clusterNode{c.Other(leader)}
+	others = append(others, c.Other(leader, others[0]))
+	testcluster.WaitFor(t, "every event done on the two running nodes", 60*time.Second, func() bool {
+		for _, nd := range others {
+			st, ok := c.Status(nd)
+			if !ok || st.Counts["done"] != total {
+				return false
+			}
+		}
+		return true
+	})
+	for i := range total {
+		key := fmt.Sprintf("orders:drain_%03d", i)
+		if n := h.count(key); n != 1 {
+			t.Errorf("%s reached the handler %d times, want 1", key, n)
+		}
+	}
+}
