@@ -35,10 +35,12 @@ import (
 // noise of standard deviation s around a level, the projected growth is
 // about 1.3 s over 30 samples, far below the level).
 //
-// A node restarted by the soak (its leader change) starts a new process:
-// RSS, fds and goroutines are judged per process lifetime, each lifetime of
-// at least minGrowthSamples samples on its own; the data dir outlives the
-// process and is judged over the whole run.
+// A node restarted by the soak (its leader change) starts a new process,
+// and a node that becomes leader starts the forwarder (more goroutines, fds
+// and memory than a follower): RSS, fds and goroutines are judged per
+// segment, a stretch of one process lifetime in one role, each segment of at
+// least minGrowthSamples samples on its own (soak_report.go, judgeSoak); the
+// data dir outlives the process and is judged over the whole run.
 //
 // Drift, for claim p99 and delivery p99: the value of a quarter is the
 // median of the p99s of its intervals (10 s each), so that the few intervals
