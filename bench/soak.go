@@ -307,7 +307,20 @@ func soak(ctx context.Context, o *options, e *env, stderr io.Writer) (*Soak, err
 // sampleLoop samples every -soak-sample until stop, and folds the
 // per-second latency histograms of the seconds that ended into intervals.
 func (sk *soaker) sampleLoop(ctx context.Context, stop <-chan struct{}) {
-	t := time.NewTicker(sk.o.soak.sample)
+	every(ctx, stop, sk.o.soak.sample, func() bool {
+		s := sk.sample(ctx)
+		sk.samples = append(sk.samples, s)
+		sk.fold(int(time.Since(sk.g.start)/time.Second) - 1)
+		if n := len(sk.samples); n%max(1, int(time.Minute/sk.o.soak.sample)) == 0 {
+			fmt.Fprintln(sk.stderr, "soak: "+sampleLine(s))
+		}
+		return true
+	})
+}
+
+// every calls f every d until stop, ctx is done or f returns false.
+func every(ctx context.Context, stop <-chan struct{}, d time.Duration, f func() bool) {
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
@@ -317,11 +330,8 @@ func (sk *soaker) sampleLoop(ctx context.Context, stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		s := sk.sample(ctx)
-		sk.samples = append(sk.samples, s)
-		sk.fold(int(time.Since(sk.g.start)/time.Second) - 1)
-		if n := len(sk.samples); n%max(1, int(time.Minute/sk.o.soak.sample)) == 0 {
-			fmt.Fprintln(sk.stderr, "soak: "+sampleLine(s))
+		if !f() {
+			return
 		}
 	}
 }
@@ -562,18 +572,9 @@ func (sk *soaker) transferLoop(ctx context.Context, stop <-chan struct{}) {
 	if sk.o.soak.transfer <= 0 {
 		return
 	}
-	t := time.NewTicker(sk.o.soak.transfer)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-stop:
-			return
-		case <-t.C:
-		}
+	every(ctx, stop, sk.o.soak.transfer, func() bool {
 		if time.Until(sk.g.end) < sk.o.soak.sample+transferQuiet {
-			return // the last samples see every node up
+			return false // the last samples see every node up
 		}
 		tr := sk.transfer(ctx)
 		sk.mu.Lock()
@@ -585,7 +586,8 @@ func (sk *soaker) transferLoop(ctx context.Context, stop <-chan struct{}) {
 			msg += "; " + tr.Err
 		}
 		fmt.Fprintln(sk.stderr, msg)
-	}
+		return true
+	})
 }
 
 // leader returns the index of the node whose /metrics says it leads, or -1.
