@@ -6,7 +6,7 @@ BIN     := bin/oncehook
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build run test race vet lint fmt bench fuzz chaos chaos-clean install uninstall deb clean
+.PHONY: all build run test race vet lint fmt bench soak fuzz chaos chaos-clean install uninstall deb clean
 
 all: build
 
@@ -36,6 +36,17 @@ bench: build
 	$(GO) test -run '^$$' -bench Intake -benchtime 3s -count 1 ./intake | tee -a bench.txt
 	$(GO) run ./bench -spawn 1 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
 	$(GO) run ./bench -spawn 3 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
+
+# A soak (docs/reliability.md, "Soak"): three nodes of a failpoints build under
+# a steady open-model RATE/s for DURATION, keys expiring all the time, a leader
+# change every TRANSFER; fails on unbounded growth (RSS, fds, goroutines, data
+# dir) or latency drift. Writes bench/results/soak-<date>-<commit>/.
+DURATION ?= 10m
+RATE     ?= 300
+TRANSFER ?= 3m
+soak:
+	$(GO) build -tags failpoints -o bin/oncehook-failpoints .
+	$(GO) run ./bench -soak -spawn 3 -bin bin/oncehook-failpoints -rate $(RATE) -c 256 -d $(DURATION) -soak-transfer $(TRANSFER)
 
 # Every fault scenario of systest/chaos (systest/chaos/RELIABILITY.md) with
 # SEEDS seeds each, as root (network namespaces, iptables, tmpfs). Writes

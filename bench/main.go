@@ -13,6 +13,7 @@
 //	go run ./bench -spawn 1 -storm 8 -d 5s              # 8 concurrent copies of every new key
 //	go run ./bench -spawn 1 -sustain -rate-min 1000 -rate-max 8000 -rate-step 1000 -c 512
 //	go run ./bench -spawn 1 -fill 1000000 -drain 10m    # retained state at a million keys
+//	make soak DURATION=1h                                # steady load with churn, judged for growth (soak.go)
 //	go run ./bench -target http://127.0.0.1:8080 -source stripe-live \
 //	    -provider stripe -secret-file stripe.secret -d 30s
 //
@@ -109,6 +110,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	}
 	if o.replot != "" {
 		return replot(o.replot)
+	}
+	if o.soak.on {
+		return runSoak(ctx, o, stdout, stderr) // soak.go
 	}
 	e, err := setup(ctx, o, stderr)
 	if err != nil {
@@ -235,6 +239,9 @@ type options struct {
 	fill             int64
 	payloadRetention string // with -spawn: the source's payload_retention; "": not written
 
+	// -soak: a long steady load with churn, judged for growth (soak.go)
+	soak soakOptions
+
 	// output
 	json       bool
 	quiet      bool
@@ -302,6 +309,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.DurationVar(&o.maxDelivP99, "max-delivery-p99", 100*time.Millisecond, "-sustain: a step passes only if delivery p99 after the 202 stays under this")
 	fs.Int64Var(&o.fill, "fill", 0, "send this many new events (closed model, -size default 256B) and report retained-state cost; needs -spawn 1")
 	fs.StringVar(&o.payloadRetention, "payload-retention", "", "with -spawn: write payload_retention = D into the source (e.g. 1s); only for nodes that know the key")
+	o.soak.flags(fs)
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -358,6 +366,9 @@ func (o *options) normalize() error {
 		return errors.New("-timeout must be positive")
 	case o.size > 64<<20:
 		return errors.New("-size: at most 64MiB")
+	}
+	if err := o.normalizeSoak(); err != nil {
+		return err
 	}
 	if err := o.normalizeModes(); err != nil {
 		return err

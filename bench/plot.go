@@ -46,7 +46,20 @@ func writePlot(res *Result, path string) error {
 // drawPanels stacks ps vertically, 4.5 inches each, into a PNG at path.
 func drawPanels(ps []*plot.Plot, path string) error {
 	img := vgimg.New(9*vg.Inch, vg.Length(len(ps))*4.5*vg.Inch)
-	dc := draw.New(img)
+	layoutPanels(ps, draw.New(img))
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// layoutPanels draws ps stacked vertically on dc, their axes aligned.
+func layoutPanels(ps []*plot.Plot, dc draw.Canvas) {
 	tiles := draw.Tiles{Rows: len(ps), Cols: 1, PadX: vg.Millimeter, PadY: 6 * vg.Millimeter,
 		PadTop: 2 * vg.Millimeter, PadBottom: 2 * vg.Millimeter, PadLeft: 2 * vg.Millimeter, PadRight: 4 * vg.Millimeter}
 	rows := make([][]*plot.Plot, len(ps))
@@ -57,15 +70,6 @@ func drawPanels(ps []*plot.Plot, path string) error {
 	for i, p := range ps {
 		p.Draw(canvases[i][0])
 	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	if _, err := (vgimg.PngCanvas{Canvas: img}).WriteTo(f); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 func percentilePlot(res *Result) (*plot.Plot, error) {

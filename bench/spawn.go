@@ -233,6 +233,9 @@ func (e *env) config(p *proc, o *options) string {
 	if o.payloadRetention != "" {
 		fmt.Fprintf(&b, "payload_retention = %s\n", q(o.payloadRetention))
 	}
+	if o.soak.retention != "" {
+		fmt.Fprintf(&b, "retention = %s\n", q(o.soak.retention))
+	}
 	return b.String()
 }
 
