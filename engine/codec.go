@@ -541,105 +541,111 @@ func EncodeRelayEntry(dst []byte, cmds []Command) []byte {
 func appendCommands(dst []byte, cmds []Command) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(cmds)))
 	for i := range cmds {
-		c := &cmds[i]
-		m := commandMask(c)
-		dst = append(dst, byte(c.Op))
-		dst = binary.AppendUvarint(dst, m)
-		if m == 0 {
-			continue
+		dst = appendCommand(dst, &cmds[i])
+	}
+	return dst
+}
+
+// appendCommand appends one command: its op, its field mask and the fields
+// the mask names, in field order (entryDecoder.command reads them back).
+func appendCommand(dst []byte, c *Command) []byte {
+	m := commandMask(c)
+	dst = append(dst, byte(c.Op))
+	dst = binary.AppendUvarint(dst, m)
+	if m == 0 {
+		return dst
+	}
+	if m&(1<<fieldNow) != 0 {
+		dst = binary.AppendVarint(dst, c.Now)
+	}
+	if m&(1<<fieldKey) != 0 {
+		dst = appendString(dst, c.Key)
+	}
+	if m&(1<<fieldSource) != 0 {
+		dst = appendString(dst, c.Source)
+	}
+	if m&(1<<fieldPayload) != 0 {
+		dst = appendBytes(dst, c.Payload)
+	}
+	if m&(1<<fieldHeaders) != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(c.Headers)))
+		for j := range c.Headers {
+			dst = appendString(dst, c.Headers[j].Name)
+			dst = appendString(dst, c.Headers[j].Value)
 		}
-		if m&(1<<fieldNow) != 0 {
-			dst = binary.AppendVarint(dst, c.Now)
+	}
+	if m&(1<<fieldRetention) != 0 {
+		dst = binary.AppendVarint(dst, c.Retention)
+	}
+	if m&(1<<fieldOrderObject) != 0 {
+		dst = appendString(dst, c.OrderObject)
+	}
+	if m&(1<<fieldOrderTime) != 0 {
+		dst = binary.AppendVarint(dst, c.OrderTime)
+	}
+	if m&(1<<fieldMax) != 0 {
+		dst = binary.AppendVarint(dst, int64(c.Max))
+	}
+	if m&(1<<fieldLeaseFor) != 0 {
+		dst = binary.AppendVarint(dst, c.LeaseFor)
+	}
+	if m&(1<<fieldToken) != 0 {
+		dst = binary.AppendUvarint(dst, c.Token)
+	}
+	if m&(1<<fieldResponse) != 0 {
+		dst = binary.AppendVarint(dst, int64(c.Response.Status))
+		dst = appendBytes(dst, c.Response.Body)
+	}
+	if m&(1<<fieldRetryIn) != 0 {
+		dst = binary.AppendVarint(dst, c.RetryIn)
+	}
+	if m&(1<<fieldMaxAttempts) != 0 {
+		dst = binary.AppendVarint(dst, int64(c.MaxAttempts))
+	}
+	if m&(1<<fieldReason) != 0 {
+		dst = appendString(dst, c.Reason)
+	}
+	if m&(1<<fieldKeys) != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(c.Keys)))
+		for _, k := range c.Keys {
+			dst = appendString(dst, k)
 		}
-		if m&(1<<fieldKey) != 0 {
-			dst = appendString(dst, c.Key)
-		}
-		if m&(1<<fieldSource) != 0 {
-			dst = appendString(dst, c.Source)
-		}
-		if m&(1<<fieldPayload) != 0 {
-			dst = appendBytes(dst, c.Payload)
-		}
-		if m&(1<<fieldHeaders) != 0 {
-			dst = binary.AppendUvarint(dst, uint64(len(c.Headers)))
-			for j := range c.Headers {
-				dst = appendString(dst, c.Headers[j].Name)
-				dst = appendString(dst, c.Headers[j].Value)
-			}
-		}
-		if m&(1<<fieldRetention) != 0 {
-			dst = binary.AppendVarint(dst, c.Retention)
-		}
-		if m&(1<<fieldOrderObject) != 0 {
-			dst = appendString(dst, c.OrderObject)
-		}
-		if m&(1<<fieldOrderTime) != 0 {
-			dst = binary.AppendVarint(dst, c.OrderTime)
-		}
-		if m&(1<<fieldMax) != 0 {
-			dst = binary.AppendVarint(dst, int64(c.Max))
-		}
-		if m&(1<<fieldLeaseFor) != 0 {
-			dst = binary.AppendVarint(dst, c.LeaseFor)
-		}
-		if m&(1<<fieldToken) != 0 {
-			dst = binary.AppendUvarint(dst, c.Token)
-		}
-		if m&(1<<fieldResponse) != 0 {
-			dst = binary.AppendVarint(dst, int64(c.Response.Status))
-			dst = appendBytes(dst, c.Response.Body)
-		}
-		if m&(1<<fieldRetryIn) != 0 {
-			dst = binary.AppendVarint(dst, c.RetryIn)
-		}
-		if m&(1<<fieldMaxAttempts) != 0 {
-			dst = binary.AppendVarint(dst, int64(c.MaxAttempts))
-		}
-		if m&(1<<fieldReason) != 0 {
-			dst = appendString(dst, c.Reason)
-		}
-		if m&(1<<fieldKeys) != 0 {
-			dst = binary.AppendUvarint(dst, uint64(len(c.Keys)))
-			for _, k := range c.Keys {
-				dst = appendString(dst, k)
-			}
-		}
-		if m&(1<<fieldState) != 0 {
-			dst = append(dst, byte(c.State))
-		}
-		if m&(1<<fieldSince) != 0 {
-			dst = binary.AppendVarint(dst, c.Since)
-		}
-		if m&(1<<fieldWho) != 0 {
-			dst = appendString(dst, c.Who)
-		}
-		if m&(1<<fieldBefore) != 0 {
-			dst = binary.AppendVarint(dst, c.Before)
-		}
-		if m&(1<<fieldStep) != 0 {
-			dst = appendString(dst, c.Step)
-		}
-		if m&(1<<fieldBodyKey) != 0 {
-			dst = appendString(dst, c.BodyKey)
-		}
-		if m&(1<<fieldAttempt) != 0 {
-			dst = appendAttempt(dst, c.Attempt)
-		}
-		if m&(1<<fieldPayloadRetention) != 0 {
-			dst = binary.AppendVarint(dst, c.PayloadRetention)
-		}
-		if m&(1<<fieldDeadRetention) != 0 {
-			dst = binary.AppendVarint(dst, c.DeadRetention)
-		}
-		if m&(1<<fieldHorizon) != 0 {
-			dst = binary.AppendVarint(dst, c.Horizon)
-		}
-		if m&(1<<fieldOnlyFrom) != 0 {
-			dst = append(dst, byte(c.OnlyFrom))
-		}
-		if m&(1<<fieldLeaseNow) != 0 {
-			dst = binary.AppendVarint(dst, c.LeaseNow)
-		}
+	}
+	if m&(1<<fieldState) != 0 {
+		dst = append(dst, byte(c.State))
+	}
+	if m&(1<<fieldSince) != 0 {
+		dst = binary.AppendVarint(dst, c.Since)
+	}
+	if m&(1<<fieldWho) != 0 {
+		dst = appendString(dst, c.Who)
+	}
+	if m&(1<<fieldBefore) != 0 {
+		dst = binary.AppendVarint(dst, c.Before)
+	}
+	if m&(1<<fieldStep) != 0 {
+		dst = appendString(dst, c.Step)
+	}
+	if m&(1<<fieldBodyKey) != 0 {
+		dst = appendString(dst, c.BodyKey)
+	}
+	if m&(1<<fieldAttempt) != 0 {
+		dst = appendAttempt(dst, c.Attempt)
+	}
+	if m&(1<<fieldPayloadRetention) != 0 {
+		dst = binary.AppendVarint(dst, c.PayloadRetention)
+	}
+	if m&(1<<fieldDeadRetention) != 0 {
+		dst = binary.AppendVarint(dst, c.DeadRetention)
+	}
+	if m&(1<<fieldHorizon) != 0 {
+		dst = binary.AppendVarint(dst, c.Horizon)
+	}
+	if m&(1<<fieldOnlyFrom) != 0 {
+		dst = append(dst, byte(c.OnlyFrom))
+	}
+	if m&(1<<fieldLeaseNow) != 0 {
+		dst = binary.AppendVarint(dst, c.LeaseNow)
 	}
 	return dst
 }
