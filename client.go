@@ -12,8 +12,6 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"slices"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -138,49 +136,18 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	var st map[string]any
-	if err := c.do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+	var raw json.RawMessage
+	if err := c.do(ctx, http.MethodGet, "/v1/status", nil, &raw); err != nil {
 		return err
 	}
 	if *asJSON {
-		return printJSON(stdout, st)
+		return printAnswer(stdout, raw)
 	}
-	fmt.Fprintf(stdout, "node %v: %v (leader %v), term %v, commit %v, applied %v, last contact %v, ready %v (%v)\n",
-		st["node_id"], st["state"], st["leader_id"], num(st["term"]), num(st["commit_index"]), num(st["applied_index"]), st["last_contact"], st["ready"], st["ready_reason"])
-	// One row per member of the Raft configuration, with the member's own
-	// answer (an older node's API has no role: its state column stands in).
-	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tSUFFRAGE\tROLE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT")
-	var unreachable []string
-	if nodes, ok := st["nodes"].([]any); ok {
-		for _, x := range nodes {
-			m, _ := x.(map[string]any)
-			role, ok := m["role"]
-			if !ok {
-				role = m["state"]
-			}
-			dash := func(k string) any {
-				if v, ok := m[k]; ok {
-					return num(v)
-				}
-				return "-"
-			}
-			fmt.Fprintf(tw, "%v\t%v\t%v\t%v\t%v\t%v\t%v\t%v\n", m["id"], m["address"], m["suffrage"], role,
-				dash("term"), dash("commit_index"), dash("applied_index"), dash("last_contact"))
-			if e, ok := m["error"]; ok {
-				unreachable = append(unreachable, fmt.Sprintf("%v: %v", m["id"], e))
-			}
-		}
+	var st statusAnswer
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return fmt.Errorf("GET /v1/status: %w", err)
 	}
-	tw.Flush()
-	for _, u := range unreachable {
-		fmt.Fprintf(stdout, "no answer from %s\n", u)
-	}
-	if counts, ok := st["counts"].(map[string]any); ok {
-		fmt.Fprintf(stdout, "events: pending %v, processing %v, done %v, dead %v, stale %v\n",
-			counts["pending"], counts["processing"], counts["done"], counts["dead"], counts["stale"])
-	}
-	printSources(stdout, st["sources"])
+	printStatus(stdout, &st)
 	return nil
 }
 
@@ -259,11 +226,11 @@ func cmdEventShow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if *body {
 		path += "?body=1"
 	}
-	var ev map[string]any
+	var ev json.RawMessage
 	if err := c.do(ctx, http.MethodGet, path, nil, &ev); err != nil {
 		return err
 	}
-	return printJSON(stdout, ev)
+	return printAnswer(stdout, ev)
 }
 
 func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -286,12 +253,12 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	var out map[string]any
+	var out json.RawMessage
 	req := admin.ReplayRequest{Source: *source, Keys: keys, State: *state, Since: *since, Reason: *reason, DryRun: *dry}
 	if err := c.do(ctx, http.MethodPost, "/v1/replay", req, &out); err != nil {
 		return err
 	}
-	return printJSON(stdout, out)
+	return printAnswer(stdout, out)
 }
 
 // cmdPause is oncehook pause and oncehook resume: POST
@@ -315,12 +282,12 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, paus
 	if err != nil {
 		return err
 	}
-	var out map[string]any
+	var out json.RawMessage
 	path := "/v1/sources/" + url.PathEscape(*source) + "/" + verb
 	if err := c.do(ctx, http.MethodPost, path, admin.PauseRequest{Reason: *reason}, &out); err != nil {
 		return err
 	}
-	return printJSON(stdout, out)
+	return printAnswer(stdout, out)
 }
 
 func cmdRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -458,48 +425,4 @@ func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// num prints a JSON number as an integer when it is one (encoding/json
-// decodes every number into a float64, which %v would print as 1.5e+06).
-func num(v any) any {
-	if f, ok := v.(float64); ok {
-		return strconv.FormatFloat(f, 'f', -1, 64)
-	}
-	return v
-}
-
-// printSources prints the sources of /v1/status: one row per source with
-// its backlog, and for a paused one since when, by whom and why. An older
-// node's "sources" (counts only) prints nothing.
-func printSources(w io.Writer, v any) {
-	srcs, ok := v.(map[string]any)
-	if !ok || len(srcs) == 0 {
-		return
-	}
-	names := make([]string, 0, len(srcs))
-	for name, x := range srcs {
-		if _, ok := x.(map[string]any); ok {
-			names = append(names, name)
-		}
-	}
-	if len(names) == 0 {
-		return
-	}
-	slices.Sort(names)
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SOURCE\tSTATE\tBACKLOG\tOLDEST PENDING\tPAUSED SINCE\tBY\tREASON")
-	for _, name := range names {
-		m := srcs[name].(map[string]any)
-		state, since, by, reason := "active", "-", "-", "-"
-		if p, _ := m["paused"].(bool); p {
-			state, since, by, reason = "PAUSED", fmt.Sprint(m["since"]), fmt.Sprint(m["by"]), fmt.Sprint(m["reason"])
-		}
-		age := "-"
-		if a, ok := m["oldest_pending_age_seconds"].(float64); ok && num(m["backlog"]) != "0" {
-			age = time.Duration(a * float64(time.Second)).Round(time.Second).String()
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%v\t%s\t%s\t%s\t%s\n", name, state, num(m["backlog"]), age, since, by, reason)
-	}
-	tw.Flush()
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"fmt"
-	"net"
 	"net/http"
 	"strings"
 	"sync"
@@ -412,5 +411,3 @@ func TestSecretsNeverLeak(t *testing.T) {
 		}
 	}
 }
-
-var _ = net.IPv4len

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"time"
@@ -130,10 +131,10 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	var out map[string]any
+	var out json.RawMessage
 	req := admin.PurgeRequest{State: *state, Source: *source, Before: *before, Reason: *reason, DryRun: *dry}
 	if err := c.do(ctx, http.MethodPost, "/v1/purge", req, &out); err != nil {
 		return err
 	}
-	return printJSON(stdout, out)
+	return printAnswer(stdout, out)
 }

@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -74,19 +73,13 @@ func (s *Server) requireToken(h http.HandlerFunc) http.Handler {
 			jsonError(w, http.StatusUnauthorized, "missing bearer token")
 			return
 		}
-		// Compare against every token without stopping at the first match, so
-		// timing says nothing about which token or how much of it matched.
-		who := ""
-		for _, t := range tokens {
-			if subtle.ConstantTimeCompare([]byte(got), t.Token) == 1 && who == "" {
-				who = t.Name
-			}
-		}
-		if who == "" {
+		i := matchToken(tokens, []byte(got))
+		if i < 0 {
 			s.authFailed(r, client, "admin api")
 			jsonError(w, http.StatusUnauthorized, "invalid bearer token")
 			return
 		}
+		who := tokens[i].Name
 		s.authLimit.success(client)
 		// The server's ReadTimeout guards against clients that never finish
 		// a request. Past it, net/http's read for the next request fails and

@@ -23,7 +23,6 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"oncehook/config"
 	"oncehook/engine"
 )
 
@@ -181,17 +180,6 @@ func randomToken() string {
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
-// matchToken returns the name of the admin token equal to got, comparing
-// against every token so timing tells nothing about which one matched.
-func matchToken(tokens []config.AdminToken, got []byte) (name string, sum [32]byte) {
-	for _, t := range tokens {
-		if subtle.ConstantTimeCompare(got, t.Token) == 1 && name == "" {
-			name, sum = t.Name, sha256.Sum256(t.Token)
-		}
-	}
-	return name, sum
-}
-
 // session returns the live session the request's cookie names, or nil.
 func (u *adminUI) session(r *http.Request) *uiSession {
 	c, err := r.Cookie(uiSessionCookie)
@@ -296,8 +284,8 @@ func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	tokens := u.s.cfg().Admin.Tokens
-	who, sum := matchToken(tokens, []byte(strings.TrimSpace(r.PostFormValue("token"))))
-	if who == "" {
+	i := matchToken(tokens, []byte(strings.TrimSpace(r.PostFormValue("token"))))
+	if i < 0 {
 		u.s.log.Warn("admin ui: sign-in refused", "remote", r.RemoteAddr)
 		u.s.authFailed(r, client, "admin ui")
 		msg := "That token is not one of [admin] tokens."
@@ -308,6 +296,7 @@ func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	u.s.authLimit.success(client)
+	who, sum := tokens[i].Name, sha256.Sum256(tokens[i].Token)
 	id := randomToken()
 	now := time.Now()
 	u.mu.Lock()

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/raft"
-
 	"oncehook/engine"
 )
 
@@ -450,8 +448,6 @@ func waitFor(t testing.TB, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
-
-var _ = raft.Leader
 
 func TestRestoreFromBackupReplacesClusterState(t *testing.T) {
 	c := newTestCluster(t, 3, nil)

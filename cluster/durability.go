@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -11,6 +10,8 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"oncehook/engine"
 )
 
 // The engine's file is written without fsync. That is safe because it is a
@@ -78,21 +79,12 @@ func writeMarker(dir, boot, state string) error {
 		err = os.Rename(tmp, path)
 	}
 	if err == nil {
-		err = syncDir(dir)
+		err = engine.SyncDir(dir)
 	}
 	if err != nil {
 		return fmt.Errorf("engine marker: %w", err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }
 
 // setAside moves an untrusted engine file out of the way, keeping it for
@@ -106,8 +98,6 @@ func setAside(dir string) error {
 	}
 	return nil
 }
-
-var _ = bytes.Equal
 
 // The data dir is private: directories 0700, files 0600. hashicorp/raft's
 // FileSnapshotStore does not follow that: it makes its directories with

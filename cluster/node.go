@@ -200,15 +200,79 @@ func Open(cfg Config) (*Node, error) {
 	return n, nil
 }
 
+// open opens the node's stores and transport, starts raft on them and, on
+// a node with no raft state yet, bootstraps the cluster. What it opened
+// before a failure is on n, for cleanup.
 func (n *Node) open() error {
-	cfg := n.cfg
-	raftDir := filepath.Join(cfg.Dir, "raft")
+	raftDir := filepath.Join(n.cfg.Dir, "raft")
 	if err := os.MkdirAll(raftDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
-	if err := os.Chmod(cfg.Dir, 0o700); err != nil {
+	if err := os.Chmod(n.cfg.Dir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	if err := n.openEngine(); err != nil {
+		return err
+	}
+	logs, err := n.openLog(raftDir)
+	if err != nil {
+		return err
+	}
+	hl := hclog.New(&hclog.LoggerOptions{
+		Name:   "raft",
+		Level:  hclog.LevelFromString(orDefault(n.cfg.RaftLogLevel, "warn")),
+		Output: orWriter(n.cfg.LogOutput, os.Stderr),
+	})
+	snaps, err := openSnapshots(raftDir, hl)
+	if err != nil {
+		return err
+	}
+	n.fsm.snaps = snaps
+	// The engine is persistent. raft would restore the newest snapshot over it
+	// at start; instead we restore only when the engine is behind that snapshot
+	// (e.g. fsm.db was lost), and let raft replay the log after it, which the
+	// engine skips up to its own last applied index.
+	if err := n.catchUpFromSnapshot(snaps); err != nil {
+		return err
+	}
+	if err := n.openTransport(hl); err != nil {
+		return err
+	}
+
+	existing, err := raft.HasExistingState(logs, n.logStore, snaps)
+	if err != nil {
+		return fmt.Errorf("raft state: %w", err)
+	}
+	n.raft, err = raft.NewRaft(n.raftConfig(hl), n.fsm, logs, n.logStore, snaps, n.trans)
+	if err != nil {
+		return fmt.Errorf("start raft: %w", err)
+	}
+	n.prop = newProposer(n, n.cfg.Inflight, n.cfg.MaxBatch, 8<<20, n.cfg.Linger, n.cfg.RideFor)
+	n.started.Store(true)
+	go n.observeLeadership()
+	// Raft drops observations for a full channel; watchLeader reads the
+	// current leader on each, so a dropped one only delays it to the next.
+	obsCh := make(chan raft.Observation, 16)
+	n.leaderObs = raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
+		_, ok := o.Data.(raft.LeaderObservation)
+		return ok
+	})
+	n.raft.RegisterObserver(n.leaderObs)
+	go n.watchLeader(obsCh)
+
+	if !existing {
+		if err := n.bootstrap(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// openEngine opens the engine's file as the FSM. A file written without
+// fsync that a machine restart may have torn is set aside first, to be
+// rebuilt from the newest snapshot and the raft log (durability.go).
+func (n *Node) openEngine() error {
+	cfg := n.cfg
 	n.boot = bootID()
 	unsynced := !cfg.SyncEngine && n.boot != ""
 	if !engineTrusted(cfg.Dir, n.boot) {
@@ -229,10 +293,16 @@ func (n *Node) open() error {
 		n.unsynced = true
 	}
 	n.fsm = &fsm{eng: eng, fatal: n.fatal, notify: n.afterApply}
+	return nil
+}
 
+// openLog opens the raft log (also the stable store) and returns it behind
+// a cache of the newest entries.
+func (n *Node) openLog(raftDir string) (raft.LogStore, error) {
+	var err error
 	n.logStore, err = raftboltdb.New(raftboltdb.Options{
 		Path:   filepath.Join(raftDir, "logs.db"),
-		NoSync: cfg.NoSync,
+		NoSync: n.cfg.NoSync,
 		BoltOptions: &bbolt.Options{
 			Timeout:        time.Second,
 			NoFreelistSync: true,
@@ -240,34 +310,20 @@ func (n *Node) open() error {
 		},
 	})
 	if err != nil {
-		return fmt.Errorf("open raft log: %w", err)
+		return nil, fmt.Errorf("open raft log: %w", err)
 	}
 	var logStore raft.LogStore = n.logStore
-	if cfg.wrapLogs != nil {
-		logStore = cfg.wrapLogs(logStore)
+	if n.cfg.wrapLogs != nil {
+		logStore = n.cfg.wrapLogs(logStore)
 	}
-	logs, err := raft.NewLogCache(512, logStore)
-	if err != nil {
-		return err
-	}
-	hl := hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Level:  hclog.LevelFromString(orDefault(cfg.RaftLogLevel, "warn")),
-		Output: orWriter(cfg.LogOutput, os.Stderr),
-	})
-	snaps, err := openSnapshots(raftDir, hl)
-	if err != nil {
-		return err
-	}
-	n.fsm.snaps = snaps
-	// The engine is persistent. raft would restore the newest snapshot over it
-	// at start; instead we restore only when the engine is behind that snapshot
-	// (e.g. fsm.db was lost), and let raft replay the log after it, which the
-	// engine skips up to its own last applied index.
-	if err := n.catchUpFromSnapshot(snaps); err != nil {
-		return err
-	}
+	return raft.NewLogCache(512, logStore)
+}
 
+// openTransport sets n.trans: the configured one (tests), an in-memory one
+// without a bind address, or else raft's network transport over the
+// node's authenticated listener (transport.go), which also serves relays.
+func (n *Node) openTransport(hl hclog.Logger) error {
+	cfg := n.cfg
 	switch {
 	case cfg.Transport != nil:
 		n.trans = cfg.Transport
@@ -306,7 +362,14 @@ func (n *Node) open() error {
 			MaxRPCsInFlight: 1,
 		})
 	}
+	return nil
+}
 
+// raftConfig is raft's configuration for this node: the engine restores
+// snapshots itself (open), and the timeouts and thresholds are the
+// configured ones or their defaults.
+func (n *Node) raftConfig(hl hclog.Logger) *raft.Config {
+	cfg := n.cfg
 	rc := raft.DefaultConfig()
 	rc.LocalID = raft.ServerID(cfg.ID)
 	rc.Logger = hl
@@ -321,34 +384,7 @@ func (n *Node) open() error {
 	rc.TrailingLogs = orU64(cfg.TrailingLogs, 2048)
 	rc.SnapshotInterval = orDur(cfg.SnapshotInterval, 30*time.Second)
 	rc.ShutdownOnRemove = false
-
-	existing, err := raft.HasExistingState(logs, n.logStore, snaps)
-	if err != nil {
-		return fmt.Errorf("raft state: %w", err)
-	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logStore, snaps, n.trans)
-	if err != nil {
-		return fmt.Errorf("start raft: %w", err)
-	}
-	n.prop = newProposer(n, cfg.Inflight, cfg.MaxBatch, 8<<20, cfg.Linger, cfg.RideFor)
-	n.started.Store(true)
-	go n.observeLeadership()
-	// Raft drops observations for a full channel; watchLeader reads the
-	// current leader on each, so a dropped one only delays it to the next.
-	obsCh := make(chan raft.Observation, 16)
-	n.leaderObs = raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
-	})
-	n.raft.RegisterObserver(n.leaderObs)
-	go n.watchLeader(obsCh)
-
-	if !existing {
-		if err := n.bootstrap(); err != nil {
-			return err
-		}
-	}
-	return nil
+	return rc
 }
 
 // bootstrap starts a brand-new cluster from the configured peers. Every node

@@ -370,7 +370,12 @@ func keyOrder(n int, key func(i int) string) []int {
 // ---- commands -----------------------------------------------------------
 
 func bad(format string, args ...any) (Result, error) {
-	return Result{Err: fmt.Errorf("%w: "+format, append([]any{ErrBadCommand}, args...)...)}, nil
+	return Result{Err: badCommand(format, args...)}, nil
+}
+
+// badCommand is an error wrapping ErrBadCommand.
+func badCommand(format string, args ...any) error {
+	return fmt.Errorf("%w: "+format, append([]any{ErrBadCommand}, args...)...)
 }
 
 func validKey(k string) bool { return len(k) > 0 && len(k) <= MaxKeyLen }
@@ -425,31 +430,40 @@ func (a *applier) apply(c *Command) (Result, error) {
 	}
 }
 
-func (a *applier) claim(c *Command) (Result, error) {
+// claimLimits refuses a claim outside the engine's limits (key, source and
+// body key lengths, durations, payload and header sizes).
+func claimLimits(c *Command) error {
 	switch {
 	case !validKey(c.Key):
-		return bad("claim key length %d", len(c.Key))
+		return badCommand("claim key length %d", len(c.Key))
 	case !validKey(c.Source):
-		return bad("claim source length %d", len(c.Source))
+		return badCommand("claim source length %d", len(c.Source))
 	case !validDuration(c.Retention):
-		return bad("claim retention %d", c.Retention)
+		return badCommand("claim retention %d", c.Retention)
 	case !validDuration(c.LeaseFor):
-		return bad("claim lease %d", c.LeaseFor)
+		return badCommand("claim lease %d", c.LeaseFor)
 	case len(c.OrderObject) > MaxKeyLen:
-		return bad("claim order object length %d", len(c.OrderObject))
+		return badCommand("claim order object length %d", len(c.OrderObject))
 	case len(c.BodyKey) > MaxKeyLen:
-		return bad("claim body key length %d", len(c.BodyKey))
+		return badCommand("claim body key length %d", len(c.BodyKey))
 	case len(c.Payload) > MaxPayloadLen:
-		return bad("claim payload length %d", len(c.Payload))
+		return badCommand("claim payload length %d", len(c.Payload))
 	case len(c.Headers) > MaxHeaders:
-		return bad("claim has %d headers", len(c.Headers))
+		return badCommand("claim has %d headers", len(c.Headers))
 	case !validDuration(c.LeaseNow):
-		return bad("claim lease now %d", c.LeaseNow)
+		return badCommand("claim lease now %d", c.LeaseNow)
 	}
 	for i := range c.Headers {
 		if len(c.Headers[i].Name) > MaxHeaderLen || len(c.Headers[i].Value) > MaxHeaderLen {
-			return bad("claim header %d too long", i)
+			return badCommand("claim header %d too long", i)
 		}
+	}
+	return nil
+}
+
+func (a *applier) claim(c *Command) (Result, error) {
+	if err := claimLimits(c); err != nil {
+		return Result{Err: err}, nil
 	}
 	k := strBytes(c.Key)
 	if v := a.evp.get(k); v != nil {
@@ -954,22 +968,10 @@ func (a *applier) replay(c *Command) (Result, error) {
 	}
 	keys := c.Keys
 	if len(keys) == 0 {
-		// The states index is ordered by UpdatedAt within a state: seek to Since.
-		seek := []byte{byte(c.State)}
-		if c.Since != 0 {
-			seek = a.ptk(byte(c.State), c.Since, "")
+		var err error
+		if keys, err = a.replaySelect(c); err != nil {
+			return Result{}, err
 		}
-		cur := a.states.Cursor()
-		for k, src := cur.Seek(seek); k != nil && k[0] == byte(c.State); k, src = cur.Next() {
-			if len(k) < 10 {
-				return Result{}, fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
-			}
-			if c.Source != "" && string(src) != c.Source {
-				continue
-			}
-			keys = append(keys, string(k[9:]))
-		}
-		slices.Sort(keys) // see keyOrder
 	}
 	var res Result
 	for _, key := range keys {
@@ -1039,6 +1041,30 @@ func (a *applier) replay(c *Command) (Result, error) {
 		res.State = StatePending
 	}
 	return res, nil
+}
+
+// replaySelect is the keys of the events a replay by state selects: in
+// state c.State, updated at c.Since or later, of c.Source when it is set; in
+// key order (see keyOrder).
+func (a *applier) replaySelect(c *Command) ([]string, error) {
+	var keys []string
+	// The states index is ordered by UpdatedAt within a state: seek to Since.
+	seek := []byte{byte(c.State)}
+	if c.Since != 0 {
+		seek = a.ptk(byte(c.State), c.Since, "")
+	}
+	cur := a.states.Cursor()
+	for k, src := cur.Seek(seek); k != nil && k[0] == byte(c.State); k, src = cur.Next() {
+		if len(k) < 10 {
+			return nil, fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+		}
+		if c.Source != "" && string(src) != c.Source {
+			continue
+		}
+		keys = append(keys, string(k[9:]))
+	}
+	slices.Sort(keys) // see keyOrder
+	return keys, nil
 }
 
 // expire ends every retention bucket that ended by Now: each done or stale

@@ -541,105 +541,111 @@ func EncodeRelayEntry(dst []byte, cmds []Command) []byte {
 func appendCommands(dst []byte, cmds []Command) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(cmds)))
 	for i := range cmds {
-		c := &cmds[i]
-		m := commandMask(c)
-		dst = append(dst, byte(c.Op))
-		dst = binary.AppendUvarint(dst, m)
-		if m == 0 {
-			continue
+		dst = appendCommand(dst, &cmds[i])
+	}
+	return dst
+}
+
+// appendCommand appends one command: its op, its field mask and the fields
+// the mask names, in field order (entryDecoder.command reads them back).
+func appendCommand(dst []byte, c *Command) []byte {
+	m := commandMask(c)
+	dst = append(dst, byte(c.Op))
+	dst = binary.AppendUvarint(dst, m)
+	if m == 0 {
+		return dst
+	}
+	if m&(1<<fieldNow) != 0 {
+		dst = binary.AppendVarint(dst, c.Now)
+	}
+	if m&(1<<fieldKey) != 0 {
+		dst = appendString(dst, c.Key)
+	}
+	if m&(1<<fieldSource) != 0 {
+		dst = appendString(dst, c.Source)
+	}
+	if m&(1<<fieldPayload) != 0 {
+		dst = appendBytes(dst, c.Payload)
+	}
+	if m&(1<<fieldHeaders) != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(c.Headers)))
+		for j := range c.Headers {
+			dst = appendString(dst, c.Headers[j].Name)
+			dst = appendString(dst, c.Headers[j].Value)
 		}
-		if m&(1<<fieldNow) != 0 {
-			dst = binary.AppendVarint(dst, c.Now)
+	}
+	if m&(1<<fieldRetention) != 0 {
+		dst = binary.AppendVarint(dst, c.Retention)
+	}
+	if m&(1<<fieldOrderObject) != 0 {
+		dst = appendString(dst, c.OrderObject)
+	}
+	if m&(1<<fieldOrderTime) != 0 {
+		dst = binary.AppendVarint(dst, c.OrderTime)
+	}
+	if m&(1<<fieldMax) != 0 {
+		dst = binary.AppendVarint(dst, int64(c.Max))
+	}
+	if m&(1<<fieldLeaseFor) != 0 {
+		dst = binary.AppendVarint(dst, c.LeaseFor)
+	}
+	if m&(1<<fieldToken) != 0 {
+		dst = binary.AppendUvarint(dst, c.Token)
+	}
+	if m&(1<<fieldResponse) != 0 {
+		dst = binary.AppendVarint(dst, int64(c.Response.Status))
+		dst = appendBytes(dst, c.Response.Body)
+	}
+	if m&(1<<fieldRetryIn) != 0 {
+		dst = binary.AppendVarint(dst, c.RetryIn)
+	}
+	if m&(1<<fieldMaxAttempts) != 0 {
+		dst = binary.AppendVarint(dst, int64(c.MaxAttempts))
+	}
+	if m&(1<<fieldReason) != 0 {
+		dst = appendString(dst, c.Reason)
+	}
+	if m&(1<<fieldKeys) != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(c.Keys)))
+		for _, k := range c.Keys {
+			dst = appendString(dst, k)
 		}
-		if m&(1<<fieldKey) != 0 {
-			dst = appendString(dst, c.Key)
-		}
-		if m&(1<<fieldSource) != 0 {
-			dst = appendString(dst, c.Source)
-		}
-		if m&(1<<fieldPayload) != 0 {
-			dst = appendBytes(dst, c.Payload)
-		}
-		if m&(1<<fieldHeaders) != 0 {
-			dst = binary.AppendUvarint(dst, uint64(len(c.Headers)))
-			for j := range c.Headers {
-				dst = appendString(dst, c.Headers[j].Name)
-				dst = appendString(dst, c.Headers[j].Value)
-			}
-		}
-		if m&(1<<fieldRetention) != 0 {
-			dst = binary.AppendVarint(dst, c.Retention)
-		}
-		if m&(1<<fieldOrderObject) != 0 {
-			dst = appendString(dst, c.OrderObject)
-		}
-		if m&(1<<fieldOrderTime) != 0 {
-			dst = binary.AppendVarint(dst, c.OrderTime)
-		}
-		if m&(1<<fieldMax) != 0 {
-			dst = binary.AppendVarint(dst, int64(c.Max))
-		}
-		if m&(1<<fieldLeaseFor) != 0 {
-			dst = binary.AppendVarint(dst, c.LeaseFor)
-		}
-		if m&(1<<fieldToken) != 0 {
-			dst = binary.AppendUvarint(dst, c.Token)
-		}
-		if m&(1<<fieldResponse) != 0 {
-			dst = binary.AppendVarint(dst, int64(c.Response.Status))
-			dst = appendBytes(dst, c.Response.Body)
-		}
-		if m&(1<<fieldRetryIn) != 0 {
-			dst = binary.AppendVarint(dst, c.RetryIn)
-		}
-		if m&(1<<fieldMaxAttempts) != 0 {
-			dst = binary.AppendVarint(dst, int64(c.MaxAttempts))
-		}
-		if m&(1<<fieldReason) != 0 {
-			dst = appendString(dst, c.Reason)
-		}
-		if m&(1<<fieldKeys) != 0 {
-			dst = binary.AppendUvarint(dst, uint64(len(c.Keys)))
-			for _, k := range c.Keys {
-				dst = appendString(dst, k)
-			}
-		}
-		if m&(1<<fieldState) != 0 {
-			dst = append(dst, byte(c.State))
-		}
-		if m&(1<<fieldSince) != 0 {
-			dst = binary.AppendVarint(dst, c.Since)
-		}
-		if m&(1<<fieldWho) != 0 {
-			dst = appendString(dst, c.Who)
-		}
-		if m&(1<<fieldBefore) != 0 {
-			dst = binary.AppendVarint(dst, c.Before)
-		}
-		if m&(1<<fieldStep) != 0 {
-			dst = appendString(dst, c.Step)
-		}
-		if m&(1<<fieldBodyKey) != 0 {
-			dst = appendString(dst, c.BodyKey)
-		}
-		if m&(1<<fieldAttempt) != 0 {
-			dst = appendAttempt(dst, c.Attempt)
-		}
-		if m&(1<<fieldPayloadRetention) != 0 {
-			dst = binary.AppendVarint(dst, c.PayloadRetention)
-		}
-		if m&(1<<fieldDeadRetention) != 0 {
-			dst = binary.AppendVarint(dst, c.DeadRetention)
-		}
-		if m&(1<<fieldHorizon) != 0 {
-			dst = binary.AppendVarint(dst, c.Horizon)
-		}
-		if m&(1<<fieldOnlyFrom) != 0 {
-			dst = append(dst, byte(c.OnlyFrom))
-		}
-		if m&(1<<fieldLeaseNow) != 0 {
-			dst = binary.AppendVarint(dst, c.LeaseNow)
-		}
+	}
+	if m&(1<<fieldState) != 0 {
+		dst = append(dst, byte(c.State))
+	}
+	if m&(1<<fieldSince) != 0 {
+		dst = binary.AppendVarint(dst, c.Since)
+	}
+	if m&(1<<fieldWho) != 0 {
+		dst = appendString(dst, c.Who)
+	}
+	if m&(1<<fieldBefore) != 0 {
+		dst = binary.AppendVarint(dst, c.Before)
+	}
+	if m&(1<<fieldStep) != 0 {
+		dst = appendString(dst, c.Step)
+	}
+	if m&(1<<fieldBodyKey) != 0 {
+		dst = appendString(dst, c.BodyKey)
+	}
+	if m&(1<<fieldAttempt) != 0 {
+		dst = appendAttempt(dst, c.Attempt)
+	}
+	if m&(1<<fieldPayloadRetention) != 0 {
+		dst = binary.AppendVarint(dst, c.PayloadRetention)
+	}
+	if m&(1<<fieldDeadRetention) != 0 {
+		dst = binary.AppendVarint(dst, c.DeadRetention)
+	}
+	if m&(1<<fieldHorizon) != 0 {
+		dst = binary.AppendVarint(dst, c.Horizon)
+	}
+	if m&(1<<fieldOnlyFrom) != 0 {
+		dst = append(dst, byte(c.OnlyFrom))
+	}
+	if m&(1<<fieldLeaseNow) != 0 {
+		dst = binary.AppendVarint(dst, c.LeaseNow)
 	}
 	return dst
 }
@@ -733,174 +739,15 @@ func DecodeEntryShared(b []byte) ([]Command, error) {
 
 func decodeEntry(b []byte, shared bool) ([]Command, error) {
 	d := entryDecoder{decoder: decoder{b: b}, base: len(b), orig: b, shared: shared}
-	format := uint64(legacyFormat)
-	switch v := d.byte("entry version"); {
-	case d.err != nil:
-	case v > entryVersion:
-		d.failNewer(fmt.Sprintf("entry version %d", v))
-	case v == entryVersion:
-		format = d.uvarint("entry format")
-		if d.err == nil && format > FormatVersion {
-			d.failNewer(fmt.Sprintf("entry of format %d", format))
-		} else if d.err == nil && format == 0 {
-			d.fail("entry format 0")
-		}
-	case v != relayVersion:
-		d.fail(fmt.Sprintf("entry version %d", v))
-	}
-	if format == FormatVersion {
-		format = 0 // today's meanings: the zero value, as in a Command built in process
-	}
-	n := d.count("command count", 2)
+	format, n := d.header()
 	if d.err != nil {
 		return nil, fmt.Errorf("entry: %w", d.err)
 	}
 	cmds := make([]Command, n)
 	for i := range cmds {
 		c := &cmds[i]
-		c.format = uint8(format)
-		c.Op = Op(d.byte("op"))
-		if d.err == nil && c.Op > lastOp {
-			d.failNewer(fmt.Sprintf("op %d", c.Op))
-		}
-		m := d.uvarint("field mask")
-		if d.err == nil && m>>numFields != 0 {
-			d.failNewer(fmt.Sprintf("entry field %d (mask %#x)", numFields+bits.TrailingZeros64(m>>numFields), m))
-		}
-		if d.err != nil {
-			break
-		}
-		if m == 0 {
-			continue
-		}
-		if m&(1<<fieldNow) != 0 {
-			c.Now = d.nonZeroVarint("now")
-		}
-		if m&(1<<fieldKey) != 0 {
-			c.Key = d.string("key", true)
-		}
-		if m&(1<<fieldSource) != 0 {
-			c.Source = d.string("source", true)
-		}
-		if m&(1<<fieldPayload) != 0 {
-			c.Payload = d.byteSlice("payload", true)
-		}
-		if m&(1<<fieldHeaders) != 0 {
-			hn := d.count("header count", 2)
-			if d.err == nil && hn == 0 {
-				d.fail("headers: present but empty")
-			}
-			if hn > 0 {
-				c.Headers = make([]Header, hn)
-				for j := range c.Headers {
-					c.Headers[j].Name = d.string("header name", false)
-					c.Headers[j].Value = d.string("header value", false)
-				}
-			}
-		}
-		if m&(1<<fieldRetention) != 0 {
-			c.Retention = d.nonZeroVarint("retention")
-		}
-		if m&(1<<fieldOrderObject) != 0 {
-			c.OrderObject = d.string("order object", true)
-		}
-		if m&(1<<fieldOrderTime) != 0 {
-			c.OrderTime = d.nonZeroVarint("order time")
-		}
-		if m&(1<<fieldMax) != 0 {
-			c.Max = int(d.nonZeroVarint("max"))
-		}
-		if m&(1<<fieldLeaseFor) != 0 {
-			c.LeaseFor = d.nonZeroVarint("lease for")
-		}
-		if m&(1<<fieldToken) != 0 {
-			c.Token = d.uvarint("token")
-			if d.err == nil && c.Token == 0 {
-				d.fail("token: present but zero")
-			}
-		}
-		if m&(1<<fieldResponse) != 0 {
-			st := d.varint("response status")
-			if d.err == nil && (st < math.MinInt32 || st > math.MaxInt32) {
-				d.fail("response status")
-			}
-			c.Response = &Response{Status: int(st), Body: d.byteSlice("response body", false)}
-		}
-		if m&(1<<fieldRetryIn) != 0 {
-			c.RetryIn = d.nonZeroVarint("retry in")
-		}
-		if m&(1<<fieldMaxAttempts) != 0 {
-			v := d.nonZeroVarint("max attempts")
-			if d.err == nil && (v < math.MinInt32 || v > math.MaxInt32) {
-				d.fail("max attempts")
-			}
-			c.MaxAttempts = int(v)
-		}
-		if m&(1<<fieldReason) != 0 {
-			c.Reason = d.string("reason", true)
-		}
-		if m&(1<<fieldKeys) != 0 {
-			kn := d.count("key count", 1)
-			if d.err == nil && kn == 0 {
-				d.fail("keys: present but empty")
-			}
-			if kn > 0 {
-				c.Keys = make([]string, kn)
-				for j := range c.Keys {
-					c.Keys[j] = d.string("replay key", false)
-				}
-			}
-		}
-		if m&(1<<fieldState) != 0 {
-			c.State = State(d.byte("state"))
-			if d.err == nil && c.State == 0 {
-				d.fail("state: present but zero")
-			}
-		}
-		if m&(1<<fieldSince) != 0 {
-			c.Since = d.nonZeroVarint("since")
-		}
-		if m&(1<<fieldWho) != 0 {
-			c.Who = d.string("who", true)
-		}
-		if m&(1<<fieldBefore) != 0 {
-			c.Before = d.nonZeroVarint("before")
-		}
-		if m&(1<<fieldStep) != 0 {
-			c.Step = d.string("step", true)
-		}
-		if m&(1<<fieldBodyKey) != 0 {
-			c.BodyKey = d.string("body key", true)
-		}
-		if m&(1<<fieldAttempt) != 0 {
-			at := &Attempt{At: d.varint("attempt at"), Took: d.varint("attempt took")}
-			st := d.varint("attempt status")
-			if d.err == nil && (st < math.MinInt32 || st > math.MaxInt32) {
-				d.fail("attempt status")
-			}
-			at.Status = int(st)
-			at.Error = d.string("attempt error", false)
-			at.Body = d.byteSlice("attempt body", false)
-			c.Attempt = at
-		}
-		if m&(1<<fieldPayloadRetention) != 0 {
-			c.PayloadRetention = d.nonZeroVarint("payload retention")
-		}
-		if m&(1<<fieldDeadRetention) != 0 {
-			c.DeadRetention = d.nonZeroVarint("dead retention")
-		}
-		if m&(1<<fieldHorizon) != 0 {
-			c.Horizon = d.nonZeroVarint("horizon")
-		}
-		if m&(1<<fieldOnlyFrom) != 0 {
-			if c.OnlyFrom = State(d.byte("only from")); d.err == nil && c.OnlyFrom == 0 {
-				d.fail("only from: zero")
-			}
-		}
-		if m&(1<<fieldLeaseNow) != 0 {
-			c.LeaseNow = d.nonZeroVarint("lease now")
-		}
-		if d.err != nil {
+		c.format = format
+		if d.command(c); d.err != nil {
 			break
 		}
 	}
@@ -911,4 +758,198 @@ func decodeEntry(b []byte, shared bool) ([]Command, error) {
 		return nil, fmt.Errorf("entry: %w", d.err)
 	}
 	return cmds, nil
+}
+
+// header reads an entry's version, its writer's format (0 for today's, the
+// meanings of a Command built in process) and its command count.
+func (d *entryDecoder) header() (format uint8, n int) {
+	f := uint64(legacyFormat)
+	switch v := d.byte("entry version"); {
+	case d.err != nil:
+	case v > entryVersion:
+		d.failNewer(fmt.Sprintf("entry version %d", v))
+	case v == entryVersion:
+		f = d.uvarint("entry format")
+		if d.err == nil && f > FormatVersion {
+			d.failNewer(fmt.Sprintf("entry of format %d", f))
+		} else if d.err == nil && f == 0 {
+			d.fail("entry format 0")
+		}
+	case v != relayVersion:
+		d.fail(fmt.Sprintf("entry version %d", v))
+	}
+	if f == FormatVersion {
+		f = 0 // today's meanings: the zero value, as in a Command built in process
+	}
+	return uint8(f), d.count("command count", 2)
+}
+
+// command reads one command: its op, its field mask and the fields the mask
+// names, in field order.
+func (d *entryDecoder) command(c *Command) {
+	c.Op = Op(d.byte("op"))
+	if d.err == nil && c.Op > lastOp {
+		d.failNewer(fmt.Sprintf("op %d", c.Op))
+	}
+	m := d.uvarint("field mask")
+	if d.err == nil && m>>numFields != 0 {
+		d.failNewer(fmt.Sprintf("entry field %d (mask %#x)", numFields+bits.TrailingZeros64(m>>numFields), m))
+	}
+	if d.err != nil || m == 0 {
+		return
+	}
+	if m&(1<<fieldNow) != 0 {
+		c.Now = d.nonZeroVarint("now")
+	}
+	if m&(1<<fieldKey) != 0 {
+		c.Key = d.string("key", true)
+	}
+	if m&(1<<fieldSource) != 0 {
+		c.Source = d.string("source", true)
+	}
+	if m&(1<<fieldPayload) != 0 {
+		c.Payload = d.byteSlice("payload", true)
+	}
+	if m&(1<<fieldHeaders) != 0 {
+		c.Headers = d.headers()
+	}
+	if m&(1<<fieldRetention) != 0 {
+		c.Retention = d.nonZeroVarint("retention")
+	}
+	if m&(1<<fieldOrderObject) != 0 {
+		c.OrderObject = d.string("order object", true)
+	}
+	if m&(1<<fieldOrderTime) != 0 {
+		c.OrderTime = d.nonZeroVarint("order time")
+	}
+	if m&(1<<fieldMax) != 0 {
+		c.Max = int(d.nonZeroVarint("max"))
+	}
+	if m&(1<<fieldLeaseFor) != 0 {
+		c.LeaseFor = d.nonZeroVarint("lease for")
+	}
+	if m&(1<<fieldToken) != 0 {
+		c.Token = d.uvarint("token")
+		if d.err == nil && c.Token == 0 {
+			d.fail("token: present but zero")
+		}
+	}
+	if m&(1<<fieldResponse) != 0 {
+		c.Response = d.response()
+	}
+	if m&(1<<fieldRetryIn) != 0 {
+		c.RetryIn = d.nonZeroVarint("retry in")
+	}
+	if m&(1<<fieldMaxAttempts) != 0 {
+		c.MaxAttempts = d.int32("max attempts", true)
+	}
+	if m&(1<<fieldReason) != 0 {
+		c.Reason = d.string("reason", true)
+	}
+	if m&(1<<fieldKeys) != 0 {
+		c.Keys = d.keys()
+	}
+	if m&(1<<fieldState) != 0 {
+		c.State = State(d.byte("state"))
+		if d.err == nil && c.State == 0 {
+			d.fail("state: present but zero")
+		}
+	}
+	if m&(1<<fieldSince) != 0 {
+		c.Since = d.nonZeroVarint("since")
+	}
+	if m&(1<<fieldWho) != 0 {
+		c.Who = d.string("who", true)
+	}
+	if m&(1<<fieldBefore) != 0 {
+		c.Before = d.nonZeroVarint("before")
+	}
+	if m&(1<<fieldStep) != 0 {
+		c.Step = d.string("step", true)
+	}
+	if m&(1<<fieldBodyKey) != 0 {
+		c.BodyKey = d.string("body key", true)
+	}
+	if m&(1<<fieldAttempt) != 0 {
+		c.Attempt = d.attempt()
+	}
+	if m&(1<<fieldPayloadRetention) != 0 {
+		c.PayloadRetention = d.nonZeroVarint("payload retention")
+	}
+	if m&(1<<fieldDeadRetention) != 0 {
+		c.DeadRetention = d.nonZeroVarint("dead retention")
+	}
+	if m&(1<<fieldHorizon) != 0 {
+		c.Horizon = d.nonZeroVarint("horizon")
+	}
+	if m&(1<<fieldOnlyFrom) != 0 {
+		if c.OnlyFrom = State(d.byte("only from")); d.err == nil && c.OnlyFrom == 0 {
+			d.fail("only from: zero")
+		}
+	}
+	if m&(1<<fieldLeaseNow) != 0 {
+		c.LeaseNow = d.nonZeroVarint("lease now")
+	}
+}
+
+// int32 reads a varint that must fit an int32 (and, if nonZero, not be 0).
+func (d *entryDecoder) int32(what string, nonZero bool) int {
+	var v int64
+	if nonZero {
+		v = d.nonZeroVarint(what)
+	} else {
+		v = d.varint(what)
+	}
+	if d.err == nil && (v < math.MinInt32 || v > math.MaxInt32) {
+		d.fail(what)
+	}
+	return int(v)
+}
+
+// headers reads a non-empty header list.
+func (d *entryDecoder) headers() []Header {
+	hn := d.count("header count", 2)
+	if d.err == nil && hn == 0 {
+		d.fail("headers: present but empty")
+	}
+	if hn <= 0 {
+		return nil
+	}
+	hs := make([]Header, hn)
+	for j := range hs {
+		hs[j].Name = d.string("header name", false)
+		hs[j].Value = d.string("header value", false)
+	}
+	return hs
+}
+
+// response reads a cached response: its status and body.
+func (d *entryDecoder) response() *Response {
+	st := d.int32("response status", false)
+	return &Response{Status: st, Body: d.byteSlice("response body", false)}
+}
+
+// keys reads a non-empty list of replay keys.
+func (d *entryDecoder) keys() []string {
+	kn := d.count("key count", 1)
+	if d.err == nil && kn == 0 {
+		d.fail("keys: present but empty")
+	}
+	if kn <= 0 {
+		return nil
+	}
+	ks := make([]string, kn)
+	for j := range ks {
+		ks[j] = d.string("replay key", false)
+	}
+	return ks
+}
+
+// attempt reads a failed attempt's record.
+func (d *entryDecoder) attempt() *Attempt {
+	at := &Attempt{At: d.varint("attempt at"), Took: d.varint("attempt took")}
+	at.Status = d.int32("attempt status", false)
+	at.Error = d.string("attempt error", false)
+	at.Body = d.byteSlice("attempt body", false)
+	return at
 }

@@ -759,7 +759,7 @@ func (e *Engine) Restore(r io.Reader) (err error) {
 		}
 		return fmt.Errorf("engine: restore: %w", err)
 	}
-	if err = syncDir(dir); err != nil {
+	if err = SyncDir(dir); err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
 	// create: a snapshot written before a bucket was added gets it empty.
@@ -775,7 +775,11 @@ func (e *Engine) Restore(r io.Reader) (err error) {
 	return nil
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs the directory dir, so that a file created, renamed or
+// removed in it survives a power loss. The engine calls it after a restore
+// renames the new file into place; the cluster after it writes its marker
+// beside the engine's file.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

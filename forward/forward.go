@@ -449,16 +449,8 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 			continue
 		}
 
-		// Wake for the next parked slot, or when leasing may resume.
-		var at time.Time
-		if len(park) > 0 && f.slots.free() > 0 {
-			at = park[0].start
-		}
-		if full && want && (at.IsZero() || fullUntil.Before(at)) {
-			at = fullUntil
-		}
 		var timerC <-chan time.Time
-		if !at.IsZero() {
+		if at := f.wakeAt(park, want && full, fullUntil); !at.IsZero() {
 			timer.Reset(max(time.Until(at), 0))
 			timerC = timer.C
 		}
@@ -475,22 +467,42 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		case <-timerC:
 		case <-f.slots.changed: // a claim leased an event, or gave its worker back
 		case ordered := <-freed:
-			done := 1
-			want = want || ordered
-			// Collect every other worker that finished meanwhile, so one
-			// lease fills them all.
-			for more := true; more; {
-				select {
-				case ordered := <-freed:
-					done++
-					want = want || ordered
-				default:
-					more = false
-				}
-			}
+			done, more := collectFreed(freed, ordered)
+			want = want || more
 			f.slots.put(done)
 		}
 		timer.Stop() // timers are unbuffered (Go 1.23+): nothing stale is left
+	}
+}
+
+// wakeAt is when the dispatcher must look again without a wake: the next
+// parked event's slot, while a worker is free for it, or, when leasing
+// waits on full rate buckets (waitFull), when they have room; zero for
+// neither.
+func (f *Forwarder) wakeAt(park parkQueue, waitFull bool, fullUntil time.Time) time.Time {
+	var at time.Time
+	if len(park) > 0 && f.slots.free() > 0 {
+		at = park[0].start
+	}
+	if waitFull && (at.IsZero() || fullUntil.Before(at)) {
+		at = fullUntil
+	}
+	return at
+}
+
+// collectFreed counts the worker that just finished and every other that
+// finished meanwhile, so one lease fills them all. want reports whether any
+// of them delivered an ordered event (its object's next may now be due).
+func collectFreed(freed <-chan bool, ordered bool) (done int, want bool) {
+	done, want = 1, ordered
+	for {
+		select {
+		case ordered := <-freed:
+			done++
+			want = want || ordered
+		default:
+			return done, want
+		}
 	}
 }
 

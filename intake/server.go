@@ -421,37 +421,8 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 			return status
 		}
 	}
-	// What reads JSON reads valid JSON only: a truncated or broken body is
-	// refused before anything is filtered, keyed or stored.
-	if src.checkJSON && !validJSON(body) {
-		if src.schema != nil {
-			in.metrics.SchemaFailure(src.name) // the schema would have refused it
-		}
-		return writeError(ctx, fasthttp.StatusBadRequest, "body is not valid JSON")
-	}
-	// The type filter sees verified bodies only (a forged delivery is 401
-	// above, whatever its type) and answers before anything is keyed or
-	// stored.
-	if src.typeField != nil {
-		if typ, drop := src.filter(&ctx.Request.Header, body); drop {
-			label := "other"
-			if _, listed := src.types[string(typ)]; listed {
-				label = string(typ)
-			}
-			in.metrics.Filtered(src.name, label)
-			if in.log.Enabled(context.Background(), slog.LevelDebug) {
-				in.log.Debug("filtered", "source", src.name, "type", string(typ))
-			}
-			return writeFiltered(ctx, typ)
-		}
-	}
-	// The schema sees verified bodies only, and refuses before anything is
-	// keyed or stored.
-	if src.schema != nil {
-		if msg := src.schema.validate(body); msg != "" {
-			in.metrics.SchemaFailure(src.name)
-			return writeError(ctx, fasthttp.StatusBadRequest, msg)
-		}
+	if status, refused := in.screen(ctx, src, body); refused {
+		return status
 	}
 
 	var orderObj string
@@ -498,18 +469,15 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 	res, err := in.store.Claim(cctx, cmd)
 	cancel()
 	if err != nil {
-		switch {
-		case errors.Is(err, engine.ErrBadCommand):
-			return writeError(ctx, fasthttp.StatusBadRequest, err.Error())
-		case in.notCommitted(err):
-			in.log.Warn("claim not committed", "source", src.name, "err", err)
-			ctx.Response.Header.Set("Retry-After", "1")
-			return writeError(ctx, fasthttp.StatusServiceUnavailable, "no quorum: not committed, retry")
-		}
-		in.log.Error("claim failed", "source", src.name, "err", err)
-		ctx.Response.Header.Set("Retry-After", "1")
-		return writeError(ctx, fasthttp.StatusServiceUnavailable, "claim failed, retry")
+		return in.claimFailed(ctx, src, err)
 	}
+	return in.answerClaim(ctx, src, key, body, res, start)
+}
+
+// answerClaim answers a committed claim: accepted (or, for a sync source,
+// the handler's answer), or a duplicate's answer, which for a body the
+// replay guard matched is the original key's.
+func (in *Server) answerClaim(ctx *fasthttp.RequestCtx, src *Source, key, body []byte, res engine.Result, start time.Time) int {
 	in.metrics.Claim(src.name, res.Created)
 	// One line per committed claim, at debug: at tens of thousands of claims a
 	// second an info line per event would cost more than the claim itself.
@@ -518,13 +486,13 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 		if !res.Created {
 			result = "duplicate"
 		}
-		in.log.Debug("claim", "source", src.name, "key", cmd.Key, "result", result, "state", res.State.String(), "latency", time.Since(start))
+		in.log.Debug("claim", "source", src.name, "key", string(key), "result", result, "state", res.State.String(), "latency", time.Since(start))
 	}
 	if !res.Created && len(res.Keys) == 1 {
 		// The replay guard matched: this verified body is another key's
 		// event, resent under an id the signature does not cover.
 		in.metrics.ReplaySuspected(src.name)
-		in.log.Warn("replayed body under a new key", "source", src.name, "key", cmd.Key, "original", res.Keys[0])
+		in.log.Warn("replayed body under a new key", "source", src.name, "key", string(key), "original", res.Keys[0])
 		return in.answerDuplicate(ctx, src, []byte(res.Keys[0]), res.State, body, false)
 	}
 	if !res.Created {
@@ -534,6 +502,62 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 		return in.answerSync(ctx, src, key)
 	}
 	return writeClaim(ctx, src.ack, "accepted", key, res.State, res.State == engine.StateStale)
+}
+
+// screen applies the source's content rules to a verified body: valid JSON,
+// the type filter and the schema. It reports the status sent when the body
+// is refused or filtered out (refused true); nothing is keyed or stored then.
+func (in *Server) screen(ctx *fasthttp.RequestCtx, src *Source, body []byte) (status int, refused bool) {
+	// What reads JSON reads valid JSON only: a truncated or broken body is
+	// refused before anything is filtered, keyed or stored.
+	if src.checkJSON && !validJSON(body) {
+		if src.schema != nil {
+			in.metrics.SchemaFailure(src.name) // the schema would have refused it
+		}
+		return writeError(ctx, fasthttp.StatusBadRequest, "body is not valid JSON"), true
+	}
+	// The type filter sees verified bodies only (serveSource answers a
+	// forged delivery 401 first, whatever its type) and answers before
+	// anything is keyed or stored.
+	if src.typeField != nil {
+		if typ, drop := src.filter(&ctx.Request.Header, body); drop {
+			label := "other"
+			if _, listed := src.types[string(typ)]; listed {
+				label = string(typ)
+			}
+			in.metrics.Filtered(src.name, label)
+			if in.log.Enabled(context.Background(), slog.LevelDebug) {
+				in.log.Debug("filtered", "source", src.name, "type", string(typ))
+			}
+			return writeFiltered(ctx, typ), true
+		}
+	}
+	// The schema sees verified bodies only, and refuses before anything is
+	// keyed or stored.
+	if src.schema != nil {
+		if msg := src.schema.validate(body); msg != "" {
+			in.metrics.SchemaFailure(src.name)
+			return writeError(ctx, fasthttp.StatusBadRequest, msg), true
+		}
+	}
+	return 0, false
+}
+
+// claimFailed answers a claim that did not commit: 400 for a command the
+// engine refuses, else 503 with Retry-After (no quorum, or another failure,
+// which is logged as an error).
+func (in *Server) claimFailed(ctx *fasthttp.RequestCtx, src *Source, err error) int {
+	switch {
+	case errors.Is(err, engine.ErrBadCommand):
+		return writeError(ctx, fasthttp.StatusBadRequest, err.Error())
+	case in.notCommitted(err):
+		in.log.Warn("claim not committed", "source", src.name, "err", err)
+		ctx.Response.Header.Set("Retry-After", "1")
+		return writeError(ctx, fasthttp.StatusServiceUnavailable, "no quorum: not committed, retry")
+	}
+	in.log.Error("claim failed", "source", src.name, "err", err)
+	ctx.Response.Header.Set("Retry-After", "1")
+	return writeError(ctx, fasthttp.StatusServiceUnavailable, "claim failed, retry")
 }
 
 // filter reads the event type and reports whether the source's filter drops

@@ -1,0 +1,109 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+var updateGolden = flag.Bool("update", false, "rewrite testdata/client/*.golden from the current output")
+
+// The admin answers the client commands below read: a current node (three
+// members, one unreachable, a paused source, counts past a million) and an
+// older one (members without their own role, sources as bare counts).
+const (
+	statusNow = `{"node_id":"node1","state":"leader","leader_id":"node1","leader_address":"127.0.0.1:7000",
+"term":7,"commit_index":1234567,"applied_index":1234567,"last_contact":"0s","leader_changes":2,
+"nodes":[{"id":"node1","address":"127.0.0.1:7000","suffrage":"Voter","state":"leader","role":"leader","term":7,"commit_index":1234567,"applied_index":1234567,"last_contact":"0s"},
+{"id":"node2","address":"127.0.0.1:7001","suffrage":"Voter","state":"follower","role":"follower","term":7,"commit_index":1234560,"applied_index":1234555,"last_contact":"12ms"},
+{"id":"node3","address":"127.0.0.1:7002","suffrage":"Nonvoter","state":"follower","role":"unknown","error":"dial tcp 127.0.0.1:7012: connect: connection refused"}],
+"proposed":{"batches":10,"commands":55},"relayed":{"batches":0,"commands":0},"claim_leases":{"offered":3,"leased":2},
+"counts":{"dead":2,"done":1500000,"pending":3,"processing":1,"stale":0},
+"sources":{"stripe":{"events":1500004,"paused":false,"backlog":3,"oldest_pending_age_seconds":75.4},
+"orders":{"events":2,"paused":true,"since":"2026-11-30T10:00:00Z","by":"ops","reason":"handler deploy","backlog":0,"oldest_pending_age_seconds":0},
+"quiet":{"events":0,"paused":false,"backlog":0,"oldest_pending_age_seconds":0}},
+"version":"1.4.0","ready":true,"ready_reason":"caught up"}`
+	statusOld = `{"node_id":"node2","state":"follower","leader_id":"node1","leader_address":"127.0.0.1:7000",
+"term":3,"commit_index":42,"applied_index":40,"last_contact":"35ms",
+"nodes":[{"id":"node1","address":"127.0.0.1:7000","suffrage":"Voter","state":"leader"},
+{"id":"node2","address":"127.0.0.1:7001","suffrage":"Voter","state":"follower"}],
+"counts":{"dead":0,"done":40,"pending":0,"processing":0,"stale":1},
+"sources":{"stripe":41},"version":"1.0.0","ready":false,"ready_reason":"applying the log"}`
+	eventAnswer = `{"key":"stripe:evt_1","source":"stripe","state":"dead","attempts":5,"token":9007199254740993,
+"created_at":"2026-11-30T10:00:00Z","updated_at":"2026-11-30T10:05:00.123456789Z","expires_at":"2026-12-07T10:00:00Z",
+"last_error":"status 500","step":"charge","audit":[{"at":"2026-11-30T10:05:00Z","who":"ops","action":"replay","reason":"fixed","from":"dead"}],
+"attempts_history":[{"at":"2026-11-30T10:01:00Z","duration_ms":12.5,"status":500,"error":"status 500","body":"no"}],
+"future_field":{"z":1,"a":[true,null]}}`
+	replayAnswer = `{"replayed":["stripe:evt_1"],"count":1,"dry_run":false}`
+	pauseAnswer  = `{"source":"orders","paused":true,"changed":true}`
+)
+
+// TestClientAnswersPrint: the client commands print the admin API's answers
+// exactly as testdata/client/*.golden records (the table of `status`, and
+// the JSON of `status -json`, `events show`, `replay` and `pause`).
+func TestClientAnswersPrint(t *testing.T) {
+	answers := map[string]string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, ok := answers[r.Method+" "+r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("ONCEHOOK_TOKEN_FILE", "")
+	t.Setenv("ONCEHOOK_TOKEN", "test-token")
+
+	tests := []struct {
+		golden string
+		route  string
+		answer string
+		args   []string
+	}{
+		{"status", "GET /v1/status", statusNow, []string{"status"}},
+		{"status_json", "GET /v1/status", statusNow, []string{"status", "-json"}},
+		{"status_older_node", "GET /v1/status", statusOld, []string{"status"}},
+		{"status_older_node_json", "GET /v1/status", statusOld, []string{"status", "-json"}},
+		{"events_show", "GET /v1/events/stripe:evt_1", eventAnswer, []string{"events", "show", "stripe:evt_1"}},
+		{"replay", "POST /v1/replay", replayAnswer, []string{"replay", "-key", "stripe:evt_1", "-reason", "fixed"}},
+		{"pause", "POST /v1/sources/orders/pause", pauseAnswer, []string{"pause", "-source", "orders", "-reason", "deploy"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.golden, func(t *testing.T) {
+			clear(answers)
+			answers[tc.route] = tc.answer
+			var out, errOut bytes.Buffer
+			args := append(tc.args[:1:1], append([]string{"-addr", srv.URL}, tc.args[1:]...)...)
+			if tc.args[0] == "events" {
+				args = append([]string{"events", "show", "-addr", srv.URL}, tc.args[2:]...)
+			}
+			if err := run(ctxTimeout(t, 30*time.Second), args, &out, &errOut); err != nil {
+				t.Fatalf("%v: %v\n%s", args, err, errOut.String())
+			}
+			path := filepath.Join("testdata", "client", tc.golden+".golden")
+			if *updateGolden {
+				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(path, out.Bytes(), 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(out.Bytes(), want) {
+				t.Errorf("%s printed\n%s\nwant (%s)\n%s", strings.Join(tc.args, " "), out.String(), path, want)
+			}
+		})
+	}
+}
