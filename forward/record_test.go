@@ -52,6 +52,11 @@ func TestWorkerFreeWhileOutcomeCommits(t *testing.T) {
 	}
 	drained := make(chan error, 1)
 	go func() { drained <- f.Drain(context.Background()) }()
+	waitFor(t, "the drain started", func() bool {
+		f.slots.mu.Lock()
+		defer f.slots.mu.Unlock()
+		return f.slots.draining
+	})
 	close(store.gate)
 	if err := <-drained; err != nil {
 		t.Fatalf("Drain: %v", err)
