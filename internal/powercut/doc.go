@@ -19,11 +19,16 @@
 // mount must be killed before Cut (a power cut kills them too); a file they
 // still hold open keeps the mount busy and Cut falls back to a lazy unmount.
 //
+// CutWith tears instead: each changed block, and each changed file's size,
+// independently keeps its new state with a given probability (the kernel had
+// written it back), from a seeded generator.
+//
 // Limits, deliberately: metadata operations (create, rename, unlink, mkdir,
 // rmdir, link, chmod) are durable at once, as if every directory were synced
-// after each; all unsynced data is lost, never part of it, so a cut never
-// tears or reorders writes between two syncs; a file opened with O_SYNC or
-// O_DSYNC is treated like any other (its writes are lost until an fsync);
+// after each; a torn cut chooses per 4 KiB block, not per sector, and knows
+// no write order (a later block may survive an earlier one); a file opened
+// with O_SYNC or O_DSYNC is treated like any other (its writes are lost until
+// an fsync);
 // fallocate is refused except for plain allocation; the content of a file
 // unlinked before the cut is not restored. docs/reliability.md ("Power cuts")
 // says what this does and does not prove.

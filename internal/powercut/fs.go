@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -127,10 +130,26 @@ func (m *FS) Unmount() error {
 	return nil
 }
 
+// CutOptions shape a cut. The zero value loses every unsynced change.
+type CutOptions struct {
+	// Keep is the probability that an unsynced change survives the cut: each
+	// 4 KiB block changed since its file's last fsync, and each such file's
+	// size, independently keeps its new state (the kernel wrote it back
+	// before the power went) or returns to its synced state. Between 0 and 1
+	// it tears a file's unsynced writes; 0 loses them all.
+	Keep float64
+	// Seed seeds the choices (the same seed, changes and Keep: the same
+	// outcome).
+	Seed uint64
+}
+
 // Cut is the power cut: the mount refuses every further operation, is
 // unmounted, and every write and truncate since each file's last fsync is
 // undone in the backing directory. Processes using the mount must be dead.
-func (m *FS) Cut() error {
+func (m *FS) Cut() error { return m.CutWith(CutOptions{}) }
+
+// CutWith is Cut with options: a torn cut keeps part of the unsynced changes.
+func (m *FS) CutWith(o CutOptions) error {
 	m.mu.Lock()
 	m.frozen = true
 	m.mu.Unlock()
@@ -139,9 +158,11 @@ func (m *FS) Cut() error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	rng := rand.New(rand.NewPCG(o.Seed, 0x706f776572637574))
+	keep := func() bool { return o.Keep > 0 && rng.Float64() < o.Keep }
 	var errs []error
-	for ino, l := range m.files {
-		if err := l.undo(); err != nil {
+	for _, ino := range slices.Sorted(maps.Keys(m.files)) {
+		if err := m.files[ino].undo(keep); err != nil {
 			errs = append(errs, fmt.Errorf("powercut: undo inode %d: %w", ino, err))
 		}
 	}
@@ -243,12 +264,26 @@ func (m *FS) isFrozen() bool {
 	return m.frozen
 }
 
-// undo returns the file to its last synced state.
-func (l *fileLog) undo() error {
-	if err := syscall.Ftruncate(l.fd, l.size); err != nil {
+// undo returns the file to its last synced state, except for the size and
+// the blocks for which keep says the new state survived.
+func (l *fileLog) undo(keep func() bool) error {
+	size := l.size
+	if keep() {
+		var st syscall.Stat_t
+		if err := syscall.Fstat(l.fd, &st); err != nil {
+			return err
+		}
+		size = st.Size
+	}
+	if err := syscall.Ftruncate(l.fd, size); err != nil {
 		return err
 	}
-	for b, buf := range l.blocks {
+	for _, b := range slices.Sorted(maps.Keys(l.blocks)) {
+		if keep() || b*blockSize >= size {
+			continue
+		}
+		buf := l.blocks[b]
+		buf = buf[:min(int64(len(buf)), size-b*blockSize)]
 		if _, err := syscall.Pwrite(l.fd, buf, b*blockSize); err != nil {
 			return err
 		}

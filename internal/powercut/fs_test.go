@@ -291,3 +291,50 @@ func TestBbolt(t *testing.T) {
 		})
 	}
 }
+
+// TestTornCut: a torn cut keeps each unsynced block's new content or its
+// synced one, never anything else, and with a fixed seed some of each; Keep 1
+// keeps every change, Keep 0 none.
+func TestTornCut(t *testing.T) {
+	const blocks = 64
+	orig := pattern(blocks*blockSize, 1)
+	changed := pattern(blocks*blockSize, 7)
+	for _, tc := range []struct {
+		name       string
+		keep       float64
+		kept, lost bool // some block kept its change; some lost it
+	}{
+		{"keep nothing", 0, false, true},
+		{"keep half", 0.5, true, true},
+		{"keep everything", 1, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := mount(t, map[string][]byte{"a": orig})
+			f := open(t, filepath.Join(m.Mountpoint, "a"), os.O_RDWR)
+			_, err := f.WriteAt(changed, 0)
+			must(t, err)
+			must(t, f.Close())
+			must(t, m.CutWith(CutOptions{Keep: tc.keep, Seed: 1}))
+			got, err := os.ReadFile(filepath.Join(m.Backing, "a"))
+			must(t, err)
+			if len(got) != len(orig) {
+				t.Fatalf("size %d after the cut, want %d", len(got), len(orig))
+			}
+			var kept, lost bool
+			for b := 0; b < blocks; b++ {
+				blk := got[b*blockSize : (b+1)*blockSize]
+				switch {
+				case bytes.Equal(blk, changed[b*blockSize:(b+1)*blockSize]):
+					kept = true
+				case bytes.Equal(blk, orig[b*blockSize:(b+1)*blockSize]):
+					lost = true
+				default:
+					t.Fatalf("block %d is neither the synced nor the written content", b)
+				}
+			}
+			if kept != tc.kept || lost != tc.lost {
+				t.Errorf("some block kept its change: %v, want %v; some lost it: %v, want %v", kept, tc.kept, lost, tc.lost)
+			}
+		})
+	}
+}

@@ -135,11 +135,12 @@ type cutReport struct {
 }
 
 // cut is a power cut of victims at once: each process is SIGKILLed, its
-// mount loses every unsynced write, is mounted again, and the machine boots
+// mount loses its unsynced writes (all, or some with a torn cut: o), is
+// mounted again, and the machine boots
 // with a new boot id; then each node starts again. A probe sends new events
 // to the running nodes from the kill on and records how long until one is
 // acknowledged (acked). The nodes are ready when cut returns.
-func (pc *pcluster) cut(victims []*node, g *load) cutReport {
+func (pc *pcluster) cut(victims []*node, g *load, o powercut.CutOptions) cutReport {
 	pc.t.Helper()
 	r := cutReport{unsynced: map[string]int{}, catchUp: map[string]time.Duration{}}
 	killed := time.Now()
@@ -150,7 +151,7 @@ func (pc *pcluster) cut(victims []*node, g *load) cutReport {
 	go func() { probeDone <- g.probe(killed) }()
 	for _, v := range victims {
 		r.unsynced[v.ID] = v.fs.Unsynced()
-		if err := v.fs.Cut(); err != nil {
+		if err := v.fs.CutWith(o); err != nil {
 			pc.t.Fatalf("%s: %v", v.ID, err)
 		}
 		pc.mount(v)
