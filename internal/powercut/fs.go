@@ -117,7 +117,11 @@ func Mount(backing, mountpoint string) (*FS, error) {
 
 // Unmount unmounts without a power cut: every write stays in the backing
 // files, as after a clean shutdown.
-func (m *FS) Unmount() error {
+func (m *FS) Unmount() error { return m.stop(func() {}) }
+
+// stop freezes the mount (every further operation fails with EIO), unmounts
+// it, then runs then under mu and forgets every file's log.
+func (m *FS) stop(then func()) error {
 	m.mu.Lock()
 	m.frozen = true
 	m.mu.Unlock()
@@ -126,6 +130,7 @@ func (m *FS) Unmount() error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	then()
 	m.forgetAll()
 	return nil
 }
@@ -150,24 +155,17 @@ func (m *FS) Cut() error { return m.CutWith(CutOptions{}) }
 
 // CutWith is Cut with options: a torn cut keeps part of the unsynced changes.
 func (m *FS) CutWith(o CutOptions) error {
-	m.mu.Lock()
-	m.frozen = true
-	m.mu.Unlock()
-	if err := m.unmount(); err != nil {
-		return err
-	}
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	rng := rand.New(rand.NewPCG(o.Seed, 0x706f776572637574))
-	keep := func() bool { return o.Keep > 0 && rng.Float64() < o.Keep }
 	var errs []error
-	for _, ino := range slices.Sorted(maps.Keys(m.files)) {
-		if err := m.files[ino].undo(keep); err != nil {
-			errs = append(errs, fmt.Errorf("powercut: undo inode %d: %w", ino, err))
+	err := m.stop(func() {
+		rng := rand.New(rand.NewPCG(o.Seed, 0x706f776572637574))
+		keep := func() bool { return o.Keep > 0 && rng.Float64() < o.Keep }
+		for _, ino := range slices.Sorted(maps.Keys(m.files)) {
+			if err := m.files[ino].undo(keep); err != nil {
+				errs = append(errs, fmt.Errorf("powercut: undo inode %d: %w", ino, err))
+			}
 		}
-	}
-	m.forgetAll()
-	return errors.Join(errs...)
+	})
+	return errors.Join(append(errs, err)...)
 }
 
 // unmount unmounts once; a busy mount (a process still holds a file) is
