@@ -11,10 +11,10 @@
 // original content of every 4 KiB block changed since. Fsync or fdatasync of
 // any handle of the file forgets that, as the data is now durable.
 //
-// Cut is the power cut: the file system first refuses every further
-// operation (EIO), is unmounted, and then every file's unsynced changes are
-// undone in the backing directory: it is truncated to its last synced size
-// and its saved blocks are written back. Remounting the backing directory
+// Cut is the power cut: the file system first refuses every further open,
+// read, write, truncate and sync (EIO), is unmounted, and then every file's
+// unsynced changes are undone in the backing directory: it is truncated to
+// its last synced size and its saved blocks are written back. Remounting the backing directory
 // (Mount again) is the machine coming back up. The processes that used the
 // mount must be killed before Cut (a power cut kills them too); a file they
 // still hold open keeps the mount busy and Cut falls back to a lazy unmount.

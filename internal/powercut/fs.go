@@ -119,8 +119,9 @@ func Mount(backing, mountpoint string) (*FS, error) {
 // files, as after a clean shutdown.
 func (m *FS) Unmount() error { return m.stop(func() {}) }
 
-// stop freezes the mount (every further operation fails with EIO), unmounts
-// it, then runs then under mu and forgets every file's log.
+// stop freezes the mount (every further open, read, write, truncate and sync
+// fails with EIO), unmounts it, then runs then under mu and forgets every
+// file's log.
 func (m *FS) stop(then func()) error {
 	m.mu.Lock()
 	m.frozen = true
@@ -148,7 +149,7 @@ type CutOptions struct {
 	Seed uint64
 }
 
-// Cut is the power cut: the mount refuses every further operation, is
+// Cut is the power cut: the mount refuses every further file operation, is
 // unmounted, and every write and truncate since each file's last fsync is
 // undone in the backing directory. Processes using the mount must be dead.
 func (m *FS) Cut() error { return m.CutWith(CutOptions{}) }
