@@ -6,7 +6,7 @@ BIN     := bin/oncehook
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build run test race vet lint fmt bench soak fuzz chaos chaos-clean install uninstall deb clean
+.PHONY: all build run test race vet lint fmt bench soak fuzz chaos chaos-clean powercut install uninstall deb clean
 
 all: build
 
@@ -61,6 +61,13 @@ chaos:
 	ONCEHOOK_CHAOS=1 $(GO) test -count=1 -timeout 180m -run 'TestChaos' -v ./systest/chaos -args -full -seeds $(SEEDS) $(CHAOS_FLAGS) \
 		> systest/chaos/results/chaos-run.log 2>&1; rc=$$?; \
 		grep -E '^(--- |    (scenarios|bugs)_test|PASS|FAIL|ok)' systest/chaos/results/chaos-run.log; exit $$rc
+
+# Every power-cut scenario of systest/powercut (docs/reliability.md, "Power
+# cuts"): the leader, a follower, all three at once. As root, with /dev/fuse and
+# the fuse3 package. `go test ./systest/powercut` (and so `make test`) runs the
+# leader cut only; -short or ONCEHOOK_POWERCUT=0 skips it.
+powercut:
+	ONCEHOOK_POWERCUT=1 $(GO) test -count=1 -timeout 20m -run 'TestPowerCut' -v ./systest/powercut
 
 # What a killed test run left (a -timeout panic, a SIGKILL): the nodes and
 # helpers the harness started, its network namespaces, mounts, loop devices,

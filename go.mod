@@ -21,6 +21,8 @@ require (
 
 require github.com/santhosh-tekuri/jsonschema/v6 v6.0.3
 
+require github.com/hanwen/go-fuse/v2 v2.12.1
+
 require (
 	codeberg.org/go-fonts/liberation v0.5.0 // indirect
 	codeberg.org/go-latex/latex v0.2.0 // indirect

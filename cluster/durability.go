@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	"oncehook/failpoint"
+
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
@@ -30,7 +32,12 @@ import (
 // (log and engine, data and meta each) into two.
 const markerName = "fsm.boot"
 
+// bootID is the kernel's boot id; a failpoints build lets a test override it
+// (failpoint.BootID) to simulate a reboot. A release build reads the kernel's.
 func bootID() string {
+	if id, ok := failpoint.BootID(); ok {
+		return id
+	}
 	b, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	if err != nil {
 		return ""

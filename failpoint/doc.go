@@ -21,6 +21,11 @@
 //	ONCEHOOK_TEST_EXPIRE_INTERVAL=100ms                how often the leader's sweeper ends the
 //	                                                   retention buckets that ended (default one
 //	                                                   minute)
+//	ONCEHOOK_TEST_BOOT_ID_FILE=/path                   the machine's boot id as the cluster sees it
+//	                                                   (read at each node start; missing or empty:
+//	                                                   the kernel's): a changed id is a reboot, so
+//	                                                   an engine file written unsynced is rebuilt
+//	                                                   (systest/powercut)
 //
 // Actions: panic (the process crashes with "failpoint NAME"), sleep(DURATION),
 // off. The file entries are merged over the variable's, name by name. The
@@ -51,4 +56,8 @@ const (
 	// or a dead letter outlive its source's retention, in seconds.
 	EnvBucketWidth    = "ONCEHOOK_TEST_BUCKET_WIDTH"
 	EnvExpireInterval = "ONCEHOOK_TEST_EXPIRE_INTERVAL"
+
+	// The boot id override (knobs_on.go): a power-cut test simulates the
+	// machine's reboot.
+	EnvBootIDFile = "ONCEHOOK_TEST_BOOT_ID_FILE"
 )

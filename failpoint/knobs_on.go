@@ -5,6 +5,7 @@ package failpoint
 import (
 	"fmt"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -49,3 +50,24 @@ func BucketWidth() time.Duration { return bucketWidth }
 // ExpireInterval is how often the leader's sweeper expires ended retention
 // buckets (EnvExpireInterval); zero: the forwarder's default.
 func ExpireInterval() time.Duration { return expireInterval }
+
+// BootID is the machine's boot id as the cluster should see it
+// (EnvBootIDFile): the trimmed content of that file, read on every call, and
+// true; false when the variable is unset or the file is missing or empty (the
+// kernel's boot id then). A test changes the file between two starts of a
+// node to simulate a reboot.
+func BootID() (string, bool) {
+	return bootIDFrom(os.Getenv(EnvBootIDFile))
+}
+
+func bootIDFrom(path string) (string, bool) {
+	if path == "" {
+		return "", false
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", false
+	}
+	id := strings.TrimSpace(string(b))
+	return id, id != ""
+}

@@ -3,6 +3,8 @@
 package failpoint
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,6 +29,30 @@ func TestKnob(t *testing.T) {
 		}
 		if err != nil && !strings.Contains(err.Error(), EnvBucketWidth) {
 			t.Errorf("knob(%q): the error %q does not name the variable", tc.v, err)
+		}
+	}
+}
+
+func TestBootIDFrom(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name, path, want string
+		ok               bool
+	}{
+		{"unset", "", "", false},
+		{"missing file", filepath.Join(dir, "none"), "", false},
+		{"empty file", write("empty", " \n"), "", false},
+		{"an id", write("id", "boot-2\n"), "boot-2", true},
+	} {
+		if got, ok := bootIDFrom(tc.path); got != tc.want || ok != tc.ok {
+			t.Errorf("%s: bootIDFrom = %q, %v; want %q, %v", tc.name, got, ok, tc.want, tc.ok)
 		}
 	}
 }

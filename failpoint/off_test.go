@@ -34,6 +34,9 @@ func TestReleaseBuildIsInert(t *testing.T) {
 		if BucketWidth() != 0 || ExpireInterval() != 0 {
 			t.Fatalf("retention knobs set in a release build: width %s, expire interval %s", BucketWidth(), ExpireInterval())
 		}
+		if id, ok := BootID(); ok {
+			t.Fatalf("boot id overridden in a release build: %q", id)
+		}
 		return
 	}
 	dir := t.TempDir()
@@ -44,13 +47,16 @@ func TestReleaseBuildIsInert(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "clock"), []byte("10m"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	if err := os.WriteFile(filepath.Join(dir, "boot"), []byte("rebooted"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cmd := exec.Command(os.Args[0], "-test.run=^TestReleaseBuildIsInert$", "-test.count=1")
 	cmd.Env = append(os.Environ(), "FAILPOINT_INERT_CHILD=1", EnvSpec+"="+spec,
 		EnvFile+"="+filepath.Join(dir, "fp"), EnvClockFile+"="+filepath.Join(dir, "clock"),
-		EnvBucketWidth+"=1s", EnvExpireInterval+"=100ms")
+		EnvBucketWidth+"=1s", EnvExpireInterval+"=100ms", EnvBootIDFile+"="+filepath.Join(dir, "boot"))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("a release build reacted to its environment (%s, %s, %s, %s, %s): %v\n%s", EnvSpec, EnvFile, EnvClockFile, EnvBucketWidth, EnvExpireInterval, err, out)
+		t.Fatalf("a release build reacted to its environment (%s, %s, %s, %s, %s, %s): %v\n%s", EnvSpec, EnvFile, EnvClockFile, EnvBucketWidth, EnvExpireInterval, EnvBootIDFile, err, out)
 	}
 }
 
@@ -67,7 +73,7 @@ func TestReleaseBinaryHasNoFailpoints(t *testing.T) {
 		t.Skipf("no go command: %v", err)
 	}
 	needles := []string{AfterClaimApplyBeforeResponse, AfterHandlerDoneBeforeApply, BeforeSnapshotPersist, EnvSpec, EnvFile, EnvClockFile,
-		EnvBucketWidth, EnvExpireInterval}
+		EnvBucketWidth, EnvExpireInterval, EnvBootIDFile}
 	dir := t.TempDir()
 	for _, b := range []struct {
 		name string

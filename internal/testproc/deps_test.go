@@ -10,18 +10,20 @@ import (
 )
 
 // TestOnlyTestCodeImports: the product never imports the harness (testproc,
-// testcluster); only test files, systest/ and the harness packages under
-// internal/ may. testproc imports nothing of ours; testcluster only testproc
-// and providers.
+// testcluster, powercut); only test files, systest/ and the harness packages
+// under internal/ may. testproc and powercut import nothing of ours;
+// testcluster only testproc and providers.
 func TestOnlyTestCodeImports(t *testing.T) {
-	harness := map[string]bool{"oncehook/internal/testproc": true, "oncehook/internal/testcluster": true}
+	harness := map[string]bool{"oncehook/internal/testproc": true, "oncehook/internal/testcluster": true,
+		"oncehook/internal/powercut": true}
 	mayImport := map[string][]string{
 		"internal/testproc":    nil,
+		"internal/powercut":    nil,
 		"internal/testcluster": {"oncehook/internal/testproc", "oncehook/providers"},
 	}
 	allowed := func(rel string) bool {
 		return rel == "systest" || strings.HasPrefix(rel, "systest/") ||
-			rel == "bench" || strings.HasPrefix(rel, "internal/test")
+			rel == "bench" || strings.HasPrefix(rel, "internal/test") || rel == "internal/powercut"
 	}
 	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
