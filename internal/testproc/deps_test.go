@@ -10,18 +10,14 @@ import (
 )
 
 // TestOnlyTestCodeImports: the product never imports the harness (testproc,
-// testcluster); only test files, systest/ and the harness packages under
-// internal/ may. testproc imports nothing of ours; testcluster only testproc
-// and providers.
+// testcluster); only test files, systest/, the bench command and the harness
+// packages under internal/ may (harnessImporter). testproc imports nothing of
+// ours; testcluster only testproc and providers.
 func TestOnlyTestCodeImports(t *testing.T) {
 	harness := map[string]bool{"oncehook/internal/testproc": true, "oncehook/internal/testcluster": true}
 	mayImport := map[string][]string{
 		"internal/testproc":    nil,
 		"internal/testcluster": {"oncehook/internal/testproc", "oncehook/providers"},
-	}
-	allowed := func(rel string) bool {
-		return rel == "systest" || strings.HasPrefix(rel, "systest/") ||
-			rel == "bench" || strings.HasPrefix(rel, "internal/test")
 	}
 	err := filepath.WalkDir("../..", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
@@ -37,7 +33,7 @@ func TestOnlyTestCodeImports(t *testing.T) {
 		rel, _ := filepath.Rel("../..", path)
 		rel = filepath.ToSlash(rel)
 		for _, imp := range pkg.Imports {
-			if harness[imp] && !allowed(rel) {
+			if harness[imp] && !harnessImporter(rel) {
 				t.Errorf("%s imports %s outside its tests", rel, imp)
 			}
 			if ok, isHarness := mayImport[rel]; isHarness && strings.HasPrefix(imp, "oncehook/") && !slices.Contains(ok, imp) {
@@ -48,5 +44,27 @@ func TestOnlyTestCodeImports(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// harnessImporter reports whether the non-test code of the package at rel
+// (slash-separated, relative to the module root) may import the harness:
+// the system tests, the bench command (it spawns nodes with testcluster's
+// error-returning layer) and the harness itself.
+func harnessImporter(rel string) bool {
+	return rel == "systest" || strings.HasPrefix(rel, "systest/") ||
+		rel == "bench" || strings.HasPrefix(rel, "internal/test")
+}
+
+func TestHarnessImporter(t *testing.T) {
+	for rel, want := range map[string]bool{
+		"systest": true, "systest/chaos": true, "systest/chaos/cmd/chaosclean": true,
+		"bench": true, "internal/testcluster": true, "internal/testproc": true,
+		".": false, "cluster": false, "engine": false, "forward": false, "admin": false,
+		"benchmarks": false, "internal/other": false,
+	} {
+		if got := harnessImporter(rel); got != want {
+			t.Errorf("%s: %v, want %v", rel, got, want)
+		}
 	}
 }
