@@ -30,11 +30,17 @@ const pollEvery = 20 * time.Millisecond
 // timeout passes (0: no limit but ctx). On timeout the error wraps ErrTimeout
 // and names what it waited for; cond's own error is returned as it is.
 func Await(ctx context.Context, what string, timeout time.Duration, cond func() (bool, error)) error {
+	return AwaitEvery(ctx, what, timeout, pollEvery, cond)
+}
+
+// AwaitEvery is Await polling every every: for an in-process test that must
+// see a state lasting only a few milliseconds.
+func AwaitEvery(ctx context.Context, what string, timeout, every time.Duration, cond func() (bool, error)) error {
 	var deadline time.Time
 	if timeout > 0 {
 		deadline = time.Now().Add(timeout)
 	}
-	tick := time.NewTicker(pollEvery)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	for {
 		ok, err := cond()

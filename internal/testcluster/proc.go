@@ -35,7 +35,13 @@ func Build(out, pkg string, tags ...string) error {
 // Await for a test.
 func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	if err := Await(context.Background(), what, timeout, func() (bool, error) { return cond(), nil }); err != nil {
+	WaitForEvery(t, what, timeout, pollEvery, cond)
+}
+
+// WaitForEvery is WaitFor polling every every (AwaitEvery for a test).
+func WaitForEvery(t testing.TB, what string, timeout, every time.Duration, cond func() bool) {
+	t.Helper()
+	if err := AwaitEvery(context.Background(), what, timeout, every, func() (bool, error) { return cond(), nil }); err != nil {
 		t.Fatalf("%v", err)
 	}
 }
