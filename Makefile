@@ -6,7 +6,7 @@ BIN     := bin/oncehook
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build run test race vet lint fmt bench soak fuzz chaos chaos-clean powercut install uninstall deb clean
+.PHONY: all build run test race vet lint fmt bench soak fuzz chaos chaos-seeds chaos-clean powercut install uninstall deb clean
 
 all: build
 
@@ -68,6 +68,19 @@ chaos:
 # leader cut only; -short or ONCEHOOK_POWERCUT=0 skips it.
 powercut:
 	ONCEHOOK_POWERCUT=1 $(GO) test -count=1 -timeout 20m -run 'TestPowerCut' -v ./systest/powercut
+
+# CHAOS_SEEDS seeds (1..N) of every scenario, overnight, as root: one `go test`
+# per seed, so that a seed that fails or times out keeps the reports of the
+# others. Writes systest/chaos/results/seeds-<time>/: summary.txt (one line a
+# seed), seedN.log and seedN/latest.md. See docs/reliability.md.
+CHAOS_SEEDS ?= 20
+chaos-seeds:
+	@dir=$(CURDIR)/systest/chaos/results/seeds-$$(date +%Y%m%d-%H%M%S); mkdir -p $$dir; \
+	for s in $$(seq 1 $(CHAOS_SEEDS)); do \
+		if ONCEHOOK_CHAOS=1 $(GO) test -count=1 -timeout 150m -run 'TestChaos' -v ./systest/chaos \
+			-args -full -seed0 $$s -seeds 1 -results $$dir/seed$$s $(CHAOS_FLAGS) > $$dir/seed$$s.log 2>&1; \
+		then echo "seed $$s: ok"; else echo "seed $$s: FAIL (see seed$$s.log, seed$$s/latest.md)"; fi | tee -a $$dir/summary.txt; \
+	done; echo "results in $$dir"; ! grep -q FAIL $$dir/summary.txt
 
 # What a killed test run left (a -timeout panic, a SIGKILL): the nodes and
 # helpers the harness started, its network namespaces, mounts, loop devices,

@@ -14,6 +14,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"oncehook/internal/testcluster"
 	"oncehook/providers"
 )
 
@@ -51,16 +52,16 @@ func testMain(m *testing.M) int {
 // settled waits up to limit for every goroutine the tests started to end.
 // fasthttp's client and server cleaners end by themselves within 1s of the
 // last connection (MaxIdleConnDuration, MaxIdleWorkerDuration); the server's
-// Date updater is process-wide and never ends, so it is ignored.
+// Date updater is process-wide and never ends, and neither does the fork
+// thread of package testproc that starts the spawned nodes: both are ignored.
 func settled(limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		err := goleak.Find(goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"))
-		if err == nil || time.Now().After(deadline) {
-			return err
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	var leaked error
+	testcluster.Await(context.Background(), "the tests' goroutines to end", limit, func() (bool, error) {
+		leaked = goleak.Find(goleak.IgnoreAnyFunction("github.com/valyala/fasthttp.updateServerDate.func1"),
+			goleak.IgnoreTopFunction("oncehook/internal/testproc.onForkThread.func1.1"))
+		return leaked == nil, nil
+	})
+	return leaked
 }
 
 // TestSummarize checks the report's statistics against a histogram whose

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"oncehook/internal/testcluster"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -267,7 +268,7 @@ func soak(ctx context.Context, o *options, e *env, stderr io.Writer) (*Soak, err
 		interval: int(o.soak.sample / time.Second)}
 	defer sk.client.CloseIdleConnections()
 	for _, p := range e.nodes {
-		sk.pids = append(sk.pids, p.cmd.Process.Pid)
+		sk.pids = append(sk.pids, p.p.Pid())
 		sk.lives = append(sk.lives, 0)
 		sk.snaps = append(sk.snaps, map[string]bool{})
 	}
@@ -643,7 +644,7 @@ func (sk *soaker) transfer(ctx context.Context) Transfer {
 		return tr
 	}
 	sk.mu.Lock()
-	sk.pids[li], sk.lives[li] = p.cmd.Process.Pid, life+1
+	sk.pids[li], sk.lives[li] = p.p.Pid(), life+1
 	sk.mu.Unlock()
 	if err := waitNodeReady(ctx, p); err != nil {
 		errs = append(errs, err.Error())
@@ -655,18 +656,9 @@ func (sk *soaker) transfer(ctx context.Context) Transfer {
 
 // waitNodeReady polls p's intake /readyz until 200, for readyTimeout at most.
 func waitNodeReady(ctx context.Context, p *proc) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
 	c := &http.Client{Timeout: time.Second}
 	defer c.CloseIdleConnections()
-	for !ready(ctx, c, "http://"+p.listen+"/readyz") {
-		select {
-		case <-p.exited:
-			return p.exitError()
-		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after restart: %w", p.id, ctx.Err())
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return nil
+	return testcluster.AwaitReady(ctx, p.id, p.p, readyTimeout, func() bool {
+		return testcluster.Ready(ctx, c, "http://"+p.listen+"/readyz")
+	})
 }

@@ -1,32 +1,29 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"oncehook/internal/testcluster"
 	"oncehook/providers"
 )
 
 // Bounds on the spawned nodes' lifecycle.
 const (
-	readyTimeout = 60 * time.Second // from exec to /readyz 200 on every node
+	readyTimeout = 60 * time.Second // from exec to /readyz 200, each node
 	stopTimeout  = 10 * time.Second // from SIGTERM to SIGKILL
 )
 
@@ -148,10 +145,8 @@ type proc struct {
 	raft    string // raft host:port (cluster only)
 	dataDir string
 	logPath string
-	cmd     *exec.Cmd
-	exited  chan struct{} // closed when the process has been waited for
-	err     error         // Wait's result, valid after exited is closed
-	told    bool          // an early exit was already reported
+	p       *testcluster.Proc // nil until started
+	told    bool              // an early exit was already reported
 }
 
 // spawn writes secrets, tokens and configs into a temporary dir, starts
@@ -175,29 +170,29 @@ func (e *env) spawn(ctx context.Context, o *options) error {
 	e.adminToken = randomHex(24)
 	files := map[string]string{"bench.secret": secret, "admin.token": e.adminToken, "cluster.token": randomHex(24)}
 	for name, v := range files {
-		if err := os.WriteFile(filepath.Join(e.dir, name), []byte(v), 0o600); err != nil {
+		if err := testcluster.WriteSecret(filepath.Join(e.dir, name), v); err != nil {
 			return err
 		}
 	}
-	ports, err := freePorts(3 * o.spawn)
+	ports, err := testcluster.ReservePorts(3 * o.spawn)
 	if err != nil {
 		return err
 	}
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
 	for i := range o.spawn {
 		id := fmt.Sprintf("node%d", i+1)
 		e.nodes = append(e.nodes, &proc{
 			id:      id,
-			listen:  ports[3*i],
-			admin:   ports[3*i+1],
-			raft:    ports[3*i+2],
+			listen:  addr(3 * i),
+			admin:   addr(3*i + 1),
+			raft:    addr(3*i + 2),
 			dataDir: filepath.Join(e.dir, id),
 			logPath: filepath.Join(e.dir, id+".log"),
 		})
 	}
 	for _, p := range e.nodes {
-		cfg := e.config(p, o)
 		path := filepath.Join(e.dir, p.id+".toml")
-		if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
+		if err := testcluster.WriteSecret(path, e.config(p, o)); err != nil {
 			return err
 		}
 		if err := p.start(o.bin, path); err != nil {
@@ -211,86 +206,55 @@ func (e *env) spawn(ctx context.Context, o *options) error {
 
 // config renders one node's TOML. The source's max_body covers -size.
 func (e *env) config(p *proc, o *options) string {
-	var b strings.Builder
-	q := strconv.Quote
-	fmt.Fprintf(&b, "[node]\nid = %s\ndata_dir = %s\nlisten = %s\nlog_level = \"warn\"\n\n", q(p.id), q(p.dataDir), q(p.listen))
+	c := testcluster.NodeConfig{ID: p.id, DataDir: p.dataDir, Listen: p.listen, LogLevel: "warn",
+		AdminListen: p.admin, AdminTokenName: "bench", AdminTokenFile: filepath.Join(e.dir, "admin.token")}
 	if len(e.nodes) > 1 {
-		var peers []string
+		c.RaftListen, c.Advertise = p.raft, p.raft
+		c.ClusterTokenFile = filepath.Join(e.dir, "cluster.token")
 		for _, n := range e.nodes {
-			peers = append(peers, q(n.id+"="+n.raft))
+			c.Peers = append(c.Peers, n.id+"="+n.raft)
 		}
-		fmt.Fprintf(&b, "[cluster]\nraft_listen = %s\nadvertise = %s\npeers = [%s]\ntoken_file = %s\n\n",
-			q(p.raft), q(p.raft), strings.Join(peers, ", "), q(filepath.Join(e.dir, "cluster.token")))
 	}
-	fmt.Fprintf(&b, "[admin]\nlisten = %s\ntokens = [{ name = \"bench\", token_file = %s }]\n\n",
-		q(p.admin), q(filepath.Join(e.dir, "admin.token")))
-	maxBody := max(1<<20, o.size+64<<10)
-	fmt.Fprintf(&b, "[[source]]\nname = %s\nprovider = %s\nsecret_files = [%s]\nmax_body = \"%d\"\nforward = %s\n",
-		q(o.source), q(o.provider), q(filepath.Join(e.dir, "bench.secret")), maxBody, q(e.sink.url()+"/"+o.source))
+	extra := fmt.Sprintf("max_body = \"%d\"\n", max(1<<20, o.size+64<<10))
 	if o.replayGuard != "" {
-		fmt.Fprintf(&b, "replay_guard = %s\n", q(o.replayGuard))
+		extra += fmt.Sprintf("replay_guard = %q\n", o.replayGuard)
 	}
 	if o.payloadRetention != "" {
-		fmt.Fprintf(&b, "payload_retention = %s\n", q(o.payloadRetention))
+		extra += fmt.Sprintf("payload_retention = %q\n", o.payloadRetention)
 	}
 	if o.soak.retention != "" {
-		fmt.Fprintf(&b, "retention = %s\n", q(o.soak.retention))
+		extra += fmt.Sprintf("retention = %q\n", o.soak.retention)
 	}
-	return b.String()
+	c.Sources = []testcluster.SourceConfig{{Name: o.source, Provider: o.provider,
+		SecretFile: filepath.Join(e.dir, "bench.secret"), Forward: e.sink.url() + "/" + o.source, Extra: extra}}
+	return c.TOML()
 }
 
+// start launches the node on its config (again, after a stop: the soak's
+// leader changes), its output appended to its log.
 func (p *proc) start(bin, cfgPath string) error {
-	logf, err := os.OpenFile(p.logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	p.cmd = exec.Command(bin, "serve", "-config", cfgPath)
-	p.cmd.Stdout, p.cmd.Stderr = logf, logf
-	// A process group of its own: a Ctrl-C on the terminal reaches bench
-	// only, which then reports and stops the nodes itself. On Linux the
-	// node also dies if bench is killed outright (procattr_linux.go).
-	p.cmd.SysProcAttr = nodeAttr()
-	if err := p.cmd.Start(); err != nil {
-		logf.Close()
-		return fmt.Errorf("start %s: %w", p.id, err)
-	}
-	p.exited = make(chan struct{})
-	go func() {
-		p.err = p.cmd.Wait()
-		logf.Close()
-		close(p.exited)
-	}()
-	return nil
+	var err error
+	p.p, err = testcluster.Launch(testcluster.Spec{Name: p.id, Log: p.logPath,
+		Argv: []string{bin, "serve", "-config", cfgPath}})
+	p.told = false
+	return err
 }
 
-// stop sends SIGTERM, waits up to stopTimeout, then SIGQUIT and, 2s later,
-// SIGKILL; by PID only.
+// stop sends SIGTERM, waits up to stopTimeout, then SIGQUIT (the goroutine
+// dump lands in the node's log: the record of what held the shutdown up)
+// and, 2s later, SIGKILL.
 func (p *proc) stop() error {
-	if p.cmd == nil || p.exited == nil {
+	if p.p == nil {
 		return nil
 	}
-	select {
-	case <-p.exited:
+	if !p.p.Running() {
 		if p.told {
 			return nil
 		}
 		return p.exitError()
-	default:
 	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
+	if p.p.StopDump(stopTimeout, 2*time.Second) {
 		return nil // a clean stop after SIGTERM is the expected end
-	case <-time.After(stopTimeout):
-	}
-	// SIGQUIT makes a Go process write every goroutine's stack to its log
-	// before it exits: the record of what held the shutdown up.
-	_ = p.cmd.Process.Signal(syscall.SIGQUIT)
-	select {
-	case <-p.exited:
-	case <-time.After(2 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
 	}
 	return &slowStopError{id: p.id, log: p.logPath}
 }
@@ -298,51 +262,32 @@ func (p *proc) stop() error {
 // exitError describes a node that exited before bench stopped it.
 func (p *proc) exitError() error {
 	p.told = true
-	return fmt.Errorf("%s exited early (%v); log:\n%s", p.id, p.err, tail(p.logPath, 15))
+	return fmt.Errorf("%s exited early (%v); log:\n%s", p.id, p.p.Err(), p.p.Tail(15))
 }
 
 // waitReady polls every target's intake /readyz until all answer 200; for
 // spawned nodes it also notices one that exits and shows its log.
 func (e *env) waitReady(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
-	defer cancel()
 	client := &http.Client{Timeout: time.Second}
 	defer client.CloseIdleConnections()
 	for i, t := range e.targets {
-		var p *proc
-		exited := make(<-chan struct{}) // never ready for a target we did not start
-		if i < len(e.nodes) {
-			p = e.nodes[i]
-			exited = p.exited
-		}
-		for !ready(ctx, client, t+"/readyz") {
-			select {
-			case <-exited:
-				return p.exitError()
-			case <-ctx.Done():
-				if p != nil {
-					return fmt.Errorf("%s not ready after %s: %w; log tail:\n%s", p.id, readyTimeout, ctx.Err(), tail(p.logPath, 15))
-				}
-				return fmt.Errorf("%s/readyz: not ready after %s: %w", t, readyTimeout, ctx.Err())
-			case <-time.After(50 * time.Millisecond):
+		probe := func() bool { return testcluster.Ready(ctx, client, t+"/readyz") }
+		if i >= len(e.nodes) {
+			if err := testcluster.Await(ctx, t+"/readyz", readyTimeout, func() (bool, error) { return probe(), nil }); err != nil {
+				return err
 			}
+			continue
+		}
+		p := e.nodes[i]
+		if err := testcluster.AwaitReady(ctx, p.id, p.p, readyTimeout, probe); err != nil {
+			if !p.p.Running() {
+				p.told = true
+				return err
+			}
+			return fmt.Errorf("%w; log tail:\n%s", err, p.p.Tail(15))
 		}
 	}
 	return nil
-}
-
-func ready(ctx context.Context, c *http.Client, url string) bool {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false
-	}
-	resp, err := c.Do(req)
-	if err != nil {
-		return false
-	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return resp.StatusCode == http.StatusOK
 }
 
 // leaderAdmin returns the admin URL of the current leader of the spawned
@@ -351,19 +296,10 @@ func (e *env) leaderAdmin() string {
 	if len(e.nodes) < 2 {
 		return e.adminURL
 	}
-	var st struct {
-		LeaderID string `json:"leader_id"`
-	}
-	req, _ := http.NewRequest(http.MethodGet, e.adminURL+"/v1/status", nil)
-	req.Header.Set("Authorization", "Bearer "+e.adminToken)
 	c := &http.Client{Timeout: 2 * time.Second}
 	defer c.CloseIdleConnections()
-	resp, err := c.Do(req)
+	st, err := testcluster.FetchStatus(context.Background(), c, e.adminURL, e.adminToken)
 	if err != nil {
-		return e.adminURL
-	}
-	defer resp.Body.Close()
-	if json.NewDecoder(resp.Body).Decode(&st) != nil {
 		return e.adminURL
 	}
 	for _, p := range e.nodes {
@@ -374,59 +310,10 @@ func (e *env) leaderAdmin() string {
 	return e.adminURL
 }
 
-// freePorts reserves n distinct loopback ports by listening on :0 (all held
-// open together so none repeats), then releases them for the nodes.
-func freePorts(n int) ([]string, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		addrs = append(addrs, l.Addr().String())
-	}
-	return addrs, nil
-}
-
 func randomHex(n int) string {
 	b := make([]byte, n)
 	rand.Read(b)
 	return hex.EncodeToString(b)
-}
-
-// tail returns the last n lines of the file at path, or, when the process
-// panicked, n lines from the panic message on.
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return "(" + err.Error() + ")"
-	}
-	defer f.Close()
-	var lines []string
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	panicked := false
-	for sc.Scan() {
-		l := sc.Text()
-		if !panicked && (strings.HasPrefix(l, "panic: ") || strings.HasPrefix(l, "fatal error: ")) {
-			panicked, lines = true, lines[:0]
-		}
-		if panicked && len(lines) >= n {
-			continue
-		}
-		lines = append(lines, l)
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
 }
 
 // cpuSample is the CPU time used so far by this process and by each node.
@@ -443,7 +330,7 @@ func (e *env) cpuSample() cpuSample {
 		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 	}
 	for _, p := range e.nodes {
-		s.nodes = append(s.nodes, procCPU(p.cmd.Process.Pid))
+		s.nodes = append(s.nodes, procCPU(p.p.Pid()))
 	}
 	return s
 }
@@ -474,7 +361,7 @@ func (e *env) nodeStats() []NodeStat {
 	var out []NodeStat
 	for _, p := range e.nodes {
 		ns := NodeStat{ID: p.id, DataBytes: dirSize(p.dataDir)}
-		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.cmd.Process.Pid)); err == nil {
+		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.p.Pid())); err == nil {
 			for line := range strings.SplitSeq(string(b), "\n") {
 				if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
 					kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
@@ -482,11 +369,7 @@ func (e *env) nodeStats() []NodeStat {
 				}
 			}
 		}
-		select {
-		case <-p.exited:
-			ns.Exited = true
-		default:
-		}
+		ns.Exited = !p.p.Running()
 		out = append(out, ns)
 	}
 	return out
@@ -512,9 +395,9 @@ func (e *env) drain(ctx context.Context, claims int64, limit time.Duration) *dra
 		return nil
 	}
 	start := time.Now()
-	deadline := start.Add(limit)
-	for e.sink.unique() < claims && time.Now().Before(deadline) && ctx.Err() == nil {
-		time.Sleep(20 * time.Millisecond)
+	// Whether every event came or not, the snapshot says what did.
+	if limit > 0 {
+		_ = testcluster.Await(ctx, "the deliveries", limit, func() (bool, error) { return e.sink.unique() >= claims, nil })
 	}
 	return &drainResult{waited: time.Since(start), snap: e.sink.snapshot()}
 }

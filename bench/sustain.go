@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net/http"
+	"oncehook/internal/testcluster"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -346,18 +347,17 @@ func settle(ctx context.Context, e *env, o *options) bool {
 	if e.adminURL == "" {
 		return true
 	}
+	if o.drain <= 0 {
+		return false
+	}
 	admin := e.leaderAdmin()
 	c := &http.Client{Timeout: time.Second}
 	defer c.CloseIdleConnections()
-	deadline := time.Now().Add(o.drain)
-	for ctx.Err() == nil && time.Now().Before(deadline) {
+	err := testcluster.Await(ctx, "an empty backlog", o.drain, func() (bool, error) {
 		v, ok := scrapeBacklog(ctx, c, admin+"/metrics", o.source)
-		if ok && v == 0 {
-			return true
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return false
+		return ok && v == 0, nil
+	})
+	return err == nil
 }
 
 func fmtRates(rs []float64) string {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"oncehook/engine"
+	"oncehook/internal/testcluster"
 )
 
 func TestClaimOnEveryNodeCreatesOneEventPerKey(t *testing.T) {
@@ -438,15 +439,10 @@ func FuzzDecodeResults(f *testing.F) {
 	})
 }
 
+// waitFor polls cond until it holds; it fails t after 10 s.
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	testcluster.WaitFor(t, what, 10*time.Second, cond)
 }
 
 func TestRestoreFromBackupReplacesClusterState(t *testing.T) {

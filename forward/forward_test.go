@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"oncehook/engine"
+	"oncehook/internal/testcluster"
 )
 
 // hit is one request a test handler received.
@@ -166,16 +167,11 @@ func start(t *testing.T, l *leader, rec *recorder, opts Options) running {
 	return running{t, f, stop}
 }
 
-// waitFor polls cond until it holds or 10 s pass.
+// waitFor polls cond every 2 ms until it holds; it fails t after 10 s. Some
+// states these tests wait for last only a backoff of 10-20 ms.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
+	testcluster.WaitForEvery(t, what, 10*time.Second, 2*time.Millisecond, cond)
 }
 
 func stateIs(l *leader, key string, want engine.State) func() bool {

@@ -1,7 +1,7 @@
 package testcluster
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -146,13 +146,12 @@ func (c *Cluster) RestartNode(nd *Node) {
 // once if the process exits meanwhile.
 func (c *Cluster) WaitReady(nd *Node) {
 	c.t.Helper()
-	WaitFor(c.t, nd.ID+" ready", ReadyTimeout, func() bool {
-		if !nd.Proc.Running() {
-			c.t.Fatalf("%s exited while starting: %v\n%s", nd.ID, nd.Proc.Err(), nd.Proc.Output())
-		}
-		code, _ := c.Get("http://"+nd.Intake+"/readyz", false)
-		return code == 200
+	err := AwaitReady(context.Background(), nd.ID, nd.Proc, ReadyTimeout, func() bool {
+		return Ready(context.Background(), c.HTTP, "http://"+nd.Intake+"/readyz")
 	})
+	if err != nil {
+		c.t.Fatalf("%v", err)
+	}
 }
 
 // Get fetches url, with the admin token when auth; 0 when the request failed.
@@ -180,16 +179,17 @@ type Status struct {
 	LeaderID     string         `json:"leader_id"`
 	AppliedIndex uint64         `json:"applied_index"`
 	Counts       map[string]int `json:"counts"`
+
+	Term          uint64 `json:"term"`
+	CommitIndex   uint64 `json:"commit_index"`
+	LeaderChanges uint64 `json:"leader_changes"`
+	Ready         bool   `json:"ready"`
 }
 
 // Status reads nd's admin status; false when it does not answer.
 func (c *Cluster) Status(nd *Node) (Status, bool) {
-	var st Status
-	code, b := c.Get("http://"+nd.Admin+"/v1/status", true)
-	if code != 200 || json.Unmarshal(b, &st) != nil {
-		return st, false
-	}
-	return st, true
+	st, err := FetchStatus(context.Background(), c.HTTP, "http://"+nd.Admin, c.Token)
+	return st, err == nil
 }
 
 // Leader waits up to LeaderTimeout for a running node that says it leads.

@@ -21,6 +21,7 @@ type NodeConfig struct {
 	Advertise        string   // "" leaves the default (RaftListen)
 	Peers            []string // "id=host:port", every node's, the same on each
 	ClusterTokenFile string
+	ClusterExtra     string // raw TOML lines appended to [cluster] (e.g. tls_cert)
 
 	AdminListen    string
 	AdminTokenName string // "" is "test"
@@ -64,6 +65,9 @@ func (c NodeConfig) TOML() string {
 		}
 		fmt.Fprintf(&b, "peers = [%s]\n", strings.Join(peers, ", "))
 		kv("token_file", c.ClusterTokenFile)
+		if c.ClusterExtra != "" {
+			b.WriteString(strings.TrimRight(c.ClusterExtra, "\n") + "\n")
+		}
 	}
 	b.WriteString("\n[admin]\n")
 	kv("listen", c.AdminListen)

@@ -2,8 +2,8 @@ package testcluster
 
 import (
 	"bytes"
+	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"strings"
@@ -31,34 +31,28 @@ func Build(out, pkg string, tags ...string) error {
 
 // WaitFor polls cond every 20 ms until it holds; after timeout it fails t
 // naming what it waited for. cond runs on the test's goroutine, so it may
-// itself call t.Fatal (e.g. when the process it waits on has exited).
+// itself call t.Fatal (e.g. when the process it waits on has exited). It is
+// Await for a test.
 func WaitFor(t testing.TB, what string, timeout time.Duration, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(20 * time.Millisecond)
+	WaitForEvery(t, what, timeout, pollEvery, cond)
+}
+
+// WaitForEvery is WaitFor polling every every (AwaitEvery for a test).
+func WaitForEvery(t testing.TB, what string, timeout, every time.Duration, cond func() bool) {
+	t.Helper()
+	if err := AwaitEvery(context.Background(), what, timeout, every, func() (bool, error) { return cond(), nil }); err != nil {
+		t.Fatalf("%v", err)
 	}
 }
 
 // FreePorts returns n distinct TCP ports that were free on 127.0.0.1 a moment
-// ago (all held open together, then released).
+// ago (all held open together, then released): ReservePorts for a test.
 func FreePorts(t testing.TB, n int) []int {
 	t.Helper()
-	var lns []net.Listener
-	var ports []int
-	for i := 0; i < n; i++ {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, ln)
-		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
-	}
-	for _, ln := range lns {
-		ln.Close()
+	ports, err := ReservePorts(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return ports
 }
@@ -69,12 +63,13 @@ func FreeAddr(t testing.TB) string {
 	return fmt.Sprintf("127.0.0.1:%d", FreePorts(t, 1)[0])
 }
 
-// Proc is a process started by StartProc; the embedded testproc.Proc
-// signals its process group.
+// Proc is a process started by StartProc, StartSpec or Launch; the embedded
+// testproc.Proc signals its process group.
 type Proc struct {
 	*testproc.Proc
 	Name string
-	out  *lockedBuffer
+	out  *lockedBuffer // the output, unless it goes to log
+	log  string        // Spec.Log
 }
 
 type lockedBuffer struct {
@@ -98,25 +93,44 @@ func (l *lockedBuffer) String() string {
 // kills it and, when the test failed, logs that output.
 func StartProc(t testing.TB, name, dir string, argv ...string) *Proc {
 	t.Helper()
-	p := &Proc{Name: name, out: &lockedBuffer{}}
-	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	var err error
-	if p.Proc, err = testproc.Start(cmd); err != nil {
-		t.Fatalf("start %s: %v", name, err)
+	return StartSpec(t, Spec{Name: name, Dir: dir, Argv: argv})
+}
+
+// StartSpec is Launch for a test: a failure to start fails t, and the test's
+// cleanup kills the process and, when the test failed, logs its output (the
+// name of its log file when it has one).
+func StartSpec(t testing.TB, s Spec) *Proc {
+	t.Helper()
+	p, err := Launch(s)
+	if err != nil {
+		t.Fatalf("%v", err)
 	}
 	t.Cleanup(func() {
 		p.Kill()
-		if t.Failed() {
-			t.Logf("--- output of %s ---\n%s", name, p.Output())
+		if !t.Failed() {
+			return
+		}
+		if p.log != "" {
+			t.Logf("--- output of %s: %s ---", p.Name, p.log)
+		} else {
+			t.Logf("--- output of %s ---\n%s", p.Name, p.Output())
 		}
 	})
 	return p
 }
 
-// Output is what the process wrote so far, stdout and stderr interleaved.
-func (p *Proc) Output() string { return p.out.String() }
+// Output is what the process wrote so far, stdout and stderr interleaved (with
+// a Spec.Log, the whole file: earlier processes' output too).
+func (p *Proc) Output() string {
+	if p.out != nil {
+		return p.out.String()
+	}
+	b, err := os.ReadFile(p.log)
+	if err != nil {
+		return "(" + err.Error() + ")"
+	}
+	return string(b)
+}
 
 // ExitCode is the process's exit code once it has exited, or -1.
 func (p *Proc) ExitCode() int {

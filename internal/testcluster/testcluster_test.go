@@ -14,7 +14,11 @@ import (
 	"oncehook/providers"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+// The fork thread of package testproc lives as long as the process, by
+// design (see its doc).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("oncehook/internal/testproc.onForkThread.func1.1"))
+}
 
 // TestNodeConfigLoads: what NodeConfig writes is a config oncehook accepts,
 // with the values given, for a cluster node and a single node.

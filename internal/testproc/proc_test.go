@@ -108,7 +108,8 @@ func startHelper(t *testing.T, mode string, env ...string) (*Proc, string) {
 	return p, strings.TrimSpace(line)
 }
 
-// waitFor polls cond until it holds or d has passed.
+// waitFor polls cond until it holds or d has passed: testcluster.WaitFor,
+// which this package cannot import (testcluster imports testproc).
 func waitFor(t *testing.T, what string, d time.Duration, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(d)

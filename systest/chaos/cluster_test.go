@@ -10,12 +10,10 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -35,86 +33,15 @@ const (
 	clusterTok = "chaos-cluster-token-0123456789abcdef"
 )
 
-// proc is a process this test started with testproc.Start: it dies with the
+// proc is a process of the suite: a testcluster process, which dies with the
 // test binary and is signalled only by its process group.
-type proc struct {
-	name    string
-	cmd     *exec.Cmd
-	tp      *testproc.Proc
-	logPath string
-	logf    *os.File
-	done    chan struct{}
-	exitErr error
-}
+type proc = testcluster.Proc
 
+// startProc starts argv with its output appended to logPath; the test's
+// cleanup kills it.
 func startProc(t testing.TB, name, logPath string, argv ...string) *proc {
 	t.Helper()
-	return startProcEnv(t, name, logPath, nil, argv...)
-}
-
-// startProcEnv starts argv with env added to the test's environment.
-func startProcEnv(t testing.TB, name, logPath string, env []string, argv ...string) *proc {
-	t.Helper()
-	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &proc{name: name, logPath: logPath, logf: f, done: make(chan struct{})}
-	p.cmd = exec.Command(argv[0], argv[1:]...)
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	if env != nil {
-		p.cmd.Env = append(os.Environ(), env...)
-	}
-	// Its own process group (a ^C to the test does not hit it first) and
-	// SIGKILL if the test binary dies: see package testproc.
-	if p.tp, err = testproc.Start(p.cmd); err != nil {
-		f.Close()
-		t.Fatalf("start %s: %v", name, err)
-	}
-	go func() {
-		<-p.tp.Done()
-		p.exitErr = p.tp.Err()
-		f.Close()
-		close(p.done)
-	}()
-	t.Cleanup(p.kill)
-	return p
-}
-
-func (p *proc) pid() int { return p.tp.Pid() }
-
-func (p *proc) running() bool {
-	select {
-	case <-p.done:
-		return false
-	default:
-		return true
-	}
-}
-
-func (p *proc) signal(s syscall.Signal) {
-	if p.running() {
-		p.tp.Signal(s)
-	}
-}
-
-// kill SIGKILLs the process group (after a SIGCONT: a stopped process must
-// run to die) and waits for the process to be reaped.
-func (p *proc) kill() {
-	p.tp.Kill()
-	<-p.done
-}
-
-// stop sends SIGTERM and waits up to d, then kills.
-func (p *proc) stop(d time.Duration) bool {
-	ok := p.tp.Stop(d)
-	<-p.done
-	return ok
-}
-
-func (p *proc) logTail(n int) string {
-	b, _ := os.ReadFile(p.logPath)
-	return lastLines(string(b), n)
+	return testcluster.StartSpec(t, testcluster.Spec{Name: name, Log: logPath, Argv: argv})
 }
 
 // cnode is one oncehook node of the cluster.
@@ -263,9 +190,12 @@ func (c *cluster) startNode(n *cnode) {
 	n.start++
 	// The control files are read only by a failpoints build (the suite builds
 	// one; a release binary ignores the variables).
-	env := []string{failpoint.EnvFile + "=" + n.fpFile, failpoint.EnvClockFile + "=" + n.clockFile}
-	p := startProcEnv(c.t, fmt.Sprintf("%s#%d", n.id, n.start), n.logs, env,
-		"ip", "netns", "exec", c.tp.nodes[n.i], oncehookBin, "serve", "-config", n.cfg)
+	p := testcluster.StartSpec(c.t, testcluster.Spec{
+		Name: fmt.Sprintf("%s#%d", n.id, n.start), Log: n.logs,
+		Wrap: []string{"ip", "netns", "exec", c.tp.nodes[n.i]},
+		Argv: []string{oncehookBin, "serve", "-config", n.cfg},
+		Env:  []string{failpoint.EnvFile + "=" + n.fpFile, failpoint.EnvClockFile + "=" + n.clockFile},
+	})
 	n.mu.Lock()
 	n.proc = p
 	n.mu.Unlock()
@@ -299,13 +229,12 @@ func atomicWrite(t testing.TB, path, content string) {
 
 func (c *cluster) waitReady(n *cnode, d time.Duration) {
 	c.t.Helper()
-	testcluster.WaitFor(c.t, n.id+" ready", d, func() bool {
-		if !n.p().running() {
-			c.t.Fatalf("%s exited while starting: %v\n%s", n.id, n.p().exitErr, n.p().logTail(20))
-		}
-		code, _ := c.get(n.intakeURL()+"/readyz", false)
-		return code == 200
-	})
+	ctx := context.Background()
+	if err := testcluster.AwaitReady(ctx, n.id, n.p(), d, func() bool {
+		return testcluster.Ready(ctx, c.admin, n.intakeURL()+"/readyz")
+	}); err != nil {
+		c.t.Fatalf("%v", err)
+	}
 }
 
 func (c *cluster) get(url string, auth bool) (int, []byte) {
@@ -322,28 +251,14 @@ func (c *cluster) get(url string, auth bool) (int, []byte) {
 	return resp.StatusCode, b
 }
 
-type nodeStatus struct {
-	NodeID        string         `json:"node_id"`
-	State         string         `json:"state"`
-	LeaderID      string         `json:"leader_id"`
-	Term          uint64         `json:"term"`
-	CommitIndex   uint64         `json:"commit_index"`
-	AppliedIndex  uint64         `json:"applied_index"`
-	LeaderChanges uint64         `json:"leader_changes"`
-	Counts        map[string]int `json:"counts"`
-	Ready         bool           `json:"ready"`
-}
+type nodeStatus = testcluster.Status
 
 func (c *cluster) status(n *cnode) (nodeStatus, bool) {
-	var st nodeStatus
-	if !n.p().running() {
-		return st, false
+	if !n.p().Running() {
+		return nodeStatus{}, false
 	}
-	code, b := c.get(n.adminURL()+"/v1/status", true)
-	if code != 200 || json.Unmarshal(b, &st) != nil {
-		return st, false
-	}
-	return st, true
+	st, err := testcluster.FetchStatus(context.Background(), c.admin, n.adminURL(), adminToken)
+	return st, err == nil
 }
 
 // statuses reads every node's status at about the same time.
@@ -365,20 +280,8 @@ func (c *cluster) statuses() []*nodeStatus {
 
 // leader returns the node that says it leads and that the others follow, or nil.
 func (c *cluster) leader() *cnode {
-	sts := c.statuses()
-	for i, st := range sts {
-		if st == nil || st.State != "leader" {
-			continue
-		}
-		agree := 0
-		for _, o := range sts {
-			if o != nil && o.LeaderID == st.NodeID {
-				agree++
-			}
-		}
-		if agree >= 2 {
-			return c.nodes[i]
-		}
+	if i := testcluster.AgreedLeader(c.statuses()); i >= 0 {
+		return c.nodes[i]
 	}
 	return nil
 }
@@ -530,7 +433,7 @@ func (c *cluster) handlerControl(slow time.Duration) error {
 
 // handlerRuns stops the handler and reads its run log.
 func (c *cluster) handlerRuns() ([]hrun, error) {
-	c.handler.stop(10 * time.Second)
+	c.handler.Stop(10 * time.Second)
 	f, err := os.Open(c.hlog)
 	if err != nil {
 		return nil, err

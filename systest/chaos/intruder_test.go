@@ -2,19 +2,19 @@ package chaos
 
 import (
 	"bufio"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"oncehook/engine"
-	"oncehook/internal/testproc"
+	"oncehook/internal/testcluster"
 )
 
 // TestClusterTokenIntruder: three real nodes on loopback whose cluster port
@@ -35,7 +35,6 @@ func TestClusterTokenIntruder(t *testing.T) {
 		t.Skip("spawns three nodes")
 	}
 	dir := t.TempDir()
-	var err error
 	writeSecret(t, filepath.Join(dir, "admin.token"), adminToken)
 	writeSecret(t, filepath.Join(dir, "orders.secret"), canarySecret)
 	rec := newRecorder(t)
@@ -43,24 +42,18 @@ func TestClusterTokenIntruder(t *testing.T) {
 	// Without token or TLS there is no cluster port to intrude on: serve
 	// refuses the config, even for a cluster of one, and nothing listens.
 	t.Run("no token, no TLS: refused at start", func(t *testing.T) {
-		n := &lnode{id: "open1", intake: freeAddr(t), admin: freeAddr(t), raft: freeAddr(t)}
+		n := newLoopNode(t, "open1")
 		writeLoopNode(t, dir, n, []string{n.id + "=" + n.raft}, tlsMaterial{}, rec.addr)
-		cmd := exec.Command(oncehookBin, "serve", "-config", n.cfg)
-		done := make(chan struct{})
-		var out []byte
-		go func() { out, err = testproc.CombinedOutput(cmd); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
+		p, exited := serveExit(t, n.cfg)
+		if !exited {
 			if c, derr := net.DialTimeout("tcp", n.raft, time.Second); derr == nil {
 				c.Close()
 				t.Error("the cluster port is open")
 			}
-			cmd.Process.Kill()
-			<-done
-			t.Fatalf("a node with an unauthenticated cluster port started:\n%s", out)
+			t.Fatalf("a node with an unauthenticated cluster port started:\n%s", p.Output())
 		}
-		if err == nil || !strings.Contains(string(out), "cluster.token_file: required") || !strings.Contains(string(out), "tls_cert, tls_key and tls_ca") {
+		out, err := p.Output(), p.Err()
+		if err == nil || !strings.Contains(out, "cluster.token_file: required") || !strings.Contains(out, "tls_cert, tls_key and tls_ca") {
 			t.Fatalf("serve: %v\n%s", err, out)
 		}
 	})
@@ -68,7 +61,7 @@ func TestClusterTokenIntruder(t *testing.T) {
 	nodes := make([]*lnode, 3)
 	var peers []string
 	for i := range nodes {
-		nodes[i] = &lnode{id: fmt.Sprintf("node%d", i+1), intake: freeAddr(t), admin: freeAddr(t), raft: freeAddr(t)}
+		nodes[i] = newLoopNode(t, fmt.Sprintf("node%d", i+1))
 		peers = append(peers, nodes[i].id+"="+nodes[i].raft)
 	}
 	for _, n := range nodes {
@@ -77,32 +70,17 @@ func TestClusterTokenIntruder(t *testing.T) {
 	}
 	defer func() {
 		for _, n := range nodes {
-			n.proc.stop(10 * time.Second)
+			n.proc.Stop(10 * time.Second)
 		}
 	}()
-	var leader *lnode
-	var term uint64
-	for end := time.Now().Add(60 * time.Second); leader == nil; {
-		for _, n := range nodes {
-			if st, _ := n.status(t); st.State == "leader" && st.Ready {
-				leader, term = n, st.Term
-			}
-		}
-		if time.Now().After(end) {
-			t.Fatal("the token cluster elected no leader within 60 s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	leader, term := waitLoopLeader(t, "token cluster", nodes)
 	// Every node ready, so that a change of membership would show on each.
 	for _, n := range nodes {
-		for end := time.Now().Add(30 * time.Second); ; {
-			if st, servers := n.status(t); st.Ready && len(servers) == 3 {
-				break
-			}
-			if time.Now().After(end) {
-				t.Fatalf("%s not ready with three voters:\n%s", n.id, n.proc.logTail(10))
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := testcluster.Await(context.Background(), n.id+" ready with three voters", 30*time.Second, func() (bool, error) {
+			st, servers := n.status(t)
+			return st.Ready && len(servers) == 3, nil
+		}); err != nil {
+			t.Fatalf("%v:\n%s", err, n.proc.Tail(10))
 		}
 	}
 
@@ -132,7 +110,7 @@ func TestClusterTokenIntruder(t *testing.T) {
 			}
 			if row.accept {
 				if answered != nil {
-					t.Fatalf("control: %v\n%s", answered, leader.proc.logTail(5))
+					t.Fatalf("control: %v\n%s", answered, leader.proc.Tail(5))
 				}
 				if code, b := getAuth("http://" + leader.admin + "/v1/events/" + key); code != 200 {
 					t.Fatalf("control: the applied claim is not there: %d %s", code, b)
@@ -142,11 +120,10 @@ func TestClusterTokenIntruder(t *testing.T) {
 			if answered != nil {
 				t.Errorf("an intruder with %s: %v", row.name, answered)
 			}
-			for end := time.Now().Add(10 * time.Second); countInFile(leader.logPath, stageField("preamble")) <= atPreamble; {
-				if time.Now().After(end) {
-					t.Fatalf("the leader logged no rejection at the preamble:\n%s", leader.proc.logTail(5))
-				}
-				time.Sleep(50 * time.Millisecond)
+			if err := testcluster.Await(context.Background(), "a rejection at the preamble in the leader's log", 10*time.Second, func() (bool, error) {
+				return countInFile(leader.logPath, stageField("preamble")) > atPreamble, nil
+			}); err != nil {
+				t.Fatalf("%v:\n%s", err, leader.proc.Tail(5))
 			}
 			if countInFile(leader.logPath, "cluster connection rejected") <= rejected {
 				t.Errorf("the leader logged no rejected connection")

@@ -2,6 +2,7 @@ package chaos
 
 import (
 	"bufio"
+	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -15,6 +16,7 @@ import (
 	"io"
 	"math/big"
 	"net"
+	"oncehook/internal/testcluster"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -125,33 +127,58 @@ type tlsMaterial struct {
 	token         string // "" for no token file
 }
 
+// newLoopNode is a node named id on three free loopback ports.
+func newLoopNode(t *testing.T, id string) *lnode {
+	ports := testcluster.FreePorts(t, 3)
+	addr := func(i int) string { return fmt.Sprintf("127.0.0.1:%d", ports[i]) }
+	return &lnode{id: id, intake: addr(0), admin: addr(1), raft: addr(2)}
+}
+
 func writeLoopNode(t *testing.T, dir string, n *lnode, peers []string, m tlsMaterial, handler string) {
 	t.Helper()
 	n.cfg = filepath.Join(dir, n.id+".toml")
 	n.data = filepath.Join(dir, n.id+"-data")
 	n.logPath = filepath.Join(dir, n.id+".log")
-	var b strings.Builder
-	fmt.Fprintf(&b, "[node]\nid = %q\ndata_dir = %q\nlisten = %q\nlog_level = \"info\"\n\n", n.id, n.data, n.intake)
-	fmt.Fprintf(&b, "[cluster]\nraft_listen = %q\nadvertise = %q\npeers = [", n.raft, n.raft)
-	for i, p := range peers {
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(strconv.Quote(p))
+	cfg := testcluster.NodeConfig{ID: n.id, DataDir: n.data, Listen: n.intake,
+		RaftListen: n.raft, Advertise: n.raft, Peers: peers,
+		AdminListen: n.admin, AdminTokenName: "chaos", AdminTokenFile: filepath.Join(dir, "admin.token"),
+		Sources: []testcluster.SourceConfig{{Name: "orders", Provider: "standard",
+			SecretFile: filepath.Join(dir, "orders.secret"), Forward: "http://" + handler + "/orders"}},
 	}
-	b.WriteString("]\n")
 	if m.token != "" {
-		tok := filepath.Join(dir, n.id+".cluster.token")
-		writeSecret(t, tok, m.token)
-		fmt.Fprintf(&b, "token_file = %q\n", tok)
+		cfg.ClusterTokenFile = filepath.Join(dir, n.id+".cluster.token")
+		writeSecret(t, cfg.ClusterTokenFile, m.token)
 	}
 	if m.cert != "" {
-		fmt.Fprintf(&b, "tls_cert = %q\ntls_key = %q\ntls_ca = %q\n", m.cert, m.key, m.ca)
+		cfg.ClusterExtra = fmt.Sprintf("tls_cert = %q\ntls_key = %q\ntls_ca = %q\n", m.cert, m.key, m.ca)
 	}
-	fmt.Fprintf(&b, "\n[admin]\nlisten = %q\ntokens = [{ name = \"chaos\", token_file = %q }]\n", n.admin, filepath.Join(dir, "admin.token"))
-	fmt.Fprintf(&b, "\n[[source]]\nname = \"orders\"\nprovider = \"standard\"\nsecret_files = [%q]\nforward = \"http://%s/orders\"\n",
-		filepath.Join(dir, "orders.secret"), handler)
-	writeFile(t, n.cfg, b.String())
+	if err := cfg.Write(n.cfg); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// waitLoopLeader waits up to 60 s for a node that leads and is ready, and
+// returns it with its term; on timeout it logs every node's last lines.
+func waitLoopLeader(t *testing.T, cluster string, nodes []*lnode) (*lnode, uint64) {
+	t.Helper()
+	var leader *lnode
+	var term uint64
+	err := testcluster.Await(context.Background(), "a ready leader of the "+cluster, 60*time.Second, func() (bool, error) {
+		for _, n := range nodes {
+			if st, _ := n.status(t); st.State == "leader" && st.Ready {
+				leader, term = n, st.Term
+				return true, nil
+			}
+		}
+		return false, nil
+	})
+	if err != nil {
+		for _, n := range nodes {
+			t.Logf("%s:\n%s", n.id, n.proc.Tail(15))
+		}
+		t.Fatal(err)
+	}
+	return leader, term
 }
 
 func (n *lnode) start(t *testing.T) {
@@ -199,7 +226,7 @@ func TestClusterMutualTLS(t *testing.T) {
 	nodes := make([]*lnode, 3)
 	var peers []string
 	for i := range nodes {
-		nodes[i] = &lnode{id: fmt.Sprintf("node%d", i+1), intake: freeAddr(t), admin: freeAddr(t), raft: freeAddr(t)}
+		nodes[i] = newLoopNode(t, fmt.Sprintf("node%d", i+1))
 		peers = append(peers, nodes[i].id+"="+nodes[i].raft)
 	}
 	for _, n := range nodes {
@@ -207,23 +234,7 @@ func TestClusterMutualTLS(t *testing.T) {
 		writeLoopNode(t, dir, n, peers, tlsMaterial{cert: cp, key: kp, ca: ca.path, token: token}, rec.addr)
 		n.start(t)
 	}
-	var leader *lnode
-	var term uint64
-	deadline := time.Now().Add(60 * time.Second)
-	for leader == nil {
-		for _, n := range nodes {
-			if st, _ := n.status(t); st.State == "leader" && st.Ready {
-				leader, term = n, st.Term
-			}
-		}
-		if time.Now().After(deadline) {
-			for _, n := range nodes {
-				t.Logf("%s:\n%s", n.id, n.proc.logTail(15))
-			}
-			t.Fatal("the mutual-TLS cluster elected no leader within 60 s")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	leader, term := waitLoopLeader(t, "mutual-TLS cluster", nodes)
 	// Some state for a rogue to (not) receive, claimed through every node
 	// (followers forward over the TLS channel).
 	for i, n := range nodes {
@@ -272,7 +283,7 @@ func TestClusterMutualTLS(t *testing.T) {
 			processed := countInFile(leader.logPath, "rejecting vote request since node is not in configuration") - seen
 			if p.accept {
 				if err != nil {
-					t.Fatalf("the control probe got no answer: %v\n%s", err, leader.proc.logTail(5))
+					t.Fatalf("the control probe got no answer: %v\n%s", err, leader.proc.Tail(5))
 				}
 				if resp.Term < term || processed != 1 {
 					t.Errorf("the control probe: answer term %d (cluster term %d), raft logged it %d times (want 1)", resp.Term, term, processed)
@@ -289,7 +300,7 @@ func TestClusterMutualTLS(t *testing.T) {
 				t.Errorf("the node logged no rejection for %s", p.name)
 			}
 			if countInFile(leader.logPath, stageField(p.stage)) <= atStage {
-				t.Errorf("the rejection of %s was not at the %s stage:\n%s", p.name, p.stage, leader.proc.logTail(3))
+				t.Errorf("the rejection of %s was not at the %s stage:\n%s", p.name, p.stage, leader.proc.Tail(3))
 			}
 			t.Logf("refused: %v", err)
 		})
@@ -312,7 +323,7 @@ func TestClusterMutualTLS(t *testing.T) {
 	}
 	for i, rg := range rogues {
 		t.Run("node/"+rg.name, func(t *testing.T) {
-			r := &lnode{id: "node4", intake: freeAddr(t), admin: freeAddr(t), raft: freeAddr(t)}
+			r := newLoopNode(t, "node4")
 			rdir := filepath.Join(dir, fmt.Sprintf("rogue%d", i))
 			if err := os.MkdirAll(rdir, 0o700); err != nil {
 				t.Fatal(err)
@@ -322,7 +333,7 @@ func TestClusterMutualTLS(t *testing.T) {
 			writeLoopNode(t, rdir, r, append(append([]string{}, peers...), "node4="+r.raft), rg.m, rec.addr)
 			before := countInFile(leader.logPath, "cluster connection rejected")
 			r.start(t)
-			defer r.proc.stop(10 * time.Second)
+			defer r.proc.Stop(10 * time.Second)
 			joined := func() bool {
 				_, servers := leader.status(t)
 				for _, s := range servers {
@@ -334,19 +345,18 @@ func TestClusterMutualTLS(t *testing.T) {
 			}
 			holds := func() bool { code, _ := getAuth("http://" + r.admin + "/v1/events/orders:mtls-0"); return code == 200 }
 			if rg.joins {
-				for end := time.Now().Add(30 * time.Second); !(joined() && holds()); {
-					if time.Now().After(end) {
-						t.Fatalf("a node with the right certificate and token did not join and catch up within 30 s\n%s", r.proc.logTail(10))
-					}
-					time.Sleep(200 * time.Millisecond)
+				if err := testcluster.Await(context.Background(), "node4 to join and catch up", 30*time.Second, func() (bool, error) {
+					return joined() && holds(), nil
+				}); err != nil {
+					t.Fatalf("a node with the right certificate and token did not join and catch up: %v\n%s", err, r.proc.Tail(10))
 				}
 				return
 			}
 			// Several election timeouts: the rogue, alone in the four-voter
 			// configuration it bootstrapped, keeps asking for votes.
 			time.Sleep(5 * time.Second)
-			if !r.proc.running() {
-				t.Logf("the rogue exited: %v", r.proc.exitErr)
+			if !r.proc.Running() {
+				t.Logf("the rogue exited: %v", r.proc.Err())
 			}
 			st, servers := leader.status(t)
 			if joined() || len(servers) != 3 {
@@ -367,7 +377,7 @@ func TestClusterMutualTLS(t *testing.T) {
 		})
 	}
 	for _, n := range nodes {
-		n.proc.stop(10 * time.Second)
+		n.proc.Stop(10 * time.Second)
 	}
 }
 

@@ -42,7 +42,7 @@ func crashAt(s *srun, name string) {
 	s.victim = l
 	l.arm(s.t, name+"=panic")
 	select {
-	case <-l.p().done:
+	case <-l.p().Done():
 	case <-time.After(30 * time.Second):
 		l.arm(s.t, "")
 		s.r.violate("the failpoint %s armed on the leader %s never fired within 30 s", name, l.id)
@@ -52,7 +52,7 @@ func crashAt(s *srun, name string) {
 	s.markFault()
 	l.arm(s.t, "")
 	if n := countInFile(l.logs, "panic: failpoint "+name); n == 0 {
-		s.r.violate("%s exited (%v) without the failpoint's panic in its log", l.id, l.p().exitErr)
+		s.r.violate("%s exited (%v) without the failpoint's panic in its log", l.id, l.p().Err())
 	} else {
 		s.r.note("%s crashed in failpoint %s", l.id, name)
 	}
@@ -158,9 +158,9 @@ func lagFollower(s *srun, spec string) {
 	st1, _ := s.c.status(l)
 	// raft checks for a snapshot every 30-60 s (SnapshotInterval 30 s).
 	select {
-	case <-f.p().done:
+	case <-f.p().Done():
 		s.r.note("%s was cut off for %d log entries and crashed %.1f s after the heal (%v)",
-			f.id, st1.AppliedIndex-st0.AppliedIndex, time.Since(healWall).Seconds(), f.p().exitErr)
+			f.id, st1.AppliedIndex-st0.AppliedIndex, time.Since(healWall).Seconds(), f.p().Err())
 		if countInFile(f.logs, "panic: failpoint "+failpoint.BeforeSnapshotPersist) == 0 {
 			s.r.violate("%s exited without the failpoint's panic in its log", f.id)
 		}
@@ -452,7 +452,7 @@ const leaderClockJump = "the leader stamps every command with its wall clock (cl
 func slowDisk(s *srun, n *cnode) {
 	const iops = 30
 	s.victim = n
-	pid := n.p().pid()
+	pid := n.p().Pid()
 	if err := n.loop.throttle(pid, iops); err != nil {
 		s.t.Fatalf("throttle %s: %v", n.id, err)
 	}
@@ -473,8 +473,8 @@ func slowDisk(s *srun, n *cnode) {
 	if rate > 1.5*iops+2 {
 		s.r.violate("%s wrote %.1f requests/s through a cap of %d: the throttle did not hold", n.id, rate, iops)
 	}
-	if !n.p().running() {
-		s.r.violate("%s exited under the slow disk: %v", n.id, n.p().exitErr)
+	if !n.p().Running() {
+		s.r.violate("%s exited under the slow disk: %v", n.id, n.p().Err())
 		s.restart(n)
 	}
 }
@@ -525,7 +525,7 @@ func soak(s *srun) {
 			}
 		}
 		for i, n := range s.c.nodes {
-			sm.wbytes[i] = procWriteBytes(n.p().pid())
+			sm.wbytes[i] = procWriteBytes(n.p().Pid())
 			sm.size[i] = dirSize(n.dir)
 		}
 		return sm

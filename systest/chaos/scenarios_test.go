@@ -88,9 +88,9 @@ func (s *srun) restart(n *cnode) { s.c.startNode(n) }
 // start it again on the same data dir.
 func (s *srun) killAndRestart(n *cnode) {
 	s.victim = n
-	n.p().signal(syscall.SIGKILL)
+	n.p().Signal(syscall.SIGKILL)
 	s.markFault()
-	<-n.p().done
+	<-n.p().Done()
 	s.sleep(s.prof.outage)
 	s.restart(n)
 	s.healed()
@@ -120,9 +120,9 @@ var scenarios = []*scenario{
 		l := s.leader()
 		s.sleep(time.Second)
 		s.victim = l
-		l.p().signal(syscall.SIGKILL)
+		l.p().Signal(syscall.SIGKILL)
 		s.markFault()
-		<-l.p().done
+		<-l.p().Done()
 		s.sleep(time.Second)
 		s.c.handlerControl(0)
 		s.sleep(s.prof.outage)
@@ -132,26 +132,26 @@ var scenarios = []*scenario{
 	{id: "S4", name: "SIGSTOP the leader 5 s (> election timeout), SIGCONT", short: true, fault: func(s *srun) {
 		l := s.leader()
 		s.victim = l
-		l.p().signal(syscall.SIGSTOP)
+		l.p().Signal(syscall.SIGSTOP)
 		s.markFault()
 		s.sleep(5 * time.Second)
-		l.p().signal(syscall.SIGCONT)
+		l.p().Signal(syscall.SIGCONT)
 		s.healed()
 	}},
 	{id: "S4b", name: "SIGSTOP the leader 15 s (> forward timeout), SIGCONT", fault: func(s *srun) {
 		l := s.leader()
 		s.victim = l
-		l.p().signal(syscall.SIGSTOP)
+		l.p().Signal(syscall.SIGSTOP)
 		s.markFault()
 		s.sleep(15 * time.Second)
-		l.p().signal(syscall.SIGCONT)
+		l.p().Signal(syscall.SIGCONT)
 		s.healed()
 	}},
 	{id: "S5", name: "SIGSTOP the handler for 2x lease + 1 s", short: true, fault: func(s *srun) {
-		s.c.handler.signal(syscall.SIGSTOP)
+		s.c.handler.Signal(syscall.SIGSTOP)
 		s.markFault()
 		s.sleep(2*lease + time.Second)
-		s.c.handler.signal(syscall.SIGCONT)
+		s.c.handler.Signal(syscall.SIGCONT)
 		s.healed()
 	}, check: func(s *srun) {
 		// The pause must have made runs late: oncehook gave up on them
@@ -169,10 +169,10 @@ var scenarios = []*scenario{
 		s.c.handlerControl(1500 * time.Millisecond)
 		s.g.pause()
 		s.sleep(500 * time.Millisecond)
-		s.c.handler.signal(syscall.SIGSTOP)
+		s.c.handler.Signal(syscall.SIGSTOP)
 		s.markFault()
 		s.sleep(2*lease + time.Second)
-		s.c.handler.signal(syscall.SIGCONT)
+		s.c.handler.Signal(syscall.SIGCONT)
 		s.sleep(2 * time.Second)
 		s.c.handlerControl(0)
 		s.g.resume()
@@ -220,9 +220,9 @@ var scenarios = []*scenario{
 	{id: "S9", name: "wipe a follower's data dir, restart it with the same id", fault: func(s *srun) {
 		f := s.c.followers(s.leader())[0]
 		s.victim = f
-		f.p().signal(syscall.SIGKILL)
+		f.p().Signal(syscall.SIGKILL)
 		s.markFault()
-		<-f.p().done
+		<-f.p().Done()
 		if err := os.RemoveAll(f.dir); err != nil {
 			s.t.Fatal(err)
 		}
@@ -239,13 +239,13 @@ var scenarios = []*scenario{
 	{id: "S12", name: "graceful leader restart (SIGTERM hands leadership over)", fault: func(s *srun) {
 		l := s.leader()
 		s.victim = l
-		l.p().signal(syscall.SIGTERM)
+		l.p().Signal(syscall.SIGTERM)
 		s.markFault()
 		select {
-		case <-l.p().done:
+		case <-l.p().Done():
 		case <-time.After(30 * time.Second):
 			s.r.violate("S12: the leader did not stop within 30 s of SIGTERM")
-			l.p().kill()
+			l.p().Kill()
 		}
 		s.sleep(2 * time.Second)
 		s.restart(l)
@@ -283,12 +283,12 @@ func diskFull(s *srun, n *cnode) {
 	logFrom := fileSize(n.logs)
 	s.markFault()
 	s.sleep(s.prof.outage)
-	exited := !n.p().running()
+	exited := !n.p().Running()
 	os.Remove(ballast)
 	errs := countInFile(n.logs, "no space left on device") - before
 	if exited {
 		s.r.note("%s (ballast %d MiB) exited on the full disk (%v) after %d ENOSPC log lines; restarted after freeing space; why: %s",
-			n.id, written>>20, n.p().exitErr, errs, exitReason(n.logs, logFrom))
+			n.id, written>>20, n.p().Err(), errs, exitReason(n.logs, logFrom))
 		s.restart(n)
 	} else {
 		s.r.note("%s (ballast %d MiB) kept running through the full disk; %d ENOSPC log lines", n.id, written>>20, errs)
@@ -414,22 +414,22 @@ func combined(s *srun) {
 		switch k := s.rng.IntN(5); k {
 		case 0:
 			s.r.note("kill leader %s", l.id)
-			l.p().signal(syscall.SIGKILL)
-			<-l.p().done
+			l.p().Signal(syscall.SIGKILL)
+			<-l.p().Done()
 			s.sleep(3 * time.Second)
 			s.restart(l)
 		case 1:
 			f := fs[s.rng.IntN(2)]
 			s.r.note("kill follower %s", f.id)
-			f.p().signal(syscall.SIGKILL)
-			<-f.p().done
+			f.p().Signal(syscall.SIGKILL)
+			<-f.p().Done()
 			s.sleep(3 * time.Second)
 			s.restart(f)
 		case 2:
 			s.r.note("pause leader %s", l.id)
-			l.p().signal(syscall.SIGSTOP)
+			l.p().Signal(syscall.SIGSTOP)
 			s.sleep(3 * time.Second)
-			l.p().signal(syscall.SIGCONT)
+			l.p().Signal(syscall.SIGCONT)
 		case 3:
 			s.r.note("partition leader %s", l.id)
 			if err := s.tp.isolateRaft(l.i, []int{fs[0].i, fs[1].i}); err != nil {
@@ -439,9 +439,9 @@ func combined(s *srun) {
 			s.tp.heal(l.i)
 		case 4:
 			s.r.note("pause handler")
-			s.c.handler.signal(syscall.SIGSTOP)
+			s.c.handler.Signal(syscall.SIGSTOP)
 			s.sleep(2*lease + time.Second)
-			s.c.handler.signal(syscall.SIGCONT)
+			s.c.handler.Signal(syscall.SIGCONT)
 		}
 		for _, n := range s.c.nodes {
 			s.c.waitReady(n, 60*time.Second)
@@ -569,8 +569,8 @@ func runScenario(t *testing.T, sc *scenario, prof profile, seed uint64, r *resul
 
 	// Drain: every claim delivered and settled.
 	for _, n := range c.nodes {
-		if !n.p().running() {
-			r.violate("%s is not running after the heal (exit: %v)", n.id, n.p().exitErr)
+		if !n.p().Running() {
+			r.violate("%s is not running after the heal (exit: %v)", n.id, n.p().Err())
 			c.startNode(n)
 		}
 	}
@@ -630,13 +630,13 @@ func runScenario(t *testing.T, sc *scenario, prof profile, seed uint64, r *resul
 		// Keep every node's goroutine dump (Go prints one on SIGQUIT) in its
 		// log, which a failed run saves next to the report.
 		for _, n := range c.nodes {
-			n.p().signal(syscall.SIGQUIT)
+			n.p().Signal(syscall.SIGQUIT)
 		}
 		time.Sleep(time.Second)
 	}
 	// Stop the nodes, then look for the canary secret in every log and data file.
 	for _, n := range c.nodes {
-		n.p().stop(20 * time.Second)
+		n.p().Stop(20 * time.Second)
 	}
 	var dirs []string
 	for _, n := range c.nodes {

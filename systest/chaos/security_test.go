@@ -8,15 +8,12 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
-
-	"oncehook/internal/testproc"
 )
 
 // TestCanarySecretNeverLeaks runs a node whose source secrets are canaries
@@ -40,7 +37,7 @@ func TestCanarySecretNeverLeaks(t *testing.T) {
 		s.post("POST", "/in/stripe", sb, signStripe(t, sb, time.Now()), nil)
 	}
 	waitDelivered(t, s, "orders:canary-19", 1)
-	s.proc.signal(syscall.SIGHUP)
+	s.proc.Signal(syscall.SIGHUP)
 	time.Sleep(300 * time.Millisecond)
 	var answers []string
 	for _, p := range []string{"/v1/status", "/v1/events?limit=1000", "/v1/events/orders:canary-3?body=1",
@@ -133,26 +130,19 @@ func TestWorldReadableSecretRefused(t *testing.T) {
 			if err := os.Chmod(path, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			cmd := exec.Command(oncehookBin, "serve", "-config", s.cfg)
-			done := make(chan struct{})
-			var out []byte
-			var err error
-			go func() { out, err = testproc.CombinedOutput(cmd); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(15 * time.Second):
-				cmd.Process.Kill()
-				<-done
+			p, exited := serveExit(t, s.cfg)
+			if !exited {
 				t.Fatalf("the node started with a world-readable %s", f)
 			}
+			out, err := p.Output(), p.Err()
 			if err == nil {
 				t.Fatalf("exit 0 with a world-readable %s: %s", f, out)
 			}
-			if !strings.Contains(string(out), f) {
+			if !strings.Contains(out, f) {
 				t.Errorf("the refusal does not name the file: %s", out)
 			}
 			for _, n := range append(canaryNeedles(), []byte(stripeSecret), []byte(adminToken)) {
-				if strings.Contains(string(out), string(n)) {
+				if strings.Contains(out, string(n)) {
 					t.Errorf("the refusal prints the secret")
 				}
 			}

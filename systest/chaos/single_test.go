@@ -2,8 +2,8 @@ package chaos
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -76,8 +76,6 @@ func (r *recorder) count(key string) int {
 	return n
 }
 
-func freeAddr(t *testing.T) string { return testcluster.FreeAddr(t) }
-
 // githubSecret signs the github source's deliveries (GitHub signs the body
 // only: the replay guard's case).
 const githubSecret = "CANARYgithub0123456789abcdef0123"
@@ -89,51 +87,28 @@ func newSingle(t *testing.T, start bool) *single {
 	t.Helper()
 	dir := t.TempDir()
 	s := &single{t: t, dir: dir, data: filepath.Join(dir, "data"), cfg: filepath.Join(dir, "node.toml"),
-		logPath: filepath.Join(dir, "node.log"), intake: freeAddr(t), admin: freeAddr(t), secret: canarySecret, stripe: stripeSecret}
+		logPath: filepath.Join(dir, "node.log"), intake: testcluster.FreeAddr(t), admin: testcluster.FreeAddr(t), secret: canarySecret, stripe: stripeSecret}
 	s.rec = newRecorder(t)
 	writeSecret(t, filepath.Join(dir, "admin.token"), adminToken)
 	writeSecret(t, filepath.Join(dir, "orders.secret"), s.secret)
 	writeSecret(t, filepath.Join(dir, "stripe.secret"), s.stripe)
 	writeSecret(t, filepath.Join(dir, "github.secret"), githubSecret)
-	writeFile(t, s.cfg, fmt.Sprintf(`[node]
-id = "solo"
-data_dir = %q
-listen = %q
-log_level = "debug"
-
-[admin]
-listen = %q
-tokens = [{ name = "chaos", token_file = "admin.token" }]
-
-[[source]]
-name = "orders"
-provider = "standard"
-secret_files = ["orders.secret"]
-forward = "http://%s/orders"
-lease = "3s"
-forward_timeout = "2s"
-backoff_min = "50ms"
-backoff_max = "500ms"
-
-[[source]]
-name = "stripe"
-provider = "stripe"
-secret_files = ["stripe.secret"]
-forward = "http://%[5]s/stripe"
-max_body = "64KiB"
-
-[[source]]
-name = "svix"
-provider = "svix"
-secret_files = ["orders.secret"]
-forward = "http://%[5]s/svix"
-
-[[source]]
-name = "github"
-provider = "github"
-secret_files = ["github.secret"]
-forward = "http://%[5]s/github"
-`, s.data, s.intake, s.admin, s.rec.addr, s.rec.addr))
+	src := func(name, provider, secret, extra string) testcluster.SourceConfig {
+		return testcluster.SourceConfig{Name: name, Provider: provider, SecretFile: secret,
+			Forward: "http://" + s.rec.addr + "/" + name, Extra: extra}
+	}
+	orders := src("orders", "standard", "orders.secret", "")
+	orders.Lease, orders.ForwardTimeout, orders.BackoffMin, orders.BackoffMax = "3s", "2s", "50ms", "500ms"
+	cfg := testcluster.NodeConfig{ID: "solo", DataDir: s.data, Listen: s.intake, LogLevel: "debug",
+		AdminListen: s.admin, AdminTokenName: "chaos", AdminTokenFile: "admin.token",
+		Sources: []testcluster.SourceConfig{orders,
+			src("stripe", "stripe", "stripe.secret", `max_body = "64KiB"`),
+			src("svix", "svix", "orders.secret", ""),
+			src("github", "github", "github.secret", ""),
+		}}
+	if err := cfg.Write(s.cfg); err != nil {
+		t.Fatal(err)
+	}
 	if start {
 		s.start()
 	}
@@ -143,13 +118,22 @@ forward = "http://%[5]s/github"
 func (s *single) start() {
 	s.t.Helper()
 	s.proc = startProc(s.t, "solo", s.logPath, oncehookBin, "serve", "-config", s.cfg)
-	testcluster.WaitFor(s.t, "the node ready", testcluster.ReadyTimeout, func() bool {
-		if !s.proc.running() {
-			s.t.Fatalf("node exited: %v\n%s", s.proc.exitErr, s.proc.logTail(20))
-		}
-		code, _ := s.get("http://"+s.intake+"/readyz", false)
-		return code == 200
-	})
+	ctx := context.Background()
+	if err := testcluster.AwaitReady(ctx, "the node", s.proc, testcluster.ReadyTimeout, func() bool {
+		return testcluster.Ready(ctx, plainClient, "http://"+s.intake+"/readyz")
+	}); err != nil {
+		s.t.Fatalf("%v", err)
+	}
+}
+
+// serveExit starts a node on cfg that must refuse to start and waits up to
+// 15 s for it to exit; exited is false when it is still running then (the
+// test's cleanup kills it).
+func serveExit(t *testing.T, cfg string) (p *proc, exited bool) {
+	t.Helper()
+	p = testcluster.StartProc(t, "refused", "", oncehookBin, "serve", "-config", cfg)
+	err := testcluster.Await(context.Background(), "the node to exit", 15*time.Second, func() (bool, error) { return !p.Running(), nil })
+	return p, err == nil
 }
 
 var plainClient = &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableCompression: true, MaxIdleConnsPerHost: 64}}
@@ -190,7 +174,7 @@ func (s *single) exists(key string) bool {
 
 func (s *single) alive() bool {
 	code, _ := s.get("http://"+s.intake+"/livez", false)
-	return code == 200 && s.proc.running()
+	return code == 200 && s.proc.Running()
 }
 
 // sign returns the Standard Webhooks headers for body under secret.
@@ -256,6 +240,6 @@ func raw(addr string, payload []byte, wait time.Duration) (string, bool) {
 
 func stopSingle(s *single) {
 	if s.proc != nil {
-		s.proc.stop(20 * time.Second)
+		s.proc.Stop(20 * time.Second)
 	}
 }
