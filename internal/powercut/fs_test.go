@@ -3,8 +3,11 @@ package powercut
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -12,7 +15,86 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	if op := os.Getenv(childEnv); op != "" {
+		os.Exit(child(op, os.Args[len(os.Args)-1]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// childEnv makes the test binary a child that maps a file of the mount.
+// A page fault on a FUSE file waits for the FUSE server; when the server is
+// this same Go process, a stop-the-world garbage collection waits for the
+// faulting thread, which waits for the stopped server: both hang for good.
+// So whatever mmaps a file of the mount (bbolt, the mmap test) runs in a
+// child process, as the nodes of the system tests do.
+const childEnv = "POWERCUT_TEST_CHILD"
+
+// child runs op on path and reports on stdout; its exit code is 0 on success.
+func child(op, path string) int {
+	fail := func(err error) int { fmt.Println("error:", err); return 1 }
+	switch op {
+	case "mmap":
+		f, err := os.OpenFile(path, os.O_RDWR, 0)
+		if err != nil {
+			return fail(err)
+		}
+		mm, err := syscall.Mmap(int(f.Fd()), 0, 8192, syscall.PROT_READ, syscall.MAP_SHARED)
+		if err != nil {
+			return fail(err)
+		}
+		_ = mm[4096] // fault the page in before the write
+		if _, err := f.WriteAt([]byte("fresh"), 4096); err != nil {
+			return fail(err)
+		}
+		fmt.Printf("mmap:%s\n", mm[4096:4101])
+		return 0
+	case "bbolt", "bbolt-nosync":
+		db, err := bbolt.Open(path, 0o600, nil)
+		if err != nil {
+			return fail(err)
+		}
+		err = db.Update(func(tx *bbolt.Tx) error {
+			b, err := tx.CreateBucket([]byte("b"))
+			if err != nil {
+				return err
+			}
+			return b.Put([]byte("first"), []byte("1"))
+		})
+		if err != nil {
+			return fail(err)
+		}
+		db.NoSync = op == "bbolt-nosync"
+		err = db.Update(func(tx *bbolt.Tx) error {
+			return tx.Bucket([]byte("b")).Put([]byte("second"), bytes.Repeat([]byte("2"), 10000))
+		})
+		if err != nil {
+			return fail(err)
+		}
+		var seen bool
+		db.View(func(tx *bbolt.Tx) error {
+			seen = tx.Bucket([]byte("b")).Get([]byte("second")) != nil
+			return nil
+		})
+		// The process dies without closing: the power goes.
+		fmt.Printf("seen:%v\n", seen)
+		return 0
+	}
+	return fail(fmt.Errorf("unknown child op %q", op))
+}
+
+// runChild runs the test binary as a child doing op on path and returns what
+// it printed.
+func runChild(t *testing.T, op, path string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$", path)
+	cmd.Env = append(os.Environ(), childEnv+"="+op)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child %s: %v\n%s", op, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
 
 // mount mounts a fresh backing dir (pre-filled with files) and returns the
 // mount; the test's cleanup unmounts it if the test did not cut it.
@@ -182,21 +264,13 @@ func head(b []byte) []byte { return b[:min(len(b), 16)] }
 func TestWritesAreVisibleThroughTheMount(t *testing.T) {
 	m := mount(t, map[string][]byte{"a": pattern(8192, 1)})
 	path := filepath.Join(m.Mountpoint, "a")
-	f := open(t, path, os.O_RDWR)
-	defer f.Close()
-	mm, err := syscall.Mmap(int(f.Fd()), 0, 8192, syscall.PROT_READ, syscall.MAP_SHARED)
-	must(t, err)
-	defer syscall.Munmap(mm)
-	_ = mm[4096] // fault the page in before the write
-	_, err = f.WriteAt([]byte("fresh"), 4096)
-	must(t, err)
-	if got := string(mm[4096:4101]); got != "fresh" {
-		t.Errorf("mmap reads %q after the write, want %q", got, "fresh")
+	if got := runChild(t, "mmap", path); got != "mmap:fresh" {
+		t.Errorf("the child's mmap read %q after its write, want %q", got, "mmap:fresh")
 	}
 	r := open(t, path, os.O_RDONLY)
 	defer r.Close()
 	buf := make([]byte, 5)
-	_, err = r.ReadAt(buf, 4096)
+	_, err := r.ReadAt(buf, 4096)
 	must(t, err)
 	if string(buf) != "fresh" {
 		t.Errorf("read(2) of another handle gives %q, want %q", buf, "fresh")
@@ -245,34 +319,16 @@ func TestBbolt(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := mount(t, nil)
-			path := filepath.Join(m.Mountpoint, "db")
-			db, err := bbolt.Open(path, 0o600, nil)
-			must(t, err)
-			must(t, db.Update(func(tx *bbolt.Tx) error {
-				b, err := tx.CreateBucket([]byte("b"))
-				if err != nil {
-					return err
-				}
-				return b.Put([]byte("first"), []byte("1"))
-			}))
-			db.NoSync = tc.noSync
-			must(t, db.Update(func(tx *bbolt.Tx) error {
-				return tx.Bucket([]byte("b")).Put([]byte("second"), bytes.Repeat([]byte("2"), 10000))
-			}))
-			// The process dies without closing (bbolt's Close would not sync
-			// either, but keep the cut honest).
-			var seen bool
-			must(t, db.View(func(tx *bbolt.Tx) error {
-				seen = tx.Bucket([]byte("b")).Get([]byte("second")) != nil
-				return nil
-			}))
-			if !seen {
-				t.Fatal("the second commit is not visible through the mount before the cut")
+			op := "bbolt"
+			if tc.noSync {
+				op = "bbolt-nosync"
+			}
+			if got := runChild(t, op, filepath.Join(m.Mountpoint, "db")); got != "seen:true" {
+				t.Fatalf("the child reports %q: the second commit not visible through the mount before the cut", got)
 			}
 			must(t, m.Cut())
-			db.Close() // its descriptors point into the dead mount: EIO, ignored
 
-			db, err = bbolt.Open(filepath.Join(m.Backing, "db"), 0o600, nil)
+			db, err := bbolt.Open(filepath.Join(m.Backing, "db"), 0o600, nil)
 			must(t, err)
 			defer db.Close()
 			must(t, db.View(func(tx *bbolt.Tx) error {
