@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"oncehook/adminclient"
 	"oncehook/engine"
 	"os"
 	"os/signal"
@@ -27,7 +28,10 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	if err != nil && !errors.Is(err, flag.ErrHelp) {
 		var ue usageError
-		if errors.As(err, &ue) {
+		if cue := (adminclient.UsageError{}); errors.As(err, &cue) { // the client flags'
+			ue.msg = cue.Msg
+		}
+		if errors.As(err, &ue) || ue.msg != "" {
 			fmt.Fprintln(os.Stderr, "Error:", ue.msg)
 			os.Exit(2)
 		}
