@@ -27,7 +27,7 @@ func main() {
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	if msg, code := exitStatus(err); code != 0 {
-		if msg != "" {
+		if code == 1 || msg != "" {
 			fmt.Fprintln(os.Stderr, "Error:", msg)
 		}
 		os.Exit(code)
@@ -36,7 +36,8 @@ func main() {
 
 // exitStatus is what the process prints after "Error:" and its exit code for
 // run's err: 2 and the message for a usage error (the client flags' too,
-// adminclient.UsageError), 2 and nothing for -h, 1 and the error otherwise.
+// adminclient.UsageError), 2 and nothing printed for -h, 1 and the error
+// otherwise.
 func exitStatus(err error) (string, int) {
 	var ue usageError
 	var cue adminclient.UsageError

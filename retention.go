@@ -6,9 +6,9 @@ import (
 	"oncehook/forward"
 )
 
-// Retention (docs/architecture.md, Event states): the sweeper's bounds and
-// purge (POST /v1/purge, oncehook purge). The dead-letter metrics are
-// package metrics'.
+// Retention (docs/architecture.md, Event states): the sweeper's bounds. The
+// dead-letter metrics are package metrics'; oncehook purge is client.go's
+// cmdPurge.
 
 // sweepLimits derives the sweeper's bounds from the running config: the
 // schedule horizon is the longest backoff_max or lease of any source (or a

@@ -27,9 +27,10 @@ type Client struct {
 	http  *http.Client
 }
 
-// Flags adds -addr, -token-file and -ca to fs and returns a constructor,
-// to call once fs is parsed. The client speaks https when the address says https:// or
-// when a CA bundle is given (an address without a scheme then means https).
+// Flags adds -addr, -token-file and -ca to fs and returns a constructor, to
+// call once fs is parsed. The client speaks https when the address says
+// https:// or when a CA bundle is given (an address without a scheme then
+// means https).
 func Flags(fs *flag.FlagSet) func() (*Client, error) {
 	addr := fs.String("addr", os.Getenv("ONCEHOOK_ADDR"), "admin address (env ONCEHOOK_ADDR; default 127.0.0.1:7071; https://host:port for TLS)")
 	tokenFile := fs.String("token-file", os.Getenv("ONCEHOOK_TOKEN_FILE"), "file holding the admin token (env ONCEHOOK_TOKEN_FILE, or ONCEHOOK_TOKEN)")
