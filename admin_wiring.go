@@ -32,7 +32,7 @@ func withAuthClock(now func() time.Time) nodeOption {
 func (n *node) newAdminServer(cfg *config.Config) (*admin.Server, error) {
 	return admin.New(admin.Options{
 		Config:   n.cfg.Load,
-		Metrics:  promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}),
+		Metrics:  promhttp.HandlerFor(n.metrics.Registry(), promhttp.HandlerOpts{}),
 		Logger:   n.log,
 		Version:  version,
 		Timeouts: n.adminTimeouts,

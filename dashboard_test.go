@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"oncehook/admin"
+	"oncehook/metrics"
 )
 
 // grafanaDashboard is the part of docs/grafana-dashboard.json that Grafana
@@ -158,15 +159,12 @@ func TestDashboardFile(t *testing.T) {
 	}
 	m := tn.n.metrics
 	labels := map[string][]string{}
-	for _, c := range []prometheus.Collector{
-		m.requests, m.claims, m.sigFailures, m.deliveries, m.claimLatency, m.deliveryTime, m.reloadOK,
-		m.bodyChanged, m.replays, m.syncConflicts, m.schemaFailures, m.keys.fetchFailures, m.keys.active,
-		m.filteredTotal, m.rateLimitedTotal, m.rateLimitWait,
-		newRaftCollector(tn.n.cluster), admin.NewSourceCollector(tn.n.cluster, tn.n.configuredSourceNames),
-	} {
+	for _, c := range append(m.Collectors(),
+		metrics.NewRaftCollector(tn.n.cluster, version), admin.NewSourceCollector(tn.n.cluster, tn.n.configuredSourceNames),
+	) {
 		// Registering it again proves the node's registry already holds it.
 		var already prometheus.AlreadyRegisteredError
-		if err := m.reg.Register(c); !errors.As(err, &already) {
+		if err := m.Registry().Register(c); !errors.As(err, &already) {
 			t.Fatalf("a collector is not registered on the node's registry (Register: %v)", err)
 		}
 		ch := make(chan *prometheus.Desc, 16)
@@ -182,7 +180,7 @@ func TestDashboardFile(t *testing.T) {
 			labels[name] = ls
 		}
 	}
-	families, err := m.reg.Gather()
+	families, err := m.Registry().Gather()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,12 +6,10 @@ package main
 
 import (
 	"errors"
-	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 
 	"oncehook/cluster"
 	"oncehook/intake"
+	"oncehook/metrics"
 )
 
 var _ intake.Store = (*cluster.Node)(nil)
@@ -23,34 +21,5 @@ func claimNotCommitted(err error) bool {
 		errors.Is(err, cluster.ErrShutdown) || errors.Is(err, cluster.ErrNotLeader)
 }
 
-// intakeMetrics is the intake's view of the metrics (intake.Metrics).
-type intakeMetrics struct{ m *metrics }
-
-var _ intake.Metrics = intakeMetrics{}
-
-func (i intakeMetrics) Request(source string, code int)        { i.m.request(source, code) }
-func (i intakeMetrics) Claim(source string, created bool)      { i.m.claim(source, created) }
-func (i intakeMetrics) SignatureFailure(source, reason string) { i.m.signatureFailure(source, reason) }
-func (i intakeMetrics) ClaimDuration(d time.Duration)          { i.m.claimDuration(d) }
-func (i intakeMetrics) ReplaySuspected(source string)          { i.m.replaySuspected(source) }
-func (i intakeMetrics) SyncConflict(source string)             { i.m.syncConflict(source) }
-func (i intakeMetrics) DuplicateBodyChanged(source string)     { i.m.duplicateBodyChanged(source) }
-func (i intakeMetrics) Filtered(source, typ string)            { i.m.filtered(source, typ) }
-func (i intakeMetrics) SchemaFailure(source string)            { i.m.schemaFailure(source) }
-
-// initSchemaMetrics creates and registers the schema rejection counter; called
-// by newMetrics.
-func (m *metrics) initSchemaMetrics() {
-	m.schemaFailures = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "oncehook_schema_failures_total", Help: "Verified deliveries refused by the source's schema_file (400), by source.",
-	}, []string{"source"})
-	m.reg.MustRegister(m.schemaFailures)
-}
-
-// schemaFailure counts a body refused by its source's schema.
-func (m *metrics) schemaFailure(source string) {
-	if m == nil {
-		return
-	}
-	m.schemaFailures.WithLabelValues(source).Inc()
-}
+// *metrics.Metrics counts the intake's requests, claims and refusals.
+var _ intake.Metrics = (*metrics.Metrics)(nil)

@@ -10,6 +10,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"oncehook/adminclient"
 	"oncehook/engine"
 	"os"
 	"os/signal"
@@ -25,18 +26,32 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	if err != nil && !errors.Is(err, flag.ErrHelp) {
-		var ue usageError
-		if errors.As(err, &ue) {
-			fmt.Fprintln(os.Stderr, "Error:", ue.msg)
-			os.Exit(2)
+	if msg, code := exitStatus(err); code != 0 {
+		if code == 1 || msg != "" {
+			fmt.Fprintln(os.Stderr, "Error:", msg)
 		}
-		fmt.Fprintln(os.Stderr, "Error:", err)
-		os.Exit(1)
+		os.Exit(code)
 	}
-	if errors.Is(err, flag.ErrHelp) {
-		os.Exit(2)
+}
+
+// exitStatus is what the process prints after "Error:" and its exit code for
+// run's err: 2 and the message for a usage error (the client flags' too,
+// adminclient.UsageError), 2 and nothing printed for -h, 1 and the error
+// otherwise.
+func exitStatus(err error) (string, int) {
+	var ue usageError
+	var cue adminclient.UsageError
+	switch {
+	case err == nil:
+		return "", 0
+	case errors.Is(err, flag.ErrHelp):
+		return "", 2
+	case errors.As(err, &ue):
+		return ue.msg, 2
+	case errors.As(err, &cue):
+		return cue.Msg, 2
 	}
+	return err.Error(), 1
 }
 
 // usageError is a mistake in how a command was called (exit 2).

@@ -25,6 +25,7 @@ import (
 	"oncehook/forward"
 	"oncehook/intake"
 	"oncehook/keyset"
+	"oncehook/metrics"
 )
 
 // node is one running oncehook process: the intake, the admin API, the cluster
@@ -33,7 +34,7 @@ type node struct {
 	cfg     atomic.Pointer[config.Config]
 	log     *slog.Logger
 	level   *slog.LevelVar
-	metrics *metrics
+	metrics *metrics.Metrics
 	cluster *cluster.Node
 	intake  *intake.Server
 	keys    *keyset.Manager // keys_url sources' fetched keys
@@ -125,7 +126,7 @@ loop:
 // startNode binds the listeners first (a port conflict fails before any state
 // is touched), then opens the cluster node, then serves.
 func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stderr io.Writer, opts ...nodeOption) (*node, error) {
-	n := &node{log: log, level: level, metrics: newMetrics(), served: make(chan error, 2),
+	n := &node{log: log, level: level, metrics: metrics.New(), served: make(chan error, 2),
 		adminTimeouts: admin.DefaultTimeouts, authClock: time.Now}
 	for _, o := range opts {
 		o(n)
@@ -133,7 +134,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	n.cfg.Store(cfg)
 	// Raft's own go-metrics into the same registry, bridged before raft
 	// starts so its first samples are kept.
-	if err := bridgeRaftMetrics(n.metrics.reg); err != nil {
+	if err := n.metrics.BridgeRaft(); err != nil {
 		log.Warn("raft metrics bridge disabled", "err", err)
 	}
 	set, targets, err := compileSources(cfg)
@@ -185,13 +186,13 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	}
 
 	// Raft and event-state gauges, read at scrape time.
-	n.metrics.reg.MustRegister(newRaftCollector(n.cluster))
+	n.metrics.Registry().MustRegister(metrics.NewRaftCollector(n.cluster, version))
 	// Per-source pause state and backlog, read at scrape time.
-	n.metrics.reg.MustRegister(admin.NewSourceCollector(n.cluster, n.configuredSourceNames))
-	n.metrics.reg.MustRegister(newDeadCollector(n.cluster, n.configuredSourceNames))
-	n.metrics.deadExpiredSources(n.configuredSourceNames())
+	n.metrics.Registry().MustRegister(admin.NewSourceCollector(n.cluster, n.configuredSourceNames))
+	n.metrics.Registry().MustRegister(metrics.NewDeadCollector(n.cluster, n.configuredSourceNames))
+	n.metrics.DeadExpiredSources(n.configuredSourceNames())
 	// Published keys: keys_url sources verify with the fetched keys.
-	n.keys = keyset.NewManager(cfg.Node.DataDir, log, keysetMetrics{n.metrics}, version)
+	n.keys = keyset.NewManager(cfg.Node.DataDir, log, n.metrics.Keys(), version)
 	if err := n.keys.Attach(set, cfg); err != nil {
 		n.keys.Close()
 		n.cluster.Close()
@@ -199,7 +200,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		n.adminLn.Close()
 		return nil, err
 	}
-	iopts := intake.Options{Store: n.cluster, Sources: set, Logger: log, Metrics: intakeMetrics{n.metrics},
+	iopts := intake.Options{Store: n.cluster, Sources: set, Logger: log, Metrics: n.metrics,
 		MaxConnsPerIP: cfg.Node.MaxConnsPerIP, NotCommitted: claimNotCommitted}
 	if failpoint.Enabled { // chaos builds only: signatures checked against the test clock (S11)
 		iopts.Now = failpoint.Now
@@ -230,14 +231,14 @@ func (n *node) lead(ctx context.Context) {
 		Workers: 64,
 		Wake:    n.cluster.Wake(),
 		Logger:  n.log,
-		Observe: n.metrics.delivery,
+		Observe: n.metrics.Delivery,
 		// Deliveries that waited for their source's max_rate or a handler's
 		// Retry-After.
-		RateLimited: n.metrics.rateLimited,
+		RateLimited: n.metrics.RateLimited,
 		// Retention (retention.go): schedule repair, payload drops, dead
 		// letters deleted after dead_retention.
 		Limits:      n.sweepLimits,
-		DeadExpired: n.metrics.deadExpired,
+		DeadExpired: n.metrics.DeadExpired,
 		// Zero, the default, unless a failpoints build is told otherwise
 		// (failpoint/doc.go).
 		ExpireInterval: failpoint.ExpireInterval(),
@@ -300,7 +301,7 @@ func (n *node) reload(path string) {
 	old := n.cfg.Load()
 	cfg, err := config.Load(path)
 	if err != nil {
-		n.metrics.reloadOK.Set(0)
+		n.metrics.ConfigReloaded(false)
 		n.log.Error("reload rejected; keeping the running configuration", "err", err)
 		return
 	}
@@ -313,7 +314,7 @@ func (n *node) reload(path string) {
 		err = n.keys.Attach(set, cfg)
 	}
 	if err != nil {
-		n.metrics.reloadOK.Set(0)
+		n.metrics.ConfigReloaded(false)
 		n.log.Error("reload rejected; keeping the running configuration", "err", err)
 		return
 	}
@@ -325,7 +326,7 @@ func (n *node) reload(path string) {
 	if cert != nil {
 		n.admin.UseCert(cert)
 	}
-	n.metrics.reloadOK.Set(1)
+	n.metrics.ConfigReloaded(true)
 	for _, w := range cfg.Warnings() {
 		n.log.Warn(w)
 	}

@@ -49,7 +49,7 @@ type Store interface {
 	Replay(ctx context.Context, c engine.Command) (engine.Result, error)
 }
 
-// Metrics counts what the intake decides. Package main implements it over
+// Metrics counts what the intake decides. Package metrics implements it over
 // its Prometheus collectors; the metric names are docs/reference.md's.
 type Metrics interface {
 	// Request counts one answered POST /in/{source} ("" for an unknown source).

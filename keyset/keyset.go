@@ -539,7 +539,7 @@ type Manager struct {
 	sets map[string]*sourceKeys // by source name
 }
 
-// Metrics counts what the key sets see. Package main implements it over its
+// Metrics counts what the key sets see. Package metrics implements it over its
 // collectors (oncehook_keys_fetch_failures_total, oncehook_keys_active).
 type Metrics interface {
 	// FetchFailure counts a failed fetch (network, status, size, bad

@@ -1,4 +1,4 @@
-package main
+package metrics
 
 import (
 	"strconv"
@@ -6,12 +6,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"oncehook/engine"
 )
 
-// metrics holds the intake's and the forwarder's Prometheus collectors. Labels
-// stay low-cardinality: a source name, a status code, an outcome; never a key,
-// a URL or a body field.
-type metrics struct {
+// Metrics holds the node's registry and the intake's, the key sets' and the
+// forwarder's Prometheus collectors. Labels stay low-cardinality: a source
+// name, a status code, an outcome; never a key, a URL or a body field.
+type Metrics struct {
 	reg          *prometheus.Registry
 	requests     *prometheus.CounterVec
 	claims       *prometheus.CounterVec
@@ -26,7 +28,7 @@ type metrics struct {
 	replays       *prometheus.CounterVec
 	syncConflicts *prometheus.CounterVec
 
-	// filtered counts deliveries a source's type filter answered without a
+	// Filtered counts deliveries a source's type filter answered without a
 	// claim; the type label is a configured type or "other".
 	filteredTotal *prometheus.CounterVec
 
@@ -35,9 +37,14 @@ type metrics struct {
 	rateLimitedTotal *prometheus.CounterVec
 	rateLimitWait    *prometheus.CounterVec
 
-	schemaFailures *prometheus.CounterVec // intake_wiring.go
-	keys           *keysMetrics           // keyset_wiring.go
-	retention      *retentionMetrics      // retention.go
+	// schemaFailures counts bodies refused by their source's schema_file.
+	schemaFailures *prometheus.CounterVec
+	// keysFetchFailures and keysActive are the keys_url collectors.
+	keysFetchFailures *prometheus.CounterVec
+	keysActive        *prometheus.GaugeVec
+	// deadExpired counts the dead letters Expire deleted after their
+	// dead_retention.
+	deadExpired *prometheus.CounterVec
 }
 
 var codeStrings = func() (s [600]string) {
@@ -47,8 +54,10 @@ var codeStrings = func() (s [600]string) {
 	return
 }()
 
-func newMetrics() *metrics {
-	m := &metrics{
+// New creates the node's registry and registers on it the process and Go
+// collectors and every counter, histogram and gauge of Metrics.
+func New() *Metrics {
+	m := &Metrics{
 		reg: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncehook_requests_total", Help: "Intake requests by source and status code.",
@@ -97,18 +106,53 @@ func newMetrics() *metrics {
 		reloadOK: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "oncehook_config_last_reload_successful", Help: "1 if the last configuration reload succeeded.",
 		}),
+		schemaFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_schema_failures_total", Help: "Verified deliveries refused by the source's schema_file (400), by source.",
+		}, []string{"source"}),
+		keysFetchFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_keys_fetch_failures_total", Help: "Failed keys_url fetches (network, status, size, bad document), by source.",
+		}, []string{"source"}),
+		keysActive: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "oncehook_keys_active", Help: "keys_url keys in force (past nbf, before exp), by source.",
+		}, []string{"source"}),
+		deadExpired: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "oncehook_dead_expired_total",
+			Help: "Dead letters deleted because their source's dead_retention passed (each logged at warn with its key), by source.",
+		}, []string{"source"}),
 	}
 	m.reloadOK.Set(1)
 	m.reg.MustRegister(m.requests, m.claims, m.sigFailures, m.deliveries, m.bodyChanged, m.replays, m.syncConflicts, m.filteredTotal, m.claimLatency, m.deliveryTime, m.reloadOK,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.reg.MustRegister(m.rateLimitedTotal, m.rateLimitWait)
-	m.initSchemaMetrics()
-	m.initKeysMetrics()
-	m.initRetentionMetrics()
+	m.reg.MustRegister(m.schemaFailures)
+	m.reg.MustRegister(m.keysFetchFailures, m.keysActive)
+	m.reg.MustRegister(m.deadExpired)
 	return m
 }
 
-func (m *metrics) request(source string, code int) {
+// Registry is the node's registry: what /metrics serves, and where the
+// wiring registers the collectors that read the cluster node.
+func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
+
+// Collectors are the counters, histograms and gauges New registered (not the
+// process and Go collectors): every oncehook series but the scrape-time
+// collectors'.
+func (m *Metrics) Collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.requests, m.claims, m.sigFailures, m.deliveries, m.claimLatency, m.deliveryTime,
+		m.reloadOK, m.bodyChanged, m.replays, m.syncConflicts, m.schemaFailures, m.keysFetchFailures, m.keysActive,
+		m.filteredTotal, m.rateLimitedTotal, m.rateLimitWait, m.deadExpired}
+}
+
+// ConfigReloaded sets oncehook_config_last_reload_successful.
+func (m *Metrics) ConfigReloaded(ok bool) {
+	if m == nil {
+		return
+	}
+	m.reloadOK.Set(b2f(ok))
+}
+
+// Request counts one answered intake request by source and status code.
+func (m *Metrics) Request(source string, code int) {
 	if m == nil {
 		return
 	}
@@ -119,7 +163,8 @@ func (m *metrics) request(source string, code int) {
 	m.requests.WithLabelValues(source, c).Inc()
 }
 
-func (m *metrics) claim(source string, created bool) {
+// Claim counts a verified delivery, new or duplicate.
+func (m *Metrics) Claim(source string, created bool) {
 	if m == nil {
 		return
 	}
@@ -130,21 +175,24 @@ func (m *metrics) claim(source string, created bool) {
 	m.claims.WithLabelValues(source, r).Inc()
 }
 
-func (m *metrics) signatureFailure(source, reason string) {
+// SignatureFailure counts a rejected signature by reason.
+func (m *Metrics) SignatureFailure(source, reason string) {
 	if m == nil {
 		return
 	}
 	m.sigFailures.WithLabelValues(source, reason).Inc()
 }
 
-func (m *metrics) claimDuration(d time.Duration) {
+// ClaimDuration observes one intake request's latency.
+func (m *Metrics) ClaimDuration(d time.Duration) {
 	if m == nil {
 		return
 	}
 	m.claimLatency.Observe(d.Seconds())
 }
 
-func (m *metrics) delivery(source, outcome string, d time.Duration) {
+// Delivery counts one handler call by outcome and observes its latency.
+func (m *Metrics) Delivery(source, outcome string, d time.Duration) {
 	if m == nil {
 		return
 	}
@@ -152,42 +200,92 @@ func (m *metrics) delivery(source, outcome string, d time.Duration) {
 	m.deliveryTime.Observe(d.Seconds())
 }
 
-func (m *metrics) replaySuspected(source string) {
+// ReplaySuspected counts a body the replay guard found under another key.
+func (m *Metrics) ReplaySuspected(source string) {
 	if m == nil {
 		return
 	}
 	m.replays.WithLabelValues(source).Inc()
 }
 
-func (m *metrics) syncConflict(source string) {
+// SyncConflict counts a sync-mode duplicate whose body differs (409).
+func (m *Metrics) SyncConflict(source string) {
 	if m == nil {
 		return
 	}
 	m.syncConflicts.WithLabelValues(source).Inc()
 }
 
-func (m *metrics) duplicateBodyChanged(source string) {
+// DuplicateBodyChanged counts a duplicate whose body differs from the
+// stored event's.
+func (m *Metrics) DuplicateBodyChanged(source string) {
 	if m == nil {
 		return
 	}
 	m.bodyChanged.WithLabelValues(source).Inc()
 }
 
-// filtered counts a delivery dropped by its source's type filter; typ is a
+// Filtered counts a delivery dropped by its source's type filter; typ is a
 // configured type or "other", so the label set stays bounded by the config.
-func (m *metrics) filtered(source, typ string) {
+func (m *Metrics) Filtered(source, typ string) {
 	if m == nil {
 		return
 	}
 	m.filteredTotal.WithLabelValues(source, typ).Inc()
 }
 
-// rateLimited counts a delivery that waited d for its source's rate limit or
+// RateLimited counts a delivery that waited d for its source's rate limit or
 // hold.
-func (m *metrics) rateLimited(source string, d time.Duration) {
+func (m *Metrics) RateLimited(source string, d time.Duration) {
 	if m == nil {
 		return
 	}
 	m.rateLimitedTotal.WithLabelValues(source).Inc()
 	m.rateLimitWait.WithLabelValues(source).Add(d.Seconds())
+}
+
+// SchemaFailure counts a body refused by its source's schema.
+func (m *Metrics) SchemaFailure(source string) {
+	if m == nil {
+		return
+	}
+	m.schemaFailures.WithLabelValues(source).Inc()
+}
+
+// DeadExpiredSources exports oncehook_dead_expired_total at 0 for sources,
+// so that a rate or an alert sees the series before the first expiry.
+func (m *Metrics) DeadExpiredSources(sources []string) {
+	for _, s := range sources {
+		m.deadExpired.WithLabelValues(s)
+	}
+}
+
+// DeadExpired counts one dead letter deleted by expiry.
+func (m *Metrics) DeadExpired(ev engine.Event) {
+	if m == nil {
+		return
+	}
+	m.deadExpired.WithLabelValues(ev.Source).Inc()
+}
+
+// Keys is the key sets' view of the metrics (keyset.Metrics).
+func (m *Metrics) Keys() Keys { return Keys{m} }
+
+// Keys counts the keys_url fetches and the keys in force.
+type Keys struct{ m *Metrics }
+
+// FetchFailure counts a failed fetch of source's keys_url.
+func (k Keys) FetchFailure(source string) {
+	if k.m == nil {
+		return
+	}
+	k.m.keysFetchFailures.WithLabelValues(source).Inc()
+}
+
+// Active reports how many of source's published keys are in force.
+func (k Keys) Active(source string, n int) {
+	if k.m == nil {
+		return
+	}
+	k.m.keysActive.WithLabelValues(source).Set(float64(n))
 }

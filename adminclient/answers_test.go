@@ -1,15 +1,16 @@
-package main
+package adminclient
 
 import (
 	"bytes"
 	"flag"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
-	"time"
+
+	"oncehook/admin"
 )
 
 var updateGolden = flag.Bool("update", false, "rewrite testdata/client/*.golden from the current output")
@@ -44,8 +45,8 @@ const (
 	pauseAnswer  = `{"source":"orders","paused":true,"changed":true}`
 )
 
-// TestClientAnswersPrint: the client commands print the admin API's answers
-// exactly as testdata/client/*.golden records (the table of `status`, and
+// TestClientAnswersPrint: the client prints the admin API's answers exactly
+// as testdata/client/*.golden records (the table of `status`, and
 // the JSON of `status -json`, `events show`, `replay` and `pause`).
 func TestClientAnswersPrint(t *testing.T) {
 	answers := map[string]string{}
@@ -62,31 +63,40 @@ func TestClientAnswersPrint(t *testing.T) {
 	t.Setenv("ONCEHOOK_TOKEN_FILE", "")
 	t.Setenv("ONCEHOOK_TOKEN", "test-token")
 
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	mk := Flags(fs)
+	if err := fs.Parse([]string{"-addr", srv.URL}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := mk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+
 	tests := []struct {
 		golden string
 		route  string
 		answer string
-		args   []string
+		call   func(w io.Writer) error
 	}{
-		{"status", "GET /v1/status", statusNow, []string{"status"}},
-		{"status_json", "GET /v1/status", statusNow, []string{"status", "-json"}},
-		{"status_older_node", "GET /v1/status", statusOld, []string{"status"}},
-		{"status_older_node_json", "GET /v1/status", statusOld, []string{"status", "-json"}},
-		{"events_show", "GET /v1/events/stripe:evt_1", eventAnswer, []string{"events", "show", "stripe:evt_1"}},
-		{"replay", "POST /v1/replay", replayAnswer, []string{"replay", "-key", "stripe:evt_1", "-reason", "fixed"}},
-		{"pause", "POST /v1/sources/orders/pause", pauseAnswer, []string{"pause", "-source", "orders", "-reason", "deploy"}},
+		{"status", "GET /v1/status", statusNow, func(w io.Writer) error { return c.Status(ctx, w, false) }},
+		{"status_json", "GET /v1/status", statusNow, func(w io.Writer) error { return c.Status(ctx, w, true) }},
+		{"status_older_node", "GET /v1/status", statusOld, func(w io.Writer) error { return c.Status(ctx, w, false) }},
+		{"status_older_node_json", "GET /v1/status", statusOld, func(w io.Writer) error { return c.Status(ctx, w, true) }},
+		{"events_show", "GET /v1/events/stripe:evt_1", eventAnswer, func(w io.Writer) error { return c.ShowEvent(ctx, w, "stripe:evt_1", false) }},
+		{"replay", "POST /v1/replay", replayAnswer, func(w io.Writer) error {
+			return c.Replay(ctx, w, admin.ReplayRequest{Keys: []string{"stripe:evt_1"}, Reason: "fixed"})
+		}},
+		{"pause", "POST /v1/sources/orders/pause", pauseAnswer, func(w io.Writer) error { return c.Pause(ctx, w, "orders", "deploy", true) }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.golden, func(t *testing.T) {
 			clear(answers)
 			answers[tc.route] = tc.answer
-			var out, errOut bytes.Buffer
-			args := append(tc.args[:1:1], append([]string{"-addr", srv.URL}, tc.args[1:]...)...)
-			if tc.args[0] == "events" {
-				args = append([]string{"events", "show", "-addr", srv.URL}, tc.args[2:]...)
-			}
-			if err := run(ctxTimeout(t, 30*time.Second), args, &out, &errOut); err != nil {
-				t.Fatalf("%v: %v\n%s", args, err, errOut.String())
+			var out bytes.Buffer
+			if err := tc.call(&out); err != nil {
+				t.Fatalf("%s: %v", tc.golden, err)
 			}
 			path := filepath.Join("testdata", "client", tc.golden+".golden")
 			if *updateGolden {
@@ -102,7 +112,7 @@ func TestClientAnswersPrint(t *testing.T) {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(out.Bytes(), want) {
-				t.Errorf("%s printed\n%s\nwant (%s)\n%s", strings.Join(tc.args, " "), out.String(), path, want)
+				t.Errorf("%s printed\n%s\nwant (%s)\n%s", tc.golden, out.String(), path, want)
 			}
 		})
 	}

@@ -1,4 +1,4 @@
-package main
+package metrics
 
 import (
 	"runtime"
@@ -21,15 +21,15 @@ import (
 //
 // Labels stay low-cardinality: a state name, and the build's version strings.
 type raftCollector struct {
-	node  raftSource
+	node  RaftSource
 	build [3]string // version, revision, goversion
 
 	isLeader, hasLeader, commit, applied, lastContact, leaderChanges *prometheus.Desc
 	events, oldestDead, buildInfo                                    *prometheus.Desc
 }
 
-// raftSource is what the collector needs from the cluster node.
-type raftSource interface {
+// RaftSource is what the Raft collector needs from the cluster node.
+type RaftSource interface {
 	// Status reports role, leader, indexes and the leader-change count.
 	Status() cluster.Status
 	// LastContactAge is 0 on the leader, -1 when this node never heard a leader.
@@ -40,15 +40,18 @@ type raftSource interface {
 	List(engine.ListFilter) ([]engine.Event, error)
 }
 
-var _ raftSource = (*cluster.Node)(nil)
+var _ RaftSource = (*cluster.Node)(nil)
 
-func newRaftCollector(n raftSource) *raftCollector {
+// NewRaftCollector returns the collector of the Raft and event-state gauges
+// read from n at scrape time, and of oncehook_build_info with version (the
+// binary's, set at build time).
+func NewRaftCollector(n RaftSource, version string) prometheus.Collector {
 	desc := func(name, help string, labels ...string) *prometheus.Desc {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &raftCollector{
 		node:          n,
-		build:         buildLabels(),
+		build:         buildLabels(version),
 		isLeader:      desc("oncehook_raft_is_leader", "1 if this node is the Raft leader."),
 		hasLeader:     desc("oncehook_raft_has_leader", "1 if this node knows a Raft leader."),
 		commit:        desc("oncehook_raft_commit_index", "The Raft commit index this node knows."),
@@ -112,7 +115,7 @@ func b2f(b bool) float64 {
 
 // buildLabels returns version, the VCS revision go build embedded, and the Go
 // version, for oncehook_build_info.
-func buildLabels() [3]string {
+func buildLabels(version string) [3]string {
 	rev := "unknown"
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		for _, s := range bi.Settings {
@@ -124,8 +127,8 @@ func buildLabels() [3]string {
 	return [3]string{version, rev, runtime.Version()}
 }
 
-// bridgeRaftMetrics routes what hashicorp/raft and raft-boltdb emit through
-// go-metrics into reg, as oncehook_raft_* (timers are summaries in
+// BridgeRaft routes what hashicorp/raft and raft-boltdb emit through
+// go-metrics into the registry, as oncehook_raft_* (timers are summaries in
 // milliseconds, as go-metrics measures them).
 //
 // raft v1.7.3 and raft-boltdb/v2 v2.3.1 emit through
@@ -139,10 +142,10 @@ func buildLabels() [3]string {
 // runtime). The legacy per-peer series, whose metric names carry a peer id
 // (raft emits a labelled twin of each), are filtered out. Series never expire:
 // their label values (peer ids, RPC types) are bounded by the cluster's size.
-func bridgeRaftMetrics(reg prometheus.Registerer) error {
+func (m *Metrics) BridgeRaft() error {
 	sink, err := gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{
 		Name:       "oncehook_go_metrics_bridge",
-		Registerer: reg,
+		Registerer: m.reg,
 		Expiration: 0,
 	})
 	if err != nil {

@@ -1,0 +1,137 @@
+package adminclient
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+)
+
+// UsageError is a mistake in how a command was called: the CLI exits 2.
+type UsageError struct{ Msg string }
+
+func (e UsageError) Error() string { return e.Msg }
+
+// Client talks to a node's admin API for the client commands.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// Flags adds -addr, -token-file and -ca to fs and returns a constructor, to
+// call once fs is parsed. The client speaks https when the address says
+// https:// or when a CA bundle is given (an address without a scheme then
+// means https).
+func Flags(fs *flag.FlagSet) func() (*Client, error) {
+	addr := fs.String("addr", os.Getenv("ONCEHOOK_ADDR"), "admin address (env ONCEHOOK_ADDR; default 127.0.0.1:7071; https://host:port for TLS)")
+	tokenFile := fs.String("token-file", os.Getenv("ONCEHOOK_TOKEN_FILE"), "file holding the admin token (env ONCEHOOK_TOKEN_FILE, or ONCEHOOK_TOKEN)")
+	caFile := fs.String("ca", os.Getenv("ONCEHOOK_CA"), "PEM bundle of the CAs to trust for an https admin address (env ONCEHOOK_CA; implies https)")
+	return func() (*Client, error) {
+		a := *addr
+		if a == "" {
+			a = "127.0.0.1:7071"
+		}
+		switch {
+		case !strings.Contains(a, "://") && *caFile != "":
+			a = "https://" + a
+		case !strings.Contains(a, "://"):
+			a = "http://" + a
+		case strings.HasPrefix(a, "http://") && *caFile != "":
+			return nil, UsageError{fmt.Sprintf("-ca (or ONCEHOOK_CA) is for https, but the address is %s", a)}
+		}
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		if *caFile != "" {
+			pem, err := os.ReadFile(*caFile)
+			if err != nil {
+				return nil, fmt.Errorf("ca file: %w", err)
+			}
+			pool := x509.NewCertPool()
+			if !pool.AppendCertsFromPEM(pem) {
+				return nil, fmt.Errorf("ca file %s holds no PEM certificate", *caFile)
+			}
+			tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+		}
+		tok := os.Getenv("ONCEHOOK_TOKEN")
+		if *tokenFile != "" {
+			b, err := os.ReadFile(*tokenFile)
+			if err != nil {
+				return nil, fmt.Errorf("token file: %w", err)
+			}
+			tok = strings.TrimSpace(string(b))
+		}
+		return &Client{base: strings.TrimRight(a, "/"), token: tok, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
+	}
+}
+
+// Do sends body (if any) as JSON and decodes a 2xx answer into out (if
+// any); any other status is an error with the API's error text.
+func (c *Client) Do(ctx context.Context, method, path string, body any, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	resp, err := c.raw(ctx, method, path, rd)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("%s %s: %d: %s", method, path, resp.StatusCode, errorText(data))
+	}
+	if out == nil {
+		return nil
+	}
+	return json.Unmarshal(data, out)
+}
+
+// errorText is the "error" of an admin API JSON error, or the body as is.
+func errorText(body []byte) string {
+	var e struct{ Error string }
+	if json.Unmarshal(body, &e) == nil && e.Error != "" {
+		return e.Error
+	}
+	return strings.TrimSpace(string(body))
+}
+
+func (c *Client) raw(ctx context.Context, method, path string, body io.Reader) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	return c.send(req)
+}
+
+func (c *Client) send(req *http.Request) (*http.Response, error) {
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if req.Body != nil && req.Header.Get("Content-Type") == "" {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("admin API %s: %w", c.base, err)
+	}
+	return resp, nil
+}
+
+// printJSON prints v as indented JSON.
+func printJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,227 @@
+package adminclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"text/tabwriter"
+
+	"oncehook/admin"
+)
+
+// The client commands' calls: one admin API request each, its answer
+// printed to w as `oncehook status`, `events`, `replay` and the others print
+// it (docs/reference.md).
+
+// Status prints GET /v1/status: the node's line, the members, the event
+// counts and the sources, or with asJSON the answer as it came.
+func (c *Client) Status(ctx context.Context, w io.Writer, asJSON bool) error {
+	var raw json.RawMessage
+	if err := c.Do(ctx, http.MethodGet, "/v1/status", nil, &raw); err != nil {
+		return err
+	}
+	if asJSON {
+		return printAnswer(w, raw)
+	}
+	var st statusAnswer
+	if err := json.Unmarshal(raw, &st); err != nil {
+		return fmt.Errorf("GET /v1/status: %w", err)
+	}
+	printStatus(w, &st)
+	return nil
+}
+
+// EventsQuery selects the events GET /v1/events lists; empty fields do not
+// filter.
+type EventsQuery struct {
+	State, Source string
+	Limit         int
+	After         string // the cursor a previous page printed
+}
+
+// Events prints one page of GET /v1/events as a table (or JSON), and on
+// stderr the -after that fetches the next page, if any.
+func (c *Client) Events(ctx context.Context, stdout, stderr io.Writer, eq EventsQuery, asJSON bool) error {
+	q := url.Values{}
+	if eq.State != "" {
+		q.Set("state", eq.State)
+	}
+	if eq.Source != "" {
+		q.Set("source", eq.Source)
+	}
+	q.Set("limit", fmt.Sprint(eq.Limit))
+	if eq.After != "" {
+		q.Set("after", eq.After)
+	}
+	var out struct {
+		Events []admin.Event `json:"events"`
+		Next   string        `json:"next"`
+	}
+	if err := c.Do(ctx, http.MethodGet, "/v1/events?"+q.Encode(), nil, &out); err != nil {
+		return err
+	}
+	if asJSON {
+		return printJSON(stdout, out)
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "KEY\tSTATE\tATTEMPTS\tSTEP\tUPDATED\tLAST ERROR")
+	for _, e := range out.Events {
+		step := e.Step
+		if step == "" {
+			step = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", e.Key, e.State, e.Attempts, step, e.UpdatedAt, e.LastError)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if out.Next != "" {
+		fmt.Fprintf(stderr, "more events: add -after %q\n", out.Next)
+	}
+	return nil
+}
+
+// ShowEvent prints GET /v1/events/{key} as it came; with body, its headers,
+// cached response and payload too.
+func (c *Client) ShowEvent(ctx context.Context, w io.Writer, key string, body bool) error {
+	path := "/v1/events/" + url.PathEscape(key)
+	if body {
+		path += "?body=1"
+	}
+	var ev json.RawMessage
+	if err := c.Do(ctx, http.MethodGet, path, nil, &ev); err != nil {
+		return err
+	}
+	return printAnswer(w, ev)
+}
+
+// Replay posts req to /v1/replay and prints the answer.
+func (c *Client) Replay(ctx context.Context, w io.Writer, req admin.ReplayRequest) error {
+	return c.post(ctx, w, "/v1/replay", req)
+}
+
+// Purge posts req to /v1/purge and prints the answer.
+func (c *Client) Purge(ctx context.Context, w io.Writer, req admin.PurgeRequest) error {
+	return c.post(ctx, w, "/v1/purge", req)
+}
+
+// Pause posts to /v1/sources/{source}/pause (or .../resume when pause is
+// false) and prints the answer.
+func (c *Client) Pause(ctx context.Context, w io.Writer, source, reason string, pause bool) error {
+	verb := "resume"
+	if pause {
+		verb = "pause"
+	}
+	path := "/v1/sources/" + url.PathEscape(source) + "/" + verb
+	return c.post(ctx, w, path, admin.PauseRequest{Reason: reason})
+}
+
+// post sends req as JSON and prints the answer as it came.
+func (c *Client) post(ctx context.Context, w io.Writer, path string, req any) error {
+	var out json.RawMessage
+	if err := c.Do(ctx, http.MethodPost, path, req, &out); err != nil {
+		return err
+	}
+	return printAnswer(w, out)
+}
+
+// ListPeers prints the Raft configuration's members of GET /v1/status.
+func (c *Client) ListPeers(ctx context.Context, w io.Writer) error {
+	var st struct {
+		Nodes []struct{ ID, Address, Suffrage, State string } `json:"nodes"`
+	}
+	if err := c.Do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "Node\tID\tAddress\tState\tVoter")
+	for _, n := range st.Nodes {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", n.ID, n.ID, n.Address, n.State, n.Suffrage == "Voter")
+	}
+	return tw.Flush()
+}
+
+// RemovePeer removes server id from the Raft configuration.
+func (c *Client) RemovePeer(ctx context.Context, w io.Writer, id string) error {
+	if err := c.Do(ctx, http.MethodDelete, "/v1/cluster/peers/"+url.PathEscape(id), nil, nil); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "removed %s\n", id)
+	return nil
+}
+
+// SaveSnapshot streams GET /v1/backup into file, through file.tmp synced and
+// renamed, so that file is a whole backup or not there. It streams for as
+// long as the state takes: ctx bounds it, not the client's timeout.
+func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer, file string) error {
+	c.http.Timeout = 0
+	resp, err := c.raw(ctx, http.MethodGet, "/v1/backup", nil)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return fmt.Errorf("backup: %d: %s", resp.StatusCode, errorText(b))
+	}
+	tmp := file + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(f, resp.Body)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("write snapshot: %w", err)
+	}
+	if err := os.Rename(tmp, file); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "saved %s (%d bytes)\n", file, n)
+	return nil
+}
+
+// RestoreSnapshot posts file to /v1/restore. Like SaveSnapshot, ctx bounds
+// it, not the client's timeout.
+func (c *Client) RestoreSnapshot(ctx context.Context, w io.Writer, file string) error {
+	c.http.Timeout = 0
+	f, err := os.Open(file)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/restore", f)
+	if err != nil {
+		return err
+	}
+	// The length lets the node refuse a backup over admin.max_restore
+	// before any of it is sent.
+	req.ContentLength = fi.Size()
+	req.Header.Set("Content-Type", "application/octet-stream")
+	req.Header.Set("Expect", "100-continue")
+	resp, err := c.send(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("restore: %d: %s", resp.StatusCode, errorText(b))
+	}
+	fmt.Fprintf(w, "restored %s\n", file)
+	return nil
+}

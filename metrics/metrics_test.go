@@ -1,0 +1,135 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"oncehook/engine"
+)
+
+// scrape returns what /metrics serves of reg, and its status code.
+func scrape(t *testing.T, reg *prometheus.Registry) (string, int) {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	return rec.Body.String(), rec.Code
+}
+
+// missing returns the lines of want that text lacks.
+func missing(text string, want ...string) (miss []string) {
+	lines := strings.Split(text, "\n")
+	for _, w := range want {
+		if !slices.Contains(lines, w) {
+			miss = append(miss, w)
+		}
+	}
+	return miss
+}
+
+// TestCountersCount: each counting method moves its own series, with its
+// labels; a status code out of range is "other".
+func TestCountersCount(t *testing.T) {
+	m := New()
+	m.Request("s", 202)
+	m.Request("s", 999)
+	m.Claim("s", true)
+	m.Claim("s", false)
+	m.SchemaFailure("s")
+	m.Keys().FetchFailure("s")
+	m.Keys().Active("s", 3)
+	m.DeadExpired(engine.Event{Source: "s"})
+	m.DeadExpiredSources([]string{"quiet"})
+	m.ConfigReloaded(false)
+	text, code := scrape(t, m.Registry())
+	if code != http.StatusOK {
+		t.Fatalf("scrape: %d\n%s", code, text)
+	}
+	if miss := missing(text,
+		`oncehook_requests_total{code="202",source="s"} 1`,
+		`oncehook_requests_total{code="other",source="s"} 1`,
+		`oncehook_claims_total{result="new",source="s"} 1`,
+		`oncehook_claims_total{result="duplicate",source="s"} 1`,
+		`oncehook_schema_failures_total{source="s"} 1`,
+		`oncehook_keys_fetch_failures_total{source="s"} 1`,
+		`oncehook_keys_active{source="s"} 3`,
+		`oncehook_dead_expired_total{source="s"} 1`,
+		`oncehook_dead_expired_total{source="quiet"} 0`,
+		`oncehook_config_last_reload_successful 0`,
+	); len(miss) > 0 {
+		t.Errorf("scrape lacks %q:\n%s", miss, text)
+	}
+}
+
+// TestNilMetricsCountNothing: the wiring may hand out a nil *Metrics.
+func TestNilMetricsCountNothing(t *testing.T) {
+	var m *Metrics
+	m.Request("s", 200)
+	m.Claim("s", true)
+	m.SignatureFailure("s", "bad")
+	m.ClaimDuration(time.Millisecond)
+	m.Delivery("s", "done", time.Millisecond)
+	m.ReplaySuspected("s")
+	m.SyncConflict("s")
+	m.DuplicateBodyChanged("s")
+	m.Filtered("s", "other")
+	m.RateLimited("s", time.Second)
+	m.SchemaFailure("s")
+	m.DeadExpired(engine.Event{Source: "s"})
+	m.ConfigReloaded(true)
+	m.Keys().FetchFailure("s")
+	m.Keys().Active("s", 1)
+}
+
+type deadAt struct {
+	at  map[string]int64
+	err error
+}
+
+func (d deadAt) OldestDeadBySource([]string) (map[string]int64, error) { return d.at, d.err }
+
+// TestDeadCollector: one series per configured source, its oldest dead
+// letter's age or 0; a storage error fails the series, not the scrape's
+// other collectors.
+func TestDeadCollector(t *testing.T) {
+	now := time.Unix(1000, 0)
+	for _, tc := range []struct {
+		name string
+		src  deadAt
+		want map[string]float64 // source to age; nil: the scrape fails
+	}{
+		{"none dead", deadAt{}, map[string]float64{"a": 0, "b": 0}},
+		{"one dead", deadAt{at: map[string]int64{"b": now.Add(-90 * time.Second).UnixNano()}}, map[string]float64{"a": 0, "b": 90}},
+		{"clock behind", deadAt{at: map[string]int64{"a": now.Add(time.Minute).UnixNano()}}, map[string]float64{"a": 0, "b": 0}},
+		{"storage error", deadAt{err: errors.New("disk")}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewDeadCollector(tc.src, func() []string { return []string{"a", "b"} })
+			c.(*deadCollector).now = func() time.Time { return now }
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(c)
+			text, code := scrape(t, reg)
+			if tc.want == nil {
+				if code != http.StatusInternalServerError {
+					t.Fatalf("scrape %d without the storage error:\n%s", code, text)
+				}
+				return
+			}
+			var want []string
+			for s, v := range tc.want {
+				want = append(want, fmt.Sprintf("oncehook_dead_oldest_age_seconds{source=%q} %v", s, v))
+			}
+			if miss := missing(text, want...); code != http.StatusOK || len(miss) > 0 {
+				t.Errorf("scrape %d lacks %q:\n%s", code, miss, text)
+			}
+		})
+	}
+}
