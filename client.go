@@ -140,11 +140,12 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 func cmdRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return usageError{"raft needs list-peers or remove-peer"}
+		return usageError{"raft needs list-peers, remove-peer or transfer-leader"}
 	}
 	fs := newFlags("raft "+args[0], stderr)
 	mk := clientFlags(fs)
 	id := fs.String("id", "", "server id (remove-peer)")
+	to := fs.String("to", "", "the voter to lead (transfer-leader; default: the most up-to-date one)")
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -160,6 +161,8 @@ func cmdRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error
 			return usageError{"remove-peer needs -id"}
 		}
 		return c.RemovePeer(ctx, stdout, *id)
+	case "transfer-leader":
+		return c.TransferLeadership(ctx, stdout, *to)
 	}
 	return usageError{fmt.Sprintf("unknown raft command %q", args[0])}
 }

@@ -71,6 +71,7 @@ Usage:
   oncehook pause | resume -source S -reason R    hold or release a source's deliveries
   oncehook purge -state S -before T -reason R    delete dead, done or stale events [-source, -dry-run]
   oncehook raft list-peers | remove-peer -id N   cluster membership
+  oncehook raft transfer-leader [-to N]          hand leadership over (deliveries in flight finish first)
   oncehook snapshot save F | restore F           consistent backup and restore
   oncehook version
 

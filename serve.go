@@ -39,7 +39,6 @@ type node struct {
 	intake  *intake.Server
 	keys    *keyset.Manager // keys_url sources' fetched keys
 	targets atomic.Pointer[map[string]forward.Target]
-	fwd     atomic.Pointer[forward.Forwarder] // while this node leads
 
 	httpSrv *fasthttp.Server
 	httpLn  net.Listener
@@ -246,8 +245,10 @@ func (n *node) lead(ctx context.Context) {
 	// Claims proposed while a worker is free lease their event themselves.
 	n.cluster.SetLeaseSlots(f)
 	defer n.cluster.SetLeaseSlots(nil)
-	n.fwd.Store(f)
-	defer n.fwd.CompareAndSwap(f, nil)
+	// A hand-over (shutdown, or an operator's transfer) lets its deliveries
+	// in flight finish first.
+	n.cluster.SetDrainer(f)
+	defer n.cluster.SetDrainer(nil)
 	if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		n.log.Error("forwarder stopped", "err", err)
 	}
@@ -258,28 +259,15 @@ func (n *node) target(source string) (forward.Target, bool) {
 	return t, ok
 }
 
-// drainTimeout bounds how long a stopping leader waits for the deliveries in
-// flight. It fits, with the intake's 10 s, inside the systemd unit's
-// TimeoutStopSec (30 s); a handler slower than that is left to its lease.
-const drainTimeout = 10 * time.Second
-
-// shutdown closes the front door first, then lets a leader's deliveries in
-// flight finish (forward.Forwarder.Drain: an answer that arrives after the
-// hand-over could not be recorded, and its event would run again when its
-// lease ends), then closes the cluster node (which hands leadership over and
-// stops deliveries), then the admin API.
+// shutdown closes the front door first, then the cluster node (which lets
+// a leader's deliveries in flight finish, hands leadership over and stops
+// deliveries), then the admin API.
 func (n *node) shutdown() error {
 	var errs []error
 	if err := n.httpSrv.ShutdownWithContext(timeoutCtx(10 * time.Second)); err != nil {
 		errs = append(errs, fmt.Errorf("intake shutdown: %w", err))
 	}
 	n.keys.Close()
-	if f := n.fwd.Load(); f != nil {
-		if err := f.Drain(timeoutCtx(drainTimeout)); err != nil {
-			n.log.Warn("shutdown: deliveries still in flight; their events run again when their leases end",
-				"waited", drainTimeout)
-		}
-	}
 	if err := n.cluster.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("cluster close: %w", err))
 	}

@@ -41,6 +41,7 @@ func (s *Server) handler() http.Handler {
 	auth("POST /v1/sources/{name}/resume", s.adminResume)
 	auth("POST /v1/cluster/join", s.adminJoin)
 	auth("DELETE /v1/cluster/peers/{id}", s.adminRemovePeer)
+	auth("POST /v1/cluster/leader", s.adminTransferLeadership)
 	auth("GET /v1/backup", s.adminBackup)
 	auth("POST /v1/restore", s.adminRestore)
 	auth("GET /debug/pprof/", pprof.Index)
@@ -485,6 +486,31 @@ func (s *Server) adminRemovePeer(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"removed": id})
+}
+
+// adminTransferLeadership hands leadership over: JSON {"to": id}, or an
+// empty body for whichever voter is most up to date.
+func (s *Server) adminTransferLeadership(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		To string `json:"to"`
+	}
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+		jsonError(w, http.StatusBadRequest, "transfer needs an empty body or JSON {\"to\": id}")
+		return
+	}
+	leader, err := s.store.TransferLeadership(r.Context(), req.To)
+	switch {
+	case errors.Is(err, cluster.ErrNotVoter):
+		jsonError(w, http.StatusBadRequest, err.Error())
+		return
+	case errors.Is(err, cluster.ErrSingleVoter):
+		jsonError(w, http.StatusConflict, err.Error())
+		return
+	case err != nil:
+		jsonError(w, clusterStatus(err), err.Error())
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]string{"leader": leader})
 }
 
 func clusterStatus(err error) int {

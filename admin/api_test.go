@@ -92,8 +92,11 @@ func (s *engineStore) Purge(context.Context, engine.State, string, time.Time, st
 }
 func (s *engineStore) Join(context.Context, string, string) error { return errNotHere }
 func (s *engineStore) RemovePeer(context.Context, string) error   { return errNotHere }
-func (s *engineStore) Backup(io.Writer) (int64, error)            { return 0, errNotHere }
-func (s *engineStore) Restore(context.Context, string) error      { return errNotHere }
+func (s *engineStore) TransferLeadership(context.Context, string) (string, error) {
+	return "", errNotHere
+}
+func (s *engineStore) Backup(io.Writer) (int64, error)       { return 0, errNotHere }
+func (s *engineStore) Restore(context.Context, string) error { return errNotHere }
 
 const testToken = "admin-token-for-tests-0123456789abcdef"
 

@@ -83,6 +83,10 @@ type Store interface {
 	// Join and RemovePeer change the membership (leader only).
 	Join(ctx context.Context, id, addr string) error
 	RemovePeer(ctx context.Context, id string) error
+	// TransferLeadership hands leadership to another voter (to, or any
+	// when ""), after the deliveries in flight finished, and returns the
+	// new leader's id (leader only).
+	TransferLeadership(ctx context.Context, to string) (string, error)
 	// Backup writes a consistent copy of the store; Restore replaces the
 	// cluster's state with the one in a file (leader only).
 	Backup(w io.Writer) (int64, error)

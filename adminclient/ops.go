@@ -154,6 +154,19 @@ func (c *Client) RemovePeer(ctx context.Context, w io.Writer, id string) error {
 	return nil
 }
 
+// TransferLeadership asks the leader to hand leadership to to (any voter
+// when "") once its deliveries in flight finished, and prints the new leader.
+func (c *Client) TransferLeadership(ctx context.Context, w io.Writer, to string) error {
+	var out struct {
+		Leader string `json:"leader"`
+	}
+	if err := c.Do(ctx, http.MethodPost, "/v1/cluster/leader", map[string]string{"to": to}, &out); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "leader is now %s\n", out.Leader)
+	return nil
+}
+
 // SaveSnapshot streams GET /v1/backup into file, through file.tmp synced and
 // renamed, so that file is a whole backup or not there. It streams for as
 // long as the state takes: ctx bounds it, not the client's timeout.

@@ -109,6 +109,7 @@ type Node struct {
 	mux      *mux
 	prop     *proposer
 	relay    *relayer
+	drainer  atomic.Pointer[drainerRef] // the leader's deliveries (transfer.go)
 	now      func() time.Time
 
 	// leaders is the leader this node observes, fed by a raft observer; a
@@ -594,6 +595,7 @@ func (n *Node) stopLeaderWork() {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		if n.raft != nil && !n.cfg.noTransfer && n.raft.State() == raft.Leader && n.voters() > 1 {
+			n.drainDeliveries(context.Background())
 			if err := n.raft.LeadershipTransfer().Error(); err != nil {
 				n.log.Warn("leadership transfer on shutdown", "err", err)
 			}

@@ -61,3 +61,19 @@ func (s *slots) wakeIdle() {
 		close(s.idle)
 	}
 }
+
+// Undrain ends a Drain: leasing goes on as before. A leader whose hand-over
+// failed (it still leads) calls it; a Run that ended since needs nothing.
+func (f *Forwarder) Undrain() {
+	s := f.slots
+	s.mu.Lock()
+	if !s.draining {
+		s.mu.Unlock()
+		return
+	}
+	s.draining = false
+	s.wakeIdle()
+	s.idle = nil
+	s.mu.Unlock()
+	s.signal() // the dispatcher leases again
+}

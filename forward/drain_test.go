@@ -115,3 +115,38 @@ func TestDrainStops(t *testing.T) {
 		t.Errorf("Drain after Run returned: %v", err)
 	}
 }
+
+// TestUndrain: a leader whose hand-over failed leases and delivers again.
+func TestUndrain(t *testing.T) {
+	l := newLeader(t)
+	h := &sink{}
+	srv := serve(t, h)
+	r := start(t, l, nil, Options{Targets: only(Target{URL: srv.URL, Timeout: time.Minute})})
+	waitFor(t, "the forwarder running", func() bool {
+		_, ticket, ok := r.f.ReserveSlot()
+		if ok {
+			r.f.ReleaseSlot(ticket)
+		}
+		return ok
+	})
+	if err := r.f.Drain(context.Background()); err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	waitFor(t, "no lease in flight", func() bool {
+		r.f.slots.mu.Lock()
+		defer r.f.slots.mu.Unlock()
+		return r.f.slots.leasing == 0
+	})
+	l.claim("src:a", "src", "a")
+	ticks(t, l, 3)
+	if ev := l.get("src:a"); ev.State != engine.StatePending {
+		t.Fatalf("a is %v while drained, want pending", ev.State)
+	}
+	r.f.Undrain()
+	waitFor(t, "a delivered after Undrain", stateIs(l, "src:a", engine.StateDone))
+	if _, ticket, ok := r.f.ReserveSlot(); !ok {
+		t.Errorf("claims get no worker after Undrain")
+	} else {
+		r.f.ReleaseSlot(ticket)
+	}
+}

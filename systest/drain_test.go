@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -50,6 +51,46 @@ func (h *slowHandler) count(key string) int {
 // hand-over could not be recorded, and the next leader would run the event
 // again).
 func TestLeaderStopFinishesDeliveries(t *testing.T) {
+	handOverUnderLoad(t, func(t *testing.T, c *testCluster, leader *clusterNode) {
+		if err := leader.Proc.Signal(syscall.SIGTERM); err != nil {
+			t.Fatalf("SIGTERM the leader: %v", err)
+		}
+	}, func(t *testing.T, c *testCluster, leader *clusterNode) {
+		select {
+		case <-leader.Proc.Done():
+		case <-time.After(testcluster.StopTimeout):
+			t.Fatalf("%s did not stop within %s of SIGTERM", leader.ID, testcluster.StopTimeout)
+		}
+		if code := leader.Proc.ExitCode(); code != 0 {
+			t.Errorf("the stopped leader exited %d\n%s", code, leader.Proc.Output())
+		}
+	})
+}
+
+// TestTransferLeaderFinishesDeliveries: `oncehook raft transfer-leader`
+// moves leadership to the node named, under load, the same way: no event
+// reaches the handler twice.
+func TestTransferLeaderFinishesDeliveries(t *testing.T) {
+	var to *clusterNode
+	handOverUnderLoad(t, func(t *testing.T, c *testCluster, leader *clusterNode) {
+		to = c.Other(leader)
+		t.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(filepath.Dir(leader.Cfg), "admin.token"))
+		out, code := run(t, leader.Dir, "raft", "transfer-leader", "-addr", leader.Admin, "-to", to.ID)
+		if code != 0 || !strings.Contains(out, "leader is now "+to.ID) {
+			t.Fatalf("transfer-leader -to %s: exit %d\n%s", to.ID, code, out)
+		}
+	}, func(t *testing.T, c *testCluster, leader *clusterNode) {
+		if l := c.Leader(); l != to {
+			t.Errorf("leader after the transfer is %s, want %s", l.ID, to.ID)
+		}
+	})
+}
+
+// handOverUnderLoad sends 40 events through a slow handler over three
+// nodes, makes the leader hand over (handOver) while the handler is
+// answering, checks what the hand-over left (after), and then that every
+// event is done on the other nodes and reached the handler exactly once.
+func handOverUnderLoad(t *testing.T, handOver, after func(*testing.T, *testCluster, *clusterNode)) {
 	if testing.Short() {
 		t.Skip("spawns three processes")
 	}
@@ -67,7 +108,7 @@ func TestLeaderStopFinishesDeliveries(t *testing.T) {
 	const total = 40
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	var stopped atomic.Bool
+	var handedOver atomic.Bool
 	ids := make(chan int, total)
 	for i := range total {
 		ids <- i
@@ -80,7 +121,7 @@ func TestLeaderStopFinishesDeliveries(t *testing.T) {
 				id := fmt.Sprintf("drain_%03d", i)
 				for try := 0; try < 100 && ctx.Err() == nil; try++ {
 					nd := c.Nodes[(i+try)%3]
-					if nd == leader && stopped.Load() {
+					if nd == leader && handedOver.Load() {
 						continue
 					}
 					if code := c.send(ctx, nd, id); code/100 == 2 {
@@ -94,26 +135,17 @@ func TestLeaderStopFinishesDeliveries(t *testing.T) {
 	testcluster.WaitFor(t, "the handler answering deliveries", 30*time.Second, func() bool {
 		return h.inFlight.Load() > 0
 	})
-	stopped.Store(true)
-	if err := leader.Proc.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM the leader: %v", err)
-	}
+	handedOver.Store(true)
+	handOver(t, c, leader)
 	wg.Wait()
-	select {
-	case <-leader.Proc.Done():
-	case <-time.After(testcluster.StopTimeout):
-		t.Fatalf("%s did not stop within %s of SIGTERM", leader.ID, testcluster.StopTimeout)
-	}
-	if code := leader.Proc.ExitCode(); code != 0 {
-		t.Errorf("the stopped leader exited %d\n%s", code, leader.Proc.Output())
-	}
+	after(t, c, leader)
 	if out := leader.Proc.Output(); strings.Contains(out, "deliveries still in flight") {
-		t.Errorf("the stopped leader gave up waiting for its deliveries:\n%s", out)
+		t.Errorf("the leader gave up waiting for its deliveries:\n%s", out)
 	}
 
 	others := []*clusterNode{c.Other(leader)}
 	others = append(others, c.Other(leader, others[0]))
-	testcluster.WaitFor(t, "every event done on the two running nodes", 60*time.Second, func() bool {
+	testcluster.WaitFor(t, "every event done on the two other nodes", 60*time.Second, func() bool {
 		for _, nd := range others {
 			st, ok := c.Status(nd)
 			if !ok || st.Counts["done"] != total {

@@ -165,7 +165,7 @@ func TestAdminAuthOnEveryRoute(t *testing.T) {
 	defer stopSingle(s)
 	routes := [][2]string{{"GET", "/livez"}, {"GET", "/readyz"}, {"GET", "/v1/status"}, {"GET", "/v1/events"},
 		{"GET", "/v1/events/orders:x"}, {"POST", "/v1/replay"}, {"POST", "/v1/cluster/join"},
-		{"DELETE", "/v1/cluster/peers/node2"}, {"GET", "/v1/backup"}, {"GET", "/debug/pprof/"},
+		{"DELETE", "/v1/cluster/peers/node2"}, {"POST", "/v1/cluster/leader"}, {"GET", "/v1/backup"}, {"GET", "/debug/pprof/"},
 		{"GET", "/debug/pprof/cmdline"}, {"GET", "/debug/pprof/symbol"}}
 	for _, rt := range routes {
 		// (A token with trailing spaces is the same token: HTTP strips

@@ -1,0 +1,129 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// Drainer lets a leader's delivery work finish before leadership moves:
+// Drain stops leasing and returns once every delivery in flight has its
+// outcome recorded, or when ctx ends (forward.Forwarder implements it). A
+// handler's answer that arrives after the hand-over cannot be recorded, and
+// its event would run again when its lease ends.
+type Drainer interface {
+	Drain(ctx context.Context) error
+	// Undrain ends a drain: the hand-over failed and this node still leads.
+	Undrain()
+}
+
+// drainTimeout bounds a drain before a hand-over: a handler slower than
+// that is left to its lease (its event runs again when the lease ends). With
+// the intake's own shutdown it fits the systemd unit's TimeoutStopSec.
+const drainTimeout = 10 * time.Second
+
+// SetDrainer makes d what this node drains before it hands leadership over
+// (nil: nothing). Set it while leading, unset it when delivery stops.
+func (n *Node) SetDrainer(d Drainer) {
+	if d == nil {
+		n.drainer.Store(nil)
+		return
+	}
+	n.drainer.Store(&drainerRef{d})
+}
+
+type drainerRef struct{ Drainer }
+
+// drainDeliveries drains the delivery work, if any, for at most drainTimeout
+// or until ctx ends, and says whether it finished.
+func (n *Node) drainDeliveries(ctx context.Context) bool {
+	ref := n.drainer.Load()
+	if ref == nil {
+		return true
+	}
+	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
+	defer cancel()
+	if err := ref.Drain(ctx); err != nil {
+		n.log.Warn("leadership hand-over: deliveries still in flight; their events run again when their leases end",
+			"err", err)
+		return false
+	}
+	return true
+}
+
+// ErrSingleVoter is returned by TransferLeadership when no other voter can
+// take over; ErrNotVoter when the node named is not another voter.
+var (
+	ErrSingleVoter = errors.New("no other voter to take leadership")
+	ErrNotVoter    = errors.New("not another voter of the cluster")
+)
+
+// TransferLeadership hands leadership to another voter (to, or the most
+// up-to-date one when to is ""), after this leader's deliveries in flight
+// finished (Drainer). It returns the new leader's id. Leader only:
+// ErrNotLeader elsewhere.
+func (n *Node) TransferLeadership(ctx context.Context, to string) (string, error) {
+	if n.raft.State() != raft.Leader {
+		return "", fmt.Errorf("transfer leadership: %w", ErrNotLeader)
+	}
+	if n.voters() < 2 {
+		return "", fmt.Errorf("transfer leadership: %w", ErrSingleVoter)
+	}
+	var addr raft.ServerAddress
+	if to != "" {
+		f := n.raft.GetConfiguration()
+		if err := f.Error(); err != nil {
+			return "", fmt.Errorf("transfer leadership: %w", err)
+		}
+		for _, s := range f.Configuration().Servers {
+			if s.ID == raft.ServerID(to) && s.Suffrage == raft.Voter {
+				addr = s.Address
+			}
+		}
+		if addr == "" || to == n.cfg.ID {
+			return "", fmt.Errorf("transfer leadership to %q: %w", to, ErrNotVoter)
+		}
+	}
+	n.drainDeliveries(ctx)
+	// If leadership did not move, deliveries go on here.
+	defer func() {
+		if ref := n.drainer.Load(); ref != nil && n.raft.State() == raft.Leader {
+			ref.Undrain()
+		}
+	}()
+	var fut raft.Future
+	if to == "" {
+		fut = n.raft.LeadershipTransfer()
+	} else {
+		fut = n.raft.LeadershipTransferToServer(raft.ServerID(to), addr)
+	}
+	if err := fut.Error(); err != nil {
+		return "", fmt.Errorf("transfer leadership: %w", translateApplyErr(err))
+	}
+	id := n.newLeader(ctx)
+	n.log.Info("leadership handed over", "to", id)
+	return id, nil
+}
+
+// newLeader waits, up to two election timeouts or ctx, until this node knows
+// another leader, and returns its id ("" when none is known by then).
+func (n *Node) newLeader(ctx context.Context) string {
+	t := time.NewTimer(2 * orDur(n.cfg.ElectionTimeout, time.Second))
+	defer t.Stop()
+	for {
+		_, epoch := n.leaders.current()
+		if _, id := n.raft.LeaderWithID(); id != "" && string(id) != n.cfg.ID {
+			return string(id)
+		}
+		select {
+		case <-epoch.Done(): // the observer saw a change
+		case <-t.C:
+			return ""
+		case <-ctx.Done():
+			return ""
+		}
+	}
+}

@@ -1,0 +1,101 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/hashicorp/raft"
+)
+
+// recordingDrainer stands for the leader's forwarder: it notes each Drain
+// and Undrain and whether its node still led when drained.
+type recordingDrainer struct {
+	n        *Node
+	mu       sync.Mutex
+	drains   int
+	leading  bool // at the last Drain
+	undrains int
+}
+
+func (d *recordingDrainer) Drain(ctx context.Context) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.drains++
+	d.leading = d.n.raft.State() == raft.Leader
+	return nil
+}
+
+func (d *recordingDrainer) Undrain() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.undrains++
+}
+
+func (d *recordingDrainer) counts() (drains, undrains int, leading bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.drains, d.undrains, d.leading
+}
+
+// TestTransferLeadership: an operator's hand-over drains the leader's
+// deliveries while it still leads, then moves leadership to another voter
+// (any, or the one named); a follower, an unknown target and a cluster of
+// one are refused without draining anything.
+func TestTransferLeadership(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	ctx := ctxT(t, 30e9)
+	li := c.waitLeader(-1)
+	leader := c.nodes[li]
+	d := &recordingDrainer{n: leader}
+	leader.SetDrainer(d)
+
+	fi := c.follower(li)
+	if _, err := c.nodes[fi].TransferLeadership(ctx, ""); !errors.Is(err, ErrNotLeader) {
+		t.Errorf("transfer on a follower: %v, want ErrNotLeader", err)
+	}
+	for _, to := range []string{"nobody", leader.cfg.ID} {
+		if _, err := leader.TransferLeadership(ctx, to); err == nil {
+			t.Errorf("transfer to %q succeeded", to)
+		}
+	}
+	if drains, _, _ := d.counts(); drains != 0 {
+		t.Fatalf("refused transfers drained %d times", drains)
+	}
+
+	to := c.nodes[fi].cfg.ID
+	got, err := leader.TransferLeadership(ctx, to)
+	if err != nil {
+		t.Fatalf("transfer to %s: %v", to, err)
+	}
+	if got != to {
+		t.Errorf("transfer to %s reports %s", to, got)
+	}
+	if ni := c.waitLeader(li); ni != fi {
+		t.Errorf("leader after the transfer is %s, want %s", c.nodes[ni].cfg.ID, to)
+	}
+	drains, undrains, leading := d.counts()
+	if drains != 1 || !leading || undrains != 0 {
+		t.Errorf("drains %d (while leading: %v), undrains %d; want one drain before the hand-over and no undrain", drains, leading, undrains)
+	}
+
+	// The new leader hands over to whichever voter is most up to date.
+	newLeader := c.nodes[fi]
+	if got, err := newLeader.TransferLeadership(ctx, ""); err != nil || got == "" || got == to {
+		t.Errorf("transfer to any voter: %q, %v", got, err)
+	}
+}
+
+func TestTransferLeadershipAlone(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	leader := c.nodes[c.waitLeader(-1)]
+	d := &recordingDrainer{n: leader}
+	leader.SetDrainer(d)
+	if _, err := leader.TransferLeadership(ctxT(t, 30e9), ""); !errors.Is(err, ErrSingleVoter) {
+		t.Errorf("transfer in a cluster of one: %v, want ErrSingleVoter", err)
+	}
+	if drains, _, _ := d.counts(); drains != 0 {
+		t.Errorf("a refused transfer drained")
+	}
+}
