@@ -98,3 +98,30 @@ func TestRideEndsWhenDue(t *testing.T) {
 		t.Fatalf("complete: %v", err)
 	}
 }
+
+// TestIdleSweepProposesNothing: a reclaim with nothing to reclaim or repair
+// commits no entry; one with an ended lease does, and reclaims it.
+func TestIdleSweepProposesNothing(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	leader := c.nodes[c.waitLeader(-1)]
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := leader.Claim(ctx, claimCmd("src:a")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := leader.Lease(ctx, 1, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	before := leader.prop.entries.Load()
+	for range 3 {
+		if n, err := leader.Reclaim(ctx, time.Hour); err != nil || n != 0 {
+			t.Fatalf("idle reclaim: %d, %v", n, err)
+		}
+	}
+	if got := leader.prop.entries.Load() - before; got != 0 {
+		t.Errorf("idle reclaims proposed %d entries, want 0", got)
+	}
+	c.clock.advance(2 * time.Minute) // the lease has ended
+	if n, err := leader.Reclaim(ctx, time.Hour); err != nil || n != 1 {
+		t.Fatalf("reclaim of an ended lease: %d, %v", n, err)
+	}
+}
