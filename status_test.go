@@ -36,9 +36,14 @@ func TestStatusShowsEveryMember(t *testing.T) {
 			LastContact                               string `json:"last_contact"`
 		}
 	}
-	if code := tn.adminGet("/v1/status", &st); code != 200 {
-		t.Fatalf("GET /v1/status: %d", code)
-	}
+	// The leader's sweeper may propose meanwhile: read until the applied
+	// index has caught up with the commit index, as it must.
+	waitUntil(t, "a status with every committed entry applied", func() bool {
+		if code := tn.adminGet("/v1/status", &st); code != 200 {
+			t.Fatalf("GET /v1/status: %d", code)
+		}
+		return len(st.Nodes) == 1 && st.Nodes[0].AppliedIndex == st.Nodes[0].CommitIndex
+	})
 	if st.NodeID != "node1" || st.State != "leader" || st.LeaderID != "node1" || st.CommitIndex == 0 || st.Counts["done"] != 1 || len(st.Nodes) != 1 {
 		t.Fatalf("status: %+v", st)
 	}
