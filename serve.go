@@ -224,10 +224,12 @@ func (n *node) lead(ctx context.Context) {
 	f := forward.New(forward.Options{
 		Store:   n.cluster,
 		Targets: n.target,
-		// At most this many requests to handlers at once. A worker is free
-		// when its handler answered (the outcome commits meanwhile), so this
-		// bounds the handlers' concurrency, not the delivery rate.
-		Workers: 64,
+		// At most this many requests to handlers at once. A worker is held
+		// from its event's lease (the lease's or the claim's commit) to the
+		// handler's answer (the outcome then commits in the background): at
+		// 3,000 events/s and 25 ms commits under load that is 75 workers;
+		// 64 made delivery fall seconds behind intake there.
+		Workers: 256,
 		Wake:    n.cluster.Wake(),
 		Logger:  n.log,
 		Observe: n.metrics.Delivery,
