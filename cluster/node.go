@@ -594,8 +594,12 @@ func (n *Node) stopLeaderWork() {
 // raft and the stores close.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
-		if n.raft != nil && !n.cfg.noTransfer && n.raft.State() == raft.Leader && n.voters() > 1 {
+		if n.raft != nil && n.raft.State() == raft.Leader {
+			// Even alone: an answer that arrives after raft stops cannot be
+			// recorded, and its event would run again after the restart.
 			n.drainDeliveries(context.Background())
+		}
+		if n.raft != nil && !n.cfg.noTransfer && n.raft.State() == raft.Leader && n.voters() > 1 {
 			if err := n.raft.LeadershipTransfer().Error(); err != nil {
 				n.log.Warn("leadership transfer on shutdown", "err", err)
 			}

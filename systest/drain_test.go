@@ -161,3 +161,49 @@ func handOverUnderLoad(t *testing.T, handOver, after func(*testing.T, *testClust
 		}
 	}
 }
+
+// TestSingleNodeStopFinishesDeliveries: a node alone, stopped while its
+// handler answers, records those answers before raft stops, so after the
+// restart no event reaches the handler again.
+func TestSingleNodeStopFinishesDeliveries(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns a process")
+	}
+	h := &slowHandler{took: 300 * time.Millisecond, runs: map[string]int{}}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := &http.Server{Handler: h}
+	go hs.Serve(ln)
+	t.Cleanup(func() { hs.Close() })
+	c := startCluster(t, 1, "http://"+ln.Addr().String())
+	nd := c.Nodes[0]
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const total = 10
+	for i := range total {
+		if code := c.send(ctx, nd, fmt.Sprintf("alone_%02d", i)); code/100 != 2 {
+			t.Fatalf("send %d: %d", i, code)
+		}
+	}
+	testcluster.WaitFor(t, "the handler answering deliveries", 30*time.Second, func() bool {
+		return h.inFlight.Load() > 0
+	})
+	c.StopNode(nd)
+	if out := nd.Proc.Output(); strings.Contains(out, "deliveries still in flight") {
+		t.Errorf("the node gave up waiting for its deliveries:\n%s", out)
+	}
+	c.StartNode(nd)
+	c.WaitReady(nd)
+	testcluster.WaitFor(t, "every event done", 60*time.Second, func() bool {
+		st, ok := c.Status(nd)
+		return ok && st.Counts["done"] == total
+	})
+	for i := range total {
+		key := fmt.Sprintf("orders:alone_%02d", i)
+		if n := h.count(key); n != 1 {
+			t.Errorf("%s reached the handler %d times, want 1", key, n)
+		}
+	}
+}
