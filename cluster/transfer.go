@@ -38,20 +38,18 @@ func (n *Node) SetDrainer(d Drainer) {
 type drainerRef struct{ Drainer }
 
 // drainDeliveries drains the delivery work, if any, for at most drainTimeout
-// or until ctx ends, and says whether it finished.
-func (n *Node) drainDeliveries(ctx context.Context) bool {
+// or until ctx ends (then it logs what it left to the leases).
+func (n *Node) drainDeliveries(ctx context.Context) {
 	ref := n.drainer.Load()
 	if ref == nil {
-		return true
+		return
 	}
 	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
 	defer cancel()
 	if err := ref.Drain(ctx); err != nil {
-		n.log.Warn("leadership hand-over: deliveries still in flight; their events run again when their leases end",
+		n.log.Warn("draining deliveries: deliveries still in flight; their events run again when their leases end",
 			"err", err)
-		return false
 	}
-	return true
 }
 
 // ErrSingleVoter is returned by TransferLeadership when no other voter can
