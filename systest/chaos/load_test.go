@@ -22,7 +22,7 @@ const (
 	outNew     = "new"     // 202: this request created the event
 	outDup     = "dup"     // 200 duplicate
 	outUnknown = "unknown" // timeout, reset, 503 or another 5xx: may or may not have committed
-	outRefused = "refused" // connection refused: the request never reached a process
+	outRefused = "refused" // connection refused, or 408: nothing reached a claim
 	outReject  = "401"     // signature refused (S11: the receiving node's clock is skewed); nothing stored
 	outError   = "error"   // any other status: a bug in the harness or oncehook
 )
@@ -223,6 +223,11 @@ func (g *loadGen) deliver(id string, node int) op {
 			o.Outcome = outUnknown
 		case resp.StatusCode == 401:
 			o.Outcome = outReject
+		case resp.StatusCode == http.StatusRequestTimeout:
+			// The node could not read the whole request within its read
+			// timeout (a frozen node, SIGCONT onto a starved CPU): answered
+			// before any claim, and retried like any refusal.
+			o.Outcome = outRefused
 		default:
 			o.Outcome = outError
 			o.Answer = string(b[:min(len(b), 200)])
