@@ -5,9 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -62,7 +65,10 @@ func AwaitEvery(ctx context.Context, what string, timeout, every time.Duration, 
 }
 
 // ReservePorts returns n distinct TCP ports that were free on 127.0.0.1 a
-// moment ago (all held open together, then released).
+// moment ago (all held open together, then released). They are taken below
+// the kernel's ephemeral range when it leaves room: a node restarted on its
+// port would otherwise find it taken, now and then, as the source port of
+// some outgoing connection (raft's, a client's) made while it was down.
 func ReservePorts(n int) ([]int, error) {
 	var lns []net.Listener
 	defer func() {
@@ -71,7 +77,20 @@ func ReservePorts(n int) ([]int, error) {
 		}
 	}()
 	var ports []int
-	for i := 0; i < n; i++ {
+	lo, hi := fixedPortRange()
+	for tries := 0; len(ports) < n && hi > lo && tries < 100*n; tries++ {
+		port := lo + rand.IntN(hi-lo)
+		if slices.Contains(ports, port) {
+			continue
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue // in use: try another
+		}
+		lns = append(lns, ln)
+		ports = append(ports, port)
+	}
+	for len(ports) < n { // no room below the ephemeral range: any free port
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return nil, fmt.Errorf("reserve a loopback port: %w", err)
@@ -80,6 +99,25 @@ func ReservePorts(n int) ([]int, error) {
 		ports = append(ports, ln.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
+}
+
+// fixedPortRange is [lo, hi): ports from 10000 up to the start of the
+// kernel's ephemeral range (ip_local_port_range), which the kernel never
+// hands out as a source port. Empty when that range cannot be read.
+func fixedPortRange() (lo, hi int) {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0, 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 1 {
+		return 0, 0
+	}
+	first, err := strconv.Atoi(f[0])
+	if err != nil || first <= 11000 {
+		return 0, 0
+	}
+	return 10000, first
 }
 
 // Spec is a process for Launch (and StartSpec).

@@ -3,6 +3,8 @@ package testcluster
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -159,5 +161,32 @@ func TestClusterExtra(t *testing.T) {
 	}
 	if strings.Contains(NodeConfig{ID: "n1", ClusterExtra: "tls_cert = 1"}.TOML(), "tls_cert") {
 		t.Fatal("ClusterExtra without [cluster]")
+	}
+}
+
+// TestReservePortsBelowEphemeral: reserved ports are distinct, free and, when
+// the kernel's ephemeral range leaves room, below it (no outgoing connection
+// can take them as its source port while a node is down).
+func TestReservePortsBelowEphemeral(t *testing.T) {
+	ports, err := ReservePorts(20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lo, hi := fixedPortRange()
+	seen := map[int]bool{}
+	for _, p := range ports {
+		if seen[p] {
+			t.Errorf("port %d reserved twice", p)
+		}
+		seen[p] = true
+		if hi > lo && (p < lo || p >= hi) {
+			t.Errorf("port %d outside [%d, %d)", p, lo, hi)
+		}
+		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
+		if err != nil {
+			t.Errorf("port %d not free after ReservePorts: %v", p, err)
+			continue
+		}
+		ln.Close()
 	}
 }
