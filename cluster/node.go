@@ -83,6 +83,8 @@ type Config struct {
 	wrapConn func(net.Conn) net.Conn
 	// wrapLogs, in tests, wraps the raft log store (to fail a write).
 	wrapLogs func(raft.LogStore) raft.LogStore
+	// onFatal, in tests, replaces the process exit of a fatal storage error.
+	onFatal func(error)
 	// noTransfer skips the leadership transfer on Close (in-memory test
 	// clusters: InmemTransport's TimeoutNow call outlives a closed peer by its
 	// 5s RPC timeout, which goleak would report).
@@ -317,6 +319,7 @@ func (n *Node) openLog(raftDir string) (raft.LogStore, error) {
 	if n.cfg.wrapLogs != nil {
 		logStore = n.cfg.wrapLogs(logStore)
 	}
+	logStore = &suffixGuard{LogStore: logStore, fatal: n.fatal}
 	return raft.NewLogCache(512, logStore)
 }
 
@@ -462,6 +465,10 @@ func (n *Node) catchUpFromSnapshot(snaps raft.SnapshotStore) error {
 func (n *Node) fatal(err error) {
 	n.fatalOnce.Do(func() {
 		n.log.Error("fatal storage error; stopping the process so this replica cannot diverge", "err", err)
+		if n.cfg.onFatal != nil {
+			n.cfg.onFatal(err)
+			return
+		}
 		panic(err)
 	})
 }

@@ -1,0 +1,157 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// appendRange appends entries from..to of term 1.
+func appendRange(s raft.LogStore, from, to uint64) error {
+	var logs []*raft.Log
+	for i := from; i <= to; i++ {
+		logs = append(logs, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand, Data: []byte{byte(i)}})
+	}
+	return s.StoreLogs(logs)
+}
+
+// TestSuffixGuard: a failed append stops the node only when it follows a
+// cut of the log's newest entries (raft's cached last index then names a
+// deleted entry); other failed appends are returned to raft, which retries.
+func TestSuffixGuard(t *testing.T) {
+	type op struct {
+		del  [2]uint64 // DeleteRange(min, max) when max > 0
+		app  [2]uint64 // append from..to when to > 0
+		fail bool      // the append fails (ENOSPC)
+	}
+	for _, tc := range []struct {
+		name      string
+		ops       []op
+		wantFatal bool
+	}{
+		{"append fails after the suffix was cut", []op{{del: [2]uint64{8, 10}}, {app: [2]uint64{8, 9}, fail: true}}, true},
+		{"append fails after the whole log was cut", []op{{del: [2]uint64{1, 10}}, {app: [2]uint64{1, 2}, fail: true}}, true},
+		{"append fails with no cut before it", []op{{app: [2]uint64{11, 12}, fail: true}}, false},
+		{"append fails after compaction (a prefix)", []op{{del: [2]uint64{1, 6}}, {app: [2]uint64{11, 11}, fail: true}}, false},
+		{"append fails after the cut was refilled", []op{{del: [2]uint64{9, 10}}, {app: [2]uint64{9, 10}}, {app: [2]uint64{11, 11}, fail: true}}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fl := &failingLogs{LogStore: raft.NewInmemStore()}
+			var fatal []error
+			g := &suffixGuard{LogStore: fl, fatal: func(err error) { fatal = append(fatal, err) }}
+			if err := appendRange(g, 1, 10); err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range tc.ops {
+				if o.del[1] > 0 {
+					if err := g.DeleteRange(o.del[0], o.del[1]); err != nil {
+						t.Fatal(err)
+					}
+				}
+				if o.app[1] > 0 {
+					if o.fail {
+						fl.fail.Store(1)
+					}
+					err := appendRange(g, o.app[0], o.app[1])
+					if (err != nil) != o.fail || (o.fail && !errors.Is(err, syscall.ENOSPC)) {
+						t.Fatalf("append %v: err %v, want failure %v (ENOSPC)", o.app, err, o.fail)
+					}
+				}
+			}
+			switch {
+			case tc.wantFatal && len(fatal) != 1:
+				t.Fatalf("fatal = %v; want one", fatal)
+			case tc.wantFatal && !errors.Is(fatal[0], syscall.ENOSPC):
+				t.Fatalf("fatal = %v; want the write's error wrapped", fatal[0])
+			case !tc.wantFatal && len(fatal) != 0:
+				t.Fatalf("fatal = %v; want none", fatal)
+			}
+		})
+	}
+}
+
+// TestStaleLeaderStopsWhenItsRewriteFails: a leader cut off with an entry no
+// other node has comes back as a follower; the new leader's entries conflict
+// with that entry, raft deletes it, and the append of the replacement fails
+// (a full disk). Without the guard the node lives on with raft's last index
+// naming the deleted entry and refuses every later append ("failed to get
+// log entry"), so it never catches up; with it the node stops, and a restart
+// reads its log again.
+func TestStaleLeaderStopsWhenItsRewriteFails(t *testing.T) {
+	var mu sync.Mutex
+	logs := map[string]*failingLogs{}
+	fatal := map[string]chan error{}
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		id := cfg.ID
+		ch := make(chan error, 4)
+		mu.Lock()
+		fatal[id] = ch
+		mu.Unlock()
+		cfg.wrapLogs = func(s raft.LogStore) raft.LogStore {
+			fl := &failingLogs{LogStore: s}
+			mu.Lock()
+			logs[id] = fl
+			mu.Unlock()
+			return fl
+		}
+		cfg.onFatal = func(err error) { ch <- err }
+	})
+	l := c.waitLeader(-1)
+	old := c.nodes[l]
+	c.partition(l)
+	before := old.raft.LastIndex()
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		// Never committed: the leader is alone. Its outcome is unknown to the caller.
+		old.Claim(ctxT(t, 3*time.Second), claimCmd("src:orphan"))
+	})
+	waitFor(t, "the orphan entry in the cut-off leader's log", func() bool { return old.raft.LastIndex() > before })
+	nl := c.waitLeader(l)
+	for i := range 3 {
+		if _, err := c.nodes[nl].Claim(ctxT(t, 5*time.Second), claimCmd(fmt.Sprintf("src:new-%d", i))); err != nil {
+			t.Fatalf("claim on the new leader: %v", err)
+		}
+	}
+	wg.Wait()
+	mu.Lock()
+	logs[c.ids[l]].fail.Store(1)
+	ch := fatal[c.ids[l]]
+	mu.Unlock()
+	c.heal()
+	select {
+	case err := <-ch:
+		// The process would exit here. Stop the node as that would: a node
+		// left running in this state refuses every append, and a leader
+		// that needs its vote to commit never does (its Close then waits).
+		c.mu.Lock()
+		c.nodes[l] = nil
+		c.mu.Unlock()
+		if cerr := old.Close(); cerr != nil {
+			t.Logf("close %s: %v", c.ids[l], cerr)
+		}
+		if !errors.Is(err, syscall.ENOSPC) || !strings.Contains(err.Error(), "deleted") {
+			t.Fatalf("fatal error %v; want the failed append after the cut, wrapping ENOSPC", err)
+		}
+	case <-time.After(15 * time.Second):
+		raftLast, logLast := old.raft.LastIndex(), lastLogIndex(t, old)
+		c.mu.Lock()
+		c.nodes[l] = nil
+		c.mu.Unlock()
+		old.Close()
+		t.Fatalf("%s lived on after its rewrite failed (raft last index %d, log last index %d)", c.ids[l], raftLast, logLast)
+	}
+}
+
+func lastLogIndex(t *testing.T, n *Node) uint64 {
+	i, err := n.logStore.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
