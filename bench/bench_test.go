@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,6 +284,8 @@ func TestOptionsErrors(t *testing.T) {
 		{[]string{"-spawn", "1", "-provider", "nope"}, "-provider"},
 		{[]string{"-spawn", "1", "-n", "10", "-cpuprofile", "x"}, "-cpuprofile needs -d"},
 		{[]string{"-spawn", "1", "-storm", "0"}, "-storm"},
+		{[]string{"-target", "http://x:1", "-secret-file", "s", "-leader-only"}, "-leader-only needs -spawn"},
+		{[]string{"-spawn", "3", "-soak", "-leader-only"}, "exclude"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parseOptions(tc.args, &stderr)
@@ -370,6 +373,43 @@ func TestSpawnThreeSmoke(t *testing.T) {
 	if res.Claims == 0 || res.Unexpected != 0 || res.Violations != 0 || res.Duplicates.AnsweredNew != 0 {
 		t.Fatalf("claims %d, unexpected %d, violations %d, codes %v, errors %v",
 			res.Claims, res.Unexpected, res.Violations, res.StatusCodes, res.Errors)
+	}
+}
+
+// TestSpawnLeaderOnly: with -leader-only the generator's one target is the
+// intake of the node the cluster reports as leader.
+func TestSpawnLeaderOnly(t *testing.T) {
+	o, err := parseOptions([]string{"-spawn", "3", "-leader-only", "-d", "1s"}, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	e, err := setup(t.Context(), o, &stderr)
+	if err != nil {
+		if strings.Contains(err.Error(), "exited early") || strings.Contains(err.Error(), "not ready") {
+			t.Skipf("three-node cluster did not come up; skipping until it does:\n%v", err)
+		}
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := e.close(&stderr); err != nil {
+			t.Error(err)
+		}
+	}()
+	c := &http.Client{Timeout: 5 * time.Second}
+	defer c.CloseIdleConnections()
+	st, err := testcluster.FetchStatus(t.Context(), c, e.adminURL, e.adminToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want string
+	for _, p := range e.nodes {
+		if p.id == st.LeaderID {
+			want = "http://" + p.listen
+		}
+	}
+	if len(e.targets) != 1 || e.targets[0] != want {
+		t.Fatalf("targets %v, want only the leader %s's intake %q", e.targets, st.LeaderID, want)
 	}
 }
 

@@ -208,6 +208,7 @@ type options struct {
 	adminURL       string
 	adminTokenFile string
 	spawn          int
+	leaderOnly     bool // -leader-only: every request to the leader
 	bin            string
 	sinkAddr       string
 	keep           bool
@@ -282,6 +283,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.adminURL, "admin", "", "admin URL for -cpuprofile with -target (e.g. http://127.0.0.1:7071)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin bearer token file for -cpuprofile with -target")
 	fs.IntVar(&o.spawn, "spawn", 0, "start this many nodes (1 or 3) on loopback instead of -target")
+	fs.BoolVar(&o.leaderOnly, "leader-only", false, "with -spawn: send every request to the leader's intake, as the bare stack's in-process clients propose at the leader (default: round robin over the nodes, as a load balancer would)")
 	fs.StringVar(&o.bin, "bin", "", "oncehook binary for -spawn (default bin/oncehook under the module root)")
 	fs.StringVar(&o.sinkAddr, "sink", "", "with -target: run the delivery sink on this address (where the source forwards)")
 	fs.BoolVar(&o.keep, "keep", false, "with -spawn: keep the temporary dir (configs, data, node logs) and print its path")
@@ -350,6 +352,10 @@ func (o *options) normalize() error {
 		return errors.New("need -spawn 1|3 or -target URL")
 	case o.spawn != 0 && len(o.targets) > 0:
 		return errors.New("-spawn and -target exclude each other")
+	case o.leaderOnly && o.spawn == 0:
+		return errors.New("-leader-only needs -spawn")
+	case o.leaderOnly && o.soak.on:
+		return errors.New("-leader-only and -soak exclude each other (the soak moves the leader)")
 	case o.spawn < 0 || o.spawn > 9:
 		return fmt.Errorf("-spawn %d: want 1 or 3 (at most 9)", o.spawn)
 	case len(o.targets) > 0 && o.secretFile == "":

@@ -47,6 +47,7 @@ type Result struct {
 
 	Target        string  `json:"target"` // "spawn" or the intake URLs
 	Nodes         int     `json:"nodes"`
+	LeaderOnly    bool    `json:"leader_only,omitempty"` // -leader-only: every request went to the leader
 	Source        string  `json:"source"`
 	Provider      string  `json:"provider"`
 	Model         string  `json:"model"` // closed | open
@@ -276,6 +277,7 @@ func buildResult(o *options, e *env, lr *loadResult, dr *drainResult, cpu CPU) *
 		CPUs:          runtime.NumCPU(),
 		Target:        "spawn",
 		Nodes:         o.nodes(),
+		LeaderOnly:    o.leaderOnly,
 		Source:        o.source,
 		Provider:      o.provider,
 		Model:         "closed",
@@ -409,6 +411,9 @@ func formatText(res *Result) string {
 		fmt.Fprintf(&b, "%-13s %-40s %s\n", label, fields, values)
 	}
 	target := fmt.Sprintf("%d node(s) spawned", res.Nodes)
+	if res.LeaderOnly {
+		target += ", every request to the leader"
+	}
 	if res.Target != "spawn" {
 		target = res.Target
 	}

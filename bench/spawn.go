@@ -61,6 +61,13 @@ func setup(ctx context.Context, o *options, stderr io.Writer) (*env, error) {
 	if err = e.spawn(ctx, o); err != nil {
 		return nil, errors.Join(err, e.close(stderr))
 	}
+	if o.leaderOnly {
+		l := e.leader()
+		if l == nil {
+			return nil, errors.Join(errors.New("-leader-only: no node reports a leader"), e.close(stderr))
+		}
+		e.targets = []string{"http://" + l.listen}
+	}
 	return e, nil
 }
 
@@ -293,21 +300,33 @@ func (e *env) waitReady(ctx context.Context) error {
 // leaderAdmin returns the admin URL of the current leader of the spawned
 // nodes, or the first node's when that cannot be told.
 func (e *env) leaderAdmin() string {
-	if len(e.nodes) < 2 {
-		return e.adminURL
+	if l := e.leader(); l != nil {
+		return "http://" + l.admin
+	}
+	return e.adminURL
+}
+
+// leader returns the spawned node that the first node names as leader (the
+// only node when there is one), or nil when that cannot be told.
+func (e *env) leader() *proc {
+	if len(e.nodes) == 1 {
+		return e.nodes[0]
+	}
+	if len(e.nodes) == 0 {
+		return nil
 	}
 	c := &http.Client{Timeout: 2 * time.Second}
 	defer c.CloseIdleConnections()
 	st, err := testcluster.FetchStatus(context.Background(), c, e.adminURL, e.adminToken)
 	if err != nil {
-		return e.adminURL
+		return nil
 	}
 	for _, p := range e.nodes {
 		if p.id == st.LeaderID {
-			return "http://" + p.admin
+			return p
 		}
 	}
-	return e.adminURL
+	return nil
 }
 
 func randomHex(n int) string {
