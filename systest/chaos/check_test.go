@@ -27,6 +27,7 @@ type result struct {
 	NotFinished   int // acked, present but neither done nor dead after the drain
 	Linearizable  string
 	DoubleRuns    int // overlapping runs of one key while the first's lease was live
+	ClockReclaims int // overlaps whose first lease the leader's clock ended early (S11), the first run fenced
 	SameTokenRuns int // one lease delivered twice
 	RunsAfterDone int // runs under a token newer than the one that completed the event
 	PhantomRuns   int // runs of a key absent from the final state
@@ -75,6 +76,11 @@ func (r *result) Ratio() float64 {
 // timeline marks the phases of a run in the load generator's clock (ns).
 type timeline struct {
 	loadStart, faultAt, healAt, loadEnd int64
+	// leaderAhead, when set (S11), bounds how far the leader's test clock
+	// may have moved forward between two wall-clock instants (Unix ns, the
+	// handler's clock): leases are granted and reclaimed by the leader's
+	// clock, so a forward jump of it ends a lease early in real time.
+	leaderAhead func(from, to int64) int64
 }
 
 // checkHistory fills r from the load history, the final state and the handler
@@ -218,7 +224,15 @@ func checkHistory(r *result, ops []op, final map[string]finalEvent, runs []hrun,
 					r.SameTokenRuns++
 				case b.Token > a.Token && !a.Late && b.Start-a.Start < margin:
 					// b was leased while oncehook still waited for a's answer,
-					// and a's lease (granted before a started) had not run out.
+					// and a's lease (granted before a started) had not run out,
+					// unless the leader's clock jumped ahead by what was left
+					// of it: then the lease ended by the clock that grants it,
+					// and only the fencing token tells the runs apart, so the
+					// earlier run must not have applied its effect.
+					if tl.leaderAhead != nil && a.Outcome != "ok" && b.Start-a.Start >= margin-tl.leaderAhead(a.Start, b.Start) {
+						r.ClockReclaims++
+						continue
+					}
 					r.DoubleRuns++
 				}
 			}

@@ -181,6 +181,36 @@ type clockPhase struct {
 	leader   *cnode
 }
 
+// leaderAhead is timeline.leaderAhead for S11: the most the leader's clock
+// offset may have grown between wall times from and to (Unix ns). A node
+// sees a new offset up to pickUp late, so near a change either offset may
+// have been in force.
+func (s *srun) leaderAhead(from, to int64) int64 {
+	base := s.g.base.UnixNano()
+	// offsets returns the smallest and largest leader offset that may have
+	// been in force at t (load generator ns).
+	offsets := func(t int64) (lo, hi int64) {
+		covered := false
+		for _, ph := range s.phases {
+			if ph.leader == nil || ph.node != ph.leader || ph.to < t-int64(pickUp) || ph.from > t {
+				continue
+			}
+			o := int64(ph.off)
+			if !covered {
+				lo, hi, covered = o, o, true
+			}
+			lo, hi = min(lo, o), max(hi, o)
+			if t-ph.from < int64(pickUp) || ph.to < t {
+				lo, hi = min(lo, 0), max(hi, 0) // the offset before or after it
+			}
+		}
+		return lo, hi
+	}
+	lo, _ := offsets(from - base)
+	_, hi := offsets(to - base)
+	return max(0, hi-lo)
+}
+
 // pickUp is how long a node may take to see a new offset (it re-reads the
 // file every 100 ms) plus slack.
 const pickUp = 400 * time.Millisecond
@@ -230,6 +260,7 @@ func clockJumps(s *srun) {
 //     still a duplicate, and no key expires before created_at + retention.
 func checkClock(s *srun) {
 	hist := s.g.history()
+	s.r.note("handler runs that overlapped an earlier run of their key after the leader's clock jumped past that run's lease (reclaimed by the clock that grants leases; the earlier run fenced or failed, its effect not applied): %d", s.r.ClockReclaims)
 	phaseOf := func(o op) (*clockPhase, bool) { // the phase o lies wholly in, past the pick-up time
 		for i := range s.phases {
 			ph := &s.phases[i]

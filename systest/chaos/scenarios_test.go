@@ -595,6 +595,9 @@ func runScenario(t *testing.T, sc *scenario, prof profile, seed uint64, r *resul
 		t.Fatalf("handler runs: %v", err)
 	}
 	tl := timeline{loadStart: loadStart, faultAt: s.faultAt, healAt: s.healAt, loadEnd: loadEnd}
+	if len(s.phases) > 0 {
+		tl.leaderAhead = s.leaderAhead
+	}
 	if sc.id == "S0" {
 		tl.faultAt, tl.healAt = 0, 0
 	}
