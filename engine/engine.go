@@ -126,6 +126,15 @@ type Engine struct {
 	// wmu, then mu.
 	wmu     sync.Mutex
 	pending *pendingTx
+	// lost is set, for good, when a commit of applied entries failed
+	// (ErrLostCommit). Whoever triggered that commit (the FSM's timer, or a
+	// read that needed the file current) the entries are gone from the
+	// transaction, and applying later ones on top would skip them forever.
+	// Guarded by wmu.
+	lost error
+	// commit commits a pending transaction: (*bolt.Tx).Commit; tests fail it
+	// the way a full disk does.
+	commit func(*bolt.Tx) error
 
 	// ovMu guards overlay: the state of every event the pending transaction
 	// wrote (0: deleted), so that Exists answers from the applied state
@@ -149,7 +158,7 @@ type pendingTx struct {
 // Open opens (creating if needed) the engine file at path.
 func Open(path string, opts Options) (*Engine, error) {
 	opts = opts.withDefaults()
-	e := &Engine{path: path, opts: opts}
+	e := &Engine{path: path, opts: opts, commit: (*bolt.Tx).Commit}
 	db, width, applied, err := openFile(path, opts, true)
 	if err != nil {
 		return nil, err
@@ -336,6 +345,9 @@ func (e *Engine) Flush() error {
 // Exists must be told what it writes). On a storage error the pending
 // transaction is discarded. Callers hold wmu.
 func (e *Engine) applyLocked(entries []Entry, deferred bool) ([][]Result, error) {
+	if e.lost != nil {
+		return nil, e.lost
+	}
 	p := e.pending
 	if p == nil {
 		e.mu.RLock()
@@ -414,6 +426,9 @@ func (e *Engine) clearOverlay() {
 
 // flushLocked commits the pending transaction, if any. Callers hold wmu.
 func (e *Engine) flushLocked() error {
+	if e.lost != nil {
+		return e.lost
+	}
 	p := e.pending
 	if p == nil {
 		return nil
@@ -428,10 +443,12 @@ func (e *Engine) flushLocked() error {
 	defer e.clearOverlay() // after the commit: Exists then finds the keys in the file
 	if err := p.a.finish(p.applied); err != nil {
 		p.tx.Rollback()
-		return fmt.Errorf("engine: apply: %w", err)
+		e.lost = fmt.Errorf("%w: entries %d..%d: %w", ErrLostCommit, p.start+1, p.applied, err)
+		return e.lost
 	}
-	if err := p.tx.Commit(); err != nil {
-		return fmt.Errorf("engine: commit: %w", err)
+	if err := e.commit(p.tx); err != nil {
+		e.lost = fmt.Errorf("%w: entries %d..%d: commit: %w", ErrLostCommit, p.start+1, p.applied, err)
+		return e.lost
 	}
 	e.bodies.merge(p.a.bodyPend)
 	// Commits are ordered by bbolt's writer lock but this store is not: a

@@ -24,4 +24,9 @@ var (
 	ErrNoPayload = errors.New("engine: payload dropped")
 	// ErrClosed: the engine was closed (or a failed Restore left it without a file).
 	ErrClosed = errors.New("engine: closed")
+	// ErrLostCommit: a commit of applied entries failed (a full disk), so the
+	// file no longer holds what the caller was told was applied. Nothing is
+	// applied or read after it: the process must restart and apply those
+	// entries again from the log.
+	ErrLostCommit = errors.New("engine: applied entries were not committed")
 )
