@@ -291,19 +291,14 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 	leader := c.waitLeader(-1)
 	lag := c.follower(leader)
 	c.partition(lag)
-	leader = c.waitLeader(lag)
 	for i := 0; i < 200; i++ {
-		if _, err := c.nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd(fmt.Sprintf("src:s%d", i))); err != nil {
-			t.Fatal(err)
-		}
+		leader = c.mustClaim(fmt.Sprintf("src:s%d", i), lag)
 	}
 	if err := c.nodes[leader].raft.Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
 	c.heal()
-	if _, err := c.nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:last")); err != nil {
-		t.Fatal(err)
-	}
+	c.mustClaim("src:last", -1)
 	c.waitConverged()
 	if _, ok, _ := c.nodes[lag].Lookup("src:s0"); !ok {
 		t.Fatal("the lagging follower did not install the snapshot")
@@ -318,9 +313,7 @@ func TestWipedFollowerRejoinsAndServesReads(t *testing.T) {
 	})
 	leader := c.waitLeader(-1)
 	for i := 0; i < 100; i++ {
-		if _, err := c.nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd(fmt.Sprintf("src:w%d", i))); err != nil {
-			t.Fatal(err)
-		}
+		leader = c.mustClaim(fmt.Sprintf("src:w%d", i), -1)
 	}
 	if err := c.nodes[leader].raft.Snapshot().Error(); err != nil {
 		t.Fatal(err)
@@ -343,10 +336,7 @@ func TestWipedFollowerRejoinsAndServesReads(t *testing.T) {
 	c.mu.Lock()
 	c.nodes[f] = n
 	c.mu.Unlock()
-	leader = c.waitLeader(-1)
-	if _, err := c.nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:after-wipe")); err != nil {
-		t.Fatal(err)
-	}
+	leader = c.mustClaim("src:after-wipe", -1)
 	c.waitConverged()
 	if _, ok, _ := n.Lookup("src:w0"); !ok {
 		t.Fatal("the wiped follower did not catch up")

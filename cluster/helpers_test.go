@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -255,6 +256,26 @@ func (c *testCluster) waitConverged(nodes ...int) {
 			c.t.Fatalf("replicas did not converge: %d distinct hashes %v, applied %v", len(hashes), hashes, applied)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// mustClaim commits a claim of key through whichever node leads, never node
+// `not` (-1: any), and returns that node. Like a provider it sends again when
+// the outcome is unknown or there is no leader: on a loaded machine a 300 ms
+// election timeout can move leadership in the middle of a test.
+func (c *testCluster) mustClaim(key string, not int) int {
+	c.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		l := c.waitLeader(not)
+		_, err := c.nodes[l].Claim(ctxT(c.t, 5*time.Second), claimCmd(key))
+		if err == nil {
+			return l
+		}
+		retry := errors.Is(err, ErrIndeterminate) || errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader)
+		if !retry || time.Now().After(deadline) {
+			c.t.Fatalf("claim %s on %s: %v", key, c.ids[l], err)
+		}
 	}
 }
 
