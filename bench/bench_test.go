@@ -379,7 +379,7 @@ func TestSpawnThreeSmoke(t *testing.T) {
 // TestSpawnLeaderOnly: with -leader-only the generator's one target is the
 // intake of the node the cluster reports as leader.
 func TestSpawnLeaderOnly(t *testing.T) {
-	o, err := parseOptions([]string{"-spawn", "3", "-leader-only", "-d", "1s"}, &bytes.Buffer{})
+	o, err := parseOptions([]string{"-spawn", "3", "-bin", binPath, "-leader-only", "-d", "1s"}, &bytes.Buffer{})
 	if err != nil {
 		t.Fatal(err)
 	}
