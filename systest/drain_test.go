@@ -86,14 +86,10 @@ func TestTransferLeaderFinishesDeliveries(t *testing.T) {
 	})
 }
 
-// handOverUnderLoad sends 40 events through a slow handler over three
-// nodes, makes the leader hand over (handOver) while the handler is
-// answering, checks what the hand-over left (after), and then that every
-// event is done on the other nodes and reached the handler exactly once.
-func handOverUnderLoad(t *testing.T, handOver, after func(*testing.T, *testCluster, *clusterNode)) {
-	if testing.Short() {
-		t.Skip("spawns three processes")
-	}
+// startSlowHandler serves a handler that takes 300 ms per delivery on
+// loopback until the test ends, and returns it with its URL.
+func startSlowHandler(t *testing.T) (*slowHandler, string) {
+	t.Helper()
 	h := &slowHandler{took: 300 * time.Millisecond, runs: map[string]int{}}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -102,7 +98,19 @@ func handOverUnderLoad(t *testing.T, handOver, after func(*testing.T, *testClust
 	hs := &http.Server{Handler: h}
 	go hs.Serve(ln)
 	t.Cleanup(func() { hs.Close() })
-	c := startCluster(t, 3, "http://"+ln.Addr().String())
+	return h, "http://" + ln.Addr().String()
+}
+
+// handOverUnderLoad sends 40 events through a slow handler over three
+// nodes, makes the leader hand over (handOver) while the handler is
+// answering, checks what the hand-over left (after), and then that every
+// event is done on the other nodes and reached the handler exactly once.
+func handOverUnderLoad(t *testing.T, handOver, after func(*testing.T, *testCluster, *clusterNode)) {
+	if testing.Short() {
+		t.Skip("spawns three processes")
+	}
+	h, url := startSlowHandler(t)
+	c := startCluster(t, 3, url)
 	leader := c.Leader()
 
 	const total = 40
@@ -169,15 +177,8 @@ func TestSingleNodeStopFinishesDeliveries(t *testing.T) {
 	if testing.Short() {
 		t.Skip("spawns a process")
 	}
-	h := &slowHandler{took: 300 * time.Millisecond, runs: map[string]int{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: h}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
-	c := startCluster(t, 1, "http://"+ln.Addr().String())
+	h, url := startSlowHandler(t)
+	c := startCluster(t, 1, url)
 	nd := c.Nodes[0]
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
