@@ -394,12 +394,7 @@ func procFootprint(pid int) (rss int64, fds int) {
 	if err != nil {
 		return 0, 0
 	}
-	for line := range strings.SplitSeq(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-			rss = kb << 10
-		}
-	}
+	rss = statusBytes(b, "VmRSS:")
 	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
 	if err != nil {
 		return rss, 0
@@ -408,7 +403,7 @@ func procFootprint(pid int) (rss int64, fds int) {
 }
 
 // snapshotNames lists the raft snapshots in a node's data dir (finished
-// ones; raft keeps the newest two).
+// ones; the node keeps the newest one).
 func snapshotNames(dataDir string) []string {
 	ents, err := os.ReadDir(filepath.Join(dataDir, "raft", "snapshots"))
 	if err != nil {

@@ -115,6 +115,16 @@ func setAside(dir string) error {
 // do it too, but a library must not change its host process's umask, so the
 // store is wrapped instead.
 
+// retainSnapshots is how many raft snapshots stay on disk. Each is a full
+// copy of the engine file, so every extra one costs the state's whole size:
+// at ten million keys, two copies were two thirds of the data dir
+// (docs/performance.md, "Retained state"). One is enough here: the engine
+// file is the state and needs no snapshot to restart; a snapshot serves
+// followers that are too far behind for the log, and when one is damaged the
+// node is a follower like those (docs/reliability.md). raft writes a new
+// snapshot completely before it removes the old one.
+const retainSnapshots = 1
+
 // openSnapshots opens raft's snapshot store under raftDir with private modes:
 // the snapshots dir is made 0700 before raft sees it, entries left loose by
 // an older version are tightened, and every snapshot raft creates from now on
@@ -124,7 +134,7 @@ func openSnapshots(raftDir string, logger hclog.Logger) (raft.SnapshotStore, err
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open snapshots: %w", err)
 	}
-	store, err := raft.NewFileSnapshotStoreWithLogger(raftDir, 2, logger)
+	store, err := raft.NewFileSnapshotStoreWithLogger(raftDir, retainSnapshots, logger)
 	if err != nil {
 		return nil, fmt.Errorf("open snapshots: %w", err)
 	}
@@ -156,7 +166,64 @@ func (s privateSnapshots) Create(version raft.SnapshotVersion, index, term uint6
 		sink.Cancel()
 		return nil, fmt.Errorf("snapshot %s: %w", sink.ID(), err)
 	}
-	return sink, nil
+	return newFlushingSink(sink, filepath.Join(s.dir, sink.ID()+".tmp", "state.bin")), nil
+}
+
+// A snapshot copies the whole engine file, gigabytes once millions of keys
+// are retained. raft's sink buffers the copy in the page cache and syncs it
+// once at the end; with a few GiB of memory the kernel starts writing it
+// back on its own only much later, so that final sync puts the whole copy
+// in the disk's queue at once, and every log fsync (every claim's commit)
+// waits behind it for seconds. Syncing every snapshotFlushEvery bytes keeps
+// the queue short: the snapshot takes a little longer, claims do not stall.
+const snapshotFlushEvery = 16 << 20
+
+// flushingSink syncs the snapshot's state file as it is written, through a
+// second handle on it (raft's own is unexported). When that file cannot be
+// opened (a future raft names it differently) it only passes writes on.
+type flushingSink struct {
+	raft.SnapshotSink
+	f       *os.File // nil: no flushing
+	pending int      // bytes written since the last sync
+	syncs   int      // syncs done (tests)
+}
+
+func newFlushingSink(sink raft.SnapshotSink, statePath string) *flushingSink {
+	f, err := os.Open(statePath) // fsync flushes the file, whatever the handle
+	if err != nil {
+		f = nil
+	}
+	return &flushingSink{SnapshotSink: sink, f: f}
+}
+
+func (s *flushingSink) Write(b []byte) (int, error) {
+	n, err := s.SnapshotSink.Write(b)
+	s.pending += n
+	if err == nil && s.f != nil && s.pending >= snapshotFlushEvery {
+		s.pending = 0
+		s.syncs++
+		if err := s.f.Sync(); err != nil {
+			return n, fmt.Errorf("sync snapshot: %w", err)
+		}
+	}
+	return n, err
+}
+
+func (s *flushingSink) Close() error {
+	s.closeFile()
+	return s.SnapshotSink.Close()
+}
+
+func (s *flushingSink) Cancel() error {
+	s.closeFile()
+	return s.SnapshotSink.Cancel()
+}
+
+func (s *flushingSink) closeFile() {
+	if s.f != nil {
+		s.f.Close()
+		s.f = nil
+	}
 }
 
 // tightenTree makes every directory under root 0700 and every file 0600.

@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"bytes"
+	"crypto/sha256"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -9,6 +12,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 func openSolo(t *testing.T, dir string) *Node {
@@ -202,5 +208,52 @@ func loosen(t *testing.T, dir string) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A large snapshot reaches the disk as it is written, not in one sync at the
+// end, and reads back as written.
+func TestSnapshotSinkSyncsAsItWrites(t *testing.T) {
+	store, err := openSnapshots(t.TempDir(), hclog.NewNullLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := store.Create(raft.SnapshotVersionMax, 10, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := sha256.New()
+	chunk := make([]byte, 32<<10)
+	const size = 3*snapshotFlushEvery + 5<<10
+	for written := 0; written < size; written += len(chunk) {
+		for i := range chunk {
+			chunk[i] = byte(written/len(chunk) + i)
+		}
+		want.Write(chunk)
+		if _, err := sink.Write(chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	flushing, ok := sink.(*flushingSink)
+	if !ok {
+		t.Fatalf("the store's sink is a %T, not a flushingSink", sink)
+	}
+	if flushing.syncs < 3 {
+		t.Fatalf("%d syncs while writing %d bytes, want at least 3", flushing.syncs, size)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, rc, err := store.Open(sink.ID())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got := sha256.New()
+	if _, err := io.Copy(got, rc); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
+		t.Fatal("the snapshot read back differs from what was written")
 	}
 }

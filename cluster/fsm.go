@@ -24,6 +24,9 @@ type fsm struct {
 	eng   *engine.Engine
 	snaps raft.SnapshotStore // the snapshot being restored is the newest in it
 	fatal func(error)
+	// policy moves raft's snapshot threshold with the state's size
+	// (snappolicy.go); nil in tests that build an fsm by hand.
+	policy *snapshotPolicy
 
 	// notify is called after each applied batch with the commands and their
 	// results (final; the engine may commit them a little later).
@@ -76,6 +79,9 @@ type applied struct {
 
 func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	out := make([]interface{}, len(logs))
+	if f.policy != nil {
+		f.policy.applied(logs)
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	entries := f.entries[:0]
@@ -181,7 +187,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fsm snapshot: %w", err)
 	}
-	return fsmSnapshot{s}, nil
+	return fsmSnapshot{s: s, policy: f.policy}, nil
 }
 
 func (f *fsm) Restore(rc io.ReadCloser) error {
@@ -203,15 +209,29 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	return nil
 }
 
-type fsmSnapshot struct{ s *engine.SnapshotView }
+type fsmSnapshot struct {
+	s      *engine.SnapshotView
+	policy *snapshotPolicy // may be nil
+}
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	failpoint.Inject(failpoint.BeforeSnapshotPersist)
-	if _, err := s.s.WriteTo(sink); err != nil {
+	size, err := s.s.WriteTo(sink)
+	if err != nil {
 		sink.Cancel()
 		return fmt.Errorf("persist snapshot: %w", err)
 	}
-	return sink.Close()
+	if err := sink.Close(); err != nil {
+		return err
+	}
+	if s.policy != nil {
+		// The snapshot is kept either way; a threshold left as it was only
+		// means the next snapshot comes sooner.
+		if err := s.policy.persisted(size); err != nil {
+			s.policy.log.Warn("snapshot policy", "err", err)
+		}
+	}
+	return nil
 }
 
 func (s fsmSnapshot) Release() { s.s.Close() }

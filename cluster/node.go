@@ -62,7 +62,7 @@ type Config struct {
 	ElectionTimeout    time.Duration // 1s
 	LeaderLeaseTimeout time.Duration // 500ms
 	CommitTimeout      time.Duration // 5ms
-	SnapshotThreshold  uint64        // 4096 entries
+	SnapshotThreshold  uint64        // 4096 entries; more once the state is large (snappolicy.go)
 	TrailingLogs       uint64        // 2048 entries
 	SnapshotInterval   time.Duration // 30s
 	MaxBatch           int           // commands per log entry (1024)
@@ -85,6 +85,9 @@ type Config struct {
 	wrapLogs func(raft.LogStore) raft.LogStore
 	// onFatal, in tests, replaces the process exit of a fatal storage error.
 	onFatal func(error)
+	// snapshotFloor, in tests, replaces the state size from which the
+	// snapshot threshold grows with the state (snappolicy.go).
+	snapshotFloor int64
 	// noTransfer skips the leadership transfer on Close (in-memory test
 	// clusters: InmemTransport's TimeoutNow call outlives a closed peer by its
 	// 5s RPC timeout, which goleak would report).
@@ -250,6 +253,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
+	n.fsm.policy.attach(n.raft)
 	n.prop = newProposer(n, n.cfg.Inflight, n.cfg.MaxBatch, 8<<20, n.cfg.Linger, n.cfg.RideFor)
 	n.started.Store(true)
 	go n.observeLeadership()
@@ -295,7 +299,12 @@ func (n *Node) openEngine() error {
 		}
 		n.unsynced = true
 	}
-	n.fsm = &fsm{eng: eng, fatal: n.fatal, notify: n.afterApply}
+	floor := n.cfg.snapshotFloor
+	if floor <= 0 {
+		floor = snapshotFloor
+	}
+	policy := newSnapshotPolicy(orU64(n.cfg.SnapshotThreshold, defaultSnapshotThreshold), floor, n.log)
+	n.fsm = &fsm{eng: eng, fatal: n.fatal, notify: n.afterApply, policy: policy}
 	return nil
 }
 
@@ -384,7 +393,7 @@ func (n *Node) raftConfig(hl hclog.Logger) *raft.Config {
 	rc.ElectionTimeout = orDur(cfg.ElectionTimeout, time.Second)
 	rc.LeaderLeaseTimeout = orDur(cfg.LeaderLeaseTimeout, 500*time.Millisecond)
 	rc.CommitTimeout = orDur(cfg.CommitTimeout, 5*time.Millisecond)
-	rc.SnapshotThreshold = orU64(cfg.SnapshotThreshold, 4096)
+	rc.SnapshotThreshold = orU64(cfg.SnapshotThreshold, defaultSnapshotThreshold)
 	rc.TrailingLogs = orU64(cfg.TrailingLogs, 2048)
 	rc.SnapshotInterval = orDur(cfg.SnapshotInterval, 30*time.Second)
 	rc.ShutdownOnRemove = false
