@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,12 +64,30 @@ const layoutVersion = 1
 
 // Defaults for the zero values of Options.
 const (
-	DefaultBucketWidth     = time.Hour
-	DefaultInitialMmapSize = 256 << 20
-	DefaultLockTimeout     = 5 * time.Second
-	DefaultListLimit       = 100
-	MaxListLimit           = 1000
+	DefaultBucketWidth = time.Hour
+	DefaultLockTimeout = 5 * time.Second
+	DefaultListLimit   = 100
+	MaxListLimit       = 1000
 )
+
+// DefaultInitialMmapSize is 8 GiB of address space on 64-bit platforms
+// (256 MiB on others), not memory: only the pages the file holds and a
+// query touches are ever resident. bbolt remaps when the file outgrows the
+// map (doubling up to 1 GiB, then 1 GiB at a time), and a remap waits for
+// every open read transaction: a raft snapshot that copies a 4 GiB file for
+// half a minute held every apply that needed one. With 8 GiB the file grows
+// to that size without a remap. etcd maps 10 GiB up front for the same
+// reason.
+var DefaultInitialMmapSize = initialMmapSize(strconv.IntSize)
+
+func initialMmapSize(intSize int) int {
+	if intSize < 64 {
+		return 256 << 20
+	}
+	const gib = 1 << 30
+	n := 8
+	return n * gib
+}
 
 // Options configures Open. The zero value is the production setting.
 type Options struct {
@@ -85,7 +104,7 @@ type Options struct {
 	// InitialMmapSize is the initial size of the memory map. A write that grows
 	// the file past the map must wait for open read transactions (a long
 	// Snapshot) to remap, so a generous map keeps writes flowing. Zero:
-	// DefaultInitialMmapSize (256 MiB of address space, not memory).
+	// DefaultInitialMmapSize.
 	InitialMmapSize int
 	// LockTimeout is how long Open waits for the file lock held by another
 	// process. Zero: DefaultLockTimeout.
