@@ -33,13 +33,15 @@ type Fill struct {
 	Last             Latency `json:"last_window_us"`  // and of the last
 	// P99Growth is the last window's claim p99 over the first's: about 1
 	// when retained keys cost nothing per claim.
-	P99Growth   float64 `json:"p99_growth,omitempty"`
-	RSSBytes    int64   `json:"rss_bytes"`  // the node after the drain
-	DataBytes   int64   `json:"data_bytes"` // its data dir (bbolt files, raft log, snapshots)
-	DataPerKey  float64 `json:"data_bytes_per_key"`
-	RSSPerKey   float64 `json:"rss_bytes_per_key"`
-	TenMillionS float64 `json:"ten_million_s"` // how long 10,000,000 events take at this run's claims/s
-	Stopped     string  `json:"stopped,omitempty"`
+	P99Growth float64 `json:"p99_growth,omitempty"`
+	RSSBytes  int64   `json:"rss_bytes"` // the node after the drain
+	// RSSFileBytes is the part of RSSBytes that maps files (NodeStat).
+	RSSFileBytes int64   `json:"rss_file_bytes"`
+	DataBytes    int64   `json:"data_bytes"` // its data dir (bbolt files, raft log, snapshots)
+	DataPerKey   float64 `json:"data_bytes_per_key"`
+	RSSPerKey    float64 `json:"rss_bytes_per_key"`
+	TenMillionS  float64 `json:"ten_million_s"` // how long 10,000,000 events take at this run's claims/s
+	Stopped      string  `json:"stopped,omitempty"`
 
 	Points []FillPoint `json:"points"`
 }
@@ -142,6 +144,7 @@ func (p *fillProgress) finish(lr *loadResult, res *Result) *Fill {
 	}
 	if len(res.NodeStats) > 0 {
 		f.RSSBytes, f.DataBytes = res.NodeStats[0].RSSBytes, res.NodeStats[0].DataBytes
+		f.RSSFileBytes = res.NodeStats[0].RSSFileBytes
 	}
 	if f.Claims > 0 {
 		f.DataPerKey = float64(f.DataBytes) / float64(f.Claims)
@@ -169,6 +172,10 @@ func formatFill(f *Fill) string {
 	line("Fill", "[claims/events, payload_retention]", fmt.Sprintf("%d/%d, %s", f.Claims, f.Events, pr))
 	line("Retained", "[RSS, data dir, per key]",
 		fmt.Sprintf("%.1f MiB, %.1f MiB, %.0f B RSS + %.0f B disk per key", mib(f.RSSBytes), mib(f.DataBytes), f.RSSPerKey, f.DataPerKey))
+	if f.RSSFileBytes > 0 {
+		line("RSS", "[own memory, mapped files]",
+			fmt.Sprintf("%.1f MiB, %.1f MiB (bbolt's memory maps: page cache the kernel reclaims)", mib(f.RSSBytes-f.RSSFileBytes), mib(f.RSSFileBytes)))
+	}
 	line(fmt.Sprintf("First %dk", f.Window/1000), "[min, mean, 50, 90, 99, 99.9, max]", fmtLatency(f.First))
 	line(fmt.Sprintf("Last %dk", f.Window/1000), "[min, mean, 50, 90, 99, 99.9, max]", fmtLatency(f.Last))
 	if f.P99Growth > 0 {

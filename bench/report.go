@@ -154,10 +154,14 @@ type CPU struct {
 
 // NodeStat is a spawned node's footprint at the end of the run.
 type NodeStat struct {
-	ID        string `json:"id"`
-	RSSBytes  int64  `json:"rss_bytes"`
-	DataBytes int64  `json:"data_bytes"`
-	Exited    bool   `json:"exited,omitempty"`
+	ID       string `json:"id"`
+	RSSBytes int64  `json:"rss_bytes"`
+	// RSSFileBytes is the part of RSSBytes that maps files (RssFile): the
+	// engine's and the raft log's memory-mapped bbolt pages, page cache the
+	// kernel takes back under memory pressure. The rest is the process's own.
+	RSSFileBytes int64 `json:"rss_file_bytes"`
+	DataBytes    int64 `json:"data_bytes"`
+	Exited       bool  `json:"exited,omitempty"`
 }
 
 // Second is one second of the run, by completion time.

@@ -381,17 +381,25 @@ func (e *env) nodeStats() []NodeStat {
 	for _, p := range e.nodes {
 		ns := NodeStat{ID: p.id, DataBytes: dirSize(p.dataDir)}
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.p.Pid())); err == nil {
-			for line := range strings.SplitSeq(string(b), "\n") {
-				if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-					kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
-					ns.RSSBytes = kb << 10
-				}
-			}
+			ns.RSSBytes = statusBytes(b, "VmRSS:")
+			ns.RSSFileBytes = statusBytes(b, "RssFile:")
 		}
 		ns.Exited = !p.p.Running()
 		out = append(out, ns)
 	}
 	return out
+}
+
+// statusBytes returns the field of a /proc/PID/status text, given in kB, in
+// bytes; 0 when it is missing.
+func statusBytes(status []byte, field string) int64 {
+	for line := range strings.SplitSeq(string(status), "\n") {
+		if v, ok := strings.CutPrefix(line, field); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
 }
 
 func dirSize(dir string) int64 {
