@@ -120,9 +120,10 @@ func setAside(dir string) error {
 // at ten million keys, two copies were two thirds of the data dir
 // (docs/performance.md, "Retained state"). One is enough here: the engine
 // file is the state and needs no snapshot to restart; a snapshot serves
-// followers that are too far behind for the log, and when one is damaged the
-// node is a follower like those (docs/reliability.md). raft writes a new
-// snapshot completely before it removes the old one.
+// followers that are too far behind for the log; a node whose only
+// snapshot and engine file are both lost rejoins and gets the leader's
+// (docs/operations.md, "Durability"). raft writes a new snapshot completely
+// before it removes the old one.
 const retainSnapshots = 1
 
 // openSnapshots opens raft's snapshot store under raftDir with private modes:
