@@ -305,7 +305,7 @@ func soakMarkdown(sr *Soak) string {
 	for i, n := range sr.Snapshots {
 		snaps = append(snaps, fmt.Sprintf("%s %d", nodeName(sr, i), n))
 	}
-	fmt.Fprintf(&b, "Raft snapshots seen in the data dirs (at least; raft keeps two, sampled every %s): %s.\n", fmtSeconds(sr.SampleS), strings.Join(snaps, ", "))
+	fmt.Fprintf(&b, "Raft snapshots seen in the data dirs (at least; a node keeps one, sampled every %s): %s.\n", fmtSeconds(sr.SampleS), strings.Join(snaps, ", "))
 	var lo, hi int64 = -1, 0
 	for _, s := range sr.Samples[len(sr.Samples)/2:] {
 		if s.Events != nil {

@@ -1,7 +1,7 @@
 // Package cluster replicates the engine's commands with hashicorp/raft.
 //
-// It owns the Raft node (log and stable store in raft-boltdb, file snapshots,
-// a TCP or in-memory transport), the FSM that applies committed entries to the
+// It owns the Raft node (log and stable store in raft-boltdb, file snapshots
+// and when to take them, a TCP or in-memory transport), the FSM that applies committed entries to the
 // engine in one bbolt transaction per batch, the group-commit proposer that
 // packs concurrent commands into one log entry, and the internal channel a
 // follower uses to hand its commands to the leader.
