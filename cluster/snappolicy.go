@@ -23,7 +23,9 @@ import (
 // half as many bytes as that snapshot. Snapshots then cost at most twice
 // the bytes the log itself takes in, whatever the state's size, and the log
 // kept between two snapshots stays under half the state. Below the floor the
-// configured threshold holds as is.
+// configured threshold holds as is. The threshold lives in memory: after a
+// restart the first snapshot comes at the configured threshold again, one
+// extra copy per restart, and sets it anew.
 const (
 	defaultSnapshotThreshold = 4096      // entries, while the state is small
 	snapshotFloor            = 256 << 20 // bytes of snapshot below which the configured threshold holds

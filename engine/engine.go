@@ -71,22 +71,24 @@ const (
 )
 
 // DefaultInitialMmapSize is 8 GiB of address space on 64-bit platforms
-// (256 MiB on others), not memory: only the pages the file holds and a
-// query touches are ever resident. bbolt remaps when the file outgrows the
-// map (doubling up to 1 GiB, then 1 GiB at a time), and a remap waits for
-// every open read transaction: a raft snapshot that copies a 4 GiB file for
-// half a minute held every apply that needed one. With 8 GiB the file grows
-// to that size without a remap. etcd maps 10 GiB up front for the same
-// reason.
+// (256 MiB on others), not memory: only file pages the engine has read are
+// resident, and they are page cache the kernel can take back. bbolt remaps
+// when the file outgrows the map (doubling up to 1 GiB, then 1 GiB at a
+// time), and a remap waits for every open read transaction; a raft snapshot
+// holds one for as long as it copies the file, so an apply that needed a
+// remap waited for the whole copy (TestWritesGrowTheFileWhileASnapshotIsOpen
+// hangs with a 256 MiB map). With 8 GiB the file grows to that size without
+// a remap. etcd maps 10 GiB up front for the same reason.
 var DefaultInitialMmapSize = initialMmapSize(strconv.IntSize)
 
 func initialMmapSize(intSize int) int {
 	if intSize < 64 {
 		return 256 << 20
 	}
-	const gib = 1 << 30
-	n := 8
-	return n * gib
+	// Computed at run time: the constant 8<<30 does not compile where int
+	// has 32 bits.
+	gibs := 8
+	return gibs << 30
 }
 
 // Options configures Open. The zero value is the production setting.
