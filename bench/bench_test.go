@@ -446,3 +446,19 @@ func TestProgressLine(t *testing.T) {
 		t.Errorf("progress line at the end %q", line)
 	}
 }
+
+func TestStatusBytes(t *testing.T) {
+	status := []byte("Name:\toncehook\nVmRSS:\t  1843200 kB\nRssAnon:\t   102400 kB\nRssFile:\t  1740800 kB\n")
+	for _, tc := range []struct {
+		field string
+		want  int64
+	}{
+		{"VmRSS:", 1843200 << 10},
+		{"RssFile:", 1740800 << 10},
+		{"RssShmem:", 0}, // missing
+	} {
+		if got := statusBytes(status, tc.field); got != tc.want {
+			t.Errorf("statusBytes(%q) = %d, want %d", tc.field, got, tc.want)
+		}
+	}
+}
