@@ -249,7 +249,11 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("raft state: %w", err)
 	}
-	n.raft, err = raft.NewRaft(n.raftConfig(hl), n.fsm, logs, n.logStore, snaps, n.trans)
+	rc := n.raftConfig(hl)
+	if rc.SnapshotThreshold, err = n.fsm.policy.resume(snaps, logs); err != nil {
+		return fmt.Errorf("snapshot threshold: %w", err)
+	}
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logStore, snaps, n.trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}

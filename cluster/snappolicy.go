@@ -23,13 +23,15 @@ import (
 // half as many bytes as that snapshot. Snapshots then cost at most twice
 // the bytes the log itself takes in, whatever the state's size, and the log
 // kept between two snapshots stays under half the state. Below the floor the
-// configured threshold holds as is. The threshold lives in memory: after a
-// restart the first snapshot comes at the configured threshold again, one
-// extra copy per restart, and sets it anew.
+// configured threshold holds as is. raft keeps the threshold in memory only,
+// so a restarting node works it out again (resume) from its newest snapshot's
+// size and the entries at the end of its log; otherwise every restart would
+// cost one extra full copy at the configured threshold.
 const (
 	defaultSnapshotThreshold = 4096      // entries, while the state is small
 	snapshotFloor            = 256 << 20 // bytes of snapshot below which the configured threshold holds
 	snapshotShare            = 2         // the log since the last snapshot reaches 1/snapshotShare of it
+	resumeSample             = 256       // newest log entries read at start for their average size
 )
 
 // nextSnapshotThreshold returns the number of new log entries the next
@@ -80,12 +82,56 @@ func (p *snapshotPolicy) applied(logs []*raft.Log) {
 	p.entries.Add(n)
 }
 
+// average is the mean size of the command entries counted so far; 0 for none.
+func (p *snapshotPolicy) average() float64 {
+	if n := p.entries.Load(); n > 0 {
+		return float64(p.bytes.Load()) / float64(n)
+	}
+	return 0
+}
+
+// resume returns the threshold a node starts raft with: the one its newest
+// snapshot calls for, with the entry size measured on the newest entries of
+// its log (which also seed the average later snapshots use), or the
+// configured one while there is no snapshot past the floor. It runs before
+// raft starts.
+func (p *snapshotPolicy) resume(snaps raft.SnapshotStore, logs raft.LogStore) (uint64, error) {
+	list, err := snaps.List()
+	if err != nil {
+		return 0, fmt.Errorf("list snapshots: %w", err)
+	}
+	if len(list) == 0 || list[0].Size < p.floor {
+		return p.base, nil
+	}
+	first, err := logs.FirstIndex()
+	if err != nil {
+		return 0, fmt.Errorf("first log index: %w", err)
+	}
+	last, err := logs.LastIndex()
+	if err != nil {
+		return 0, fmt.Errorf("last log index: %w", err)
+	}
+	var l raft.Log
+	for i := last; i >= first && i > 0 && last-i < resumeSample; i-- {
+		if err := logs.GetLog(i, &l); err != nil {
+			return 0, fmt.Errorf("log entry %d: %w", i, err)
+		}
+		if l.Type == raft.LogCommand {
+			p.bytes.Add(uint64(len(l.Data)))
+			p.entries.Add(1)
+		}
+	}
+	avg := p.average()
+	want := nextSnapshotThreshold(p.base, list[0].Size, avg, p.floor)
+	if want != p.base {
+		p.log.Info("snapshot threshold resumed", "entries", want, "snapshot_bytes", list[0].Size, "avg_entry_bytes", int64(avg))
+	}
+	return want, nil
+}
+
 // persisted sets the threshold that follows a snapshot of size bytes.
 func (p *snapshotPolicy) persisted(size int64) error {
-	var avg float64
-	if n := p.entries.Load(); n > 0 {
-		avg = float64(p.bytes.Load()) / float64(n)
-	}
+	avg := p.average()
 	want := nextSnapshotThreshold(p.base, size, avg, p.floor)
 	p.mu.Lock()
 	defer p.mu.Unlock()

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"fmt"
+	"io"
 	"testing"
+	"time"
 )
 
 func TestNextSnapshotThreshold(t *testing.T) {
@@ -82,6 +84,65 @@ func TestSnapshotThresholdFollowsTheState(t *testing.T) {
 			want := uint64(float64(list[0].Size) / snapshotShare / avg)
 			if got <= base || got > want+want/10 || got < want-want/10 {
 				t.Fatalf("threshold %d after a %d-byte snapshot (entries of %.0f B on average): want about %d", got, list[0].Size, avg, want)
+			}
+		})
+	}
+}
+
+// A restarted node starts raft with the threshold its newest snapshot calls
+// for (the entry size measured on the end of its log), not the configured
+// one: otherwise each restart of a large node would cost one extra full
+// copy of the state. Under the floor it starts with the configured one.
+func TestSnapshotThresholdResumesAfterRestart(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		floor int64
+		grows bool
+	}{
+		{"state past the floor", 1, true},
+		{"state under the floor", 1 << 40, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const base = 8
+			dir := t.TempDir()
+			open := func() *Node {
+				n, err := Open(Config{ID: "solo", Dir: dir, Logger: quietLogger(), RaftLogLevel: "error", LogOutput: io.Discard,
+					HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
+					NoSync: true, SnapshotThreshold: base, snapshotFloor: tc.floor})
+				if err != nil {
+					t.Fatal(err)
+				}
+				waitFor(t, "single node leads", n.IsLeader)
+				return n
+			}
+			n := open()
+			ctx := ctxT(t, 10*time.Second)
+			for i := range 40 {
+				if _, err := n.Claim(ctx, claimCmd(fmt.Sprintf("src:k%d", i))); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := n.raft.Snapshot().Error(); err != nil {
+				t.Fatalf("snapshot: %v", err)
+			}
+			before := n.raft.ReloadableConfig().SnapshotThreshold
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+
+			n = open()
+			defer n.Close()
+			got := n.raft.ReloadableConfig().SnapshotThreshold
+			if !tc.grows {
+				if got != base || before != base {
+					t.Fatalf("threshold %d before the restart, %d after: want the configured %d", before, got, base)
+				}
+				return
+			}
+			// The same claims fill the sample as the entries measured before
+			// the restart, so the two thresholds agree within a tenth.
+			if before <= base || got <= base || got > before+before/10 || got < before-before/10 {
+				t.Fatalf("threshold %d after the restart, %d before it (configured %d): want about the same, above the configured", got, before, base)
 			}
 		})
 	}
