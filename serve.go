@@ -224,15 +224,19 @@ func (n *node) lead(ctx context.Context) {
 	f := forward.New(forward.Options{
 		Store:   n.cluster,
 		Targets: n.target,
-		// At most this many requests to handlers at once. A worker is held
-		// from its event's lease (the lease's or the claim's commit) to the
-		// handler's answer (the outcome then commits in the background): at
-		// 3,000 events/s and 25 ms commits under load that is 75 workers;
-		// 64 made delivery fall seconds behind intake there.
-		Workers: 256,
-		Wake:    n.cluster.Wake(),
-		Logger:  n.log,
-		Observe: n.metrics.Delivery,
+		// Requests to handlers at once. A worker is held from its event's
+		// lease (the lease's or the claim's commit) to the handler's answer
+		// (the outcome then commits in the background): at 3,000 events/s
+		// and 25 ms commits under load that is 75 workers; 64 made delivery
+		// fall seconds behind intake there. A handler that takes 200 ms caps
+		// 256 workers at 1,280 events/s, so the pool grows toward 1,024
+		// while a slow handler answers more for it (forward/poolsize.go).
+		Workers:    256,
+		MaxWorkers: 1024,
+		OnWorkers:  n.metrics.DeliveryWorkers,
+		Wake:       n.cluster.Wake(),
+		Logger:     n.log,
+		Observe:    n.metrics.Delivery,
 		// Deliveries that waited for their source's max_rate or a handler's
 		// Retry-After.
 		RateLimited: n.metrics.RateLimited,

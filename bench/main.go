@@ -13,6 +13,7 @@
 //	go run ./bench -spawn 1 -storm 8 -d 5s              # 8 concurrent copies of every new key
 //	go run ./bench -spawn 1 -sustain -rate-min 1000 -rate-max 8000 -rate-step 1000 -c 512
 //	go run ./bench -spawn 1 -fill 1000000 -drain 10m    # retained state at a million keys
+//	go run ./bench -spawn 1 -rate 2000 -d 15s -handler-delay 200ms   # a slow handler
 //	make soak DURATION=1h                                # steady load with churn, judged for growth (soak.go)
 //	go run ./bench -target http://127.0.0.1:8080 -source stripe-live \
 //	    -provider stripe -secret-file stripe.secret -d 30s
@@ -208,7 +209,8 @@ type options struct {
 	adminURL       string
 	adminTokenFile string
 	spawn          int
-	leaderOnly     bool // -leader-only: every request to the leader
+	leaderOnly     bool          // -leader-only: every request to the leader
+	handlerDelay   time.Duration // -handler-delay: the sink answers each delivery this late
 	bin            string
 	sinkAddr       string
 	keep           bool
@@ -283,6 +285,7 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.adminURL, "admin", "", "admin URL for -cpuprofile with -target (e.g. http://127.0.0.1:7071)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin bearer token file for -cpuprofile with -target")
 	fs.IntVar(&o.spawn, "spawn", 0, "start this many nodes (1 or 3) on loopback instead of -target")
+	fs.DurationVar(&o.handlerDelay, "handler-delay", 0, "the sink answers each delivery this long after it arrived, as a slow handler would (a leader has 256 workers: delivery runs at most 256 ÷ this per second)")
 	fs.BoolVar(&o.leaderOnly, "leader-only", false, "with -spawn: send every request to the leader's intake, as the bare stack's in-process clients propose at the leader (default: round robin over the nodes, as a load balancer would)")
 	fs.StringVar(&o.bin, "bin", "", "oncehook binary for -spawn (default bin/oncehook under the module root)")
 	fs.StringVar(&o.sinkAddr, "sink", "", "with -target: run the delivery sink on this address (where the source forwards)")

@@ -18,6 +18,7 @@ import (
 // written by the generator) to its arrival, and how often each key arrived.
 type sink struct {
 	ln     net.Listener
+	delay  time.Duration // each answer waits this long: a slow handler (-handler-delay)
 	srv    *fasthttp.Server
 	served chan error
 	origin atomic.Int64 // unix ns of the load's start; buckets count from it
@@ -50,12 +51,12 @@ type sinkSnapshot struct {
 	stale      int64
 }
 
-func startSink(addr string) (*sink, error) {
+func startSink(addr string, delay time.Duration) (*sink, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("sink listen %s: %w", addr, err)
 	}
-	s := &sink{ln: ln, served: make(chan error, 1), lat: newHist(), keys: make(map[string]uint32)}
+	s := &sink{ln: ln, delay: delay, served: make(chan error, 1), lat: newHist(), keys: make(map[string]uint32)}
 	s.srv = &fasthttp.Server{
 		Handler:         s.handle,
 		Name:            "oncehook-bench-sink",
@@ -182,6 +183,11 @@ func (s *sink) handle(ctx *fasthttp.RequestCtx) {
 		s.perSec[sec]++
 	}
 	s.mu.Unlock()
+	if s.delay > 0 {
+		// The arrival is recorded above; the answer comes as late as a slow
+		// handler's would, holding the node's worker meanwhile.
+		time.Sleep(s.delay)
+	}
 	ctx.SetStatusCode(fasthttp.StatusOK)
 }
 

@@ -55,7 +55,7 @@ func setup(ctx context.Context, o *options, stderr io.Writer) (*env, error) {
 		return e, nil
 	}
 	var err error
-	if e.sink, err = startSink("127.0.0.1:0"); err != nil {
+	if e.sink, err = startSink("127.0.0.1:0", o.handlerDelay); err != nil {
 		return nil, err
 	}
 	if err = e.spawn(ctx, o); err != nil {
@@ -88,7 +88,7 @@ func (e *env) useTargets(o *options) error {
 		e.adminToken = string(tok)
 	}
 	if o.sinkAddr != "" {
-		if e.sink, err = startSink(o.sinkAddr); err != nil {
+		if e.sink, err = startSink(o.sinkAddr, o.handlerDelay); err != nil {
 			return err
 		}
 	}

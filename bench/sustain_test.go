@@ -342,7 +342,7 @@ func TestFill(t *testing.T) {
 // TestConfigPayloadRetention: the spawned config carries payload_retention
 // only when -payload-retention is given.
 func TestConfigPayloadRetention(t *testing.T) {
-	s, err := startSink("127.0.0.1:0")
+	s, err := startSink("127.0.0.1:0", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestConfigPayloadRetention(t *testing.T) {
 // TestSinkSteps: each begin starts the sink's counts afresh, and a late
 // delivery of an earlier run's key is stale, not a new key of this run.
 func TestSinkSteps(t *testing.T) {
-	s, err := startSink("127.0.0.1:0")
+	s, err := startSink("127.0.0.1:0", 0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,5 +477,33 @@ func TestSpawnOneFill(t *testing.T) {
 	}
 	if f.RSSBytes <= 0 || f.DataBytes <= 0 || f.DataPerKey <= 0 || len(f.Points) == 0 || f.TenMillionS <= 0 {
 		t.Fatalf("footprint %+v", f)
+	}
+}
+
+// TestSinkHandlerDelay: with -handler-delay the sink records a delivery when
+// it arrives and answers it no sooner than the delay, as a slow handler.
+func TestSinkHandlerDelay(t *testing.T) {
+	const delay = 50 * time.Millisecond
+	s, err := startSink("127.0.0.1:0", delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.close()
+	s.begin(time.Now(), "cccccccccc", nil)
+	c := &http.Client{Timeout: 5 * time.Second}
+	defer c.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodPost, s.url()+"/bench", strings.NewReader(`{"sent_ns":1}`))
+	req.Header.Set("Idempotency-Key", "bench:evt_cccccccccc_000000000001")
+	start := time.Now()
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if took := time.Since(start); resp.StatusCode != http.StatusOK || took < delay {
+		t.Fatalf("status %d after %v; want 200 after at least %v", resp.StatusCode, took, delay)
+	}
+	if snap := s.snapshot(); snap.unique != 1 || snap.deliveries != 1 {
+		t.Fatalf("after one delivery: %+v", snap)
 	}
 }

@@ -18,11 +18,12 @@ import (
 // their own events), and refusing claims while it commits would leave them
 // pending, wake the dispatcher, and start the next lease: one lease entry per
 // claim again. So busy may exceed n by what claims reserved while a lease was
-// in flight, never by more than n: the jobs and freed channels hold 2n, and
-// an event beyond n waits in the jobs channel for the next free worker.
+// in flight, never by more than n: the jobs and freed channels hold twice the
+// largest pool, and an event beyond n waits in the jobs channel for the next
+// free worker.
 type slots struct {
 	mu      sync.Mutex
-	n       int    // workers
+	n       int    // workers: the pool's size (poolsize.go)
 	busy    int    // delivering, reserved by a claim, or taken for a lease in flight
 	leasing int    // of busy: taken by the lease in flight
 	gen     uint64 // the Run the counts belong to; 0: not running
@@ -44,11 +45,11 @@ type slots struct {
 const recordFactor = 4
 
 // startRecording counts one more outcome committing in the background, if
-// fewer than recordFactor*n are.
-func (s *slots) startRecording(n int) bool {
+// fewer than recordFactor times the pool's size are.
+func (s *slots) startRecording() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.recording >= recordFactor*n {
+	if s.recording >= recordFactor*s.n {
 		return false
 	}
 	s.recording++
@@ -90,6 +91,24 @@ func (s *slots) close() {
 	s.wakeIdle()
 	s.idle = nil
 	s.mu.Unlock()
+}
+
+// size reports the pool's size (0 when not running).
+func (s *slots) size() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n
+}
+
+// resize sets the pool's size of a running Run. Workers busy beyond a smaller
+// size finish their events; no new one starts until busy is under it.
+func (s *slots) resize(n int) {
+	s.mu.Lock()
+	if s.n > 0 {
+		s.n = n
+	}
+	s.mu.Unlock()
+	s.signal()
 }
 
 func (s *slots) signal() {

@@ -9,7 +9,9 @@
 // owns three loops inside Run:
 //
 //   - the dispatcher leases due pending events from the Store, never more than
-//     there are free workers, and hands them to a fixed pool of workers. It
+//     there are free workers, and hands them to a pool of workers that grows
+//     past Options.Workers while the pool is what limits delivery and the
+//     handlers answer more for it (poolsize.go). It
 //     leases again when Options.Wake is signalled, on every PollInterval tick
 //     (which is also how retries that became due are found), and when a worker
 //     frees up while the last lease filled every free slot;

@@ -132,13 +132,22 @@ type Options struct {
 	// are never followed: when Client.CheckRedirect is nil, a copy of the
 	// client with one returning http.ErrUseLastResponse is used.
 	Client *http.Client
-	// Workers is the number of concurrent requests to handlers; default 16.
+	// Workers is the number of concurrent requests to handlers, the pool's
+	// size at the start of a Run and its least (see MaxWorkers); default 16.
 	// A worker is free again when its handler answered: the outcome is
 	// recorded (Complete or Fail, a Raft commit) in the background, with at
 	// most recordFactor*Workers outcomes waiting to commit; beyond that a
 	// worker waits for its own. Claims that carry their lease may add as
 	// many events again as Workers, waiting for a worker (claimlease.go).
 	Workers int
+	// MaxWorkers is how far the pool may grow while it is what limits
+	// delivery (poolsize.go): every worker busy, events waiting, and each
+	// step up answered by more 2xx per tick. Not above Workers: a fixed pool.
+	MaxWorkers int
+	// OnWorkers, when set, is told the pool's size when Run starts, each
+	// time it changes, and 0 when Run returns. It runs on the dispatcher and
+	// must not block.
+	OnWorkers func(n int)
 	// Wake is signalled when new events may be due (a claim committed on this
 	// leader); give it a buffer of one and send without blocking, so that many
 	// claims make one lease. nil: rely on PollInterval.
@@ -214,6 +223,8 @@ type Forwarder struct {
 	lim *limiter // this Run's rate limits; set before Run starts its goroutines
 
 	slots *slots // workers taken by leases and by claims that carry theirs (claimlease.go)
+
+	delivered atomic.Int64 // 2xx answers since the dispatcher last looked (poolsize.go)
 }
 
 // New returns a Forwarder with opts' zero fields set to their defaults.
@@ -283,58 +294,81 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	defer cancel()
 
 	n := f.opts.Workers
+	sizer := newPoolSizer(n, f.opts.MaxWorkers)
 	f.lim = newLimiter(f.opts.DefaultLease)
-	// At most 2n events are ever sent and not yet freed (f.slots: claims
-	// may reserve workers a lease in flight also took), so neither jobs nor
-	// freed ever blocks its sender. The freed token is true for an
-	// event with an order object: its end may let the next event of its
-	// object go (the engine leases one per object at a time), so the
-	// dispatcher leases again at once.
-	jobs := make(chan job, 2*n)
-	freed := make(chan bool, 2*n)
+	f.delivered.Store(0)
+	// At most twice the pool's size of events are ever sent and not yet
+	// freed (f.slots: claims may reserve workers a lease in flight also
+	// took), so neither jobs nor freed, sized for the largest pool, ever
+	// blocks its sender. The freed token is true for an event with an order
+	// object: its end may let the next event of its object go (the engine
+	// leases one per object at a time), so the dispatcher leases again at
+	// once.
+	jobs := make(chan job, 2*sizer.max)
+	freed := make(chan bool, 2*sizer.max)
 	kick := make(chan struct{}, 1) // events may be due (a reclaim, an ordered event recorded): lease soon
 
 	var wg sync.WaitGroup
-	for range n {
-		wg.Go(func() {
-			for j := range jobs {
-				ordered := j.ev.OrderObject != ""
-				if j.handBack > 0 {
-					f.handBack(ctx, j.ev, j.handBack)
-					freed <- ordered
-					continue
-				}
-				at := f.try(ctx, j.ev)
-				if at == nil || !f.slots.startRecording(n) {
-					if at != nil {
-						f.record(ctx, at)
-					}
-					freed <- ordered
-					continue
-				}
-				// The handler answered: the worker is free for the next
-				// event while the outcome commits (workers bound the
-				// requests to handlers, not the commits; see Workers).
-				freed <- false
-				wg.Go(func() {
-					f.record(ctx, at)
-					f.slots.endRecording()
-					if ordered { // the next event of its object may go now
-						select {
-						case kick <- struct{}{}:
-						default:
-						}
-					}
-				})
+	worker := func() {
+		for j := range jobs {
+			ordered := j.ev.OrderObject != ""
+			if j.handBack > 0 {
+				f.handBack(ctx, j.ev, j.handBack)
+				freed <- ordered
+				continue
 			}
-		})
+			at := f.try(ctx, j.ev)
+			if at != nil && at.a.reason == "" {
+				f.delivered.Add(1)
+			}
+			if at == nil || !f.slots.startRecording() {
+				if at != nil {
+					f.record(ctx, at)
+				}
+				freed <- ordered
+				continue
+			}
+			// The handler answered: the worker is free for the next
+			// event while the outcome commits (workers bound the
+			// requests to handlers, not the commits; see Workers).
+			freed <- false
+			wg.Go(func() {
+				f.record(ctx, at)
+				f.slots.endRecording()
+				if ordered { // the next event of its object may go now
+					select {
+					case kick <- struct{}{}:
+					default:
+					}
+				}
+			})
+		}
 	}
+	// Workers are started as the pool grows and stay until Run ends (an
+	// idle one waits on jobs); f.slots says how many may be busy.
+	started := 0
+	grow := func(to int) {
+		for ; started < to; started++ {
+			wg.Go(worker)
+		}
+	}
+	grow(n)
 	wg.Go(func() { f.sweep(ctx, kick) })
 
-	f.log.Info("forwarder started", "workers", n)
+	f.log.Info("forwarder started", "workers", n, "max_workers", sizer.max)
 	f.slots.open(n)
-	f.dispatch(ctx, jobs, freed, kick)
+	f.onWorkers(n)
+	f.dispatch(ctx, jobs, freed, kick, func(saturated bool) {
+		k := sizer.step(saturated, int(f.delivered.Swap(0)))
+		if was := f.slots.size(); k != was {
+			grow(k)
+			f.slots.resize(k)
+			f.onWorkers(k)
+			f.log.Debug("delivery workers", "workers", k, "was", was)
+		}
+	})
 	f.slots.close()
+	f.onWorkers(0)
 	cancel()
 	close(jobs)
 	wg.Wait()
@@ -358,8 +392,6 @@ const (
 	parkFactor = 16
 )
 
-// dispatch is the leasing loop. It returns when ctx ends.
-//
 // Rate limits (doc.go, "Rate limits"): the Store leases the oldest due events
 // of every source at once and cannot give an event back without counting an
 // attempt (Lease counts it; Fail and Reclaim keep it). So an event of a
@@ -376,7 +408,16 @@ const (
 // hold longer than the lease, a per-event lease shorter than the default, a
 // rate lowered by a reload) is handed back with Fail, which spends the attempt
 // but never makes it the last one.
-func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan bool, kick <-chan struct{}) {
+func (f *Forwarder) onWorkers(n int) {
+	if f.opts.OnWorkers != nil {
+		f.opts.OnWorkers(n)
+	}
+}
+
+// dispatch is the leasing loop. It returns when ctx ends. On every
+// PollInterval tick it calls size with whether every worker was busy while
+// events were waiting to be leased (poolsize.go).
+func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan bool, kick <-chan struct{}, size func(saturated bool)) {
 	tick := time.NewTicker(f.opts.PollInterval)
 	defer tick.Stop()
 	timer := time.NewTimer(time.Hour)
@@ -463,6 +504,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		case <-kick:
 			want = true
 		case <-tick.C:
+			size(want && f.slots.free() <= 0)
 			want = true
 		case <-timerC:
 		case <-f.slots.changed: // a claim leased an event, or gave its worker back

@@ -45,6 +45,9 @@ type Metrics struct {
 	// deadExpired counts the dead letters Expire deleted after their
 	// dead_retention.
 	deadExpired *prometheus.CounterVec
+	// deliveryWorkers is the leader's delivery pool size (forward's
+	// OnWorkers); 0 on a follower.
+	deliveryWorkers prometheus.Gauge
 }
 
 var codeStrings = func() (s [600]string) {
@@ -119,6 +122,10 @@ func New() *Metrics {
 			Name: "oncehook_dead_expired_total",
 			Help: "Dead letters deleted because their source's dead_retention passed (each logged at warn with its key), by source.",
 		}, []string{"source"}),
+		deliveryWorkers: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "oncehook_delivery_workers",
+			Help: "Requests to handlers this node's forwarder may have in flight at once: the leader's delivery pool, which grows past its base while a slow handler keeps answering more; 0 on a follower.",
+		}),
 	}
 	m.reloadOK.Set(1)
 	m.reg.MustRegister(m.requests, m.claims, m.sigFailures, m.deliveries, m.bodyChanged, m.replays, m.syncConflicts, m.filteredTotal, m.claimLatency, m.deliveryTime, m.reloadOK,
@@ -127,6 +134,7 @@ func New() *Metrics {
 	m.reg.MustRegister(m.schemaFailures)
 	m.reg.MustRegister(m.keysFetchFailures, m.keysActive)
 	m.reg.MustRegister(m.deadExpired)
+	m.reg.MustRegister(m.deliveryWorkers)
 	return m
 }
 
@@ -140,7 +148,15 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requests, m.claims, m.sigFailures, m.deliveries, m.claimLatency, m.deliveryTime,
 		m.reloadOK, m.bodyChanged, m.replays, m.syncConflicts, m.schemaFailures, m.keysFetchFailures, m.keysActive,
-		m.filteredTotal, m.rateLimitedTotal, m.rateLimitWait, m.deadExpired}
+		m.filteredTotal, m.rateLimitedTotal, m.rateLimitWait, m.deadExpired, m.deliveryWorkers}
+}
+
+// DeliveryWorkers sets oncehook_delivery_workers to the delivery pool's size.
+func (m *Metrics) DeliveryWorkers(n int) {
+	if m == nil {
+		return
+	}
+	m.deliveryWorkers.Set(float64(n))
 }
 
 // ConfigReloaded sets oncehook_config_last_reload_successful.
