@@ -74,8 +74,12 @@ func layoutPanels(ps []*plot.Plot, dc draw.Canvas) {
 
 func percentilePlot(res *Result) (*plot.Plot, error) {
 	p := plot.New()
+	load := loadShort(res)
+	if res.HandlerDelayMs > 0 {
+		load += fmt.Sprintf(", handler %g ms", res.HandlerDelayMs)
+	}
 	p.Title.Text = fmt.Sprintf("oncehook %s, %d node(s), %s, %d B, %s, commit %s",
-		res.Provider, res.Nodes, loadShort(res), res.BodyBytes, res.Date.Format("2006-01-02 15:04"), res.Commit)
+		res.Provider, res.Nodes, load, res.BodyBytes, res.Date.Format("2006-01-02 15:04"), res.Commit)
 	p.X.Label.Text = "percentile"
 	p.Y.Label.Text = "latency (ms, log)"
 	p.X.Scale = plot.LogScale{}

@@ -58,6 +58,9 @@ type Result struct {
 	BodyBytes     int     `json:"body_bytes"`
 	DupRatio      float64 `json:"dup_ratio"`
 	Storm         int     `json:"storm"`
+	// HandlerDelayMs is -handler-delay: the sink answered each delivery this
+	// late, as a slow handler (0: at once).
+	HandlerDelayMs float64 `json:"handler_delay_ms,omitempty"`
 
 	Requests     int64            `json:"requests"`
 	NewKeys      int64            `json:"new_keys"` // distinct new keys sent (a storm is one)
@@ -275,42 +278,43 @@ func round2(v float64) float64 { return math.Round(v*100) / 100 }
 func buildResult(o *options, e *env, lr *loadResult, dr *drainResult, cpu CPU) *Result {
 	r := lr.rec
 	res := &Result{
-		Date:          lr.start.UTC().Truncate(time.Second),
-		Commit:        readCommit(moduleRoot()),
-		GoVersion:     runtime.Version(),
-		CPUs:          runtime.NumCPU(),
-		Target:        "spawn",
-		Nodes:         o.nodes(),
-		LeaderOnly:    o.leaderOnly,
-		Source:        o.source,
-		Provider:      o.provider,
-		Model:         "closed",
-		Clients:       o.clients,
-		DurationS:     o.duration.Seconds(),
-		Operations:    o.total,
-		BodyBytes:     o.size,
-		DupRatio:      o.dup,
-		Storm:         o.storm,
-		Requests:      r.requests,
-		NewKeys:       r.newSent + r.storms,
-		Missed:        lr.missed,
-		ElapsedS:      lr.elapsed.Seconds(),
-		Rate:          perSecond(r.requests, lr.elapsed),
-		Throughput:    perSecond(r.accepted+r.duplicates, lr.elapsed),
-		StatusCodes:   map[string]int64{},
-		Errors:        r.errs,
-		Latency:       summarize(lr.lat),
-		Latency202:    summarizeOrZero(lr.lat202),
-		Latency200:    summarizeOrZero(lr.lat200),
-		Claims:        r.accepted,
-		ClaimsPerSec:  perSecond(r.accepted, lr.elapsed),
-		Duplicates:    Duplicates{Sent: r.dupSent, Answered200: r.dupOK, AnsweredNew: r.dupAsNew, Total200: r.duplicates},
-		Unexpected:    r.requests - r.accepted - r.duplicates,
-		Violations:    r.dupAsNew + r.newAsDup + r.stormBad,
-		CPU:           cpu,
-		Timeline:      slices.Clone(r.perSec),
-		Percentiles:   percentileCurve(lr.lat),
-		RequestedRate: o.rate,
+		Date:           lr.start.UTC().Truncate(time.Second),
+		Commit:         readCommit(moduleRoot()),
+		GoVersion:      runtime.Version(),
+		CPUs:           runtime.NumCPU(),
+		Target:         "spawn",
+		Nodes:          o.nodes(),
+		LeaderOnly:     o.leaderOnly,
+		Source:         o.source,
+		Provider:       o.provider,
+		Model:          "closed",
+		Clients:        o.clients,
+		DurationS:      o.duration.Seconds(),
+		Operations:     o.total,
+		BodyBytes:      o.size,
+		DupRatio:       o.dup,
+		Storm:          o.storm,
+		HandlerDelayMs: float64(o.handlerDelay) / float64(time.Millisecond),
+		Requests:       r.requests,
+		NewKeys:        r.newSent + r.storms,
+		Missed:         lr.missed,
+		ElapsedS:       lr.elapsed.Seconds(),
+		Rate:           perSecond(r.requests, lr.elapsed),
+		Throughput:     perSecond(r.accepted+r.duplicates, lr.elapsed),
+		StatusCodes:    map[string]int64{},
+		Errors:         r.errs,
+		Latency:        summarize(lr.lat),
+		Latency202:     summarizeOrZero(lr.lat202),
+		Latency200:     summarizeOrZero(lr.lat200),
+		Claims:         r.accepted,
+		ClaimsPerSec:   perSecond(r.accepted, lr.elapsed),
+		Duplicates:     Duplicates{Sent: r.dupSent, Answered200: r.dupOK, AnsweredNew: r.dupAsNew, Total200: r.duplicates},
+		Unexpected:     r.requests - r.accepted - r.duplicates,
+		Violations:     r.dupAsNew + r.newAsDup + r.stormBad,
+		CPU:            cpu,
+		Timeline:       slices.Clone(r.perSec),
+		Percentiles:    percentileCurve(lr.lat),
+		RequestedRate:  o.rate,
 	}
 	if o.rate > 0 {
 		res.Model = "open"
@@ -423,6 +427,9 @@ func formatText(res *Result) string {
 	}
 	fmt.Fprintf(&b, "%-13s %s, source %s, provider %s, commit %s, %d CPUs\n", "Target", target, res.Source, res.Provider, res.Commit, res.CPUs)
 	fmt.Fprintf(&b, "%-13s %s, body %d B, dup %g, storm %d\n", "Load", loadLabel(res), res.BodyBytes, res.DupRatio, res.Storm)
+	if res.HandlerDelayMs > 0 {
+		fmt.Fprintf(&b, "%-13s the sink answers each delivery %g ms after it arrived (-handler-delay)\n", "Handler", res.HandlerDelayMs)
+	}
 	if res.Model == "open" {
 		line("Requests", "[total, requested, rate, throughput]",
 			fmt.Sprintf("%d, %.2f/s, %.2f/s, %.2f/s", res.Requests, res.RequestedRate, res.Rate, res.Throughput))
