@@ -392,6 +392,17 @@ const (
 	parkFactor = 16
 )
 
+// onWorkers tells Options.OnWorkers the pool's size.
+func (f *Forwarder) onWorkers(n int) {
+	if f.opts.OnWorkers != nil {
+		f.opts.OnWorkers(n)
+	}
+}
+
+// dispatch is the leasing loop. It returns when ctx ends. On every
+// PollInterval tick it calls size with whether every worker was busy while
+// events were waiting to be leased (poolsize.go).
+//
 // Rate limits (doc.go, "Rate limits"): the Store leases the oldest due events
 // of every source at once and cannot give an event back without counting an
 // attempt (Lease counts it; Fail and Reclaim keep it). So an event of a
@@ -408,15 +419,6 @@ const (
 // hold longer than the lease, a per-event lease shorter than the default, a
 // rate lowered by a reload) is handed back with Fail, which spends the attempt
 // but never makes it the last one.
-func (f *Forwarder) onWorkers(n int) {
-	if f.opts.OnWorkers != nil {
-		f.opts.OnWorkers(n)
-	}
-}
-
-// dispatch is the leasing loop. It returns when ctx ends. On every
-// PollInterval tick it calls size with whether every worker was busy while
-// events were waiting to be leased (poolsize.go).
 func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan bool, kick <-chan struct{}, size func(saturated bool)) {
 	tick := time.NewTicker(f.opts.PollInterval)
 	defer tick.Stop()

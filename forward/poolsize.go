@@ -12,7 +12,7 @@ package forward
 // only if it pays: after two ticks in a row in which every worker was busy and
 // events were still waiting to be leased, the pool grows by a quarter (up to
 // the maximum). The tick after the step is part old size, part new; the two
-// ticks after that are compared with the two before the step. At least a
+// ticks after that are compared with the two before the step. More than a
 // tenth more deliveries and the step stays (the handler had room); otherwise
 // it is undone and no step is tried for sizeHoldTicks (the handler was the
 // limit, not the pool). Two ticks on each side smooth the count, which moves
@@ -61,7 +61,9 @@ func (p *poolSizer) step(saturated bool, delivered int) int {
 	}
 	if p.judging > 0 {
 		p.judging--
-		if p.judging == 0 && (p.prev+p.last)*100 < p.before*(100+sizeGainPct) {
+		// Not more than a tenth more (nothing more, when nothing came
+		// before: a handler that only times out earns no workers).
+		if p.judging == 0 && (p.prev+p.last)*100 <= p.before*(100+sizeGainPct) {
 			p.n, p.hold = p.prevN, sizeHoldTicks
 		}
 		p.sat, p.calm = 0, 0

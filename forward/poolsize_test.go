@@ -43,6 +43,12 @@ func TestPoolSizerSteps(t *testing.T) {
 			{true, 80, 8}, {true, 80, 8}, {true, 80, 8}, {true, 80, 8},
 			{true, 80, 10}, // the hold is over, and the ticks were saturated all along: a step again
 		}},
+		{"a handler that answers no 2xx earns no workers", []tick{
+			{true, 0, 8}, {true, 0, 10},
+			{true, 0, 10},
+			{true, 0, 10}, {true, 0, 8}, // nothing before, nothing after: undone
+			{true, 0, 8}, {true, 0, 8},
+		}},
 		{"the maximum caps a step", []tick{
 			{true, 10, 8}, {true, 10, 9}, // base 8, max 9
 			{true, 20, 9}, {true, 20, 9}, {true, 20, 9},
