@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"testing"
 	"time"
 
@@ -123,5 +124,60 @@ func TestIdleSweepProposesNothing(t *testing.T) {
 	c.clock.advance(2 * time.Minute) // the lease has ended
 	if n, err := leader.Reclaim(ctx, time.Hour); err != nil || n != 1 {
 		t.Fatalf("reclaim of an ended lease: %d, %v", n, err)
+	}
+}
+
+// TestIdleLeaseProposesNothing: a lease with nothing due (an empty store, an
+// event already leased, a retry scheduled later) and nothing applied waiting
+// for the engine's commit proposes no entry, so the
+// forwarder's lease on every poll tick costs an idle cluster nothing; one
+// with an event due does, and leases it. On a follower it still fails with
+// ErrNotLeader.
+func TestIdleLeaseProposesNothing(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	li := c.waitLeader(-1)
+	leader := c.nodes[li]
+	ctx := ctxT(t, 30*time.Second)
+	idle := func(what string) {
+		t.Helper()
+		// The FSM commits what it applied within 100 ms; until then a
+		// lease looks (LeaseDue). Commit it now rather than wait.
+		if err := leader.eng.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		before := leader.prop.entries.Load()
+		for range 3 {
+			if evs, err := leader.Lease(ctx, 8, time.Minute); err != nil || len(evs) != 0 {
+				t.Fatalf("%s: idle lease: %v, %v", what, evs, err)
+			}
+		}
+		if got := leader.prop.entries.Load() - before; got != 0 {
+			t.Errorf("%s: idle leases proposed %d entries, want 0", what, got)
+		}
+	}
+	idle("empty store")
+	if _, err := c.nodes[c.follower(li)].Lease(ctx, 8, time.Minute); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("lease on a follower: %v, want ErrNotLeader", err)
+	}
+
+	if _, err := leader.Claim(ctx, claimCmd("src:a")); err != nil {
+		t.Fatal(err)
+	}
+	before := leader.prop.entries.Load()
+	evs, err := leader.Lease(ctx, 8, time.Minute)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("lease of a due event: %v, %v", evs, err)
+	}
+	if leader.prop.entries.Load() == before {
+		t.Fatal("the lease of a due event proposed no entry")
+	}
+	idle("event leased")
+	if err := leader.Fail(ctx, evs[0].Key, evs[0].Token, time.Hour, 5, "status 500", "", 0, nil); err != nil {
+		t.Fatal(err)
+	}
+	idle("retry in an hour")
+	c.clock.advance(2 * time.Hour)
+	if evs, err := leader.Lease(ctx, 8, time.Minute); err != nil || len(evs) != 1 {
+		t.Fatalf("lease of the retry once due: %v, %v", evs, err)
 	}
 }

@@ -147,6 +147,9 @@ type Engine struct {
 	// wmu, then mu.
 	wmu     sync.Mutex
 	pending *pendingTx
+	// open is set while pending is: LeaseDue then answers true without
+	// waiting for wmu or committing what is pending.
+	open atomic.Bool
 	// lost is set, for good, when a commit of applied entries failed
 	// (ErrLostCommit). Whoever triggered that commit (the FSM's timer, or a
 	// read that needed the file current) the entries are gone from the
@@ -386,6 +389,7 @@ func (e *Engine) applyLocked(entries []Entry, deferred bool) ([][]Result, error)
 		applied := a.lastApplied()
 		p = &pendingTx{tx: tx, a: a, start: applied, applied: applied}
 		e.pending = p
+		e.open.Store(true)
 	}
 
 	total := 0
@@ -461,7 +465,8 @@ func (e *Engine) flushLocked() error {
 	}
 	e.pending = nil
 	defer e.mu.RUnlock()
-	defer e.clearOverlay() // after the commit: Exists then finds the keys in the file
+	defer e.open.Store(false) // after the commit: LeaseDue then reads it in the file
+	defer e.clearOverlay()    // after the commit: Exists then finds the keys in the file
 	if err := p.a.finish(p.applied); err != nil {
 		p.tx.Rollback()
 		e.lost = fmt.Errorf("%w: entries %d..%d: %w", ErrLostCommit, p.start+1, p.applied, err)
@@ -490,6 +495,7 @@ func (e *Engine) discardLocked() {
 		p.tx.Rollback()
 		e.mu.RUnlock()
 		e.clearOverlay()
+		e.open.Store(false)
 	}
 }
 

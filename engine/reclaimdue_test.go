@@ -44,3 +44,72 @@ func TestReclaimDue(t *testing.T) {
 	}
 	check("after the repair", t0+33*sec, 10*sec, false)
 }
+
+// TestLeaseDue: LeaseDue is true exactly while the due index holds an event
+// due by then: not for an empty store, a retry scheduled later, a leased or
+// done event, or a paused source's held one.
+func TestLeaseDue(t *testing.T) {
+	h := newHarness(t)
+	check := func(what string, now int64, want bool) {
+		t.Helper()
+		got, err := h.e.LeaseDue(now)
+		if err != nil || got != want {
+			t.Fatalf("%s: LeaseDue(now+%ds) = %v, %v; want %v", what, (now-t0)/sec, got, err, want)
+		}
+	}
+	check("empty", t0, false)
+	h.one(claimCmd("src:a", t0+sec))
+	check("claimed after now", t0, false)
+	check("claimed, due", t0+sec, true)
+
+	ev := h.one(leaseCmd(t0+sec, 1)).Events[0]
+	check("leased", t0+2*sec, false)
+	h.one(Command{Op: OpFail, Now: t0 + 2*sec, Key: ev.Key, Token: ev.Token, RetryIn: 10 * sec, MaxAttempts: 5, Reason: "x"})
+	check("retry scheduled later", t0+3*sec, false)
+	check("retry due", t0+12*sec, true)
+
+	h.one(Command{Op: OpPause, Now: t0 + 12*sec, Source: "src", Who: "ops", Reason: "deploy"})
+	check("its source paused", t0+13*sec, false)
+	h.one(Command{Op: OpResume, Now: t0 + 13*sec, Source: "src", Who: "ops", Reason: "deployed"})
+	check("resumed", t0+13*sec, true)
+
+	ev = h.one(leaseCmd(t0+14*sec, 1)).Events[0]
+	h.one(Command{Op: OpComplete, Now: t0 + 15*sec, Key: ev.Key, Token: ev.Token})
+	check("done", t0+16*sec, false)
+}
+
+// TestLeaseDueWithDeferredApplies: while entries applied with
+// ApplyBatchDeferred wait for their commit, LeaseDue says true (the lease
+// looks) and commits nothing; once they are committed it reads the file.
+func TestLeaseDueWithDeferredApplies(t *testing.T) {
+	e := mustOpen(t, Options{NoSync: true})
+	due := func(what string, want bool) {
+		t.Helper()
+		if got, err := e.LeaseDue(t0 + sec); err != nil || got != want {
+			t.Fatalf("%s: LeaseDue = %v, %v; want %v", what, got, err, want)
+		}
+	}
+	due("empty", false)
+	if _, err := e.ApplyBatchDeferred([]Entry{{Index: 1, Cmds: []Command{claimCmd("src:a", t0)}}}); err != nil {
+		t.Fatal(err)
+	}
+	due("a claim applied, not committed", true)
+	if e.LastApplied() != 0 {
+		t.Fatalf("LeaseDue committed the pending entries (last applied %d)", e.LastApplied())
+	}
+	if _, err := e.ApplyBatchDeferred([]Entry{{Index: 2, Cmds: []Command{leaseCmd(t0+sec, 5)}}}); err != nil {
+		t.Fatal(err)
+	}
+	due("leased, not committed", true)
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	due("leased and committed", false)
+	if _, err := e.ApplyBatchDeferred([]Entry{{Index: 3, Cmds: []Command{claimCmd("src:b", t0)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	due("a claim committed", true)
+}
