@@ -234,15 +234,7 @@ func TestLeaseCompleteFencingThroughRaft(t *testing.T) {
 
 func TestRestartKeepsStateAndDoesNotReapply(t *testing.T) {
 	dir := t.TempDir()
-	open := func() *Node {
-		n, err := Open(Config{ID: "solo", Dir: dir, Logger: quietLogger(), RaftLogLevel: "error", LogOutput: os.Stderr,
-			HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond})
-		if err != nil {
-			t.Fatal(err)
-		}
-		waitFor(t, "single node leads", n.IsLeader)
-		return n
-	}
+	open := func() *Node { return openSolo(t, dir, nil) }
 	n := open()
 	ctx := ctxT(t, 10*time.Second)
 	for i := 0; i < 50; i++ {

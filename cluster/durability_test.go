@@ -17,20 +17,6 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-func openSolo(t *testing.T, dir string) *Node {
-	t.Helper()
-	n, err := Open(Config{ID: "solo", Dir: dir, Logger: quietLogger(), RaftLogLevel: "off",
-		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond})
-	if err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, "single node leads", n.IsLeader)
-	if err := n.Barrier(5 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	return n
-}
-
 // After an operating-system crash the unsynced engine file is not trusted: it
 // is rebuilt from the newest snapshot and the log, to the same bytes.
 func TestEngineFileIsRebuiltAfterAMachineCrash(t *testing.T) {
@@ -38,7 +24,7 @@ func TestEngineFileIsRebuiltAfterAMachineCrash(t *testing.T) {
 		t.Skip("no /proc/sys/kernel/random/boot_id: the engine syncs every commit here")
 	}
 	dir := t.TempDir()
-	n := openSolo(t, dir)
+	n := openSolo(t, dir, nil)
 	ctx := ctxT(t, 10*time.Second)
 	for i := 0; i < 40; i++ {
 		if _, err := n.Claim(ctx, claimCmd(fmt.Sprintf("src:a%d", i))); err != nil {
@@ -68,7 +54,7 @@ func TestEngineFileIsRebuiltAfterAMachineCrash(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "fsm.db"), []byte("torn pages"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	n = openSolo(t, dir)
+	n = openSolo(t, dir, nil)
 	defer n.Close()
 	if _, err := os.Stat(filepath.Join(dir, "fsm.db.untrusted")); err != nil {
 		t.Fatalf("the untrusted file was not set aside: %v", err)
@@ -91,7 +77,7 @@ func TestEngineFileIsKeptAfterAProcessCrash(t *testing.T) {
 		t.Skip("no boot id")
 	}
 	dir := t.TempDir()
-	n := openSolo(t, dir)
+	n := openSolo(t, dir, nil)
 	if _, err := n.Claim(ctxT(t, 5*time.Second), claimCmd("src:kept")); err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +87,7 @@ func TestEngineFileIsKeptAfterAProcessCrash(t *testing.T) {
 	if err := writeMarker(dir, bootID(), "dirty"); err != nil {
 		t.Fatal(err)
 	}
-	n = openSolo(t, dir)
+	n = openSolo(t, dir, nil)
 	defer n.Close()
 	if _, err := os.Stat(filepath.Join(dir, "fsm.db.untrusted")); err == nil {
 		t.Fatal("a file from this boot was distrusted")
@@ -128,7 +114,7 @@ func TestDataDirIsPrivate(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
-			n := openSolo(t, dir)
+			n := openSolo(t, dir, nil)
 			snapshot := func(prefix string) {
 				t.Helper()
 				for i := 0; i < 20; i++ {
@@ -146,7 +132,7 @@ func TestDataDirIsPrivate(t *testing.T) {
 					t.Fatal(err)
 				}
 				loosen(t, filepath.Join(dir, "raft", "snapshots"))
-				n = openSolo(t, dir)
+				n = openSolo(t, dir, nil)
 				checkPrivate(t, dir) // tightened at open
 				snapshot("b")
 			}

@@ -113,6 +113,27 @@ func (c *testCluster) open(i int, peers []Peer, tune func(*Config)) *Node {
 	return n
 }
 
+// openSolo opens (or reopens) a single-node cluster "solo" on its own
+// transport in dir, with short timeouts and tune's changes, and waits until
+// it leads and has applied its log.
+func openSolo(t testing.TB, dir string, tune func(*Config)) *Node {
+	t.Helper()
+	cfg := Config{ID: "solo", Dir: dir, Logger: quietLogger(), RaftLogLevel: "error",
+		HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond}
+	if tune != nil {
+		tune(&cfg)
+	}
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "single node leads", n.IsLeader)
+	if err := n.Barrier(5 * time.Second); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // inproc returns node from's view of the internal channel: a partition cuts it too.
 func (c *testCluster) inproc(from string) func(string) *Node {
 	return func(addr string) *Node {

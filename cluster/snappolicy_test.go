@@ -35,18 +35,22 @@ func TestNextSnapshotThreshold(t *testing.T) {
 	}
 }
 
+// floorCases run a snapshot test once with every state past the snapshot
+// floor (the policy applies) and once with none.
+var floorCases = []struct {
+	name  string
+	floor int64
+	grows bool
+}{
+	{"state past the floor", 1, true},
+	{"state under the floor", 1 << 40, false},
+}
+
 // A snapshot of a state past the floor moves raft's threshold to half the
 // snapshot's bytes in entries of the measured average size; a state under
 // the floor leaves the configured one. Only one snapshot stays on disk.
 func TestSnapshotThresholdFollowsTheState(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		floor int64
-		grows bool
-	}{
-		{"state past the floor", 1, true},
-		{"state under the floor", 1 << 40, false},
-	} {
+	for _, tc := range floorCases {
 		t.Run(tc.name, func(t *testing.T) {
 			const base = 8
 			c := newTestCluster(t, 1, func(cfg *Config) {
@@ -94,26 +98,15 @@ func TestSnapshotThresholdFollowsTheState(t *testing.T) {
 // one: otherwise each restart of a large node would cost one extra full
 // copy of the state. Under the floor it starts with the configured one.
 func TestSnapshotThresholdResumesAfterRestart(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		floor int64
-		grows bool
-	}{
-		{"state past the floor", 1, true},
-		{"state under the floor", 1 << 40, false},
-	} {
+	for _, tc := range floorCases {
 		t.Run(tc.name, func(t *testing.T) {
 			const base = 8
 			dir := t.TempDir()
 			open := func() *Node {
-				n, err := Open(Config{ID: "solo", Dir: dir, Logger: quietLogger(), RaftLogLevel: "error", LogOutput: io.Discard,
-					HeartbeatTimeout: 100 * time.Millisecond, ElectionTimeout: 100 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
-					NoSync: true, SnapshotThreshold: base, snapshotFloor: tc.floor})
-				if err != nil {
-					t.Fatal(err)
-				}
-				waitFor(t, "single node leads", n.IsLeader)
-				return n
+				return openSolo(t, dir, func(cfg *Config) {
+					cfg.NoSync, cfg.LogOutput = true, io.Discard
+					cfg.SnapshotThreshold, cfg.snapshotFloor = base, tc.floor
+				})
 			}
 			n := open()
 			ctx := ctxT(t, 10*time.Second)
