@@ -144,6 +144,11 @@ type Options struct {
 	// delivery (poolsize.go): every worker busy, events waiting, and each
 	// step up answered by more 2xx per tick. Not above Workers: a fixed pool.
 	MaxWorkers int
+	// PoolBytes bounds the pool's growth by memory: every request in flight
+	// holds its event's body, and as many events again may wait for a
+	// worker, so the pool grows to at most PoolBytes / (2 × the average
+	// body delivered), and never below Workers. 0: DefaultPoolBytes.
+	PoolBytes int64
 	// OnWorkers, when set, is told the pool's size when Run starts, each
 	// time it changes, and 0 when Run returns. It runs on the dispatcher and
 	// must not block.
@@ -201,6 +206,7 @@ const (
 	DefaultSweepInterval  = time.Second
 	DefaultExpireInterval = time.Minute
 	DefaultLease          = 30 * time.Second
+	DefaultPoolBytes      = 256 << 20
 )
 
 // ErrRunning is returned by Run when the Forwarder is already running.
@@ -224,7 +230,9 @@ type Forwarder struct {
 
 	slots *slots // workers taken by leases and by claims that carry theirs (claimlease.go)
 
-	delivered atomic.Int64 // 2xx answers since the dispatcher last looked (poolsize.go)
+	// Since the dispatcher last looked (poolsize.go): 2xx answers, and the
+	// attempts started with the bytes of their bodies.
+	delivered, attempts, bodyBytes atomic.Int64
 }
 
 // New returns a Forwarder with opts' zero fields set to their defaults.
@@ -243,6 +251,9 @@ func New(opts Options) *Forwarder {
 	}
 	if opts.DefaultLease <= 0 {
 		opts.DefaultLease = DefaultLease
+	}
+	if opts.PoolBytes <= 0 {
+		opts.PoolBytes = DefaultPoolBytes
 	}
 	f := &Forwarder{opts: opts, log: opts.Logger, slots: newSlots()}
 	if f.log == nil {
@@ -297,6 +308,8 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	sizer := newPoolSizer(n, f.opts.MaxWorkers)
 	f.lim = newLimiter(f.opts.DefaultLease)
 	f.delivered.Store(0)
+	f.attempts.Store(0)
+	f.bodyBytes.Store(0)
 	// At most twice the pool's size of events are ever sent and not yet
 	// freed (f.slots: claims may reserve workers a lease in flight also
 	// took), so neither jobs nor freed, sized for the largest pool, ever
@@ -317,6 +330,8 @@ func (f *Forwarder) Run(ctx context.Context) error {
 				freed <- ordered
 				continue
 			}
+			f.attempts.Add(1)
+			f.bodyBytes.Add(int64(len(j.ev.Payload)))
 			at := f.try(ctx, j.ev)
 			if at != nil && at.a.reason == "" {
 				f.delivered.Add(1)
@@ -358,7 +373,16 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	f.log.Info("forwarder started", "workers", n, "max_workers", sizer.max)
 	f.slots.open(n)
 	f.onWorkers(n)
+	var avgBody int64 // bytes, over the last tick that started an attempt
 	f.dispatch(ctx, jobs, freed, kick, func(saturated bool) {
+		if a := f.attempts.Swap(0); a > 0 {
+			avgBody = f.bodyBytes.Swap(0) / a
+		}
+		most := f.opts.MaxWorkers
+		if avgBody > 0 {
+			most = int(min(int64(most), f.opts.PoolBytes/(2*avgBody)))
+		}
+		sizer.limit(most)
 		k := sizer.step(saturated, int(f.delivered.Swap(0)))
 		if was := f.slots.size(); k != was {
 			grow(k)

@@ -28,7 +28,7 @@ package forward
 const (
 	sizeHoldTicks = 10 // ticks without a step after one that did not pay
 	sizeCalmTicks = 5  // ticks without a waiting backlog before the pool shrinks
-	sizeGainPct   = 10 // a step stays when deliveries grew by at least this %
+	sizeGainPct   = 10 // a step stays when deliveries grew by more than this %
 	sizeSatTicks  = 2  // saturated ticks in a row before a step
 	sizeJudgeIn   = 3  // ticks after a step when it is judged (the first is skipped)
 )
@@ -36,6 +36,7 @@ const (
 // poolSizer decides the number of workers from tick to tick.
 type poolSizer struct {
 	base, max int
+	most      int // MaxWorkers: max while bodies are small
 	n         int
 
 	prev, last int // deliveries in the tick before the last one, and in the last
@@ -48,7 +49,19 @@ type poolSizer struct {
 }
 
 func newPoolSizer(base, most int) *poolSizer {
-	return &poolSizer{base: base, max: max(base, most), n: base}
+	most = max(base, most)
+	return &poolSizer{base: base, max: most, most: most, n: base}
+}
+
+// limit sets the most the pool may grow to now, as the bodies in flight
+// allow (Options.PoolBytes): never above MaxWorkers nor below the base. A
+// pool above it comes down to it at once, and a step being judged is
+// forgotten.
+func (p *poolSizer) limit(most int) {
+	p.max = max(p.base, min(p.most, most))
+	if p.n > p.max {
+		p.n, p.judging = p.max, 0
+	}
 }
 
 // step takes one tick's facts, whether every worker was busy while events

@@ -3,6 +3,7 @@ package forward
 import (
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -54,6 +55,11 @@ func TestPoolSizerSteps(t *testing.T) {
 			{true, 20, 9}, {true, 20, 9}, {true, 20, 9},
 			{true, 20, 9}, {true, 20, 9}, {true, 20, 9},
 		}},
+		{"a limit below the pool brings it down, and caps later steps", []tick{
+			{true, 80, 8}, {true, 80, 10}, {true, 100, 10}, {true, 100, 10}, {true, 100, 10}, // kept at 10
+			{true, 100, 9}, // limit 9 before this tick
+			{true, 100, 9}, {true, 100, 9}, {true, 100, 9},
+		}},
 		{"calm shrinks the pool toward its base", []tick{
 			{true, 80, 8}, {true, 80, 10}, {true, 100, 10}, {true, 100, 10}, {true, 100, 10}, // kept at 10
 			{false, 50, 10}, {false, 50, 10}, {false, 50, 10}, {false, 50, 10}, {false, 50, 8},
@@ -68,6 +74,9 @@ func TestPoolSizerSteps(t *testing.T) {
 			}
 			p := newPoolSizer(8, most)
 			for i, tk := range tt.ticks {
+				if tt.name == "a limit below the pool brings it down, and caps later steps" && i == 5 {
+					p.limit(9)
+				}
 				if got := p.step(tk.sat, tk.delivered); got != tk.want {
 					t.Fatalf("tick %d (saturated %v, %d delivered): size %d, want %d", i+1, tk.sat, tk.delivered, got, tk.want)
 				}
@@ -122,9 +131,15 @@ const poolBase, poolMost = 8, 64
 // returns the leader and the pool sizes OnWorkers was told.
 func runPool(t *testing.T, events int, h *concurrencySink) (*leader, []int) {
 	t.Helper()
+	return runPoolBodies(t, events, "x", 0, h)
+}
+
+// runPoolBodies is runPool with events of body and Options.PoolBytes.
+func runPoolBodies(t *testing.T, events int, body string, poolBytes int64, h *concurrencySink) (*leader, []int) {
+	t.Helper()
 	l := newLeader(t)
 	for i := range events {
-		l.claim(fmt.Sprintf("src:%d", i), "src", "x")
+		l.claim(fmt.Sprintf("src:%d", i), "src", body)
 	}
 	var sizes sizeLog
 	bubbleRun(t, Options{
@@ -134,6 +149,7 @@ func runPool(t *testing.T, events int, h *concurrencySink) (*leader, []int) {
 		Workers:      poolBase,
 		MaxWorkers:   poolMost,
 		PollInterval: time.Second,
+		PoolBytes:    poolBytes,
 		OnWorkers:    sizes.add,
 	}, 30*time.Second, nil)
 	return l, sizes.all()
@@ -174,6 +190,22 @@ func TestPoolStaysForASaturatedHandlerSynctest(t *testing.T) {
 		}
 		if got == 0 {
 			t.Fatal("nothing delivered")
+		}
+		assertDeliveredOnce(t, l, h, got)
+	})
+}
+
+// Bodies bound the pool: with 4 KiB bodies and 128 KiB for the pool, it
+// grows from 8 for a slow handler with room, but never past 16
+// (128 KiB / (2 × 4 KiB)).
+func TestPoolBoundedByBodiesSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const body, poolBytes = 4 << 10, 128 << 10
+		h := &concurrencySink{latency: slowLatency}
+		l, sizes := runPoolBodies(t, 3000, strings.Repeat("b", body), poolBytes, h)
+		got, peak := h.stats()
+		if limit := poolBytes / (2 * body); slicesMax(sizes) != limit || peak > limit {
+			t.Errorf("pool sizes %v, %d requests at once: want growth to %d and no further", sizes, peak, limit)
 		}
 		assertDeliveredOnce(t, l, h, got)
 	})
