@@ -233,6 +233,7 @@ type Forwarder struct {
 	// Since the dispatcher last looked (poolsize.go): 2xx answers, and the
 	// attempts started with the bytes of their bodies.
 	delivered, attempts, bodyBytes atomic.Int64
+	workers                        atomic.Int32 // worker goroutines running
 }
 
 // New returns a Forwarder with opts' zero fields set to their defaults.
@@ -322,52 +323,73 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	kick := make(chan struct{}, 1) // events may be due (a reclaim, an ordered event recorded): lease soon
 
 	var wg sync.WaitGroup
-	worker := func() {
-		for j := range jobs {
-			ordered := j.ev.OrderObject != ""
-			if j.handBack > 0 {
-				f.handBack(ctx, j.ev, j.handBack)
-				freed <- ordered
-				continue
-			}
-			f.attempts.Add(1)
-			f.bodyBytes.Add(int64(len(j.ev.Payload)))
-			at := f.try(ctx, j.ev)
-			if at != nil && at.a.reason == "" {
-				f.delivered.Add(1)
-			}
-			if at == nil || !f.slots.startRecording() {
-				if at != nil {
-					f.record(ctx, at)
-				}
-				freed <- ordered
-				continue
-			}
-			// The handler answered: the worker is free for the next
-			// event while the outcome commits (workers bound the
-			// requests to handlers, not the commits; see Workers).
-			freed <- false
-			wg.Go(func() {
+	// deliver runs one job on a worker.
+	deliver := func(j job) {
+		ordered := j.ev.OrderObject != ""
+		if j.handBack > 0 {
+			f.handBack(ctx, j.ev, j.handBack)
+			freed <- ordered
+			return
+		}
+		f.attempts.Add(1)
+		f.bodyBytes.Add(int64(len(j.ev.Payload)))
+		at := f.try(ctx, j.ev)
+		if at != nil && at.a.reason == "" {
+			f.delivered.Add(1)
+		}
+		if at == nil || !f.slots.startRecording() {
+			if at != nil {
 				f.record(ctx, at)
-				f.slots.endRecording()
-				if ordered { // the next event of its object may go now
-					select {
-					case kick <- struct{}{}:
-					default:
-					}
+			}
+			freed <- ordered
+			return
+		}
+		// The handler answered: the worker is free for the next event
+		// while the outcome commits (workers bound the requests to
+		// handlers, not the commits; see Workers).
+		freed <- false
+		wg.Go(func() {
+			f.record(ctx, at)
+			f.slots.endRecording()
+			if ordered { // the next event of its object may go now
+				select {
+				case kick <- struct{}{}:
+				default:
 				}
-			})
+			}
+		})
+	}
+	// There are as many workers as the pool's size: they are started as it
+	// grows, and as it shrinks as many are told to quit (each after the job
+	// it has). More workers than the size would let events that wait in jobs
+	// (claims may reserve workers a lease in flight also took) reach the
+	// handlers at once, beyond the size.
+	quit := make(chan struct{}, sizer.max)
+	worker := func() {
+		f.workers.Add(1)
+		defer f.workers.Add(-1)
+		for {
+			select {
+			case <-quit:
+				return
+			case j, ok := <-jobs:
+				if !ok {
+					return
+				}
+				deliver(j)
+			}
 		}
 	}
-	// Workers are started as the pool grows and stay until Run ends (an
-	// idle one waits on jobs); f.slots says how many may be busy.
 	started := 0
-	grow := func(to int) {
+	resize := func(to int) {
 		for ; started < to; started++ {
 			wg.Go(worker)
 		}
+		for ; started > to; started-- {
+			quit <- struct{}{}
+		}
 	}
-	grow(n)
+	resize(n)
 	wg.Go(func() { f.sweep(ctx, kick) })
 
 	f.log.Info("forwarder started", "workers", n, "max_workers", sizer.max)
@@ -385,7 +407,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		sizer.limit(most)
 		k := sizer.step(saturated, int(f.delivered.Swap(0)))
 		if was := f.slots.size(); k != was {
-			grow(k)
+			resize(k)
 			f.slots.resize(k)
 			f.onWorkers(k)
 			f.log.Debug("delivery workers", "workers", k, "was", was)

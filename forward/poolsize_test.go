@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -306,4 +307,45 @@ func slicesMax(s []int) int {
 		m = max(m, v)
 	}
 	return m
+}
+
+// As the pool shrinks back, its surplus workers quit: the worker goroutines
+// are the pool's size again. Idle extra workers would let events queued
+// beyond the size (claims reserve workers while a lease is in flight) reach
+// the handler at once.
+func TestPoolWorkersFollowTheSizeSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		for i := range 1500 {
+			l.claim(fmt.Sprintf("src:%d", i), "src", "x")
+		}
+		h := &concurrencySink{latency: slowLatency}
+		var sizes sizeLog
+		f := New(Options{
+			Store:        l,
+			Targets:      only(Target{URL: "http://handler/s", Timeout: 10 * time.Second}),
+			Client:       &http.Client{Transport: handlerTransport{h}},
+			Workers:      poolBase,
+			MaxWorkers:   poolMost,
+			PollInterval: time.Second,
+			OnWorkers:    sizes.add,
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f.Run(ctx) }()
+		time.Sleep(time.Minute) // the backlog is gone after about 15 s; the pool then shrinks
+		synctest.Wait()
+		workers, size := f.workers.Load(), f.slots.size()
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatalf("Run: %v", err)
+		}
+		s := sizes.all()
+		if slicesMax(s) <= poolBase || size != poolBase {
+			t.Fatalf("pool sizes %v, %d at the end: want growth, then back to %d", s, size, poolBase)
+		}
+		if int(workers) != size {
+			t.Errorf("%d worker goroutines for a pool of %d", workers, size)
+		}
+	})
 }
