@@ -143,17 +143,24 @@ func runPoolBodies(t *testing.T, events int, body string, poolBytes int64, h *co
 		l.claim(fmt.Sprintf("src:%d", i), "src", body)
 	}
 	var sizes sizeLog
-	bubbleRun(t, Options{
+	opts := poolOptions(l, h, &sizes)
+	opts.PoolBytes = poolBytes
+	bubbleRun(t, opts, 30*time.Second, nil)
+	return l, sizes.all()
+}
+
+// poolOptions are the Options of the pool tests: l's events to h, a pool of
+// poolBase that may grow to poolMost, a tick a second, sizes told to sizes.
+func poolOptions(l *leader, h *concurrencySink, sizes *sizeLog) Options {
+	return Options{
 		Store:        l,
 		Targets:      only(Target{URL: "http://handler/s", Timeout: 10 * time.Second}),
 		Client:       &http.Client{Transport: handlerTransport{h}},
 		Workers:      poolBase,
 		MaxWorkers:   poolMost,
 		PollInterval: time.Second,
-		PoolBytes:    poolBytes,
 		OnWorkers:    sizes.add,
-	}, 30*time.Second, nil)
-	return l, sizes.all()
+	}
 }
 
 // The pool grows for a slow handler that has room: 5,000 events, a handler
@@ -321,15 +328,7 @@ func TestPoolWorkersFollowTheSizeSynctest(t *testing.T) {
 		}
 		h := &concurrencySink{latency: slowLatency}
 		var sizes sizeLog
-		f := New(Options{
-			Store:        l,
-			Targets:      only(Target{URL: "http://handler/s", Timeout: 10 * time.Second}),
-			Client:       &http.Client{Transport: handlerTransport{h}},
-			Workers:      poolBase,
-			MaxWorkers:   poolMost,
-			PollInterval: time.Second,
-			OnWorkers:    sizes.add,
-		})
+		f := New(poolOptions(l, h, &sizes))
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- f.Run(ctx) }()
