@@ -19,10 +19,12 @@ import (
 // deliver is not lost: the event stays processing until its lease ends and a
 // leader's sweeper reclaims it.
 type LeaseSlots interface {
-	// ReserveSlot takes a free worker and returns the lease length for events
-	// stored without their own and a ticket; ok is false when none is free or
-	// delivery is not running.
-	ReserveSlot() (leaseFor time.Duration, ticket uint64, ok bool)
+	// ReserveSlot takes a free worker for a claim of source and returns the
+	// lease length for events stored without their own and a ticket. ok is
+	// false when the claim gets none: none is free, delivery is not running
+	// (more is false then: no other claim gets one either), or the source
+	// has its share of the workers or is throttled (more is true).
+	ReserveSlot(source string) (leaseFor time.Duration, ticket uint64, ok, more bool)
 	// DeliverLeased gives the reserved worker the event the claim leased.
 	DeliverLeased(ticket uint64, ev engine.Event)
 	// ReleaseSlot gives back a reserved worker whose claim leased nothing
@@ -68,9 +70,11 @@ func (p *proposer) reserveLeases(cmds []engine.Command) (LeaseSlots, []leaseRese
 		if ref == nil {
 			continue
 		}
-		lf, ticket, ok := ref.ReserveSlot()
+		lf, ticket, ok, more := ref.ReserveSlot(c.Source)
 		if !ok {
-			ref = nil // every worker is taken
+			if !more {
+				ref = nil // every worker is taken
+			}
 			continue
 		}
 		if lf <= 0 {

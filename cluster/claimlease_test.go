@@ -18,15 +18,15 @@ type fakeSlots struct {
 	got                []engine.Event
 }
 
-func (s *fakeSlots) ReserveSlot() (time.Duration, uint64, bool) {
+func (s *fakeSlots) ReserveSlot(source string) (time.Duration, uint64, bool, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.free == 0 {
-		return 0, 0, false
+		return 0, 0, false, false
 	}
 	s.free--
 	s.reserved++
-	return time.Minute, 7, true
+	return time.Minute, 7, true, true
 }
 
 func (s *fakeSlots) DeliverLeased(ticket uint64, ev engine.Event) {

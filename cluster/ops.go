@@ -59,25 +59,33 @@ func (n *Node) Claim(ctx context.Context, c engine.Command) (engine.Result, erro
 
 // Lease moves up to max due events to processing under a new fencing token.
 func (n *Node) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error) {
+	evs, _, err := n.LeaseFrom(ctx, max, leaseFor, nil, 0, 0)
+	return evs, err
+}
+
+// LeaseFrom is Lease taking from each source no more than quotas, share and
+// spare allow (engine.Command.Quotas, Share and Spare). It also returns the
+// sources with due events the lease did not take (engine.Result.Waiting).
+func (n *Node) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
 	// Nothing due (the usual case when idle, and under load when claims
 	// lease their own events): no entry. The forwarder leases on every poll
 	// tick, so an idle cluster would otherwise commit, and fsync on every
 	// node, an entry a second. An event committed but not yet applied here
 	// is not missed: its claim wakes the forwarder after it is applied.
 	if n.raft.State() != raft.Leader {
-		return nil, fmt.Errorf("%s: %w", engine.OpLease, ErrNotLeader)
+		return nil, nil, fmt.Errorf("%s: %w", engine.OpLease, ErrNotLeader)
 	}
-	if due, err := n.eng.LeaseDue(n.now().UnixNano()); err == nil && !due {
-		return nil, nil
+	if due, err := n.eng.LeaseDue(n.now().UnixNano(), quotas); err == nil && !due {
+		return nil, nil, nil
 	}
-	r, err := n.applyOne(ctx, engine.Command{Op: engine.OpLease, Max: max, LeaseFor: int64(leaseFor)}, true)
+	r, err := n.applyOne(ctx, engine.Command{Op: engine.OpLease, Max: max, LeaseFor: int64(leaseFor), Quotas: quotas, Share: share, Spare: spare}, true)
 	if err != nil {
-		return nil, fmt.Errorf("lease: %w", err)
+		return nil, nil, fmt.Errorf("lease: %w", err)
 	}
 	if r.Err != nil {
-		return nil, fmt.Errorf("lease: %w", r.Err)
+		return nil, nil, fmt.Errorf("lease: %w", r.Err)
 	}
-	return r.Events, nil
+	return r.Events, r.Waiting, nil
 }
 
 // Complete marks key done under token, storing the handler's step when it is

@@ -262,7 +262,7 @@ func (a *applier) putPending(source string, t int64, key string) error {
 	if a.paused(source) {
 		return a.held.Put(a.hk(source, t, key), empty)
 	}
-	return a.due.Put(a.tk(t, key), empty)
+	return a.due.Put(a.dk(source, t, key), empty)
 }
 
 // delPending removes a pending event's due or held entry.
@@ -270,7 +270,7 @@ func (a *applier) delPending(source string, t int64, key string) error {
 	if a.paused(source) {
 		return a.held.Delete(a.hk(source, t, key))
 	}
-	return a.duep.del(a.tk(t, key))
+	return a.duep.del(a.dk(source, t, key))
 }
 
 // pk returns the scratch key prefix|key (order entries in expiry buckets).
@@ -623,17 +623,20 @@ func (a *applier) orderGuard(c *Command, expires int64) (bool, error) {
 
 // lease moves up to c.Max due pending events to processing under the entry's
 // index as fencing token. Attempts counts delivery attempts started, so it is
-// incremented here (and Fail compares it with MaxAttempts). It walks the due
-// index from its start, so its cost depends on the events it leases, not on the
-// events stored. An event already leased under this index (reclaimed within the
-// same entry) is left for a later entry, so that no two leases of one event
-// share a token.
+// incremented here (and Fail compares it with MaxAttempts). It merges the due
+// index's runs, one per source, from their starts (due.go), so its cost
+// depends on the events it leases and the sources with due events, not on
+// the events stored; c.Quotas limit some sources' share. An event already
+// leased under this index (reclaimed within the same entry) is left for a
+// later entry, so that no two leases of one event share a token.
 func (a *applier) lease(c *Command) (Result, error) {
 	switch {
 	case c.Max <= 0:
 		return bad("lease max %d", c.Max)
 	case c.LeaseFor <= 0 || c.LeaseFor > maxDuration:
 		return bad("lease for %d", c.LeaseFor)
+	case !validQuotas(c.Quotas) || c.Share < 0 || c.Share > maxQuota || c.Spare < 0 || c.Spare > c.Max:
+		return bad("lease quotas")
 	}
 	// The picked events are decoded straight into the result (out); picks
 	// holds what else the moves need.
@@ -643,19 +646,10 @@ func (a *applier) lease(c *Command) (Result, error) {
 	}
 	var out []Event
 	var picks []pick
-	cur := a.due.Cursor()
-	for k, _ := cur.First(); k != nil && len(out) < c.Max; k, _ = cur.Next() {
-		if len(k) < 9 {
-			return Result{}, fmt.Errorf("%w: due index key %x", ErrCorrupt, k)
-		}
-		t := timeOf(k)
-		if t > c.Now {
-			break
-		}
-		key := k[8:]
+	waiting, err := dueMerge(a.due, c.Now, leaseLimits{max: c.Max, share: c.Share, spare: c.Spare, quotas: c.Quotas}, func(src []byte, t int64, key []byte) (bool, error) {
 		v := a.evp.get(key)
 		if v == nil {
-			return Result{}, fmt.Errorf("%w: due index names missing event %q", ErrCorrupt, clip(key))
+			return false, fmt.Errorf("%w: due index names missing event %q", ErrCorrupt, clip(key))
 		}
 		if out == nil {
 			// Sized on the first due event: a lease with nothing due allocates nothing.
@@ -665,10 +659,10 @@ func (a *applier) lease(c *Command) (Result, error) {
 		ev := &out[len(out)-1]
 		flags, err := decodeRecord(key, v, ev)
 		if err != nil {
-			return Result{}, err
+			return false, err
 		}
-		if ev.State != StatePending || ev.NextAttemptAt != t {
-			return Result{}, fmt.Errorf("%w: due index entry %q does not match its event", ErrCorrupt, clip(key))
+		if ev.State != StatePending || ev.NextAttemptAt != t || ev.Source != bytesStr(src) {
+			return false, fmt.Errorf("%w: due index entry %q does not match its event", ErrCorrupt, clip(key))
 		}
 		skip := ev.Token >= a.index
 		if !skip && flags&flagOrder != 0 {
@@ -677,18 +671,22 @@ func (a *applier) lease(c *Command) (Result, error) {
 		}
 		if skip {
 			out = out[:len(out)-1]
-			continue
+			return false, nil
 		}
 		ev.Key = string(key)
 		picks = append(picks, pick{flags, t})
+		return true, nil
+	})
+	if err != nil {
+		return Result{}, err
 	}
 	if len(out) == 0 {
-		return Result{}, nil
+		return Result{Waiting: waiting}, nil
 	}
 	for _, i := range keyOrder(len(out), func(i int) string { return out[i].Key }) {
 		p := &picks[i]
 		ev := &out[i]
-		if err := a.duep.del(a.tk(p.due, ev.Key)); err != nil {
+		if err := a.duep.del(a.dk(ev.Source, p.due, ev.Key)); err != nil {
 			return Result{}, err
 		}
 		lf := ev.LeaseFor
@@ -720,7 +718,7 @@ func (a *applier) lease(c *Command) (Result, error) {
 			}
 		}
 	}
-	return Result{Events: out, N: len(out)}, nil
+	return Result{Events: out, N: len(out), Waiting: waiting}, nil
 }
 
 // checkToken applies the fencing rules shared by complete and fail: a token

@@ -169,7 +169,7 @@ func (ck *checker) checkEventIndexes(k []byte, flags byte, ev *Event) {
 		ck.bad("event %q: no states entry for %d/%q", k, ev.State, ev.Source)
 	}
 	isPaused := ck.paused[ev.Source]
-	if (ev.State == StatePending && !isPaused) != (ck.due.Get(timeKey(ev.NextAttemptAt, k)) != nil) {
+	if (ev.State == StatePending && !isPaused) != (ck.due.Get(appendDueKey(nil, ev.Source, ev.NextAttemptAt, k)) != nil) {
 		ck.bad("event %q (state %d, paused %v): due index disagrees", k, ev.State, isPaused)
 	}
 	if ev.State == StatePending && isPaused {
@@ -252,7 +252,17 @@ func (ck *checker) checkHeld() {
 // checkTimeIndexes: every due, lease and done entry names an event in that
 // state at that time; every payload and response one an event created then.
 func (ck *checker) checkTimeIndexes() {
-	ck.checkTimeIndex("due", ck.due, func(ev Event, t int64) bool { return ev.State == StatePending && ev.NextAttemptAt == t })
+	c := ck.due.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		src, t, key, ok := splitDueKey(k)
+		if !ok {
+			ck.bad("due key %x", k)
+			continue
+		}
+		if ev, ok := ck.record(key); !ok || ev.State != StatePending || ev.NextAttemptAt != t || ev.Source != string(src) {
+			ck.bad("due entry %q names no matching event", key)
+		}
+	}
 	ck.checkTimeIndex("leases", ck.leases, func(ev Event, t int64) bool { return ev.State == StateProcessing && ev.LeaseUntil == t })
 	ck.checkTimeIndex("done", ck.done, func(ev Event, t int64) bool { return ev.State == StateDone && doneTime(&ev) == t })
 	for _, b := range []*bolt.Bucket{ck.payloads, ck.responses} {

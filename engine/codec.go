@@ -479,6 +479,10 @@ const (
 	fieldHorizon
 	fieldOnlyFrom // added with the provider's re-arm of dead sync events
 	fieldLeaseNow // added with the claim's lease: older entries never set it
+	// Added with the due index by source: older entries never set them.
+	fieldQuotas
+	fieldShare
+	fieldSpare
 	numFields
 )
 
@@ -517,6 +521,9 @@ func commandMask(c *Command) uint64 {
 	set(fieldHorizon, c.Horizon != 0)
 	set(fieldOnlyFrom, c.OnlyFrom != 0)
 	set(fieldLeaseNow, c.LeaseNow != 0)
+	set(fieldQuotas, len(c.Quotas) != 0)
+	set(fieldShare, c.Share != 0)
+	set(fieldSpare, c.Spare != 0)
 	return m
 }
 
@@ -646,6 +653,23 @@ func appendCommand(dst []byte, c *Command) []byte {
 	}
 	if m&(1<<fieldLeaseNow) != 0 {
 		dst = binary.AppendVarint(dst, c.LeaseNow)
+	}
+	if m&(1<<fieldQuotas) != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(c.Quotas)))
+		for _, q := range c.Quotas {
+			dst = appendString(dst, q.Source)
+			v := uint64(q.Max) << 1
+			if q.Hard {
+				v |= 1
+			}
+			dst = binary.AppendUvarint(dst, v)
+		}
+	}
+	if m&(1<<fieldShare) != 0 {
+		dst = binary.AppendVarint(dst, int64(c.Share))
+	}
+	if m&(1<<fieldSpare) != 0 {
+		dst = binary.AppendVarint(dst, int64(c.Spare))
 	}
 	return dst
 }
@@ -890,6 +914,40 @@ func (d *entryDecoder) command(c *Command) {
 	if m&(1<<fieldLeaseNow) != 0 {
 		c.LeaseNow = d.nonZeroVarint("lease now")
 	}
+	if m&(1<<fieldQuotas) != 0 {
+		c.Quotas = d.quotas()
+	}
+	if m&(1<<fieldShare) != 0 {
+		c.Share = d.int32("share", true)
+	}
+	if m&(1<<fieldSpare) != 0 {
+		c.Spare = d.int32("spare", true)
+	}
+}
+
+// quotas reads a non-empty list of lease quotas, sorted by source, each
+// source once (so that the list has one encoding).
+func (d *entryDecoder) quotas() []Quota {
+	n := d.count("quota count", 3)
+	if d.err == nil && n == 0 {
+		d.fail("quotas: present but empty")
+	}
+	if n <= 0 {
+		return nil
+	}
+	qs := make([]Quota, n)
+	for j := range qs {
+		qs[j].Source = d.string("quota source", true)
+		v := d.uvarint("quota")
+		if d.err == nil && v>>1 > maxQuota {
+			d.fail("quota: too large")
+		}
+		qs[j].Max, qs[j].Hard = int(v>>1), v&1 != 0
+		if d.err == nil && j > 0 && qs[j-1].Source >= qs[j].Source {
+			d.fail("quotas: not sorted by source")
+		}
+	}
+	return qs
 }
 
 // int32 reads a varint that must fit an int32 (and, if nonZero, not be 0).

@@ -46,6 +46,23 @@ const (
 	OpPurge Op = 12
 )
 
+// Quota limits how many events one lease takes from Source. A lease takes
+// due events oldest first, by (NextAttemptAt, key), across every source; once
+// it took Max of Source's, it takes Source's only when every other source's
+// due events are taken (Hard: not even then). Max 0 with Hard skips the
+// source; Max 0 without puts it behind every other.
+type Quota struct {
+	Source string
+	Max    int
+	Hard   bool
+}
+
+// Bounds of a lease's quotas.
+const (
+	MaxQuotas = 1024    // quotas in one lease
+	maxQuota  = 1 << 24 // a quota's Max
+)
+
 // Header is one provider header kept with an event and passed to its handler.
 type Header struct {
 	Name  string
@@ -91,6 +108,15 @@ type Command struct {
 	// Lease.
 	Max      int   // at most this many events
 	LeaseFor int64 // lease end = Now+event's LeaseFor, or Now+this when the event has none
+	// Quotas limit what a lease takes from some sources (sorted by Source,
+	// each source once; due.go). Share is the quota (not hard) of every
+	// source Quotas does not name; 0: none.
+	Quotas []Quota
+	Share  int
+	// Spare on a lease: once the quotas are spent, the lease takes no more
+	// than Max-Spare events in all, so that the last Spare free workers stay
+	// for events within their quotas (0 <= Spare <= Max).
+	Spare int
 
 	// Complete, Fail.
 	Token    uint64    // fencing token the worker holds
@@ -246,6 +272,9 @@ type Result struct {
 	// Expire: the dead letters it deleted (record fields only), for the
 	// leader's log and metrics.
 	Events []Event
+	// Waiting on a lease: the sources, sorted, that still have events due
+	// by its Now that it did not take (it reached Max, or their quotas).
+	Waiting []string
 	// Lease, Reclaim, Replay, Expire, DropPayloads, Purge: how many events changed.
 	// Pause, Resume: 1 when the source's paused state changed, else 0.
 	N int

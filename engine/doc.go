@@ -40,7 +40,8 @@
 //   - Cheap when big. Lease, Reclaim, Expire, DropPayloads and Purge walk
 //     time-ordered indexes from their start and stop at Now (or Before), so
 //     their cost grows with the events they change, not with the events
-//     stored; Reclaim's horizon walks the due and leases indexes from their
+//     stored (Lease's also with the sources that have due events: it merges
+//     their runs, and a source whose quota is spent costs it nothing more); Reclaim's horizon walks the due and leases indexes from their
 //     end and stops at Now+Horizon. Expire ends whole retention buckets (keys
 //     live at least their retention: a key claimed at Now with Retention R
 //     expires at the end of the bucket holding Now+R). Replay by state seeks
@@ -59,7 +60,7 @@
 //     held, not due, so Lease (which walks due) leases none of them and
 //     spends none of their attempts; every transition into pending picks the
 //     index by the source's state. OpPause moves the source's due entries to
-//     held (one walk of the pending range of the states index); OpResume
+//     held (one walk of the source's run of due); OpResume
 //     moves them back at their own times, so they go out oldest first.
 //     Leases already out are unaffected; a Fail while paused goes to held.
 //   - Ordered delivery. Every unfinished (pending or processing) event
@@ -88,8 +89,9 @@
 // time(t) in a key is t as 8 bytes big endian with the sign bit flipped, so
 // keys sort in time order. Records are described in codec.go. Only the events
 // bucket is keyed by the (random) idempotency key; every other bucket a claim
-// writes starts its keys with a time that grows with the log, so a batch of
-// claims appends to their last pages instead of dirtying one random page per
+// writes starts its keys with a time that grows with the log (due and states
+// after a short prefix: the source, the state), so a batch of claims appends
+// to the last pages of a few runs instead of dirtying one random page per
 // claim and bucket. Moves of many events (lease, reclaim, replay) are done in
 // key order for the same reason (see keyOrder).
 //
@@ -102,8 +104,11 @@
 //	           List stay cheap
 //	payloads   time(CreatedAt) key -> headers + payload (dropped by DropPayloads)
 //	responses  time(CreatedAt) key -> cached handler response (sync mode)
-//	due        time(NextAttemptAt) key -> ""   (every pending event of a source
-//	           that is not paused)
+//	due        len(source) source time(NextAttemptAt) key -> ""  (every
+//	           pending event of a source that is not paused; len is 2 bytes
+//	           big endian, so each source's events are one run, oldest
+//	           first, and a lease merges the runs: due.go. Files of format 8
+//	           and older had time key only; Open rewrites them)
 //	leases     time(LeaseUntil) key -> ""      (every processing event)
 //	done       time(drop) key -> ""            (done events still holding a payload;
 //	           drop is PayloadDropAt = completion + the Complete's

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"slices"
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
@@ -58,10 +57,9 @@ type pendingEntry struct {
 	key string
 }
 
-// pause records c.Source as paused and moves its due events to held. It
-// finds them through the pending range of the states index (whose values are
-// the sources), so it reads the record of the source's own events only; the
-// cost is one walk of every pending event, once per pause.
+// pause records c.Source as paused and moves its due events to held. They
+// are the source's run of the due index (due.go), so the cost is the
+// source's own pending events, once per pause.
 func (a *applier) pause(c *Command) (Result, error) {
 	switch {
 	case !validSource(c.Source):
@@ -72,36 +70,27 @@ func (a *applier) pause(c *Command) (Result, error) {
 	if a.paused(c.Source) {
 		return Result{}, nil
 	}
+	prefix := dueRunPrefix(strBytes(c.Source))
 	var items []pendingEntry
-	cur := a.states.Cursor()
-	prefix := []byte{byte(StatePending)}
-	for k, src := cur.Seek(prefix); k != nil && k[0] == byte(StatePending); k, src = cur.Next() {
-		if len(k) < 10 {
-			return Result{}, fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+	cur := a.due.Cursor()
+	for k, _ := cur.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = cur.Next() {
+		_, t, key, ok := splitDueKey(k)
+		if !ok {
+			return Result{}, fmt.Errorf("%w: due index key %x", ErrCorrupt, clip(k))
 		}
-		if string(src) != c.Source {
-			continue
-		}
-		items = append(items, pendingEntry{key: string(k[9:])})
+		items = append(items, pendingEntry{t: t, key: string(key)})
 	}
-	for i := range items {
-		var ev Event
-		if _, found, err := a.load(items[i].key, &ev); err != nil {
-			return Result{}, err
-		} else if !found || ev.State != StatePending {
-			return Result{}, fmt.Errorf("%w: states index entry %q does not match its event", ErrCorrupt, clip(strBytes(items[i].key)))
-		}
-		items[i].t = ev.NextAttemptAt
-	}
-	// In (time, key) order: the order of the due keys deleted and of the
-	// held keys written, so each insert lands at the end of its run (see
-	// keyOrder).
-	sortPending(items)
+	// The run is in (time, key) order: the order of the due keys deleted and
+	// of the held keys written, so each insert lands at the end of its run
+	// (see keyOrder).
 	for _, it := range items {
-		if k := a.tk(it.t, it.key); a.duep.get(k) == nil {
-			return Result{}, fmt.Errorf("%w: pending event %q not in the due index", ErrCorrupt, clip(strBytes(it.key)))
+		var ev Event
+		if _, found, err := a.load(it.key, &ev); err != nil {
+			return Result{}, err
+		} else if !found || ev.State != StatePending || ev.NextAttemptAt != it.t || ev.Source != c.Source {
+			return Result{}, fmt.Errorf("%w: due index entry %q does not match its event", ErrCorrupt, clip(strBytes(it.key)))
 		}
-		if err := a.duep.del(a.tk(it.t, it.key)); err != nil {
+		if err := a.duep.del(a.dk(c.Source, it.t, it.key)); err != nil {
 			return Result{}, err
 		}
 		if err := a.held.Put(a.hk(c.Source, it.t, it.key), empty); err != nil {
@@ -154,23 +143,11 @@ func (a *applier) resume(c *Command) (Result, error) {
 		if err := a.held.Delete(a.hk(c.Source, it.t, it.key)); err != nil {
 			return Result{}, err
 		}
-		if err := a.due.Put(a.tk(it.t, it.key), empty); err != nil {
+		if err := a.due.Put(a.dk(c.Source, it.t, it.key), empty); err != nil {
 			return Result{}, err
 		}
 	}
 	return Result{N: 1}, nil
-}
-
-func sortPending(items []pendingEntry) {
-	slices.SortFunc(items, func(x, y pendingEntry) int {
-		if x.t != y.t {
-			if x.t < y.t {
-				return -1
-			}
-			return 1
-		}
-		return strings.Compare(x.key, y.key)
-	})
 }
 
 // Sources returns the pause state of every paused source (a source not in

@@ -19,19 +19,20 @@ func (e *Engine) ReclaimDue(now, horizon int64) (bool, error) {
 		if horizon <= 0 {
 			return nil
 		}
-		for _, b := range [][]byte{bDue, bLeases} {
-			if k, _ := tx.Bucket(b).Cursor().Last(); k != nil && (len(k) < 9 || timeOf(k) > now+horizon) {
-				due = true
-				return nil
-			}
+		if k, _ := tx.Bucket(bLeases).Cursor().Last(); k != nil && (len(k) < 9 || timeOf(k) > now+horizon) {
+			due = true
+			return nil
 		}
+		t, ok := lastDue(tx.Bucket(bDue))
+		due = ok && t > now+horizon
 		return nil
 	})
 	return due, err
 }
 
-// LeaseDue reports whether a lease at now (Command.Now) may find an event:
-// the oldest entry of the due index is due by now. The leader's dispatcher
+// LeaseDue reports whether a lease at now (Command.Now) with quotas may find
+// an event: the oldest entry of the due index, of the sources the quotas do
+// not skip (Hard with Max 0), is due by now. The leader's dispatcher
 // asks it before it proposes a lease, for the same reason as ReclaimDue: it
 // leases on every poll tick, and an idle cluster would commit an entry a
 // second. It may say true when the lease then finds nothing (an ordered
@@ -40,15 +41,15 @@ func (e *Engine) ReclaimDue(now, horizon int64) (bool, error) {
 // after every delivery, so it neither commits entries applied in a pending
 // transaction (as view would) nor waits for them: while one is open it says
 // true, and the lease looks.
-func (e *Engine) LeaseDue(now int64) (bool, error) {
+func (e *Engine) LeaseDue(now int64, quotas []Quota) (bool, error) {
 	if e.open.Load() {
 		return true, nil
 	}
 	var due bool
 	err := e.viewCommitted(func(tx *bolt.Tx) error {
 		// A malformed index key counts as work: the lease reports it.
-		k, _ := tx.Bucket(bDue).Cursor().First()
-		due = k != nil && (len(k) < 9 || timeOf(k) <= now)
+		t, ok := firstDue(tx.Bucket(bDue), quotas)
+		due = ok && t <= now
 		return nil
 	})
 	return due, err

@@ -52,7 +52,7 @@ func TestLeaseDue(t *testing.T) {
 	h := newHarness(t)
 	check := func(what string, now int64, want bool) {
 		t.Helper()
-		got, err := h.e.LeaseDue(now)
+		got, err := h.e.LeaseDue(now, nil)
 		if err != nil || got != want {
 			t.Fatalf("%s: LeaseDue(now+%ds) = %v, %v; want %v", what, (now-t0)/sec, got, err, want)
 		}
@@ -85,7 +85,7 @@ func TestLeaseDueWithDeferredApplies(t *testing.T) {
 	e := mustOpen(t, Options{NoSync: true})
 	due := func(what string, want bool) {
 		t.Helper()
-		if got, err := e.LeaseDue(t0 + sec); err != nil || got != want {
+		if got, err := e.LeaseDue(t0+sec, nil); err != nil || got != want {
 			t.Fatalf("%s: LeaseDue = %v, %v; want %v", what, got, err, want)
 		}
 	}

@@ -288,24 +288,25 @@ func (a *applier) rescheduleAhead(now, h int64) error {
 		slices.SortFunc(items, func(x, y item) int { return strings.Compare(x.key, y.key) }) // see keyOrder
 		return items, nil
 	}
-	due, err := walk(a.due, "due")
+	due, err := dueBeyond(a.due, limit)
 	if err != nil {
 		return err
 	}
+	slices.SortFunc(due, func(x, y dueItem) int { return strings.Compare(x.key, y.key) }) // see keyOrder
 	for _, it := range due {
 		var ev Event
 		flags, found, err := a.load(it.key, &ev)
 		if err != nil {
 			return err
 		}
-		if !found || ev.State != StatePending || ev.NextAttemptAt != it.t {
+		if !found || ev.State != StatePending || ev.NextAttemptAt != it.t || ev.Source != it.src {
 			return fmt.Errorf("%w: due index entry %q does not match its event", ErrCorrupt, clip([]byte(it.key)))
 		}
-		if err := a.duep.del(a.tk(it.t, it.key)); err != nil {
+		if err := a.duep.del(a.dk(it.src, it.t, it.key)); err != nil {
 			return err
 		}
 		ev.NextAttemptAt = limit
-		if err := a.due.Put(a.tk(limit, it.key), empty); err != nil {
+		if err := a.due.Put(a.dk(it.src, limit, it.key), empty); err != nil {
 			return err
 		}
 		if err := a.store(&ev, flags); err != nil {

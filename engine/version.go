@@ -24,15 +24,19 @@ import (
 //	7  a keyed replay's required state: entry field onlyFrom; log entries
 //	   carry their writer's format (entry version 2)
 //	8  a claim that carries its lease: entry field leaseNow
+//	9  the due index by source (due.go; Open rewrites an older file's) and
+//	   a lease's quotas: entry fields quotas, share and spare
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
 // and Restore refuse a file stamped newer than FormatVersion with
 // ErrNewerFormat, and stamp an older one: the binary that writes to it next
-// may add any of its formats' fields. Nothing else needs migrating: added
-// buckets are created empty (addedBucket), and every optional record field
-// and entry field is announced by its flag or mask bit, so an old value keeps
-// its bytes and meaning.
+// may add any of its formats' fields. One index needs migrating: the due
+// index of a file older than format 9 is rewritten by source (migrateDue),
+// in the transaction that stamps it. Nothing else does: added buckets are
+// created empty (addedBucket), and every optional record field and entry
+// field is announced by its flag or mask bit, so an old value keeps its
+// bytes and meaning.
 //
 // A log entry (version 2) carries its writer's FormatVersion, and its
 // commands are applied with that format's meanings where a meaning changed
@@ -49,7 +53,7 @@ import (
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 8
+const FormatVersion = 9
 
 // Formats at which the meaning of an existing command changed.
 const (
@@ -94,6 +98,11 @@ func checkFormat(m *bolt.Bucket, stamp bool) error {
 			ErrNewerFormat, f, FormatVersion)
 	}
 	if stamp && f < FormatVersion {
+		if f < formatDueBySource {
+			if err := migrateDue(m.Tx()); err != nil {
+				return fmt.Errorf("migrate the due index: %w", err)
+			}
+		}
 		return m.Put(metaFormat, be64(FormatVersion))
 	}
 	return nil

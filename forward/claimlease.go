@@ -1,6 +1,8 @@
 package forward
 
 import (
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -37,6 +39,123 @@ type slots struct {
 	// recording: outcomes whose handler answered, committing while their
 	// worker delivers another event (forward.go, Run).
 	recording int
+	// bySource counts each source's events from their lease (or their
+	// hand-over by a claim) until their worker is done with them, parked
+	// ones included: what the source holds of the pool (quotas).
+	bySource map[string]int
+	// waiting: the sources the last lease left due events of (engine
+	// Result.Waiting). A claim of a source that holds its share carries no
+	// lease while another source is waiting.
+	waiting []string
+	// recent: when each source's event last left its worker. A source is
+	// active while it holds workers or for activeFor after; while two are,
+	// a source past its share leaves spare workers free (spareLocked).
+	recent map[string]time.Time
+}
+
+// activeFor is how long a source counts as active after its last delivery.
+const activeFor = 10 * time.Second
+
+// spareOf is how many workers a source past its share leaves free while
+// another source is active: an eighth of the pool, so that the other
+// source's next events find a worker at once instead of waiting for one of
+// a slow handler's requests to end.
+func spareOf(n int) int { return max(1, n/8) }
+
+// share is how many workers one source may hold while another source has
+// events due: half the pool. A lease gives a source more only when no other
+// source has any due (engine Command.Quotas), and a claim of a source that
+// holds its share does not carry its lease.
+func shareOf(n int) int { return max(1, n/2) }
+
+// enter counts an event of source as holding a worker.
+func (s *slots) enter(source string) {
+	s.mu.Lock()
+	s.bySource[source]++
+	s.mu.Unlock()
+}
+
+// leave counts an event of source as done with its worker.
+func (s *slots) leave(source string, now time.Time) {
+	s.mu.Lock()
+	if s.bySource[source]--; s.bySource[source] <= 0 {
+		delete(s.bySource, source)
+	}
+	s.recent[source] = now
+	s.mu.Unlock()
+}
+
+// activeLocked counts the active sources other than but (all with "").
+func (s *slots) activeLocked(but string, now time.Time) int {
+	n := 0
+	for src := range s.bySource {
+		if src != but {
+			n++
+		}
+	}
+	for src, at := range s.recent {
+		switch {
+		case now.Sub(at) > activeFor:
+			delete(s.recent, src)
+		case src != but && s.bySource[src] == 0:
+			n++
+		}
+	}
+	return n
+}
+
+// spare reports how many workers a lease keeps from the sources past their
+// quotas: spareOf(n) while two sources are active, else none.
+func (s *slots) spare(now time.Time) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.activeLocked("", now) < 2 {
+		return 0
+	}
+	return spareOf(s.n)
+}
+
+// setWaiting records the sources the last lease left due events of.
+func (s *slots) setWaiting(sources []string) {
+	s.mu.Lock()
+	s.waiting = sources
+	s.mu.Unlock()
+}
+
+// othersWaitLocked reports whether a source other than source has due
+// events the last lease left.
+func (s *slots) othersWaitLocked(source string) bool {
+	for _, w := range s.waiting {
+		if w != source {
+			return true
+		}
+	}
+	return false
+}
+
+// quotas returns a lease's quotas: every source that holds workers may take
+// what is left of its share first, and skip (sorted) none at all; the share,
+// for the other sources.
+func (s *slots) quotas(skip []string) ([]engine.Quota, int) {
+	s.mu.Lock()
+	share := shareOf(s.n)
+	qs := make([]engine.Quota, 0, len(s.bySource)+len(skip))
+	for src, k := range s.bySource {
+		if _, skipped := slices.BinarySearch(skip, src); !skipped {
+			qs = append(qs, engine.Quota{Source: src, Max: max(0, share-k)})
+		}
+	}
+	s.mu.Unlock()
+	for _, src := range skip {
+		qs = append(qs, engine.Quota{Source: src, Hard: true})
+	}
+	slices.SortFunc(qs, func(a, b engine.Quota) int { return strings.Compare(a.Source, b.Source) })
+	if len(qs) > engine.MaxQuotas {
+		// More sources hold workers than a lease names: the oldest due
+		// events of the rest go first, as without quotas.
+		qs = qs[:engine.MaxQuotas]
+	}
+	return qs, share
 }
 
 // recordFactor bounds the outcomes committing in the background to
@@ -64,13 +183,18 @@ func (s *slots) endRecording() {
 	s.mu.Unlock()
 }
 
-func newSlots() *slots { return &slots{changed: make(chan struct{}, 1)} }
+func newSlots() *slots {
+	return &slots{changed: make(chan struct{}, 1), bySource: make(map[string]int), recent: make(map[string]time.Time)}
+}
 
 // open starts the accounting of a Run with n workers.
 func (s *slots) open(n int) {
 	s.mu.Lock()
 	s.n, s.busy, s.leasing, s.handed = n, 0, 0, nil
 	s.draining, s.idle = false, nil
+	clear(s.bySource)
+	clear(s.recent)
+	s.waiting = nil
 	s.gen++
 	if s.gen == 0 {
 		s.gen++
@@ -88,6 +212,9 @@ func (s *slots) close() {
 	}
 	s.n, s.busy, s.leasing, s.handed = 0, 0, 0, nil
 	s.draining = false
+	clear(s.bySource)
+	clear(s.recent)
+	s.waiting = nil
 	s.wakeIdle()
 	s.idle = nil
 	s.mu.Unlock()
@@ -181,17 +308,29 @@ func (s *slots) takeHanded() []job {
 }
 
 // ReserveSlot takes a free worker for a claim's lease (cluster.LeaseSlots).
-// It fails while the Forwarder is not running or every worker is taken (a
-// lease in flight takes none from it; see slots).
-func (f *Forwarder) ReserveSlot() (time.Duration, uint64, bool) {
+// It fails for every claim while the Forwarder is not running or every
+// worker is taken (a lease in flight takes none from it; see slots), and for
+// a claim of a source whose rate limit stops its leases, or that holds its
+// share of the workers while another source's events wait or while another
+// source is active and only the spare workers are free: that claim's event
+// waits for a lease, where the other sources' due events go first.
+func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket uint64, ok, more bool) {
 	s := f.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.n == 0 || s.draining || s.busy-s.leasing >= s.n {
-		return 0, 0, false
+		return 0, 0, false, false
+	}
+	now := time.Now()
+	if k := s.bySource[source]; k >= shareOf(s.n) && (s.othersWaitLocked(source) ||
+		s.busy-s.leasing >= s.n-spareOf(s.n) && s.activeLocked(source, now) > 0) {
+		return 0, 0, false, true
+	}
+	if f.lim.throttled(source, now) {
+		return 0, 0, false, true
 	}
 	s.busy++
-	return f.opts.DefaultLease, s.gen, true
+	return f.opts.DefaultLease, s.gen, true, true
 }
 
 // DeliverLeased gives the worker reserved under ticket the event its claim
@@ -205,6 +344,7 @@ func (f *Forwarder) DeliverLeased(ticket uint64, ev engine.Event) {
 		return
 	}
 	s.handed = append(s.handed, job{ev: ev, leased: time.Now()})
+	s.bySource[ev.Source]++
 	s.mu.Unlock()
 	s.signal()
 }

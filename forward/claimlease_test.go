@@ -40,7 +40,7 @@ func (l *leader) leasingClaim(f *Forwarder, key string) engine.Result {
 	// The forwarder's lease in flight holds every free worker for a moment.
 	waitFor(l.t.(*testing.T), "a free worker", func() bool {
 		var ok bool
-		lf, ticket, ok = f.ReserveSlot()
+		lf, ticket, ok, _ = f.ReserveSlot("src")
 		return ok
 	})
 	res, err := l.apply(engine.Command{Op: engine.OpClaim, Key: key, Source: "src", Payload: []byte("body of " + key),
@@ -95,7 +95,7 @@ func TestClaimLeaseSharesWorkers(t *testing.T) {
 	l.leasingClaim(f, "src:a")
 	l.leasingClaim(f, "src:b")
 	waitFor(t, "both at the handler", func() bool { return s.n() == 2 })
-	if _, _, ok := f.ReserveSlot(); ok {
+	if _, _, ok, _ := f.ReserveSlot("src"); ok {
 		t.Fatal("reserved a worker while every worker delivers")
 	}
 	close(release)
@@ -105,7 +105,7 @@ func TestClaimLeaseSharesWorkers(t *testing.T) {
 	l.leasingClaim(f, "src:c") // fails the test when no worker comes free
 	waitFor(t, "c done", stateIs(l, "src:c", engine.StateDone))
 	stop()
-	if _, _, ok := f.ReserveSlot(); ok {
+	if _, _, ok, _ := f.ReserveSlot("src"); ok {
 		t.Fatal("reserved a worker of a stopped forwarder")
 	}
 }
@@ -125,7 +125,7 @@ func TestClaimLeaseWithoutWorker(t *testing.T) {
 	var ticket uint64
 	waitFor(t, "a free worker", func() bool {
 		var ok bool
-		lf, ticket, ok = f.ReserveSlot()
+		lf, ticket, ok, _ = f.ReserveSlot("src")
 		return ok
 	})
 	res, err := l.apply(engine.Command{Op: engine.OpClaim, Key: "src:a", Source: "src", Payload: []byte("x"),
@@ -156,13 +156,13 @@ type gatedLeases struct {
 	gate chan struct{}
 }
 
-func (g *gatedLeases) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error) {
+func (g *gatedLeases) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
 	select {
 	case g.in <- struct{}{}:
 	default:
 	}
 	<-g.gate
-	return g.leader.Lease(ctx, max, leaseFor)
+	return g.leader.LeaseFrom(ctx, max, leaseFor, quotas, share, spare)
 }
 
 // TestClaimLeaseDuringLease: while a lease is in flight (it took every free
@@ -188,7 +188,7 @@ func TestClaimLeaseDuringLease(t *testing.T) {
 	<-g.in // the first lease is in flight and holds both workers
 	l.leasingClaim(f, "src:a")
 	l.leasingClaim(f, "src:b")
-	if _, _, ok := f.ReserveSlot(); ok {
+	if _, _, ok, _ := f.ReserveSlot("src"); ok {
 		t.Fatal("a third reservation with two workers")
 	}
 	close(g.gate) // this lease and later ones pass

@@ -78,9 +78,9 @@
 // Retry-After also holds the whole source: no delivery of it starts before
 // that time, capped at MaxHold, and the hold is logged once at info.
 //
-// Waiting must not cost attempts or lease time. The Store leases the oldest
-// due events of every source together, and nothing in it gives an event back
-// without counting an attempt (Lease counts it; Fail and Reclaim keep it). So:
+// Waiting must not cost attempts or lease time. Nothing in the Store gives
+// an event back without counting an attempt (Lease counts it; Fail and
+// Reclaim keep it). So:
 //
 //   - a leased event that must wait does not take a worker: the dispatcher
 //     parks it with its slot booked in its source's bucket and hands it to a
@@ -88,13 +88,10 @@
 //   - it waits only when its slot comes before its lease's end minus its
 //     Timeout, so the delivery still fits in the lease it was leased under;
 //   - the dispatcher limits how many events of a throttled source are in
-//     flight instead of handing them back: it stops leasing while a source
-//     has slots booked more than half of (DefaultLease - Timeout) ahead, and
-//     while too many events are parked. The trade-off: while a throttled
-//     source's backlog is longer than that, events of other sources that are
-//     younger than the backlog wait behind it (the lease is oldest first, for
-//     all sources); older ones, and every one when the backlog is shorter, do
-//     not. A per-source lease in the Store would remove this;
+//     flight instead of handing them back: while a source has slots booked
+//     more than half of (DefaultLease - Timeout) ahead, leases skip it (a
+//     hard quota of 0) and its claims do not carry their leases; other
+//     sources' events are leased as usual;
 //   - holds do not stop leasing (a five-minute hold must not stop other
 //     sources). An event that cannot start inside its lease in any case (a
 //     hold longer than the lease, a per-event lease shorter than the default,
@@ -105,6 +102,20 @@
 //     delivered and refused, spending the attempt anyway.
 //
 // Options.RateLimited reports every delivery that waited, with how long.
+//
+// # Sharing the workers
+//
+// A source's events hold workers for as long as its handler takes, so a slow
+// handler with a backlog would hold every worker, and the other sources'
+// events, though due, would wait for its backlog. Leases therefore carry
+// quotas (engine Command.Quotas and Share): while another source has events
+// due, a source gets at most its share of the pool, half the workers, and
+// the workers that free up go to the other sources' due events first. A
+// source alone gets every worker (the quotas are soft: a lease takes past a
+// quota when nothing else is due). Claims follow the same rule: a claim of a
+// source that holds its share carries no lease while another source's events
+// wait (ReserveSlot; the engine's Result.Waiting says which sources a lease
+// left due events of).
 //
 // # Waking sync-mode waiters
 //

@@ -34,7 +34,7 @@ func TestDrain(t *testing.T) {
 	go func() { drained <- r.f.Drain(context.Background()) }()
 	// The drain is seen by claims at once or soon: wait for it, not for time.
 	waitFor(t, "claims refused a worker", func() bool {
-		_, ticket, ok := r.f.ReserveSlot()
+		_, ticket, ok, _ := r.f.ReserveSlot("src")
 		if ok {
 			r.f.ReleaseSlot(ticket)
 		}
@@ -76,7 +76,7 @@ func TestDrain(t *testing.T) {
 	r2 := start(t, l, rec, opts)
 	waitFor(t, "b delivered by the next run", stateIs(l, "src:b", engine.StateDone))
 	waitFor(t, "the next run giving claims a worker", func() bool {
-		_, ticket, ok := r2.f.ReserveSlot()
+		_, ticket, ok, _ := r2.f.ReserveSlot("src")
 		if ok {
 			r2.f.ReleaseSlot(ticket)
 		}
@@ -123,7 +123,7 @@ func TestUndrain(t *testing.T) {
 	srv := serve(t, h)
 	r := start(t, l, nil, Options{Targets: only(Target{URL: srv.URL, Timeout: time.Minute})})
 	waitFor(t, "the forwarder running", func() bool {
-		_, ticket, ok := r.f.ReserveSlot()
+		_, ticket, ok, _ := r.f.ReserveSlot("src")
 		if ok {
 			r.f.ReleaseSlot(ticket)
 		}
@@ -144,7 +144,7 @@ func TestUndrain(t *testing.T) {
 	}
 	r.f.Undrain()
 	waitFor(t, "a delivered after Undrain", stateIs(l, "src:a", engine.StateDone))
-	if _, ticket, ok := r.f.ReserveSlot(); !ok {
+	if _, ticket, ok, _ := r.f.ReserveSlot("src"); !ok {
 		t.Errorf("claims get no worker after Undrain")
 	} else {
 		r.f.ReleaseSlot(ticket)

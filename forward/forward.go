@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,11 +18,14 @@ import (
 // Raft command on the leader; times are stamped by the leader. The cluster node
 // satisfies it; tests use a real engine behind a small adapter.
 type Store interface {
-	// Lease moves up to max due pending events to processing under a new fencing
+	// LeaseFrom moves up to max due pending events to processing under a new fencing
 	// token and returns them, oldest due first, with Payload and Headers. An
 	// event's lease lasts its own LeaseFor (set at claim) or leaseFor when it has
 	// none. It never returns more than max events.
-	Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error)
+	// quotas, share and spare limit what it takes of each source (engine
+	// Command.Quotas, Share and Spare); waiting names the sources that still have
+	// due events it did not take (engine Result.Waiting).
+	LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, quotas []engine.Quota, share, spare int) (evs []engine.Event, waiting []string, err error)
 	// Complete marks key done under token, caching resp when it is not nil.
 	// step is the handler's Oncehook-Step ("" keeps the stored one). The
 	// payload is dropped payloadKeep from now (DropPayloads).
@@ -328,6 +332,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		ordered := j.ev.OrderObject != ""
 		if j.handBack > 0 {
 			f.handBack(ctx, j.ev, j.handBack)
+			f.slots.leave(j.ev.Source, time.Now())
 			freed <- ordered
 			return
 		}
@@ -341,12 +346,14 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			if at != nil {
 				f.record(ctx, at)
 			}
+			f.slots.leave(j.ev.Source, time.Now())
 			freed <- ordered
 			return
 		}
 		// The handler answered: the worker is free for the next event
 		// while the outcome commits (workers bound the requests to
 		// handlers, not the commits; see Workers).
+		f.slots.leave(j.ev.Source, time.Now())
 		freed <- false
 		wg.Go(func() {
 			f.record(ctx, at)
@@ -449,19 +456,22 @@ func (f *Forwarder) onWorkers(n int) {
 // PollInterval tick it calls size with whether every worker was busy while
 // events were waiting to be leased (poolsize.go).
 //
-// Rate limits (doc.go, "Rate limits"): the Store leases the oldest due events
-// of every source at once and cannot give an event back without counting an
-// attempt (Lease counts it; Fail and Reclaim keep it). So an event of a
-// rate-limited source is not handed back for want of a token: it is parked
-// here, on no worker, with its slot booked in the source's bucket, and given
-// to a worker when the slot comes, which is always before its lease's end
-// minus its timeout. Other sources' events go to workers at once. To keep
-// that promise the dispatcher limits how many events of a throttled source
-// are leased: it stops leasing while a source has slots booked more than half
-// of (lease - timeout) ahead, and while maxParked events are parked.
-// The price is head-of-line waiting: while that pause lasts, events of other
-// sources that are younger than the throttled source's backlog wait with it.
-// Only an event that cannot start inside its lease in any case (a Retry-After
+// Every lease carries quotas (slots.quotas): a source that holds workers may
+// take what is left of its share (half the pool) before the others' due
+// events, and the rest only after them; so one source's backlog never keeps
+// another's events from the workers that free up (doc.go, "Sharing the
+// workers").
+//
+// Rate limits (doc.go, "Rate limits"): the Store cannot give an event back
+// without counting an attempt (Lease counts it; Fail and Reclaim keep it).
+// So an event of a rate-limited source is not handed back for want of a
+// token: it is parked here, on no worker, with its slot booked in the
+// source's bucket, and given to a worker when the slot comes, which is
+// always before its lease's end minus its timeout. Other sources' events go
+// to workers at once. To keep that promise the dispatcher limits how many
+// events of a throttled source are leased: while a source has slots booked
+// more than half of (lease - timeout) ahead, leases skip it (a hard quota of
+// 0), and no lease is made while maxParked events are parked. Only an event that cannot start inside its lease in any case (a Retry-After
 // hold longer than the lease, a per-event lease shorter than the default, a
 // rate lowered by a reload) is handed back with Fail, which spends the attempt
 // but never makes it the last one.
@@ -480,11 +490,16 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 	// a tick or a reclaim, and stays set after a lease that filled every free
 	// slot; a short lease or a failed one clears it.
 	want := true
+	// spareStop > 0: the last lease stopped at the spare workers (engine
+	// Command.Spare) with events of sources past their quotas left; the
+	// next lease waits until more workers than that are free, or until new
+	// events may be due (a wake, a kick, a tick).
+	spareStop := 0
 	send := func(j job) { jobs <- j }
 	for {
 		now := time.Now()
 		// Events leased by claims, each with its worker.
-		for _, j := range f.slots.takeHanded() {
+		for _, j := range f.slots.takeHanded() { // counted in bySource by DeliverLeased
 			j.leased = now // what waited so far was the commit, not a rate limit
 			f.place(j, now, &park, send)
 		}
@@ -504,9 +519,13 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 
 		full, fullUntil := f.lim.full(now)
 		again := false
-		if want && !full && len(park) < parkCap && ctx.Err() == nil {
+		if want && len(park) < parkCap && ctx.Err() == nil && !(spareStop > 0 && f.slots.free() <= spareStop) {
+			spareStop = 0
 			if free := f.slots.takeForLease(); free > 0 { // none while draining
-				evs, err := f.opts.Store.Lease(ctx, free, f.opts.DefaultLease)
+				quotas, share := f.slots.quotas(full)
+				spare := min(f.slots.spare(now), free)
+				evs, waiting, err := f.opts.Store.LeaseFrom(ctx, free, f.opts.DefaultLease, quotas, share, spare)
+				f.slots.setWaiting(waiting)
 				switch {
 				case ctx.Err() != nil:
 					// Leadership ended mid-lease: anything leased stays
@@ -525,12 +544,18 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 					f.slots.leased(free, len(evs))
 					now = time.Now()
 					for _, ev := range evs {
+						f.slots.enter(ev.Source)
 						f.place(job{ev: ev, leased: now}, now, &park, send)
 					}
 					want = len(evs) == free
+					if !want && spare > 0 && waitingBeyond(waiting, full) {
+						// The spare workers stopped it: lease again once
+						// more workers than them are free.
+						want, spareStop = true, spare
+					}
 					// Some may have parked: lease again at once for the workers
 					// still free.
-					again = want && f.slots.free() > 0
+					again = want && f.slots.free() > max(spareStop, 0)
 				}
 			}
 		}
@@ -539,7 +564,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		}
 
 		var timerC <-chan time.Time
-		if at := f.wakeAt(park, want && full, fullUntil); !at.IsZero() {
+		if at := f.wakeAt(park, fullUntil); !at.IsZero() {
 			timer.Reset(max(time.Until(at), 0))
 			timerC = timer.C
 		}
@@ -548,13 +573,20 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		case <-ctx.Done():
 			return
 		case <-f.opts.Wake:
-			want = true
+			want, spareStop = true, 0
 		case <-kick:
-			want = true
+			want, spareStop = true, 0
 		case <-tick.C:
-			size(want && f.slots.free() <= 0)
-			want = true
+			// Saturated: every worker busy but the spare ones, with events
+			// waiting.
+			size(want && f.slots.free() <= f.slots.spare(time.Now()))
+			want, spareStop = true, 0
 		case <-timerC:
+			// A parked event's slot came, or a full source has room again:
+			// its due events may be leased now.
+			if !fullUntil.IsZero() {
+				want, spareStop = true, 0
+			}
 		case <-f.slots.changed: // a claim leased an event, or gave its worker back
 		case ordered := <-freed:
 			done, more := collectFreed(freed, ordered)
@@ -565,16 +597,27 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 	}
 }
 
+// waitingBeyond reports whether waiting (sorted) names a source that full
+// (sorted) does not: a source whose due events a lease left for want of room.
+func waitingBeyond(waiting, full []string) bool {
+	for _, w := range waiting {
+		if _, skipped := slices.BinarySearch(full, w); !skipped {
+			return true
+		}
+	}
+	return false
+}
+
 // wakeAt is when the dispatcher must look again without a wake: the next
-// parked event's slot, while a worker is free for it, or, when leasing
-// waits on full rate buckets (waitFull), when they have room; zero for
-// neither.
-func (f *Forwarder) wakeAt(park parkQueue, waitFull bool, fullUntil time.Time) time.Time {
+// parked event's slot, while a worker is free for it, or when the first full
+// source has room again (fullUntil; zero: none is full), whichever is first;
+// zero for neither.
+func (f *Forwarder) wakeAt(park parkQueue, fullUntil time.Time) time.Time {
 	var at time.Time
 	if len(park) > 0 && f.slots.free() > 0 {
 		at = park[0].start
 	}
-	if waitFull && (at.IsZero() || fullUntil.Before(at)) {
+	if !fullUntil.IsZero() && (at.IsZero() || fullUntil.Before(at)) {
 		at = fullUntil
 	}
 	return at

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"math"
+	"slices"
 	"sync"
 	"time"
 )
@@ -139,26 +140,50 @@ func (l *limiter) setHold(src string, now, until time.Time) (started bool) {
 	return started
 }
 
-// full reports whether some rate-limited source has slots booked further ahead
-// than its budget, and if so when the last of them stops being so. Leasing
-// pauses meanwhile (doc.go, "Rate limits"). Holds do not count: a long hold
-// must not stop other sources' deliveries.
-func (l *limiter) full(now time.Time) (bool, time.Time) {
+// fullLocked reports whether b has slots booked further ahead than its
+// budget, and until when.
+func (b *bucket) fullLocked(now time.Time) (bool, time.Time) {
+	if b.interval == 0 {
+		return false, time.Time{}
+	}
+	next := b.tat.Add(-b.tau)
+	if next.Sub(now) <= max(b.budget, 0) {
+		return false, time.Time{}
+	}
+	return true, next.Add(-max(b.budget, 0))
+}
+
+// full returns the sources whose slots are booked further ahead than their
+// budget, sorted: a lease takes none of their events (a hard quota of 0),
+// and their claims do not carry their leases. until is the earliest time
+// one of them has room again; zero when there are none. Holds do not count:
+// a long hold must not stop the source's leases for longer than it lasts
+// (an event that cannot start inside its lease is handed back).
+func (l *limiter) full(now time.Time) (sources []string, until time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	var until time.Time
-	for _, b := range l.b {
-		if b.interval == 0 {
-			continue
-		}
-		next := b.tat.Add(-b.tau)
-		if next.Sub(now) > max(b.budget, 0) {
-			if u := next.Add(-max(b.budget, 0)); u.After(until) {
+	for src, b := range l.b {
+		if ok, u := b.fullLocked(now); ok {
+			sources = append(sources, src)
+			if until.IsZero() || u.Before(until) {
 				until = u
 			}
 		}
 	}
-	return !until.IsZero(), until
+	slices.Sort(sources)
+	return sources, until
+}
+
+// throttled reports whether source's slots are booked further ahead than
+// its budget (full).
+func (l *limiter) throttled(source string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	full := false
+	if b := l.b[source]; b != nil {
+		full, _ = b.fullLocked(now)
+	}
+	return full
 }
 
 // parked is a leased event waiting in the dispatcher, not on a worker, for its

@@ -89,7 +89,7 @@ func (l *leader) apply(cmd engine.Command) (engine.Result, error) {
 	return l.applyLocked(cmd)
 }
 
-func (l *leader) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error) {
+func (l *leader) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
 	l.leases.Add(1)
 	for {
 		old := l.leaseMax.Load()
@@ -98,13 +98,19 @@ func (l *leader) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]
 		}
 	}
 	if err := ctx.Err(); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if l.failLease.Load() {
-		return nil, fmt.Errorf("test: no quorum")
+		return nil, nil, fmt.Errorf("test: no quorum")
 	}
-	res, err := l.apply(engine.Command{Op: engine.OpLease, Max: max, LeaseFor: int64(leaseFor)})
-	return res.Events, err
+	res, err := l.apply(engine.Command{Op: engine.OpLease, Max: max, LeaseFor: int64(leaseFor), Quotas: quotas, Share: share, Spare: spare})
+	return res.Events, res.Waiting, err
+}
+
+// Lease is LeaseFrom without quotas.
+func (l *leader) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error) {
+	evs, _, err := l.LeaseFrom(ctx, max, leaseFor, nil, 0, 0)
+	return evs, err
 }
 
 // Complete and Fail apply even when ctx has ended, as a Raft proposal that is
