@@ -286,6 +286,10 @@ func TestOptionsErrors(t *testing.T) {
 		{[]string{"-spawn", "1", "-storm", "0"}, "-storm"},
 		{[]string{"-target", "http://x:1", "-secret-file", "s", "-leader-only"}, "-leader-only needs -spawn"},
 		{[]string{"-spawn", "3", "-soak", "-leader-only"}, "exclude"},
+		{[]string{"-target", "http://x:1", "-secret-file", "s", "-neighbour", "10"}, "-neighbour needs -spawn"},
+		{[]string{"-spawn", "1", "-neighbour", "10", "-fill", "100"}, "-neighbour needs -spawn"},
+		{[]string{"-spawn", "1", "-neighbour", "-1"}, "-neighbour -1"},
+		{[]string{"-spawn", "1", "-neighbour", "10", "-neighbour-delay", "10s"}, "-neighbour-delay"},
 	} {
 		var stderr bytes.Buffer
 		_, err := parseOptions(tc.args, &stderr)
@@ -342,6 +346,25 @@ func TestSpawnOneSmoke(t *testing.T) {
 	}
 	if dl := res.Delivery; dl == nil || dl.Repeated != 0 || dl.Delivered > res.Claims || dl.Delivered == 0 {
 		t.Fatalf("delivery %+v", res.Delivery)
+	}
+}
+
+// TestSpawnOneNeighbour: with -neighbour the node gets a second source,
+// whose events (sent before the load) reach their own handler and are
+// counted there, not in the measured source's deliveries.
+func TestSpawnOneNeighbour(t *testing.T) {
+	res, err := runJSON(t, "-spawn", "1", "-c", "8", "-d", "1s", "-neighbour", "50", "-neighbour-delay", "10ms", "-drain", "5s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.NeighbourEvents != 50 || res.NeighbourDelayMs != 10 {
+		t.Fatalf("neighbour events %d, delay %g ms: want 50 and 10", res.NeighbourEvents, res.NeighbourDelayMs)
+	}
+	if res.NeighbourDelivered == 0 || res.NeighbourDelivered > 50 {
+		t.Fatalf("neighbour delivered %d of 50", res.NeighbourDelivered)
+	}
+	if dl := res.Delivery; dl == nil || dl.Delivered != res.Claims || dl.Repeated != 0 {
+		t.Fatalf("delivery %+v for %d claims: the neighbour's events counted with the measured source's", res.Delivery, res.Claims)
 	}
 }
 

@@ -14,6 +14,7 @@
 //	go run ./bench -spawn 1 -sustain -rate-min 1000 -rate-max 8000 -rate-step 1000 -c 512
 //	go run ./bench -spawn 1 -fill 1000000 -drain 10m    # retained state at a million keys
 //	go run ./bench -spawn 1 -rate 2000 -d 15s -handler-delay 200ms   # a slow handler
+//	go run ./bench -spawn 3 -rate 1000 -d 20s -neighbour 3000        # another source's slow backlog
 //	make soak DURATION=1h                                # steady load with churn, judged for growth (soak.go)
 //	go run ./bench -target http://127.0.0.1:8080 -source stripe-live \
 //	    -provider stripe -secret-file stripe.secret -d 30s
@@ -124,9 +125,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 		return runSustain(ctx, o, e, stdout, stderr)
 	}
 
+	var neighbours int64
+	if o.neighbour > 0 {
+		if neighbours, err = sendNeighbour(ctx, o, e); err != nil {
+			return err
+		}
+	}
 	res, profErr, err := measure(ctx, o, e, stderr)
 	if err != nil {
 		return err
+	}
+	if o.neighbour > 0 {
+		res.NeighbourEvents = neighbours
+		res.NeighbourDelayMs = float64(o.neighbourDelay) / float64(time.Millisecond)
+		res.NeighbourDelivered = e.neighbour.snapshot().deliveries
 	}
 	if !o.noFiles {
 		jsonPath, pngPath := resultPaths(o, res)
@@ -211,6 +223,8 @@ type options struct {
 	spawn          int
 	leaderOnly     bool          // -leader-only: every request to the leader
 	handlerDelay   time.Duration // -handler-delay: the sink answers each delivery this late
+	neighbour      int           // -neighbour: events of a second, slow source sent before the load
+	neighbourDelay time.Duration // -neighbour-delay: its handler answers each delivery this late
 	bin            string
 	sinkAddr       string
 	keep           bool
@@ -286,6 +300,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin bearer token file for -cpuprofile with -target")
 	fs.IntVar(&o.spawn, "spawn", 0, "start this many nodes (1 or 3) on loopback instead of -target")
 	fs.DurationVar(&o.handlerDelay, "handler-delay", 0, "the sink answers each delivery this long after it arrived, as a slow handler would (a leader has 256 workers: delivery runs at most 256 ÷ this per second)")
+	fs.IntVar(&o.neighbour, "neighbour", 0, "with -spawn: send this many events to a second source, whose handler answers after -neighbour-delay, just before the load (a noisy neighbour for the leader's delivery workers)")
+	fs.DurationVar(&o.neighbourDelay, "neighbour-delay", 2*time.Second, "-neighbour: its handler answers each delivery this long after it arrived")
 	fs.BoolVar(&o.leaderOnly, "leader-only", false, "with -spawn: send every request to the leader's intake, as the bare stack's in-process clients propose at the leader (default: round robin over the nodes, as a load balancer would)")
 	fs.StringVar(&o.bin, "bin", "", "oncehook binary for -spawn (default bin/oncehook under the module root)")
 	fs.StringVar(&o.sinkAddr, "sink", "", "with -target: run the delivery sink on this address (where the source forwards)")
@@ -359,6 +375,12 @@ func (o *options) normalize() error {
 		return errors.New("-leader-only needs -spawn")
 	case o.leaderOnly && o.soak.on:
 		return errors.New("-leader-only and -soak exclude each other (the soak moves the leader)")
+	case o.neighbour < 0 || o.neighbour > 1_000_000:
+		return fmt.Errorf("-neighbour %d: want 0..1000000", o.neighbour)
+	case o.neighbour > 0 && (o.spawn == 0 || o.soak.on || o.sustain || o.fill > 0):
+		return errors.New("-neighbour needs -spawn, and excludes -soak, -sustain and -fill")
+	case o.neighbour > 0 && (o.neighbourDelay < 0 || o.neighbourDelay >= 10*time.Second):
+		return fmt.Errorf("-neighbour-delay %v: want 0..10s (the handler timeout)", o.neighbourDelay)
 	case o.spawn < 0 || o.spawn > 9:
 		return fmt.Errorf("-spawn %d: want 1 or 3 (at most 9)", o.spawn)
 	case len(o.targets) > 0 && o.secretFile == "":

@@ -78,6 +78,9 @@ func percentilePlot(res *Result) (*plot.Plot, error) {
 	if res.HandlerDelayMs > 0 {
 		load += fmt.Sprintf(", handler %g ms", res.HandlerDelayMs)
 	}
+	if res.NeighbourEvents > 0 {
+		load += fmt.Sprintf(", neighbour %d × %g ms", res.NeighbourEvents, res.NeighbourDelayMs)
+	}
 	p.Title.Text = fmt.Sprintf("oncehook %s, %d node(s), %s, %d B, %s, commit %s",
 		res.Provider, res.Nodes, load, res.BodyBytes, res.Date.Format("2006-01-02 15:04"), res.Commit)
 	p.X.Label.Text = "percentile"

@@ -61,6 +61,12 @@ type Result struct {
 	// HandlerDelayMs is -handler-delay: the sink answered each delivery this
 	// late, as a slow handler (0: at once).
 	HandlerDelayMs float64 `json:"handler_delay_ms,omitempty"`
+	// Neighbour*: -neighbour: events of a second source sent (and accepted)
+	// just before the load, its handler's delay, and how many of them it had
+	// received when the run ended.
+	NeighbourEvents    int64   `json:"neighbour_events,omitempty"`
+	NeighbourDelayMs   float64 `json:"neighbour_delay_ms,omitempty"`
+	NeighbourDelivered int64   `json:"neighbour_delivered,omitempty"`
 
 	Requests     int64            `json:"requests"`
 	NewKeys      int64            `json:"new_keys"` // distinct new keys sent (a storm is one)
@@ -430,6 +436,10 @@ func formatText(res *Result) string {
 	if res.HandlerDelayMs > 0 {
 		fmt.Fprintf(&b, "%-13s the sink answers each delivery %g ms after it arrived (-handler-delay)\n", "Handler", res.HandlerDelayMs)
 	}
+	if res.NeighbourEvents > 0 {
+		fmt.Fprintf(&b, "%-13s %d events of source %s, whose handler answers after %g ms, sent before the load; %d delivered by the end\n",
+			"Neighbour", res.NeighbourEvents, neighbourSource, res.NeighbourDelayMs, res.NeighbourDelivered)
+	}
 	if res.Model == "open" {
 		line("Requests", "[total, requested, rate, throughput]",
 			fmt.Sprintf("%d, %.2f/s, %.2f/s, %.2f/s", res.Requests, res.RequestedRate, res.Rate, res.Throughput))
@@ -619,6 +629,9 @@ func resultPaths(o *options, res *Result) (jsonPath, pngPath string) {
 	}
 	if o.fill > 0 {
 		name += fmt.Sprintf("-fill%d", o.fill)
+	}
+	if o.neighbour > 0 {
+		name += fmt.Sprintf("-neighbour%d", o.neighbour)
 	}
 	base := filepath.Join(o.out, name)
 	return base + ".json", base + ".png"

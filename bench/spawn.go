@@ -36,6 +36,7 @@ type env struct {
 	adminURL   string // "" when unknown
 	adminToken string
 	sink       *sink   // nil: no delivery measurement
+	neighbour  *sink   // -neighbour: the second source's handler
 	nodes      []*proc // spawned nodes; nil with -target
 	dir        string  // temporary dir of spawned nodes
 	keep       bool    // keep dir (configs, data, logs) at the end
@@ -57,6 +58,9 @@ func setup(ctx context.Context, o *options, stderr io.Writer) (*env, error) {
 	var err error
 	if e.sink, err = startSink("127.0.0.1:0", o.handlerDelay); err != nil {
 		return nil, err
+	}
+	if e.neighbour, err = neighbourSinkFor(o); err != nil {
+		return nil, errors.Join(err, e.close(stderr))
 	}
 	if err = e.spawn(ctx, o); err != nil {
 		return nil, errors.Join(err, e.close(stderr))
@@ -132,6 +136,9 @@ func (e *env) close(stderr io.Writer) error {
 	}
 	if e.sink != nil {
 		errs = append(errs, e.sink.close())
+	}
+	if e.neighbour != nil {
+		errs = append(errs, e.neighbour.close())
 	}
 	if e.dir != "" && !e.keep {
 		errs = append(errs, os.RemoveAll(e.dir))
@@ -234,6 +241,10 @@ func (e *env) config(p *proc, o *options) string {
 	}
 	c.Sources = []testcluster.SourceConfig{{Name: o.source, Provider: o.provider,
 		SecretFile: filepath.Join(e.dir, "bench.secret"), Forward: e.sink.url() + "/" + o.source, Extra: extra}}
+	if e.neighbour != nil {
+		c.Sources = append(c.Sources, testcluster.SourceConfig{Name: neighbourSource, Provider: o.provider,
+			SecretFile: filepath.Join(e.dir, "bench.secret"), Forward: e.neighbour.url() + "/" + neighbourSource})
+	}
 	return c.TOML()
 }
 
