@@ -161,6 +161,7 @@ func TestDashboardFile(t *testing.T) {
 	labels := map[string][]string{}
 	for _, c := range append(m.Collectors(),
 		metrics.NewRaftCollector(tn.n.cluster, version), admin.NewSourceCollector(tn.n.cluster, tn.n.configuredSourceNames),
+		metrics.NewInFlightCollector(tn.n.deliveryInFlight, tn.n.configuredSourceNames),
 	) {
 		// Registering it again proves the node's registry already holds it.
 		var already prometheus.AlreadyRegisteredError

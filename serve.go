@@ -39,6 +39,8 @@ type node struct {
 	intake  *intake.Server
 	keys    *keyset.Manager // keys_url sources' fetched keys
 	targets atomic.Pointer[map[string]forward.Target]
+	// forwarder delivers while this node leads (lead); nil otherwise.
+	forwarder atomic.Pointer[forward.Forwarder]
 
 	httpSrv *fasthttp.Server
 	httpLn  net.Listener
@@ -189,6 +191,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	// Per-source pause state and backlog, read at scrape time.
 	n.metrics.Registry().MustRegister(admin.NewSourceCollector(n.cluster, n.configuredSourceNames))
 	n.metrics.Registry().MustRegister(metrics.NewDeadCollector(n.cluster, n.configuredSourceNames))
+	n.metrics.Registry().MustRegister(metrics.NewInFlightCollector(n.deliveryInFlight, n.configuredSourceNames))
 	n.metrics.DeadExpiredSources(n.configuredSourceNames())
 	// Published keys: keys_url sources verify with the fetched keys.
 	n.keys = keyset.NewManager(cfg.Node.DataDir, log, n.metrics.Keys(), version)
@@ -217,6 +220,15 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		}
 	}()
 	return n, nil
+}
+
+// deliveryInFlight is, per source, the events holding a delivery worker
+// (oncehook_delivery_in_flight); nil when this node does not lead.
+func (n *node) deliveryInFlight() map[string]int {
+	if f := n.forwarder.Load(); f != nil {
+		return f.InFlight()
+	}
+	return nil
 }
 
 // lead is the leader-only work for one term: deliveries and sweeping.
@@ -248,6 +260,8 @@ func (n *node) lead(ctx context.Context) {
 		// (failpoint/doc.go).
 		ExpireInterval: failpoint.ExpireInterval(),
 	})
+	n.forwarder.Store(f)
+	defer n.forwarder.Store(nil)
 	// Claims proposed while a worker is free lease their event themselves.
 	n.cluster.SetLeaseSlots(f)
 	defer n.cluster.SetLeaseSlots(nil)

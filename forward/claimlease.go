@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -113,6 +114,19 @@ func (s *slots) spare(now time.Time) int {
 		return 0
 	}
 	return spareOf(s.n)
+}
+
+// InFlight returns, for each source, how many of its events hold a worker
+// (leased and not yet answered, parked ones included); nil while the
+// Forwarder is not running.
+func (f *Forwarder) InFlight() map[string]int {
+	s := f.slots
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n == 0 {
+		return nil
+	}
+	return maps.Clone(s.bySource)
 }
 
 // setWaiting records the sources the last lease left due events of.

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"fmt"
+	"maps"
 	"net/http"
 	"sync"
 	"testing"
@@ -162,6 +163,9 @@ func TestReserveSlotShares(t *testing.T) {
 	}
 	for range 4 {
 		f.slots.enter("a")
+	}
+	if got := f.InFlight(); !maps.Equal(got, map[string]int{"a": 4}) {
+		t.Fatalf("InFlight %v, want a: 4", got)
 	}
 	reserve("a holds its share, nobody waits", "a", true, true)
 	f.slots.setWaiting([]string{"a"})

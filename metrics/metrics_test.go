@@ -133,3 +133,27 @@ func TestDeadCollector(t *testing.T) {
 		})
 	}
 }
+
+// TestInFlightCollector: every configured source has a series (0 when it
+// holds no worker), and a source that is no longer configured has one while
+// its events hold workers.
+func TestInFlightCollector(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		held map[string]int
+		want []string
+	}{
+		{"a follower", nil, []string{`oncehook_delivery_in_flight{source="a"} 0`, `oncehook_delivery_in_flight{source="b"} 0`}},
+		{"the leader", map[string]int{"b": 7}, []string{`oncehook_delivery_in_flight{source="a"} 0`, `oncehook_delivery_in_flight{source="b"} 7`}},
+		{"a source removed", map[string]int{"gone": 2}, []string{`oncehook_delivery_in_flight{source="a"} 0`, `oncehook_delivery_in_flight{source="gone"} 2`}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			reg := prometheus.NewRegistry()
+			reg.MustRegister(NewInFlightCollector(func() map[string]int { return tc.held }, func() []string { return []string{"a", "b"} }))
+			text, code := scrape(t, reg)
+			if miss := missing(text, tc.want...); code != http.StatusOK || len(miss) > 0 {
+				t.Errorf("scrape %d lacks %q:\n%s", code, miss, text)
+			}
+		})
+	}
+}
