@@ -12,8 +12,9 @@ import (
 // sourceCollector reports, at scrape time, each configured source's pause
 // state and backlog: oncehook_source_paused, oncehook_source_paused_seconds,
 // oncehook_backlog and oncehook_oldest_pending_age_seconds. A scrape costs a
-// read of the sources bucket and a walk of the pending events
-// (engine.Backlog), whose cost is the number of pending events.
+// read of the sources bucket and of the pending counters, with a seek or
+// two per source (engine.Backlog): its cost is the number of sources, not
+// of pending events.
 //
 // The source label only takes configured source names (and the names of
 // sources paused in the replicated state), so its cardinality is the

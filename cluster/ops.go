@@ -181,7 +181,7 @@ func (n *Node) sourceCmd(ctx context.Context, op engine.Op, source, who, reason 
 func (n *Node) Sources() (map[string]engine.SourceState, error) { return n.eng.Sources() }
 
 // Backlog reads the pending events per source from this node's applied
-// state (a walk of every pending event: see engine.Backlog).
+// state (counters and a seek or two per source: see engine.Backlog).
 func (n *Node) Backlog() (map[string]engine.Backlog, error) { return n.eng.Backlog() }
 
 func (n *Node) leaderCmd(ctx context.Context, c engine.Command) error {

@@ -29,8 +29,10 @@ const signBit = 1 << 63
 const (
 	counterState  = 's' // 's' state -> number of events in that state
 	counterSource = 'c' // 'c' source -> number of events of that source
-	expiryEvent   = 'e' // 'e' key: an event expiring with the bucket
-	expiryOrder   = 'o' // 'o' object: an order-guard entry expiring with the bucket
+	// 'p' source -> pending events of that source, due or held (format 9)
+	counterPending = 'p'
+	expiryEvent    = 'e' // 'e' key: an event expiring with the bucket
+	expiryOrder    = 'o' // 'o' object: an order-guard entry expiring with the bucket
 )
 
 // empty is the value of pure index entries. It is never modified.
@@ -93,8 +95,9 @@ type applier struct {
 	bodyPend map[bodyHash]int64
 
 	// Counter changes of the batch, written once by finish.
-	stateDelta  [StateStale + 1]int64
-	sourceDelta map[string]int64
+	stateDelta   [StateStale + 1]int64
+	sourceDelta  map[string]int64
+	pendingDelta map[string]int64 // by source
 }
 
 func newApplier(tx *bolt.Tx, width int64) *applier {
@@ -172,10 +175,13 @@ func (a *applier) finish(applied uint64) error {
 			}
 		}
 	}
-	if len(a.sourceDelta) > 0 {
-		for _, src := range sortedKeys(a.sourceDelta) {
-			if d := a.sourceDelta[src]; d != 0 {
-				a.kbuf = append(append(a.kbuf[:0], counterSource), src...)
+	for _, by := range []struct {
+		prefix byte
+		delta  map[string]int64
+	}{{counterSource, a.sourceDelta}, {counterPending, a.pendingDelta}} {
+		for _, src := range sortedKeys(by.delta) {
+			if d := by.delta[src]; d != 0 {
+				a.kbuf = append(append(a.kbuf[:0], by.prefix), src...)
 				if err := a.addCounter(a.kbuf, d); err != nil {
 					return err
 				}
@@ -217,6 +223,16 @@ func (a *applier) count(source string, from, to State) {
 			a.sourceDelta[source]++
 		} else {
 			a.sourceDelta[source]--
+		}
+	}
+	if (from == StatePending) != (to == StatePending) {
+		if a.pendingDelta == nil {
+			a.pendingDelta = make(map[string]int64)
+		}
+		if to == StatePending {
+			a.pendingDelta[source]++
+		} else {
+			a.pendingDelta[source]--
 		}
 	}
 }

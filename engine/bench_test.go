@@ -415,3 +415,28 @@ func (l *lifecycle) step(b *testing.B) {
 	l.events += len(l.leased)
 	l.leased = append(l.leased[:0], rs[len(rs)-1].Events...)
 }
+
+// BenchmarkBacklog: the per-source backlog (what every metrics scrape and
+// status call reads) with 100,000 pending events of four sources.
+func BenchmarkBacklog(b *testing.B) {
+	e := mustOpen(b, Options{NoSync: true})
+	const n, batch = 100_000, 1_000
+	for i := 0; i < n; i += batch {
+		cmds := make([]Command, 0, batch)
+		for j := i; j < i+batch; j++ {
+			src := fmt.Sprintf("src%d", j%4)
+			cmds = append(cmds, Command{Op: OpClaim, Now: t0 + int64(j), Key: fmt.Sprintf("%s:evt_%07d", src, j), Source: src,
+				Payload: []byte("x"), Retention: 24 * hour})
+		}
+		if _, err := e.Apply(uint64(i/batch+1), cmds...); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		bl, err := e.Backlog()
+		if err != nil || len(bl) != 4 || bl["src1"].Pending != n/4 {
+			b.Fatalf("backlog %+v, %v", bl, err)
+		}
+	}
+}

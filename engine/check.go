@@ -46,6 +46,7 @@ type checker struct {
 	paused                       map[string]bool // sources with a sources entry
 	byState                      [StateStale + 1]uint64
 	bySource                     map[string]uint64
+	pendingBySource              map[string]uint64
 	nEvents, nHeld, nHeldPending int // events; holding a body; pending on a paused source
 	nQueued, nHistory            int // unfinished ordered events; events with a history
 }
@@ -57,7 +58,7 @@ func newChecker(tx *bolt.Tx) (*checker, error) {
 		expiry: tx.Bucket(bExpiry), orders: tx.Bucket(bOrders), counters: tx.Bucket(bCounters),
 		bodies: tx.Bucket(bBodies), sources: tx.Bucket(bSources), held: tx.Bucket(bHeld),
 		objects: tx.Bucket(bObjects), attempts: tx.Bucket(bAttempts),
-		paused: map[string]bool{}, bySource: map[string]uint64{},
+		paused: map[string]bool{}, bySource: map[string]uint64{}, pendingBySource: map[string]uint64{},
 	}
 	for _, b := range []*bolt.Bucket{ck.events, ck.payloads, ck.responses, ck.due, ck.leases, ck.states, ck.done,
 		ck.expiry, ck.orders, ck.counters, ck.bodies, ck.sources, ck.held, ck.objects, ck.attempts} {
@@ -138,6 +139,9 @@ func (ck *checker) checkEvents() {
 			}
 		}
 		ck.bySource[ev.Source]++
+		if ev.State == StatePending {
+			ck.pendingBySource[ev.Source]++
+		}
 		ev.Key = string(k)
 		if flags&flagOrder != 0 && queued(ev.State) {
 			ck.nQueued++
@@ -424,6 +428,9 @@ func (ck *checker) checkCounters() {
 	}
 	for src, n := range ck.bySource {
 		want[string(counterSource)+src] = n
+	}
+	for src, n := range ck.pendingBySource {
+		want[string(counterPending)+src] = n
 	}
 	got := map[string]uint64{}
 	c := ck.counters.Cursor()

@@ -121,7 +121,9 @@
 //	           (an event's entry moves when its expiry does; a bucket left
 //	           empty stays until it ends)
 //	orders     order object -> newest order time, expiry (8+8 bytes; ordering guard)
-//	counters   's' state -> n; 'c' source -> n  (8 bytes big endian, no zero entries)
+//	counters   's' state -> n; 'c' source -> n; 'p' source -> pending n
+//	           (8 bytes big endian, no zero entries; 'p' since format 9:
+//	           Open counts an older file's)
 //	bodies     time(CreatedAt) key -> body key  (events holding a replay-guard
 //	           entry, flagged in their record; an in-memory index finds them
 //	           by body key, see bodyindex.go; added to version 1 later: a file

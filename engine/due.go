@@ -394,6 +394,25 @@ func dueBeyond(b *bolt.Bucket, limit int64) ([]dueItem, error) {
 	return items, err
 }
 
+// countPending writes the pending counters ('p' source) of a file of
+// format 8 or older, which has none: one walk of the pending range of the
+// states index (whose values are the sources). It runs with migrateDue.
+func countPending(tx *bolt.Tx) error {
+	n := map[string]int64{}
+	c := tx.Bucket(bStates).Cursor()
+	for k, src := c.Seek([]byte{byte(StatePending)}); k != nil && k[0] == byte(StatePending); k, src = c.Next() {
+		n[string(src)]++
+	}
+	counters := tx.Bucket(bCounters)
+	for _, src := range sortedKeys(n) {
+		k := append([]byte{counterPending}, src...)
+		if err := counters.Put(k, binary.BigEndian.AppendUint64(nil, uint64(n[src]))); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // migrateDue rewrites a due index of format 8 or older (time key, no
 // source) in the per-source layout. Every entry's source is its event's. It
 // runs once, when a binary of format 9 or newer first opens the file, in the

@@ -210,9 +210,10 @@ func TestLeaseDueSkipsHardQuotas(t *testing.T) {
 }
 
 // TestOpenMigratesDueIndex: a file whose due index has the layout of format
-// 8 and older (time, key; no source) is rewritten by source when this
-// binary opens it: the file is then exactly the one this binary would have
-// written, passes Check, and leases in the same order.
+// 8 and older (time, key; no source), and no pending counters, is rewritten
+// by source and counted when this binary opens it: the file is then exactly
+// the one this binary would have written, passes Check, leases in the same
+// order and reports the same backlog.
 func TestOpenMigratesDueIndex(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "engine.db")
@@ -259,6 +260,21 @@ func TestOpenMigratesDueIndex(t *testing.T) {
 			}
 			n++
 		}
+		// Format 8 had no pending counters.
+		counters := tx.Bucket(bCounters)
+		var pending [][]byte
+		cc := counters.Cursor()
+		for k, _ := cc.Seek([]byte{counterPending}); k != nil && k[0] == counterPending; k, _ = cc.Next() {
+			pending = append(pending, bytes.Clone(k))
+		}
+		if len(pending) != 3 { // stripe, github, and shop's held events
+			return fmt.Errorf("%d pending counters, want 3", len(pending))
+		}
+		for _, k := range pending {
+			if err := counters.Delete(k); err != nil {
+				return err
+			}
+		}
 		return tx.Bucket(bMeta).Put(metaFormat, binary.BigEndian.AppendUint64(nil, 8))
 	})
 	if cerr := db.Close(); err == nil {
@@ -272,6 +288,18 @@ func TestOpenMigratesDueIndex(t *testing.T) {
 	}
 
 	e = mustOpenPath(t, path, Options{NoSync: true})
+	backlog, err := e.Backlog()
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantBacklog := map[string]Backlog{
+		"stripe": {Pending: 14, OldestPendingAt: t0 + 4*sec}, // evt_39 failed, due again an hour later; evt_36 next
+		"github": {Pending: 13, OldestPendingAt: t0 + 3*sec}, // evt_37
+		"shop":   {Pending: 13, OldestPendingAt: t0 + 2*sec}, // evt_38, held
+	}
+	if !reflect.DeepEqual(backlog, wantBacklog) {
+		t.Errorf("backlog after the migration %+v, want %+v", backlog, wantBacklog)
+	}
 	if err := e.Check(); err != nil {
 		t.Fatalf("after the migration: %v", err)
 	}

@@ -718,6 +718,7 @@ func (e *Engine) Counts() (map[State]int, map[string]int, error) {
 				byState[State(k[1])] = n
 			case counterSource:
 				bySource[string(k[1:])] = n
+			case counterPending: // Backlog's
 			default:
 				return fmt.Errorf("%w: counter %q", ErrCorrupt, k)
 			}

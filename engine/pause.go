@@ -176,32 +176,39 @@ func (e *Engine) Sources() (map[string]SourceState, error) {
 }
 
 // Backlog returns, per source with pending events, how many there are and
-// the earliest NextAttemptAt among them. It walks the pending range of the
-// states index and decodes each pending event's record: its cost is the
-// number of pending events (paused or not), so it is for status pages and
-// metric scrapes, not for a hot path.
+// the earliest NextAttemptAt among them. It reads the pending counters and,
+// per source, the first entry of its due run and of its held run (a pending
+// event is in one of them): its cost is the number of sources with pending
+// events, not the events.
 func (e *Engine) Backlog() (map[string]Backlog, error) {
 	out := map[string]Backlog{}
 	err := e.view(func(tx *bolt.Tx) error {
-		events := tx.Bucket(bEvents)
-		c := tx.Bucket(bStates).Cursor()
-		for k, src := c.Seek([]byte{byte(StatePending)}); k != nil && k[0] == byte(StatePending); k, src = c.Next() {
-			if len(k) < 10 {
-				return fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+		due, held := tx.Bucket(bDue).Cursor(), tx.Bucket(bHeld).Cursor()
+		// first returns the time of the first key under prefix, after skip
+		// bytes of it.
+		first := func(c *bolt.Cursor, prefix []byte) (int64, bool) {
+			k, _ := c.Seek(prefix)
+			if k == nil || !bytes.HasPrefix(k, prefix) || len(k) < len(prefix)+8 {
+				return 0, false
 			}
-			v := events.Get(k[9:])
-			if v == nil {
-				return fmt.Errorf("%w: states index names missing event %q", ErrCorrupt, clip(k[9:]))
+			return timeOf(k[len(prefix):]), true
+		}
+		c := tx.Bucket(bCounters).Cursor()
+		prefix := []byte{counterPending}
+		for k, v := c.Seek(prefix); k != nil && k[0] == counterPending; k, v = c.Next() {
+			if len(k) < 2 || len(v) != 8 {
+				return fmt.Errorf("%w: counter %q", ErrCorrupt, k)
 			}
-			var ev Event
-			if _, err := decodeRecord(k[9:], v, &ev); err != nil {
-				return err
+			src := k[1:]
+			b := Backlog{Pending: int(binary.BigEndian.Uint64(v))}
+			for _, at := range []struct {
+				c      *bolt.Cursor
+				prefix []byte
+			}{{due, dueRunPrefix(src)}, {held, append(bytes.Clone(src), 0)}} {
+				if t, ok := first(at.c, at.prefix); ok && (b.OldestPendingAt == 0 || t < b.OldestPendingAt) {
+					b.OldestPendingAt = t
+				}
 			}
-			b := out[string(src)]
-			if b.Pending == 0 || ev.NextAttemptAt < b.OldestPendingAt {
-				b.OldestPendingAt = ev.NextAttemptAt
-			}
-			b.Pending++
 			out[string(src)] = b
 		}
 		return nil

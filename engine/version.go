@@ -24,8 +24,9 @@ import (
 //	7  a keyed replay's required state: entry field onlyFrom; log entries
 //	   carry their writer's format (entry version 2)
 //	8  a claim that carries its lease: entry field leaseNow
-//	9  the due index by source (due.go; Open rewrites an older file's) and
-//	   a lease's quotas: entry fields quotas, share and spare
+//	9  the due index by source (due.go; Open rewrites an older file's), the
+//	   pending counters by source, and a lease's quotas: entry fields
+//	   quotas, share and spare
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -33,7 +34,8 @@ import (
 // ErrNewerFormat, and stamp an older one: the binary that writes to it next
 // may add any of its formats' fields. One index needs migrating: the due
 // index of a file older than format 9 is rewritten by source (migrateDue),
-// in the transaction that stamps it. Nothing else does: added buckets are
+// and its pending counters are written (countPending), in the transaction
+// that stamps it. Nothing else does: added buckets are
 // created empty (addedBucket), and every optional record field and entry
 // field is announced by its flag or mask bit, so an old value keeps its
 // bytes and meaning.
@@ -101,6 +103,9 @@ func checkFormat(m *bolt.Bucket, stamp bool) error {
 		if f < formatDueBySource {
 			if err := migrateDue(m.Tx()); err != nil {
 				return fmt.Errorf("migrate the due index: %w", err)
+			}
+			if err := countPending(m.Tx()); err != nil {
+				return fmt.Errorf("count the pending events: %w", err)
 			}
 		}
 		return m.Put(metaFormat, be64(FormatVersion))
