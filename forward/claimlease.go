@@ -50,7 +50,7 @@ type slots struct {
 	waiting []string
 	// recent: when each source's event last left its worker. A source is
 	// active while it holds workers or for activeFor after; while two are,
-	// a source past its share leaves spare workers free (spareLocked).
+	// a source past its share leaves spare workers free (spare).
 	recent map[string]time.Time
 }
 
@@ -63,7 +63,7 @@ const activeFor = 10 * time.Second
 // a slow handler's requests to end.
 func spareOf(n int) int { return max(1, n/8) }
 
-// share is how many workers one source may hold while another source has
+// shareOf is how many workers one source may hold while another source has
 // events due: half the pool. A lease gives a source more only when no other
 // source has any due (engine Command.Quotas), and a claim of a source that
 // holds its share does not carry its lease.

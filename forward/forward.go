@@ -471,10 +471,11 @@ func (f *Forwarder) onWorkers(n int) {
 // to workers at once. To keep that promise the dispatcher limits how many
 // events of a throttled source are leased: while a source has slots booked
 // more than half of (lease - timeout) ahead, leases skip it (a hard quota of
-// 0), and no lease is made while maxParked events are parked. Only an event that cannot start inside its lease in any case (a Retry-After
-// hold longer than the lease, a per-event lease shorter than the default, a
-// rate lowered by a reload) is handed back with Fail, which spends the attempt
-// but never makes it the last one.
+// 0), and no lease is made while maxParked events are parked. Only an event
+// that cannot start inside its lease in any case (a Retry-After hold longer
+// than the lease, a per-event lease shorter than the default, a rate lowered
+// by a reload) is handed back with Fail, which spends the attempt but never
+// makes it the last one.
 func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan bool, kick <-chan struct{}, size func(saturated bool)) {
 	tick := time.NewTicker(f.opts.PollInterval)
 	defer tick.Stop()
@@ -555,7 +556,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 					}
 					// Some may have parked: lease again at once for the workers
 					// still free.
-					again = want && f.slots.free() > max(spareStop, 0)
+					again = want && f.slots.free() > spareStop
 				}
 			}
 		}
