@@ -206,8 +206,8 @@ func dueMerge(b *bolt.Bucket, now int64, l leaseLimits, take func(src []byte, t 
 		if r.t > now {
 			return nil
 		}
-		if i, ok := slices.BinarySearchFunc(quotas, src, func(q Quota, s []byte) int { return strings.Compare(q.Source, bytesStr(s)) }); ok {
-			r.quota, r.hard = quotas[i].Max, quotas[i].Hard
+		if q, ok := quotaOf(quotas, src); ok {
+			r.quota, r.hard = q.Max, q.Hard
 		}
 		switch {
 		case r.quota == 0 && r.hard:
@@ -287,6 +287,15 @@ func waiting(now int64, hs ...runHeap) []string {
 	return slices.Compact(out)
 }
 
+// quotaOf returns the quota of source in quotas (sorted by source).
+func quotaOf(quotas []Quota, source []byte) (Quota, bool) {
+	i, ok := slices.BinarySearchFunc(quotas, source, func(q Quota, s []byte) int { return strings.Compare(q.Source, bytesStr(s)) })
+	if !ok {
+		return Quota{}, false
+	}
+	return quotas[i], true
+}
+
 // validQuotas checks a lease's quotas: sorted by source, each once, each a
 // valid name with a quota of at least 0.
 func validQuotas(qs []Quota) bool {
@@ -312,7 +321,7 @@ func firstDue(b *bolt.Bucket, skip []Quota) (int64, bool) {
 	found := false
 	err := dueRuns(b.Cursor(), func(k []byte) error {
 		src, t, _, _ := splitDueKey(k)
-		if i, ok := slices.BinarySearchFunc(skip, src, func(q Quota, s []byte) int { return strings.Compare(q.Source, bytesStr(s)) }); ok && skip[i].Hard && skip[i].Max == 0 {
+		if q, ok := quotaOf(skip, src); ok && q.Hard && q.Max == 0 {
 			return nil
 		}
 		if !found || t < first {

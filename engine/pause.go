@@ -184,8 +184,8 @@ func (e *Engine) Backlog() (map[string]Backlog, error) {
 	out := map[string]Backlog{}
 	err := e.view(func(tx *bolt.Tx) error {
 		due, held := tx.Bucket(bDue).Cursor(), tx.Bucket(bHeld).Cursor()
-		// first returns the time of the first key under prefix, after skip
-		// bytes of it.
+		// first returns the time that follows prefix in the first key
+		// under it.
 		first := func(c *bolt.Cursor, prefix []byte) (int64, bool) {
 			k, _ := c.Seek(prefix)
 			if k == nil || !bytes.HasPrefix(k, prefix) || len(k) < len(prefix)+8 {
