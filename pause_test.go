@@ -13,6 +13,7 @@ import (
 
 	"oncehook/admin"
 	"oncehook/engine"
+	"oncehook/providers"
 )
 
 // adminPost posts v as JSON to the admin API with the node's token.
@@ -88,11 +89,22 @@ func TestPausedSourceHoldsDeliveriesUntilResumed(t *testing.T) {
 		}
 		keys = append(keys, "orders:"+id)
 	}
-	// The claims are committed (each answered 202). Wait until the leader has
-	// applied entries after them (the dispatcher's leases, woken by the
-	// claims), then lease once more ourselves: nothing of the source goes out.
-	after := tn.n.cluster.AppliedIndex()
-	waitUntil(t, "entries applied after the claims", func() bool { return tn.n.cluster.AppliedIndex() > after })
+	// The claims are committed (each answered 202). An event of another
+	// source claimed after them is delivered: the forwarder, woken by every
+	// claim and leasing oldest first, has passed the paused ones. Then lease
+	// once more ourselves: nothing of the paused source goes out. (Waiting
+	// for a lease entry instead would wait for nothing: with only paused
+	// events pending the leader proposes no lease at all.)
+	other := []byte(`{"id":"evt_pause_other","type":"charge.succeeded"}`)
+	st, _ := providers.Lookup("stripe")
+	otherHeaders, err := st.Sign(other, []byte("whsec_stripe_test_secret"), time.Now(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := tn.post("stripe", other, otherHeaders); a.Status != http.StatusAccepted {
+		t.Fatalf("post to stripe: %d %s, want 202", a.Status, a.Raw)
+	}
+	tn.waitState("stripe:evt_pause_other", engine.StateDone)
 	if evs, err := tn.n.cluster.Lease(ctxTimeout(t, 10*time.Second), 100, time.Minute); err != nil || len(evs) != 0 {
 		t.Fatalf("lease while paused: %v %v, want nothing", evs, err)
 	}
@@ -105,8 +117,10 @@ func TestPausedSourceHoldsDeliveriesUntilResumed(t *testing.T) {
 			t.Fatalf("%s spent an attempt while paused: %+v", ev.Key, ev)
 		}
 	}
-	if got := h.deliveries(""); len(got) != 0 {
-		t.Fatalf("the handler received %d deliveries while paused", len(got))
+	for _, d := range h.deliveries("") {
+		if d.Source == "orders" {
+			t.Fatalf("the handler received %s while its source was paused", d.Key)
+		}
 	}
 	s := tn.sourceStatus("orders")
 	if !s.Paused || s.By != "ops" || s.Reason != "handler deploy" || s.Since == "" || s.Backlog != n || s.OldestPendingAge < 0 {
