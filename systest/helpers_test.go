@@ -153,9 +153,14 @@ func (c *testCluster) send(ctx context.Context, nd *clusterNode, id string) int 
 // sendBody posts body to the orders source of nd, signed the Standard
 // Webhooks way under id, and returns the status (0: the connection failed).
 func (c *testCluster) sendBody(ctx context.Context, nd *clusterNode, id string, body []byte) int {
+	return c.sendTo(ctx, nd, "orders", id, body)
+}
+
+// sendTo is sendBody to any source signed with the orders secret.
+func (c *testCluster) sendTo(ctx context.Context, nd *clusterNode, source, id string, body []byte) int {
 	s, _ := providers.Lookup("standard")
 	hs, _ := s.Sign(body, []byte(c.Secret), time.Now(), id, nil)
-	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+nd.Intake+"/in/orders", bytes.NewReader(body))
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+nd.Intake+"/in/"+source, bytes.NewReader(body))
 	req.Header.Set("Content-Type", "application/json")
 	for _, h := range hs {
 		req.Header.Set(h.Name, h.Value)

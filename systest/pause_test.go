@@ -21,7 +21,15 @@ func TestPauseSurvivesALeaderKill(t *testing.T) {
 		t.Skip("spawns three processes")
 	}
 	rec := newRecorder(t)
-	c := startCluster(t, 3, rec.url)
+	// A second source, never paused: its deliveries show that the leader's
+	// forwarder is running and has leased past the paused events.
+	c := startClusterWith(t, 3, rec.url, fmt.Sprintf(`
+[[source]]
+name = "other"
+provider = "standard"
+secret_files = ["orders.secret"]
+forward = %q
+`, rec.url+"/other"))
 	leader := c.Leader()
 	follower := c.Other(leader)
 	t.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(filepath.Dir(follower.Cfg), "admin.token"))
@@ -43,19 +51,21 @@ func TestPauseSurvivesALeaderKill(t *testing.T) {
 	for i := range 10 {
 		send(follower, fmt.Sprintf("p_before_%d", i))
 	}
-	// held checks, on nd, that every key is pending with no attempt, once
-	// nd has applied entries after the claims (its lease commands, on a
-	// leader), and that the handler has received nothing.
+	// held checks, on the leader nd, that every key is pending with no
+	// attempt and that the handler has received none of them, once an event
+	// of the other source claimed after them was delivered: the forwarder,
+	// leasing oldest first, has passed them. (The leader proposes no lease
+	// entry at all while only paused events are pending, so waiting for one
+	// would wait for nothing.)
+	others := 0
 	held := func(nd *clusterNode) {
 		t.Helper()
-		st, ok := c.Status(nd)
-		if !ok {
-			t.Fatalf("status of %s", nd.ID)
+		others++
+		id := fmt.Sprintf("o_%d", others)
+		if code := c.sendTo(ctx, nd, "other", id, []byte(fmt.Sprintf(`{"type":"other","id":%q}`, id))); code != 202 {
+			t.Fatalf("send %s to the other source through %s: %d, want 202", id, nd.ID, code)
 		}
-		testcluster.WaitFor(t, nd.ID+" applied entries after the claims", 20*time.Second, func() bool {
-			s, ok := c.Status(nd)
-			return ok && s.AppliedIndex > st.AppliedIndex
-		})
+		testcluster.WaitFor(t, "other:"+id+" delivered", 20*time.Second, func() bool { return rec.count("other:"+id) == 1 })
 		for _, k := range keys {
 			testcluster.WaitFor(t, k+" committed on "+nd.ID, 20*time.Second, func() bool { return c.eventState(nd, k) != "" })
 			code, b := get("http://"+nd.Admin+"/v1/events/"+k, c.Token)
