@@ -159,6 +159,18 @@ type CPU struct {
 	PerClaimUS float64 `json:"us_per_claim,omitempty"`
 	// PerClaimNodesUS is the nodes' share of PerClaimUS.
 	PerClaimNodesUS float64 `json:"nodes_us_per_claim,omitempty"`
+	// Machine is the whole machine during the load (/proc/stat), kernel
+	// threads and other processes included: the per-process figures above
+	// leave out the kernel's own work for them (loopback TCP, block I/O,
+	// the journal), which is what decides whether two cores are full.
+	Machine *MachineCPU `json:"machine,omitempty"`
+}
+
+// MachineCPU is the machine's CPU time during the load, in cores.
+type MachineCPU struct {
+	Cores  int     `json:"cores"`  // online CPUs
+	Busy   float64 `json:"busy"`   // user, system, interrupts and steal
+	IOWait float64 `json:"iowait"` // idle with disk I/O outstanding
 }
 
 // NodeStat is a spawned node's footprint at the end of the run.
@@ -259,6 +271,11 @@ func cpuUsage(a, b cpuSample) CPU {
 		if i < len(a.nodes) {
 			c.Nodes = append(c.Nodes, round2((b.nodes[i]-a.nodes[i]).Seconds()/wall))
 		}
+	}
+	if a.machine.ok && b.machine.ok {
+		c.Machine = &MachineCPU{Cores: b.machine.cores,
+			Busy:   round2((b.machine.busy - a.machine.busy).Seconds() / wall),
+			IOWait: round2((b.machine.iowait - a.machine.iowait).Seconds() / wall)}
 	}
 	return c
 }
@@ -603,6 +620,9 @@ func fmtCPU(c CPU) string {
 	out := strings.Join(parts, ", ")
 	if c.PerClaimUS > 0 {
 		out += fmt.Sprintf("; load+drain: %.0f µs CPU per claim (nodes %.0f)", c.PerClaimUS, c.PerClaimNodesUS)
+	}
+	if m := c.Machine; m != nil {
+		out += fmt.Sprintf("; machine: %.2f of %d busy, %.2f iowait", m.Busy, m.Cores, m.IOWait)
 	}
 	return out
 }

@@ -3,7 +3,9 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // TestReadCommit reads HEAD's commit in a plain checkout (loose and packed
@@ -35,6 +37,60 @@ func TestReadCommit(t *testing.T) {
 	} {
 		if got := readCommit(tc.root); got != tc.want {
 			t.Errorf("readCommit(%s) = %s, want %s", tc.root, got, tc.want)
+		}
+	}
+}
+
+// TestParseProcStat: the machine's busy and iowait time from /proc/stat,
+// and what the report makes of two samples.
+func TestParseProcStat(t *testing.T) {
+	const two = "cpu  300 10 200 5000 40 0 30 20 7 0\ncpu0 150 5 100 2500 20 0 15 10 0 0\ncpu1 150 5 100 2500 20 0 15 10 0 0\nintr 1 2 3\nctxt 99\n"
+	tests := []struct {
+		name   string
+		in     string
+		ok     bool
+		cores  int
+		busy   time.Duration // (user+nice+system+irq+softirq+steal) ticks of 10 ms
+		iowait time.Duration
+	}{
+		{"two cores", two, true, 2, 560 * 10 * time.Millisecond, 400 * time.Millisecond},
+		{"no per-cpu lines", "cpu  1 0 1 1 0 0 0 0\n", false, 0, 0, 0},
+		{"short cpu line", "cpu  1 2 3\ncpu0 1 2 3\n", false, 0, 0, 0},
+		{"not a number", "cpu  1 x 3 4 5 6 7 8\ncpu0 1 2 3 4 5 6 7 8\n", false, 0, 0, 0},
+		{"empty", "", false, 0, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := parseProcStat([]byte(tt.in))
+			if m.ok != tt.ok {
+				t.Fatalf("ok = %v, want %v (%+v)", m.ok, tt.ok, m)
+			}
+			if tt.ok && (m.cores != tt.cores || m.busy != tt.busy || m.iowait != tt.iowait) {
+				t.Fatalf("got cores %d busy %v iowait %v, want %d %v %v", m.cores, m.busy, m.iowait, tt.cores, tt.busy, tt.iowait)
+			}
+		})
+	}
+
+	// Two samples one second apart: 1.5 cores busy, 0.25 waiting on I/O.
+	at := time.Unix(1000, 0)
+	a := cpuSample{at: at, machine: machineSample{ok: true, cores: 2, busy: 10 * time.Second, iowait: time.Second}}
+	b := cpuSample{at: at.Add(time.Second), machine: machineSample{ok: true, cores: 2, busy: 11500 * time.Millisecond, iowait: 1250 * time.Millisecond}}
+	c := cpuUsage(a, b)
+	if c.Machine == nil || *c.Machine != (MachineCPU{Cores: 2, Busy: 1.5, IOWait: 0.25}) {
+		t.Fatalf("machine %+v, want 1.5 of 2 busy, 0.25 iowait", c.Machine)
+	}
+	if s := fmtCPU(c); !strings.Contains(s, "machine: 1.50 of 2 busy, 0.25 iowait") {
+		t.Fatalf("report line %q", s)
+	}
+	// A sample without /proc/stat leaves the machine out.
+	if c := cpuUsage(cpuSample{at: at}, b); c.Machine != nil {
+		t.Fatalf("machine %+v from a sample without /proc/stat", c.Machine)
+	}
+
+	// This machine's own file, where there is one.
+	if raw, err := os.ReadFile("/proc/stat"); err == nil {
+		if m := parseProcStat(raw); !m.ok || m.cores < 1 || m.busy <= 0 {
+			t.Fatalf("/proc/stat of this machine: %+v", m)
 		}
 	}
 }

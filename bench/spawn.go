@@ -346,15 +346,20 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// cpuSample is the CPU time used so far by this process and by each node.
+// cpuSample is the CPU time used so far by this process, by each node and
+// by the whole machine.
 type cpuSample struct {
-	at    time.Time
-	self  time.Duration
-	nodes []time.Duration
+	at      time.Time
+	self    time.Duration
+	nodes   []time.Duration
+	machine machineSample
 }
 
 func (e *env) cpuSample() cpuSample {
 	s := cpuSample{at: time.Now()}
+	if b, err := os.ReadFile("/proc/stat"); err == nil {
+		s.machine = parseProcStat(b)
+	}
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
 		s.self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
@@ -384,6 +389,54 @@ func procCPU(pid int) time.Duration {
 	st, _ := strconv.ParseInt(f[12], 10, 64) // field 15
 	const clkTck = 100                       // USER_HZ on Linux
 	return time.Duration(ut+st) * time.Second / clkTck
+}
+
+// machineSample is the machine's CPU time so far, from /proc/stat.
+type machineSample struct {
+	ok           bool
+	cores        int
+	busy, iowait time.Duration
+}
+
+// parseProcStat reads the aggregate "cpu" line of /proc/stat (user nice
+// system idle iowait irq softirq steal ..., in USER_HZ ticks) and counts
+// the "cpuN" lines; guest time is already inside user and nice.
+func parseProcStat(b []byte) machineSample {
+	var m machineSample
+	const clkTck = 100 // USER_HZ on Linux
+	tick := func(f string) time.Duration {
+		v, err := strconv.ParseUint(f, 10, 63)
+		if err != nil {
+			return -1
+		}
+		return time.Duration(v) * time.Second / clkTck
+	}
+	for line := range strings.Lines(string(b)) {
+		f := strings.Fields(line)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "cpu") {
+			continue
+		}
+		if f[0] != "cpu" {
+			m.cores++
+			continue
+		}
+		if len(f) < 9 {
+			return machineSample{}
+		}
+		var t [8]time.Duration
+		for i := range t {
+			if t[i] = tick(f[i+1]); t[i] < 0 {
+				return machineSample{}
+			}
+		}
+		m.busy = t[0] + t[1] + t[2] + t[5] + t[6] + t[7]
+		m.iowait = t[4]
+		m.ok = true
+	}
+	if m.cores == 0 {
+		m.ok = false
+	}
+	return m
 }
 
 // nodeStats reads each spawned node's resident memory and data dir size.
