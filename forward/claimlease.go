@@ -106,14 +106,21 @@ func (s *slots) activeLocked(but string, now time.Time) int {
 }
 
 // spare reports how many workers a lease keeps from the sources past their
-// quotas: spareOf(n) while two sources are active, else none.
-func (s *slots) spare(now time.Time) int {
+// quotas: spareOf(n) while two sources are active or many are configured
+// (Options.Sources), else none.
+func (s *slots) spare(now time.Time, many bool) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.activeLocked("", now) < 2 {
+	if !many && s.activeLocked("", now) < 2 {
 		return 0
 	}
 	return spareOf(s.n)
+}
+
+// manySources reports whether more than one source is configured
+// (Options.Sources); false when the Forwarder was not told.
+func (f *Forwarder) manySources() bool {
+	return f.opts.Sources != nil && f.opts.Sources() > 1
 }
 
 // InFlight returns, for each source, how many of its events hold a worker
@@ -325,10 +332,12 @@ func (s *slots) takeHanded() []job {
 // It fails for every claim while the Forwarder is not running or every
 // worker is taken (a lease in flight takes none from it; see slots), and for
 // a claim of a source whose rate limit stops its leases, or that holds its
-// share of the workers while another source's events wait or while another
-// source is active and only the spare workers are free: that claim's event
-// waits for a lease, where the other sources' due events go first.
+// share of the workers while another source's events wait, or while only
+// the spare workers are free and another source is active or configured
+// (Options.Sources): that claim's event waits for a lease, where the other
+// sources' due events go first.
 func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket uint64, ok, more bool) {
+	many := f.manySources() // before the lock: it reads the configuration
 	s := f.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -337,7 +346,7 @@ func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket u
 	}
 	now := time.Now()
 	if k := s.bySource[source]; k >= shareOf(s.n) && (s.othersWaitLocked(source) ||
-		s.busy-s.leasing >= s.n-spareOf(s.n) && s.activeLocked(source, now) > 0) {
+		s.busy-s.leasing >= s.n-spareOf(s.n) && (many || s.activeLocked(source, now) > 0)) {
 		return 0, 0, false, true
 	}
 	if f.lim.throttled(source, now) {

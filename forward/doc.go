@@ -117,6 +117,12 @@
 // wait (ReserveSlot; the engine's Result.Waiting says which sources a lease
 // left due events of).
 //
+// A source past its share also leaves the last eighth of the pool free (the
+// spare workers, engine Command.Spare) while another source is active, or
+// whenever more than one source is configured (Options.Sources): the other
+// source's next events then start at once instead of waiting for one of the
+// slow handler's requests to end.
+//
 // # Waking sync-mode waiters
 //
 // A sync-mode intake answers the provider with the handler's status and body,

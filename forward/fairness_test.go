@@ -191,6 +191,11 @@ func TestReserveSlotShares(t *testing.T) {
 		t.Fatalf("took %d workers of 8", got)
 	}
 	reserve("a at its share, the spare worker free, no other source active", "a", true, true)
+	f.opts.Sources = func() int { return 2 }
+	reserve("a at its share, the spare worker free, another source configured", "a", false, true)
+	f.opts.Sources = func() int { return 1 }
+	reserve("a at its share, the spare worker free, a the only source configured", "a", true, true)
+	f.opts.Sources = nil
 	f.slots.enter("b")
 	f.slots.leave("b", now) // b delivered just now
 	reserve("a at its share, the spare worker free, b active", "a", false, true)
@@ -199,6 +204,40 @@ func TestReserveSlotShares(t *testing.T) {
 		t.Fatalf("took %d of the last worker", got)
 	}
 	reserve("every worker taken", "b", false, false)
+}
+
+// With two sources configured, a source past its share leaves a spare worker
+// free even while it is the only one active: the other source's first events
+// after a quiet spell, and its later ones, start within a poll interval
+// instead of waiting for one of the slow handler's requests to end (each
+// takes 10 s).
+func TestSpareWorkerForConfiguredSourceSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l, h, opts := slowBacklog(t, 200)
+		opts.Sources = func() int { return 2 }
+		var claimed []time.Time
+		bubbleRun(t, opts, 40*time.Second, func() {
+			time.Sleep(time.Second)
+			for i, pause := range []time.Duration{12 * time.Second, 3 * time.Second, 3 * time.Second, 0} {
+				claimed = append(claimed, time.Now())
+				l.claim(fmt.Sprintf("fast:%d", i), "fast", "x")
+				time.Sleep(pause)
+			}
+		})
+		got := h.arrivals("/fast")
+		if len(got) != len(claimed) {
+			t.Fatalf("/fast got %d deliveries, want %d", len(got), len(claimed))
+		}
+		for i, at := range got {
+			if wait := at.Sub(claimed[i]); wait > 1500*time.Millisecond {
+				t.Errorf("fast:%d came %v after its claim, want within a poll interval", i, wait)
+			}
+		}
+		// The slow source still had every worker but the spare one.
+		if n := len(h.arrivals("/slow")); n < 7*4 {
+			t.Errorf("/slow got %d deliveries in 40 s, want at least 28 (7 workers, 10 s each)", n)
+		}
+	})
 }
 
 // While another source is active, a source past its share leaves a spare

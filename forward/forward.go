@@ -131,6 +131,14 @@ type Options struct {
 	// false: no target (the attempt fails with "no target for source" and the
 	// default backoff).
 	Targets func(source string) (Target, bool)
+	// Sources, when set, says how many sources are configured now (a reload
+	// may change it). With more than one, a source past its share of the
+	// pool never takes its spare workers (spareOf), even while no other
+	// source is active, so that another source's first events find a worker
+	// at once instead of waiting for one of a slow handler's requests to
+	// end (doc.go, "Sharing the workers"). nil: the spare workers are kept
+	// only while two sources are active.
+	Sources func() int
 	// Client makes the outgoing requests. nil: a client tuned for local
 	// handlers (keep-alives, 64 idle connections per host, no proxy). Redirects
 	// are never followed: when Client.CheckRedirect is nil, a copy of the
@@ -524,7 +532,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 			spareStop = 0
 			if free := f.slots.takeForLease(); free > 0 { // none while draining
 				quotas, share := f.slots.quotas(full)
-				spare := min(f.slots.spare(now), free)
+				spare := min(f.slots.spare(now, f.manySources()), free)
 				evs, waiting, err := f.opts.Store.LeaseFrom(ctx, free, f.opts.DefaultLease, quotas, share, spare)
 				f.slots.setWaiting(waiting)
 				switch {
@@ -580,7 +588,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		case <-tick.C:
 			// Saturated: every worker busy but the spare ones, with events
 			// waiting.
-			size(want && f.slots.free() <= f.slots.spare(time.Now()))
+			size(want && f.slots.free() <= f.slots.spare(time.Now(), f.manySources()))
 			want, spareStop = true, 0
 		case <-timerC:
 			// A parked event's slot came, or a full source has room again:
