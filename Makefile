@@ -34,6 +34,7 @@ fmt:
 bench: build
 	$(GO) test -run '^$$' -bench . -benchmem -count 6 ./engine ./providers ./cluster | tee bench.txt
 	$(GO) test -run '^$$' -bench Intake -benchtime 3s -count 1 ./intake | tee -a bench.txt
+	$(GO) test -run '^$$' -bench Intake -benchtime 3s -count 1 . | tee -a bench.txt
 	$(GO) run ./bench -spawn 1 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
 	$(GO) run ./bench -spawn 3 -bin $(BIN) -c 64 -d 5s -size 1KiB -provider standard
 
