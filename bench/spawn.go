@@ -370,6 +370,9 @@ func (e *env) cpuSample() cpuSample {
 	return s
 }
 
+// clkTck is USER_HZ on Linux, the unit of /proc's CPU times.
+const clkTck = 100
+
 // procCPU reads utime+stime of pid from /proc (Linux; 0 elsewhere).
 func procCPU(pid int) time.Duration {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
@@ -387,7 +390,6 @@ func procCPU(pid int) time.Duration {
 	}
 	ut, _ := strconv.ParseInt(f[11], 10, 64) // field 14 of stat
 	st, _ := strconv.ParseInt(f[12], 10, 64) // field 15
-	const clkTck = 100                       // USER_HZ on Linux
 	return time.Duration(ut+st) * time.Second / clkTck
 }
 
@@ -403,7 +405,6 @@ type machineSample struct {
 // the "cpuN" lines; guest time is already inside user and nice.
 func parseProcStat(b []byte) machineSample {
 	var m machineSample
-	const clkTck = 100 // USER_HZ on Linux
 	tick := func(f string) time.Duration {
 		v, err := strconv.ParseUint(f, 10, 63)
 		if err != nil {
