@@ -94,6 +94,7 @@ FUZZTIME ?= 20s
 fuzz:
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./engine -run '^$$' -fuzz '^FuzzSnapshotStream$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
 	$(GO) test ./cluster -run '^$$' -fuzz '^FuzzDecodeResults$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./config -run '^$$' -fuzz '^FuzzSize$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./config -run '^$$' -fuzz '^FuzzDuration$$' -fuzztime $(FUZZTIME)

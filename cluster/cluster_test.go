@@ -289,6 +289,15 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 	if err := c.nodes[leader].raft.Snapshot().Error(); err != nil {
 		t.Fatalf("snapshot: %v", err)
 	}
+	// What the follower installs is the compressed stream, not the file.
+	snaps := c.nodes[leader].fsm.snaps
+	list, err := snaps.List()
+	if err != nil || len(list) == 0 {
+		t.Fatalf("leader's snapshots: %v, %v", list, err)
+	}
+	if size, err := stateSize(snaps, list[0]); err != nil || size <= list[0].Size {
+		t.Fatalf("snapshot of %d bytes holds a file of %d bytes (%v): want a compressed stream", list[0].Size, size, err)
+	}
 	c.heal()
 	c.mustClaim("src:last", -1)
 	c.waitConverged()

@@ -116,11 +116,11 @@ func setAside(dir string) error {
 // store is wrapped instead.
 
 // retainSnapshots is how many raft snapshots stay on disk. Each is a full
-// copy of the engine file, so every extra one costs the state's whole size:
-// at ten million keys, two copies were two thirds of the data dir
-// (docs/performance.md, "Retained state"). One is enough here: the engine
-// file is the state and needs no snapshot to restart; a snapshot serves
-// followers that are too far behind for the log; a node whose only
+// copy of the engine file, compressed (engine/snapstream.go); before the
+// compression, at ten million keys, two copies were two thirds of the data
+// dir (docs/performance.md, "Retained state"). One is enough here: the
+// engine file is the state and needs no snapshot to restart; a snapshot
+// serves followers that are too far behind for the log; a node whose only
 // snapshot and engine file are both lost rejoins and gets the leader's
 // (docs/operations.md, "Durability"). raft writes a new snapshot completely
 // before it removes the old one.
@@ -171,7 +171,9 @@ func (s privateSnapshots) Create(version raft.SnapshotVersion, index, term uint6
 }
 
 // A snapshot copies the whole engine file, gigabytes once millions of keys
-// are retained. raft's sink buffers the copy in the page cache and syncs it
+// are retained (a tenth of that or less once compressed, but a state whose
+// pages hold payloads compresses less). raft's sink buffers the copy in the
+// page cache and syncs it
 // once at the end; with a few GiB of memory the kernel starts writing it
 // back on its own only much later, so that final sync puts the whole copy
 // in the disk's queue at once, and every log fsync (every claim's commit)

@@ -216,7 +216,7 @@ type fsmSnapshot struct {
 
 func (s fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 	failpoint.Inject(failpoint.BeforeSnapshotPersist)
-	size, err := s.s.WriteTo(sink)
+	size, err := s.s.WriteStream(sink)
 	if err != nil {
 		sink.Cancel()
 		return fmt.Errorf("persist snapshot: %w", err)

@@ -7,30 +7,34 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/raft"
+
+	"oncehook/engine"
 )
 
-// A raft snapshot here is a full copy of the engine file (fsm.go), while the
-// engine itself is persistent and needs no snapshot to restart: snapshots
-// only let raft drop old log entries and bring a far-behind follower up to
-// date. raft takes one every SnapshotThreshold entries, which costs nothing
-// while the state is small but, with millions of retained keys, means
-// writing gigabytes every minute: a ten-million-key fill wrote a 3.6 GiB copy
-// every 30-60 s, and the claims that arrived during each copy waited
-// (docs/performance.md, "Retained state").
+// A raft snapshot here is a copy of the engine file (fsm.go), compressed
+// (engine/snapstream.go), while the engine itself is persistent and needs no
+// snapshot to restart: snapshots only let raft drop old log entries and
+// bring a far-behind follower up to date. raft takes one every
+// SnapshotThreshold entries, which costs nothing while the state is small
+// but, with millions of retained keys, means reading gigabytes every minute:
+// a ten-million-key fill copied 3.6 GiB every 30-60 s, and the claims that
+// arrived during each copy waited (docs/performance.md, "Retained state").
 //
 // So once the state passes snapshotFloor the threshold grows with it: the
 // next snapshot waits until the log written since the last one holds about
-// half as many bytes as that snapshot. Snapshots then cost at most twice
-// the bytes the log itself takes in, whatever the state's size, and the log
-// kept between two snapshots stays under half the state. Below the floor the
+// half as many bytes as the engine file held then. Snapshots then read at
+// most twice the bytes the log itself takes in, whatever the state's size,
+// and the log kept between two snapshots stays under half the state. The
+// sizes are the file's, not the compressed snapshot's: reading and
+// compressing the file is what a snapshot costs. Below the floor the
 // configured threshold holds as is. raft keeps the threshold in memory only,
 // so a restarting node works it out again (resume) from its newest snapshot's
 // size and the entries at the end of its log; otherwise every restart would
 // cost one extra full copy at the configured threshold.
 const (
 	defaultSnapshotThreshold = 4096      // entries, while the state is small
-	snapshotFloor            = 256 << 20 // bytes of snapshot below which the configured threshold holds
-	snapshotShare            = 2         // the log since the last snapshot reaches 1/snapshotShare of it
+	snapshotFloor            = 256 << 20 // bytes of engine file below which the configured threshold holds
+	snapshotShare            = 2         // the log since the last snapshot reaches 1/snapshotShare of the file
 	resumeSample             = 256       // newest log entries read at start for their average size
 )
 
@@ -100,7 +104,14 @@ func (p *snapshotPolicy) resume(snaps raft.SnapshotStore, logs raft.LogStore) (u
 	if err != nil {
 		return 0, fmt.Errorf("list snapshots: %w", err)
 	}
-	if len(list) == 0 || list[0].Size < p.floor {
+	if len(list) == 0 {
+		return p.base, nil
+	}
+	size, err := stateSize(snaps, list[0])
+	if err != nil {
+		return 0, err
+	}
+	if size < p.floor {
 		return p.base, nil
 	}
 	first, err := logs.FirstIndex()
@@ -122,14 +133,31 @@ func (p *snapshotPolicy) resume(snaps raft.SnapshotStore, logs raft.LogStore) (u
 		}
 	}
 	avg := p.average()
-	want := nextSnapshotThreshold(p.base, list[0].Size, avg, p.floor)
+	want := nextSnapshotThreshold(p.base, size, avg, p.floor)
 	if want != p.base {
-		p.log.Info("snapshot threshold resumed", "entries", want, "snapshot_bytes", list[0].Size, "avg_entry_bytes", int64(avg))
+		p.log.Info("snapshot threshold resumed", "entries", want, "state_bytes", size, "avg_entry_bytes", int64(avg))
 	}
 	return want, nil
 }
 
-// persisted sets the threshold that follows a snapshot of size bytes.
+// stateSize is the size of the engine file a stored snapshot holds, which
+// is what the schedule follows: the snapshot itself is compressed
+// (engine/snapstream.go), and one written before that is the file.
+func stateSize(snaps raft.SnapshotStore, meta *raft.SnapshotMeta) (int64, error) {
+	_, rc, err := snaps.Open(meta.ID)
+	if err != nil {
+		return 0, fmt.Errorf("open snapshot %s: %w", meta.ID, err)
+	}
+	defer rc.Close()
+	size, err := engine.SnapshotFileSize(rc, meta.Size)
+	if err != nil {
+		return 0, fmt.Errorf("snapshot %s: %w", meta.ID, err)
+	}
+	return size, nil
+}
+
+// persisted sets the threshold that follows a snapshot of an engine file
+// of size bytes (before compression).
 func (p *snapshotPolicy) persisted(size int64) error {
 	avg := p.average()
 	want := nextSnapshotThreshold(p.base, size, avg, p.floor)

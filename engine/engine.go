@@ -747,7 +747,9 @@ func (e *Engine) Snapshot(w io.Writer) (int64, error) {
 	return n, nil
 }
 
-// Restore replaces the whole state with a Snapshot read from r. The copy is
+// Restore replaces the whole state with a snapshot read from r: a snapshot
+// stream (SnapshotView.WriteStream, snapstream.go) or a plain engine file
+// (Snapshot, Backup). The file is
 // written to a temporary file beside the engine file, synced and checked, then
 // renamed over the file and reopened; on any failure before the rename the
 // current state is untouched. The Engine stays usable; LastApplied and the
@@ -764,7 +766,7 @@ func (e *Engine) Restore(r io.Reader) (err error) {
 			os.Remove(tmp)
 		}
 	}()
-	if _, err = io.Copy(f, r); err == nil {
+	if _, err = copySnapshot(f, r); err == nil {
 		err = f.Sync()
 	}
 	if cerr := f.Close(); err == nil {
