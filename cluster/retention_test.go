@@ -118,3 +118,59 @@ func TestExpireReportsDeadLetters(t *testing.T) {
 		t.Fatalf("left %v, want %v (the pending one)", left, want)
 	}
 }
+
+// The sweeper asks to drop payloads every second: with none due the leader
+// proposes no entry (an idle cluster writes nothing), and one that is due
+// is dropped.
+func TestDropPayloadsProposesNothingWhenNoneDue(t *testing.T) {
+	n := openSolo(t, t.TempDir(), func(cfg *Config) { cfg.NoSync = true })
+	defer n.Close()
+	ctx := ctxT(t, 10*time.Second)
+	deliver := func(key string, keep time.Duration) {
+		t.Helper()
+		if _, err := n.Claim(ctx, claimCmd(key)); err != nil {
+			t.Fatal(err)
+		}
+		evs, err := n.Lease(ctx, 1, 30*time.Second)
+		if err != nil || len(evs) != 1 {
+			t.Fatalf("lease: %v, %v", evs, err)
+		}
+		if err := n.Complete(ctx, key, evs[0].Token, nil, "", keep); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deliver("src:kept", time.Hour)
+	if err := n.eng.Flush(); err != nil { // the group the sweeper would find committed
+		t.Fatal(err)
+	}
+	last := n.raft.LastIndex()
+	for range 3 {
+		if got, err := n.DropPayloads(ctx, 0, 100); err != nil || got != 0 {
+			t.Fatalf("DropPayloads = %d, %v; want 0", got, err)
+		}
+	}
+	if n.raft.LastIndex() != last {
+		t.Fatalf("log grew from %d to %d with no payload due", last, n.raft.LastIndex())
+	}
+	deliver("src:brief", time.Nanosecond)
+	// Seen once its completion is committed (within the FSM's flush delay).
+	dropped := 0
+	waitFor(t, "the due payload dropped", func() bool {
+		got, err := n.DropPayloads(ctx, 0, 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dropped += got
+		return dropped > 0
+	})
+	if dropped != 1 {
+		t.Fatalf("dropped %d payloads, want the one due", dropped)
+	}
+	ev, err := n.Get("src:brief", true)
+	if err != nil || ev.Payload != nil {
+		t.Fatalf("src:brief after the drop: payload %q, %v", ev.Payload, err)
+	}
+	if ev, err := n.Get("src:kept", true); err != nil || ev.Payload == nil {
+		t.Fatalf("src:kept lost its payload: %v", err)
+	}
+}

@@ -54,3 +54,55 @@ func (e *Engine) LeaseDue(now int64, quotas []Quota) (bool, error) {
 	})
 	return due, err
 }
+
+// payloadsDueLook bounds how many legacy entries PayloadsDue reads past:
+// only files written before drop times were recorded have any.
+const payloadsDueLook = 64
+
+// PayloadsDue reports whether a DropPayloads at now with since (Command.Before
+// and Since) may drop a payload: the oldest entry of the done index is due
+// by now. The leader's sweeper asks it every second, for the same reason as
+// LeaseDue. Unlike LeaseDue it reads only committed state, neither
+// committing nor waiting for a group of applied entries: a payload that only
+// such a group made due is seen by a later sweep, once the group is
+// committed, which is late by at most a sweep; and under load, when a group
+// is almost always open, the sweeper still finds what came due before it.
+// It may say true when the command then drops nothing. An entry of an event
+// completed before drop times were recorded (PayloadDropAt 0, indexed at its
+// completion) is due only before since; past payloadsDueLook of those that
+// are not, it says true and lets the command look.
+func (e *Engine) PayloadsDue(now, since int64) (bool, error) {
+	var due bool
+	err := e.viewCommitted(func(tx *bolt.Tx) error {
+		events := tx.Bucket(bEvents)
+		cur := tx.Bucket(bDone).Cursor()
+		n := 0
+		for k, _ := cur.First(); k != nil; k, _ = cur.Next() {
+			// A malformed index key counts as work: the command reports it.
+			if len(k) < 9 || n == payloadsDueLook {
+				due = true
+				return nil
+			}
+			if timeOf(k) >= now {
+				return nil
+			}
+			if since == 0 || timeOf(k) < since {
+				due = true
+				return nil
+			}
+			var ev Event
+			v := events.Get(k[8:])
+			if v == nil {
+				due = true
+				return nil
+			}
+			if _, err := decodeRecord(k[8:], v, &ev); err != nil || ev.PayloadDropAt != 0 {
+				due = true
+				return nil
+			}
+			n++
+		}
+		return nil
+	})
+	return due, err
+}

@@ -113,3 +113,82 @@ func TestLeaseDueWithDeferredApplies(t *testing.T) {
 	}
 	due("a claim committed", true)
 }
+
+// TestPayloadsDue: true exactly when a DropPayloads at now with since would
+// find a payload to drop (and while applied entries wait for their commit);
+// an event completed without a drop time counts only before since.
+func TestPayloadsDue(t *testing.T) {
+	h := newHarness(t)
+	check := func(what string, now, since int64, want bool) {
+		t.Helper()
+		got, err := h.e.PayloadsDue(now, since)
+		if err != nil || got != want {
+			t.Fatalf("%s: PayloadsDue(now+%ds, since+%ds) = %v, %v; want %v", what, (now-t0)/sec, (since-t0)/sec, got, err, want)
+		}
+		if !want {
+			// Cross-check with the command itself: nothing to drop.
+			if r := h.one(Command{Op: OpDropPayloads, Now: now, Before: now, Since: since}); r.N != 0 {
+				t.Fatalf("%s: PayloadsDue said no, DropPayloads dropped %d", what, r.N)
+			}
+		}
+	}
+	check("empty", t0, 1, false)
+	h.one(claimCmd("src:a", t0))
+	check("claimed, not done", t0+hour, 1, false)
+
+	ev := h.one(leaseCmd(t0, 1)).Events[0]
+	c := completeCmd(ev.Key, ev.Token, t0+sec)
+	c.PayloadRetention = 10 * sec
+	h.one(c)
+	check("done, retention running", t0+10*sec, 1, false)
+	check("done, retention over", t0+12*sec, 1, true)
+	if r := h.one(Command{Op: OpDropPayloads, Now: t0 + 12*sec, Before: t0 + 12*sec, Since: 1}); r.N != 1 {
+		t.Fatalf("dropped %d, want 1", r.N)
+	}
+	check("dropped", t0+hour, 1, false)
+
+	// Completed without a drop time (as before drop times were recorded):
+	// indexed at its completion, dropped only once older than since.
+	h.one(claimCmd("src:legacy", t0+20*sec))
+	ev = h.one(leaseCmd(t0+20*sec, 1)).Events[0]
+	h.one(completeCmd(ev.Key, ev.Token, t0+21*sec))
+	check("legacy, younger than since", t0+hour, t0+21*sec, false)
+	check("legacy, older than since", t0+hour, t0+22*sec, true)
+
+	// Behind it, an event with a drop time that is due.
+	h.one(claimCmd("src:b", t0+30*sec))
+	ev = h.one(leaseCmd(t0+30*sec, 1)).Events[0]
+	c = completeCmd(ev.Key, ev.Token, t0+31*sec)
+	c.PayloadRetention = sec
+	h.one(c)
+	check("legacy first, a due one behind it", t0+hour, t0+21*sec, true)
+}
+
+// TestPayloadsDueWithDeferredApplies: PayloadsDue reads committed state
+// only: a payload a group of applied entries made due counts once the group
+// is committed, and asking commits nothing.
+func TestPayloadsDueWithDeferredApplies(t *testing.T) {
+	e := mustOpen(t, Options{NoSync: true})
+	c := Command{Op: OpClaim, Now: t0, Key: "src:a", Source: "src", Payload: []byte("x"), Retention: 24 * hour, LeaseFor: 30 * sec}
+	lease := Command{Op: OpLease, Now: t0, Max: 1, LeaseFor: 30 * sec}
+	if _, err := e.ApplyBatchDeferred([]Entry{{Index: 1, Cmds: []Command{c, lease}}}); err != nil {
+		t.Fatal(err)
+	}
+	done := Command{Op: OpComplete, Now: t0 + sec, Key: "src:a", Token: 1, PayloadRetention: sec}
+	rs, err := e.ApplyBatchDeferred([]Entry{{Index: 2, Cmds: []Command{done}}})
+	if err != nil || rs[0][0].Err != nil {
+		t.Fatalf("complete: %v, %v", rs, err)
+	}
+	if due, err := e.PayloadsDue(t0+hour, 1); err != nil || due {
+		t.Fatalf("PayloadsDue = %v, %v; want false while the completion waits for its commit", due, err)
+	}
+	if e.LastApplied() != 0 {
+		t.Fatalf("PayloadsDue committed the pending entries (last applied %d)", e.LastApplied())
+	}
+	if err := e.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if due, err := e.PayloadsDue(t0+hour, 1); err != nil || !due {
+		t.Fatalf("PayloadsDue = %v, %v; want true once committed", due, err)
+	}
+}

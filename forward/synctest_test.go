@@ -175,3 +175,30 @@ func TestSweeperTicksSynctest(t *testing.T) {
 		}
 	})
 }
+
+// Payloads due are dropped every PayloadInterval (1 s by default), not only
+// at the expire tick (a minute): a node holds the payloads of the last
+// payload_retention and a second more, not of the last minute.
+func TestPayloadsDroppedEverySecondSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		l.claim("src:a", "src", "body of a")
+		ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+		bubbleRun(t, Options{
+			Store:          l,
+			Targets:        only(Target{PayloadRetention: time.Second}),
+			Client:         &http.Client{Transport: handlerTransport{ok}},
+			ExpireInterval: time.Minute,
+		}, 3*time.Second+500*time.Millisecond, nil)
+		ev, err := l.eng.Get("src:a", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ev.State != engine.StateDone || ev.Payload != nil {
+			t.Fatalf("3.5 s in: state %v, payload %q; want done, its payload dropped", ev.State, ev.Payload)
+		}
+		if e := l.expires.Load(); e != 0 {
+			t.Fatalf("%d expires in 3.5 s, want none before the minute", e)
+		}
+	})
+}
