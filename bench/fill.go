@@ -36,12 +36,16 @@ type Fill struct {
 	P99Growth float64 `json:"p99_growth,omitempty"`
 	RSSBytes  int64   `json:"rss_bytes"` // the node after the drain
 	// RSSFileBytes is the part of RSSBytes that maps files (NodeStat).
-	RSSFileBytes int64   `json:"rss_file_bytes"`
-	DataBytes    int64   `json:"data_bytes"` // its data dir (bbolt files, raft log, snapshots)
-	DataPerKey   float64 `json:"data_bytes_per_key"`
-	RSSPerKey    float64 `json:"rss_bytes_per_key"`
-	TenMillionS  float64 `json:"ten_million_s"` // how long 10,000,000 events take at this run's claims/s
-	Stopped      string  `json:"stopped,omitempty"`
+	RSSFileBytes int64 `json:"rss_file_bytes"`
+	DataBytes    int64 `json:"data_bytes"` // its data dir (bbolt files, raft log, snapshots)
+	// The parts of DataBytes: the engine file, the raft log, the snapshots.
+	EngineBytes   int64   `json:"engine_bytes"`
+	LogBytes      int64   `json:"log_bytes"`
+	SnapshotBytes int64   `json:"snapshot_bytes"`
+	DataPerKey    float64 `json:"data_bytes_per_key"`
+	RSSPerKey     float64 `json:"rss_bytes_per_key"`
+	TenMillionS   float64 `json:"ten_million_s"` // how long 10,000,000 events take at this run's claims/s
+	Stopped       string  `json:"stopped,omitempty"`
 
 	Points []FillPoint `json:"points"`
 }
@@ -145,6 +149,7 @@ func (p *fillProgress) finish(lr *loadResult, res *Result) *Fill {
 	if len(res.NodeStats) > 0 {
 		f.RSSBytes, f.DataBytes = res.NodeStats[0].RSSBytes, res.NodeStats[0].DataBytes
 		f.RSSFileBytes = res.NodeStats[0].RSSFileBytes
+		f.EngineBytes, f.LogBytes, f.SnapshotBytes = res.NodeStats[0].EngineBytes, res.NodeStats[0].LogBytes, res.NodeStats[0].SnapshotBytes
 	}
 	if f.Claims > 0 {
 		f.DataPerKey = float64(f.DataBytes) / float64(f.Claims)
@@ -172,6 +177,12 @@ func formatFill(f *Fill) string {
 	line("Fill", "[claims/events, payload_retention]", fmt.Sprintf("%d/%d, %s", f.Claims, f.Events, pr))
 	line("Retained", "[RSS, data dir, per key]",
 		fmt.Sprintf("%.1f MiB, %.1f MiB, %.0f B RSS + %.0f B disk per key", mib(f.RSSBytes), mib(f.DataBytes), f.RSSPerKey, f.DataPerKey))
+	if f.EngineBytes > 0 && f.Claims > 0 {
+		perKey := func(b int64) float64 { return float64(b) / float64(f.Claims) }
+		line("Data dir", "[engine file, raft log, snapshots]",
+			fmt.Sprintf("%.1f MiB (%.0f B/key), %.1f MiB (%.0f B/key), %.1f MiB (%.0f B/key)",
+				mib(f.EngineBytes), perKey(f.EngineBytes), mib(f.LogBytes), perKey(f.LogBytes), mib(f.SnapshotBytes), perKey(f.SnapshotBytes)))
+	}
 	if f.RSSFileBytes > 0 {
 		line("RSS", "[own memory, mapped files]",
 			fmt.Sprintf("%.1f MiB, %.1f MiB (bbolt's memory maps: page cache the kernel reclaims)", mib(f.RSSBytes-f.RSSFileBytes), mib(f.RSSFileBytes)))

@@ -58,7 +58,8 @@
 // oncehook_backlog from /metrics). -sustain searches the highest rate whose
 // backlog stays flat and whose delivery p99 stays under -max-delivery-p99.
 // -fill N (fill.go) measures retained state: one node's RSS and data dir per
-// key, and the claim p99 of the last 100,000 events against the first.
+// key (engine file, raft log and snapshots apart), and the claim p99 of the
+// last 100,000 events against the first.
 //
 // Output: the report on stdout (-json for the JSON result instead), a
 // progress bar on stderr when it is a terminal (-q to silence it), and unless

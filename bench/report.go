@@ -182,7 +182,12 @@ type NodeStat struct {
 	// kernel takes back under memory pressure. The rest is the process's own.
 	RSSFileBytes int64 `json:"rss_file_bytes"`
 	DataBytes    int64 `json:"data_bytes"`
-	Exited       bool  `json:"exited,omitempty"`
+	// The parts of DataBytes (docs/operations.md, "Durability"): the engine
+	// file, the raft log and the raft snapshots.
+	EngineBytes   int64 `json:"engine_bytes"`
+	LogBytes      int64 `json:"log_bytes"`
+	SnapshotBytes int64 `json:"snapshot_bytes"`
+	Exited        bool  `json:"exited,omitempty"`
 }
 
 // Second is one second of the run, by completion time.

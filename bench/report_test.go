@@ -94,3 +94,36 @@ func TestParseProcStat(t *testing.T) {
 		}
 	}
 }
+
+// dirSize counts the files under a directory, a file by itself, and nothing
+// for a path that is not there (a node without a snapshot yet).
+func TestDirSize(t *testing.T) {
+	dir := t.TempDir()
+	write := func(rel string, n int) {
+		t.Helper()
+		p := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, make([]byte, n), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("fsm.db", 4096)
+	write("raft/logs.db", 1000)
+	write("raft/snapshots/1-2-3/state.bin", 300)
+	write("raft/snapshots/1-2-3/meta.json", 20)
+	for _, tc := range []struct {
+		path string
+		want int64
+	}{
+		{dir, 5416},
+		{filepath.Join(dir, "fsm.db"), 4096},
+		{filepath.Join(dir, "raft", "snapshots"), 320},
+		{filepath.Join(dir, "missing"), 0},
+	} {
+		if got := dirSize(tc.path); got != tc.want {
+			t.Errorf("dirSize(%s) = %d, want %d", tc.path, got, tc.want)
+		}
+	}
+}

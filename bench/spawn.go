@@ -444,7 +444,10 @@ func parseProcStat(b []byte) machineSample {
 func (e *env) nodeStats() []NodeStat {
 	var out []NodeStat
 	for _, p := range e.nodes {
-		ns := NodeStat{ID: p.id, DataBytes: dirSize(p.dataDir)}
+		ns := NodeStat{ID: p.id, DataBytes: dirSize(p.dataDir),
+			EngineBytes:   dirSize(filepath.Join(p.dataDir, "fsm.db")),
+			LogBytes:      dirSize(filepath.Join(p.dataDir, "raft", "logs.db")),
+			SnapshotBytes: dirSize(filepath.Join(p.dataDir, "raft", "snapshots"))}
 		if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.p.Pid())); err == nil {
 			ns.RSSBytes = statusBytes(b, "VmRSS:")
 			ns.RSSFileBytes = statusBytes(b, "RssFile:")
@@ -467,6 +470,7 @@ func statusBytes(status []byte, field string) int64 {
 	return 0
 }
 
+// dirSize is the bytes of the files under dir, or of dir when it is a file.
 func dirSize(dir string) int64 {
 	var n int64
 	filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {

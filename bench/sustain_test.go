@@ -311,12 +311,14 @@ func TestFill(t *testing.T) {
 		t.Errorf("fill line at the end %q", line)
 	}
 	f := &Fill{Events: 100_000, Claims: 100_000, Window: 10_000, RSSBytes: 150 << 20, DataBytes: 130 << 20,
+		EngineBytes: 100 << 20, LogBytes: 25 << 20, SnapshotBytes: 5 << 20,
 		DataPerKey: 1363, RSSPerKey: 1573, First: Latency{Count: 10_000, P99: 40_000}, Last: Latency{Count: 10_000, P99: 44_000},
 		P99Growth: 1.1, TenMillionS: 2500}
 	text := formatFill(f)
 	for _, want := range []string{
 		"Fill          [claims/events, payload_retention]       100000/100000, not set",
 		"Retained      [RSS, data dir, per key]                 150.0 MiB, 130.0 MiB, 1573 B RSS + 1363 B disk per key",
+		"Data dir      [engine file, raft log, snapshots]       100.0 MiB (1049 B/key), 25.0 MiB (262 B/key), 5.0 MiB (52 B/key)",
 		"Claim p99     [last window / first window]             1.10×",
 		"10M events    [at this run's claims/s]                 41m40s",
 	} {
