@@ -257,8 +257,9 @@ func (n *node) lead(ctx context.Context) {
 		RateLimited: n.metrics.RateLimited,
 		// Retention (retention.go): schedule repair, payload drops, dead
 		// letters deleted after dead_retention.
-		Limits:      n.sweepLimits,
-		DeadExpired: n.metrics.DeadExpired,
+		Limits:          n.sweepLimits,
+		DeadExpired:     n.metrics.DeadExpired,
+		PayloadsDropped: n.metrics.PayloadsDropped,
 		// Zero, the default, unless a failpoints build is told otherwise
 		// (failpoint/doc.go).
 		ExpireInterval: failpoint.ExpireInterval(),

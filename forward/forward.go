@@ -217,6 +217,9 @@ type Options struct {
 	// DeadExpired, when set, is called for each dead letter Expire deleted
 	// (after it was logged at warn). It runs on the sweeper.
 	DeadExpired func(engine.Event)
+	// PayloadsDropped, when set, is called with the number of payloads each
+	// sweep dropped, when it dropped any. It runs on the sweeper.
+	PayloadsDropped func(n int)
 }
 
 // Defaults for zero Options fields.
@@ -783,8 +786,11 @@ func (f *Forwarder) dropPayloads(ctx context.Context) bool {
 		break
 	}
 	if dropped > 0 {
-		// Debug: under load this runs every second.
+		// Debug, and counted in the metrics: under load this runs every second.
 		f.log.Debug("dropped payloads after payload_retention", "events", dropped)
+		if f.opts.PayloadsDropped != nil {
+			f.opts.PayloadsDropped(dropped)
+		}
 	}
 	return true
 }

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -184,12 +185,17 @@ func TestPayloadsDroppedEverySecondSynctest(t *testing.T) {
 		l := newLeader(t)
 		l.claim("src:a", "src", "body of a")
 		ok := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})
+		var counted atomic.Int64
 		bubbleRun(t, Options{
-			Store:          l,
-			Targets:        only(Target{PayloadRetention: time.Second}),
-			Client:         &http.Client{Transport: handlerTransport{ok}},
-			ExpireInterval: time.Minute,
+			Store:           l,
+			Targets:         only(Target{PayloadRetention: time.Second}),
+			Client:          &http.Client{Transport: handlerTransport{ok}},
+			ExpireInterval:  time.Minute,
+			PayloadsDropped: func(n int) { counted.Add(int64(n)) },
 		}, 3*time.Second+500*time.Millisecond, nil)
+		if n := counted.Load(); n != 1 {
+			t.Errorf("PayloadsDropped counted %d, want 1", n)
+		}
 		ev, err := l.eng.Get("src:a", true)
 		if err != nil {
 			t.Fatal(err)

@@ -45,6 +45,9 @@ type Metrics struct {
 	// deadExpired counts the dead letters Expire deleted after their
 	// dead_retention.
 	deadExpired *prometheus.CounterVec
+	// payloadsDropped counts the payloads the leader's sweeper dropped after
+	// their payload_retention.
+	payloadsDropped prometheus.Counter
 	// deliveryWorkers is the leader's delivery pool size (forward's
 	// OnWorkers); 0 on a follower.
 	deliveryWorkers prometheus.Gauge
@@ -122,6 +125,10 @@ func New() *Metrics {
 			Name: "oncehook_dead_expired_total",
 			Help: "Dead letters deleted because their source's dead_retention passed (each logged at warn with its key), by source.",
 		}, []string{"source"}),
+		payloadsDropped: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "oncehook_payloads_dropped_total",
+			Help: "Payloads of done events this node's sweeper dropped after their payload_retention (the leader sweeps; the drop is replicated).",
+		}),
 		deliveryWorkers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "oncehook_delivery_workers",
 			Help: "Requests to handlers this node's forwarder may have in flight at once: the leader's delivery pool, which grows past its base while a slow handler keeps answering more; 0 on a follower.",
@@ -133,7 +140,7 @@ func New() *Metrics {
 	m.reg.MustRegister(m.rateLimitedTotal, m.rateLimitWait)
 	m.reg.MustRegister(m.schemaFailures)
 	m.reg.MustRegister(m.keysFetchFailures, m.keysActive)
-	m.reg.MustRegister(m.deadExpired)
+	m.reg.MustRegister(m.deadExpired, m.payloadsDropped)
 	m.reg.MustRegister(m.deliveryWorkers)
 	return m
 }
@@ -148,7 +155,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requests, m.claims, m.sigFailures, m.deliveries, m.claimLatency, m.deliveryTime,
 		m.reloadOK, m.bodyChanged, m.replays, m.syncConflicts, m.schemaFailures, m.keysFetchFailures, m.keysActive,
-		m.filteredTotal, m.rateLimitedTotal, m.rateLimitWait, m.deadExpired, m.deliveryWorkers}
+		m.filteredTotal, m.rateLimitedTotal, m.rateLimitWait, m.deadExpired, m.payloadsDropped, m.deliveryWorkers}
 }
 
 // DeliveryWorkers sets oncehook_delivery_workers to the delivery pool's size.
@@ -282,6 +289,14 @@ func (m *Metrics) DeadExpired(ev engine.Event) {
 		return
 	}
 	m.deadExpired.WithLabelValues(ev.Source).Inc()
+}
+
+// PayloadsDropped counts n payloads dropped by the sweeper.
+func (m *Metrics) PayloadsDropped(n int) {
+	if m == nil {
+		return
+	}
+	m.payloadsDropped.Add(float64(n))
 }
 
 // Keys is the key sets' view of the metrics (keyset.Metrics).

@@ -48,6 +48,8 @@ func TestCountersCount(t *testing.T) {
 	m.Keys().Active("s", 3)
 	m.DeadExpired(engine.Event{Source: "s"})
 	m.DeadExpiredSources([]string{"quiet"})
+	m.PayloadsDropped(250)
+	m.PayloadsDropped(7)
 	m.ConfigReloaded(false)
 	text, code := scrape(t, m.Registry())
 	if code != http.StatusOK {
@@ -63,6 +65,7 @@ func TestCountersCount(t *testing.T) {
 		`oncehook_keys_active{source="s"} 3`,
 		`oncehook_dead_expired_total{source="s"} 1`,
 		`oncehook_dead_expired_total{source="quiet"} 0`,
+		`oncehook_payloads_dropped_total 257`,
 		`oncehook_config_last_reload_successful 0`,
 	); len(miss) > 0 {
 		t.Errorf("scrape lacks %q:\n%s", miss, text)
@@ -78,6 +81,7 @@ func TestNilMetricsCountNothing(t *testing.T) {
 	m.ClaimDuration(time.Millisecond)
 	m.Delivery("s", "done", time.Millisecond)
 	m.ReplaySuspected("s")
+	m.PayloadsDropped(1)
 	m.SyncConflict("s")
 	m.DuplicateBodyChanged("s")
 	m.Filtered("s", "other")
