@@ -171,11 +171,11 @@ func (s privateSnapshots) Create(version raft.SnapshotVersion, index, term uint6
 }
 
 // A snapshot copies the whole engine file, gigabytes once millions of keys
-// are retained (a tenth of that or less once compressed, but a state whose
-// pages hold payloads compresses less). raft's sink buffers the copy in the
-// page cache and syncs it
-// once at the end; with a few GiB of memory the kernel starts writing it
-// back on its own only much later, so that final sync puts the whole copy
+// are retained; compressed, retained keys shrink to a few percent, but stored
+// payloads only as far as their own bytes compress. raft's sink buffers the
+// copy in the page cache and syncs it once at the end; with a few GiB of
+// memory the kernel starts writing it back on its own only much later, so
+// that final sync puts the whole copy
 // in the disk's queue at once, and every log fsync (every claim's commit)
 // waits behind it for seconds. Syncing every snapshotFlushEvery bytes keeps
 // the queue short: the snapshot takes a little longer, claims do not stall.

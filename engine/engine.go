@@ -749,9 +749,9 @@ func (e *Engine) Snapshot(w io.Writer) (int64, error) {
 
 // Restore replaces the whole state with a snapshot read from r: a snapshot
 // stream (SnapshotView.WriteStream, snapstream.go) or a plain engine file
-// (Snapshot, Backup). The file is
-// written to a temporary file beside the engine file, synced and checked, then
-// renamed over the file and reopened; on any failure before the rename the
+// (Snapshot, Backup). The file is written to a temporary file beside the
+// engine file, synced and checked, then renamed over the file and
+// reopened; on any failure before the rename the
 // current state is untouched. The Engine stays usable; LastApplied and the
 // bucket width become the snapshot's.
 func (e *Engine) Restore(r io.Reader) (err error) {
