@@ -65,6 +65,11 @@ func (a *arena) make(n int) []byte {
 // mostly grows: bbolt then splits full pages 90/10 rather than in halves.
 const appendFill = 0.9
 
+// packedShare is the share of a transaction's new event keys that must land
+// at the end of their source's keys for the events bucket to be packed like
+// the time-ordered ones (packEvents).
+const packedShare = 0.9
+
 // applier applies commands inside one write transaction.
 type applier struct {
 	tx                                          *bolt.Tx
@@ -93,6 +98,12 @@ type applier struct {
 	// here, and this transaction's changes, merged in after its commit.
 	bodyIdx  bodyIndex
 	bodyPend map[bodyHash]int64
+
+	// Event keys this transaction created, and how many of them landed at
+	// the end of their source's keys (packEvents); recent is the engine's
+	// memory of the keys created last.
+	newKeys, tailKeys int
+	recent            *recentKeys
 
 	// Counter changes of the batch, written once by finish.
 	stateDelta   [StateStale + 1]int64
@@ -148,6 +159,16 @@ func (p point) get(key []byte) []byte {
 	return v
 }
 
+// seek returns the value of key when it is present; else nil and the first
+// key after it (nil when none).
+func (p point) seek(key []byte) (v, next []byte) {
+	k, v := p.c.Seek(key)
+	if bytes.Equal(k, key) {
+		return v, nil
+	}
+	return nil, k
+}
+
 // del deletes key when it is present, like Bucket.Delete.
 func (p point) del(key []byte) error {
 	if k, _ := p.c.Seek(key); !bytes.Equal(k, key) {
@@ -161,6 +182,79 @@ func (a *applier) lastApplied() uint64 {
 		return binary.BigEndian.Uint64(v)
 	}
 	return 0
+}
+
+// sourcePrefix returns the "source:" that starts an event key (the whole
+// key when it has no colon).
+func sourcePrefix(key []byte) []byte {
+	if i := bytes.IndexByte(key, ':'); i >= 0 {
+		return key[:i+1]
+	}
+	return key
+}
+
+// packEvents sets how the events bucket's pages split at this
+// transaction's commit, and returns the choice; packed is the previous
+// commit's, kept when this one created no event.
+//
+// When event ids grow with time (counters, KSUIDs, the bench's), new keys
+// land at the end of their source's keys, give or take the few requests
+// that overtake each other on the way, so every new key goes into the last
+// pages of its source's range; bbolt's default split in halves then leaves
+// every page of the bucket half empty for good. A key lands at the end when
+// the key after it is another source's, none, or one of the keys created
+// last (recentKeys: those the late requests overtook). When nearly all of a
+// transaction's new keys do, the bucket is packed like the time-ordered
+// ones. Keys in random order (UUIDs) keep the default, under which a B-tree
+// fills to about two thirds; packing them would split a page each time a
+// key lands in a full one and leave the bucket emptier than the default
+// does. docs/performance.md has the measurements. Only the file's layout
+// depends on the choice, never what the state holds.
+func (a *applier) packEvents(packed bool) bool {
+	if a.newKeys > 0 {
+		packed = float64(a.tailKeys) >= packedShare*float64(a.newKeys)
+	}
+	a.events.FillPercent = bolt.DefaultFillPercent
+	if packed {
+		a.events.FillPercent = appendFill
+	}
+	return packed
+}
+
+// recentKeys remembers the last event keys created, by a 64-bit FNV-1a hash
+// (a collision only misjudges one key for packEvents).
+type recentKeys struct {
+	ring [256]uint64
+	next int
+	n    map[uint64]int // hash -> times in ring
+}
+
+func keyHash(k []byte) uint64 {
+	h := uint64(14695981039346656037)
+	for _, b := range k {
+		h ^= uint64(b)
+		h *= 1099511628211
+	}
+	return h
+}
+
+func (r *recentKeys) has(k []byte) bool {
+	return r.n[keyHash(k)] > 0
+}
+
+func (r *recentKeys) add(k []byte) {
+	if r.n == nil {
+		r.n = make(map[uint64]int, len(r.ring))
+	}
+	if old := r.ring[r.next]; r.n[old] > 1 {
+		r.n[old]--
+	} else {
+		delete(r.n, old)
+	}
+	h := keyHash(k)
+	r.ring[r.next] = h
+	r.next = (r.next + 1) % len(r.ring)
+	r.n[h]++
 }
 
 // finish writes the batch's counter changes (in a fixed order) and the last
@@ -482,13 +576,15 @@ func (a *applier) claim(c *Command) (Result, error) {
 		return Result{Err: err}, nil
 	}
 	k := strBytes(c.Key)
-	if v := a.evp.get(k); v != nil {
+	v, next := a.evp.seek(k)
+	if v != nil {
 		st, err := recordState(k, v)
 		if err != nil {
 			return Result{}, err
 		}
 		return Result{State: st}, nil
 	}
+	tail := next == nil || !bytes.HasPrefix(next, sourcePrefix(k)) || a.recent.has(next)
 	if c.BodyKey != "" {
 		if orig := a.bodyHolder(c.BodyKey); orig != nil {
 			return a.bodyDuplicate(c, orig)
@@ -544,6 +640,11 @@ func (a *applier) claim(c *Command) (Result, error) {
 	if err := a.store(&ev, flags); err != nil {
 		return Result{}, err
 	}
+	a.newKeys++
+	if tail {
+		a.tailKeys++
+	}
+	a.recent.add(k)
 	pv := appendPayload(a.arena.make(payloadSize(c.Headers, c.Payload)), c.Headers, c.Payload)
 	if err := a.payloads.Put(a.tk(c.Now, c.Key), pv); err != nil {
 		return Result{}, err

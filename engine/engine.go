@@ -169,6 +169,12 @@ type Engine struct {
 	// bodies is the replay guard's in-memory index of the bodies bucket
 	// (bodyindex.go), as of the last commit. Guarded by wmu.
 	bodies bodyIndex
+
+	// packEvents is how the last commit that created events split the
+	// events bucket's pages, and recent the event keys created last
+	// (applier.packEvents). Guarded by wmu.
+	packEvents bool
+	recent     recentKeys
 }
 
 // pendingTx is a write transaction with applied entries not yet committed.
@@ -386,6 +392,7 @@ func (e *Engine) applyLocked(entries []Entry, deferred bool) ([][]Result, error)
 		}
 		a := newApplier(tx, e.width)
 		a.bodyIdx = e.bodies
+		a.recent = &e.recent
 		applied := a.lastApplied()
 		p = &pendingTx{tx: tx, a: a, start: applied, applied: applied}
 		e.pending = p
@@ -467,6 +474,7 @@ func (e *Engine) flushLocked() error {
 	defer e.mu.RUnlock()
 	defer e.open.Store(false) // after the commit: LeaseDue then reads it in the file
 	defer e.clearOverlay()    // after the commit: Exists then finds the keys in the file
+	e.packEvents = p.a.packEvents(e.packEvents)
 	if err := p.a.finish(p.applied); err != nil {
 		p.tx.Rollback()
 		e.lost = fmt.Errorf("%w: entries %d..%d: %w", ErrLostCommit, p.start+1, p.applied, err)
