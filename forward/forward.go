@@ -350,6 +350,37 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	kick := make(chan struct{}, 1) // events may be due (a reclaim, an ordered event recorded): lease soon
 
 	var wg sync.WaitGroup
+	// Outcomes the workers leave to commit in the background go to an idle
+	// recorder, or to a new one when none is idle. A recorder then waits
+	// for the next outcome instead of ending: the commit path needs more
+	// stack than a new goroutine starts with, and a goroutine per outcome
+	// grew a new stack every time (about 5 % of a busy leader's CPU). At
+	// most maxIdleRecorders wait; the others end.
+	outcomes := make(chan outcome)
+	var idleRecorders atomic.Int32
+	recorder := func(o outcome) {
+		for {
+			f.record(ctx, o.at)
+			f.slots.endRecording()
+			if o.ordered { // the next event of its object may go now
+				select {
+				case kick <- struct{}{}:
+				default:
+				}
+			}
+			if idleRecorders.Add(1) > maxIdleRecorders {
+				idleRecorders.Add(-1)
+				return
+			}
+			select {
+			case o = <-outcomes:
+				idleRecorders.Add(-1)
+			case <-ctx.Done():
+				idleRecorders.Add(-1)
+				return
+			}
+		}
+	}
 	// deliver runs one job on a worker.
 	deliver := func(j job) {
 		ordered := j.ev.OrderObject != ""
@@ -378,16 +409,11 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		// handlers, not the commits; see Workers).
 		f.slots.leave(j.ev.Source, time.Now())
 		freed <- false
-		wg.Go(func() {
-			f.record(ctx, at)
-			f.slots.endRecording()
-			if ordered { // the next event of its object may go now
-				select {
-				case kick <- struct{}{}:
-				default:
-				}
-			}
-		})
+		select {
+		case outcomes <- outcome{at: at, ordered: ordered}:
+		default:
+			wg.Go(func() { recorder(outcome{at: at, ordered: ordered}) })
+		}
 	}
 	// There are as many workers as the pool's size: they are started as it
 	// grows, and as it shrinks as many are told to quit (each after the job
@@ -452,6 +478,17 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	f.log.Info("forwarder stopped")
 	return nil
 }
+
+// outcome is a delivery's outcome for a recorder to commit; ordered tells
+// that its event has an order object.
+type outcome struct {
+	at      *attempt
+	ordered bool
+}
+
+// maxIdleRecorders bounds the recorders kept waiting for outcomes: about
+// what a leader at full speed has committing at once.
+const maxIdleRecorders = 128
 
 // job is one leased event for a worker: deliver it, or, when handBack > 0,
 // hand it back to pending for handBack without calling the handler.
