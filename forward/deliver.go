@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -128,15 +129,26 @@ func (f *Forwarder) record(ctx context.Context, at *attempt) {
 
 // post sends ev to tgt and reads what it needs of the answer.
 func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt Target) answer {
-	rctx, cancel := context.WithTimeout(ctx, tgt.Timeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(rctx, http.MethodPost, tgt.URL, bytes.NewReader(ev.Payload))
-	if err != nil {
-		return answer{reason: "bad target url"}
+	var resp *http.Response
+	var err error
+	rctx := ctx
+	if pt := f.plainTarget(tgt.URL); pt != nil {
+		h := make(http.Header, len(ev.Headers)+6)
+		f.setHeaders(h, ev, attempt)
+		resp, err = f.direct.post(ctx, time.Now().Add(tgt.Timeout), pt.addr, func(w *bufio.Writer) error {
+			return writeRequest(w, pt, h, ev.Payload)
+		})
+	} else {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, tgt.Timeout)
+		defer cancel()
+		req, rerr := http.NewRequestWithContext(rctx, http.MethodPost, tgt.URL, bytes.NewReader(ev.Payload))
+		if rerr != nil {
+			return answer{reason: "bad target url"}
+		}
+		f.setHeaders(req.Header, ev, attempt)
+		resp, err = f.client.Do(req)
 	}
-	f.setHeaders(req.Header, ev, attempt)
-
-	resp, err := f.client.Do(req)
 	if err != nil {
 		return answer{reason: errReason(rctx, err)}
 	}
@@ -176,6 +188,15 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 		}
 	}
 	return a
+}
+
+// plainTarget returns the target to post to directly (request.go), or nil
+// when the request takes f.client.
+func (f *Forwarder) plainTarget(rawURL string) *plainTarget {
+	if f.direct == nil {
+		return nil
+	}
+	return f.plain.get(rawURL)
 }
 
 // closeBody reads what is left of a body, up to MaxBody, so that the

@@ -243,8 +243,12 @@ var ErrNoStore = errors.New("forward: Options.Store and Options.Targets are requ
 // run it with Run while this node is the leader; it can be run again after Run
 // returned (on the next leadership term).
 type Forwarder struct {
-	opts    Options // defaults filled in; read-only after New
-	client  *http.Client
+	opts   Options // defaults filled in; read-only after New
+	client *http.Client
+	// direct is client's transport when it is the forwarder's own: plain
+	// HTTP deliveries then skip the client (request.go).
+	direct  *transport
+	plain   plainTargets
 	log     *slog.Logger
 	running atomic.Bool
 
@@ -291,6 +295,7 @@ func New(opts Options) *Forwarder {
 	switch {
 	case opts.Client == nil:
 		f.client = NewClient(opts.Workers)
+		f.direct = f.client.Transport.(*transport)
 	case opts.Client.CheckRedirect == nil:
 		c := *opts.Client
 		c.CheckRedirect = noRedirect

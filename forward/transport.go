@@ -75,18 +75,19 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		addr = net.JoinHostPort(req.URL.Hostname(), "80")
 	}
 	ctx := req.Context()
+	deadline, _ := ctx.Deadline()
 	for attempt := 0; ; attempt++ {
-		c, reused, err := t.get(ctx, addr)
+		c, reused, err := t.get(ctx, deadline, addr)
 		if err != nil {
 			closeReqBody(req)
 			return nil, err
 		}
-		resp, unanswered, err := t.exchange(ctx, c, addr, req)
+		resp, unanswered, err := t.exchange(ctx, deadline, c, addr, func(w *bufio.Writer) error { return req.Write(w) }, req)
 		if err == nil {
 			return resp, nil
 		}
 		c.nc.Close()
-		if !reused || attempt > 0 || !unanswered || ctx.Err() != nil || isTimeout(err) {
+		if !retryable(ctx, reused, attempt, unanswered, err) {
 			closeReqBody(req)
 			return nil, err
 		}
@@ -107,21 +108,53 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	}
 }
 
+// post is RoundTrip for a POST to a plain-HTTP handler at addr without an
+// http.Request: write writes the whole request (forward/request.go). The
+// request may be written twice, as RoundTrip may send one twice. ctx
+// cancels it; deadline ends it, as a request context's deadline does.
+func (t *transport) post(ctx context.Context, deadline time.Time, addr string, write func(*bufio.Writer) error) (*http.Response, error) {
+	for attempt := 0; ; attempt++ {
+		c, reused, err := t.get(ctx, deadline, addr)
+		if err != nil {
+			return nil, err
+		}
+		resp, unanswered, err := t.exchange(ctx, deadline, c, addr, write, postRequest)
+		if err == nil {
+			return resp, nil
+		}
+		c.nc.Close()
+		if !retryable(ctx, reused, attempt, unanswered, err) {
+			return nil, err
+		}
+	}
+}
+
+// postRequest stands for the requests post sends where http.ReadResponse
+// wants the request an answer is to.
+var postRequest = &http.Request{Method: http.MethodPost}
+
+// retryable reports whether a request that failed with err is sent once
+// more on a new connection: only the first try, on a reused connection,
+// that failed before any byte of an answer came, not by ctx or a deadline.
+func retryable(ctx context.Context, reused bool, attempt int, unanswered bool, err error) bool {
+	return reused && attempt == 0 && unanswered && ctx.Err() == nil && !isTimeout(err)
+}
+
 // isTimeout reports whether err is a deadline passing.
 func isTimeout(err error) bool {
 	var ne net.Error
 	return errors.As(err, &ne) && ne.Timeout()
 }
 
-// exchange writes req on c and reads the answer. On success the connection
-// belongs to the answer's body until it is closed. unanswered reports a
-// failure before any byte of an answer arrived.
-func (t *transport) exchange(ctx context.Context, c *conn, addr string, req *http.Request) (resp *http.Response, unanswered bool, err error) {
-	deadline, _ := ctx.Deadline()
+// exchange writes a request on c with write and reads the answer to req. On
+// success the connection belongs to the answer's body until it is closed.
+// unanswered reports a failure before any byte of an answer arrived. The
+// connection's deadline is deadline (none when zero); cancelling ctx
+// interrupts the write, the read and the body's reads.
+func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, addr string, write func(*bufio.Writer) error, req *http.Request) (resp *http.Response, unanswered bool, err error) {
 	if err := c.nc.SetDeadline(deadline); err != nil {
 		return nil, true, err
 	}
-	// Cancelling ctx interrupts the write, the read and the body's reads.
 	stop := context.AfterFunc(ctx, func() { c.nc.SetDeadline(aLongTimeAgo) })
 	fail := func(unanswered bool, err error) (*http.Response, bool, error) {
 		stop()
@@ -130,7 +163,7 @@ func (t *transport) exchange(ctx context.Context, c *conn, addr string, req *htt
 		}
 		return nil, unanswered, err
 	}
-	if err := req.Write(c.bw); err != nil {
+	if err := write(c.bw); err != nil {
 		return fail(true, err)
 	}
 	if err := c.bw.Flush(); err != nil {
@@ -197,8 +230,9 @@ func (b *body) Close() error {
 	return err
 }
 
-// get returns an idle connection to addr, or a new one. reused tells which.
-func (t *transport) get(ctx context.Context, addr string) (*conn, bool, error) {
+// get returns an idle connection to addr, or a new one, dialled before
+// deadline (when not zero). reused tells which.
+func (t *transport) get(ctx context.Context, deadline time.Time, addr string) (*conn, bool, error) {
 	now := time.Now()
 	t.mu.Lock()
 	for cs := t.idle[addr]; len(cs) > 0; cs = t.idle[addr] {
@@ -211,6 +245,11 @@ func (t *transport) get(ctx context.Context, addr string) (*conn, bool, error) {
 		c.nc.Close()
 	}
 	t.mu.Unlock()
+	if !deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, deadline)
+		defer cancel()
+	}
 	nc, err := t.dial(ctx, "tcp", addr)
 	if err != nil {
 		return nil, false, err

@@ -1,0 +1,169 @@
+package forward
+
+import (
+	"bufio"
+	"bytes"
+	"net/http"
+	"strings"
+	"testing"
+
+	"oncehook/engine"
+)
+
+// directBytes is what a delivery of ev to rawURL writes on the direct path;
+// ok is false when the URL takes the ordinary one.
+func directBytes(t testing.TB, rawURL string, ev engine.Event, attempt int) (b []byte, ok bool) {
+	pt := parsePlain(rawURL)
+	if pt == nil {
+		return nil, false
+	}
+	h := make(http.Header)
+	(&Forwarder{}).setHeaders(h, ev, attempt)
+	var buf bytes.Buffer
+	w := bufio.NewWriter(&buf)
+	if err := writeRequest(w, pt, h, ev.Payload); err != nil {
+		t.Fatalf("writeRequest: %v", err)
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes(), true
+}
+
+// requestBytes is what Request.Write writes for the same delivery, as the
+// ordinary path sends it.
+func requestBytes(t testing.TB, rawURL string, ev engine.Event, attempt int) []byte {
+	req, err := http.NewRequest(http.MethodPost, rawURL, bytes.NewReader(ev.Payload))
+	if err != nil {
+		t.Fatalf("NewRequest(%q): %v", rawURL, err)
+	}
+	(&Forwarder{}).setHeaders(req.Header, ev, attempt)
+	var buf bytes.Buffer
+	if err := req.Write(&buf); err != nil {
+		t.Fatalf("Request.Write: %v", err)
+	}
+	return buf.Bytes()
+}
+
+func TestDirectRequestBytes(t *testing.T) {
+	hdr := func(kv ...string) []engine.Header {
+		var hs []engine.Header
+		for i := 0; i+1 < len(kv); i += 2 {
+			hs = append(hs, engine.Header{Name: kv[i], Value: kv[i+1]})
+		}
+		return hs
+	}
+	base := engine.Event{Key: "stripe:evt_1", Source: "stripe", Token: 42, Payload: []byte(`{"id":"evt_1"}`)}
+	cases := []struct {
+		name string
+		url  string
+		edit func(ev *engine.Event)
+	}{
+		{"plain", "http://127.0.0.1:9000/stripe", nil},
+		{"query", "http://127.0.0.1:9000/hooks/in?team=a&x=%20y", nil},
+		{"no path", "http://localhost:9000", nil},
+		{"no port", "http://handler.internal/x", nil},
+		{"empty port", "http://127.0.0.1:/x", nil},
+		{"ipv6", "http://[::1]:9000/x", nil},
+		{"escaped path", "http://127.0.0.1:9000/a%2Fb/c%20d", nil},
+		{"empty body", "http://127.0.0.1:9000/x", func(ev *engine.Event) { ev.Payload = nil }},
+		{"provider headers", "http://127.0.0.1:9000/x", func(ev *engine.Event) {
+			ev.Headers = hdr("Stripe-Signature", "t=1,v1=abc", "content-type", "application/json; charset=utf-8",
+				"X-Many", "one", "x-many", "two", "Zz-Last", "z", "A-First", "a")
+		}},
+		{"stored user agent", "http://127.0.0.1:9000/x", func(ev *engine.Event) {
+			ev.Headers = hdr("User-Agent", "Stripe/1.0 (+https://stripe.com/docs/webhooks)")
+		}},
+		{"blank user agent", "http://127.0.0.1:9000/x", func(ev *engine.Event) { ev.Headers = hdr("User-Agent", "") }},
+		{"spaced user agent", "http://127.0.0.1:9000/x", func(ev *engine.Event) { ev.Headers = hdr("User-Agent", " \t ") }},
+		{"two user agents", "http://127.0.0.1:9000/x", func(ev *engine.Event) { ev.Headers = hdr("User-Agent", "a", "User-Agent", "b") }},
+		{"spaces around values", "http://127.0.0.1:9000/x", func(ev *engine.Event) { ev.Headers = hdr("X-Pad", "  v  \t", "X-Tab", "\tv") }},
+		{"headers we set", "http://127.0.0.1:9000/x", func(ev *engine.Event) {
+			ev.Headers = hdr(HeaderIdempotencyKey, "spoofed", HeaderFencingToken, "1", HeaderLastStep, "spoofed", HeaderSource, "x")
+		}},
+		{"headers never forwarded", "http://127.0.0.1:9000/x", func(ev *engine.Event) {
+			ev.Headers = hdr("Host", "evil", "Content-Length", "1", "Transfer-Encoding", "chunked", "Connection", "close", "Bad Name", "x", "X-Ctl", "a\r\nb")
+		}},
+		{"step", "http://127.0.0.1:9000/x", func(ev *engine.Event) { ev.Step = "charged" }},
+		{"key with spaces", "http://127.0.0.1:9000/x", func(ev *engine.Event) { ev.Key = " stripe:evt 1 " }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := base
+			if tc.edit != nil {
+				tc.edit(&ev)
+			}
+			got, ok := directBytes(t, tc.url, ev, 3)
+			if !ok {
+				t.Fatalf("parsePlain(%q) = nil, want a plain target", tc.url)
+			}
+			if want := requestBytes(t, tc.url, ev, 3); !bytes.Equal(got, want) {
+				t.Errorf("direct request differs from Request.Write:\n got %q\nwant %q", got, want)
+			}
+		})
+	}
+}
+
+func TestParsePlainRefuses(t *testing.T) {
+	for _, u := range []string{
+		"https://127.0.0.1:9000/x",
+		"http://user:pass@127.0.0.1:9000/x",
+		"http:opaque",
+		"http:///x",
+		"http://[fe80::1%25eth0]:9000/x",
+		"http://héllo.internal/x",
+		"http://127.0.0.1:9000/x\x7f",
+		"ftp://127.0.0.1/x",
+		"::not a url",
+	} {
+		if pt := parsePlain(u); pt != nil {
+			t.Errorf("parsePlain(%q) = %+v, want nil (the ordinary path)", u, *pt)
+		}
+	}
+}
+
+func TestPlainTargetsBounded(t *testing.T) {
+	var p plainTargets
+	for i := range 3 * maxPlainTargets {
+		u := "http://127.0.0.1:9000/" + strings.Repeat("x", i%7) + string(rune('a'+i%26)) + "/" + strings.Repeat("y", i)
+		if p.get(u) == nil {
+			t.Fatalf("get(%q) = nil", u)
+		}
+		if n := len(p.m); n > maxPlainTargets {
+			t.Fatalf("%d URLs cached, want at most %d", n, maxPlainTargets)
+		}
+	}
+}
+
+// FuzzDirectRequest: whatever the stored headers, key, step and path, the
+// direct path writes the bytes Request.Write writes, or leaves the URL to
+// the ordinary path.
+func FuzzDirectRequest(f *testing.F) {
+	f.Add("/stripe", "Stripe-Signature", "t=1,v1=abc", "user-agent", "Stripe/1.0", "stripe:evt_1", "", []byte(`{}`))
+	f.Add("/x?y=%20", "X-A", " a ", "X-A", "b", "k", "step-1", []byte{})
+	f.Add("", "Host", "evil", "Content-Length", "9", "k\r\nX: y", "s\n", []byte("body"))
+	f.Fuzz(func(t *testing.T, path, n1, v1, n2, v2, key, step string, payload []byte) {
+		rawURL := "http://127.0.0.1:9000" + path
+		if _, err := http.NewRequest(http.MethodPost, rawURL, nil); err != nil {
+			if parsePlain(rawURL) != nil {
+				t.Fatalf("parsePlain accepts %q, which NewRequest refuses: %v", rawURL, err)
+			}
+			return
+		}
+		ev := engine.Event{Key: key, Source: "src", Step: step, Token: 7, Payload: payload,
+			Headers: []engine.Header{{Name: n1, Value: v1}, {Name: n2, Value: v2}}}
+		got, ok := directBytes(t, rawURL, ev, 1)
+		if !ok {
+			return
+		}
+		var req bytes.Buffer
+		r, _ := http.NewRequest(http.MethodPost, rawURL, bytes.NewReader(payload))
+		(&Forwarder{}).setHeaders(r.Header, ev, 1)
+		if err := r.Write(&req); err != nil {
+			t.Fatalf("direct path took %q, which Request.Write refuses: %v", rawURL, err)
+		}
+		if !bytes.Equal(got, req.Bytes()) {
+			t.Fatalf("direct request differs from Request.Write:\n got %q\nwant %q", got, req.Bytes())
+		}
+	})
+}
