@@ -440,3 +440,18 @@ func BenchmarkBacklog(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkEncodeEntry64: an entry of 64 claims of 1 KiB into a new
+// buffer, as the proposer encodes one.
+func BenchmarkEncodeEntry64(b *testing.B) {
+	cmds := make([]Command, 64)
+	for i := range cmds {
+		cmds[i] = benchClaim(benchKey(i), t0, make([]byte, 1024))
+	}
+	b.ReportAllocs()
+	var n int
+	for b.Loop() {
+		n = len(EncodeEntry(nil, cmds))
+	}
+	b.SetBytes(int64(n))
+}

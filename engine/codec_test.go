@@ -284,3 +284,21 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 	})
 }
+
+// TestEncodeEntrySizesItsBuffer: an entry is encoded into one allocation
+// of the size commandsSize estimates, never grown on the way.
+func TestEncodeEntrySizesItsBuffer(t *testing.T) {
+	cmds := sampleCommands()
+	for range 64 {
+		cmds = append(cmds, benchClaim(benchKey(len(cmds)), t0, benchPayload))
+	}
+	for n := 1; n <= len(cmds); n++ {
+		got := EncodeEntry(nil, cmds[:n])
+		if want := commandsSize(cmds[:n]); len(got) > want {
+			t.Fatalf("%d commands: %d bytes encoded, estimated %d", n, len(got), want)
+		}
+	}
+	if a := testing.AllocsPerRun(10, func() { EncodeEntry(nil, cmds) }); a != 1 {
+		t.Errorf("EncodeEntry of %d commands: %.0f allocations, want 1", len(cmds), a)
+	}
+}
