@@ -140,7 +140,9 @@ type Options struct {
 	// only while two sources are active.
 	Sources func() int
 	// Client makes the outgoing requests. nil: a client tuned for local
-	// handlers (keep-alives, 64 idle connections per host, no proxy). Redirects
+	// handlers (keep-alives, 64 idle connections per host, no proxy), whose
+	// plain-HTTP requests are written without an http.Request
+	// (request.go). Redirects
 	// are never followed: when Client.CheckRedirect is nil, a copy of the
 	// client with one returning http.ErrUseLastResponse is used.
 	Client *http.Client
