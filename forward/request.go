@@ -87,20 +87,20 @@ func parsePlain(rawURL string) *plainTarget {
 	return &plainTarget{addr: addr, host: host, uri: uri}
 }
 
-// writeRequest writes a POST of body to pt with the headers h, as
-// Request.Write writes it: request line, Host, User-Agent, Content-Length,
-// then the other headers sorted by name (Header.Write cleans their values
-// the same way). h must hold a User-Agent (setHeaders sets one) and none
-// of the headers Request.Write writes itself (forwardable keeps them out);
-// the User-Agent is removed from it.
-func writeRequest(w *bufio.Writer, pt *plainTarget, h http.Header, body []byte) error {
+// writeRequest writes a POST of body to pt with the User-Agent ua and the
+// other headers h, as Request.Write writes it: request line, Host,
+// User-Agent, Content-Length, then h sorted by name (Header.Write cleans
+// the values the same way). h must hold none of the headers Request.Write
+// writes itself (forwardable keeps them out, and the caller takes the
+// User-Agent out of it). It changes nothing, so a request sent again on a
+// new connection (transport.post) is the same.
+func writeRequest(w *bufio.Writer, pt *plainTarget, ua string, h http.Header, body []byte) error {
 	w.WriteString("POST ")
 	w.WriteString(pt.uri)
 	w.WriteString(" HTTP/1.1\r\nHost: ")
 	w.WriteString(pt.host)
 	w.WriteString("\r\nUser-Agent: ")
-	w.WriteString(cleanValue(h.Get("User-Agent")))
-	h.Del("User-Agent")
+	w.WriteString(cleanValue(ua))
 	w.WriteString("\r\nContent-Length: ")
 	var nb [20]byte
 	w.Write(strconv.AppendInt(nb[:0], int64(len(body)), 10))

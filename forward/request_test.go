@@ -3,9 +3,13 @@ package forward
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"oncehook/engine"
 )
@@ -19,15 +23,26 @@ func directBytes(t testing.TB, rawURL string, ev engine.Event, attempt int) (b [
 	}
 	h := make(http.Header)
 	(&Forwarder{}).setHeaders(h, ev, attempt)
-	var buf bytes.Buffer
-	w := bufio.NewWriter(&buf)
-	if err := writeRequest(w, pt, h, ev.Payload); err != nil {
-		t.Fatalf("writeRequest: %v", err)
+	ua := h.Get("User-Agent")
+	h.Del("User-Agent")
+	// Written twice, as a request sent again on a new connection is: the
+	// same bytes both times.
+	var out [2][]byte
+	for i := range out {
+		var buf bytes.Buffer
+		w := bufio.NewWriter(&buf)
+		if err := writeRequest(w, pt, ua, h, ev.Payload); err != nil {
+			t.Fatalf("writeRequest: %v", err)
+		}
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		out[i] = buf.Bytes()
 	}
-	if err := w.Flush(); err != nil {
-		t.Fatal(err)
+	if !bytes.Equal(out[0], out[1]) {
+		t.Fatalf("writeRequest wrote a different request the second time:\n%q\n%q", out[0], out[1])
 	}
-	return buf.Bytes(), true
+	return out[0], true
 }
 
 // requestBytes is what Request.Write writes for the same delivery, as the
@@ -166,4 +181,50 @@ func FuzzDirectRequest(f *testing.F) {
 			t.Fatalf("direct request differs from Request.Write:\n got %q\nwant %q", got, req.Bytes())
 		}
 	})
+}
+
+// TestDirectPostResendsTheSameRequest: a handler that closes its
+// connection after each answer makes every later post find its idle
+// connection dead and send the request again on a new one, headers and
+// body unchanged.
+func TestDirectPostResendsTheSameRequest(t *testing.T) {
+	type seen struct{ ua, key, body string }
+	got := make(chan seen, 8)
+	closed := make(chan struct{}, 8)
+	url, conns := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
+		defer func() { closed <- struct{}{} }()
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		b, _ := io.ReadAll(req.Body)
+		got <- seen{req.Header.Get("User-Agent"), req.Header.Get(HeaderIdempotencyKey), string(b)}
+		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+		c.Close()
+	})
+	tr := newTransport(1)
+	defer tr.CloseIdleConnections()
+	pt := parsePlain(url + "/hook")
+	ev := engine.Event{Key: "src:evt_1", Source: "src", Token: 9, Payload: []byte("payload"),
+		Headers: []engine.Header{{Name: "User-Agent", Value: "Provider/2"}}}
+	h := make(http.Header)
+	(&Forwarder{}).setHeaders(h, ev, 1)
+	ua := h.Get("User-Agent")
+	h.Del("User-Agent")
+	for i := range 3 {
+		resp, err := tr.post(context.Background(), time.Now().Add(5*time.Second), pt.addr, func(w *bufio.Writer) error {
+			return writeRequest(w, pt, ua, h, ev.Payload)
+		})
+		if err != nil {
+			t.Fatalf("post %d: %v", i, err)
+		}
+		closeBody(resp.Body)
+		if s := <-got; s != (seen{"Provider/2", "src:evt_1", "payload"}) {
+			t.Fatalf("post %d: handler got %+v", i, s)
+		}
+		<-closed // its connection is gone: the next post finds it dead
+	}
+	if n := conns.Load(); n != 3 {
+		t.Errorf("%d connections, want 3 (each post after the first sent again on a new one)", n)
+	}
 }
