@@ -152,10 +152,7 @@ type point struct{ c *bolt.Cursor }
 // get returns the value stored under key, or nil (absent, or a nested
 // bucket), like Bucket.Get.
 func (p point) get(key []byte) []byte {
-	k, v := p.c.Seek(key)
-	if !bytes.Equal(k, key) {
-		return nil
-	}
+	v, _ := p.seek(key)
 	return v
 }
 

@@ -14,7 +14,7 @@ import (
 // client (Options.Client nil), skips http.Client and http.Request: the
 // request is written straight into the connection's buffer
 // (transport.post). http.NewRequest, Client.Do's bookkeeping, a context
-// per request and Request.Write were about a third of a delivery's CPU on
+// per request and Request.Write were about a quarter of a delivery's CPU on
 // a busy leader. The bytes written are those Request.Write writes for the
 // same request (TestDirectRequestBytes, FuzzDirectRequest); anything
 // unusual in the URL takes the ordinary path.
