@@ -566,7 +566,14 @@ func commandsSize(cmds []Command) int {
 	n := binary.MaxVarintLen64
 	for i := range cmds {
 		c := &cmds[i]
-		n += 64 + len(c.Key) + len(c.Source) + len(c.Payload) + len(c.OrderObject) + len(c.BodyKey) + len(c.Step)
+		n += 64 + len(c.Key) + len(c.Source) + len(c.Payload) + len(c.OrderObject) + len(c.BodyKey) + len(c.Step) +
+			len(c.Reason) + len(c.Who)
+		for _, k := range c.Keys {
+			n += 2 + len(k)
+		}
+		if c.Attempt != nil {
+			n += 32 + len(c.Attempt.Error) + len(c.Attempt.Body)
+		}
 		for _, h := range c.Headers {
 			n += 4 + len(h.Name) + len(h.Value)
 		}

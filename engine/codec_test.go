@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"reflect"
+	"strings"
 	"testing"
 	"unsafe"
 )
@@ -288,7 +289,18 @@ func FuzzDecodeEntry(f *testing.F) {
 // TestEncodeEntrySizesItsBuffer: an entry is encoded into one allocation
 // of the size commandsSize estimates, never grown on the way.
 func TestEncodeEntrySizesItsBuffer(t *testing.T) {
-	cmds := sampleCommands()
+	keys := make([]string, 200)
+	for i := range keys {
+		keys[i] = benchKey(i)
+	}
+	// The large variable fields first, before other commands' allowances
+	// could hide one left out of the estimate.
+	cmds := []Command{
+		{Op: OpFail, Now: t0, Key: "k", Token: 9, Reason: strings.Repeat("r", 300),
+			Attempt: &Attempt{Status: 500, Error: strings.Repeat("e", 300), Body: make([]byte, MaxAttemptBody)}},
+		{Op: OpReplay, Now: t0, Keys: keys, Who: strings.Repeat("w", 200), Reason: "fixed"},
+	}
+	cmds = append(cmds, sampleCommands()...)
 	for range 64 {
 		cmds = append(cmds, benchClaim(benchKey(len(cmds)), t0, benchPayload))
 	}

@@ -141,10 +141,9 @@ type Options struct {
 	Sources func() int
 	// Client makes the outgoing requests. nil: a client tuned for local
 	// handlers (keep-alives, 64 idle connections per host, no proxy), whose
-	// plain-HTTP requests are written without an http.Request
-	// (request.go). Redirects
-	// are never followed: when Client.CheckRedirect is nil, a copy of the
-	// client with one returning http.ErrUseLastResponse is used.
+	// plain-HTTP requests are written without an http.Request (request.go).
+	// Redirects are never followed: when Client.CheckRedirect is nil, a copy
+	// of the client with one returning http.ErrUseLastResponse is used.
 	Client *http.Client
 	// Workers is the number of concurrent requests to handlers, the pool's
 	// size at the start of a Run and its least (see MaxWorkers); default 16.
