@@ -31,11 +31,7 @@ func (n *Node) propose(ctx context.Context, cmds []engine.Command, leaderOnly bo
 }
 
 func (n *Node) applyOne(ctx context.Context, c engine.Command, leaderOnly bool) (engine.Result, error) {
-	res, err := n.propose(ctx, []engine.Command{c}, leaderOnly)
-	if err != nil {
-		return engine.Result{}, err
-	}
-	return res[0], nil
+	return n.prop.submitOne(ctx, c, leaderOnly, false)
 }
 
 // Claim commits a claim on a majority and reports whether it created the event.
@@ -198,12 +194,12 @@ func (n *Node) leaderCmd(ctx context.Context, c engine.Command) error {
 	// source's completion (it carries the cached response): its provider is
 	// waiting for that answer. (A sync source's failure may wait RideFor.)
 	riding := (c.Op == engine.OpComplete && c.Response == nil) || c.Op == engine.OpFail
-	res, err := n.prop.submitAs(ctx, []engine.Command{c}, true, riding)
+	r, err := n.prop.submitOne(ctx, c, true, riding)
 	if err != nil {
 		return fmt.Errorf("%s %s: %w", c.Op, c.Key, err)
 	}
-	if res[0].Err != nil {
-		return fmt.Errorf("%s %s: %w", c.Op, c.Key, res[0].Err)
+	if r.Err != nil {
+		return fmt.Errorf("%s %s: %w", c.Op, c.Key, r.Err)
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,6 +24,7 @@ type proposal struct {
 	res    []engine.Result
 	err    error
 	done   chan struct{}
+	one    [1]engine.Command // cmds of a single-command proposal (submitOne)
 }
 
 var proposalPool = sync.Pool{New: func() any { return &proposal{done: make(chan struct{}, 1)} }}
@@ -48,6 +50,8 @@ type proposer struct {
 	settled  chan struct{}  // closed when complete() returns
 
 	pending chan pendingApply // raft futures, completed in log order
+
+	entryCmds []engine.Command // dispatch's scratch: the commands of the entry being encoded (loop goroutine only)
 
 	entries  atomic.Uint64 // log entries proposed by this node
 	commands atomic.Uint64 // commands in them
@@ -137,24 +141,59 @@ func (p *proposer) submit(ctx context.Context, cmds []engine.Command, leaderOnly
 func (p *proposer) submitAs(ctx context.Context, cmds []engine.Command, leaderOnly, riding bool) ([]engine.Result, error) {
 	pr := proposalPool.Get().(*proposal)
 	pr.cmds, pr.leaderOnly, pr.riding, pr.res, pr.err = cmds, leaderOnly, riding, nil, nil
+	if err := p.wait(ctx, pr); err != nil {
+		return nil, err
+	}
+	res, err := pr.res, pr.err
+	pr.cmds, pr.res = nil, nil
+	proposalPool.Put(pr)
+	return res, err
+}
+
+// submitOne is submitAs for one command, which is what nearly every caller
+// (a claim, a delivery's outcome) proposes: the command travels in the
+// pooled proposal rather than in a slice of its own.
+func (p *proposer) submitOne(ctx context.Context, c engine.Command, leaderOnly, riding bool) (engine.Result, error) {
+	pr := proposalPool.Get().(*proposal)
+	pr.one[0] = c
+	pr.cmds, pr.leaderOnly, pr.riding, pr.res, pr.err = pr.one[:], leaderOnly, riding, nil, nil
+	if err := p.wait(ctx, pr); err != nil {
+		return engine.Result{}, err
+	}
+	var r engine.Result
+	err := pr.err
+	if err == nil {
+		r = pr.res[0]
+	}
+	pr.one[0] = engine.Command{} // the pool must not keep the payload alive
+	pr.cmds, pr.res = nil, nil
+	proposalPool.Put(pr)
+	return r, err
+}
+
+// wait queues pr and waits until the proposer answers it (nil: pr.res and
+// pr.err hold the answer) or ctx ends. On an error pr is no longer the
+// caller's: it went back to the pool, or it still belongs to the proposer
+// and its commands may yet commit.
+func (p *proposer) wait(ctx context.Context, pr *proposal) error {
 	select {
 	case p.queue <- pr:
 	case <-ctx.Done():
+		err := fmt.Errorf("queue command: %v: %w", ctx.Err(), ErrNoLeader)
+		pr.one[0], pr.cmds = engine.Command{}, nil
 		proposalPool.Put(pr)
-		return nil, fmt.Errorf("queue command: %v: %w", ctx.Err(), ErrNoLeader)
+		return err
 	case <-p.stop:
+		pr.one[0], pr.cmds = engine.Command{}, nil
 		proposalPool.Put(pr)
-		return nil, ErrShutdown
+		return ErrShutdown
 	}
 	select {
 	case <-pr.done:
-		res, err := pr.res, pr.err
-		pr.cmds, pr.res = nil, nil
-		proposalPool.Put(pr)
-		return res, err
+		return nil
 	case <-ctx.Done():
 		// The proposal still belongs to the proposer; it is not returned to the pool.
-		return nil, fmt.Errorf("wait for commit: %v: %w", ctx.Err(), ErrIndeterminate)
+		return fmt.Errorf("wait for commit: %v: %w", ctx.Err(), ErrIndeterminate)
 	}
 }
 
@@ -343,7 +382,7 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int, leader bool, sem chan 
 	r := p.n.raft
 	if leader {
 		now := p.n.now().UnixNano()
-		cmds := make([]engine.Command, 0, ncmds)
+		cmds := slices.Grow(p.entryCmds[:0], ncmds)
 		for _, pr := range batch {
 			for _, c := range pr.cmds {
 				c.Now = now
@@ -352,6 +391,8 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int, leader bool, sem chan 
 		}
 		slots, leases := p.reserveLeases(cmds)
 		data := engine.EncodeEntry(nil, cmds)
+		clear(cmds) // the encoding is all raft keeps; the payloads may go
+		p.entryCmds = cmds[:0]
 		p.entries.Add(1)
 		p.commands.Add(uint64(len(cmds)))
 		f := r.Apply(data, 0)

@@ -319,12 +319,14 @@ func (s *slots) free() int {
 }
 
 // takeHanded returns the events claims leased since the last call; each
-// holds a worker.
-func (s *slots) takeHanded() []job {
+// holds a worker. spare, emptied, collects the next ones: the dispatcher
+// hands back the slice of the call before, so that under load the two
+// slices are reused rather than grown anew for every entry.
+func (s *slots) takeHanded(spare []job) []job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	h := s.handed
-	s.handed = nil
+	s.handed = spare[:0]
 	return h
 }
 

@@ -563,13 +563,16 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 	// events may be due (a wake, a kick, a tick).
 	spareStop := 0
 	send := func(j job) { jobs <- j }
+	var handed []job // takeHanded's spare
 	for {
 		now := time.Now()
 		// Events leased by claims, each with its worker.
-		for _, j := range f.slots.takeHanded() { // counted in bySource by DeliverLeased
+		handed = f.slots.takeHanded(handed)
+		for _, j := range handed { // counted in bySource by DeliverLeased
 			j.leased = now // what waited so far was the commit, not a rate limit
 			f.place(j, now, &park, send)
 		}
+		clear(handed) // placed: the slice must not keep their payloads alive
 		// Parked events whose slot came, while there are free workers.
 		for len(park) > 0 && !park[0].start.After(now) && f.slots.take(1) == 1 {
 			p := park.pop()

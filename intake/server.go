@@ -170,6 +170,7 @@ type Server struct {
 	now          func() time.Time
 	metrics      Metrics
 	timeout      time.Duration // how long a claim may wait for a commit
+	deadlines    *claimDeadlines
 	notCommitted func(error) bool
 	// maxConnsPerIP caps one client address's open connections ([node]
 	// max_conns_per_ip); 0: DefaultMaxConnsPerIP.
@@ -198,6 +199,7 @@ func New(o Options) *Server {
 	if in.timeout <= 0 {
 		in.timeout = 10 * time.Second
 	}
+	in.deadlines = newClaimDeadlines(in.timeout)
 	if in.notCommitted == nil {
 		in.notCommitted = func(error) bool { return false }
 	}
@@ -465,9 +467,7 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 	if orderObj != "" {
 		cmd.OrderObject, cmd.OrderTime = orderObj, orderTime
 	}
-	cctx, cancel := context.WithTimeout(context.Background(), in.timeout)
-	res, err := in.store.Claim(cctx, cmd)
-	cancel()
+	res, err := in.store.Claim(in.deadlines.get(time.Now()), cmd)
 	if err != nil {
 		return in.claimFailed(ctx, src, err)
 	}
