@@ -77,7 +77,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	ctx := req.Context()
 	deadline, _ := ctx.Deadline()
 	for attempt := 0; ; attempt++ {
-		c, reused, err := t.get(ctx, deadline, addr)
+		c, reused, err := t.get(ctx, deadline, addr, attempt > 0)
 		if err != nil {
 			closeReqBody(req)
 			return nil, err
@@ -93,6 +93,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 		}
 		// The handler closed an idle connection before reading this
 		// request: nothing reached it. Send it again on a new one.
+		t.dropIdle(addr)
 		if req.Body != nil && req.Body != http.NoBody {
 			if req.GetBody == nil {
 				return nil, err
@@ -114,7 +115,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // cancels it; deadline ends it, as a request context's deadline does.
 func (t *transport) post(ctx context.Context, deadline time.Time, addr string, write func(*bufio.Writer) error) (*http.Response, error) {
 	for attempt := 0; ; attempt++ {
-		c, reused, err := t.get(ctx, deadline, addr)
+		c, reused, err := t.get(ctx, deadline, addr, attempt > 0)
 		if err != nil {
 			return nil, err
 		}
@@ -126,6 +127,7 @@ func (t *transport) post(ctx context.Context, deadline time.Time, addr string, w
 		if !retryable(ctx, reused, attempt, unanswered, err) {
 			return nil, err
 		}
+		t.dropIdle(addr)
 	}
 }
 
@@ -231,11 +233,11 @@ func (b *body) Close() error {
 }
 
 // get returns an idle connection to addr, or a new one, dialled before
-// deadline (when not zero). reused tells which.
-func (t *transport) get(ctx context.Context, deadline time.Time, addr string) (*conn, bool, error) {
+// deadline (when not zero); fresh asks for a new one. reused tells which.
+func (t *transport) get(ctx context.Context, deadline time.Time, addr string, fresh bool) (*conn, bool, error) {
 	now := time.Now()
 	t.mu.Lock()
-	for cs := t.idle[addr]; len(cs) > 0; cs = t.idle[addr] {
+	for cs := t.idle[addr]; len(cs) > 0 && !fresh; cs = t.idle[addr] {
 		c := cs[len(cs)-1]
 		t.idle[addr] = cs[:len(cs)-1]
 		if now.Sub(c.used) < t.idleFor {
@@ -255,6 +257,25 @@ func (t *transport) get(ctx context.Context, deadline time.Time, addr string) (*
 		return nil, false, err
 	}
 	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}, false, nil
+}
+
+// dropIdle closes the idle connections to addr. It runs when one of them
+// turned out closed by the handler: nothing tells an idle connection the
+// handler closed from a live one until a request fails on it, and when a
+// handler restarts (a deploy) or closes connections idle for a few seconds
+// (Node.js does after five), the others were opened before and are closed
+// too. Sending the request again on the next of them would fail the same
+// way and spend one of the event's attempts on a handler that is up; the
+// retry goes on a new connection instead (get's fresh), and the following
+// deliveries open new ones as they need.
+func (t *transport) dropIdle(addr string) {
+	t.mu.Lock()
+	cs := t.idle[addr]
+	delete(t.idle, addr)
+	t.mu.Unlock()
+	for _, c := range cs {
+		c.nc.Close()
+	}
 }
 
 // put keeps c idle for the next request to addr, or closes it when enough

@@ -258,3 +258,112 @@ func processCPU() int64 {
 	}
 	return ru.Utime.Nano() + ru.Stime.Nano()
 }
+
+// TestTransportHandlerClosedEveryIdleConnection: a handler that restarted
+// (a deploy), or that closes connections idle for a few seconds, closed
+// every connection the transport keeps idle. The next request must reach
+// it on the first call, on one new connection, not fail on a second dead
+// one and spend one of the event's attempts.
+func TestTransportHandlerClosedEveryIdleConnection(t *testing.T) {
+	const kept = 8
+	for _, how := range []string{"post", "http.Client"} {
+		t.Run(how, func(t *testing.T) {
+			var mu sync.Mutex
+			var open []net.Conn
+			arrived := make(chan struct{}, kept)
+			release := make(chan struct{})
+			ended := make(chan struct{}, kept+2)
+			url, conns := rawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
+				defer func() { ended <- struct{}{} }()
+				mu.Lock()
+				open = append(open, c)
+				mu.Unlock()
+				for {
+					req, err := http.ReadRequest(br)
+					if err != nil {
+						return
+					}
+					io.Copy(io.Discard, req.Body)
+					if n <= kept && req.Header.Get("Burst") != "" {
+						// The burst's requests are answered together, so
+						// that each holds a connection of its own.
+						arrived <- struct{}{}
+						<-release
+					}
+					c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+				}
+			})
+			tr := newTransport(kept)
+			defer tr.CloseIdleConnections()
+			pt := parsePlain(url + "/hook")
+			send := func(burst bool) error {
+				h := http.Header{HeaderIdempotencyKey: {"k"}}
+				if burst {
+					h.Set("Burst", "1")
+				}
+				var resp *http.Response
+				var err error
+				if how == "post" {
+					resp, err = tr.post(context.Background(), time.Now().Add(5*time.Second), pt.addr, func(w *bufio.Writer) error {
+						return writeRequest(w, pt, "oncehook", h, []byte("x"))
+					})
+				} else {
+					req, _ := http.NewRequest(http.MethodPost, url+"/hook", strings.NewReader("x"))
+					req.Header = h
+					resp, err = (&http.Client{Transport: tr}).Do(req)
+				}
+				if err != nil {
+					return err
+				}
+				closeBody(resp.Body)
+				if resp.StatusCode != 200 {
+					return fmt.Errorf("status %d", resp.StatusCode)
+				}
+				return nil
+			}
+
+			var wg sync.WaitGroup
+			errs := make(chan error, kept)
+			for range kept {
+				wg.Go(func() { errs <- send(true) })
+			}
+			for range kept {
+				<-arrived
+			}
+			close(release)
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			if n := conns.Load(); n != kept {
+				t.Fatalf("%d connections after the burst, want %d", n, kept)
+			}
+
+			// The handler closes every connection, as a restart does.
+			mu.Lock()
+			for _, c := range open {
+				c.Close()
+			}
+			mu.Unlock()
+			for range kept {
+				<-ended
+			}
+
+			if err := send(false); err != nil {
+				t.Fatalf("first request after the handler closed its connections: %v", err)
+			}
+			if n := conns.Load(); n != kept+1 {
+				t.Fatalf("%d connections, want %d: the request should go on one new connection", n, kept+1)
+			}
+			if err := send(false); err != nil {
+				t.Fatalf("second request: %v", err)
+			}
+			if n := conns.Load(); n != kept+1 {
+				t.Fatalf("%d connections, want %d: the new connection should be kept", n, kept+1)
+			}
+		})
+	}
+}
