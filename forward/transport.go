@@ -26,7 +26,9 @@ import (
 // error, which is a retry like any other failure); a request that fails on
 // a reused connection before any byte of an answer arrived (the handler
 // closed an idle connection) is sent once more on a new connection, as
-// http.Transport does for requests whose body can be rewound.
+// http.Transport does for requests whose body can be rewound. The
+// forwarder's own posts (post) also read plain answers without
+// http.ReadResponse (forward/answer.go).
 type transport struct {
 	dial     func(ctx context.Context, network, addr string) (net.Conn, error)
 	fallback *http.Transport
@@ -175,8 +177,15 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, a
 		return fail(true, err)
 	}
 	for {
-		resp, err := http.ReadResponse(c.br, req)
-		if err != nil {
+		var resp *http.Response
+		var h plainHead
+		plain := false
+		if req == postRequest { // post's answers only: see forward/answer.go
+			h, plain = readPlainHead(c.br)
+		}
+		if plain {
+			resp = h.response(c.br)
+		} else if resp, err = http.ReadResponse(c.br, req); err != nil {
 			return fail(false, err)
 		}
 		// Informational answers (103 Early Hints...) precede the real one.

@@ -249,6 +249,29 @@ func BenchmarkTransport(b *testing.B) {
 			b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
 		})
 	}
+	// post: the forwarder's own deliveries (request.go, answer.go).
+	b.Run("post", func(b *testing.B) {
+		t := newTransport(64)
+		defer t.CloseIdleConnections()
+		pt := parsePlain(srv.URL)
+		h := http.Header{HeaderIdempotencyKey: {"k"}}
+		b.SetParallelism(8)
+		b.ReportAllocs()
+		cpu0 := processCPU()
+		b.RunParallel(func(pb *testing.PB) {
+			for pb.Next() {
+				resp, err := t.post(context.Background(), time.Now().Add(5*time.Second), pt.addr, func(w *bufio.Writer) error {
+					return writeRequest(w, pt, "oncehook", h, payload)
+				})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				closeBody(resp.Body)
+			}
+		})
+		b.ReportMetric(float64(processCPU()-cpu0)/float64(b.N), "cpu-ns/op")
+	})
 }
 
 func processCPU() int64 {
