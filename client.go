@@ -23,6 +23,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := noArgs(fs, ""); err != nil {
+		return err
+	}
 	c, err := mk()
 	if err != nil {
 		return err
@@ -42,6 +45,9 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	after := fs.String("after", "", "start after this cursor (the \"next\" a previous page printed)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs, "to read one event: oncehook events show KEY"); err != nil {
 		return err
 	}
 	c, err := mk()
@@ -82,6 +88,9 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := noArgs(fs, "give each key with -key KEY"); err != nil {
+		return err
+	}
 	if *reason == "" {
 		return usageError{"replay needs -reason"}
 	}
@@ -106,6 +115,9 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, paus
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := noArgs(fs, ""); err != nil {
+		return err
+	}
 	if *source == "" || *reason == "" {
 		return usageError{verb + " needs -source and -reason"}
 	}
@@ -126,6 +138,9 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	reason := fs.String("reason", "", "why (logged with who; required)")
 	dry := fs.Bool("dry-run", false, "show what would be deleted")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs, ""); err != nil {
 		return err
 	}
 	if *state == "" || *before == "" || *reason == "" {

@@ -158,3 +158,17 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	}
 	return nil
 }
+
+// noArgs refuses arguments left after the flags of a command that takes
+// none: silently ignored, a key given as an argument would look acted on.
+// hint says what to write instead, if anything.
+func noArgs(fs *flag.FlagSet, hint string) error {
+	if fs.NArg() == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("%s takes no arguments, got %q", fs.Name(), fs.Args())
+	if hint != "" {
+		msg += ": " + hint
+	}
+	return usageError{msg}
+}

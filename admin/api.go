@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"oncehook/cluster"
@@ -68,8 +69,8 @@ func (s *Server) requireToken(h http.HandlerFunc) http.Handler {
 			jsonError(w, http.StatusUnauthorized, "no admin tokens configured ([admin] tokens)")
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok {
+		scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+		if !ok || !strings.EqualFold(scheme, "Bearer") { // schemes are case-insensitive (RFC 9110, 11.1)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="oncehook"`)
 			jsonError(w, http.StatusUnauthorized, "missing bearer token")
 			return
@@ -397,20 +398,108 @@ func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
 	defer cancel()
-	res, err := s.store.Replay(ctx, cmd)
-	if errors.Is(err, engine.ErrNoPayload) {
-		jsonError(w, http.StatusConflict, fmt.Sprintf("event %s: its payload was dropped after its source's payload_retention; there is nothing to deliver again", cmd.Keys[0]))
+	if len(cmd.Keys) > 0 {
+		s.replayKeys(ctx, w, cmd)
 		return
 	}
-	if err != nil && !errors.Is(err, engine.ErrWrongState) && !errors.Is(err, engine.ErrNotFound) {
+	res, err := s.store.Replay(ctx, cmd)
+	if err != nil {
 		jsonError(w, clusterWriteStatus(err), err.Error())
 		return
 	}
-	out := map[string]any{"replayed": res.N, "keys": nonNil(res.Keys)}
-	if err != nil {
-		out["error"] = err.Error()
+	writeJSON(w, http.StatusOK, map[string]any{"replayed": res.N, "keys": nonNil(res.Keys)})
+}
+
+// ReplaySkip is a key that POST /v1/replay did not replay, and why.
+type ReplaySkip struct {
+	Key   string `json:"key"`
+	Error string `json:"error"`
+}
+
+// replayConcurrency bounds the keys of one request replayed at a time; the
+// proposer packs those in flight into shared log entries.
+const replayConcurrency = 64
+
+// replayKeys replays each key with a command of its own: the engine says why
+// a key was not replayed (not found, not in a replayable state, payload
+// dropped) only for a command of one key, and an operator must learn it for
+// every key. One key that cannot be replayed is an error status (404, 409);
+// among several, the answer is 200 with the replayed keys and the skipped
+// ones, each with its reason (the CLI exits 1 when any was skipped).
+func (s *Server) replayKeys(ctx context.Context, w http.ResponseWriter, cmd engine.Command) {
+	keys := make([]string, 0, len(cmd.Keys))
+	seen := make(map[string]bool, len(cmd.Keys))
+	for _, k := range cmd.Keys {
+		if !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
 	}
-	writeJSON(w, http.StatusOK, out)
+	type outcome struct {
+		res engine.Result
+		err error
+	}
+	outs := make([]outcome, len(keys))
+	sem := make(chan struct{}, replayConcurrency)
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		c := cmd
+		c.Keys = []string{k}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			res, err := s.store.Replay(ctx, c)
+			outs[i] = outcome{res, err}
+		})
+	}
+	wg.Wait()
+
+	replayed := []string{}
+	var skipped []ReplaySkip
+	status, clusterErr := 0, error(nil)
+	for i, o := range outs {
+		k := keys[i]
+		switch {
+		case o.err == nil && o.res.N > 0:
+			replayed = append(replayed, k)
+			continue
+		case errors.Is(o.err, engine.ErrNotFound):
+			status = max(status, http.StatusNotFound)
+			skipped = append(skipped, ReplaySkip{k, "not found"})
+		case errors.Is(o.err, engine.ErrWrongState):
+			status = max(status, http.StatusConflict)
+			skipped = append(skipped, ReplaySkip{k, fmt.Sprintf("event is %s: only dead, done and stale events are replayed", o.res.State)})
+		case errors.Is(o.err, engine.ErrNoPayload):
+			status = max(status, http.StatusConflict)
+			skipped = append(skipped, ReplaySkip{k, "its payload was dropped after its source's payload_retention; there is nothing to deliver again"})
+		case errors.Is(o.err, engine.ErrBadCommand):
+			status = max(status, http.StatusBadRequest)
+			skipped = append(skipped, ReplaySkip{k, "not a valid key"})
+		case o.err != nil:
+			if clusterErr == nil {
+				clusterErr = o.err
+			}
+			skipped = append(skipped, ReplaySkip{k, "not committed: " + o.err.Error()})
+		default:
+			skipped = append(skipped, ReplaySkip{k, "not replayed"})
+		}
+	}
+	switch {
+	case len(replayed) == 0 && clusterErr != nil:
+		// Nothing committed for want of a leader (or outcome unknown): retry.
+		writeJSON(w, clusterWriteStatus(clusterErr), map[string]any{"error": clusterErr.Error(), "replayed": 0, "keys": replayed, "skipped": skipped})
+	case len(keys) == 1 && len(skipped) == 1:
+		if status == 0 {
+			status = http.StatusConflict
+		}
+		jsonError(w, status, fmt.Sprintf("event %s: %s", keys[0], skipped[0].Error))
+	default:
+		out := map[string]any{"replayed": len(replayed), "keys": replayed}
+		if len(skipped) > 0 {
+			out["skipped"] = skipped
+		}
+		writeJSON(w, http.StatusOK, out)
+	}
 }
 
 func nonNil(s []string) []string {

@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -163,7 +164,8 @@ func TestAPIAnswers(t *testing.T) {
 		{"events by state", "GET", "/v1/events?state=pending", "", "", 200, `"key": "orders:msg_1"`},
 		{"unknown state", "GET", "/v1/events?state=lost", "", "", 400, `unknown state \"lost\"`},
 		{"replay without a reason", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"]}`, 400, "reason is required"},
-		{"replay of a pending event", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"reason":"test"}`, 200, `"replayed": 0`},
+		{"replay of a pending event", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"reason":"test"}`, 409, `event orders:msg_1: event is pending: only dead, done and stale events are replayed`},
+		{"replay of an unknown key", "POST", "/v1/replay", "", `{"keys":["orders:nope"],"reason":"test"}`, 404, `event orders:nope: not found`},
 		{"replay of a state in flight", "POST", "/v1/replay", "", `{"state":"pending","reason":"test"}`, 400, "state must be dead, done or stale"},
 		{"pause", "POST", "/v1/sources/orders/pause", "", `{"reason":"maintenance"}`, 200, `"paused": true`},
 		{"pause of an unknown source", "POST", "/v1/sources/nope/pause", "", `{"reason":"maintenance"}`, 404, "unknown source nope"},
@@ -198,5 +200,83 @@ func TestAPIAnswers(t *testing.T) {
 				t.Fatalf("answer is not JSON: %s", raw)
 			}
 		})
+	}
+}
+
+// TestReplayKeysSaysWhatWasSkipped: POST /v1/replay with several keys
+// replays those it can and names every other one with its reason, instead
+// of dropping them silently; the same key twice is replayed once.
+func TestReplayKeysSaysWhatWasSkipped(t *testing.T) {
+	store, url := newTestAPI(t)
+	for _, k := range []string{"orders:done1", "orders:done2", "orders:pending"} {
+		if _, err := store.apply(engine.Command{Op: engine.OpClaim, Key: k, Source: "orders",
+			Payload: []byte(`{"a":1}`), Retention: int64(time.Hour), LeaseFor: int64(time.Minute)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for range 2 {
+		r, err := store.apply(engine.Command{Op: engine.OpLease, Max: 1, LeaseFor: int64(time.Minute)})
+		if err != nil || len(r.Events) != 1 {
+			t.Fatalf("lease: %v %+v", err, r)
+		}
+		if _, err := store.apply(engine.Command{Op: engine.OpComplete, Key: r.Events[0].Key, Token: r.Events[0].Token}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	body := `{"keys":["orders:done1","orders:nope","orders:pending","orders:done2","orders:done1"],"reason":"test"}`
+	req, _ := http.NewRequest("POST", url+"/v1/replay", strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var got struct {
+		Replayed int          `json:"replayed"`
+		Keys     []string     `json:"keys"`
+		Skipped  []ReplaySkip `json:"skipped"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&got); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("answer %d, %v", resp.StatusCode, err)
+	}
+	wantSkipped := []ReplaySkip{
+		{"orders:nope", "not found"},
+		{"orders:pending", "event is pending: only dead, done and stale events are replayed"},
+	}
+	if got.Replayed != 2 || !slices.Equal(got.Keys, []string{"orders:done1", "orders:done2"}) || !slices.Equal(got.Skipped, wantSkipped) {
+		t.Fatalf("answer %+v, want done1 and done2 replayed, %+v skipped", got, wantSkipped)
+	}
+	for _, k := range []string{"orders:done1", "orders:done2"} {
+		if ev, err := store.Get(k, false); err != nil || ev.State != engine.StatePending {
+			t.Fatalf("%s: %v %v, want pending again", k, ev.State, err)
+		}
+	}
+}
+
+// TestBearerSchemeAnyCase: the auth scheme is case-insensitive; the token
+// itself is not.
+func TestBearerSchemeAnyCase(t *testing.T) {
+	_, url := newTestAPI(t)
+	for _, c := range []struct {
+		header string
+		status int
+	}{
+		{"Bearer " + testToken, 200},
+		{"bearer " + testToken, 200},
+		{"BEARER " + testToken, 200},
+		{"Bearer " + strings.ToUpper(testToken), 401},
+		{"Basic " + testToken, 401},
+		{testToken, 401},
+	} {
+		req, _ := http.NewRequest("GET", url+"/v1/status", nil)
+		req.Header.Set("Authorization", c.header)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("Authorization %.12q...: %d, want %d", c.header, resp.StatusCode, c.status)
+		}
 	}
 }

@@ -3,11 +3,13 @@ package adminclient
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"oncehook/admin"
@@ -41,8 +43,9 @@ const (
 "last_error":"status 500","step":"charge","audit":[{"at":"2026-11-30T10:05:00Z","who":"ops","action":"replay","reason":"fixed","from":"dead"}],
 "attempts_history":[{"at":"2026-11-30T10:01:00Z","duration_ms":12.5,"status":500,"error":"status 500","body":"no"}],
 "future_field":{"z":1,"a":[true,null]}}`
-	replayAnswer = `{"replayed":["stripe:evt_1"],"count":1,"dry_run":false}`
-	pauseAnswer  = `{"source":"orders","paused":true,"changed":true}`
+	replayAnswer        = `{"replayed":1,"keys":["stripe:evt_1"]}`
+	replaySkippedAnswer = `{"replayed":1,"keys":["stripe:evt_1"],"skipped":[{"key":"stripe:evt_2","error":"not found"}]}`
+	pauseAnswer         = `{"source":"orders","paused":true,"changed":true}`
 )
 
 // TestClientAnswersPrint: the client prints the admin API's answers exactly
@@ -89,6 +92,15 @@ func TestClientAnswersPrint(t *testing.T) {
 			return c.Replay(ctx, w, admin.ReplayRequest{Keys: []string{"stripe:evt_1"}, Reason: "fixed"})
 		}},
 		{"pause", "POST /v1/sources/orders/pause", pauseAnswer, func(w io.Writer) error { return c.Pause(ctx, w, "orders", "deploy", true) }},
+		{"list_peers", "GET /v1/status", statusNow, func(w io.Writer) error { return c.ListPeers(ctx, w) }},
+		{"replay_skipped", "POST /v1/replay", replaySkippedAnswer, func(w io.Writer) error {
+			// Printed, then an error: the command exits 1.
+			err := c.Replay(ctx, w, admin.ReplayRequest{Keys: []string{"stripe:evt_1", "stripe:evt_2"}, Reason: "fixed"})
+			if err == nil || !strings.Contains(err.Error(), "1 of the keys not replayed") {
+				return fmt.Errorf("replay with a skipped key: %v, want an error", err)
+			}
+			return nil
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.golden, func(t *testing.T) {

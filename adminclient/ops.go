@@ -99,9 +99,27 @@ func (c *Client) ShowEvent(ctx context.Context, w io.Writer, key string, body bo
 	return printAnswer(w, ev)
 }
 
-// Replay posts req to /v1/replay and prints the answer.
+// Replay posts req to /v1/replay and prints the answer. Keys the node
+// could not replay (the answer's "skipped") make it an error, after the
+// answer is printed: a script must not take a partial replay for a whole one.
 func (c *Client) Replay(ctx context.Context, w io.Writer, req admin.ReplayRequest) error {
-	return c.post(ctx, w, "/v1/replay", req)
+	var out json.RawMessage
+	if err := c.Do(ctx, http.MethodPost, "/v1/replay", req, &out); err != nil {
+		return err
+	}
+	if err := printAnswer(w, out); err != nil {
+		return err
+	}
+	var ans struct {
+		Skipped []admin.ReplaySkip `json:"skipped"`
+	}
+	if err := json.Unmarshal(out, &ans); err != nil {
+		return fmt.Errorf("admin API answer: %w", err)
+	}
+	if n := len(ans.Skipped); n > 0 {
+		return fmt.Errorf("%d of the keys not replayed (see skipped)", n)
+	}
+	return nil
 }
 
 // Purge posts req to /v1/purge and prints the answer.
@@ -138,9 +156,9 @@ func (c *Client) ListPeers(ctx context.Context, w io.Writer) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "Node\tID\tAddress\tState\tVoter")
+	fmt.Fprintln(tw, "ID\tAddress\tState\tVoter")
 	for _, n := range st.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%v\n", n.ID, n.ID, n.Address, n.State, n.Suffrage == "Voter")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\n", n.ID, n.Address, n.State, n.Suffrage == "Voter")
 	}
 	return tw.Flush()
 }
