@@ -182,7 +182,7 @@ func TestIntakeAnswers(t *testing.T) {
 		{name: "no signature", req: request{path: "/in/orders", body: `{"a":1}`, id: "msg_1", unsigned: true},
 			status: 401, contains: `"status":"error"`},
 		{name: "no key", req: request{path: "/in/jsonkey", body: `{"a":1}`, id: "msg_1"},
-			status: 400, contains: `no idempotency key`},
+			status: 400, body: `{"status":"error","error":"no idempotency key: key part \"json:id\": missing or empty"}` + "\n"},
 		{name: "key from the body", req: request{path: "/in/jsonkey", body: `{"id":"evt_9"}`, id: "msg_1"},
 			status: 202, body: `{"status":"accepted","key":"jsonkey:evt_9"}` + "\n", stored: "jsonkey:evt_9"},
 		{name: "not JSON", req: request{path: "/in/jsonkey", body: `{"id":"evt_1"`, id: "msg_1"},

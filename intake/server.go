@@ -441,7 +441,13 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 	key, err := src.keyer.Key((*kp)[:0], &ctx.Request.Header, body)
 	*kp = key[:0]
 	if err != nil {
-		return writeError(ctx, fasthttp.StatusBadRequest, "no idempotency key: "+err.Error())
+		// The providers' errors start with their package's name, and two of
+		// them say what is wrong with the key already.
+		msg := strings.TrimPrefix(err.Error(), "providers: ")
+		if !errors.Is(err, providers.ErrNoKey) && !errors.Is(err, providers.ErrKeyTooLong) {
+			msg = "no idempotency key: " + msg
+		}
+		return writeError(ctx, fasthttp.StatusBadRequest, msg)
 	}
 
 	// A key in this node's applied state is committed: answer the duplicate
