@@ -134,7 +134,6 @@ type Node struct {
 	leaderDone   chan struct{}
 	stopObserve  chan struct{}
 	observeDone  chan struct{}
-	leaderChange uint64
 
 	// inproc, in tests on raft.InmemTransport, finds the node behind a raft
 	// address so the internal channel runs without TCP.
@@ -540,9 +539,6 @@ func (n *Node) observeLeadership() {
 			n.stopLeaderWork()
 			return
 		case isLeader := <-ch:
-			n.leaderMu.Lock()
-			n.leaderChange++
-			n.leaderMu.Unlock()
 			if isLeader {
 				n.startLeaderWork()
 			} else {

@@ -371,9 +371,7 @@ func (n *Node) Status() Status {
 	st.Proposed = BatchStats{n.prop.entries.Load(), n.prop.commands.Load()}
 	st.Relayed = BatchStats{n.prop.relays.Load(), n.prop.relayed.Load()}
 	st.ClaimLeases = ClaimLeaseStats{n.prop.claimLeases.Load(), n.prop.claimLeased.Load()}
-	n.leaderMu.Lock()
-	st.LeaderChanges = n.leaderChange
-	n.leaderMu.Unlock()
+	st.LeaderChanges = n.leaders.leaderChanges()
 	if st.State == "leader" {
 		st.LastContact = "0s"
 	} else if lc := n.raft.LastContact(); !lc.IsZero() {

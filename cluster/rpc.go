@@ -398,12 +398,14 @@ var errLeaderChanged = errors.New("the leader changed")
 type leaderWatch struct {
 	leader func() (raft.ServerAddress, raft.ServerID) // raft's view
 
-	mu     sync.Mutex
-	addr   raft.ServerAddress
-	id     raft.ServerID
-	ctx    context.Context
-	cancel context.CancelCauseFunc
-	closed bool
+	mu      sync.Mutex
+	addr    raft.ServerAddress
+	id      raft.ServerID
+	known   raft.ServerID // the last leader seen; id is "" between leaders
+	changes uint64        // leaders seen that differ from the one before
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	closed  bool
 }
 
 func newLeaderWatch(leader func() (raft.ServerAddress, raft.ServerID)) *leaderWatch {
@@ -424,8 +426,20 @@ func (w *leaderWatch) current() (raft.ServerAddress, context.Context) {
 		w.cancel(fmt.Errorf("%w (from %q to %q)", errLeaderChanged, w.id, id))
 		w.addr, w.id = addr, id
 		w.ctx, w.cancel = context.WithCancelCause(context.Background())
+		if id != "" && id != w.known {
+			w.known = id
+			w.changes++
+		}
 	}
 	return w.addr, w.ctx
+}
+
+// leaderChanges is the number of times a leader other than the last one
+// was seen, the first one included: on every node, not only those elected.
+func (w *leaderWatch) leaderChanges() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.changes
 }
 
 // close ends the current context for good (cause ErrShutdown).

@@ -76,3 +76,26 @@ func TestClusterStatusReportsEveryMember(t *testing.T) {
 	c.heal()
 	c.waitConverged()
 }
+
+// TestLeaderChangesCountedOnEveryNode: Status.LeaderChanges counts the
+// leaders a node has seen, on followers too, not only its own elections:
+// after a hand-over every member's count has grown.
+func TestLeaderChangesCountedOnEveryNode(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	li := c.waitLeader(-1)
+	for i, n := range c.nodes {
+		waitFor(t, fmt.Sprintf("node %d to count the first leader", i), func() bool { return n.Status().LeaderChanges >= 1 })
+	}
+	before := make([]uint64, len(c.nodes))
+	for i, n := range c.nodes {
+		before[i] = n.Status().LeaderChanges
+	}
+	fi := c.follower(li)
+	if _, err := c.nodes[li].TransferLeadership(ctxT(t, 30e9), c.nodes[fi].cfg.ID); err != nil {
+		t.Fatal(err)
+	}
+	c.waitLeader(li)
+	for i, n := range c.nodes {
+		waitFor(t, fmt.Sprintf("node %d to count the new leader", i), func() bool { return n.Status().LeaderChanges > before[i] })
+	}
+}
