@@ -353,6 +353,10 @@ func (f *relayer) call(ctx context.Context, addr string, op byte, body []byte) (
 		fc.c.Close()
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
+		} else {
+			// The leader restarted, or its streams broke: the idle ones were
+			// opened before and would fail the next batches the same way.
+			f.closeAll()
 		}
 		return fmt.Errorf("relay to leader %s: %v: %w", addr, err, ErrIndeterminate)
 	}

@@ -1,12 +1,14 @@
 package cluster
 
 import (
+	"bufio"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"math/big"
 	"net"
@@ -209,5 +211,27 @@ func writePEM(t *testing.T, path, typ string, der []byte) {
 	t.Helper()
 	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRelayDropsIdleStreamsAfterAFailure: when a relay stream turns out
+// broken (the leader restarted at the same address and closed every stream
+// a follower kept), the other kept streams are closed too, so that only one
+// batch fails with an unknown outcome, not one per kept stream.
+func TestRelayDropsIdleStreamsAfterAFailure(t *testing.T) {
+	f := &relayer{n: &Node{relayTimeout: 5 * time.Second}, addr: "leader"}
+	for range maxIdleRelay {
+		ours, theirs := net.Pipe()
+		theirs.Close() // the leader's end is gone
+		f.idle = append(f.idle, &relayConn{c: ours, r: bufio.NewReader(ours), w: bufio.NewWriter(ours)})
+	}
+	if _, err := f.call(ctxT(t, 5*time.Second), "leader", rpcApply, []byte("x")); !errors.Is(err, ErrIndeterminate) {
+		t.Fatalf("call on a broken stream: %v, want ErrIndeterminate", err)
+	}
+	f.mu.Lock()
+	left := len(f.idle)
+	f.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("%d broken streams still kept for the next batches", left)
 	}
 }
