@@ -712,3 +712,45 @@ func TestConnectionsReused(t *testing.T) {
 		t.Errorf("%d connections for sequential deliveries, want 1", n)
 	}
 }
+
+// TestHandlerRestartSpendsNoAttempt: a handler restarted (a deploy) closed
+// every connection the forwarder kept to it; the next event reaches it at
+// its first attempt, with no failure recorded, though every kept connection
+// is dead.
+func TestHandlerRestartSpendsNoAttempt(t *testing.T) {
+	const burst = 8
+	l := newLeader(t)
+	arrived := make(chan struct{}, burst)
+	release := make(chan struct{})
+	h := &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) {
+		if n <= burst { // answered together: one connection each
+			arrived <- struct{}{}
+			<-release
+		}
+	}}
+	srv := serve(t, h)
+	for i := range burst {
+		l.claim("src:burst"+strconv.Itoa(i), "src", "x")
+	}
+	start(t, l, nil, Options{Workers: burst, Targets: only(Target{URL: srv.URL, BackoffMin: time.Second, BackoffMax: time.Second, MaxAttempts: 3})})
+	for range burst {
+		<-arrived
+	}
+	close(release)
+	for i := range burst {
+		waitFor(t, "the burst delivered", stateIs(l, "src:burst"+strconv.Itoa(i), engine.StateDone))
+	}
+
+	srv.CloseClientConnections() // the restart: every kept connection is closed
+	l.claim("src:after", "src", "x")
+	waitFor(t, "the event after the restart delivered", stateIs(l, "src:after", engine.StateDone))
+	if ev := l.get("src:after"); ev.Attempts != 1 {
+		t.Errorf("the event took %d attempts, want 1", ev.Attempts)
+	}
+	if fails := l.failLog(); len(fails) != 0 {
+		t.Errorf("%d failures recorded (first: %q), want none", len(fails), fails[0].Reason)
+	}
+	if got := h.hit(h.n() - 1).header.Get("Oncehook-Attempt"); got != "1" {
+		t.Errorf("the handler saw attempt %q, want 1", got)
+	}
+}
