@@ -169,9 +169,11 @@ func TestAdminAuthOnEveryRoute(t *testing.T) {
 		{"GET", "/debug/pprof/cmdline"}, {"GET", "/debug/pprof/symbol"}}
 	for _, rt := range routes {
 		// (A token with trailing spaces is the same token: HTTP strips
-		// optional whitespace around a field value before the server sees it.)
+		// optional whitespace around a field value before the server sees it.
+		// The scheme is case-insensitive, RFC 9110 11.1: "bearer" is no
+		// mistake; the admin package's TestBearerSchemeAnyCase checks it.)
 		for _, auth := range []string{"", "Bearer wrong-token", "Bearer " + adminToken[:len(adminToken)-1], "Bearer " + adminToken + "x",
-			"bearer " + adminToken, adminToken, "Basic " + b64("chaos:"+adminToken), "Bearer  " + adminToken} {
+			"bearer " + adminToken + "x", adminToken, "Basic " + b64("chaos:"+adminToken), "Bearer  " + adminToken} {
 			req, _ := http.NewRequest(rt[0], "http://"+s.admin+rt[1], strings.NewReader(`{"keys":["orders:x"],"reason":"r","id":"n","address":"a:1"}`))
 			if auth != "" {
 				req.Header.Set("Authorization", auth)
