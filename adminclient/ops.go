@@ -158,7 +158,7 @@ func (c *Client) ListPeers(ctx context.Context, w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tAddress\tState\tVoter")
 	for _, n := range st.Nodes {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\n", n.ID, n.Address, n.State, n.Suffrage == "Voter")
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\n", n.ID, orDash(n.Address), n.State, n.Suffrage == "Voter")
 	}
 	return tw.Flush()
 }

@@ -76,7 +76,7 @@ func printStatus(w io.Writer, st *statusAnswer) {
 		if role == "" {
 			role = m.State
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, m.Address, m.Suffrage, role,
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", m.ID, orDash(m.Address), m.Suffrage, role,
 			orDash(m.Term), orDash(m.CommitIndex), orDash(m.AppliedIndex), orDash(m.LastContact))
 		if m.Error != "" {
 			unreachable = append(unreachable, fmt.Sprintf("%s: %s", m.ID, m.Error))

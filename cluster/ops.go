@@ -390,6 +390,14 @@ func (n *Node) Status() Status {
 			st.Nodes = append(st.Nodes, Server{ID: string(s.ID), Address: string(s.Address), Suffrage: s.Suffrage.String(), State: role})
 		}
 	}
+	if n.cfg.Bind == "" && n.cfg.Transport == nil {
+		// A node without [cluster] runs raft in memory, where its address
+		// is its id: it has no cluster address to show.
+		st.LeaderAddress = ""
+		for i := range st.Nodes {
+			st.Nodes[i].Address = ""
+		}
+	}
 	return st
 }
 
