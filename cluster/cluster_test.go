@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -442,7 +443,10 @@ func TestRestoreFromBackupReplacesClusterState(t *testing.T) {
 	l := c.nodes[leader]
 	ctx := ctxT(t, 20*time.Second)
 	for i := 0; i < 20; i++ {
-		if _, err := l.Claim(ctx, claimCmd(fmt.Sprintf("src:kept%d", i))); err != nil {
+		// Guarded bodies too (replay_guard = "body"): the backup holds them.
+		c := claimCmd(fmt.Sprintf("src:kept%d", i))
+		c.BodyKey = fmt.Sprintf("src\x00body-%d", i)
+		if _, err := l.Claim(ctx, c); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -472,9 +476,15 @@ func TestRestoreFromBackupReplacesClusterState(t *testing.T) {
 	if err := l.Restore(ctx, backup); err != nil {
 		t.Fatalf("restore: %v", err)
 	}
-	// New claims after the restore apply on every node.
+	// New claims after the restore apply on every node, and the replay
+	// guard knows the restored bodies.
 	if _, err := l.Claim(ctx, claimCmd("src:after")); err != nil {
 		t.Fatal(err)
+	}
+	replayed := claimCmd("src:captured")
+	replayed.BodyKey = "src\x00body-3"
+	if r, err := l.Claim(ctx, replayed); err != nil || r.Created || !slices.Equal(r.Keys, []string{"src:kept3"}) {
+		t.Fatalf("a restored body under a new key: %+v %v, want a duplicate of src:kept3", r, err)
 	}
 	c.waitConverged()
 	for _, n := range c.nodes {

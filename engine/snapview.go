@@ -104,6 +104,13 @@ func CheckFile(path string) error {
 		return err
 	}
 	e := &Engine{path: path, db: db}
+	// Check compares the replay guard's in-memory index with the file's
+	// bodies bucket: it must be loaded from the file, as Open does, or every
+	// file holding a guarded body is refused.
+	if err := db.View(func(tx *bolt.Tx) (err error) { e.bodies, err = loadBodyIndex(tx); return err }); err != nil {
+		db.Close()
+		return fmt.Errorf("engine: check %s: %w", path, err)
+	}
 	cerr := e.Check()
 	if err := db.Close(); cerr == nil {
 		cerr = err
