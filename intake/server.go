@@ -630,7 +630,13 @@ func (in *Server) answerSync(ctx *fasthttp.RequestCtx, src *Source, key []byte) 
 	})
 	switch {
 	case err != nil:
-		return writeClaim(ctx, fasthttp.StatusGatewayTimeout, "accepted_handler_timeout", key, engine.StateProcessing, true)
+		// Not answered in time (the handler is slow or the source paused):
+		// the event is committed and still to be delivered. Say where it is.
+		st := engine.StateProcessing
+		if cur, gerr := in.store.Get(string(key), false); gerr == nil {
+			st = cur.State
+		}
+		return writeClaim(ctx, fasthttp.StatusGatewayTimeout, "accepted_handler_timeout", key, st, true)
 	case ev.State == engine.StateDone && ev.Response != nil:
 		return writeCached(ctx, ev.Response)
 	case ev.State == engine.StateDone:

@@ -18,6 +18,7 @@ provider = "standard"
 secret_files = ["orders.secret"]
 forward = "http://127.0.0.1:1/paid"
 mode = "sync"
+forward_timeout = "100ms"
 `
 
 // handlerStep is what the test's stand-in for the forwarder does with the
@@ -75,6 +76,10 @@ func TestSyncAnswers(t *testing.T) {
 		{name: "new: the handler's answer", handler: &handlerStep{201, "made"}, status: 201, body: "made"},
 		{name: "new: a failure is 502", handler: &handlerStep{}, status: 502,
 			body: `{"status":"handler_failed","key":"paid:msg_1","state":"dead"}` + "\n"},
+		// No delivery at all within forward_timeout + 2 s: the event waits,
+		// pending, and the answer says so.
+		{name: "new: no answer in time is 504", status: 504,
+			body: `{"status":"accepted_handler_timeout","key":"paid:msg_1","state":"pending"}` + "\n"},
 		{name: "duplicate of a done event: the cached answer", setup: []handlerStep{{201, "made"}}, retry: &first,
 			status: 201, body: "made"},
 		{name: "duplicate with another body: conflict", setup: []handlerStep{{201, "made"}}, retry: &other,
