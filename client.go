@@ -47,6 +47,10 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if fs.NArg() > 0 && fs.Arg(0) == "show" {
+		// "events -addr X show KEY": the flags given before show go with it.
+		return cmdEventShow(ctx, append(args[:len(args)-fs.NArg():len(args)-fs.NArg()], fs.Args()[1:]...), stdout, stderr)
+	}
 	if err := noArgs(fs, "to read one event: oncehook events show KEY"); err != nil {
 		return err
 	}
@@ -62,17 +66,18 @@ func cmdEventShow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlags("events show", stderr)
 	mk := clientFlags(fs)
 	body := fs.Bool("body", false, "include headers, cached response and payload")
-	if err := parseFlags(fs, args); err != nil {
+	keys, err := parseInterspersed(fs, args)
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"events show needs one KEY (e.g. stripe-live:evt_123)"}
+	if len(keys) != 1 {
+		return usageError{fmt.Sprintf("events show needs one KEY (e.g. stripe-live:evt_123), got %d: %q", len(keys), keys)}
 	}
 	c, err := mk()
 	if err != nil {
 		return err
 	}
-	return c.ShowEvent(ctx, stdout, fs.Arg(0), *body)
+	return c.ShowEvent(ctx, stdout, keys[0], *body)
 }
 
 func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {

@@ -159,6 +159,22 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	return nil
 }
 
+// parseInterspersed parses args with fs, allowing flags after the
+// arguments too ("events show KEY -addr X"), and returns the arguments.
+func parseInterspersed(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := parseFlags(fs, args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
 // noArgs refuses arguments left after the flags of a command that takes
 // none: silently ignored, a key given as an argument would look acted on.
 // hint says what to write instead, if anything.

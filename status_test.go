@@ -72,3 +72,33 @@ func TestStatusShowsEveryMember(t *testing.T) {
 		t.Fatalf("member row %q:\n%s", lines[header+1], out.String())
 	}
 }
+
+// TestEventsShowTakesFlagsAnywhere: `events show KEY` reads the client
+// flags before show, between show and the key, and after the key.
+func TestEventsShowTakesFlagsAnywhere(t *testing.T) {
+	h := newHandler(t)
+	tn := startTestNode(t, "", h.url)
+	body := orderBody("evt_show", "obj_show", 1)
+	tn.post("orders", body, tn.signed(body, "msg_show"))
+	tn.waitState("orders:msg_show", engine.StateDone)
+	t.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(tn.dir, "admin.token"))
+	t.Setenv("ONCEHOOK_ADDR", "127.0.0.1:1") // only -addr leads to the node
+	for _, args := range [][]string{
+		{"events", "show", "-addr", tn.admin, "orders:msg_show"},
+		{"events", "-addr", tn.admin, "show", "orders:msg_show"},
+		{"events", "show", "orders:msg_show", "-addr", tn.admin},
+	} {
+		var out, errOut bytes.Buffer
+		if err := run(ctxTimeout(t, 30*time.Second), args, &out, &errOut); err != nil {
+			t.Fatalf("%q: %v\n%s", args, err, errOut.String())
+		}
+		if !strings.Contains(out.String(), `"key": "orders:msg_show"`) {
+			t.Fatalf("%q printed:\n%s", args, out.String())
+		}
+	}
+	var out, errOut bytes.Buffer
+	err := run(ctxTimeout(t, 30*time.Second), []string{"events", "show", "-addr", tn.admin, "orders:msg_show", "orders:other"}, &out, &errOut)
+	if msg, code := exitStatus(err); code != 2 || !strings.Contains(msg, "needs one KEY") {
+		t.Fatalf("two keys: exit %d %q, want 2", code, msg)
+	}
+}
