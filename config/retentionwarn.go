@@ -34,19 +34,21 @@ func retentionBelowRetryWindow(c *Config) []string {
 }
 
 // retriesOutliveRetention warns when the handler's retry schedule can run
-// past the key's retention: max_attempts waits of up to backoff_max each.
+// past the key's retention: max_attempts attempts wait up to backoff_max
+// before each retry, max_attempts-1 waits in all (one attempt never waits).
 func retriesOutliveRetention(c *Config) []string {
 	var w []string
 	for i := range c.Sources {
 		s := &c.Sources[i]
-		if s.MaxAttempts <= 0 || s.Retention <= 0 || s.BackoffMax <= 0 {
+		retries := s.MaxAttempts - 1
+		if retries <= 0 || s.Retention <= 0 || s.BackoffMax <= 0 {
 			continue
 		}
-		schedule := time.Duration(s.BackoffMax) * time.Duration(s.MaxAttempts)
-		if schedule/time.Duration(s.MaxAttempts) != time.Duration(s.BackoffMax) || schedule > time.Duration(s.Retention) {
+		schedule := time.Duration(s.BackoffMax) * time.Duration(retries)
+		if schedule/time.Duration(retries) != time.Duration(s.BackoffMax) || schedule > time.Duration(s.Retention) {
 			w = append(w, fmt.Sprintf(
-				"%s: max_attempts %d x backoff_max %s exceeds retention %s: the retry schedule outlives the key, and a provider's resend after the key expired is a new event",
-				sourceKey(i, "max_attempts"), s.MaxAttempts, s.BackoffMax, s.Retention))
+				"%s: max_attempts %d waits up to backoff_max %s before each of %d retries, beyond retention %s: the retry schedule outlives the key, and a provider's resend after the key expired is a new event",
+				sourceKey(i, "max_attempts"), s.MaxAttempts, s.BackoffMax, retries, s.Retention))
 		}
 	}
 	return w

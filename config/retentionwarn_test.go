@@ -55,8 +55,10 @@ func TestRetentionWarnings(t *testing.T) {
 			[]string{"source[0].retention: 24h is shorter than stripe's documented retry window of 72h: a resend after the key expired is claimed and delivered again; set at least 84h"}},
 		{"retention at the window", "provider = \"shopify\"\nretention = \"48h\"", nil},
 		{"retries outlive the key", "provider = \"twilio\"\nretention = \"5h\"\nmax_attempts = 10\nbackoff_max = \"1h\"",
-			[]string{"source[0].max_attempts: max_attempts 10 x backoff_max 1h exceeds retention 5h"}},
-		{"retries just fit", "provider = \"twilio\"\nretention = \"10h\"\nmax_attempts = 10\nbackoff_max = \"1h\"", nil},
+			[]string{"source[0].max_attempts: max_attempts 10 waits up to backoff_max 1h before each of 9 retries, beyond retention 5h"}},
+		// Ten attempts wait before nine retries: nine hours.
+		{"retries just fit", "provider = \"twilio\"\nretention = \"9h\"\nmax_attempts = 10\nbackoff_max = \"1h\"", nil},
+		{"one attempt never waits", "provider = \"twilio\"\nretention = \"100h\"\nmax_attempts = 1\nbackoff_max = \"200h\"", nil},
 		{"signature header", "provider = \"stripe\"\nkey = [\"header:Stripe-Signature\"]",
 			[]string{"source[0].key[0]: header:Stripe-Signature is a signature, timestamp or token header"}},
 		{"any case", "provider = \"github\"\nkey = [\"header:x-hub-signature-256\"]",
@@ -71,7 +73,7 @@ func TestRetentionWarnings(t *testing.T) {
 			[]string{"source[0].key[0]: header:X-Gitlab-Token"}},
 		{"the delivery id", "provider = \"github\"\nkey = [\"header:X-GitHub-Delivery\"]", nil},
 		{"all three", "provider = \"stripe\"\nretention = \"1h\"\nkey = [\"header:Stripe-Signature\"]",
-			[]string{"source[0].retention: 1h is shorter", "source[0].max_attempts: max_attempts 8 x backoff_max 10m exceeds retention 1h", "source[0].key[0]: header:Stripe-Signature"}},
+			[]string{"source[0].retention: 1h is shorter", "source[0].max_attempts: max_attempts 8 waits up to backoff_max 10m before each of 7 retries, beyond retention 1h", "source[0].key[0]: header:Stripe-Signature"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
