@@ -90,11 +90,24 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	target := fs.String("url", "", "intake URL (default: http://<node.listen>/in/<source>)")
 	contentType := fs.String("content-type", "", "Content-Type (default: application/json, or form for twilio/slack commands)")
 	keyFile := fs.String("key-file", "", "sign with the secret in this file instead of the source's first secret (e.g. a whsk_ private key for a source that holds only its whpk_ public key)")
+	var extra multiFlag
+	fs.Var(&extra, "header", "add the header \"Name: value\" (repeatable; e.g. the one an hmac source's key reads); the signature's headers win")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs, ""); err != nil {
 		return err
 	}
 	if *path == "" || *name == "" || *file == "" {
 		return usageError{"send needs -config, -source and -file"}
+	}
+	var added [][2]string
+	for _, h := range extra {
+		k, v, ok := strings.Cut(h, ":")
+		if k = strings.TrimSpace(k); !ok || k == "" || strings.ContainsAny(k, " \t") {
+			return usageError{fmt.Sprintf("-header %q: want \"Name: value\"", h)}
+		}
+		added = append(added, [2]string{k, strings.TrimSpace(v)})
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
@@ -161,6 +174,9 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		}
 	}
 	req.Header.Set("Content-Type", ct)
+	for _, h := range added {
+		req.Header.Add(h[0], h[1])
+	}
 	for _, h := range headers {
 		req.Header.Set(h.Name, h.Value)
 	}
