@@ -127,26 +127,14 @@ func plainLength(v []byte) (int64, bool) {
 }
 
 // tokenName reports whether b is a header name of token characters
-// (RFC 9110, 5.6.2).
+// (RFC 9110, 5.6.2; isTokenChar).
 func tokenName(b []byte) bool {
 	for _, c := range b {
-		if !tokenChar(c) {
+		if !isTokenChar(c) {
 			return false
 		}
 	}
 	return true
-}
-
-func tokenChar(c byte) bool {
-	switch {
-	case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9':
-		return true
-	}
-	switch c {
-	case '!', '#', '$', '%', '&', '\'', '*', '+', '-', '.', '^', '_', '`', '|', '~':
-		return true
-	}
-	return false
 }
 
 // plainText reports whether b holds no control byte but tabs: nothing that
