@@ -523,7 +523,7 @@ func TestValidateWarnsOfPlaintextAdmin(t *testing.T) {
 		if err := run(context.Background(), []string{"validate", "-config", path}, &out, &errOut); err != nil {
 			t.Fatalf("%s: validate: %v", tt.admin, err)
 		}
-		warned := strings.Contains(out.String(), ": warning: admin.listen ") && strings.Contains(out.String(), "without TLS")
+		warned := strings.Contains(out.String(), ": warning: admin.listen: ") && strings.Contains(out.String(), "without TLS")
 		if warned != tt.warn || !strings.Contains(out.String(), ": ok (") {
 			t.Errorf("%s: validate printed\n%s", tt.admin, out.String())
 		}

@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
@@ -37,7 +38,11 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("%s: %w", *path, err)
 	}
 	for _, w := range cfg.Warnings() {
-		fmt.Fprintf(stdout, "%s: warning: %s\n", *path, w)
+		at := *path
+		if line := cfg.WarningLine(w); line > 0 {
+			at += ":" + strconv.Itoa(line)
+		}
+		fmt.Fprintf(stdout, "%s: warning: %s\n", at, w)
 	}
 	mode := "single node"
 	if cfg.Cluster != nil {

@@ -40,7 +40,8 @@ forward = "http://127.0.0.1:9000/fine"
 			warnings = append(warnings, line)
 		}
 	}
-	want := []string{"source[0].retention: 24h is shorter than stripe's documented retry window of 72h", "source[0].key[0]: header:Stripe-Signature"}
+	// Each names the line of its key, as an error does.
+	want := []string{":9: warning: source[0].retention: 24h is shorter than stripe's documented retry window of 72h", ":10: warning: source[0].key[0]: header:Stripe-Signature"}
 	if len(warnings) != len(want) {
 		t.Fatalf("warnings:\n%s\nwant %d", out.String(), len(want))
 	}

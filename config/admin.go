@@ -60,7 +60,7 @@ func adminPlaintextWarning(c *Config) []string {
 	if c.Admin.TLS() || LoopbackOnly(c.Admin.Listen) {
 		return nil
 	}
-	return []string{fmt.Sprintf("admin.listen %q is reachable beyond loopback without TLS: admin tokens and "+
+	return []string{fmt.Sprintf("admin.listen: %q is reachable beyond loopback without TLS: admin tokens and "+
 		"session cookies cross the network in clear text; set [admin] tls_cert and tls_key, or listen on 127.0.0.1",
 		c.Admin.Listen)}
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"strings"
 )
 
 // Warnings lists what the config allows but an operator should know about,
@@ -17,7 +18,19 @@ func (c *Config) Warnings() []string {
 	return w
 }
 
-// warningChecks are run in order by Warnings; each returns zero or more lines.
+// WarningLine is the line of the file a warning is about (the line of the
+// key it starts with, "key: message", or of its table), 0 when unknown: for
+// `validate` to print it as `file:line: warning: key: message`.
+func (c *Config) WarningLine(w string) int {
+	key, _, ok := strings.Cut(w, ": ")
+	if !ok || strings.ContainsAny(key, " \t") {
+		return 0
+	}
+	return c.lines.find(key)
+}
+
+// warningChecks are run in order by Warnings; each returns zero or more
+// lines, each "key: message".
 var warningChecks = []func(*Config) []string{
 	clearTextCluster,
 	adminPlaintextWarning,     // admin.go

@@ -124,7 +124,7 @@ peers = ["node1=10.0.0.1:7070", "node2=10.0.0.2:7070", "node3=10.0.0.3:7070"]
 	}{
 		{"open.toml", 1, "open.toml:4: cluster.token_file: required: the cluster port needs authentication"},
 		{"short.toml", 1, "cluster.token_file: the token in "},
-		{"clear.toml", 0, "clear.toml: warning: cluster: peer node1=10.0.0.1:7070 is not on loopback and TLS is off"},
+		{"clear.toml", 0, ": warning: cluster: peer node1=10.0.0.1:7070 is not on loopback and TLS is off"},
 	} {
 		if out, code := run(t, dir, "validate", "-config", tt.file); code != tt.code || !strings.Contains(out, tt.want) {
 			t.Fatalf("validate %s: exit %d, want %d and %q\n%s", tt.file, code, tt.code, tt.want, out)
