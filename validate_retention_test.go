@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"oncehook/forward"
 )
 
 // TestValidateWarnsAboutRetention: `oncehook validate` prints one warning
@@ -52,5 +54,43 @@ forward = "http://127.0.0.1:9000/fine"
 	}
 	if !strings.Contains(out.String(), ": ok (single node, 2 sources)") {
 		t.Errorf("no ok line:\n%s", out.String())
+	}
+}
+
+// TestValidateWarnsOfReservedForwardHeaders: a forward_headers entry the
+// forwarder sets or drops on every delivery is warned about, each of them
+// (forward's own header names are the reference), and a provider header is
+// not.
+func TestValidateWarnsOfReservedForwardHeaders(t *testing.T) {
+	own := []string{forward.HeaderIdempotencyKey, forward.HeaderEventKey, forward.HeaderSource, forward.HeaderAttempt,
+		forward.HeaderFencingToken, forward.HeaderLastStep, "content-length", "Host"}
+	quoted := make([]string, 0, len(own)+1)
+	for _, h := range append([]string{"X-GitHub-Event"}, own...) {
+		quoted = append(quoted, fmt.Sprintf("%q", h))
+	}
+	dir := t.TempDir()
+	path := filepath.Join(dir, "oncehook.toml")
+	mustWrite(t, path, fmt.Sprintf(`[node]
+data_dir = %q
+
+[[source]]
+name = "gh"
+provider = "github"
+secrets = ["github-test-secret"]
+forward = "http://127.0.0.1:9000/gh"
+forward_headers = [%s]
+`, filepath.Join(dir, "data"), strings.Join(quoted, ", ")))
+	var out, errOut bytes.Buffer
+	if err := cmdValidate([]string{"-config", path}, &out, &errOut); err != nil {
+		t.Fatalf("validate: %v (%s)", err, errOut.String())
+	}
+	for i, h := range own {
+		want := fmt.Sprintf(":9: warning: source[0].forward_headers[%d]: %s is set or dropped by oncehook", i+1, h)
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no warning %q in\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "forward_headers[0]") {
+		t.Errorf("a provider header was warned about:\n%s", out.String())
 	}
 }

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 )
 
@@ -37,6 +38,36 @@ var warningChecks = []func(*Config) []string{
 	retentionBelowRetryWindow, // retentionwarn.go
 	retriesOutliveRetention,
 	keyPartChangesPerDelivery,
+	reservedForwardHeaders,
+}
+
+// ownHeaders are the headers the forwarder sets on every delivery, or that
+// describe the connection or the message's framing: a provider's value of
+// one of them is never passed on (the forward package's setHeaders and
+// forwardable decide; this list must follow them).
+var ownHeaders = []string{
+	"Idempotency-Key", "Oncehook-Event-Key", "Oncehook-Source", "Oncehook-Attempt",
+	"Oncehook-Fencing-Token", "Oncehook-Last-Step",
+	"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
+	"Proxy-Connection", "Te", "Trailer", "Upgrade", "Expect",
+}
+
+// reservedForwardHeaders warns of a forward_headers entry the handler will
+// never receive from the provider, since the forwarder sets or drops it.
+func reservedForwardHeaders(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		for j, h := range c.Sources[i].ForwardHeaders {
+			for _, own := range ownHeaders {
+				if strings.EqualFold(h, own) {
+					w = append(w, fmt.Sprintf("%s: %s is set or dropped by oncehook on every delivery: the provider's value never reaches the handler",
+						sourceKey(i, "forward_headers")+"["+strconv.Itoa(j)+"]", h))
+					break
+				}
+			}
+		}
+	}
+	return w
 }
 
 // clearTextCluster warns when cluster traffic leaves the machine unencrypted:
