@@ -271,11 +271,28 @@ func (n *node) lead(ctx context.Context) {
 	defer n.cluster.SetLeaseSlots(nil)
 	// A hand-over (shutdown, or an operator's transfer) lets its deliveries
 	// in flight finish first.
-	n.cluster.SetDrainer(f)
+	n.cluster.SetDrainer(drainer{f, n})
 	defer n.cluster.SetDrainer(nil)
 	if err := f.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		n.log.Error("forwarder stopped", "err", err)
 	}
+}
+
+// drainer is the forwarder as the cluster drains it before a hand-over,
+// for as long as the slowest source's handler may take.
+type drainer struct {
+	*forward.Forwarder
+	n *node
+}
+
+// DrainLimit is the longest forward_timeout of the running sources, and a
+// second for the outcome's commit (cluster.DrainLimiter).
+func (d drainer) DrainLimit() time.Duration {
+	longest := time.Duration(0)
+	for _, t := range *d.n.targets.Load() {
+		longest = max(longest, t.Timeout)
+	}
+	return longest + time.Second
 }
 
 func (n *node) target(source string) (forward.Target, bool) {

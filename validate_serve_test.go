@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"oncehook/forward"
 )
 
 // TestValidateRefusesWhatServeRefuses: for each config, `oncehook validate`
@@ -82,5 +85,22 @@ func TestValidateRefusesWhatServeRefuses(t *testing.T) {
 				t.Errorf("validate printed %q", out.String())
 			}
 		})
+	}
+}
+
+// TestDrainLimitFollowsTheSlowestSource: a leader's drain before a
+// hand-over lasts as long as the longest forward_timeout of the running
+// sources, plus a second for the outcome's commit (the cluster never waits
+// less than its own minimum).
+func TestDrainLimitFollowsTheSlowestSource(t *testing.T) {
+	n := &node{}
+	targets := map[string]forward.Target{"fast": {Timeout: 2 * time.Second}, "slow": {Timeout: 25 * time.Second}}
+	n.targets.Store(&targets)
+	if got := (drainer{nil, n}).DrainLimit(); got != 26*time.Second {
+		t.Fatalf("DrainLimit %v, want 26s", got)
+	}
+	targets = map[string]forward.Target{"fast": {Timeout: 2 * time.Second}}
+	if got := (drainer{nil, n}).DrainLimit(); got != 3*time.Second {
+		t.Fatalf("after a reload to a faster source: DrainLimit %v, want 3s", got)
 	}
 }

@@ -20,10 +20,19 @@ type Drainer interface {
 	Undrain()
 }
 
-// drainTimeout bounds a drain before a hand-over: a handler slower than
-// that is left to its lease (its event runs again when the lease ends). With
-// the intake's own shutdown it fits the systemd unit's TimeoutStopSec.
+// drainTimeout bounds a drain before a hand-over, unless the Drainer says
+// its deliveries may take longer (DrainLimiter): a handler slower than that
+// is left to its lease (its event runs again when the lease ends). With the
+// intake's own shutdown it fits the systemd unit's TimeoutStopSec.
 const drainTimeout = 10 * time.Second
+
+// DrainLimiter is a Drainer that knows how long a delivery in flight may
+// still take (the longest forward_timeout): a drain waits that long rather
+// than drainTimeout when it is longer, so that no delivery a handler is
+// still allowed to finish is cut off and sent again.
+type DrainLimiter interface {
+	DrainLimit() time.Duration
+}
 
 // SetDrainer makes d what this node drains before it hands leadership over
 // (nil: nothing). Set it while leading, unset it when delivery stops.
@@ -38,13 +47,17 @@ func (n *Node) SetDrainer(d Drainer) {
 type drainerRef struct{ Drainer }
 
 // drainDeliveries drains the delivery work, if any, for at most drainTimeout
-// or until ctx ends (then it logs what it left to the leases).
+// (or the Drainer's DrainLimit) or until ctx ends (then it logs what it left to the leases).
 func (n *Node) drainDeliveries(ctx context.Context) {
 	ref := n.drainer.Load()
 	if ref == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, drainTimeout)
+	limit := drainTimeout
+	if dl, ok := ref.Drainer.(DrainLimiter); ok {
+		limit = max(limit, dl.DrainLimit())
+	}
+	ctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
 	if err := ref.Drain(ctx); err != nil {
 		n.log.Warn("draining deliveries: deliveries still in flight; their events run again when their leases end",

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -98,4 +99,51 @@ func TestTransferLeadershipAlone(t *testing.T) {
 	if drains, _, _ := d.counts(); drains != 0 {
 		t.Errorf("a refused transfer drained")
 	}
+}
+
+// deadlineDrainer records the deadline a drain is given; limitedDrainer
+// adds a DrainLimit.
+type deadlineDrainer struct {
+	got time.Time
+}
+
+func (d *deadlineDrainer) Drain(ctx context.Context) error { d.got, _ = ctx.Deadline(); return nil }
+func (d *deadlineDrainer) Undrain()                        {}
+
+type limitedDrainer struct {
+	deadlineDrainer
+	limit time.Duration
+}
+
+func (d *limitedDrainer) DrainLimit() time.Duration { return d.limit }
+
+// TestDrainWaitsForTheSlowestHandler: a drain before a hand-over waits
+// drainTimeout, or as long as the Drainer's DrainLimit (the longest
+// forward_timeout) when that is longer, so that a delivery its handler may
+// still finish is not cut off and sent again after its lease.
+func TestDrainWaitsForTheSlowestHandler(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	n := c.nodes[c.waitLeader(-1)]
+	plain := &deadlineDrainer{}
+	short := &limitedDrainer{limit: time.Second}
+	long := &limitedDrainer{limit: 45 * time.Second}
+	for _, tc := range []struct {
+		name string
+		d    Drainer
+		got  *time.Time
+		want time.Duration
+	}{
+		{"no limit", plain, &plain.got, drainTimeout},
+		{"a limit below drainTimeout", short, &short.got, drainTimeout},
+		{"a longer limit", long, &long.got, 45 * time.Second},
+	} {
+		n.SetDrainer(tc.d)
+		before := time.Now()
+		n.drainDeliveries(context.Background())
+		after := time.Now()
+		if tc.got.Before(before.Add(tc.want)) || tc.got.After(after.Add(tc.want)) {
+			t.Errorf("%s: drain deadline %v after the start, want %v", tc.name, tc.got.Sub(before), tc.want)
+		}
+	}
+	n.SetDrainer(nil)
 }
