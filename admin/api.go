@@ -571,7 +571,11 @@ func (s *Server) adminJoin(w http.ResponseWriter, r *http.Request) {
 func (s *Server) adminRemovePeer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := s.store.RemovePeer(r.Context(), id); err != nil {
-		jsonError(w, clusterStatus(err), err.Error())
+		status := clusterStatus(err)
+		if errors.Is(err, cluster.ErrNotMember) {
+			status = http.StatusNotFound
+		}
+		jsonError(w, status, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"removed": id})

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -578,6 +579,15 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
 		return fmt.Errorf("remove %s: %w", id, ErrNotLeader)
+	}
+	// raft removes an id it does not know without a word: a typo would
+	// report success and leave the dead machine counting toward quorum.
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return fmt.Errorf("remove %s: %w", id, translateApplyErr(err))
+	}
+	if !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(id) }) {
+		return fmt.Errorf("remove %s: %w", id, ErrNotMember)
 	}
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
 		return fmt.Errorf("remove %s: %w", id, translateApplyErr(err))

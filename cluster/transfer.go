@@ -70,6 +70,9 @@ func (n *Node) drainDeliveries(ctx context.Context) {
 var (
 	ErrSingleVoter = errors.New("no other voter to take leadership")
 	ErrNotVoter    = errors.New("not another voter of the cluster")
+	// ErrNotMember is returned by RemovePeer for an id the cluster does
+	// not have.
+	ErrNotMember = errors.New("not a member of the cluster")
 )
 
 // TransferLeadership hands leadership to another voter (to, or the most

@@ -147,3 +147,36 @@ func TestDrainWaitsForTheSlowestHandler(t *testing.T) {
 	}
 	n.SetDrainer(nil)
 }
+
+// TestRemovePeerRefusesAnUnknownID: removing an id the cluster does not
+// have is ErrNotMember and changes nothing (raft itself would report
+// success); removing a member removes it.
+func TestRemovePeerRefusesAnUnknownID(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	li := c.waitLeader(-1)
+	l := c.nodes[li]
+	ctx := ctxT(t, 30*time.Second)
+	members := func() int {
+		f := l.raft.GetConfiguration()
+		if err := f.Error(); err != nil {
+			t.Fatal(err)
+		}
+		return len(f.Configuration().Servers)
+	}
+	if err := l.RemovePeer(ctx, "node9"); !errors.Is(err, ErrNotMember) {
+		t.Fatalf("remove of an unknown id: %v, want ErrNotMember", err)
+	}
+	if n := members(); n != 3 {
+		t.Fatalf("%d members after a refused removal, want 3", n)
+	}
+	fi := c.follower(li)
+	if err := c.nodes[fi].RemovePeer(ctx, c.nodes[fi].cfg.ID); !errors.Is(err, ErrNotLeader) {
+		t.Fatalf("remove on a follower: %v, want ErrNotLeader", err)
+	}
+	if err := l.RemovePeer(ctx, c.nodes[fi].cfg.ID); err != nil {
+		t.Fatalf("remove of a member: %v", err)
+	}
+	if n := members(); n != 2 {
+		t.Fatalf("%d members after the removal, want 2", n)
+	}
+}
