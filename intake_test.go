@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"oncehook/admin"
+	"oncehook/cluster"
 	"oncehook/engine"
 	"oncehook/providers"
 )
@@ -408,6 +410,33 @@ func TestSecretsNeverLeak(t *testing.T) {
 			if strings.Contains(s, needle) {
 				t.Fatalf("output %d contains a secret", i)
 			}
+		}
+	}
+}
+
+// TestClaimNotCommittedNamesTheReason: the sender's 503 says which kind of
+// "not committed" it met, and an unknown outcome is not called a loss of
+// quorum (the command may still commit).
+func TestClaimNotCommittedNamesTheReason(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want string
+	}{
+		{fmt.Errorf("wait for commit: deadline: %w", cluster.ErrIndeterminate), "commit outcome unknown"},
+		{fmt.Errorf("queue command: %w", cluster.ErrNoLeader), "no leader (election in progress or no quorum)"},
+		{fmt.Errorf("relay: %w", cluster.ErrNotLeader), "leadership moved"},
+		{fmt.Errorf("claim: %w", cluster.ErrShutdown), "node shutting down"},
+		{errors.New("disk on fire"), ""},
+	} {
+		got := claimNotCommitted(c.err)
+		if c.want == "" {
+			if got != "" {
+				t.Errorf("%v: %q, want none (logged as a failure)", c.err, got)
+			}
+			continue
+		}
+		if !strings.HasPrefix(got, c.want) || !strings.HasSuffix(got, "retry") {
+			t.Errorf("%v: %q, want %q... retry", c.err, got, c.want)
 		}
 	}
 }

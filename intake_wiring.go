@@ -14,11 +14,22 @@ import (
 
 var _ intake.Store = (*cluster.Node)(nil)
 
-// claimNotCommitted: the cluster errors after which a claim is not known to
-// be committed (no leader, not the leader, shutting down, outcome unknown).
-func claimNotCommitted(err error) bool {
-	return errors.Is(err, cluster.ErrNoLeader) || errors.Is(err, cluster.ErrIndeterminate) ||
-		errors.Is(err, cluster.ErrShutdown) || errors.Is(err, cluster.ErrNotLeader)
+// claimNotCommitted names, for the sender's 503, the cluster errors after
+// which a claim is not known to be committed; "" for any other error. An
+// unknown outcome is not called a loss of quorum: the command may well
+// commit, and the retry then finds the event (docs/reference.md).
+func claimNotCommitted(err error) string {
+	switch {
+	case errors.Is(err, cluster.ErrIndeterminate):
+		return "commit outcome unknown (leader changed or commit timed out): not acknowledged, retry"
+	case errors.Is(err, cluster.ErrNoLeader):
+		return "no leader (election in progress or no quorum): not committed, retry"
+	case errors.Is(err, cluster.ErrNotLeader):
+		return "leadership moved while claiming: not committed, retry"
+	case errors.Is(err, cluster.ErrShutdown):
+		return "node shutting down: not committed, retry"
+	}
+	return ""
 }
 
 // *metrics.Metrics counts the intake's requests, claims and refusals.

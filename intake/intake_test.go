@@ -81,7 +81,12 @@ func newIntakeFixture(t *testing.T) *intakeFixture {
 	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
 	store := newMemStore(t)
 	in := New(Options{Store: store, Sources: loadSources(t, dir, tableSources),
-		NotCommitted: func(err error) bool { return errors.Is(err, errNoQuorum) }})
+		NotCommitted: func(err error) string {
+			if errors.Is(err, errNoQuorum) {
+				return "no quorum: not committed, retry"
+			}
+			return ""
+		}})
 	return &intakeFixture{t: t, in: in, store: store, secret: secret}
 }
 

@@ -154,11 +154,13 @@ type Options struct {
 	// MaxConnsPerIP caps one client address's open connections ([node]
 	// max_conns_per_ip); 0: config.DefaultMaxConnsPerIP.
 	MaxConnsPerIP int
-	// NotCommitted reports whether a Claim error is the store's "no quorum"
-	// kind (no leader, not leader, shutdown, outcome unknown): logged at
-	// warn as "claim not committed". Any other error is logged at error as
-	// "claim failed". Both are 503 with Retry-After. nil: none is.
-	NotCommitted func(error) bool
+	// NotCommitted tells whether a Claim error is one of the store's "not
+	// committed" kinds (no leader, not the leader, shutting down, outcome
+	// unknown) by returning what the sender is told, such as "no leader:
+	// not committed, retry"; "" for any other error. Those kinds are logged
+	// at warn as "claim not committed", any other error at error as "claim
+	// failed". All are 503 with Retry-After. nil: none is.
+	NotCommitted func(error) string
 }
 
 // Server is the public webhook listener's handler (docs/architecture.md,
@@ -171,7 +173,7 @@ type Server struct {
 	metrics      Metrics
 	timeout      time.Duration // how long a claim may wait for a commit
 	deadlines    *claimDeadlines
-	notCommitted func(error) bool
+	notCommitted func(error) string
 	// maxConnsPerIP caps one client address's open connections ([node]
 	// max_conns_per_ip); 0: DefaultMaxConnsPerIP.
 	maxConnsPerIP int
@@ -201,7 +203,7 @@ func New(o Options) *Server {
 	}
 	in.deadlines = newClaimDeadlines(in.timeout)
 	if in.notCommitted == nil {
-		in.notCommitted = func(error) bool { return false }
+		in.notCommitted = func(error) string { return "" }
 	}
 	set := o.Sources
 	if set == nil {
@@ -550,16 +552,17 @@ func (in *Server) screen(ctx *fasthttp.RequestCtx, src *Source, body []byte) (st
 }
 
 // claimFailed answers a claim that did not commit: 400 for a command the
-// engine refuses, else 503 with Retry-After (no quorum, or another failure,
-// which is logged as an error).
+// engine refuses, else 503 with Retry-After, saying why when the store's
+// error is a known "not committed" kind (another failure is logged as an
+// error).
 func (in *Server) claimFailed(ctx *fasthttp.RequestCtx, src *Source, err error) int {
-	switch {
-	case errors.Is(err, engine.ErrBadCommand):
+	if errors.Is(err, engine.ErrBadCommand) {
 		return writeError(ctx, fasthttp.StatusBadRequest, err.Error())
-	case in.notCommitted(err):
+	}
+	if reason := in.notCommitted(err); reason != "" {
 		in.log.Warn("claim not committed", "source", src.name, "err", err)
 		ctx.Response.Header.Set("Retry-After", "1")
-		return writeError(ctx, fasthttp.StatusServiceUnavailable, "no quorum: not committed, retry")
+		return writeError(ctx, fasthttp.StatusServiceUnavailable, reason)
 	}
 	in.log.Error("claim failed", "source", src.name, "err", err)
 	ctx.Response.Header.Set("Retry-After", "1")
