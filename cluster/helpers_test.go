@@ -238,6 +238,19 @@ func (c *testCluster) waitLeader(not int) int {
 	return -1
 }
 
+// waitKnowsLeader waits until node i has heard from the leader li.
+func (c *testCluster) waitKnowsLeader(i, li int) {
+	c.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, id := c.nodes[i].raft.LeaderWithID(); string(id) == c.nodes[li].cfg.ID {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c.t.Fatalf("node %d did not hear from leader %d within 10s", i, li)
+}
+
 func (c *testCluster) follower(leader int) int {
 	for i, n := range c.nodes {
 		if n != nil && i != leader {

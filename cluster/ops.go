@@ -575,10 +575,20 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	return nil
 }
 
+// notLeader is ErrNotLeader for an operator's leader-only operation, naming
+// the leader this node knows of so that the operator knows where to run it.
+func (n *Node) notLeader(op string) error {
+	addr, id := n.raft.LeaderWithID()
+	if id == "" {
+		return fmt.Errorf("%s: %w; no leader is known (election in progress or no quorum)", op, ErrNotLeader)
+	}
+	return fmt.Errorf("%s: %w; run it on the leader, %s (cluster address %s)", op, ErrNotLeader, id, addr)
+}
+
 // RemovePeer removes a server from the configuration (leader only).
 func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
-		return fmt.Errorf("remove %s: %w", id, ErrNotLeader)
+		return n.notLeader("remove " + id)
 	}
 	// raft removes an id it does not know without a word: a typo would
 	// report success and leave the dead machine counting toward quorum.
@@ -625,7 +635,7 @@ func (n *Node) Barrier(timeout time.Duration) error {
 // way are fenced by the new indexes. For disaster recovery, not routine use.
 func (n *Node) Restore(ctx context.Context, path string) error {
 	if n.raft.State() != raft.Leader {
-		return fmt.Errorf("restore: %w", ErrNotLeader)
+		return n.notLeader("restore")
 	}
 	if err := engine.CheckFile(path); err != nil {
 		return fmt.Errorf("restore: not a usable backup: %w", err)
