@@ -39,6 +39,7 @@ var warningChecks = []func(*Config) []string{
 	retriesOutliveRetention,
 	keyPartChangesPerDelivery,
 	reservedForwardHeaders,
+	certificatesExpiring, // certwarn.go
 }
 
 // ownHeaders are the headers the forwarder sets on every delivery, or that
