@@ -339,6 +339,10 @@ func (n *node) reload(path string) {
 	if err == nil {
 		cert, err = n.reloadAdminCert(cfg)
 	}
+	var clusterTLS *cluster.LoadedTLS
+	if err == nil {
+		clusterTLS, err = n.reloadClusterTLS(old, cfg)
+	}
 	if err == nil {
 		err = n.keys.Attach(set, cfg)
 	}
@@ -355,11 +359,30 @@ func (n *node) reload(path string) {
 	if cert != nil {
 		n.admin.UseCert(cert)
 	}
+	if clusterTLS != nil {
+		if err := n.cluster.UseTLS(clusterTLS); err != nil {
+			n.log.Error("cluster tls not reloaded", "err", err)
+		} else {
+			live = append(live, "cluster tls files (re-read)")
+		}
+	}
 	n.metrics.ConfigReloaded(true)
 	for _, w := range cfg.Warnings() {
 		n.log.Warn(w)
 	}
 	n.log.Info("configuration reloaded", "applied", live, "needs_restart", restart)
+}
+
+// reloadClusterTLS reads the cluster's certificate files again when TLS is
+// on before and after the reload (nil otherwise: turning it on or off waits
+// for a restart, which config.Diff reports). A renewed certificate thus needs
+// no restart; a file that does not load rejects the reload.
+func (n *node) reloadClusterTLS(old, cfg *config.Config) (*cluster.LoadedTLS, error) {
+	if n.cluster == nil || old.Cluster == nil || cfg.Cluster == nil || !old.Cluster.TLS() || !cfg.Cluster.TLS() {
+		return nil, nil
+	}
+	c := cfg.Cluster
+	return (&cluster.TLSConfig{CertFile: c.TLSCert, KeyFile: c.TLSKey, CAFile: c.TLSCA}).Load()
 }
 
 // compileSources turns config sources into the intake's hot-path form

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -9,8 +11,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -423,8 +428,14 @@ func (n *Node) bootstrap() error {
 	if !seen {
 		conf.Servers = append(conf.Servers, self)
 	}
-	if len(conf.Servers) > 1 && (n.mux != nil || n.inproc != nil) && n.rejoinExisting() {
-		return nil
+	if len(conf.Servers) > 1 && (n.mux != nil || n.inproc != nil) {
+		joined, err := n.rejoinExisting()
+		if err != nil {
+			return err
+		}
+		if joined {
+			return nil
+		}
 	}
 	err := n.raft.BootstrapCluster(conf).Error()
 	if err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
@@ -434,9 +445,16 @@ func (n *Node) bootstrap() error {
 }
 
 // rejoinExisting asks each peer to re-add this node. It returns true when a
-// running cluster accepted it.
-func (n *Node) rejoinExisting() bool {
+// running cluster accepted it, and ErrUnauthorized when every peer that could
+// be reached refused this node's token or certificate: such a node must not
+// bootstrap. Its history of one would never meet the real cluster's, and
+// fixing the credentials afterwards would not make it join (docs/operations.md,
+// Adding a node). Peers that cannot be reached at all are the normal first
+// start of a cluster, and one peer that answers is enough to go on.
+func (n *Node) rejoinExisting() (bool, error) {
 	body := encodeJoin(n.cfg.ID, string(n.trans.LocalAddr()))
+	var refused []string
+	answered := false
 	for _, p := range n.cfg.Peers {
 		if p.ID == n.cfg.ID {
 			continue
@@ -445,12 +463,41 @@ func (n *Node) rejoinExisting() bool {
 		_, err := n.relay.call(ctx, p.Addr, rpcJoin, body)
 		cancel()
 		n.relay.closeAll()
-		if err == nil {
+		switch {
+		case err == nil:
 			n.log.Info("rejoined the existing cluster", "via", p.ID)
-			return true
+			return true, nil
+		case peerRefused(err):
+			n.log.Error("peer refused this node's cluster credentials", "peer", p.ID, "address", p.Addr, "err", err)
+			refused = append(refused, p.ID)
+		case !errors.Is(err, ErrIndeterminate) && !isDialError(err):
+			answered = true // it spoke the protocol: no leader yet, say
 		}
 	}
-	return false
+	if len(refused) > 0 && !answered {
+		return false, fmt.Errorf("bootstrap: %w: %s closed the connection on this node's preamble or TLS handshake; "+
+			"its cluster token_file or certificates differ from theirs. Not starting a cluster of its own: fix them and start again",
+			ErrUnauthorized, strings.Join(refused, ", "))
+	}
+	return false, nil
+}
+
+// peerRefused tells a peer that dropped the connection after accepting it
+// (a wrong token: the preamble gets no answer but a close) or failed the TLS
+// handshake on a certificate from another authority, from one that is down.
+func peerRefused(err error) bool {
+	var alert tls.AlertError
+	var verify *tls.CertificateVerificationError
+	var unknownCA x509.UnknownAuthorityError
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.As(err, &alert) || errors.As(err, &verify) || errors.As(err, &unknownCA)
+}
+
+// isDialError: the peer could not be reached (refused, unroutable, timed out).
+func isDialError(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 func (n *Node) catchUpFromSnapshot(snaps raft.SnapshotStore) error {
@@ -672,6 +719,18 @@ func (n *Node) cleanup() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// removed reports whether this node saw a configuration without itself: it
+// was removed, and raft lets it neither vote nor campaign (a node removed
+// while it was down cannot know, and looks like one without a leader).
+func (n *Node) removed() bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	servers := f.Configuration().Servers
+	return len(servers) > 0 && !slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == raft.ServerID(n.cfg.ID) })
 }
 
 func (n *Node) voters() int {

@@ -284,6 +284,9 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 // Ready reports whether the node can serve intake: it knows a leader and has
 // applied everything it knows to be committed. The reason says why not.
 func (n *Node) Ready() (bool, string) {
+	if n.removed() {
+		return false, "not a member of the cluster configuration (removed): it takes no part in commits"
+	}
 	addr, id := n.raft.LeaderWithID()
 	if addr == "" {
 		if n.voters() > 1 {
@@ -573,6 +576,16 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	}
 	n.log.Info("voter added", "id", id, "address", addr)
 	return nil
+}
+
+// UseTLS replaces the cluster's certificate, key and CA (a renewal, on
+// SIGHUP): connections opened from then on present and check the new ones.
+// A node started without TLS refuses it.
+func (n *Node) UseTLS(l *LoadedTLS) error {
+	if n.mux == nil {
+		return errors.New("cluster tls: this node has no cluster port")
+	}
+	return n.mux.useTLS(l.pair)
 }
 
 // notLeader is ErrNotLeader for an operator's leader-only operation, naming

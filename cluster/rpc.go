@@ -358,7 +358,7 @@ func (f *relayer) call(ctx context.Context, addr string, op byte, body []byte) (
 			// opened before and would fail the next batches the same way.
 			f.closeAll()
 		}
-		return fmt.Errorf("relay to leader %s: %v: %w", addr, err, ErrIndeterminate)
+		return fmt.Errorf("relay to leader %s: %w: %w", addr, err, ErrIndeterminate)
 	}
 	if err := writeFrame(fc.w, op, body); err != nil {
 		stop()

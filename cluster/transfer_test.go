@@ -183,4 +183,16 @@ func TestRemovePeerRefusesAnUnknownID(t *testing.T) {
 	if n := members(); n != 2 {
 		t.Fatalf("%d members after the removal, want 2", n)
 	}
+	// The removed node, still running, says so in its readiness.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		ok, why := c.nodes[fi].Ready()
+		if !ok && strings.Contains(why, "removed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the removed node's readiness: %v %q, want not ready, removed", ok, why)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

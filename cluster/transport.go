@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -65,8 +66,7 @@ type mux struct {
 	ln        net.Listener
 	advertise net.Addr
 	token     []byte
-	serverTLS *tls.Config
-	clientTLS *tls.Config
+	tls       atomic.Pointer[tlsPair] // nil: no TLS; replaced by reloadTLS
 	log       *slog.Logger
 	onRelay   func(net.Conn)
 	wrap      func(net.Conn) net.Conn // tests: see Config.wrapConn
@@ -102,12 +102,28 @@ func newMux(ln net.Listener, advertise string, token []byte, tlsc *TLSConfig, lo
 		open:      make(map[net.Conn]struct{}),
 	}
 	if tlsc != nil {
-		m.serverTLS, m.clientTLS, err = tlsc.configs()
+		pair, err := tlsc.configs()
 		if err != nil {
 			return nil, err
 		}
+		m.tls.Store(pair)
 	}
 	return m, nil
+}
+
+// tlsPair is the TLS configuration of both ends of a cluster connection.
+type tlsPair struct{ server, client *tls.Config }
+
+// useTLS makes the connections opened from then on use pair; those open
+// keep theirs (a certificate is checked at the handshake only). TLS cannot be
+// turned on or off on a running node: every peer would have to change at the
+// same moment.
+func (m *mux) useTLS(pair *tlsPair) error {
+	if m.tls.Load() == nil {
+		return errors.New("cluster tls: the node started without TLS; turning it on needs a restart")
+	}
+	m.tls.Store(pair)
+	return nil
 }
 
 func (m *mux) serve() {
@@ -145,8 +161,9 @@ func (m *mux) handshake(c net.Conn) {
 		c = m.wrap(c)
 	}
 	_ = c.SetDeadline(time.Now().Add(preambleDeadline))
-	if m.serverTLS != nil {
-		tc := tls.Server(c, m.serverTLS)
+	pair := m.tls.Load()
+	if pair != nil {
+		tc := tls.Server(c, pair.server)
 		if err := tc.Handshake(); err != nil {
 			m.reject(c, "tls handshake", err)
 			return
@@ -208,7 +225,7 @@ func (m *mux) readPreamble(c net.Conn) (byte, error) {
 	// if the node's own were somehow short. ConstantTimeCompare keeps the
 	// token's bytes from leaking through timing.
 	switch {
-	case len(m.token) == 0 && m.serverTLS != nil:
+	case len(m.token) == 0 && m.tls.Load() != nil:
 		return kind, nil
 	case len(m.token) < MinTokenLen || len(got) < MinTokenLen:
 		return 0, fmt.Errorf("%w: token of %d bytes", ErrUnauthorized, len(got))
@@ -275,8 +292,8 @@ func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Dur
 	if m.wrap != nil {
 		c = m.wrap(c)
 	}
-	if m.clientTLS != nil {
-		tc := tls.Client(c, m.clientTLS)
+	if pair := m.tls.Load(); pair != nil {
+		tc := tls.Client(c, pair.client)
 		_ = tc.SetDeadline(time.Now().Add(preambleDeadline))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			c.Close()
@@ -349,20 +366,33 @@ type TLSConfig struct {
 	CertFile, KeyFile, CAFile string
 }
 
-func (t *TLSConfig) configs() (server, client *tls.Config, err error) {
+// LoadedTLS is a cluster TLS configuration read from its files, for
+// Node.UseTLS.
+type LoadedTLS struct{ pair *tlsPair }
+
+// Load reads and checks the certificate, key and CA files.
+func (t *TLSConfig) Load() (*LoadedTLS, error) {
+	pair, err := t.configs()
+	if err != nil {
+		return nil, err
+	}
+	return &LoadedTLS{pair}, nil
+}
+
+func (t *TLSConfig) configs() (*tlsPair, error) {
 	cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("cluster tls key pair: %w", err)
+		return nil, fmt.Errorf("cluster tls key pair: %w", err)
 	}
 	pem, err := os.ReadFile(t.CAFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("cluster tls ca: %w", err)
+		return nil, fmt.Errorf("cluster tls ca: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {
-		return nil, nil, fmt.Errorf("cluster tls ca %s: no certificates found", t.CAFile)
+		return nil, fmt.Errorf("cluster tls ca %s: no certificates found", t.CAFile)
 	}
-	server = &tls.Config{
+	server := &tls.Config{
 		MinVersion:   tls.VersionTLS13,
 		Certificates: []tls.Certificate{cert},
 		ClientAuth:   tls.RequireAndVerifyClientCert,
@@ -371,7 +401,7 @@ func (t *TLSConfig) configs() (server, client *tls.Config, err error) {
 	// Peers are addressed by IP and host names vary between deployments, so the
 	// client checks that the server's chain ends at our CA instead of matching a
 	// host name: membership in the cluster is proved by the CA's signature.
-	client = &tls.Config{
+	client := &tls.Config{
 		MinVersion:         tls.VersionTLS13,
 		Certificates:       []tls.Certificate{cert},
 		InsecureSkipVerify: true, // replaced by VerifyConnection below
@@ -391,5 +421,5 @@ func (t *TLSConfig) configs() (server, client *tls.Config, err error) {
 			return err
 		},
 	}
-	return server, client, nil
+	return &tlsPair{server, client}, nil
 }

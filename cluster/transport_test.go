@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -14,6 +15,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -110,16 +112,30 @@ func TestTCPFollowerRelaysClaimsToTheLeader(t *testing.T) {
 	})
 }
 
-func TestTCPWrongTokenCannotJoin(t *testing.T) {
-	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
-		if i == 2 {
-			cfg.Token = []byte("not-the-cluster-token-0123456789abcdef")
-		}
-	})
-	leader := leaderOf(t, nodes[:2])
-	if leader == 2 {
-		t.Fatal("the node with the wrong token became leader")
+// reopen closes node i and opens it again on its data dir with its
+// configuration changed by tune; the node then has raft state and does not
+// bootstrap.
+func reopen(t *testing.T, nodes []*Node, i int, tune func(cfg *Config)) {
+	t.Helper()
+	cfg := nodes[i].cfg
+	if err := nodes[i].Close(); err != nil {
+		t.Fatal(err)
 	}
+	nodes[i] = nil
+	tune(&cfg)
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("reopen %s: %v", cfg.ID, err)
+	}
+	nodes[i] = n
+}
+
+// A member restarted with a wrong token (or a foreign certificate) gets no
+// replicated state and cannot commit.
+func TestTCPWrongTokenCannotJoin(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	reopen(t, nodes, 2, func(cfg *Config) { cfg.Token = []byte("not-the-cluster-token-0123456789abcdef") })
+	leader := leaderOf(t, nodes[:2])
 	if _, err := nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:x")); err != nil {
 		t.Fatal(err)
 	}
@@ -138,15 +154,10 @@ func TestTCPMutualTLSRejectsForeignCA(t *testing.T) {
 	bad := writeCA(t, filepath.Join(dir, "bad"), 1)
 	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
 		cfg.Token = nil
-		files := good
-		if i == 2 {
-			files = bad[:1]
-		}
-		j := i
-		if i == 2 {
-			j = 0
-		}
-		cfg.TLS = &TLSConfig{CertFile: files[j].cert, KeyFile: files[j].key, CAFile: files[j].ca}
+		cfg.TLS = &TLSConfig{CertFile: good[i].cert, KeyFile: good[i].key, CAFile: good[i].ca}
+	})
+	reopen(t, nodes, 2, func(cfg *Config) {
+		cfg.TLS = &TLSConfig{CertFile: bad[0].cert, KeyFile: bad[0].key, CAFile: bad[0].ca}
 	})
 	leader := leaderOf(t, nodes[:2])
 	if _, err := nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:tls")); err != nil {
@@ -160,6 +171,156 @@ func TestTCPMutualTLSRejectsForeignCA(t *testing.T) {
 	}
 	if nodes[2].IsLeader() {
 		t.Fatal("the foreign node leads")
+	}
+}
+
+// TestNewNodeWithWrongCredentialsDoesNotBootstrap: a node started for the
+// first time whose every reachable peer refuses its token or certificate
+// fails to open, naming the cause, and writes no history of its own; once
+// its credentials are fixed it joins the running cluster on the same data
+// dir and receives its state. Had it bootstrapped, it would campaign alone
+// forever with a configuration the cluster does not share.
+func TestNewNodeWithWrongCredentialsDoesNotBootstrap(t *testing.T) {
+	dir := t.TempDir()
+	good := writeCA(t, filepath.Join(dir, "good"), 4)
+	bad := writeCA(t, filepath.Join(dir, "bad"), 1)
+	useTLS := func(f tlsFiles) func(cfg *Config) {
+		return func(cfg *Config) {
+			cfg.Token = nil
+			cfg.TLS = &TLSConfig{CertFile: f.cert, KeyFile: f.key, CAFile: f.ca}
+		}
+	}
+	for _, c := range []struct {
+		name         string
+		member       func(i int, cfg *Config)
+		wrong, right func(cfg *Config)
+	}{
+		{
+			name:   "token",
+			member: func(int, *Config) {},
+			wrong:  func(cfg *Config) { cfg.Token = []byte("not-the-cluster-token-0123456789abcdef") },
+			right:  func(*Config) {},
+		},
+		{
+			name:   "certificate from another authority",
+			member: func(i int, cfg *Config) { useTLS(good[i])(cfg) },
+			wrong:  useTLS(bad[0]),
+			right:  useTLS(good[3]),
+		},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			nodes := tcpCluster(t, 3, c.member)
+			leader := leaderOf(t, nodes)
+			if _, err := nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:before")); err != nil {
+				t.Fatal(err)
+			}
+			peers := append([]Peer(nil), nodes[0].cfg.Peers...)
+			bind := freePort(t)
+			peers = append(peers, Peer{ID: "t4", Addr: bind})
+			cfg := Config{
+				ID: "t4", Dir: filepath.Join(t.TempDir(), "t4"), Bind: bind, Peers: peers,
+				Token: []byte(testToken), Logger: quietLogger(), LogOutput: os.Stderr, RaftLogLevel: "off",
+				HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
+				LeaderLeaseTimeout: 300 * time.Millisecond, NoSync: true,
+			}
+			wrong := cfg
+			c.wrong(&wrong)
+			n, err := Open(wrong)
+			if err == nil {
+				n.Close()
+				t.Fatal("a new node refused by every peer opened (and bootstrapped a cluster of its own)")
+			}
+			if !errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "t1, t2, t3") {
+				t.Fatalf("open with wrong credentials: %v; want ErrUnauthorized naming t1, t2, t3", err)
+			}
+			for _, nd := range nodes {
+				if st := nd.Status(); len(st.Nodes) != 3 {
+					t.Fatalf("%s's membership changed: %+v", nd.cfg.ID, st.Nodes)
+				}
+			}
+
+			right := cfg
+			c.right(&right)
+			n, err = Open(right)
+			if err != nil {
+				t.Fatalf("open with the credentials fixed: %v", err)
+			}
+			defer n.Close()
+			waitFor(t, "the fixed node joins and receives the cluster's state", func() bool {
+				_, ok, _ := n.Lookup("src:before")
+				return ok
+			})
+			if st := nodes[leaderOf(t, nodes)].Status(); len(st.Nodes) != 4 {
+				t.Fatalf("membership after the join: %+v, want 4 voters", st.Nodes)
+			}
+		})
+	}
+}
+
+// TestUseTLSRenewsCertificates: certificates renewed on a running cluster
+// (UseTLS, as on SIGHUP) are what each node presents from its next
+// connection on, and the renewed nodes still connect to one another.
+func TestUseTLSRenewsCertificates(t *testing.T) {
+	files := writeCA(t, filepath.Join(t.TempDir(), "ca"), 6) // 0-2 first, 3-5 renewed, same CA
+	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
+		cfg.Token = nil
+		cfg.TLS = &TLSConfig{CertFile: files[i].cert, KeyFile: files[i].key, CAFile: files[i].ca}
+	})
+	leader := leaderOf(t, nodes)
+	if _, err := nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:before")); err != nil {
+		t.Fatal(err)
+	}
+	probe, err := tls.LoadX509KeyPair(files[5].cert, files[5].key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := func(i int) int64 {
+		t.Helper()
+		c, err := tls.DialWithDialer(&net.Dialer{Timeout: 5 * time.Second}, "tcp", nodes[i].cfg.Bind,
+			&tls.Config{Certificates: []tls.Certificate{probe}, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13})
+		if err != nil {
+			t.Fatalf("tls dial node %d: %v", i, err)
+		}
+		defer c.Close()
+		return c.ConnectionState().PeerCertificates[0].SerialNumber.Int64()
+	}
+	for i := range nodes {
+		if got, want := served(i), int64(i+2); got != want {
+			t.Fatalf("node %d serves certificate %d, want %d", i, got, want)
+		}
+	}
+
+	if _, err := (&TLSConfig{CertFile: files[3].cert, KeyFile: files[4].key, CAFile: files[3].ca}).Load(); err == nil {
+		t.Fatal("a certificate with another certificate's key loaded")
+	}
+	for i, n := range nodes {
+		l, err := (&TLSConfig{CertFile: files[i+3].cert, KeyFile: files[i+3].key, CAFile: files[i+3].ca}).Load()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := n.UseTLS(l); err != nil {
+			t.Fatalf("node %d: %v", i, err)
+		}
+	}
+	for i := range nodes {
+		if got, want := served(i), int64(i+5); got != want {
+			t.Fatalf("after the renewal node %d serves certificate %d, want %d", i, got, want)
+		}
+	}
+	// A follower's next relay stream is a new connection under the renewed
+	// certificates on both ends.
+	f := (leader + 1) % 3
+	waitFor(t, "the follower knows the leader", func() bool { ok, _ := nodes[f].Ready(); return ok })
+	nodes[f].relay.closeAll()
+	if res, err := nodes[f].Claim(ctxT(t, 10*time.Second), claimCmd("src:after")); err != nil || !res.Created {
+		t.Fatalf("claim through a follower after the renewal: %+v %v", res, err)
+	}
+
+	// A node started with a token only cannot switch TLS on live.
+	plain := tcpCluster(t, 1, nil)
+	l, _ := (&TLSConfig{CertFile: files[0].cert, KeyFile: files[0].key, CAFile: files[0].ca}).Load()
+	if err := plain[0].UseTLS(l); err == nil {
+		t.Fatal("TLS was turned on on a running node")
 	}
 }
 

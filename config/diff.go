@@ -82,9 +82,22 @@ func Diff(old, new *Config) (reloadable, restartNeeded []string) {
 		restart("cluster.peers", oc.Peers, nc.Peers)
 		restart("cluster.token_file", oc.TokenFile, nc.TokenFile)
 		restart("cluster.token", oc.Token, nc.Token)
-		restart("cluster.tls_cert", oc.TLSCert, nc.TLSCert)
-		restart("cluster.tls_key", oc.TLSKey, nc.TLSKey)
-		restart("cluster.tls_ca", oc.TLSCA, nc.TLSCA)
+		// As for the admin listener: TLS stays on or off from the start,
+		// and with TLS on both sides the files (paths and content) are
+		// re-read live.
+		clusterTLS := &reloadable
+		if oc.TLS() != nc.TLS() {
+			clusterTLS = &restartNeeded
+		}
+		for _, k := range []struct{ key, a, b string }{
+			{"cluster.tls_cert", oc.TLSCert, nc.TLSCert},
+			{"cluster.tls_key", oc.TLSKey, nc.TLSKey},
+			{"cluster.tls_ca", oc.TLSCA, nc.TLSCA},
+		} {
+			if k.a != k.b {
+				*clusterTLS = append(*clusterTLS, k.key)
+			}
+		}
 	}
 
 	restart("admin.listen", old.Admin.Listen, new.Admin.Listen)

@@ -37,6 +37,8 @@ func TestDiff(t *testing.T) {
 		{"admin listen", func(c *Config) { c.Admin.Listen = "127.0.0.1:1" }, nil, []string{"admin.listen"}},
 		{"admin token", func(c *Config) { c.Admin.Tokens[0].Token = Secret("rotated") }, []string{"admin.tokens"}, nil},
 		{"admin max_restore", func(c *Config) { c.Admin.MaxRestore = 1 * GiB }, []string{"admin.max_restore"}, nil},
+		{"cluster tls turned on", func(c *Config) { c.Cluster.TLSCert, c.Cluster.TLSKey, c.Cluster.TLSCA = "/c.crt", "/c.key", "/ca.crt" }, nil,
+			[]string{"cluster.tls_cert", "cluster.tls_key", "cluster.tls_ca"}},
 		{"admin tls turned on", func(c *Config) { c.Admin.TLSCert, c.Admin.TLSKey = "/a.crt", "/a.key" }, nil,
 			[]string{"admin.tls_cert", "admin.tls_key"}},
 		{"source fields", func(c *Config) {
@@ -87,6 +89,14 @@ func TestDiff(t *testing.T) {
 	}
 	if reload, restart := Diff(tlsOn, load()); reload != nil || !reflect.DeepEqual(restart, []string{"admin.tls_cert", "admin.tls_key"}) {
 		t.Errorf("admin tls turned off: %q, %q", reload, restart)
+	}
+
+	clusterTLS := load()
+	clusterTLS.Cluster.TLSCert, clusterTLS.Cluster.TLSKey, clusterTLS.Cluster.TLSCA = "/c.crt", "/c.key", "/ca.crt"
+	renewed = load()
+	renewed.Cluster.TLSCert, renewed.Cluster.TLSKey, renewed.Cluster.TLSCA = "/c2.crt", "/c2.key", "/ca.crt"
+	if reload, restart := Diff(clusterTLS, renewed); !reflect.DeepEqual(reload, []string{"cluster.tls_cert", "cluster.tls_key"}) || restart != nil {
+		t.Errorf("cluster certificate renewed: %q, %q", reload, restart)
 	}
 
 	// nil counts as Default().
