@@ -17,7 +17,8 @@ import (
 
 // TestSendAddsHeaders: `oncehook send -header` carries the header an hmac
 // source's key reads (the example config's legacy source could not be
-// sent to without it), beside a signature computed the source's way; a
+// sent to without it), beside a signature computed the source's way; -id
+// alone fills that header; a
 // -header cannot replace the signature, and a malformed one is a usage
 // error.
 func TestSendAddsHeaders(t *testing.T) {
@@ -67,6 +68,19 @@ forward = "http://127.0.0.1:9/legacy"
 	h := <-got
 	if h.Get("X-Request-Id") != "req-1" || len(h.Values("X-Signature")) != 1 {
 		t.Fatalf("headers %v: want X-Request-Id req-1 and one signature, the computed one", h)
+	}
+	// -id alone fills the header the key reads; -header wins over it.
+	if out, err := send("-id", "req-2"); err != nil {
+		t.Fatalf("send -id: %v\n%s", err, out)
+	}
+	if h := <-got; h.Get("X-Request-Id") != "req-2" {
+		t.Fatalf("send -id req-2: X-Request-Id %q, want req-2", h.Get("X-Request-Id"))
+	}
+	if out, err := send("-id", "req-3", "-header", "X-Request-Id: req-4"); err != nil {
+		t.Fatalf("send: %v\n%s", err, out)
+	}
+	if h := <-got; h.Values("X-Request-Id")[0] != "req-4" || len(h.Values("X-Request-Id")) != 1 {
+		t.Fatalf("send -id req-3 -header req-4: X-Request-Id %q, want only req-4", h.Values("X-Request-Id"))
 	}
 	for _, bad := range []string{"X-Request-Id", ": v", "X Request: v"} {
 		_, err := send("-header", bad)

@@ -91,7 +91,7 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	path := fs.String("config", os.Getenv("ONCEHOOK_CONFIG"), "config file that names the source")
 	name := fs.String("source", "", "source name")
 	file := fs.String("file", "", "payload file to send ('-' for stdin)")
-	id := fs.String("id", "", "event/delivery id for providers that send one in a header (default: random)")
+	id := fs.String("id", "", "event/delivery id: in the provider's id header, and in each header the source's key reads that -header does not set (default: random)")
 	target := fs.String("url", "", "intake URL (default: http://<node.listen>/in/<source>)")
 	contentType := fs.String("content-type", "", "Content-Type (default: application/json, or form for twilio/slack commands)")
 	keyFile := fs.String("key-file", "", "sign with the secret in this file instead of the source's first secret (e.g. a whsk_ private key for a source that holds only its whpk_ public key)")
@@ -184,6 +184,13 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	for _, h := range headers {
 		req.Header.Set(h.Name, h.Value)
+	}
+	// A source keyed on a header of the sender's choosing (an hmac source's
+	// X-Request-Id) gets the id there, so that -id alone makes a key.
+	for _, part := range src.Key {
+		if name, ok := strings.CutPrefix(part, "header:"); ok && name != "" && req.Header.Get(name) == "" {
+			req.Header.Set(name, *id)
+		}
 	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)
 	if err != nil {
