@@ -501,6 +501,9 @@ func TestAdminOverTLS(t *testing.T) {
 	if got := resp.TLS.PeerCertificates[0].SerialNumber.Int64(); got != 2 {
 		t.Fatalf("after reload the listener serves certificate %d, want the renewed 2\n%s", got, tn.logs())
 	}
+	if !strings.Contains(tn.logs(), "admin tls files (re-read)") {
+		t.Fatalf("the reload's log does not say the admin TLS files were re-read:\n%s", tn.logs())
+	}
 }
 
 // TestValidateWarnsOfPlaintextAdmin: `oncehook validate` prints the warning

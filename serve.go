@@ -358,6 +358,7 @@ func (n *node) reload(path string) {
 	n.cfg.Store(cfg)
 	if cert != nil {
 		n.admin.UseCert(cert)
+		live = append(live, "admin tls files (re-read)")
 	}
 	if clusterTLS != nil {
 		if err := n.cluster.UseTLS(clusterTLS); err != nil {
