@@ -320,16 +320,20 @@ func TestSyncModeRelaysTheHandlersAnswer(t *testing.T) {
 		}
 		return 201, `{"made":true}`
 	})
+	// The handler's Content-Type goes with its answer: a Slack command's
+	// JSON answer sent as text/plain would show as text.
+	const ctype = "application/json; charset=utf-8"
+	h.ctype = ctype
 	tn := startTestNode(t, "", h.url)
 	body := []byte(`{"id":"s1"}`)
 	a := tn.post("sync", body, tn.signed(body, "msg_sync"))
-	if a.Status != 201 || a.Raw != `{"made":true}` {
-		t.Fatalf("sync answer: %d %q", a.Status, a.Raw)
+	if a.Status != 201 || a.Raw != `{"made":true}` || a.Header.Get("Content-Type") != ctype {
+		t.Fatalf("sync answer: %d %q %q", a.Status, a.Raw, a.Header.Get("Content-Type"))
 	}
 	// A duplicate of a done sync event replays the cached answer.
 	a = tn.post("sync", body, tn.signed(body, "msg_sync"))
-	if a.Status != 201 || a.Raw != `{"made":true}` {
-		t.Fatalf("cached answer: %d %q", a.Status, a.Raw)
+	if a.Status != 201 || a.Raw != `{"made":true}` || a.Header.Get("Content-Type") != ctype {
+		t.Fatalf("cached answer: %d %q %q", a.Status, a.Raw, a.Header.Get("Content-Type"))
 	}
 	// A duplicate while the handler still works gets 409.
 	slowBody := []byte(`{"id":"slow"}`)

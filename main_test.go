@@ -48,6 +48,7 @@ type handler struct {
 	mu     sync.Mutex
 	got    []delivery
 	answer func(d delivery) (int, string)
+	ctype  string // the answers' Content-Type; "": net/http sniffs one
 }
 
 type delivery struct {
@@ -73,9 +74,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ContentType: r.Header.Get("Content-Type"), Body: body, Header: r.Header.Clone()}
 	h.mu.Lock()
 	h.got = append(h.got, d)
-	answer := h.answer
+	answer, ctype := h.answer, h.ctype
 	h.mu.Unlock()
 	status, text := answer(d)
+	if ctype != "" {
+		w.Header().Set("Content-Type", ctype)
+	}
 	w.WriteHeader(status)
 	io.WriteString(w, text)
 }

@@ -906,7 +906,7 @@ func (a *applier) complete(c *Command) (Result, error) {
 		return Result{}, err
 	}
 	if c.Response != nil {
-		rv := appendResponse(a.arena.make(1+binary.MaxVarintLen64+len(c.Response.Body)), c.Response)
+		rv := appendResponse(a.arena.make(1+2*binary.MaxVarintLen64+len(c.Response.ContentType)+len(c.Response.Body)), c.Response)
 		if err := a.responses.Put(a.tk(ev.CreatedAt, ev.Key), rv); err != nil {
 			return Result{}, err
 		}

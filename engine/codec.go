@@ -26,6 +26,9 @@ const (
 	recordVersion   = 1
 	payloadVersion  = 1
 	responseVersion = 1
+	// responseTypeVersion is a response value that carries the handler's
+	// Content-Type (format 10); one without keeps version 1 and its bytes.
+	responseTypeVersion = 2
 	// entryVersion 2 follows the version byte with the writer's
 	// FormatVersion (a uvarint): the commands of an entry are applied with
 	// the meanings of the binary that wrote it (Command.semantics), so that
@@ -401,29 +404,43 @@ func decodePayload(key, b []byte) ([]Header, []byte, error) {
 
 // The response value, stored in the responses bucket under the event's key:
 //
-//	byte     version (1)
+//	byte     version (1, or 2 with a content type)
 //	varint   status
+//	bytes    version 2 only: the handler's Content-Type, length-prefixed, not empty
 //	...      the body, to the end of the value
 
 func appendResponse(dst []byte, r *Response) []byte {
-	dst = append(dst, responseVersion)
+	if r.ContentType == "" {
+		dst = append(dst, responseVersion)
+		dst = binary.AppendVarint(dst, int64(r.Status))
+		return append(dst, r.Body...)
+	}
+	dst = append(dst, responseTypeVersion)
 	dst = binary.AppendVarint(dst, int64(r.Status))
+	dst = appendString(dst, r.ContentType)
 	return append(dst, r.Body...)
 }
 
 func decodeResponse(key, b []byte) (*Response, error) {
 	d := decoder{b: b}
-	if v := d.byte("response version"); d.err == nil && v != responseVersion {
+	v := d.byte("response version")
+	if d.err == nil && v != responseVersion && v != responseTypeVersion {
 		d.fail(fmt.Sprintf("response version %d", v))
 	}
 	st := d.varint("status")
 	if d.err == nil && (st < math.MinInt32 || st > math.MaxInt32) {
 		d.fail("status")
 	}
+	var ct []byte
+	if v == responseTypeVersion {
+		if ct = d.bytes("content type"); d.err == nil && len(ct) == 0 {
+			d.fail("content type: present but empty")
+		}
+	}
 	if d.err != nil {
 		return nil, fmt.Errorf("response %q: %w", clip(key), d.err)
 	}
-	r := &Response{Status: int(st)}
+	r := &Response{Status: int(st), ContentType: string(ct)}
 	if len(d.b) > 0 {
 		r.Body = append([]byte(nil), d.b...)
 	}
@@ -484,6 +501,7 @@ const (
 	fieldQuotas
 	fieldShare
 	fieldSpare
+	fieldResponseType // added with the handler's Content-Type of a sync answer
 	numFields
 )
 
@@ -525,6 +543,7 @@ func commandMask(c *Command) uint64 {
 	set(fieldQuotas, len(c.Quotas) != 0)
 	set(fieldShare, c.Share != 0)
 	set(fieldSpare, c.Spare != 0)
+	set(fieldResponseType, c.Response != nil && c.Response.ContentType != "")
 	return m
 }
 
@@ -578,7 +597,7 @@ func commandsSize(cmds []Command) int {
 			n += 4 + len(h.Name) + len(h.Value)
 		}
 		if c.Response != nil {
-			n += 8 + len(c.Response.Body)
+			n += 10 + len(c.Response.Body) + len(c.Response.ContentType)
 		}
 		for _, q := range c.Quotas {
 			n += 16 + len(q.Source)
@@ -704,6 +723,9 @@ func appendCommand(dst []byte, c *Command) []byte {
 	}
 	if m&(1<<fieldSpare) != 0 {
 		dst = binary.AppendVarint(dst, int64(c.Spare))
+	}
+	if m&(1<<fieldResponseType) != 0 {
+		dst = appendString(dst, c.Response.ContentType)
 	}
 	return dst
 }
@@ -956,6 +978,14 @@ func (d *entryDecoder) command(c *Command) {
 	}
 	if m&(1<<fieldSpare) != 0 {
 		c.Spare = d.int32("spare", true)
+	}
+	if m&(1<<fieldResponseType) != 0 {
+		t := d.string("response content type", true)
+		if d.err == nil && c.Response == nil {
+			d.fail("response content type without a response")
+		} else if d.err == nil {
+			c.Response.ContentType = t
+		}
 	}
 }
 

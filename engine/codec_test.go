@@ -22,6 +22,8 @@ func sampleCommands() []Command {
 			Quotas: []Quota{{Source: "github", Max: 3}, {Source: "shopify", Hard: true}, {Source: "stripe-live", Max: 1 << 20, Hard: true}}},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 12345, Response: &Response{Status: 201, Body: []byte("ok")}, Step: "shipped"},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 1, Response: &Response{}},
+		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 2, Response: &Response{Status: 200, Body: []byte(`{"text":"hi"}`), ContentType: "application/json"}},
+		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 3, Response: &Response{ContentType: "text/xml"}},
 		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, RetryIn: 4 * sec, MaxAttempts: 8, Reason: "timeout", Step: "charged",
 			Attempt: &Attempt{At: t0 + 2, Took: 1500, Status: 502, Error: "status 502", Body: []byte("bad gateway")}},
 		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, Attempt: &Attempt{}},
@@ -119,6 +121,9 @@ func TestDecodeEntryRejects(t *testing.T) {
 		"format 0":         {entryVersion, 0, 0},
 		"no format":        {entryVersion},
 		"huge count, v2":   {entryVersion, FormatVersion, 0xff, 0xff, 0xff, 0xff, 0x0f},
+		// A content type belongs to a response, and is never empty.
+		"content type without a response": append([]byte{relayVersion, 1, byte(OpComplete)}, append(uvarint(1<<fieldResponseType), 1, 'x')...),
+		"empty content type":              append([]byte{relayVersion, 1, byte(OpComplete)}, append(uvarint(1<<fieldResponse|1<<fieldResponseType), 0x90, 0x03, 0, 0)...),
 	}
 	for name, b := range tests {
 		if cmds, err := DecodeEntry(b); !errors.Is(err, ErrCorrupt) {
@@ -181,10 +186,28 @@ func TestRecordRoundTrip(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(gh, hs) || string(gp) != "body" {
 		t.Fatalf("payload round trip = %v %q %v", gh, gp, err)
 	}
-	r := &Response{Status: 500, Body: []byte("x")}
-	gr, err := decodeResponse([]byte("k"), appendResponse(nil, r))
-	if err != nil || !reflect.DeepEqual(gr, r) {
-		t.Fatalf("response round trip = %+v %v", gr, err)
+	for _, r := range []*Response{
+		{Status: 500, Body: []byte("x")},
+		{Status: 200, Body: []byte("<Response/>"), ContentType: "text/xml"},
+		{Status: 204, ContentType: "text/plain"},
+	} {
+		b := appendResponse(nil, r)
+		gr, err := decodeResponse([]byte("k"), b)
+		if err != nil || !reflect.DeepEqual(gr, r) {
+			t.Fatalf("response round trip = %+v %v, want %+v", gr, err, r)
+		}
+		// A response without a content type keeps the bytes older binaries
+		// wrote (version 1); only one with a content type is version 2.
+		if want := byte(responseVersion); r.ContentType != "" {
+			if want = responseTypeVersion; b[0] != want {
+				t.Fatalf("%+v written as version %d, want %d", r, b[0], want)
+			}
+		} else if b[0] != want {
+			t.Fatalf("%+v written as version %d, want %d", r, b[0], want)
+		}
+	}
+	if _, err := decodeResponse([]byte("k"), []byte{responseTypeVersion, 0x90, 0x03, 0}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("a version 2 response with an empty content type: %v, want ErrCorrupt", err)
 	}
 }
 
@@ -197,6 +220,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	}
 	f.Add(appendPayload(nil, []Header{{"A", "1"}}, []byte("p")))
 	f.Add([]byte{recordVersion, 1, 0})
+	f.Add(appendResponse(nil, &Response{Status: 200, Body: []byte("ok"), ContentType: "application/json"}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		key := []byte("k")
 		var ev Event

@@ -73,6 +73,9 @@ type Header struct {
 type Response struct {
 	Status int
 	Body   []byte
+	// ContentType is the handler's Content-Type header, "" when it sent
+	// none (format 10: older entries and values have none).
+	ContentType string
 }
 
 // Command is one state change. Every time is unix nanoseconds. Now is stamped by

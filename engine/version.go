@@ -27,6 +27,8 @@ import (
 //	9  the due index by source (due.go; Open rewrites an older file's), the
 //	   pending counters by source, and a lease's quotas: entry fields
 //	   quotas, share and spare
+//	10 a sync answer's Content-Type: entry field responseType, response
+//	   value version 2
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -55,7 +57,7 @@ import (
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 9
+const FormatVersion = 10
 
 // Formats at which the meaning of an existing command changed.
 const (

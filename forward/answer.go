@@ -29,7 +29,11 @@ type plainHead struct {
 	hasStep    bool
 	retryAfter string
 	hasRetry   bool
-	headLen    int // bytes of the head, up to and with its blank line
+	// typeAt and typeEnd bound the first Content-Type's value in the head
+	// (typeEnd 0: none); response copies it out only when asked, as only a
+	// sync source's answer keeps it.
+	typeAt, typeEnd int
+	headLen         int // bytes of the head, up to and with its blank line
 }
 
 // maxPlainLength bounds the Content-Length read here; longer ones (18
@@ -64,7 +68,7 @@ func readPlainHead(br *bufio.Reader) (h plainHead, ok bool) {
 		return h, false
 	}
 
-	lengths := 0
+	lengths, typeSeen := 0, false
 	for len(rest) > 0 {
 		line, rest, _ = bytes.Cut(rest, []byte("\r\n"))
 		name, value, found := bytes.Cut(line, []byte(":"))
@@ -73,6 +77,13 @@ func readPlainHead(br *bufio.Reader) (h plainHead, ok bool) {
 		}
 		value = bytes.Trim(value, " \t")
 		switch {
+		case bytes.EqualFold(name, []byte("Content-Type")):
+			if !typeSeen && len(value) > 0 {
+				// value is a sub-slice of buf: its place in the head.
+				h.typeAt = cap(buf) - cap(value)
+				h.typeEnd = h.typeAt + len(value)
+			}
+			typeSeen = true // the first one counts, as for Header.Get
 		case bytes.EqualFold(name, []byte("Content-Length")):
 			lengths++
 			n, ok := plainLength(value)
@@ -150,9 +161,14 @@ func plainText(b []byte) bool {
 
 // response consumes the head from br and returns the answer as
 // http.ReadResponse would, with only what the forwarder reads of it: the
-// status code (not the Status line), the two headers, the length, Close and
-// the body.
-func (h *plainHead) response(br *bufio.Reader) *http.Response {
+// status code (not the Status line), Oncehook-Step and Retry-After, the
+// Content-Type when withType is set, the length, Close and the body.
+func (h *plainHead) response(br *bufio.Reader, withType bool) *http.Response {
+	var ctype string
+	if withType && h.typeEnd > 0 {
+		buf, _ := br.Peek(h.headLen) // buffered: cannot fail
+		ctype = string(buf[h.typeAt:h.typeEnd])
+	}
 	_, _ = br.Discard(h.headLen) // buffered: cannot fail
 	pa := &plainAnswer{body: fixedBody{br: br, left: h.length}}
 	r := &pa.resp
@@ -160,8 +176,11 @@ func (h *plainHead) response(br *bufio.Reader) *http.Response {
 	r.Proto, r.ProtoMajor, r.ProtoMinor = "HTTP/1.1", 1, 1
 	r.ContentLength = h.length
 	r.Close = h.close
-	if h.hasStep || h.hasRetry {
-		r.Header = make(http.Header, 2)
+	if h.hasStep || h.hasRetry || ctype != "" {
+		r.Header = make(http.Header, 3)
+		if ctype != "" {
+			r.Header["Content-Type"] = []string{ctype}
+		}
 		if h.hasStep {
 			r.Header[HeaderStep] = []string{h.step}
 		}

@@ -32,6 +32,8 @@ var plainAnswers = []struct {
 	{"leading zeros", "HTTP/1.1 200 OK\r\nContent-Length: 0003\r\n\r\nabcdef", true},
 	{"next answer behind", "HTTP/1.1 200 OK\r\nContent-Length: 1\r\n\r\nxHTTP/1.1 200 OK\r\n", true},
 	{"body cut short", "HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\nabc", true},
+	{"content types: the first counts", "HTTP/1.1 200 OK\r\ncontent-type:  application/json; charset=utf-8 \r\nContent-Type: text/plain\r\nContent-Length: 2\r\n\r\n{}", true},
+	{"empty content type first", "HTTP/1.1 200 OK\r\nContent-Type:\r\nContent-Type: text/xml\r\nContent-Length: 0\r\n\r\n", true},
 	{"non-ASCII value", "HTTP/1.1 200 OK\r\nX-Note: caf\xc3\xa9\r\nContent-Length: 0\r\n\r\n", true},
 	{"chunked", "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n", false},
 	{"no length: body to the end", "HTTP/1.1 200 OK\r\n\r\nuntil close", false},
@@ -73,8 +75,9 @@ func FuzzPlainAnswer(f *testing.F) {
 
 // comparePlainAnswer reads raw with readPlainHead and, when it is read,
 // with http.ReadResponse too, and fails on any difference in what the
-// forwarder uses: status, the two headers, Close, the body (and whether it
-// was cut short) and what is left on the connection after it.
+// forwarder uses: status, the three headers, Close, the body (and whether
+// it was cut short) and what is left on the connection after it. Read
+// without its Content-Type, the answer has none and is otherwise the same.
 func comparePlainAnswer(t *testing.T, raw []byte) (plain bool) {
 	t.Helper()
 	br := bufio.NewReaderSize(bytes.NewReader(raw), 4<<10)
@@ -87,9 +90,20 @@ func comparePlainAnswer(t *testing.T, raw []byte) (plain bool) {
 	if !ok {
 		return false
 	}
-	got := h.response(br)
+	got := h.response(br, true)
 	gotBody, gotErr := io.ReadAll(got.Body)
 	gotRest, _ := io.ReadAll(br)
+
+	untyped := bufio.NewReaderSize(bytes.NewReader(raw), 4<<10)
+	untyped.Peek(1)
+	uh, _ := readPlainHead(untyped)
+	u := uh.response(untyped, false)
+	if _, ok := u.Header["Content-Type"]; ok || u.StatusCode != got.StatusCode || u.Header[HeaderStep] == nil != (got.Header[HeaderStep] == nil) {
+		t.Fatalf("read without its type: %d %v; with it: %d %v", u.StatusCode, u.Header, got.StatusCode, got.Header)
+	}
+	if ub, _ := io.ReadAll(u.Body); !bytes.Equal(ub, gotBody) {
+		t.Fatalf("read without its type, body %q; with it %q", ub, gotBody)
+	}
 
 	std := bufio.NewReaderSize(bytes.NewReader(raw), 4<<10)
 	want, err := http.ReadResponse(std, postRequest)
@@ -102,6 +116,9 @@ func comparePlainAnswer(t *testing.T, raw []byte) (plain bool) {
 	if got.StatusCode != want.StatusCode || got.Close != want.Close || got.ContentLength != want.ContentLength {
 		t.Fatalf("status, close, length %d %v %d; http.ReadResponse %d %v %d",
 			got.StatusCode, got.Close, got.ContentLength, want.StatusCode, want.Close, want.ContentLength)
+	}
+	if g, w := got.Header.Get("Content-Type"), want.Header.Get("Content-Type"); g != w {
+		t.Fatalf("Content-Type %q; http.ReadResponse %q", g, w)
 	}
 	for _, name := range []string{HeaderStep, "Retry-After"} {
 		g, gok := got.Header[name]
@@ -129,7 +146,7 @@ func TestPlainBodyCutShort(t *testing.T) {
 	if !ok {
 		t.Fatal("not read as plain")
 	}
-	b, err := io.ReadAll(h.response(br).Body)
+	b, err := io.ReadAll(h.response(br, false).Body)
 	if string(b) != "abc" || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("body %q, %v; want abc, unexpected EOF", b, err)
 	}
@@ -159,7 +176,7 @@ func BenchmarkReadAnswer(b *testing.B) {
 					if !ok {
 						b.Fatal("not read as plain")
 					}
-					resp = h.response(br)
+					resp = h.response(br, false)
 				} else {
 					resp, _ = http.ReadResponse(br, postRequest)
 				}

@@ -74,6 +74,9 @@ type answer struct {
 	hold       time.Duration // > 0: the same Retry-After, capped at MaxHold only: holds the source
 	reason     string        // "" for a 2xx; else the short failure reason
 	step       string        // the handler's Oncehook-Step, when valid
+	// contentType is a sync target's 2xx Content-Type (answerType), "" when
+	// it sent none or one not kept.
+	contentType string
 }
 
 // attempt is one delivery attempt whose handler answered (or that had no
@@ -137,7 +140,7 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 		f.setHeaders(h, ev, attempt)
 		ua := h.Get("User-Agent") // setHeaders sets one
 		h.Del("User-Agent")
-		resp, err = f.direct.post(ctx, time.Now().Add(tgt.Timeout), pt.addr, func(w *bufio.Writer) error {
+		resp, err = f.direct.post(ctx, time.Now().Add(tgt.Timeout), pt.addr, tgt.Sync, func(w *bufio.Writer) error {
 			return writeRequest(w, pt, ua, h, ev.Payload)
 		})
 	} else {
@@ -164,6 +167,7 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 	}
 	ok2xx := resp.StatusCode >= 200 && resp.StatusCode < 300
 	if ok2xx && tgt.Sync {
+		a.contentType = answerType(resp.Header.Get("Content-Type"))
 		a.body, err = io.ReadAll(io.LimitReader(resp.Body, MaxBody))
 		if err != nil {
 			// The cached answer would be cut short: try again instead.
@@ -190,6 +194,26 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 		}
 	}
 	return a
+}
+
+// maxContentType bounds the Content-Type kept with a sync answer; a media
+// type with its parameters is far shorter.
+const maxContentType = 256
+
+// answerType is the Content-Type of a handler's answer as the sender will
+// get it with the cached answer: "" for a longer one or one with a control
+// byte (the intake would not send it as is), which the sender then gets
+// without one.
+func answerType(v string) string {
+	if len(v) > maxContentType {
+		return ""
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; c < ' ' && c != '\t' || c == 0x7f {
+			return ""
+		}
+	}
+	return v
 }
 
 // plainTarget returns the target to post to directly (request.go), or nil
@@ -320,7 +344,7 @@ func clip(s string) string {
 func (f *Forwarder) complete(ctx context.Context, ev engine.Event, attempt int, tgt Target, a answer, took time.Duration) {
 	var resp *engine.Response
 	if tgt.Sync {
-		resp = &engine.Response{Status: a.status, Body: a.body}
+		resp = &engine.Response{Status: a.status, Body: a.body, ContentType: a.contentType}
 	}
 	err := f.opts.Store.Complete(ctx, ev.Key, ev.Token, resp, a.step, tgt.PayloadRetention)
 	if ctx.Err() != nil {

@@ -212,7 +212,7 @@ func TestDirectPostResendsTheSameRequest(t *testing.T) {
 	ua := h.Get("User-Agent")
 	h.Del("User-Agent")
 	for i := range 3 {
-		resp, err := tr.post(context.Background(), time.Now().Add(5*time.Second), pt.addr, func(w *bufio.Writer) error {
+		resp, err := tr.post(context.Background(), time.Now().Add(5*time.Second), pt.addr, false, func(w *bufio.Writer) error {
 			return writeRequest(w, pt, ua, h, ev.Payload)
 		})
 		if err != nil {

@@ -114,14 +114,19 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // post is RoundTrip for a POST to a plain-HTTP handler at addr without an
 // http.Request: write writes the whole request (forward/request.go). The
 // request may be written twice, as RoundTrip may send one twice. ctx
-// cancels it; deadline ends it, as a request context's deadline does.
-func (t *transport) post(ctx context.Context, deadline time.Time, addr string, write func(*bufio.Writer) error) (*http.Response, error) {
+// cancels it; deadline ends it, as a request context's deadline does. The
+// answer's Content-Type is read only when withType is set.
+func (t *transport) post(ctx context.Context, deadline time.Time, addr string, withType bool, write func(*bufio.Writer) error) (*http.Response, error) {
+	req := postRequest
+	if withType {
+		req = typedPostRequest
+	}
 	for attempt := 0; ; attempt++ {
 		c, reused, err := t.get(ctx, deadline, addr, attempt > 0)
 		if err != nil {
 			return nil, err
 		}
-		resp, unanswered, err := t.exchange(ctx, deadline, c, addr, write, postRequest)
+		resp, unanswered, err := t.exchange(ctx, deadline, c, addr, write, req)
 		if err == nil {
 			return resp, nil
 		}
@@ -135,7 +140,8 @@ func (t *transport) post(ctx context.Context, deadline time.Time, addr string, w
 
 // postRequest stands for the requests post sends where http.ReadResponse
 // wants the request an answer is to.
-var postRequest = &http.Request{Method: http.MethodPost}
+// typedPostRequest is the same for an answer whose Content-Type is kept.
+var postRequest, typedPostRequest = &http.Request{Method: http.MethodPost}, &http.Request{Method: http.MethodPost}
 
 // retryable reports whether a request that failed with err is sent once
 // more on a new connection: only the first try, on a reused connection,
@@ -180,11 +186,11 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, a
 		var resp *http.Response
 		var h plainHead
 		plain := false
-		if req == postRequest { // post's answers only: see forward/answer.go
+		if req == postRequest || req == typedPostRequest { // post's answers only: see forward/answer.go
 			h, plain = readPlainHead(c.br)
 		}
 		if plain {
-			resp = h.response(c.br)
+			resp = h.response(c.br, req == typedPostRequest)
 		} else if resp, err = http.ReadResponse(c.br, req); err != nil {
 			return fail(false, err)
 		}

@@ -260,7 +260,7 @@ func BenchmarkTransport(b *testing.B) {
 		cpu0 := processCPU()
 		b.RunParallel(func(pb *testing.PB) {
 			for pb.Next() {
-				resp, err := t.post(context.Background(), time.Now().Add(5*time.Second), pt.addr, func(w *bufio.Writer) error {
+				resp, err := t.post(context.Background(), time.Now().Add(5*time.Second), pt.addr, false, func(w *bufio.Writer) error {
 					return writeRequest(w, pt, "oncehook", h, payload)
 				})
 				if err != nil {
@@ -327,7 +327,7 @@ func TestTransportHandlerClosedEveryIdleConnection(t *testing.T) {
 				var resp *http.Response
 				var err error
 				if how == "post" {
-					resp, err = tr.post(context.Background(), time.Now().Add(5*time.Second), pt.addr, func(w *bufio.Writer) error {
+					resp, err = tr.post(context.Background(), time.Now().Add(5*time.Second), pt.addr, false, func(w *bufio.Writer) error {
 						return writeRequest(w, pt, "oncehook", h, []byte("x"))
 					})
 				} else {

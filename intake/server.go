@@ -657,8 +657,14 @@ func bodyKey(source string, body []byte) string {
 	return unsafe.String(unsafe.SliceData(b), len(b))
 }
 
+// writeCached answers with the handler's cached answer: its status, its
+// Content-Type (answers cached before it was kept have none, and go as
+// fasthttp's default, text/plain) and its body.
 func writeCached(ctx *fasthttp.RequestCtx, r *engine.Response) int {
 	ctx.SetStatusCode(r.Status)
+	if r.ContentType != "" {
+		ctx.SetContentType(r.ContentType)
+	}
 	ctx.SetBody(r.Body)
 	return r.Status
 }
