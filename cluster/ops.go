@@ -360,6 +360,15 @@ type BatchStats struct {
 	Commands uint64 `json:"commands"`
 }
 
+// appliedIndex is the last index applied to this node's state, as status
+// shows it. After a restart raft counts from its newest snapshot until the
+// leader tells it the commit index, while the engine, which persists, holds
+// every entry it applied before: a node cut off from the leader (removed,
+// say) would show applied 0 next to the events it holds.
+func (n *Node) appliedIndex() uint64 {
+	return max(n.raft.AppliedIndex(), n.eng.LastApplied())
+}
+
 // Status reports role, indexes and membership as this node sees them.
 func (n *Node) Status() Status {
 	addr, id := n.raft.LeaderWithID()
@@ -370,7 +379,7 @@ func (n *Node) Status() Status {
 		LeaderAddress: string(addr),
 		Term:          n.raft.CurrentTerm(),
 		CommitIndex:   n.raft.CommitIndex(),
-		AppliedIndex:  n.raft.AppliedIndex(),
+		AppliedIndex:  n.appliedIndex(),
 	}
 	st.Proposed = BatchStats{n.prop.entries.Load(), n.prop.commands.Load()}
 	st.Relayed = BatchStats{n.prop.relays.Load(), n.prop.relayed.Load()}
@@ -423,7 +432,7 @@ func (n *Node) ownStats() memberStats {
 		Role:         stateName(n.raft.State()),
 		Term:         n.raft.CurrentTerm(),
 		CommitIndex:  n.raft.CommitIndex(),
-		AppliedIndex: n.raft.AppliedIndex(),
+		AppliedIndex: n.appliedIndex(),
 	}
 	switch age := n.LastContactAge(); {
 	case age < 0:

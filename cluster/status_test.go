@@ -99,3 +99,34 @@ func TestLeaderChangesCountedOnEveryNode(t *testing.T) {
 		waitFor(t, fmt.Sprintf("node %d to count the new leader", i), func() bool { return n.Status().LeaderChanges > before[i] })
 	}
 }
+
+// TestStatusAppliedIndexAfterARestart: a node restarted while cut off from
+// the leader shows the index its persistent state was applied to, not the 0
+// raft counts from until a leader tells it the commit index.
+func TestStatusAppliedIndexAfterARestart(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	for i := range 5 {
+		c.mustClaim(fmt.Sprintf("src:r%d", i), -1)
+	}
+	c.waitConverged()
+	li := c.waitLeader(-1)
+	fi := c.follower(li)
+	applied := c.nodes[fi].eng.LastApplied()
+	if applied == 0 {
+		t.Fatal("the follower applied nothing")
+	}
+	c.partition(fi)
+	if err := c.nodes[fi].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	c.nodes[fi] = nil
+	c.mu.Unlock()
+	n := c.open(fi, nil, nil)
+	c.mu.Lock()
+	c.nodes[fi] = n
+	c.mu.Unlock()
+	if got := n.Status().AppliedIndex; got < applied {
+		t.Fatalf("status after the restart shows applied %d, want at least %d (raft says %d)", got, applied, n.raft.AppliedIndex())
+	}
+}
