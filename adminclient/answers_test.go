@@ -38,6 +38,11 @@ const (
 {"id":"node2","address":"127.0.0.1:7001","suffrage":"Voter","state":"follower"}],
 "counts":{"dead":0,"done":40,"pending":0,"processing":0,"stale":1},
 "sources":{"stripe":41},"version":"1.0.0","ready":false,"ready_reason":"applying the log"}`
+	statusRemoved = `{"node_id":"node4","state":"follower","leader_id":"","leader_address":"",
+"term":2,"commit_index":4,"applied_index":4,"last_contact":"3.129s",
+"nodes":[{"id":"node1","address":"127.0.0.1:7000","suffrage":"Voter","state":"unknown","role":"leader","term":2,"commit_index":9,"applied_index":9,"last_contact":"0s"}],
+"counts":{"dead":0,"done":0,"pending":0,"processing":0,"stale":0},
+"sources":{},"version":"1.4.0","ready":false,"ready_reason":"not a member of the cluster configuration (removed): it takes no part in commits"}`
 	eventAnswer = `{"key":"stripe:evt_1","source":"stripe","state":"dead","attempts":5,"token":9007199254740993,
 "created_at":"2026-11-30T10:00:00Z","updated_at":"2026-11-30T10:05:00.123456789Z","expires_at":"2026-12-07T10:00:00Z",
 "last_error":"status 500","step":"charge","audit":[{"at":"2026-11-30T10:05:00Z","who":"ops","action":"replay","reason":"fixed","from":"dead"}],
@@ -85,6 +90,7 @@ func TestClientAnswersPrint(t *testing.T) {
 	}{
 		{"status", "GET /v1/status", statusNow, func(w io.Writer) error { return c.Status(ctx, w, false) }},
 		{"status_json", "GET /v1/status", statusNow, func(w io.Writer) error { return c.Status(ctx, w, true) }},
+		{"status_removed_node", "GET /v1/status", statusRemoved, func(w io.Writer) error { return c.Status(ctx, w, false) }},
 		{"status_older_node", "GET /v1/status", statusOld, func(w io.Writer) error { return c.Status(ctx, w, false) }},
 		{"status_older_node_json", "GET /v1/status", statusOld, func(w io.Writer) error { return c.Status(ctx, w, true) }},
 		{"events_show", "GET /v1/events/stripe:evt_1", eventAnswer, func(w io.Writer) error { return c.ShowEvent(ctx, w, "stripe:evt_1", false) }},

@@ -66,8 +66,12 @@ func (s *sourceAnswer) UnmarshalJSON(b []byte) error {
 // configuration with the member's own answer (an older node's API has no
 // role: its state column stands in), the event counts and the sources.
 func printStatus(w io.Writer, st *statusAnswer) {
-	fmt.Fprintf(w, "node %s: %s (leader %s), term %d, commit %d, applied %d, last contact %s, ready %t (%s)\n",
-		st.NodeID, st.State, st.LeaderID, st.Term, st.CommitIndex, st.AppliedIndex, st.LastContact, st.Ready, st.ReadyWhy)
+	leader := "leader " + st.LeaderID
+	if st.LeaderID == "" {
+		leader = "no leader known"
+	}
+	fmt.Fprintf(w, "node %s: %s (%s), term %d, commit %d, applied %d, last contact %s, ready %t (%s)\n",
+		st.NodeID, st.State, leader, st.Term, st.CommitIndex, st.AppliedIndex, st.LastContact, st.Ready, st.ReadyWhy)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tSUFFRAGE\tROLE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT")
 	var unreachable []string
