@@ -136,12 +136,8 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 	var err error
 	rctx := ctx
 	if pt := f.plainTarget(tgt.URL); pt != nil {
-		h := make(http.Header, len(ev.Headers)+6)
-		f.setHeaders(h, ev, attempt)
-		ua := h.Get("User-Agent") // setHeaders sets one
-		h.Del("User-Agent")
 		resp, err = f.direct.post(ctx, time.Now().Add(tgt.Timeout), pt.addr, tgt.Sync, func(w *bufio.Writer) error {
-			return writeRequest(w, pt, ua, h, ev.Payload)
+			return writeDelivery(w, pt, &ev, attempt)
 		})
 	} else {
 		var cancel context.CancelFunc

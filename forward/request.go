@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+
+	"oncehook/engine"
 )
 
 // A delivery to a plain-HTTP handler, when the forwarder uses its own
@@ -87,14 +89,71 @@ func parsePlain(rawURL string) *plainTarget {
 	return &plainTarget{addr: addr, host: host, uri: uri}
 }
 
-// writeRequest writes a POST of body to pt with the User-Agent ua and the
-// other headers h, as Request.Write writes it: request line, Host,
-// User-Agent, Content-Length, then h sorted by name (Header.Write cleans
-// the values the same way). h must hold none of the headers Request.Write
-// writes itself (forwardable keeps them out, and the caller takes the
-// User-Agent out of it). It changes nothing, so a request sent again on a
-// new connection (transport.post) is the same.
-func writeRequest(w *bufio.Writer, pt *plainTarget, ua string, h http.Header, body []byte) error {
+// headerLine is one header of a delivery as writeDelivery writes it: a
+// canonical name and either a value or, for the attempt and the fencing
+// token, a number.
+type headerLine struct {
+	name  string
+	value string
+	num   uint64
+	isNum bool
+}
+
+// ownHeader reports whether a canonical name is one setHeaders sets (or
+// removes) on every delivery, replacing a stored header of that name.
+func ownHeader(name string) bool {
+	switch name {
+	case HeaderIdempotencyKey, HeaderEventKey, HeaderSource, HeaderAttempt, HeaderFencingToken, HeaderLastStep:
+		return true
+	}
+	return false
+}
+
+// writeDelivery writes the request a delivery of ev (attempt n) to pt is:
+// the bytes writeRequest writes for the headers setHeaders puts in a map,
+// without the map. Building and sorting the map was 15 allocations and
+// about 2 µs per delivery; here the lines stay in an array on the stack
+// for the usual dozen headers.
+func writeDelivery(w *bufio.Writer, pt *plainTarget, ev *engine.Event, attempt int) error {
+	var stack [16]headerLine
+	lines := stack[:0]
+	ua, uaSeen := "", false
+	for _, kv := range ev.Headers {
+		if !forwardable(kv.Name, kv.Value) {
+			continue
+		}
+		name := http.CanonicalHeaderKey(kv.Name)
+		switch {
+		case name == "User-Agent":
+			if !uaSeen {
+				ua, uaSeen = kv.Value, true // the first one counts, as Header.Get's
+			}
+			continue
+		case ownHeader(name):
+			continue
+		}
+		lines = append(lines, headerLine{name: name, value: kv.Value})
+	}
+	if ua == "" {
+		ua = "oncehook"
+	}
+	lines = append(lines,
+		headerLine{name: HeaderIdempotencyKey, value: ev.Key},
+		headerLine{name: HeaderEventKey, value: ev.Key},
+		headerLine{name: HeaderSource, value: ev.Source},
+		headerLine{name: HeaderAttempt, num: uint64(attempt), isNum: true},
+		headerLine{name: HeaderFencingToken, num: ev.Token, isNum: true})
+	if ev.Step != "" {
+		lines = append(lines, headerLine{name: HeaderLastStep, value: ev.Step})
+	}
+	// Header.Write's order: by name, and a name's values in the order added
+	// (an insertion sort is stable, and there are a dozen lines).
+	for i := 1; i < len(lines); i++ {
+		for j := i; j > 0 && lines[j].name < lines[j-1].name; j-- {
+			lines[j], lines[j-1] = lines[j-1], lines[j]
+		}
+	}
+
 	w.WriteString("POST ")
 	w.WriteString(pt.uri)
 	w.WriteString(" HTTP/1.1\r\nHost: ")
@@ -103,13 +162,21 @@ func writeRequest(w *bufio.Writer, pt *plainTarget, ua string, h http.Header, bo
 	w.WriteString(cleanValue(ua))
 	w.WriteString("\r\nContent-Length: ")
 	var nb [20]byte
-	w.Write(strconv.AppendInt(nb[:0], int64(len(body)), 10))
+	w.Write(strconv.AppendInt(nb[:0], int64(len(ev.Payload)), 10))
 	w.WriteString("\r\n")
-	if err := h.Write(w); err != nil {
-		return err
+	for i := range lines {
+		l := &lines[i]
+		w.WriteString(l.name)
+		w.WriteString(": ")
+		if l.isNum {
+			w.Write(strconv.AppendUint(nb[:0], l.num, 10))
+		} else {
+			w.WriteString(cleanValue(l.value))
+		}
+		w.WriteString("\r\n")
 	}
 	w.WriteString("\r\n")
-	_, err := w.Write(body)
+	_, err := w.Write(ev.Payload)
 	return err
 }
 
