@@ -4,6 +4,7 @@ package providers
 // or JSON body, without unmarshalling the body.
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -298,10 +299,17 @@ func NewKeyer(source string, parts []string) (*Keyer, error) {
 // when dst has room (except for a JSON string value with escapes). On error dst
 // is returned unchanged. The error wraps ErrNoKey, ErrNotJSON or ErrKeyTooLong
 // and names the part.
+//
+// With several parts, a ':' or '%' inside a part's value is written %3A or
+// %25, so that the parts can be told apart: joined as they are, "x:y"+"z"
+// and "x"+"y:z" would make one key, and the second event would be taken for
+// a duplicate of the first and never delivered. A key of one part is the
+// value as it is.
 func (k *Keyer) Key(dst []byte, h Headers, body []byte) ([]byte, error) {
 	start := len(dst)
 	dst = append(dst, k.prefix...)
 	var scratch [64]byte
+	escape := len(k.parts) > 1
 	for i := range k.parts {
 		if i > 0 {
 			dst = append(dst, ':')
@@ -309,6 +317,22 @@ func (k *Keyer) Key(dst []byte, h Headers, body []byte) ([]byte, error) {
 		v, err := k.parts[i].value(h, body, &scratch)
 		if err != nil {
 			return dst[:start], err
+		}
+		if escape && bytes.ContainsAny(v, ":%") {
+			for _, c := range v {
+				switch c {
+				case ':':
+					dst = append(dst, "%3A"...)
+				case '%':
+					dst = append(dst, "%25"...)
+				default:
+					dst = append(dst, c)
+				}
+			}
+			if len(dst)-start > MaxKeyLen {
+				return dst[:start], k.errTooLong
+			}
+			continue
 		}
 		if len(dst)-start+len(v) > MaxKeyLen {
 			return dst[:start], k.errTooLong

@@ -201,6 +201,44 @@ func TestKeyNotJSON(t *testing.T) {
 	}
 }
 
+// TestCompositeKeysDoNotCollide: parts holding ':' or '%' are escaped in a
+// key of several parts, so that two different events never share a key; a
+// key of one part keeps its value as it is.
+func TestCompositeKeysDoNotCollide(t *testing.T) {
+	two, _ := NewKeyer("comp", []string{"json:a", "json:b"})
+	one, _ := NewKeyer("comp", []string{"json:a"})
+	cases := []struct {
+		k    *Keyer
+		body string
+		want string
+	}{
+		{two, `{"a":"x:y","b":"z"}`, "comp:x%3Ay:z"},
+		{two, `{"a":"x","b":"y:z"}`, "comp:x:y%3Az"},
+		{two, `{"a":"x%3Ay","b":"z"}`, "comp:x%253Ay:z"},
+		{two, `{"a":"plain","b":"7"}`, "comp:plain:7"},
+		{one, `{"a":"x:y%z"}`, "comp:x:y%z"},
+	}
+	seen := map[string]string{}
+	for _, c := range cases {
+		got, err := c.k.Key(nil, nil, []byte(c.body))
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s: %q, %v; want %q", c.body, got, err, c.want)
+			continue
+		}
+		if c.k == two {
+			if other, dup := seen[string(got)]; dup {
+				t.Errorf("%s and %s make one key %q", other, c.body, got)
+			}
+			seen[string(got)] = c.body
+		}
+	}
+	// The escaped key is bounded like any other.
+	long := `{"a":"` + strings.Repeat(":", MaxKeyLen/3) + `","b":"z"}`
+	if _, err := two.Key(nil, nil, []byte(long)); !errors.Is(err, ErrKeyTooLong) {
+		t.Errorf("a key over MaxKeyLen once escaped: %v, want ErrKeyTooLong", err)
+	}
+}
+
 func TestKeyLengthLimit(t *testing.T) {
 	k, _ := NewKeyer("src", []string{"header:X-Id"})
 	exact := strings.Repeat("k", MaxKeyLen-len("src:"))
