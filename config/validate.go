@@ -415,6 +415,17 @@ func (c *sourceCheck) delivery() {
 	for j, h := range s.ForwardHeaders {
 		if !headerNameRe.MatchString(h) {
 			p.add(c.k("forward_headers")+"["+strconv.Itoa(j)+"]", nil, fmt.Sprintf("invalid header name %q", h), c.k("forward_headers"))
+			continue
+		}
+		// The provider's token is the source's secret: forwarded, it would be
+		// stored with every event, replicated, backed up and shown by the
+		// admin API and the dead-letter page.
+		if c.scheme != nil {
+			if sh := c.scheme.Defaults().SecretHeader; sh != "" && strings.EqualFold(h, sh) {
+				p.add(c.k("forward_headers")+"["+strconv.Itoa(j)+"]", nil, fmt.Sprintf(
+					"%s carries the source's secret (%s sends its token in it): it is never stored nor forwarded; the handler can trust oncehook's verification instead",
+					h, s.Provider), c.k("forward_headers"))
+			}
 		}
 	}
 	switch s.Mode {

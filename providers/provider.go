@@ -68,6 +68,10 @@ type Defaults struct {
 	// from for a source's accept_types and drop_types; empty: the provider
 	// sends no type, so a filter needs the source's own `type`.
 	Type string
+	// SecretHeader names the header that carries the source's secret itself
+	// (a shared token, gitlab and asaas), "" for a signature scheme. It is
+	// never stored with an event: config refuses it in forward_headers.
+	SecretHeader string
 }
 
 // Scheme is one provider's signature scheme.

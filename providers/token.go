@@ -55,12 +55,13 @@ func (gitlab) Name() string { return "gitlab" }
 
 func (gitlab) Defaults() Defaults {
 	return Defaults{
-		Key:         []string{"header:Idempotency-Key|header:X-Gitlab-Event-UUID"},
-		Retention:   72 * time.Hour,
-		RetryWindow: 48 * time.Hour, // no automatic retry; "Recent events" can be resent for 2 days
-		AckStatus:   ackAccepted,
-		ReplayGuard: true,
-		Type:        "header:X-Gitlab-Event",
+		Key:          []string{"header:Idempotency-Key|header:X-Gitlab-Event-UUID"},
+		Retention:    72 * time.Hour,
+		RetryWindow:  48 * time.Hour, // no automatic retry; "Recent events" can be resent for 2 days
+		AckStatus:    ackAccepted,
+		ReplayGuard:  true,
+		Type:         "header:X-Gitlab-Event",
+		SecretHeader: "X-Gitlab-Token",
 	}
 }
 
@@ -89,7 +90,8 @@ type asaas struct{}
 func (asaas) Name() string { return "asaas" }
 
 func (asaas) Defaults() Defaults {
-	return Defaults{Key: []string{"json:id"}, Retention: 384 * time.Hour, RetryWindow: 336 * time.Hour, AckStatus: ackOK, Type: "json:event"}
+	return Defaults{Key: []string{"json:id"}, Retention: 384 * time.Hour, RetryWindow: 336 * time.Hour, AckStatus: ackOK, Type: "json:event",
+		SecretHeader: "asaas-access-token"}
 }
 
 func (asaas) NewVerifier(opts Options) (Verifier, error) {
