@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -336,8 +337,37 @@ func requestError(ctx *fasthttp.RequestCtx, err error) {
 
 type fasthttpLogger struct{ l *slog.Logger }
 
+// Printf logs fasthttp's own messages at debug, without the request bytes
+// its errors quote: a parse error carries "buffer size=N, contents: ..."
+// (every header, a gitlab or asaas token among them, and the body's
+// start), an invalid header its value. An error is cut at its first quote.
 func (f fasthttpLogger) Printf(format string, args ...any) {
-	f.l.Debug("http", "msg", format, "args", args)
+	if !f.l.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	clean := make([]any, len(args))
+	for i, a := range args {
+		if err, ok := a.(error); ok {
+			a = errorWithoutRequestBytes(err.Error())
+		}
+		clean[i] = a
+	}
+	msg := fmt.Sprintf(format, clean...)
+	if i := strings.Index(msg, "buffer size="); i >= 0 {
+		msg = msg[:i] + "(request bytes not logged)"
+	}
+	f.l.Debug("http server", "msg", msg)
+}
+
+// errorWithoutRequestBytes cuts a fasthttp error before the first request
+// bytes it quotes.
+func errorWithoutRequestBytes(msg string) string {
+	for _, mark := range []string{"buffer size=", `"`} {
+		if i := strings.Index(msg, mark); i >= 0 {
+			msg = msg[:i] + "(request bytes not logged)"
+		}
+	}
+	return msg
 }
 
 var (
