@@ -53,7 +53,9 @@ func (s *Server) adminPauseResume(w http.ResponseWriter, r *http.Request, pause 
 		jsonError(w, http.StatusBadRequest, "reason is required")
 		return
 	}
-	if !s.configuredSource(name) {
+	// A source paused and then removed from the config can still be
+	// resumed: its events are held either way until it is configured again.
+	if !s.configuredSource(name) && (pause || !s.pausedInStore(name)) {
 		jsonError(w, http.StatusNotFound, "unknown source "+name)
 		return
 	}
@@ -63,6 +65,12 @@ func (s *Server) adminPauseResume(w http.ResponseWriter, r *http.Request, pause 
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"source": name, "paused": pause, "changed": changed})
+}
+
+// pausedInStore reports whether the replicated state holds source as paused.
+func (s *Server) pausedInStore(source string) bool {
+	ps, err := s.store.Sources()
+	return err == nil && ps[source].Paused
 }
 
 // setPaused proposes a pause or a resume of source, from any node.
@@ -93,6 +101,10 @@ type sourceStatusJSON struct {
 	Reason           string  `json:"reason,omitempty"`
 	Backlog          int     `json:"backlog"` // pending events
 	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
+	// Unconfigured: the running config has no such source (a reload
+	// removed or renamed it); its pending events are held until it is
+	// configured again.
+	Unconfigured bool `json:"unconfigured,omitempty"`
 }
 
 // sourceStatus is the pause state and backlog of every configured source
@@ -144,6 +156,7 @@ func (s *Server) statusSources(bySource map[string]int) (map[string]sourceStatus
 		out[name] = sourceStatusJSON{
 			Events: bySource[name], Paused: p.Paused, Since: ts(p.Since), By: p.Who, Reason: p.Reason,
 			Backlog: ss.backlog[name].Pending, OldestPendingAge: ss.oldestAge(name, now),
+			Unconfigured: !s.configuredSource(name),
 		}
 	}
 	for _, src := range s.cfg().Sources {

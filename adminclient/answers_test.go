@@ -30,7 +30,8 @@ const (
 "counts":{"dead":2,"done":1500000,"pending":3,"processing":1,"stale":0},
 "sources":{"stripe":{"events":1500004,"paused":false,"backlog":3,"oldest_pending_age_seconds":75.4},
 "orders":{"events":2,"paused":true,"since":"2026-11-30T10:00:00Z","by":"ops","reason":"handler deploy","backlog":0,"oldest_pending_age_seconds":0},
-"quiet":{"events":0,"paused":false,"backlog":0,"oldest_pending_age_seconds":0}},
+"quiet":{"events":0,"paused":false,"backlog":0,"oldest_pending_age_seconds":0},
+"renamed":{"events":4,"paused":false,"backlog":4,"oldest_pending_age_seconds":30,"unconfigured":true}},
 "version":"1.4.0","ready":true,"ready_reason":"caught up"}`
 	statusOld = `{"node_id":"node2","state":"follower","leader_id":"node1","leader_address":"127.0.0.1:7000",
 "term":3,"commit_index":42,"applied_index":40,"last_contact":"35ms",

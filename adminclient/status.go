@@ -41,6 +41,7 @@ type sourceAnswer struct {
 	Reason           string  `json:"reason"`
 	Backlog          int     `json:"backlog"`
 	OldestPendingAge float64 `json:"oldest_pending_age_seconds"`
+	Unconfigured     bool    `json:"unconfigured"`
 
 	// row is false for an older node's source, a bare event count: it has
 	// no pause state or backlog to print.
@@ -127,6 +128,12 @@ func printSources(w io.Writer, srcs map[string]sourceAnswer) {
 		state, since, by, reason := "active", "-", "-", "-"
 		if s.Paused {
 			state, since, by, reason = "PAUSED", s.Since, s.By, s.Reason
+		}
+		if s.Unconfigured { // not in the running config: its events are held
+			state = "unconfigured"
+			if s.Paused {
+				state = "PAUSED,unconfigured"
+			}
 		}
 		age := "-"
 		if s.Backlog != 0 {

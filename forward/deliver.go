@@ -390,22 +390,23 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	f.finish(fin, took)
 }
 
-// handBack returns a leased event that could not start inside its lease to
-// pending for retryIn, without calling its handler (doc.go, "Rate limits").
-// The engine counted the attempt when it leased the event; maxAttempts is
-// raised past it so that a hand-back never makes the event dead.
-func (f *Forwarder) handBack(ctx context.Context, ev engine.Event, retryIn time.Duration) {
+// handBack returns a leased event that could not start inside its lease
+// (doc.go, "Rate limits"), or whose source is no longer configured, to
+// pending for retryIn, without calling its handler. The engine counted the
+// attempt when it leased the event; maxAttempts is raised past it so that a
+// hand-back never makes the event dead.
+func (f *Forwarder) handBack(ctx context.Context, ev engine.Event, retryIn time.Duration, reason string) {
 	if ctx.Err() != nil {
 		return
 	}
 	tgt, _ := f.opts.Targets(ev.Source)
 	tgt = tgt.withDefaults()
 	attempt := attemptOf(ev)
-	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, max(tgt.MaxAttempts, attempt+1), ReasonRateLimited, "", 0, nil)
+	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, max(tgt.MaxAttempts, attempt+1), reason, "", 0, nil)
 	switch {
 	case ctx.Err() != nil:
 	case err == nil:
-		f.log.Info("rate limited past the lease; handed back", "key", ev.Key, "source", ev.Source, "retry_in", retryIn)
+		f.log.Info("handed back without a delivery", "key", ev.Key, "source", ev.Source, "reason", reason, "retry_in", retryIn)
 	case lostLease(err):
 		f.log.Info("hand-back fenced", "key", ev.Key, "token", ev.Token, "err", err)
 	default:

@@ -259,6 +259,11 @@ type Forwarder struct {
 
 	slots *slots // workers taken by leases and by claims that carry theirs (claimlease.go)
 
+	// orphans are the sources whose events were leased while no target was
+	// configured for them; leases skip them (skipOrphans). The dispatcher's
+	// goroutine alone uses it; Run makes it.
+	orphans map[string]bool
+
 	// Since the dispatcher last looked (poolsize.go): 2xx answers, and the
 	// attempts started with the bytes of their bodies.
 	delivered, attempts, bodyBytes atomic.Int64
@@ -341,6 +346,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	n := f.opts.Workers
 	sizer := newPoolSizer(n, f.opts.MaxWorkers)
 	f.lim = newLimiter(f.opts.DefaultLease)
+	f.orphans = map[string]bool{}
 	f.delivered.Store(0)
 	f.attempts.Store(0)
 	f.bodyBytes.Store(0)
@@ -391,7 +397,11 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	deliver := func(j job) {
 		ordered := j.ev.OrderObject != ""
 		if j.handBack > 0 {
-			f.handBack(ctx, j.ev, j.handBack)
+			reason := ReasonRateLimited
+			if j.noTarget {
+				reason = ReasonNoTarget
+			}
+			f.handBack(ctx, j.ev, j.handBack, reason)
 			f.slots.leave(j.ev.Source, time.Now())
 			freed <- ordered
 			return
@@ -502,6 +512,7 @@ type job struct {
 	ev       engine.Event
 	leased   time.Time
 	handBack time.Duration
+	noTarget bool // handed back because its source is not configured
 }
 
 // maxParked bounds the events parked for their rate limit, with
@@ -588,6 +599,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		}
 
 		full, fullUntil := f.lim.full(now)
+		full = f.skipOrphans(full)
 		again := false
 		if want && len(park) < parkCap && ctx.Err() == nil && !(spareStop > 0 && f.slots.free() <= spareStop) {
 			spareStop = 0
@@ -667,6 +679,28 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 	}
 }
 
+// skipOrphans adds to full (sorted) the sources whose events were leased
+// while they had no target and still have none, so that leases skip them
+// (a hard quota of 0) and their events stay pending; a source configured
+// again is dropped from the set, and its events are leased as before.
+func (f *Forwarder) skipOrphans(full []string) []string {
+	if len(f.orphans) == 0 {
+		return full
+	}
+	for src := range f.orphans {
+		if _, ok := f.opts.Targets(src); ok {
+			delete(f.orphans, src)
+			f.log.Info("a source is configured again; its held events are delivered", "source", src)
+			continue
+		}
+		if _, found := slices.BinarySearch(full, src); !found {
+			full = append(full, src)
+		}
+	}
+	slices.Sort(full)
+	return full
+}
+
 // waitingBeyond reports whether waiting (sorted) names a source that full
 // (sorted) does not: a source whose due events a lease left for want of room.
 func waitingBeyond(waiting, full []string) bool {
@@ -716,7 +750,15 @@ func collectFreed(freed <-chan bool, ordered bool) (done int, want bool) {
 func (f *Forwarder) place(j job, now time.Time, park *parkQueue, send func(job)) {
 	tgt, ok := f.opts.Targets(j.ev.Source)
 	if !ok {
-		send(j) // fails with ReasonNoTarget
+		// Its source was removed from the config (or renamed): hold its
+		// events, as a pause would, until it is configured again. Failing
+		// them would dead-letter a backlog within minutes of a reload.
+		if !f.orphans[j.ev.Source] {
+			f.orphans[j.ev.Source] = true
+			f.log.Warn("events of a source that is not configured are held until it is", "source", j.ev.Source)
+		}
+		j.handBack, j.noTarget = f.opts.PollInterval, true
+		send(j)
 		return
 	}
 	tgt = tgt.withDefaults()

@@ -432,21 +432,56 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
+// TestNoTargetForSource: the events of a source that is not configured (a
+// reload removed or renamed it) are held, not failed: the one leased is
+// handed back without spending its last attempt, later leases skip the
+// source while other sources deliver, and once the source is configured
+// again its event is delivered.
 func TestNoTargetForSource(t *testing.T) {
 	l := newLeader(t)
+	h := &sink{}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	var mu sync.Mutex
+	configured := map[string]bool{"src": true}
+	targets := func(source string) (Target, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		return Target{URL: srv.URL}, configured[source]
+	}
 	l.claim("gone:k", "gone", "x")
 	rec := &recorder{}
-	start(t, l, rec, Options{Targets: only(Target{URL: "http://127.0.0.1:1"})})
-	waitFor(t, "a failure", func() bool { return len(l.failLog()) == 1 })
+	start(t, l, rec, Options{Targets: targets})
+	waitFor(t, "the hand-back", func() bool { return len(l.failLog()) == 1 })
 	c := l.failLog()[0]
-	if c.Reason != ReasonNoTarget || c.MaxAttempts != DefaultMaxAttempts ||
-		time.Duration(c.RetryIn) < DefaultBackoffMin/2 || time.Duration(c.RetryIn) > DefaultBackoffMin {
-		t.Errorf("fail command %+v", c)
+	if c.Key != "gone:k" || c.Reason != ReasonNoTarget || c.MaxAttempts <= 1 || time.Duration(c.RetryIn) > time.Second {
+		t.Fatalf("fail command %+v, want a hand-back of gone:k that cannot make it dead", c)
 	}
 	if ev := l.get("gone:k"); ev.State != engine.StatePending || ev.LastError != ReasonNoTarget {
-		t.Errorf("event %v %q, want pending with the reason", ev.State, ev.LastError)
+		t.Fatalf("event %v %q, want pending with the reason", ev.State, ev.LastError)
 	}
-	waitFor(t, "observe", func() bool { return rec.count(OutcomeRetry) == 1 })
+
+	// Another source delivers meanwhile, and many leases later, past any
+	// retry time, the held event was not leased again.
+	l.advance(time.Hour)
+	l.claim("src:a", "src", "y")
+	waitFor(t, "the other source's delivery", func() bool { return h.n() == 1 })
+	leases := l.leases.Load()
+	waitFor(t, "more leases", func() bool { return l.leases.Load() >= leases+20 })
+	if n := len(l.failLog()); n != 1 {
+		t.Fatalf("%d hand-backs, want 1: the source's events were leased again: %+v", n, l.failLog())
+	}
+	if ev := l.get("gone:k"); ev.State != engine.StatePending || ev.Attempts != 1 {
+		t.Fatalf("held event %v attempts %d, want pending after one attempt", ev.State, ev.Attempts)
+	}
+
+	mu.Lock()
+	configured["gone"] = true
+	mu.Unlock()
+	waitFor(t, "the held event delivered", func() bool { return l.get("gone:k").State == engine.StateDone })
+	if h.n() != 2 {
+		t.Fatalf("handler got %d deliveries, want 2", h.n())
+	}
 }
 
 // A handler slower than its lease: the sweeper reclaims the event, a second
