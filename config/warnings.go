@@ -40,6 +40,8 @@ var warningChecks = []func(*Config) []string{
 	keyPartChangesPerDelivery,
 	reservedForwardHeaders,
 	certificatesExpiring, // certwarn.go
+	subSecondBackoff,     // sourcewarn.go
+	wideTolerance,
 }
 
 // ownHeaders are the headers the forwarder sets on every delivery, or that

@@ -1,0 +1,50 @@
+package config
+
+import (
+	"fmt"
+	"time"
+)
+
+// retryPoll is how often the leader looks for events whose retry is due
+// (forward.DefaultPollInterval): a backoff shorter than it is rounded up to
+// the next look, as far as the handler can tell.
+const retryPoll = time.Second
+
+// maxSaneTolerance is the widest timestamp tolerance not warned about: the
+// providers that sign a time resend within minutes, and a tolerance of days
+// accepts a captured delivery for that long (docs/security.md).
+const maxSaneTolerance = time.Hour
+
+// subSecondBackoff warns that retries are looked for once a second: a
+// backoff under a second does not make a retry come sooner than the next
+// look, and the log's retry_in is not when it happens.
+func subSecondBackoff(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		for _, b := range []struct {
+			key string
+			d   Duration
+		}{{"backoff_min", s.BackoffMin}, {"backoff_max", s.BackoffMax}} {
+			if b.d > 0 && time.Duration(b.d) < retryPoll {
+				w = append(w, fmt.Sprintf("%s: %s is under a second, but due retries are looked for once a second: a retry may come up to 1s later than its backoff",
+					sourceKey(i, b.key), b.d))
+			}
+		}
+	}
+	return w
+}
+
+// wideTolerance warns about a timestamp tolerance over an hour: a signed
+// time is what stops a captured delivery from verifying later, and a wide
+// tolerance keeps it verifying for that long.
+func wideTolerance(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		if t := time.Duration(c.Sources[i].Tolerance); t > maxSaneTolerance {
+			w = append(w, fmt.Sprintf("%s: %s lets a captured delivery verify for that long after it was signed (and as far ahead); providers resend within minutes: keep it at most %s",
+				sourceKey(i, "tolerance"), c.Sources[i].Tolerance, Duration(maxSaneTolerance)))
+		}
+	}
+	return w
+}

@@ -1,0 +1,38 @@
+package config
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestSourceWarnings(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		edit func(s *Source)
+		want []string // prefixes, in order
+	}{
+		{"defaults", func(*Source) {}, nil},
+		{"one second backoff", func(s *Source) { s.BackoffMin, s.BackoffMax = Duration(time.Second), Duration(time.Minute) }, nil},
+		{"sub-second backoff", func(s *Source) { s.BackoffMin, s.BackoffMax = Duration(100*time.Millisecond), Duration(200*time.Millisecond) },
+			[]string{"source[0].backoff_min: 100ms is under a second", "source[0].backoff_max: 200ms is under a second"}},
+		{"an hour's tolerance", func(s *Source) { s.Tolerance = Duration(time.Hour) }, nil},
+		{"ten years' tolerance", func(s *Source) { s.Tolerance = Duration(87600 * time.Hour) },
+			[]string{"source[0].tolerance: 87600h lets a captured delivery verify for that long"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			c.Sources = []Source{{Name: "s", Provider: "stripe", Tolerance: Duration(5 * time.Minute)}}
+			tt.edit(&c.Sources[0])
+			got := append(subSecondBackoff(c), wideTolerance(c)...)
+			if len(got) != len(tt.want) {
+				t.Fatalf("warnings %q, want %d", got, len(tt.want))
+			}
+			for i, w := range tt.want {
+				if !strings.HasPrefix(got[i], w) {
+					t.Errorf("warning %q, want it to start %q", got[i], w)
+				}
+			}
+		})
+	}
+}
