@@ -100,3 +100,51 @@ func (s *syncBuffer) String() string {
 	defer s.mu.Unlock()
 	return s.b.String()
 }
+
+// TestExpectContinueDecidedFromTheHead: a sender that asks before sending
+// its body (Expect: 100-continue) is refused from the head alone when
+// serveSource would refuse it for the head, instead of being told to send
+// a body that is then refused; a welcome one is told 100 Continue.
+func TestExpectContinueDecidedFromTheHead(t *testing.T) {
+	f := newIntakeFixture(t)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := f.in.HTTPServer()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		srv.Shutdown()
+		<-served
+	}()
+	for _, tt := range []struct {
+		name, head string
+		want       int
+	}{
+		{"unknown source", "POST /in/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000", 404},
+		{"not POST", "PUT /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 10", 405},
+		{"over max_body", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000", 413},
+		{"compressed", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 10", 415},
+		{"welcome", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 10", 100},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := net.Dial("tcp", ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			fmt.Fprintf(c, "%s\r\nExpect: 100-continue\r\n\r\n", tt.head)
+			line, err := bufio.NewReader(c).ReadString('\n')
+			if err != nil {
+				t.Fatal(err)
+			}
+			if want := fmt.Sprintf("HTTP/1.1 %d ", tt.want); !strings.HasPrefix(line, want) {
+				t.Fatalf("first answer %q, want %q...", line, want)
+			}
+		})
+	}
+	if n := f.store.index; n != 0 {
+		t.Fatalf("%d commands applied, want none", n)
+	}
+}

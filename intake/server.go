@@ -248,7 +248,42 @@ func (in *Server) HTTPServer() *fasthttp.Server {
 		CloseOnShutdown:               true,
 		Logger:                        fasthttpLogger{in.log},
 		ErrorHandler:                  requestError,
+		ExpectHandler:                 in.expect,
 	}
+}
+
+// expect answers a request that sends its body only once welcome (Expect:
+// 100-continue) from its head alone, as serveSource would: told 100
+// Continue, a sender would send a body of up to max_body only to be
+// refused for its head. A refusal is the status alone, and the connection
+// is closed.
+func (in *Server) expect(ctx *fasthttp.RequestCtx) int {
+	path := ctx.Path()
+	if !bytes.HasPrefix(path, strIn) {
+		return fasthttp.StatusContinue // /livez and the like answer whatever the body
+	}
+	src := in.sources.Load().byName[string(path[len(strIn):])]
+	status := fasthttp.StatusContinue
+	switch {
+	case src == nil:
+		status = fasthttp.StatusNotFound
+	case !ctx.IsPost():
+		status = fasthttp.StatusMethodNotAllowed
+	case len(src.allow) > 0 && !allowed(src.allow, ctx.RemoteIP()):
+		status = fasthttp.StatusForbidden
+	case len(ctx.Request.Header.Peek("Content-Encoding")) > 0 && !bytes.EqualFold(ctx.Request.Header.Peek("Content-Encoding"), []byte("identity")):
+		status = fasthttp.StatusUnsupportedMediaType
+	case ctx.Request.Header.ContentLength() > src.maxBody:
+		status = fasthttp.StatusRequestEntityTooLarge
+	}
+	if status != fasthttp.StatusContinue {
+		name := ""
+		if src != nil {
+			name = src.name
+		}
+		in.metrics.Request(name, status)
+	}
+	return status
 }
 
 // maxPooledBody is the largest body buffer kept for reuse; a rare big body
