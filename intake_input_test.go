@@ -1,6 +1,9 @@
 package main
 
 import (
+	"bufio"
+	"io"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -153,5 +156,47 @@ func TestOrderObjectsAreScopedBySource(t *testing.T) {
 	// Within one source the guard still holds.
 	if a := tn.post("orders", older, tn.signed(older, "scoped_old_orders")); a.Status != http.StatusAccepted || a.Body["state"] != "stale" {
 		t.Fatalf("older on the same source: %d %s, want stale", a.Status, a.Raw)
+	}
+}
+
+// TestRequestsRefusedBeforeTheHandlerAreCounted: the answers the HTTP layer
+// gives before a source is known (headers over 16 KiB, a malformed request)
+// and the refusals of an Expect: 100-continue head are in
+// oncehook_requests_total, so that header floods and such senders show.
+func TestRequestsRefusedBeforeTheHandlerAreCounted(t *testing.T) {
+	tn := startTestNode(t, "", newHandler(t).url)
+	addr := strings.TrimPrefix(tn.intake, "http://")
+	send := func(raw string) string {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(20 * time.Second))
+		if _, err := io.WriteString(c, raw); err != nil {
+			t.Fatal(err)
+		}
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		return line
+	}
+	for _, tt := range []struct{ raw, status string }{
+		{"POST /in/orders HTTP/1.1\r\nHost: x\r\nX-Big: " + strings.Repeat("a", 20<<10) + "\r\nContent-Length: 0\r\n\r\n", "431"},
+		{"POST /in/orders HTTP/1.1\r\nHost: x\r\nX-Bad: a\x01b\r\nContent-Length: 0\r\n\r\n", "400"},
+		{"POST /in/orders HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 999999999\r\n\r\n", "413"},
+	} {
+		if line := send(tt.raw); !strings.HasPrefix(line, "HTTP/1.1 "+tt.status) {
+			t.Fatalf("answer %q, want %s", line, tt.status)
+		}
+	}
+	m := tn.metricsText()
+	for _, want := range []string{
+		`oncehook_requests_total{code="431",source=""} 1`,
+		`oncehook_requests_total{code="400",source=""} 1`,
+		`oncehook_requests_total{code="413",source="orders"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("metrics lack %s", want)
+		}
 	}
 }

@@ -247,7 +247,7 @@ func (in *Server) HTTPServer() *fasthttp.Server {
 		DisableHeaderNamesNormalizing: false,
 		CloseOnShutdown:               true,
 		Logger:                        fasthttpLogger{in.log},
-		ErrorHandler:                  requestError,
+		ErrorHandler:                  in.requestError,
 		ExpectHandler:                 in.expect,
 	}
 }
@@ -355,19 +355,23 @@ func readBody(ctx *fasthttp.RequestCtx, dst []byte, limit int) (body []byte, sta
 // requestError answers requests fasthttp rejects before our handler runs.
 // The default handler calls an oversized body a parse error (400); a sender
 // deserves to know the body was too large, and every answer stays JSON.
-func requestError(ctx *fasthttp.RequestCtx, err error) {
+// They are counted under no source: header floods and slow senders show in
+// oncehook_requests_total.
+func (in *Server) requestError(ctx *fasthttp.RequestCtx, err error) {
 	var small *fasthttp.ErrSmallBuffer
 	var netErr net.Error
+	var status int
 	switch {
 	case errors.Is(err, fasthttp.ErrBodyTooLarge):
-		writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "body larger than the server limit")
+		status = writeError(ctx, fasthttp.StatusRequestEntityTooLarge, "body larger than the server limit")
 	case errors.As(err, &small):
-		writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers too large")
+		status = writeError(ctx, fasthttp.StatusRequestHeaderFieldsTooLarge, "request headers too large")
 	case errors.As(err, &netErr) && netErr.Timeout():
-		writeError(ctx, fasthttp.StatusRequestTimeout, "request not received in time")
+		status = writeError(ctx, fasthttp.StatusRequestTimeout, "request not received in time")
 	default:
-		writeError(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")
+		status = writeError(ctx, fasthttp.StatusBadRequest, "malformed HTTP request")
 	}
+	in.metrics.Request("", status)
 }
 
 type fasthttpLogger struct{ l *slog.Logger }
