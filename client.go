@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -166,6 +167,13 @@ func cmdRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	mk := clientFlags(fs)
 	id := fs.String("id", "", "server id (remove-peer)")
 	to := fs.String("to", "", "the voter to lead (transfer-leader; default: the most up-to-date one)")
+	if isHelp(args[0]) {
+		// "raft -h": the subcommands and their flags, not "unknown raft
+		// command "-h"".
+		fmt.Fprintln(stderr, "Usage: oncehook raft list-peers | remove-peer -id N | transfer-leader [-to N] [flags]")
+		fs.PrintDefaults()
+		return flag.ErrHelp
+	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
@@ -193,6 +201,12 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	fs := newFlags("snapshot "+args[0], stderr)
 	mk := clientFlags(fs)
+	if isHelp(args[0]) {
+		// "snapshot -h": as for raft, not "snapshot -h needs one FILE".
+		fmt.Fprintln(stderr, "Usage: oncehook snapshot save FILE | restore FILE [flags]")
+		fs.PrintDefaults()
+		return flag.ErrHelp
+	}
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}

@@ -12,7 +12,8 @@ import (
 )
 
 // TestExitStatus: a usage mistake, the client flags' included, exits 2 with
-// its message; -h exits 2 quietly; any other error exits 1.
+// its message; -h exits 0 quietly (the usage is printed already); any other
+// error exits 1.
 func TestExitStatus(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -21,7 +22,7 @@ func TestExitStatus(t *testing.T) {
 		code int
 	}{
 		{"success", nil, "", 0},
-		{"help", flag.ErrHelp, "", 2},
+		{"help", flag.ErrHelp, "", 0},
 		{"usage", usageError{"replay needs -reason"}, "replay needs -reason", 2},
 		{"client flags", adminclient.UsageError{Msg: "-ca (or ONCEHOOK_CA) is for https"}, "-ca (or ONCEHOOK_CA) is for https", 2},
 		{"wrapped client flags", fmt.Errorf("status: %w", adminclient.UsageError{Msg: "bad"}), "bad", 2},
@@ -57,6 +58,83 @@ func TestClientCommandsRefuseArguments(t *testing.T) {
 			msg, code := exitStatus(err)
 			if code != 2 || !strings.Contains(msg, "takes no arguments") || !strings.Contains(msg, tc.hint) {
 				t.Fatalf("%v: exit %d %q, want 2 with \"takes no arguments\" and %q", tc.args, code, msg, tc.hint)
+			}
+		})
+	}
+}
+
+// TestSubcommandHelp: "oncehook CMD -h" (and -help, --help) prints CMD's
+// usage and exits 0 as "oncehook -h" does, for every command: asking for
+// help is not a usage error. raft and snapshot read a subcommand before
+// their flags, so their "-h" must not be taken for one.
+func TestSubcommandHelp(t *testing.T) {
+	t.Setenv("ONCEHOOK_ADDR", "127.0.0.1:1") // nothing listens: a call would fail otherwise
+	for _, tc := range []struct {
+		args  []string
+		usage string // in what is printed
+	}{
+		{[]string{"serve"}, "-config"},
+		{[]string{"validate"}, "-config"},
+		{[]string{"sink"}, "-listen"},
+		{[]string{"send"}, "-source"},
+		{[]string{"keygen"}, "-provider"},
+		{[]string{"status"}, "-addr"},
+		{[]string{"events"}, "-state"},
+		{[]string{"events", "show"}, "-body"},
+		{[]string{"replay"}, "-reason"},
+		{[]string{"purge"}, "-before"},
+		{[]string{"pause"}, "-source"},
+		{[]string{"resume"}, "-source"},
+		{[]string{"raft"}, "list-peers"},
+		{[]string{"raft", "list-peers"}, "-addr"},
+		{[]string{"raft", "remove-peer"}, "-id"},
+		{[]string{"snapshot"}, "save FILE"},
+		{[]string{"snapshot", "save"}, "-addr"},
+	} {
+		for _, h := range []string{"-h", "-help", "--help"} {
+			args := append(append([]string(nil), tc.args...), h)
+			t.Run(strings.Join(args, " "), func(t *testing.T) {
+				var stdout, stderr strings.Builder
+				err := run(t.Context(), args, &stdout, &stderr)
+				msg, code := exitStatus(err)
+				if code != 0 || msg != "" {
+					t.Errorf("exit %d %q (err %v), want 0 and nothing after the usage", code, msg, err)
+				}
+				if printed := stdout.String() + stderr.String(); !strings.Contains(printed, tc.usage) {
+					t.Errorf("printed %q, want the usage (with %q)", printed, tc.usage)
+				}
+			})
+		}
+	}
+}
+
+// TestBadFlagReportedOnce: a mistyped flag is reported once, after the
+// usage, by main's "Error:" line; the flag package's own copy of the message,
+// printed before the usage, is not.
+func TestBadFlagReportedOnce(t *testing.T) {
+	t.Setenv("ONCEHOOK_ADDR", "127.0.0.1:1")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"replay", "-keys", "x"}, "flag provided but not defined: -keys"},
+		{[]string{"events", "-limit", "many"}, `invalid value "many" for flag -limit`},
+		{[]string{"events", "show", "k", "-bdy"}, "flag provided but not defined: -bdy"},
+		{[]string{"raft", "list-peers", "-idd", "1"}, "flag provided but not defined: -idd"},
+		{[]string{"serve", "-conifg", "x"}, "flag provided but not defined: -conifg"},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			var stdout, stderr strings.Builder
+			msg, code := exitStatus(run(t.Context(), tc.args, &stdout, &stderr))
+			if code != 2 || !strings.Contains(msg, tc.want) {
+				t.Fatalf("exit %d %q, want 2 with %q", code, msg, tc.want)
+			}
+			printed := stdout.String() + stderr.String() + "Error: " + msg + "\n"
+			if n := strings.Count(printed, tc.want); n != 1 {
+				t.Errorf("%q printed %d times, want once:\n%s", tc.want, n, printed)
+			}
+			if !strings.Contains(stderr.String(), "Usage of oncehook") {
+				t.Errorf("stderr %q, want the usage", stderr.String())
 			}
 		})
 	}

@@ -36,8 +36,9 @@ func main() {
 
 // exitStatus is what the process prints after "Error:" and its exit code for
 // run's err: 2 and the message for a usage error (the client flags' too,
-// adminclient.UsageError), 2 and nothing printed for -h, 1 and the error
-// otherwise.
+// adminclient.UsageError), 0 and nothing more for -h (the usage is printed
+// already, and asking for help is not a mistake: "oncehook -h" exits 0 too),
+// 1 and the error otherwise.
 func exitStatus(err error) (string, int) {
 	var ue usageError
 	var cue adminclient.UsageError
@@ -45,7 +46,7 @@ func exitStatus(err error) (string, int) {
 	case err == nil:
 		return "", 0
 	case errors.Is(err, flag.ErrHelp):
-		return "", 2
+		return "", 0
 	case errors.As(err, &ue):
 		return ue.msg, 2
 	case errors.As(err, &cue):
@@ -149,14 +150,38 @@ func newFlags(name string, stderr io.Writer) *flag.FlagSet {
 	return fs
 }
 
+// parseFlags parses args with fs. On -h it prints the usage and returns
+// flag.ErrHelp (exit 0); on a bad flag it prints the usage and returns the
+// mistake as a usageError, which main prints once, after the usage, as
+// "Error: ...". The flag package would print the mistake itself too, before
+// the usage: it is kept quiet while parsing so the message is not shown twice.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err.Error()}
+	out, usage := fs.Output(), fs.Usage
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
+	err := fs.Parse(args)
+	fs.SetOutput(out)
+	fs.Usage = usage
+	if err == nil {
+		return nil
 	}
-	return nil
+	fs.Usage()
+	if errors.Is(err, flag.ErrHelp) {
+		return err
+	}
+	return usageError{err.Error()}
+}
+
+// isHelp reports whether arg asks for help, as the flag package reads it
+// (and "help", as "oncehook help" does): for the commands that take a
+// subcommand before their flags (raft, snapshot), where "-h" would
+// otherwise be taken for the subcommand's name.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "--h", "help":
+		return true
+	}
+	return false
 }
 
 // parseInterspersed parses args with fs, allowing flags after the

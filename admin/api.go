@@ -266,10 +266,15 @@ func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) {
 	if l := q.Get("limit"); l != "" {
 		v, err := strconv.Atoi(l)
 		if err != nil || v < 1 {
-			jsonError(w, http.StatusBadRequest, fmt.Sprintf("limit must be 1..%d", engine.MaxListLimit))
+			// Not "1..1000": a larger limit is not refused (below), and the
+			// message must not say it is.
+			jsonError(w, http.StatusBadRequest, fmt.Sprintf("limit must be a whole number from 1 (a page holds at most %d events; a larger limit is served as %d, with \"next\")", engine.MaxListLimit, engine.MaxListLimit))
 			return
 		}
-		// A larger page is served as the largest one, with "next" to go on.
+		// A larger page is served as the largest one, with "next" to go on:
+		// not refused, so that a client asking for "everything" in one
+		// large page (oncehook events -limit 5000, scripts) still walks it
+		// all by "next" (docs/reference.md).
 		f.Limit = min(v, engine.MaxListLimit)
 	}
 	if err := parseCursor(q.Get("after"), &f); err != nil {

@@ -163,6 +163,15 @@ func TestAPIAnswers(t *testing.T) {
 		{"unknown event", "GET", "/v1/events/orders:nope", "", "", 404, `no event with key \"orders:nope\"`},
 		{"events by state", "GET", "/v1/events?state=pending", "", "", 200, `"key": "orders:msg_1"`},
 		{"unknown state", "GET", "/v1/events?state=lost", "", "", 400, `unknown state \"lost\"`},
+		// A bad limit is refused with what a good one is: any whole number
+		// from 1, a larger one than a page holds served as a full page
+		// with "next" (not refused, as "1..1000" said).
+		{"limit zero", "GET", "/v1/events?limit=0", "", "", 400, `limit must be a whole number from 1 (a page holds at most 1000 events; a larger limit is served as 1000, with \"next\")`},
+		{"limit negative", "GET", "/v1/events?limit=-1", "", "", 400, "limit must be a whole number from 1 (a page holds at most 1000"},
+		{"limit not a number", "GET", "/v1/events?limit=abc", "", "", 400, "limit must be a whole number from 1 (a page holds at most 1000"},
+		{"limit fractional", "GET", "/v1/events?limit=1.5", "", "", 400, "limit must be a whole number from 1 (a page holds at most 1000"},
+		{"limit 1", "GET", "/v1/events?limit=1", "", "", 200, `"key": "orders:msg_1"`},
+		{"limit over a page", "GET", "/v1/events?limit=5000", "", "", 200, `"key": "orders:msg_1"`},
 		{"replay without a reason", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"]}`, 400, "reason is required"},
 		{"replay of a pending event", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"reason":"test"}`, 409, `event orders:msg_1: event is pending: only dead, done and stale events are replayed`},
 		{"replay of an unknown key", "POST", "/v1/replay", "", `{"keys":["orders:nope"],"reason":"test"}`, 404, `event orders:nope: not found`},

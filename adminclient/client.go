@@ -66,7 +66,9 @@ func Flags(fs *flag.FlagSet) func() (*Client, error) {
 			if err != nil {
 				return nil, fmt.Errorf("token file: %w", err)
 			}
-			tok = strings.TrimSpace(string(b))
+			// A token file saved by Notepad starts with a byte order mark:
+			// it is not part of the token (config reads its token files so).
+			tok = strings.TrimSpace(strings.TrimPrefix(string(b), "\ufeff"))
 		}
 		return &Client{base: strings.TrimRight(a, "/"), token: tok, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
 	}
@@ -90,12 +92,33 @@ func (c *Client) Do(ctx context.Context, method, path string, body any, out any)
 	defer resp.Body.Close()
 	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
 	if resp.StatusCode/100 != 2 {
-		return fmt.Errorf("%s %s: %d: %s", method, path, resp.StatusCode, errorText(data))
+		return c.statusError(method+" "+path, resp.StatusCode, data)
 	}
 	if out == nil {
 		return nil
 	}
 	return json.Unmarshal(data, out)
+}
+
+// statusError is the error for an answer that is not a success: what was
+// asked, the status and the API's error text, with a hint on what to change
+// for the two mistakes an operator makes first, which the answer alone does
+// not name:
+//   - a 401 to a client that sent no token: none was configured here;
+//   - a 404 that says only "not found": the intake's answer to any path but
+//     /in/, /livez and /readyz (every admin 404 names what it did not find:
+//     "no event with key ...", "unknown source ..."): the address is the
+//     intake listener, not the admin one.
+func (c *Client) statusError(what string, status int, body []byte) error {
+	text := errorText(body)
+	hint := ""
+	switch {
+	case status == http.StatusUnauthorized && c.token == "":
+		hint = " (no admin token given: set -token-file, ONCEHOOK_TOKEN_FILE or ONCEHOOK_TOKEN)"
+	case status == http.StatusNotFound && text == "not found":
+		hint = fmt.Sprintf(" (is %s the admin listener ([admin] listen)? this looks like the intake's answer)", c.base)
+	}
+	return fmt.Errorf("%s: %d: %s%s", what, status, text, hint)
 }
 
 // errorText is the "error" of an admin API JSON error, or the body as is.

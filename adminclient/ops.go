@@ -197,7 +197,7 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer, file string) err
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("backup: %d: %s", resp.StatusCode, errorText(b))
+		return c.statusError("backup", resp.StatusCode, b)
 	}
 	tmp := file + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
@@ -251,7 +251,7 @@ func (c *Client) RestoreSnapshot(ctx context.Context, w io.Writer, file string) 
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("restore: %d: %s", resp.StatusCode, errorText(b))
+		return c.statusError("restore", resp.StatusCode, b)
 	}
 	fmt.Fprintf(w, "restored %s\n", file)
 	return nil

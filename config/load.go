@@ -340,6 +340,12 @@ func (l *loader) decodeError(prefix string, err error) {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
 		line, key, msg = pe.Position.Line, pe.LastKey, pe.Message
+		if prefix == "" {
+			// The whole file's parse: a syntax error, which may quote a
+			// secret. (A section's decode reports our own types' errors,
+			// "invalid duration \"5 minutes\"", which quote no secret.)
+			msg = syntaxMessage(msg)
+		}
 	} else if m := reDecode.FindStringSubmatch(msg); m != nil {
 		line, _ = strconv.Atoi(m[1])
 		key, msg = m[2], m[3]
@@ -366,6 +372,47 @@ func (l *loader) decodeError(prefix string, err error) {
 		}
 	}
 	l.p.list = append(l.p.list, &Error{File: l.p.file, Line: line, Key: key, Message: msg, Err: err})
+}
+
+// syntaxMessages rewrite the TOML parser's syntax errors that quote the
+// text they found, which may be a secret (secrets = [whsec_...] unquoted,
+// a token with a bad escape): validate prints the error and serve logs it.
+// Each keeps what the parser expected, never what it found; file:line and
+// the key say where to look. The parser's own words in the kept parts are
+// fixed text, not input.
+var syntaxMessages = []struct {
+	re   *regexp.Regexp
+	repl string
+}{
+	{regexp.MustCompile(`^expected value but found .*$`), "syntax error: expected a value (a string must be quoted)"},
+	// "expected X, but got 'c' instead", "expected a digit but got 'c'".
+	{regexp.MustCompile(`^(expected .*?),? but (?:got|found) .*$`), "syntax error: $1"},
+	// `Invalid integer "12_": underscores must be surrounded by digits`.
+	{regexp.MustCompile(`^Invalid (integer|float) "(?:[^"\\]|\\.)*"(: .*)$`), "syntax error: invalid $1$2"},
+	{regexp.MustCompile(`^Invalid float value: .*$`), "syntax error: invalid float"},
+	{regexp.MustCompile(`^(invalid float|invalid datetime|invalid duration|cannot use sign with non-decimal numbers|not a binary number|not an octal number|not a hexadecimal number): .*$`), "syntax error: $1"},
+	{regexp.MustCompile(`^.* is out of (?:range for|the safe) (\w+)(?: range)?$`), "syntax error: number out of range for $1"},
+	{regexp.MustCompile(`^invalid escape in string .*$`), `syntax error: invalid escape in a string (\\ for a backslash, or a 'literal string')`},
+	{regexp.MustCompile(`^Escaped character .* is not valid UTF-8\.$`), "syntax error: an escaped character is not valid UTF-8"},
+}
+
+// syntaxQuiet are the parser's messages that quote no input (keys are not
+// secret: "Key 'source.name' has already been defined."): kept as they are.
+var syntaxQuiet = regexp.MustCompile(`^(unexpected|strings cannot contain newlines|newlines not allowed within inline tables|Key '|TOML files cannot contain control characters|invalid UTF-8 byte|files cannot contain NULL bytes|floats must start with a digit|"[^"]*" is not a table)`)
+
+// syntaxMessage is msg, a TOML syntax error, without any of the text the
+// parser found (syntaxMessages). A message of a form not known here (a
+// newer parser's) says only "syntax error": it might quote a secret.
+func syntaxMessage(msg string) string {
+	for _, m := range syntaxMessages {
+		if m.re.MatchString(msg) {
+			return m.re.ReplaceAllString(msg, m.repl)
+		}
+	}
+	if syntaxQuiet.MatchString(msg) {
+		return msg
+	}
+	return "syntax error (the text found is not shown: it may be a secret)"
 }
 
 // unknownKeys reports every key of v (a decoded table) that t has no field
@@ -672,7 +719,10 @@ func (l *loader) resolve(path string, credentials bool) string {
 // regular file, is readable by others, is writable by its group or by others
 // (whoever can write it can choose the secret), or is empty, reporting the path and the
 // os error at key, never the content. Surrounding whitespace (the trailing
-// newline of `echo secret > file`) is trimmed.
+// newline of `echo secret > file`, Windows' \r\n) is trimmed, and so is a
+// leading UTF-8 byte order mark (Notepad writes one): kept, it would be
+// part of the secret, which Validate accepts, and every signature would
+// fail to verify (401) with nothing to say why.
 func (l *loader) readSecret(key, path string) (Secret, bool) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -694,13 +744,17 @@ func (l *loader) readSecret(key, path string) (Secret, bool) {
 		l.p.add(key, err, "cannot read secret file: "+errText(err))
 		return nil, false
 	}
-	b = bytes.TrimSpace(b)
+	b = bytes.TrimSpace(bytes.TrimPrefix(b, utf8BOM))
 	if len(b) == 0 {
 		l.p.add(key, nil, fmt.Sprintf("secret file %s is empty", path))
 		return nil, false
 	}
 	return Secret(b), true
 }
+
+// utf8BOM is the byte order mark some editors put at the start of a text
+// file: EF BB BF.
+var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 
 // errText is an os error's text: "open /x: no such file or directory".
 func errText(err error) string {

@@ -316,6 +316,65 @@ func TestSecretFileReread(t *testing.T) {
 	}
 }
 
+// TestSecretFileBOM: a secret or token file saved with a UTF-8 byte order
+// mark (Notepad) or Windows line endings yields the value without them: the
+// mark kept would pass validation and fail every signature (401). Only a
+// leading mark is the file's encoding; one elsewhere is left to the value.
+func TestSecretFileBOM(t *testing.T) {
+	const bom = "\ufeff"
+	for _, tc := range []struct {
+		name, content, want string
+	}{
+		{"plain", standardSecret + "\n", standardSecret},
+		{"bom", bom + standardSecret, standardSecret},
+		{"bom and newline", bom + standardSecret + "\n", standardSecret},
+		{"bom and crlf", bom + standardSecret + "\r\n", standardSecret},
+		{"bom and spaces", bom + "  " + standardSecret + " \r\n", standardSecret},
+		{"mark inside", "whsec_" + bom + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "whsec_" + bom + "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			writeFile(t, dir, "s.secret", tc.content, 0o600)
+			writeFile(t, dir, "admin.token", strings.ReplaceAll(tc.content, standardSecret, adminToken), 0o600)
+			writeFile(t, dir, "cluster.token", strings.ReplaceAll(tc.content, standardSecret, clusterToken), 0o600)
+			path := writeFile(t, dir, "c.toml", `
+[admin]
+tokens = [{ name = "ops", token_file = "admin.token" }]
+[cluster]
+raft_listen = "127.0.0.1:7070"
+peers = ["node1=127.0.0.1:7070"]
+token_file = "cluster.token"
+[[source]]
+name = "a"
+provider = "standard"
+secret_files = ["s.secret"]
+forward = "http://127.0.0.1:9000/a"
+`, 0o600)
+			c, err := Load(path)
+			if tc.name == "mark inside" {
+				// Not a file encoding: the value is taken as written, and
+				// the standard provider refuses it (not base64).
+				if err == nil || !strings.Contains(err.Error(), "source[0].secret_files[0]") {
+					t.Fatalf("Load: %v, want the secret refused", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := string(c.Sources[0].Secrets[0]); got != tc.want {
+				t.Errorf("secret = %q, want %q", got, tc.want)
+			}
+			if got, want := string(c.Admin.Tokens[0].Token), strings.ReplaceAll(tc.want, standardSecret, adminToken); got != want {
+				t.Errorf("admin token = %q, want %q", got, want)
+			}
+			if got, want := string(c.Cluster.Token), strings.ReplaceAll(tc.want, standardSecret, clusterToken); got != want {
+				t.Errorf("cluster token = %q, want %q", got, want)
+			}
+		})
+	}
+}
+
 func TestCredentialsDirectory(t *testing.T) {
 	dir := t.TempDir()
 	creds := t.TempDir()
@@ -566,6 +625,50 @@ func (h headers) Peek(name string) []byte {
 		return nil
 	}
 	return []byte(v)
+}
+
+// TestSyntaxErrorHidesText: a TOML syntax error says what the parser
+// expected at file:line and key, never the text it found there, which may
+// be a secret pasted without quotes: validate prints the error and serve
+// logs it. Errors that quote no input keep the parser's words.
+func TestSyntaxErrorHidesText(t *testing.T) {
+	const secret = "SUPERSECRETVALUE123"
+	for _, tt := range []struct{ src, want string }{
+		{"[[source]]\nname = \"a\"\nsecrets = [" + secret + "]\n", ":3: source[0].secrets: syntax error: expected a value (a string must be quoted)"},
+		{"[[source]]\nname = \"a\"\nsecrets = [\n  \"whsec_ok\",\n  " + secret + ",\n]\n", ":5: source[0].secrets: syntax error: expected a value (a string must be quoted)"},
+		{"[cluster]\ntoken = " + secret + "\n", ":2: cluster.token: syntax error: expected a value (a string must be quoted)"},
+		{"[cluster]\ntoken = \"" + secret + "\\xZZ\"\n", `:2: cluster.token: syntax error: expected two hexadecimal digits after '\x'`},
+		{"[cluster]\ntoken = \"" + secret + "\\u12\"\n", `:2: cluster.token: syntax error: expected four hexadecimal digits after '\u'`},
+		{"[cluster]\ntoken = \"" + secret + "\\q\"\n", ":2: cluster.token: syntax error: invalid escape in a string"},
+		{"[cluster]\ntoken = \"SUPER\" " + secret + "\n", ":2: cluster: syntax error: expected a top-level item to end with a newline, comment, or EOF"},
+		{"[[source]]\nsecrets = [\"a\" " + secret + "]\n", ":2: source[0].secrets: syntax error: expected a comma (',') or array terminator (']')"},
+		{"[[source]]\nsecrets = [1234567890123456789012345678]\n", ":2: source[0].secrets: syntax error: number out of range for int64"},
+		{"[[source]]\nsecrets = [1234567890123456789_]\n", ":2: source[0].secrets: syntax error: invalid integer: underscores must be surrounded by digits"},
+		{"[[source]]\nsecrets = [1234567890123456789.]\n", ":2: source[0].secrets: syntax error: invalid float: '.' must be followed by one or more digits"},
+		{"[[source]]\nsecrets = [1234567890123456789e]\n", ":2: source[0].secrets: syntax error: invalid float"},
+		{"[cluster]\ntoken = 1234567890123456789-13-45T99:99:99Z\n", ":2: cluster.token: syntax error:"},
+		{"whsec_" + secret + "+x\n", ":1: syntax error: expected '.' or '='"},
+		// No input quoted: kept as the parser says it.
+		{"[cluster]\ntoken = '" + secret + "\n", ":2: cluster.token: strings cannot contain newlines"},
+		{"[node]\nid = \"a\"\n[node]\n", ":3: Key 'node' has already been defined."},
+	} {
+		t.Run(tt.want, func(t *testing.T) {
+			path := writeFile(t, t.TempDir(), "c.toml", tt.src, 0o600)
+			_, err := Load(path)
+			if err == nil || !strings.HasPrefix(err.Error(), path+tt.want) {
+				t.Fatalf("%q: %v\nwant prefix %s", tt.src, err, path+tt.want)
+			}
+			for _, leak := range []string{secret, "1234567890123456789"} {
+				if strings.Contains(err.Error(), leak) {
+					t.Errorf("%q: error %q quotes the value", tt.src, err)
+				}
+			}
+		})
+	}
+	// A message of a form not known (a newer parser's) is not quoted.
+	if got := syntaxMessage(`something new about "` + secret + `"`); strings.Contains(got, secret) {
+		t.Errorf("unknown message form: %q", got)
+	}
 }
 
 // TestLoadShapes: values of the wrong TOML shape are errors naming the key

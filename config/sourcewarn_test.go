@@ -14,7 +14,9 @@ func TestSourceWarnings(t *testing.T) {
 	}{
 		{"defaults", func(*Source) {}, nil},
 		{"one second backoff", func(s *Source) { s.BackoffMin, s.BackoffMax = Duration(time.Second), Duration(time.Minute) }, nil},
-		{"sub-second backoff", func(s *Source) { s.BackoffMin, s.BackoffMax = Duration(100*time.Millisecond), Duration(200*time.Millisecond) },
+		{"sub-second backoff", func(s *Source) {
+			s.BackoffMin, s.BackoffMax = Duration(100*time.Millisecond), Duration(200*time.Millisecond)
+		},
 			[]string{"source[0].backoff_min: 100ms is under a second", "source[0].backoff_max: 200ms is under a second"}},
 		{"an hour's tolerance", func(s *Source) { s.Tolerance = Duration(time.Hour) }, nil},
 		{"ten years' tolerance", func(s *Source) { s.Tolerance = Duration(87600 * time.Hour) },

@@ -388,7 +388,11 @@ func (c *sourceCheck) retention() {
 	if c.scheme != nil || s.Retention != 0 {
 		positive(p, c.k("retention"), s.Retention)
 	}
-	if c.scheme != nil || s.PayloadRetention != 0 {
+	// Unset (or 0, the default), payload_retention is derived from retention
+	// (min(72h, retention)): a retention that is not positive is reported
+	// once, at retention, not again at a key the file does not set.
+	derived := s.Retention <= 0 && s.PayloadRetention == min(Duration(DefaultPayloadRetention), s.Retention)
+	if (c.scheme != nil || s.PayloadRetention != 0) && !derived {
 		positive(p, c.k("payload_retention"), s.PayloadRetention)
 		if s.PayloadRetention > s.Retention {
 			p.add(c.k("payload_retention"), nil, fmt.Sprintf("%s is longer than retention %s: a payload is never kept longer than its key", s.PayloadRetention, s.Retention), c.k("retention"))
@@ -800,10 +804,16 @@ func printable(s string) bool {
 // knownProviders lists the names providers.Lookup accepts.
 func knownProviders() []string { return providers.Names() }
 
+// minScrub is the shortest secret scrub redacts. A shorter value is too
+// short to be a real secret, and likely to be a word of the message itself:
+// the secret "whsec_" made "secret is not whsec_ followed by base64" read
+// "secret is not <redacted> followed by base64".
+const minScrub = 8
+
 // scrub removes any secret that a provider's error text might quote.
 func scrub(msg string, secrets []Secret) string {
 	for _, s := range secrets {
-		if len(s) >= 4 {
+		if len(s) >= minScrub {
 			msg = strings.ReplaceAll(msg, string(s), redacted)
 		}
 	}

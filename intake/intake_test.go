@@ -192,6 +192,8 @@ func TestIntakeAnswers(t *testing.T) {
 			status: 202, body: `{"status":"accepted","key":"jsonkey:evt_9"}` + "\n", stored: "jsonkey:evt_9"},
 		{name: "not JSON", req: request{path: "/in/jsonkey", body: `{"id":"evt_1"`, id: "msg_1"},
 			status: 400, body: `{"status":"error","error":"body is not valid JSON"}` + "\n"},
+		{name: "nested too deep", req: request{path: "/in/jsonkey", body: strings.Repeat("[", 10001) + strings.Repeat("]", 10001), id: "msg_1"},
+			status: 400, body: `{"status":"error","error":"body nests arrays and objects deeper than 10000 levels"}` + "\n"},
 		{name: "order object missing", req: request{path: "/in/ordered", body: `{"id":"evt","created":5}`, id: "msg_1"},
 			status: 400, contains: `order: object json:data.object.id: missing`},
 		{name: "ordered", req: request{path: "/in/ordered", body: order("obj_1", 5), id: "msg_1"},

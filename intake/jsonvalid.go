@@ -8,23 +8,51 @@ package intake
 // maxJSONDepth is encoding/json's nesting limit: deeper is invalid.
 const maxJSONDepth = 10000
 
+// The 400 messages for a body validJSON refuses (invalidJSONMessage).
+const (
+	msgInvalidJSON = "body is not valid JSON"
+	msgJSONTooDeep = "body nests arrays and objects deeper than 10000 levels"
+)
+
+// invalidJSONMessage is the 400 message for a body validJSON refused: a body
+// refused for its nesting alone may be well-formed JSON, and "not valid
+// JSON" would send its sender looking for a syntax error that is not there.
+// It scans b again; only a refused body pays for that.
+func invalidJSONMessage(b []byte) string {
+	if scanJSON(b) == jsonTooDeep {
+		return msgJSONTooDeep
+	}
+	return msgInvalidJSON
+}
+
+// What scanJSON found.
+const (
+	jsonValid   = iota
+	jsonInvalid // not one JSON value
+	jsonTooDeep // nests deeper than maxJSONDepth (whatever follows)
+)
+
 // validJSON reports whether b is exactly one JSON value (RFC 8259) with
 // optional white space around it. It agrees with encoding/json.Valid on
 // every input: string bytes are not checked as UTF-8, and nesting deeper
 // than maxJSONDepth is invalid. It never allocates and never recurses.
-func validJSON(b []byte) bool {
+func validJSON(b []byte) bool { return scanJSON(b) == jsonValid }
+
+// scanJSON is validJSON, saying why b is refused: jsonInvalid, or
+// jsonTooDeep as soon as it nests deeper than maxJSONDepth.
+func scanJSON(b []byte) int {
 	var objects [maxJSONDepth/64 + 1]uint64 // bit d: the container at depth d is an object
 	depth := 0
 	i := skipJSONSpace(b, 0)
 value:
 	for {
 		if i >= len(b) {
-			return false
+			return jsonInvalid
 		}
 		switch c := b[i]; {
 		case c == '{' || c == '[':
 			if depth == maxJSONDepth {
-				return false
+				return jsonTooDeep
 			}
 			if c == '{' {
 				objects[depth>>6] |= 1 << (depth & 63)
@@ -40,41 +68,44 @@ value:
 			}
 			if c == '{' {
 				if i = scanJSONKey(b, i); i < 0 {
-					return false
+					return jsonInvalid
 				}
 			}
 			continue value
 		case c == '"':
 			if i = scanJSONString(b, i); i < 0 {
-				return false
+				return jsonInvalid
 			}
 		case c == '-' || '0' <= c && c <= '9':
 			if i = scanJSONNumber(b, i); i < 0 {
-				return false
+				return jsonInvalid
 			}
 		case c == 't':
 			if i = scanJSONLiteral(b, i, "true"); i < 0 {
-				return false
+				return jsonInvalid
 			}
 		case c == 'f':
 			if i = scanJSONLiteral(b, i, "false"); i < 0 {
-				return false
+				return jsonInvalid
 			}
 		case c == 'n':
 			if i = scanJSONLiteral(b, i, "null"); i < 0 {
-				return false
+				return jsonInvalid
 			}
 		default:
-			return false
+			return jsonInvalid
 		}
 		// After a value: close containers, or go on to the next element.
 		for {
 			i = skipJSONSpace(b, i)
 			if depth == 0 {
-				return i == len(b)
+				if i != len(b) {
+					return jsonInvalid
+				}
+				return jsonValid
 			}
 			if i >= len(b) {
-				return false
+				return jsonInvalid
 			}
 			object := objects[(depth-1)>>6]&(1<<((depth-1)&63)) != 0
 			switch b[i] {
@@ -82,20 +113,20 @@ value:
 				i = skipJSONSpace(b, i+1)
 				if object {
 					if i = scanJSONKey(b, i); i < 0 {
-						return false
+						return jsonInvalid
 					}
 				}
 				continue value
 			case '}':
 				if !object {
-					return false
+					return jsonInvalid
 				}
 			case ']':
 				if object {
-					return false
+					return jsonInvalid
 				}
 			default:
-				return false
+				return jsonInvalid
 			}
 			depth--
 			i++

@@ -3,6 +3,7 @@ package intake
 import (
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -29,6 +30,48 @@ func TestValidJSONAgreesWithEncodingJSON(t *testing.T) {
 		if got, want := validJSON([]byte(c)), json.Valid([]byte(c)); got != want {
 			t.Errorf("validJSON(%.60q) = %v, encoding/json says %v", c, got, want)
 		}
+	}
+}
+
+// TestInvalidJSONMessage: a body refused for its nesting alone is told so,
+// with the limit, not "not valid JSON": it may be well-formed. Nesting at
+// the limit is accepted; everything else refused keeps "not valid JSON".
+func TestInvalidJSONMessage(t *testing.T) {
+	deep := func(n int) string { return strings.Repeat("[", n) + strings.Repeat("]", n) }
+	deepObj := func(n int) string { return strings.Repeat(`{"a":`, n) + "1" + strings.Repeat("}", n) }
+	for _, tc := range []struct {
+		name  string
+		body  string
+		valid bool
+		msg   string
+	}{
+		{"depth 1000", deep(1000), true, ""},
+		{"at the limit", deep(maxJSONDepth), true, ""},
+		{"objects at the limit", deepObj(maxJSONDepth), true, ""},
+		{"one past the limit", deep(maxJSONDepth + 1), false, msgJSONTooDeep},
+		{"objects past the limit", deepObj(maxJSONDepth + 1), false, msgJSONTooDeep},
+		{"far past the limit", deep(3 * maxJSONDepth), false, msgJSONTooDeep},
+		// Too deep before it is broken: the depth is what refused it.
+		{"too deep and truncated", strings.Repeat("[", maxJSONDepth+1), false, msgJSONTooDeep},
+		{"broken within the limit", strings.Repeat("[", 1000), false, msgInvalidJSON},
+		{"broken", `{"a":}`, false, msgInvalidJSON},
+		{"empty", ``, false, msgInvalidJSON},
+		{"trailing", `{} {}`, false, msgInvalidJSON},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := validJSON([]byte(tc.body)); got != tc.valid {
+				t.Fatalf("validJSON = %v, want %v", got, tc.valid)
+			}
+			if tc.valid {
+				return
+			}
+			if got := invalidJSONMessage([]byte(tc.body)); got != tc.msg {
+				t.Errorf("message %q, want %q", got, tc.msg)
+			}
+		})
+	}
+	if want := "deeper than " + strconv.Itoa(maxJSONDepth) + " levels"; !strings.Contains(msgJSONTooDeep, want) {
+		t.Errorf("message %q does not say the limit (%q)", msgJSONTooDeep, want)
 	}
 }
 

@@ -591,7 +591,7 @@ func (in *Server) screen(ctx *fasthttp.RequestCtx, src *Source, body []byte) (st
 		if src.schema != nil {
 			in.metrics.SchemaFailure(src.name) // the schema would have refused it
 		}
-		return writeError(ctx, fasthttp.StatusBadRequest, "body is not valid JSON"), true
+		return writeError(ctx, fasthttp.StatusBadRequest, invalidJSONMessage(body)), true
 	}
 	// The type filter sees verified bodies only (serveSource answers a
 	// forged delivery 401 first, whatever its type) and answers before

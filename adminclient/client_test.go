@@ -1,0 +1,139 @@
+package adminclient
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestErrorHints: the two first mistakes with a client command get a hint on
+// what to change, because the API's answer alone does not say: no token
+// configured (401 "missing bearer token") and the intake's address given
+// for the admin one (its 404 "not found"). Other errors are printed as the
+// API words them, without a hint that would mislead.
+func TestErrorHints(t *testing.T) {
+	const tokenHint = "set -token-file, ONCEHOOK_TOKEN_FILE or ONCEHOOK_TOKEN"
+	const addrHint = "the admin listener ([admin] listen)?"
+	for _, tc := range []struct {
+		name     string
+		token    string // the client's; "": none configured
+		status   int
+		body     string
+		call     func(c *Client) error
+		want     string
+		hint     string // "": no hint
+		withheld string // a hint that must not be given
+	}{
+		{"no token", "", 401, `{"error":"missing bearer token"}`, callStatus, "GET /v1/status: 401: missing bearer token", tokenHint, addrHint},
+		{"no token, backup", "", 401, `{"error":"missing bearer token"}`, callBackup, "backup: 401: missing bearer token", tokenHint, addrHint},
+		{"wrong token", "wrong", 401, `{"error":"invalid bearer token"}`, callStatus, "GET /v1/status: 401: invalid bearer token", "", tokenHint},
+		{"intake address", "tok", 404, `{"status":"error","error":"not found"}` + "\n", callStatus, "GET /v1/status: 404: not found", addrHint, tokenHint},
+		{"intake address, no token", "", 404, `{"status":"error","error":"not found"}` + "\n", callStatus, "GET /v1/status: 404: not found", addrHint, tokenHint},
+		{"intake address, backup", "tok", 404, `{"status":"error","error":"not found"}` + "\n", callBackup, "backup: 404: not found", addrHint, tokenHint},
+		{"unknown event", "tok", 404, `{"error":"no event with key \"s:k\""}`, callShow, `GET /v1/events/s:k: 404: no event with key "s:k"`, "", addrHint},
+		{"unknown source", "tok", 404, `{"error":"unknown source orders"}`, callPause, "POST /v1/sources/orders/pause: 404: unknown source orders", "", addrHint},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(tc.status)
+				w.Write([]byte(tc.body))
+			}))
+			t.Cleanup(srv.Close)
+			c := newTestClient(t, srv.URL, tc.token)
+			err := tc.call(c)
+			if err == nil {
+				t.Fatalf("no error, want %q", tc.want)
+			}
+			msg := err.Error()
+			if !strings.HasPrefix(msg, tc.want) {
+				t.Errorf("error %q, want it to start with %q", msg, tc.want)
+			}
+			if tc.hint != "" && !strings.Contains(msg, tc.hint) {
+				t.Errorf("error %q, want the hint %q", msg, tc.hint)
+			}
+			if tc.hint == "" && msg != tc.want {
+				t.Errorf("error %q, want %q and no hint", msg, tc.want)
+			}
+			if strings.Contains(msg, tc.withheld) {
+				t.Errorf("error %q has the hint %q, which does not apply", msg, tc.withheld)
+			}
+			if tc.hint == addrHint && !strings.Contains(msg, srv.URL) {
+				t.Errorf("error %q does not name the address %s", msg, srv.URL)
+			}
+		})
+	}
+}
+
+func callStatus(c *Client) error { return c.Status(context.Background(), &bytes.Buffer{}, false) }
+func callShow(c *Client) error {
+	return c.ShowEvent(context.Background(), &bytes.Buffer{}, "s:k", false)
+}
+func callPause(c *Client) error {
+	return c.Pause(context.Background(), &bytes.Buffer{}, "orders", "r", true)
+}
+func callBackup(c *Client) error {
+	return c.SaveSnapshot(context.Background(), &bytes.Buffer{}, filepath.Join(os.TempDir(), "oncehook-adminclient-test-never-written"))
+}
+
+// TestTokenFileBOM: a token file saved with a byte order mark (Notepad)
+// sends the token without it; sent, the mark would make every call a 401.
+func TestTokenFileBOM(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		file string
+	}{
+		{"plain", "s3cret-token\n"},
+		{"bom", "\ufeffs3cret-token\n"},
+		{"bom crlf", "\ufeffs3cret-token\r\n"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				got = r.Header.Get("Authorization")
+				w.Write([]byte(statusOld))
+			}))
+			t.Cleanup(srv.Close)
+			path := filepath.Join(t.TempDir(), "token")
+			if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			t.Setenv("ONCEHOOK_TOKEN", "")
+			t.Setenv("ONCEHOOK_TOKEN_FILE", path)
+			c := newTestClient(t, srv.URL, "")
+			if err := callStatus(c); err != nil {
+				t.Fatal(err)
+			}
+			if got != "Bearer s3cret-token" {
+				t.Errorf("Authorization %q, want %q", got, "Bearer s3cret-token")
+			}
+		})
+	}
+}
+
+// newTestClient makes a client for addr as the commands do, with token as
+// ONCEHOOK_TOKEN unless ONCEHOOK_TOKEN_FILE is set.
+func newTestClient(t *testing.T, addr, token string) *Client {
+	t.Helper()
+	if os.Getenv("ONCEHOOK_TOKEN_FILE") == "" {
+		t.Setenv("ONCEHOOK_TOKEN_FILE", "")
+		t.Setenv("ONCEHOOK_TOKEN", token)
+	}
+	t.Setenv("ONCEHOOK_CA", "")
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	mk := Flags(fs)
+	if err := fs.Parse([]string{"-addr", addr}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := mk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
