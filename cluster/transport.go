@@ -276,6 +276,22 @@ type trackedConn struct {
 	once sync.Once
 }
 
+// Read reports a stream that the node's own shutdown closed as its end
+// (io.EOF): raft's transport logs any other read error at ERROR, and every
+// clean stop of a follower logged a few ("failed to decode incoming
+// command ... use of closed network connection").
+func (t *trackedConn) Read(p []byte) (int, error) {
+	n, err := t.Conn.Read(p)
+	if err != nil && errors.Is(err, net.ErrClosed) {
+		select {
+		case <-t.m.closing:
+			err = io.EOF
+		default:
+		}
+	}
+	return n, err
+}
+
 func (t *trackedConn) Close() error {
 	t.once.Do(func() { t.m.untrack(t.Conn) })
 	return nil

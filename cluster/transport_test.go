@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"math/big"
 	"net"
 	"os"
@@ -394,5 +395,40 @@ func TestRelayDropsIdleStreamsAfterAFailure(t *testing.T) {
 	f.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("%d broken streams still kept for the next batches", left)
+	}
+}
+
+// TestTrackedConnEndsCleanlyOnShutdown: a raft stream closed by the node's
+// own shutdown reads as its end, which raft's transport does not log as an
+// error; closed otherwise, the error stays.
+func TestTrackedConnEndsCleanlyOnShutdown(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	for _, closing := range []bool{true, false} {
+		client, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		server, err := ln.Accept()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := &mux{closing: make(chan struct{})}
+		if closing {
+			close(m.closing)
+		}
+		tc := &trackedConn{Conn: server, m: m}
+		server.Close()
+		_, err = tc.Read(make([]byte, 1))
+		if closing && err != io.EOF {
+			t.Errorf("read after the shutdown closed the stream: %v, want io.EOF", err)
+		}
+		if !closing && !errors.Is(err, net.ErrClosed) {
+			t.Errorf("read after a close without a shutdown: %v, want net.ErrClosed", err)
+		}
+		client.Close()
 	}
 }
