@@ -482,16 +482,20 @@ func (n *Node) rejoinExisting() (bool, error) {
 	return false, nil
 }
 
-// peerRefused tells a peer that dropped the connection after accepting it
-// (a wrong token: the preamble gets no answer but a close) or failed the TLS
-// handshake on a certificate from another authority, from one that is down.
+// peerRefused tells a peer that refused this node from one that is down: it
+// dropped the connection after accepting it (a wrong token: the preamble gets
+// no answer but a close), sent a TLS alert (this node's certificate is
+// expired or from another authority: crypto/tls reports an alert received
+// as a net.OpError "remote error"), or its own certificate failed this
+// node's check.
 func peerRefused(err error) bool {
-	var alert tls.AlertError
+	var op *net.OpError
 	var verify *tls.CertificateVerificationError
 	var unknownCA x509.UnknownAuthorityError
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
-		errors.As(err, &alert) || errors.As(err, &verify) || errors.As(err, &unknownCA)
+		errors.As(err, &op) && op.Op == "remote error" ||
+		errors.As(err, &verify) || errors.As(err, &unknownCA)
 }
 
 // isDialError: the peer could not be reached (refused, unroutable, timed out).

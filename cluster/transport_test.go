@@ -208,6 +208,14 @@ func TestNewNodeWithWrongCredentialsDoesNotBootstrap(t *testing.T) {
 			wrong:  useTLS(bad[0]),
 			right:  useTLS(good[3]),
 		},
+		{
+			// The peers' TLS alert ("remote error: tls: expired
+			// certificate") is a refusal too.
+			name:   "expired certificate",
+			member: func(i int, cfg *Config) { useTLS(good[i])(cfg) },
+			wrong:  useTLS(issueExpired(t, good[0])),
+			right:  useTLS(good[3]),
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			nodes := tcpCluster(t, 3, c.member)
@@ -346,6 +354,8 @@ func writeCA(t *testing.T, dir string, n int) []tlsFiles {
 	caCert, _ := x509.ParseCertificate(caDER)
 	caPath := filepath.Join(dir, "ca.pem")
 	writePEM(t, caPath, "CERTIFICATE", caDER)
+	caKB, _ := x509.MarshalECPrivateKey(caKey)
+	writePEM(t, filepath.Join(dir, "ca.key"), "EC PRIVATE KEY", caKB) // for issueExpired
 	var out []tlsFiles
 	for i := 0; i < n; i++ {
 		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
@@ -367,6 +377,46 @@ func writeCA(t *testing.T, dir string, n int) []tlsFiles {
 		out = append(out, f)
 	}
 	return out
+}
+
+// issueExpired writes a node certificate from ca's authority (writeCA's
+// files) that expired an hour ago.
+func issueExpired(t *testing.T, ca tlsFiles) tlsFiles {
+	t.Helper()
+	dir := filepath.Dir(ca.ca)
+	read := func(path string) []byte {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		blk, _ := pem.Decode(b)
+		return blk.Bytes
+	}
+	caCert, err := x509.ParseCertificate(read(ca.ca))
+	if err != nil {
+		t.Fatal(err)
+	}
+	caKey, err := x509.ParseECPrivateKey(read(filepath.Join(dir, "ca.key")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(99), Subject: pkix.Name{CommonName: "expired"},
+		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour),
+		KeyUsage:    x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	f := tlsFiles{cert: filepath.Join(dir, "expired.pem"), key: filepath.Join(dir, "expired.key"), ca: ca.ca}
+	writePEM(t, f.cert, "CERTIFICATE", der)
+	writePEM(t, f.key, "EC PRIVATE KEY", kb)
+	return f
 }
 
 func writePEM(t *testing.T, path, typ string, der []byte) {
