@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"math/big"
 	"net"
 	"net/http"
@@ -561,4 +562,54 @@ func (c *fakeClock) Advance(d time.Duration) {
 	c.mu.Lock()
 	c.t = c.t.Add(d)
 	c.mu.Unlock()
+}
+
+// TestRestoreOfATruncatedBackupIsRefused: a backup cut short (an interrupted
+// copy, a full disk) is refused with 400 and changes nothing; it used to
+// kill the node with SIGBUS while the file was checked. Restore files a
+// stopped process left in data_dir are removed at the next start.
+func TestRestoreOfATruncatedBackupIsRefused(t *testing.T) {
+	tn, _ := startAdminNode(t, "")
+	for i := range 20 {
+		id := fmt.Sprintf("evt_trunc_%d", i)
+		body := orderBody(id, "obj_"+id, 1)
+		if a := tn.post("orders", body, tn.signed(body, id)); a.Status != http.StatusAccepted {
+			t.Fatalf("post %s: %d %s", id, a.Status, a.Raw)
+		}
+	}
+	tn.waitState("orders:evt_trunc_19", engine.StateDone)
+	req, _ := http.NewRequest(http.MethodGet, tn.admin+"/v1/backup", nil)
+	req.Header.Set("Authorization", "Bearer "+tn.token)
+	a := tn.do(req)
+	if a.Status != http.StatusOK || len(a.Raw) < 3*4096 {
+		t.Fatalf("backup: %d, %d bytes", a.Status, len(a.Raw))
+	}
+	backup := []byte(a.Raw)
+	for _, n := range []int{8192, len(backup) / 2, len(backup) - 4096} {
+		req, _ := http.NewRequest(http.MethodPost, tn.admin+"/v1/restore", bytes.NewReader(backup[:n]))
+		req.Header.Set("Authorization", "Bearer "+tn.token)
+		a := tn.do(req)
+		if a.Status != http.StatusBadRequest || !strings.Contains(a.Raw, "truncated") {
+			t.Fatalf("restore of the first %d of %d bytes: %d %s, want 400 naming a truncated copy", n, len(backup), a.Status, a.Raw)
+		}
+		if _, err := tn.event("orders:evt_trunc_19"); err != nil {
+			t.Fatalf("a refused restore changed the state: %v", err)
+		}
+		if left := restoreFiles(t, tn); len(left) != 0 {
+			t.Fatalf("upload left behind: %v", left)
+		}
+	}
+
+	// What a process killed during a restore would leave.
+	stale := []string{filepath.Join(tn.dir, "data", "restore-123.db"), filepath.Join(tn.dir, "data", "fsm.db.restore-456")}
+	for _, p := range stale {
+		mustWrite(t, p, "partial upload")
+	}
+	tn.stop()
+	tn.start()
+	for _, p := range stale {
+		if _, err := os.Stat(p); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s after a restart: %v, want it removed", p, err)
+		}
+	}
 }

@@ -155,6 +155,8 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		return nil, fmt.Errorf("admin listen %s: %w", cfg.Admin.Listen, err)
 	}
 
+	removeStaleUploads(cfg.Node.DataDir, log)
+
 	ccfg := cluster.Config{
 		ID:        cfg.Node.ID,
 		Dir:       cfg.Node.DataDir,
@@ -372,6 +374,21 @@ func (n *node) reload(path string) {
 		n.log.Warn(w)
 	}
 	n.log.Info("configuration reloaded", "applied", live, "needs_restart", restart)
+}
+
+// removeStaleUploads deletes the restore uploads (POST /v1/restore spools
+// one into data_dir) and the engine's restore files that a process stopped
+// in the middle of a restore left behind: none can be in use before the node
+// starts, and each may be as large as a backup.
+func removeStaleUploads(dataDir string, log *slog.Logger) {
+	for _, pattern := range []string{"restore-*.db", "fsm.db.restore-*"} {
+		paths, _ := filepath.Glob(filepath.Join(dataDir, pattern))
+		for _, p := range paths {
+			if err := os.Remove(p); err == nil {
+				log.Info("removed a restore file left by an earlier run", "path", p)
+			}
+		}
+	}
 }
 
 // reloadClusterTLS reads the cluster's certificate files again when TLS is

@@ -207,6 +207,9 @@ func Open(path string, opts Options) (*Engine, error) {
 // buckets and meta keys a new file needs; without, a file that lacks them is
 // refused (Restore checks a snapshot this way).
 func openFile(path string, opts Options, create bool) (*bolt.DB, int64, uint64, error) {
+	if err := checkFileSize(path); err != nil {
+		return nil, 0, 0, fmt.Errorf("engine: open %s: %w", path, err)
+	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: opts.LockTimeout,
 		// The hashmap freelist stays fast on a large, fragmented file; not
