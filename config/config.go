@@ -280,7 +280,7 @@ func newSource() Source {
 // Defaults where the file left them unset (nil Key, zero Retention/AckStatus),
 // and PayloadRetention (when zero) from Retention.
 // An unknown provider is left alone; Validate reports it.
-func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet bool) {
+func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet, toleranceSet bool) {
 	sch, ok := providers.Lookup(s.Provider)
 	if !ok {
 		return
@@ -297,6 +297,9 @@ func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet bool) {
 	}
 	if s.Type == "" {
 		s.Type = d.Type
+	}
+	if !toleranceSet && d.Tolerance > 0 {
+		s.Tolerance = Duration(d.Tolerance) // linear: 60 s, not the general 5m
 	}
 	if !keySet && len(d.Key) > 0 {
 		s.Key = append([]string(nil), d.Key...)
@@ -330,7 +333,7 @@ func Demo(dataDir, secret, forward string) *Config {
 	s.Provider = "standard"
 	s.Secrets = []Secret{Secret(secret)}
 	s.Forward = forward
-	applyProviderDefaults(&s, false, false, false)
+	applyProviderDefaults(&s, false, false, false, false)
 	c.Sources = []Source{s}
 	return c
 }

@@ -674,7 +674,7 @@ func (l *loader) source(i int, r *rawSource) Source {
 	s.AcceptTypes = r.AcceptTypes
 	s.DropTypes = r.DropTypes
 	s.PayloadRetention = r.PayloadRetention
-	applyProviderDefaults(&s, r.Key != nil, r.Retention != nil, r.AckStatus != nil)
+	applyProviderDefaults(&s, r.Key != nil, r.Retention != nil, r.AckStatus != nil, r.Tolerance != 0)
 	return s
 }
 

@@ -246,8 +246,16 @@ func TestProviderDefaults(t *testing.T) {
 			if s.AckStatus != tt.ack {
 				t.Errorf("ack_status = %d, want %d", s.AckStatus, tt.ack)
 			}
+			// The tolerance is 5m but for linear (its recommended 60 s).
+			wantTol := Duration(5 * time.Minute)
+			if tt.name == "linear" {
+				wantTol = Duration(time.Minute)
+			}
+			if s.Tolerance != wantTol {
+				t.Errorf("tolerance = %s, want %s", s.Tolerance, wantTol)
+			}
 			// Provider-independent defaults.
-			if s.Tolerance != Duration(5*time.Minute) || s.MaxBody != MiB || s.Mode != "async" ||
+			if s.MaxBody != MiB || s.Mode != "async" ||
 				s.Lease != Duration(30*time.Second) || s.MaxAttempts != 8 || s.BackoffMin != Duration(time.Second) ||
 				s.BackoffMax != Duration(10*time.Minute) || s.ForwardTimeout != Duration(10*time.Second) ||
 				s.KeysRefresh != Duration(5*time.Minute) || s.AllowIPs != nil || s.Order != nil {

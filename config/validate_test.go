@@ -70,7 +70,7 @@ func TestValidateBuilt(t *testing.T) {
 	c.Node.LogLevel = "loud"
 	s := newSource()
 	s.Name, s.Provider, s.Secrets, s.Forward = "x", "github", []Secret{Secret("k")}, "http://127.0.0.1:1/x"
-	applyProviderDefaults(&s, false, false, false)
+	applyProviderDefaults(&s, false, false, false, false)
 	s.Mode = "later"
 	c.Sources = append(c.Sources, s)
 	err := c.Validate()
@@ -212,7 +212,7 @@ func TestValidateLeavesSources(t *testing.T) {
 	s.Name, s.Provider, s.Secrets, s.Forward = "generic", "hmac", []Secret{Secret("k")}, "http://127.0.0.1:1/x"
 	s.Key = []string{"header:X-Request-Id"}
 	s.HMAC = &providers.HMACSpec{Header: "X-Signature", Algorithm: "SHA512", Encoding: "BASE64"}
-	applyProviderDefaults(&s, true, false, false)
+	applyProviderDefaults(&s, true, false, false, false)
 	c.Sources = append(c.Sources, s, Demo("", standardSecret, "http://127.0.0.1:1/demo").Sources[0])
 	before := slices.Clone(c.Sources)
 	spec := *s.HMAC

@@ -33,7 +33,8 @@ var (
 func (linear) Name() string { return "linear" }
 
 func (linear) Defaults() Defaults {
-	return Defaults{Key: []string{"header:Linear-Delivery"}, Retention: 72 * time.Hour, RetryWindow: 7 * time.Hour, AckStatus: ackAccepted, ReplayGuard: true, Type: "json:type"}
+	return Defaults{Key: []string{"header:Linear-Delivery"}, Retention: 72 * time.Hour, RetryWindow: 7 * time.Hour, AckStatus: ackAccepted, ReplayGuard: true, Type: "json:type",
+		Tolerance: LinearTolerance}
 }
 
 func (linear) NewVerifier(opts Options) (Verifier, error) {

@@ -4,7 +4,10 @@ package providers
 // package main, the `send` command, bench/). The signatures here are fixed; how
 // each scheme is implemented is this package's own business.
 
-import "time"
+import (
+	"hash"
+	"time"
+)
 
 // Headers is the read side of a request's headers. Lookup is case-insensitive.
 // *fasthttp.RequestHeader satisfies it as is; an http.Header needs a two-line adapter.
@@ -68,6 +71,9 @@ type Defaults struct {
 	// from for a source's accept_types and drop_types; empty: the provider
 	// sends no type, so a filter needs the source's own `type`.
 	Type string
+	// Tolerance is the scheme's timestamp window when the source sets none;
+	// 0: DefaultTolerance. Linear's is its recommended 60 s.
+	Tolerance time.Duration
 	// SecretHeader names the header that carries the source's secret itself
 	// (a shared token, gitlab and asaas), "" for a signature scheme. It is
 	// never stored with an event: config refuses it in forward_headers.
@@ -107,4 +113,17 @@ type Verifier interface {
 // it answers status/body/contentType and stores nothing.
 type Handshaker interface {
 	Handshake(r *Request) (status int, body []byte, contentType string, ok bool)
+}
+
+// ReplayBodier is implemented by verifiers whose signature covers something
+// other than the raw body's bytes (twilio: the URL and the decoded, sorted
+// form parameters, so a re-ordered or re-encoded body verifies too). The
+// intake's replay guard hashes what WriteReplayBody writes instead of the
+// raw body; the guard of every other verifier hashes the raw body.
+type ReplayBodier interface {
+	// WriteReplayBody resets h and writes a canonical form of what the
+	// signature of r covers: two requests that verify under the same
+	// signature write the same bytes. r must have passed Verify; an error
+	// (a body Verify would have refused) writes nothing usable.
+	WriteReplayBody(h hash.Hash, r *Request) error
 }
