@@ -257,6 +257,11 @@ func (n *node) lead(ctx context.Context) {
 		// Deliveries that waited for their source's max_rate or a handler's
 		// Retry-After.
 		RateLimited: n.metrics.RateLimited,
+		// A throttled source's parked events stop at a pause too.
+		Paused: func(source string) bool {
+			ss, err := n.cluster.Sources()
+			return err == nil && ss[source].Paused
+		},
 		// Retention (retention.go): schedule repair, payload drops, dead
 		// letters deleted after dead_retention.
 		Limits:          n.sweepLimits,

@@ -34,8 +34,13 @@ const (
 	HeaderLastStep = "Oncehook-Last-Step"
 )
 
-// ReasonNoTarget is the failure reason for an event whose source has no target.
+// ReasonNoTarget is the reason an event whose source has no target is
+// handed back with.
 const ReasonNoTarget = "no target for source"
+
+// ReasonPaused is the reason an event parked for its source's rate is
+// handed back with when the source was paused meanwhile.
+const ReasonPaused = "source paused"
 
 // maxReason bounds a failure reason kept with the event.
 const maxReason = 120

@@ -128,8 +128,8 @@ type Options struct {
 	// Targets looks up a source's target at delivery time, so a reload takes
 	// effect on the next attempt. It is called from every worker at once and
 	// must be safe for that (e.g. read an atomic.Pointer to the current map).
-	// false: no target (the attempt fails with "no target for source" and the
-	// default backoff).
+	// false: no target (a reload removed the source): its events are held,
+	// handed back and skipped by leases until it has one again.
 	Targets func(source string) (Target, bool)
 	// Sources, when set, says how many sources are configured now (a reload
 	// may change it). With more than one, a source past its share of the
@@ -211,6 +211,12 @@ type Options struct {
 	// it waited since it was leased. It runs on the dispatcher and must not
 	// block.
 	RateLimited func(source string, waited time.Duration)
+	// Paused, when set, reports whether a source is paused in the
+	// replicated state. Leases skip a paused source already; an event leased
+	// before the pause and parked for its source's max_rate is handed back
+	// when its slot comes instead of delivered, so that a pause stops a
+	// throttled source's deliveries as it stops the others'.
+	Paused func(source string) bool
 	// Limits, when set, gives the sweeper's bounds (see Limits); it is
 	// called on every sweep, so a reload takes effect. nil: no schedule
 	// repair, and payloads without a drop time are never dropped.
@@ -397,9 +403,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	deliver := func(j job) {
 		ordered := j.ev.OrderObject != ""
 		if j.handBack > 0 {
-			reason := ReasonRateLimited
-			if j.noTarget {
-				reason = ReasonNoTarget
+			reason := j.reason
+			if reason == "" {
+				reason = ReasonRateLimited
 			}
 			f.handBack(ctx, j.ev, j.handBack, reason)
 			f.slots.leave(j.ev.Source, time.Now())
@@ -512,7 +518,7 @@ type job struct {
 	ev       engine.Event
 	leased   time.Time
 	handBack time.Duration
-	noTarget bool // handed back because its source is not configured
+	reason   string // why it is handed back; "": ReasonRateLimited
 }
 
 // maxParked bounds the events parked for their rate limit, with
@@ -587,6 +593,12 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		// Parked events whose slot came, while there are free workers.
 		for len(park) > 0 && !park[0].start.After(now) && f.slots.take(1) == 1 {
 			p := park.pop()
+			if f.opts.Paused != nil && f.opts.Paused(p.ev.Source) {
+				j := p.job
+				j.handBack, j.reason = f.opts.PollInterval, ReasonPaused
+				send(j) // back to pending, to be leased after the resume
+				continue
+			}
 			if f.lim.held(p.ev.Source, p.start) {
 				// A hold came after the slot was booked: book again.
 				f.place(p.job, now, &park, send)
@@ -757,7 +769,7 @@ func (f *Forwarder) place(j job, now time.Time, park *parkQueue, send func(job))
 			f.orphans[j.ev.Source] = true
 			f.log.Warn("events of a source that is not configured are held until it is", "source", j.ev.Source)
 		}
-		j.handBack, j.noTarget = f.opts.PollInterval, true
+		j.handBack, j.reason = f.opts.PollInterval, ReasonNoTarget
 		send(j)
 		return
 	}

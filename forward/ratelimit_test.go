@@ -321,3 +321,62 @@ func TestBucket(t *testing.T) {
 		t.Errorf("held source starts %v after, want 2s", s.Sub(t0))
 	}
 }
+
+// TestPauseStopsParkedEventsSynctest: a pause stops a throttled source's
+// deliveries at once: the events leased before it and parked for the rate
+// are handed back when their slot comes, not delivered, and never dead;
+// after the resume every event is delivered.
+func TestPauseStopsParkedEventsSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &rateSink{}
+		for i := range 20 {
+			l.claim(fmt.Sprintf("limited:%02d", i), "limited", "x")
+		}
+		wake := make(chan struct{}, 1)
+		paused := func(source string) bool {
+			ss, err := l.eng.Sources()
+			return err == nil && ss[source].Paused
+		}
+		stop := runInBubble(t, Options{
+			Store:        l,
+			Targets:      targets(map[string]Target{"limited": {URL: "http://handler/l", MaxRate: 2}}),
+			Client:       &http.Client{Transport: handlerTransport{h}},
+			Workers:      4,
+			Wake:         wake,
+			PollInterval: time.Second,
+			Paused:       paused,
+		})
+		defer stop()
+
+		time.Sleep(1200 * time.Millisecond)
+		synctest.Wait()
+		before := len(h.of("limited"))
+		if before == 0 || before >= 20 {
+			t.Fatalf("%d delivered before the pause, want some and not all", before)
+		}
+		if _, err := l.apply(engine.Command{Op: engine.OpPause, Source: "limited", Who: "ops", Reason: "deploy"}); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		if after := len(h.of("limited")); after != before {
+			t.Fatalf("%d deliveries after the pause (%d before it), want none", after-before, before)
+		}
+		for i := range 20 {
+			if ev := l.get(fmt.Sprintf("limited:%02d", i)); ev.State == engine.StateDead {
+				t.Fatalf("event %d went dead while paused", i)
+			}
+		}
+
+		if _, err := l.apply(engine.Command{Op: engine.OpResume, Source: "limited", Who: "ops", Reason: "done"}); err != nil {
+			t.Fatal(err)
+		}
+		wake <- struct{}{}
+		time.Sleep(30 * time.Second)
+		synctest.Wait()
+		if n := len(h.of("limited")); n != 20 {
+			t.Fatalf("%d of 20 delivered after the resume", n)
+		}
+	})
+}
