@@ -146,3 +146,20 @@ func TestReplayOfADroppedPayloadIsAConflict(t *testing.T) {
 		t.Fatalf("after the refused replay: %+v, %d deliveries", ev, len(h.deliveries("brief:b_1")))
 	}
 }
+
+// TestReloadExportsAnAddedSourcesCounters: a source added by a reload has its
+// oncehook_dead_expired_total series at 0, as one configured at start has,
+// so that an alert on its increase sees the first dead letter expire.
+func TestReloadExportsAnAddedSourcesCounters(t *testing.T) {
+	tn := startTestNode(t, "", "http://127.0.0.1:1")
+	const want = `oncehook_dead_expired_total{source="added"} 0`
+	if strings.Contains(tn.metricsText(), want) {
+		t.Fatal("the source is exported before it is configured")
+	}
+	mustWrite(t, tn.cfgPath, testConfig(tn.dir, "http://127.0.0.1:1",
+		"\n[[source]]\nname = \"added\"\nprovider = \"standard\"\nsecret_files = [\"orders.secret\"]\nforward = \"http://127.0.0.1:1/added\"\n"))
+	tn.n.reload(tn.cfgPath)
+	if m := tn.metricsText(); !strings.Contains(m, want) {
+		t.Fatalf("after the reload the metrics lack %s\n%s", want, tn.logs())
+	}
+}

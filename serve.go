@@ -375,6 +375,9 @@ func (n *node) reload(path string) {
 		}
 	}
 	n.metrics.ConfigReloaded(true)
+	// A source the reload added gets its series at 0, as one configured at
+	// start does: an alert on increase() sees its first dead letter expire.
+	n.metrics.DeadExpiredSources(n.configuredSourceNames())
 	for _, w := range cfg.Warnings() {
 		n.log.Warn(w)
 	}
