@@ -140,7 +140,7 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	mk := clientFlags(fs)
 	state := fs.String("state", "", "delete every event in this state: dead|done|stale (required)")
 	source := fs.String("source", "", "only this source's events")
-	before := fs.String("before", "", "only events updated before this RFC 3339 time (required)")
+	before := fs.String("before", "", "only events updated before this RFC 3339 time, or this long ago (720h) (required)")
 	reason := fs.String("reason", "", "why (logged with who; required)")
 	dry := fs.Bool("dry-run", false, "show what would be deleted")
 	if err := parseFlags(fs, args); err != nil {

@@ -47,9 +47,9 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, fmt.Sprintf("%s events are in flight (not yet delivered) and cannot be purged; purge takes dead, done or stale", req.State))
 		return
 	}
-	before, err := time.Parse(time.RFC3339Nano, req.Before)
+	before, err := parseBefore(req.Before, time.Now())
 	if err != nil {
-		jsonError(w, http.StatusBadRequest, fmt.Sprintf("before must be an RFC 3339 time, got %q", req.Before))
+		jsonError(w, http.StatusBadRequest, err.Error())
 		return
 	}
 	who := r.Context().Value(whoKey).(string)
@@ -73,4 +73,21 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"purged": len(keys), "keys": nonNil(keys)})
+}
+
+// parseBefore reads a purge's bound: an RFC 3339 time, or a positive
+// duration meaning that long before now ("720h": events last updated over
+// 30 days ago), as replay's since takes one.
+func parseBefore(v string, now time.Time) (time.Time, error) {
+	if d, err := time.ParseDuration(v); err == nil {
+		if d <= 0 {
+			return time.Time{}, fmt.Errorf("before %q: a duration must be positive (that long ago)", v)
+		}
+		return now.Add(-d), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("before must be an RFC 3339 time or a duration like 720h, got %q", v)
+	}
+	return t, nil
 }
