@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"time"
 
 	"oncehook/config"
+	"oncehook/intake"
 	"oncehook/providers"
 )
 
@@ -35,6 +37,19 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	// Compile the sources as serve and a reload do (schemas, verifiers, key
 	// rules, fields): what would refuse the start is refused here.
 	if _, _, err := compileSources(cfg); err != nil {
+		// As Load's errors: file:line: key: message.
+		var se *intake.SourceError
+		if errors.As(err, &se) {
+			key := fmt.Sprintf("source[%d]", se.Index)
+			if se.Setting != "" {
+				key += "." + se.Setting
+			}
+			at := *path
+			if line := cfg.WarningLine(key + ": "); line > 0 {
+				at += ":" + strconv.Itoa(line)
+			}
+			return fmt.Errorf("%s: %s: %w", at, key, err)
+		}
 		return fmt.Errorf("%s: %w", *path, err)
 	}
 	for _, w := range cfg.Warnings() {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -80,6 +81,15 @@ func TestValidateRefusesWhatServeRefuses(t *testing.T) {
 			}
 			if tt.refused && !strings.Contains(validateErr.Error(), startErr.Error()) {
 				t.Errorf("validate says\n%v\nserve says\n%v", validateErr, startErr)
+			}
+			// A mistake only compiling finds is named like Load's:
+			// file:line: key: message.
+			if tt.name == "schema does not compile" {
+				text, _ := os.ReadFile(startPath)
+				line := 1 + strings.Count(string(text[:strings.Index(string(text), "schema_file")]), "\n")
+				if want := fmt.Sprintf("%s:%d: source[3].schema_file: ", startPath, line); !strings.HasPrefix(validateErr.Error(), want) {
+					t.Errorf("validate says %q, want it to start %q", validateErr, want)
+				}
 			}
 			if !tt.refused && !strings.Contains(out.String(), ": ok (") {
 				t.Errorf("validate printed %q", out.String())

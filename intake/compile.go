@@ -1,6 +1,7 @@
 package intake
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -16,7 +17,12 @@ func Compile(sources []config.Source) (*Set, error) {
 	for i := range sources {
 		src, err := CompileSource(sources[i])
 		if err != nil {
-			return nil, err
+			se := &SourceError{Index: i, Err: err}
+			var st settingError
+			if errors.As(err, &st) {
+				se.Setting = st.setting
+			}
+			return nil, se
 		}
 		if src.maxBody > set.maxBody {
 			set.maxBody = src.maxBody
@@ -40,11 +46,11 @@ func Compile(sources []config.Source) (*Set, error) {
 func CompileSource(s config.Source) (*Source, error) {
 	verifier, err := compileVerifier(&s)
 	if err != nil {
-		return nil, fmt.Errorf("source %s: %w", s.Name, err)
+		return nil, settingError{"secrets", fmt.Errorf("source %s: %w", s.Name, err)}
 	}
 	keyer, err := providers.NewKeyer(s.Name, s.Key)
 	if err != nil {
-		return nil, fmt.Errorf("source %s: key: %w", s.Name, err)
+		return nil, settingError{"key", fmt.Errorf("source %s: key: %w", s.Name, err)}
 	}
 	src := &Source{
 		name:       s.Name,
@@ -69,20 +75,42 @@ func CompileSource(s config.Source) (*Source, error) {
 		// Compiled once per (re)load; a schema that does not compile
 		// rejects the load and keeps the running configuration.
 		if src.schema, err = compileSchema(s.SchemaFile); err != nil {
-			return nil, fmt.Errorf("source %s: %w", s.Name, err)
+			return nil, settingError{"schema_file", fmt.Errorf("source %s: %w", s.Name, err)}
 		}
 	}
 	if err := src.compileOrder(s.Order); err != nil {
-		return nil, fmt.Errorf("source %s: %w", s.Name, err)
+		return nil, settingError{"order", fmt.Errorf("source %s: %w", s.Name, err)}
 	}
 	if err := src.compileTypeFilter(&s); err != nil {
-		return nil, fmt.Errorf("source %s: type: %w", s.Name, err)
+		return nil, settingError{"type", fmt.Errorf("source %s: type: %w", s.Name, err)}
 	}
 	src.checkJSON = keyer.ReadsJSON() || src.schema != nil ||
 		src.orderObject != nil && (src.orderObject.ReadsJSON() || src.orderTime.ReadsJSON()) ||
 		src.typeField != nil && src.typeField.ReadsJSON()
 	return src, nil
 }
+
+// SourceError is Compile's error for the source at Index of the list, and
+// the setting that failed ("schema_file", "key", "secrets", "order", "type"),
+// so that `oncehook validate` can name its line. Its message is the
+// source's own.
+type SourceError struct {
+	Index   int
+	Setting string
+	Err     error
+}
+
+func (e *SourceError) Error() string { return e.Err.Error() }
+func (e *SourceError) Unwrap() error { return e.Err }
+
+// settingError marks which setting of a source failed to compile.
+type settingError struct {
+	setting string
+	err     error
+}
+
+func (e settingError) Error() string { return e.err.Error() }
+func (e settingError) Unwrap() error { return e.err }
 
 // compileVerifier builds the source's verifier from its provider and
 // VerifierOptions (the options config.Validate tries). A keys_url source
