@@ -539,7 +539,7 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 		Headers:   forwardHeaders(ctx, src.fwdHeaders),
 	}
 	if src.guardBody {
-		cmd.BodyKey = bodyKey(src.name, body)
+		cmd.BodyKey = bodyKey(src, &req, body)
 	}
 	if orderObj != "" {
 		cmd.OrderObject, cmd.OrderTime = orderObj, orderTime
@@ -718,9 +718,24 @@ func (in *Server) answerSync(ctx *fasthttp.RequestCtx, src *Source, key []byte) 
 }
 
 // bodyKey is the replay guard's key for a verified body: the source, a NUL
-// (source names cannot hold one) and the body's SHA-256.
-func bodyKey(source string, body []byte) string {
-	sum := sha256.Sum256(body)
+// (source names cannot hold one) and the body's SHA-256. When the source's
+// signature covers something other than the raw bytes (a
+// providers.ReplayBodier: twilio signs the URL and the decoded, sorted form
+// parameters), the hash is of that signed content instead, so a captured
+// body re-ordered or re-encoded under a new delivery id is still found.
+func bodyKey(src *Source, req *providers.Request, body []byte) string {
+	source := src.name
+	var sum [sha256.Size]byte
+	signed := false
+	if rb, ok := src.verifier.(providers.ReplayBodier); ok {
+		h := sha256.New()
+		if signed = rb.WriteReplayBody(h, req) == nil; signed {
+			h.Sum(sum[:0])
+		}
+	}
+	if !signed { // not a ReplayBodier, or (never after Verify) it failed
+		sum = sha256.Sum256(body)
+	}
 	b := make([]byte, 0, len(source)+1+len(sum))
 	b = append(append(append(b, source...), 0), sum[:]...)
 	return unsafe.String(unsafe.SliceData(b), len(b))

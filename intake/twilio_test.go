@@ -4,6 +4,8 @@ import (
 	"errors"
 	"net"
 	"net/netip"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -102,6 +104,131 @@ func TestTwilioPublicURLTrustedProxies(t *testing.T) {
 				case !try.want && !errors.Is(err, providers.ErrBadSignature):
 					t.Errorf("signed over %s: %v, want ErrBadSignature", try.url, err)
 				}
+			}
+		})
+	}
+}
+
+// TestTwilioReplayGuardSignedContent: Twilio signs the URL and the decoded,
+// sorted form parameters, not the raw bytes, so the replay guard hashes that
+// signed content. A captured callback re-ordered or re-encoded and sent
+// under a new I-Twilio-Idempotency-Token verifies with the captured
+// signature, and is answered 200 duplicate naming the original key, stored
+// nowhere; a callback with another parameter value is a new event. The
+// body:sha256 key SCHEMES.md offers as a fallback is covered the same way
+// by the guard.
+func TestTwilioReplayGuardSignedContent(t *testing.T) {
+	const token = "twilio-auth-token"
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "tw.secret"), token+"\n")
+	set := loadSources(t, dir, `
+[[source]]
+name = "tw"
+provider = "twilio"
+secret_files = ["tw.secret"]
+forward = "http://127.0.0.1:1/tw"
+
+[[source]]
+name = "twsha"
+provider = "twilio"
+secret_files = ["tw.secret"]
+forward = "http://127.0.0.1:1/twsha"
+key = ["body:sha256"]
+`)
+	s, _ := providers.Lookup("twilio")
+	const original = "MessageSid=SM1&Body=hello+world&From=%2B15551234567"
+	// send posts body to source as Twilio would have signed it: over the
+	// portless public URL (the Host header carries ":8080": the verifier
+	// also tries the URL with its port toggled). signedAs, when given, is the
+	// body the signature was made for (a captured signature on another body).
+	send := func(in *Server, source, host, id, body, signedAs string) answer {
+		t.Helper()
+		if signedAs == "" {
+			signedAs = body
+		}
+		hs, err := providers.SignURL(s, "http://oncehook.internal/in/"+source+"?acct=1", []byte(signedAs), []byte(token), time.Now(), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sig string
+		for _, h := range hs {
+			if h.Name == "X-Twilio-Signature" {
+				sig = h.Value
+			}
+		}
+		ctx := twilioCtx("127.0.0.1", map[string]string{"I-Twilio-Idempotency-Token": id}, []byte(body), sig)
+		ctx.Request.SetRequestURI("/in/" + source + "?acct=1")
+		if host != "" {
+			ctx.Request.Header.SetHost(host)
+		}
+		in.handle(ctx)
+		return answer{status: ctx.Response.StatusCode(), body: string(ctx.Response.Body())}
+	}
+	cases := []struct {
+		name   string
+		source string
+		host   string // "": oncehook.internal:8080
+		body   string
+		new    bool // a new event: 202; else 200 duplicate of the original
+	}{
+		{"the same body", "tw", "", original, false},
+		{"re-ordered", "tw", "", "From=%2B15551234567&MessageSid=SM1&Body=hello+world", false},
+		{"space as %20", "tw", "", "MessageSid=SM1&Body=hello%20world&From=%2B15551234567", false},
+		{"%2b for %2B", "tw", "", "MessageSid=SM1&Body=hello+world&From=%2b15551234567", false},
+		{"re-ordered and re-encoded", "tw", "", "Body=hello%20world&From=%2b15551234567&MessageSid=SM1", false},
+		{"empty fields", "tw", "", "&MessageSid=SM1&&Body=hello+world&From=%2B15551234567&", false},
+		{"Host without the port", "tw", "oncehook.internal", "Body=hello+world&MessageSid=SM1&From=%2B15551234567", false},
+		{"another value", "tw", "", "MessageSid=SM2&Body=hello+world&From=%2B15551234567", true},
+		{"another status", "tw", "", original + "&SmsStatus=delivered", true},
+		{"body:sha256 key, re-ordered", "twsha", "", "From=%2B15551234567&MessageSid=SM1&Body=hello+world", false},
+		{"body:sha256 key, re-encoded", "twsha", "", "MessageSid=SM1&Body=hello%20world&From=%2b15551234567", false},
+		{"body:sha256 key, another value", "twsha", "", "MessageSid=SM2&Body=hello+world&From=%2B15551234567", true},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			store := newMemStore(t)
+			in := New(Options{Store: store, Sources: set})
+			first := send(in, c.source, "", "tok1", original, "")
+			if first.status != 202 {
+				t.Fatalf("original: %d %s", first.status, first.body)
+			}
+			origKey := c.source + ":tok1"
+			if c.source == "twsha" {
+				// The key is the raw body's hash: read it from the answer.
+				origKey = strings.TrimSuffix(strings.TrimPrefix(first.body, `{"status":"accepted","key":"`), "\"}\n")
+			}
+			if _, ok, _ := store.Lookup(origKey); !ok {
+				t.Fatalf("original not stored under %q: %s", origKey, first.body)
+			}
+			signedAs := ""
+			if !c.new {
+				signedAs = original // the captured signature verifies it
+			}
+			a := send(in, c.source, c.host, "tok10", c.body, signedAs)
+			newKey := c.source + ":tok10"
+			if c.source == "twsha" {
+				newKey = strings.TrimSuffix(strings.TrimPrefix(a.body, `{"status":"accepted","key":"`), "\"}\n")
+			}
+			if c.new {
+				if a.status != 202 || !strings.HasPrefix(a.body, `{"status":"accepted"`) || newKey == origKey {
+					t.Fatalf("another callback: %d %s, want 202 accepted as a new event", a.status, a.body)
+				}
+				if _, ok, _ := store.Lookup(newKey); !ok {
+					t.Fatalf("another callback not stored under %q", newKey)
+				}
+				return
+			}
+			want := `{"status":"duplicate","key":"` + origKey + `","state":"pending"}` + "\n"
+			if a.status != 200 || a.body != want {
+				t.Fatalf("replay: %d %s, want 200 %s", a.status, a.body, want)
+			}
+			if c.source == "tw" {
+				if _, ok, _ := store.Lookup(newKey); ok {
+					t.Fatalf("the replay was stored under %s", newKey)
+				}
+			}
+			if _, bySource, err := store.eng.Counts(); err != nil || bySource[c.source] != 1 {
+				t.Fatalf("%d events stored (%v), want 1", bySource[c.source], err)
 			}
 		})
 	}

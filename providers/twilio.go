@@ -24,7 +24,8 @@ import (
 //
 // Caveat of the scheme itself: the MAC covers the decoded, sorted parameters,
 // not the raw body, so a re-ordered or re-encoded body with the same
-// parameters verifies too.
+// parameters verifies too. The verifier is therefore a ReplayBodier: the
+// replay guard hashes the signed content (WriteReplayBody), not the raw body.
 type twilio struct{}
 
 const (
@@ -148,6 +149,42 @@ func (v *twilioVerifier) Verify(r *Request) error {
 	if !ok {
 		return errNoMatch
 	}
+	return nil
+}
+
+// WriteReplayBody writes what the signature of r covers, built as Verify
+// builds it: the URL, then, unless the URL carries bodySHA256, every decoded
+// form name immediately followed by its value, sorted by name then value
+// (parseForm, twilioWrite). So a body whose parameters are re-ordered or
+// re-encoded ('+' or %20, %2b or %2B) writes the same bytes as the body Twilio
+// sent. The URL is written without its port when it has one: Verify accepts it
+// with its port toggled, so with and without the port are one signed content.
+// The URL is kept rather than dropped because the signed string has no
+// separator between the URL and the parameters: with the URL written too,
+// bytes moved from the parameters into the query (or a JSON delivery's URL
+// recast as a form) still write the same bytes. For a JSON body the URL's
+// bodySHA256 stands for the body, which Verify checked against it.
+func (v *twilioVerifier) WriteReplayBody(h hash.Hash, r *Request) error {
+	if r.URL == "" || len(r.URL) > maxTwilioURL {
+		return errTwilioNoURL
+	}
+	st := v.ring.get()
+	defer v.ring.put(st)
+	st.form, st.pairs = st.form[:0], st.pairs[:0]
+	if _, jsonBody := queryParam(r.URL, bodySHA256Name); !jsonBody {
+		if err := st.parseForm(r.Body); err != nil {
+			return err
+		}
+	}
+	off := len(st.form)
+	st.form = append(st.form, r.URL...)
+	url := st.form[off:]
+	if pre, mid, post, alt := toggledPort(url); alt && mid == nil {
+		// The URL has a port: toggledPort's other form is the URL without it.
+		twilioWrite(h, pre, post, nil, st)
+		return nil
+	}
+	twilioWrite(h, url, nil, nil, st)
 	return nil
 }
 
