@@ -1,10 +1,16 @@
 package main
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/http"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"oncehook/admin"
 
 	"oncehook/engine"
 	"oncehook/providers"
@@ -124,5 +130,90 @@ func TestSyncDuplicateWithAnotherBodyGetsConflict(t *testing.T) {
 	req, _ := http.NewRequest(http.MethodGet, tn.admin+"/metrics", nil)
 	if m := tn.do(req).Raw; !strings.Contains(m, `oncehook_sync_conflicts_total{source="sync"} 1`) {
 		t.Fatal("the conflict was not counted in oncehook_sync_conflicts_total")
+	}
+}
+
+// TestReplayByStateNamesDroppedPayloads: done events whose payload was
+// dropped after payload_retention are not replayed. `oncehook replay
+// -state` names them in "skipped" and exits 1, as a replay of their keys
+// does, instead of answering "replayed": 0 and exiting 0; and a dry run, by
+// state or of keys, does not count them in would_replay but names them the
+// same way, so that its count is what the replay then does.
+func TestReplayByStateNamesDroppedPayloads(t *testing.T) {
+	h := newHandler(t)
+	tn := startNodeWithSources(t, "", h.url, retentionSources)
+	for _, p := range []struct{ source, id string }{{"brief", "b_1"}, {"brief", "b_2"}, {"orders", "ok_1"}} {
+		body := orderBody("evt_"+p.id, "obj_"+p.id, 1)
+		if a := tn.post(p.source, body, tn.signed(body, p.id)); a.Status != http.StatusAccepted {
+			t.Fatalf("post %s: %d %s", p.id, a.Status, a.Raw)
+		}
+	}
+	for _, k := range []string{"brief:b_1", "brief:b_2", "orders:ok_1"} {
+		tn.waitState(k, engine.StateDone)
+	}
+	// The sweeper sends this every ExpireInterval; send it now.
+	waitUntil(t, "payloads dropped", func() bool {
+		if _, err := tn.n.cluster.DropPayloads(ctxTimeout(t, 5*time.Second), 0, 0); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"brief:b_1", "brief:b_2"} {
+			if ev, err := tn.n.cluster.Get(k, true); err != nil || ev.Payload != nil {
+				return false
+			}
+		}
+		return true
+	})
+	t.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(tn.dir, "admin.token"))
+	dropped := []admin.ReplaySkip{
+		{Key: "brief:b_1", Error: "its payload was dropped after its source's payload_retention; there is nothing to deliver again"},
+		{Key: "brief:b_2", Error: "its payload was dropped after its source's payload_retention; there is nothing to deliver again"},
+	}
+	keys := []string{"-key", "brief:b_1", "-key", "brief:b_2", "-key", "orders:ok_1"}
+	// In order, on the same events: the dry runs, then the replays.
+	cases := []struct {
+		name     string
+		args     []string
+		moved    int // would_replay or replayed
+		keys     []string
+		exitCode int
+		exitMsg  string
+	}{
+		{"dry run by state", []string{"-state", "done", "-source", "brief", "-dry-run"}, 0, []string{}, 1, "2 of the keys would not be replayed (see skipped)"},
+		{"dry run of keys", append([]string{"-dry-run"}, keys...), 1, []string{"orders:ok_1"}, 1, "2 of the keys would not be replayed (see skipped)"},
+		{"replay by state", []string{"-state", "done"}, 1, []string{"orders:ok_1"}, 1, "2 of the keys not replayed (see skipped)"},
+		{"replay of keys", keys[:4], 0, []string{}, 1, "2 of the keys not replayed (see skipped)"},
+	}
+	for _, c := range cases {
+		var out, errOut bytes.Buffer
+		args := append([]string{"replay", "-addr", tn.admin, "-reason", "bulk"}, c.args...)
+		err := run(ctxTimeout(t, 30*time.Second), args, &out, &errOut)
+		if msg, code := exitStatus(err); code != c.exitCode || msg != c.exitMsg {
+			t.Fatalf("%s: exit %d %q, want %d %q\n%s%s", c.name, code, msg, c.exitCode, c.exitMsg, out.String(), errOut.String())
+		}
+		var ans struct {
+			WouldReplay  *int               `json:"would_replay"`
+			Replayed     *int               `json:"replayed"`
+			Keys         []string           `json:"keys"`
+			Skipped      []admin.ReplaySkip `json:"skipped"`
+			SkippedCount int                `json:"skipped_count"`
+		}
+		if err := json.Unmarshal(out.Bytes(), &ans); err != nil {
+			t.Fatalf("%s printed %s: %v", c.name, out.String(), err)
+		}
+		moved := ans.Replayed
+		if strings.HasPrefix(c.name, "dry run") {
+			moved = ans.WouldReplay
+		}
+		if moved == nil || *moved != c.moved || !slices.Equal(ans.Keys, c.keys) || !slices.Equal(ans.Skipped, dropped) || ans.SkippedCount != 2 {
+			t.Fatalf("%s printed %s\nwant %d moved (%v), %+v skipped", c.name, out.String(), c.moved, c.keys, dropped)
+		}
+	}
+	// orders:ok_1 went again, once; the others stayed done, undelivered.
+	tn.waitState("orders:ok_1", engine.StateDone)
+	waitUntil(t, "orders:ok_1 delivered again", func() bool { return len(h.deliveries("orders:ok_1")) == 2 })
+	for _, k := range []string{"brief:b_1", "brief:b_2"} {
+		if ev, err := tn.event(k); err != nil || ev.State != engine.StateDone || len(h.deliveries(k)) != 1 {
+			t.Fatalf("%s: %+v %v, %d deliveries, want done, delivered once", k, ev, err, len(h.deliveries(k)))
+		}
 	}
 }

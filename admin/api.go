@@ -10,6 +10,7 @@ import (
 	"net/http/pprof"
 	"net/netip"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -393,12 +394,14 @@ func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.DryRun {
-		keys, err := s.replayCandidates(cmd)
+		plan, err := s.replayPlan(cmd)
 		if err != nil {
 			jsonError(w, http.StatusInternalServerError, err.Error())
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "would_replay": len(keys), "keys": keys})
+		out := map[string]any{"dry_run": true, "would_replay": len(plan.keys), "keys": nonNil(plan.keys)}
+		addSkipped(out, plan.skipped, len(cmd.Keys) == 0)
+		writeJSON(w, http.StatusOK, out)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
@@ -407,18 +410,43 @@ func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
 		s.replayKeys(ctx, w, cmd)
 		return
 	}
-	res, err := s.store.Replay(ctx, cmd)
-	if err != nil {
-		jsonError(w, clusterWriteStatus(err), err.Error())
-		return
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"replayed": res.N, "keys": nonNil(res.Keys)})
+	s.replayState(ctx, w, cmd)
 }
 
 // ReplaySkip is a key that POST /v1/replay did not replay, and why.
 type ReplaySkip struct {
 	Key   string `json:"key"`
 	Error string `json:"error"`
+}
+
+// Why a key is not replayed, in "skipped" (the same words for a dry run).
+const (
+	skipNotFound  = "not found"
+	skipBadKey    = "not a valid key"
+	skipNoPayload = "its payload was dropped after its source's payload_retention; there is nothing to deliver again"
+)
+
+func skipWrongState(st engine.State) string {
+	return fmt.Sprintf("event is %s: only dead, done and stale events are replayed", st)
+}
+
+// maxReplaySkipped bounds the events a replay by state names in "skipped"
+// (the first by key); "skipped_count" counts them all. A replay of keys
+// names every key it skipped: the request bounds them.
+const maxReplaySkipped = engine.MaxListLimit
+
+// addSkipped adds "skipped" and "skipped_count" to a replay's answer when
+// any event was not (or would not be) replayed; bounded, the list is cut to
+// maxReplaySkipped.
+func addSkipped(out map[string]any, skipped []ReplaySkip, bounded bool) {
+	if len(skipped) == 0 {
+		return
+	}
+	out["skipped_count"] = len(skipped)
+	if bounded && len(skipped) > maxReplaySkipped {
+		skipped = skipped[:maxReplaySkipped]
+	}
+	out["skipped"] = skipped
 }
 
 // replayConcurrency bounds the keys of one request replayed at a time; the
@@ -470,16 +498,16 @@ func (s *Server) replayKeys(ctx context.Context, w http.ResponseWriter, cmd engi
 			continue
 		case errors.Is(o.err, engine.ErrNotFound):
 			status = max(status, http.StatusNotFound)
-			skipped = append(skipped, ReplaySkip{k, "not found"})
+			skipped = append(skipped, ReplaySkip{k, skipNotFound})
 		case errors.Is(o.err, engine.ErrWrongState):
 			status = max(status, http.StatusConflict)
-			skipped = append(skipped, ReplaySkip{k, fmt.Sprintf("event is %s: only dead, done and stale events are replayed", o.res.State)})
+			skipped = append(skipped, ReplaySkip{k, skipWrongState(o.res.State)})
 		case errors.Is(o.err, engine.ErrNoPayload):
 			status = max(status, http.StatusConflict)
-			skipped = append(skipped, ReplaySkip{k, "its payload was dropped after its source's payload_retention; there is nothing to deliver again"})
+			skipped = append(skipped, ReplaySkip{k, skipNoPayload})
 		case errors.Is(o.err, engine.ErrBadCommand):
 			status = max(status, http.StatusBadRequest)
-			skipped = append(skipped, ReplaySkip{k, "not a valid key"})
+			skipped = append(skipped, ReplaySkip{k, skipBadKey})
 		case o.err != nil:
 			if clusterErr == nil {
 				clusterErr = o.err
@@ -500,9 +528,7 @@ func (s *Server) replayKeys(ctx context.Context, w http.ResponseWriter, cmd engi
 		jsonError(w, status, fmt.Sprintf("event %s: %s", keys[0], skipped[0].Error))
 	default:
 		out := map[string]any{"replayed": len(replayed), "keys": replayed}
-		if len(skipped) > 0 {
-			out["skipped"] = skipped
-		}
+		addSkipped(out, skipped, false)
 		writeJSON(w, http.StatusOK, out)
 	}
 }
@@ -514,36 +540,165 @@ func nonNil(s []string) []string {
 	return s
 }
 
-// replayCandidates lists what a replay would move, without moving it.
-func (s *Server) replayCandidates(cmd engine.Command) ([]string, error) {
-	var keys []string
-	if len(cmd.Keys) > 0 {
-		for _, k := range cmd.Keys {
-			ev, err := s.store.Get(k, false)
-			if err == nil && engine.Replayable(ev.State) {
-				keys = append(keys, k)
-			}
+// replayState replays by state with one command, and names in "skipped"
+// the events it selected and did not replay: the engine skips, without a
+// word, those whose payload was dropped after payload_retention. They are
+// read from this node's applied state before the command, with the filter
+// the engine applies (replayPlan, as a dry run lists them), and checked
+// against the keys it moved: what the plan would replay and the engine did
+// not (its payload dropped, or the event moved meanwhile) is named too, from
+// a fresh read; what the plan would skip and the engine replayed is not.
+// Any skipped event makes `oncehook replay` exit 1.
+func (s *Server) replayState(ctx context.Context, w http.ResponseWriter, cmd engine.Command) {
+	plan, err := s.replayPlan(cmd)
+	if err != nil {
+		jsonError(w, http.StatusInternalServerError, err.Error())
+		return
+	}
+	res, err := s.store.Replay(ctx, cmd)
+	if err != nil {
+		jsonError(w, clusterWriteStatus(err), err.Error())
+		return
+	}
+	moved := make(map[string]bool, len(res.Keys))
+	for _, k := range res.Keys {
+		moved[k] = true
+	}
+	var skipped []ReplaySkip
+	for _, sk := range plan.skipped {
+		if !moved[sk.Key] {
+			skipped = append(skipped, sk)
 		}
-		return nonNil(keys), nil
+	}
+	for _, k := range plan.keys {
+		if !moved[k] {
+			skipped = append(skipped, ReplaySkip{k, s.whyNotReplayed(k)})
+		}
+	}
+	slices.SortFunc(skipped, func(a, b ReplaySkip) int { return strings.Compare(a.Key, b.Key) })
+	out := map[string]any{"replayed": res.N, "keys": nonNil(res.Keys)}
+	addSkipped(out, skipped, true)
+	writeJSON(w, http.StatusOK, out)
+}
+
+// replayPlanned is what a replay would do, read from this node's applied
+// state: the keys it would move and those it would not, with why.
+type replayPlanned struct {
+	keys    []string
+	skipped []ReplaySkip // every one; the answer bounds them (addSkipped)
+}
+
+// replayPlan is what cmd would replay, without replaying it: a dry run's
+// answer, and the events a replay by state is expected to skip. A replay of
+// keys takes each key once, in the order given, and skips each as the
+// engine would refuse it (replayKeys); a replay by state selects the events
+// in the state, of the source when given, updated at Since or later, and
+// skips those whose payload was dropped. Both lists of a replay by state are
+// in key order, as the engine replays them.
+func (s *Server) replayPlan(cmd engine.Command) (replayPlanned, error) {
+	var p replayPlanned
+	if len(cmd.Keys) > 0 {
+		seen := make(map[string]bool, len(cmd.Keys))
+		for _, k := range cmd.Keys {
+			if seen[k] {
+				continue
+			}
+			seen[k] = true
+			if k == "" || len(k) > engine.MaxKeyLen {
+				p.skipped = append(p.skipped, ReplaySkip{k, skipBadKey})
+				continue
+			}
+			ev, err := s.store.Get(k, false)
+			switch {
+			case errors.Is(err, engine.ErrNotFound):
+				p.skipped = append(p.skipped, ReplaySkip{k, skipNotFound})
+				continue
+			case err != nil:
+				return replayPlanned{}, err
+			case !engine.Replayable(ev.State):
+				p.skipped = append(p.skipped, ReplaySkip{k, skipWrongState(ev.State)})
+				continue
+			}
+			if gone, err := s.payloadDropped(&ev); err != nil {
+				return replayPlanned{}, err
+			} else if gone {
+				p.skipped = append(p.skipped, ReplaySkip{k, skipNoPayload})
+				continue
+			}
+			p.keys = append(p.keys, k)
+		}
+		return p, nil
 	}
 	f := engine.ListFilter{State: cmd.State, Source: cmd.Source, Limit: engine.MaxListLimit}
 	for {
 		evs, err := s.store.List(f)
 		if err != nil {
-			return nil, err
+			return replayPlanned{}, err
 		}
-		for _, ev := range evs {
-			if ev.UpdatedAt >= cmd.Since {
-				keys = append(keys, ev.Key)
+		for i := range evs {
+			ev := &evs[i]
+			if ev.UpdatedAt < cmd.Since {
+				continue
+			}
+			gone, err := s.payloadDropped(ev)
+			if err != nil {
+				return replayPlanned{}, err
+			}
+			if gone {
+				p.skipped = append(p.skipped, ReplaySkip{ev.Key, skipNoPayload})
+			} else {
+				p.keys = append(p.keys, ev.Key)
 			}
 		}
 		if len(evs) < f.Limit {
-			return nonNil(keys), nil
+			break
 		}
 		// With a state the order is (UpdatedAt, Key): the cursor needs both.
 		last := evs[len(evs)-1]
 		f.After, f.AfterTime = last.Key, last.UpdatedAt
 	}
+	slices.Sort(p.keys)
+	slices.SortFunc(p.skipped, func(a, b ReplaySkip) int { return strings.Compare(a.Key, b.Key) })
+	return p, nil
+}
+
+// payloadDropped reports whether a replay would skip ev (a replayable
+// event) for want of its payload. Only a done event loses it, to
+// DropPayloads, which also clears its PayloadDropAt: one with a drop time
+// still has its payload, and only one without is read, with its payload.
+// An event stored without payload or headers reads the same as one whose
+// payload was dropped; such an event was completed without a payload
+// retention (an older writer's), so it is due for the drop already.
+func (s *Server) payloadDropped(ev *engine.Event) (bool, error) {
+	if ev.State != engine.StateDone || ev.PayloadDropAt != 0 {
+		return false, nil
+	}
+	full, err := s.store.Get(ev.Key, true)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return false, nil // deleted since the list: the engine will not see it either
+	case err != nil:
+		return false, err
+	}
+	return full.Payload == nil && full.Headers == nil, nil
+}
+
+// whyNotReplayed says, from a fresh read, why a replay by state did not
+// move an event it was expected to move.
+func (s *Server) whyNotReplayed(key string) string {
+	ev, err := s.store.Get(key, false)
+	switch {
+	case errors.Is(err, engine.ErrNotFound):
+		return skipNotFound
+	case err != nil:
+		return "not replayed: " + err.Error()
+	case !engine.Replayable(ev.State):
+		return skipWrongState(ev.State)
+	}
+	if gone, err := s.payloadDropped(&ev); err == nil && gone {
+		return skipNoPayload
+	}
+	return "not replayed"
 }
 
 func parseSince(s string) (int64, error) {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
@@ -287,5 +289,149 @@ func TestBearerSchemeAnyCase(t *testing.T) {
 		if resp.StatusCode != c.status {
 			t.Errorf("Authorization %.12q...: %d, want %d", c.header, resp.StatusCode, c.status)
 		}
+	}
+}
+
+// applyAll applies cmds as one entry at the next index, stamped with the
+// wall clock like apply, and fails the test on any rejection.
+func (s *engineStore) applyAll(t *testing.T, cmds []engine.Command) []engine.Result {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.index++
+	now := time.Now().UnixNano()
+	for i := range cmds {
+		cmds[i].Now = now
+	}
+	rs, err := s.eng.Apply(s.index, cmds...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range rs {
+		if r.Err != nil {
+			t.Fatalf("command %d (op %d): %v", i, cmds[i].Op, r.Err)
+		}
+	}
+	return rs
+}
+
+// doneEvents claims, leases and completes keys (of source orders), their
+// payloads kept for payloadKeep from completion.
+func doneEvents(t *testing.T, store *engineStore, payloadKeep time.Duration, keys ...string) {
+	t.Helper()
+	var claims []engine.Command
+	for _, k := range keys {
+		claims = append(claims, engine.Command{Op: engine.OpClaim, Key: k, Source: "orders",
+			Payload: []byte(`{"a":1}`), Retention: int64(time.Hour), LeaseFor: int64(time.Minute)})
+	}
+	store.applyAll(t, claims)
+	leased := store.applyAll(t, []engine.Command{{Op: engine.OpLease, Max: len(keys), LeaseFor: int64(time.Minute)}})[0].Events
+	if len(leased) != len(keys) {
+		t.Fatalf("leased %d events, want %d", len(leased), len(keys))
+	}
+	var completes []engine.Command
+	for _, ev := range leased {
+		completes = append(completes, engine.Command{Op: engine.OpComplete, Key: ev.Key, Token: ev.Token, PayloadRetention: int64(payloadKeep)})
+	}
+	store.applyAll(t, completes)
+}
+
+// replayAnswer is an answer of POST /v1/replay, dry run or not.
+type replayAnswer struct {
+	DryRun       bool         `json:"dry_run"`
+	WouldReplay  int          `json:"would_replay"`
+	Replayed     int          `json:"replayed"`
+	Keys         []string     `json:"keys"`
+	Skipped      []ReplaySkip `json:"skipped"`
+	SkippedCount int          `json:"skipped_count"`
+}
+
+// TestReplayNamesEventsWithoutPayload: done events whose payload was
+// dropped after payload_retention cannot be replayed. A replay by state
+// names them in "skipped" (the first 1000 by key, all counted in
+// "skipped_count") instead of leaving them out without a word, and a dry
+// run, of keys or by state, leaves them out of what it would replay and
+// names them the same way: its count is what the replay does.
+func TestReplayNamesEventsWithoutPayload(t *testing.T) {
+	gone := func(n int) []string {
+		var keys []string
+		for i := 1; i <= n; i++ {
+			keys = append(keys, fmt.Sprintf("orders:gone_%04d", i))
+		}
+		return keys
+	}
+	noPayload := func(keys ...string) []ReplaySkip {
+		var s []ReplaySkip
+		for _, k := range keys {
+			s = append(s, ReplaySkip{k, skipNoPayload})
+		}
+		return s
+	}
+	two := gone(2)
+	many := gone(maxReplaySkipped + 2)
+	keysSkipped := []ReplaySkip{{two[0], skipNoPayload}, {"orders:nope", skipNotFound},
+		{"orders:pending", "event is pending: only dead, done and stale events are replayed"}}
+	keysBody := `{"keys":["orders:gone_0001","orders:kept","orders:nope","orders:pending","orders:gone_0001"],"reason":"bulk"`
+	cases := []struct {
+		name    string
+		gone    []string // done, payload dropped
+		body    string
+		want    replayAnswer
+		pending []string // replayed: pending after the request
+	}{
+		{"dry run by state", two, `{"state":"done","source":"orders","reason":"bulk","dry_run":true}`,
+			replayAnswer{DryRun: true, WouldReplay: 1, Keys: []string{"orders:kept"}, Skipped: noPayload(two...), SkippedCount: 2}, nil},
+		{"replay by state", two, `{"state":"done","source":"orders","reason":"bulk"}`,
+			replayAnswer{Replayed: 1, Keys: []string{"orders:kept"}, Skipped: noPayload(two...), SkippedCount: 2}, []string{"orders:kept"}},
+		{"replay by state, more skipped than listed", many, `{"state":"done","reason":"bulk"}`,
+			replayAnswer{Replayed: 1, Keys: []string{"orders:kept"}, Skipped: noPayload(many[:maxReplaySkipped]...), SkippedCount: len(many)}, []string{"orders:kept"}},
+		{"dry run by state, more skipped than listed", many, `{"state":"done","reason":"bulk","dry_run":true}`,
+			replayAnswer{DryRun: true, WouldReplay: 1, Keys: []string{"orders:kept"}, Skipped: noPayload(many[:maxReplaySkipped]...), SkippedCount: len(many)}, nil},
+		{"dry run of keys", two, keysBody + `,"dry_run":true}`,
+			replayAnswer{DryRun: true, WouldReplay: 1, Keys: []string{"orders:kept"}, Skipped: keysSkipped, SkippedCount: 3}, nil},
+		{"replay of keys", two, keysBody + `}`,
+			replayAnswer{Replayed: 1, Keys: []string{"orders:kept"}, Skipped: keysSkipped, SkippedCount: 3}, []string{"orders:kept"}},
+		{"replay by state since an hour ago", two, `{"state":"done","source":"orders","since":"1h","reason":"bulk","dry_run":false}`,
+			replayAnswer{Replayed: 1, Keys: []string{"orders:kept"}, Skipped: noPayload(two...), SkippedCount: 2}, []string{"orders:kept"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			store, url := newTestAPI(t)
+			if len(c.gone) > 0 {
+				doneEvents(t, store, time.Nanosecond, c.gone...)
+				// The sweeper's drop, due for them and not for orders:kept.
+				if r := store.applyAll(t, []engine.Command{{Op: engine.OpDropPayloads, Before: time.Now().Add(time.Minute).UnixNano()}}); r[0].N != len(c.gone) {
+					t.Fatalf("dropped %d payloads, want %d", r[0].N, len(c.gone))
+				}
+			}
+			doneEvents(t, store, time.Hour, "orders:kept")
+			store.applyAll(t, []engine.Command{{Op: engine.OpClaim, Key: "orders:pending", Source: "orders",
+				Payload: []byte(`{"a":1}`), Retention: int64(time.Hour), LeaseFor: int64(time.Minute)}})
+
+			req, _ := http.NewRequest("POST", url+"/v1/replay", strings.NewReader(c.body))
+			req.Header.Set("Authorization", "Bearer "+testToken)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var got replayAnswer
+			if err := json.Unmarshal(raw, &got); err != nil || resp.StatusCode != 200 {
+				t.Fatalf("answer %d %s: %v", resp.StatusCode, raw, err)
+			}
+			if !reflect.DeepEqual(got, c.want) {
+				t.Fatalf("answer %s\nwant %+v", raw, c.want)
+			}
+			for _, k := range append(append([]string{"orders:kept"}, c.gone...), "orders:pending") {
+				want := engine.StateDone
+				if k == "orders:pending" || slices.Contains(c.pending, k) {
+					want = engine.StatePending
+				}
+				if ev, err := store.Get(k, false); err != nil || ev.State != want {
+					t.Fatalf("%s after the request: %v %v, want %v", k, ev.State, err, want)
+				}
+			}
+		})
 	}
 }

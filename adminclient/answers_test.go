@@ -52,6 +52,9 @@ const (
 	replayAnswer        = `{"replayed":1,"keys":["stripe:evt_1"]}`
 	replaySkippedAnswer = `{"replayed":1,"keys":["stripe:evt_1"],"skipped":[{"key":"stripe:evt_2","error":"not found"}]}`
 	pauseAnswer         = `{"source":"orders","paused":true,"changed":true}`
+	// A replay by state lists the first skipped events and counts them all.
+	replayStateSkippedAnswer  = `{"replayed":1,"keys":["pr:evt_pr3"],"skipped":[{"key":"pr:evt_pr1","error":"its payload was dropped after its source's payload_retention; there is nothing to deliver again"}],"skipped_count":1001}`
+	replayDryRunSkippedAnswer = `{"dry_run":true,"would_replay":0,"keys":[],"skipped":[{"key":"pr:evt_pr1","error":"its payload was dropped after its source's payload_retention; there is nothing to deliver again"},{"key":"pr:evt_pr2","error":"its payload was dropped after its source's payload_retention; there is nothing to deliver again"}],"skipped_count":2}`
 )
 
 // TestClientAnswersPrint: the client prints the admin API's answers exactly
@@ -105,6 +108,24 @@ func TestClientAnswersPrint(t *testing.T) {
 			err := c.Replay(ctx, w, admin.ReplayRequest{Keys: []string{"stripe:evt_1", "stripe:evt_2"}, Reason: "fixed"})
 			if err == nil || !strings.Contains(err.Error(), "1 of the keys not replayed") {
 				return fmt.Errorf("replay with a skipped key: %v, want an error", err)
+			}
+			return nil
+		}},
+		{"replay_state_skipped", "POST /v1/replay", replayStateSkippedAnswer, func(w io.Writer) error {
+			// Printed, then an error counting every skipped event, not the
+			// listed ones only: the command exits 1.
+			err := c.Replay(ctx, w, admin.ReplayRequest{State: "done", Source: "pr", Reason: "bulk"})
+			if err == nil || err.Error() != "1001 of the keys not replayed (see skipped)" {
+				return fmt.Errorf("replay by state with skipped events: %v, want an error counting 1001", err)
+			}
+			return nil
+		}},
+		{"replay_dry_run_skipped", "POST /v1/replay", replayDryRunSkippedAnswer, func(w io.Writer) error {
+			// A dry run that finds events the replay would skip exits 1
+			// too, as the replay would.
+			err := c.Replay(ctx, w, admin.ReplayRequest{State: "done", Source: "pr", Reason: "bulk", DryRun: true})
+			if err == nil || err.Error() != "2 of the keys would not be replayed (see skipped)" {
+				return fmt.Errorf("dry run with skipped events: %v, want an error", err)
 			}
 			return nil
 		}},

@@ -99,9 +99,12 @@ func (c *Client) ShowEvent(ctx context.Context, w io.Writer, key string, body bo
 	return printAnswer(w, ev)
 }
 
-// Replay posts req to /v1/replay and prints the answer. Keys the node
-// could not replay (the answer's "skipped") make it an error, after the
-// answer is printed: a script must not take a partial replay for a whole one.
+// Replay posts req to /v1/replay and prints the answer. Events the node
+// did not replay (the answer's "skipped", of keys or by state; a replay by
+// state lists the first 1000 and counts them all in "skipped_count") make
+// it an error, after the answer is printed: a script must not take a
+// partial replay for a whole one. So does a dry run that finds events the
+// replay would skip: its exit status is the replay's.
 func (c *Client) Replay(ctx context.Context, w io.Writer, req admin.ReplayRequest) error {
 	var out json.RawMessage
 	if err := c.Do(ctx, http.MethodPost, "/v1/replay", req, &out); err != nil {
@@ -111,12 +114,18 @@ func (c *Client) Replay(ctx context.Context, w io.Writer, req admin.ReplayReques
 		return err
 	}
 	var ans struct {
-		Skipped []admin.ReplaySkip `json:"skipped"`
+		DryRun       bool               `json:"dry_run"`
+		Skipped      []admin.ReplaySkip `json:"skipped"`
+		SkippedCount int                `json:"skipped_count"` // absent from an older node's answer
 	}
 	if err := json.Unmarshal(out, &ans); err != nil {
 		return fmt.Errorf("admin API answer: %w", err)
 	}
-	if n := len(ans.Skipped); n > 0 {
+	n := max(ans.SkippedCount, len(ans.Skipped))
+	switch {
+	case n > 0 && ans.DryRun:
+		return fmt.Errorf("%d of the keys would not be replayed (see skipped)", n)
+	case n > 0:
 		return fmt.Errorf("%d of the keys not replayed (see skipped)", n)
 	}
 	return nil

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -393,8 +394,17 @@ func TestResultsCodecRoundTrip(t *testing.T) {
 		{State: engine.StateDone, Err: engine.ErrStaleToken},
 		{N: 7, Keys: []string{"a:1", "b:2"}},
 		{Err: errors.New("something odd")},
+		// Sentinels added later go as their text, and come back as
+		// themselves: a follower relaying a replay of a dropped payload
+		// answers 409, not 500.
+		{Err: fmt.Errorf("replay src:k: %w", engine.ErrNoPayload)},
+		{Err: engine.ErrNoPayload},
 	}
-	out, err := decodeResults(appendResults(nil, in))
+	b := appendResults(nil, in)
+	if code := b[bytes.Index(b, []byte("replay src:k"))-2]; int(code) != len(resultErrs) {
+		t.Fatalf("ErrNoPayload went as code %d, want the 'other error' code %d every version reads", code, len(resultErrs))
+	}
+	out, err := decodeResults(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -411,6 +421,9 @@ func TestResultsCodecRoundTrip(t *testing.T) {
 	}
 	if !errors.Is(out[1].Err, engine.ErrStaleToken) {
 		t.Fatal("sentinel lost in transit")
+	}
+	if !errors.Is(out[4].Err, engine.ErrNoPayload) || !errors.Is(out[5].Err, engine.ErrNoPayload) {
+		t.Fatalf("ErrNoPayload lost in transit: %v, %v", out[4].Err, out[5].Err)
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -161,6 +162,26 @@ func decodeJoin(b []byte) (string, string, error) {
 var resultErrs = []error{nil, engine.ErrStaleToken, engine.ErrNotFound, engine.ErrWrongState,
 	engine.ErrAlreadyApplied, engine.ErrCorrupt, engine.ErrBadCommand}
 
+// messageErrs are the outcomes added after resultErrs was fixed on the
+// wire: a result carrying one goes as an "other error", its text, which
+// every version reads, and the receiver gives it back its sentinel by that
+// text (a new code would be misread by an older peer during an upgrade).
+var messageErrs = []error{engine.ErrNoPayload}
+
+// messageErr is the error of an "other error" result, with its sentinel
+// when its text names one of messageErrs.
+func messageErr(msg string) error {
+	for _, e := range messageErrs {
+		if prefix, found := strings.CutSuffix(msg, e.Error()); found {
+			if prefix = strings.TrimSuffix(prefix, ": "); prefix == "" {
+				return e
+			}
+			return fmt.Errorf("%s: %w", prefix, e)
+		}
+	}
+	return errors.New(msg)
+}
+
 func appendResults(b []byte, res []engine.Result) []byte {
 	b = binary.AppendUvarint(b, uint64(len(res)))
 	for _, r := range res {
@@ -231,7 +252,7 @@ func decodeResults(b []byte) ([]engine.Result, error) {
 			if !ok {
 				return nil, bad
 			}
-			res[i].Err = errors.New(msg)
+			res[i].Err = messageErr(msg)
 		default:
 			return nil, bad
 		}
