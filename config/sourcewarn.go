@@ -48,3 +48,18 @@ func wideTolerance(c *Config) []string {
 	}
 	return w
 }
+
+// deadRetentionBelowRetention warns that a dead_retention shorter than the
+// source's retention is not used: a dead letter is kept at least as long as
+// its key.
+func deadRetentionBelowRetention(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		if s.DeadRetention > 0 && s.Retention > 0 && s.DeadRetention < s.Retention {
+			w = append(w, fmt.Sprintf("%s: %s is shorter than retention %s: a dead letter is kept at least as long as its key, so retention applies",
+				sourceKey(i, "dead_retention"), s.DeadRetention, s.Retention))
+		}
+	}
+	return w
+}

@@ -21,12 +21,15 @@ func TestSourceWarnings(t *testing.T) {
 		{"an hour's tolerance", func(s *Source) { s.Tolerance = Duration(time.Hour) }, nil},
 		{"ten years' tolerance", func(s *Source) { s.Tolerance = Duration(87600 * time.Hour) },
 			[]string{"source[0].tolerance: 87600h lets a captured delivery verify for that long"}},
+		{"dead retention as long as retention", func(s *Source) { s.Retention, s.DeadRetention = Duration(time.Hour), Duration(time.Hour) }, nil},
+		{"dead retention shorter", func(s *Source) { s.Retention, s.DeadRetention = Duration(168*time.Hour), Duration(time.Hour) },
+			[]string{"source[0].dead_retention: 1h is shorter than retention 168h"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default()
 			c.Sources = []Source{{Name: "s", Provider: "stripe", Tolerance: Duration(5 * time.Minute)}}
 			tt.edit(&c.Sources[0])
-			got := append(subSecondBackoff(c), wideTolerance(c)...)
+			got := append(append(subSecondBackoff(c), wideTolerance(c)...), deadRetentionBelowRetention(c)...)
 			if len(got) != len(tt.want) {
 				t.Fatalf("warnings %q, want %d", got, len(tt.want))
 			}

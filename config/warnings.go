@@ -42,6 +42,7 @@ var warningChecks = []func(*Config) []string{
 	certificatesExpiring, // certwarn.go
 	subSecondBackoff,     // sourcewarn.go
 	wideTolerance,
+	deadRetentionBelowRetention,
 }
 
 // ownHeaders are the headers the forwarder sets on every delivery, or that
