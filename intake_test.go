@@ -145,6 +145,15 @@ func TestOlderEventForTheSameObjectIsStale(t *testing.T) {
 	if ev, _ := tn.event("orders:msg_old"); ev.State != engine.StateStale {
 		t.Fatalf("older event state %s", ev.State.String())
 	}
+	// The admin API shows why: its object and its order time.
+	var shown struct {
+		OrderObject string `json:"order_object"`
+		OrderTime   string `json:"order_time"`
+	}
+	if code := tn.adminGet("/v1/events/orders:msg_old", &shown); code != http.StatusOK ||
+		shown.OrderObject != "orders:pi_1" || shown.OrderTime != "1970-01-01T00:16:40Z" {
+		t.Fatalf("events show of the stale event: %d %+v, want its object and order time", code, shown)
+	}
 }
 
 func TestBadInputGetsAClearErrorAndStoresNothing(t *testing.T) {

@@ -160,22 +160,27 @@ func (s *Server) adminStatus(w http.ResponseWriter, r *http.Request) {
 // Event is the admin API's event shape (docs/reference.md, "HTTP surface";
 // scripts read it, so field names are fixed).
 type Event struct {
-	Key           string            `json:"key"`
-	Source        string            `json:"source"`
-	State         string            `json:"state"`
-	Attempts      uint32            `json:"attempts"`
-	Token         uint64            `json:"token"`
-	CreatedAt     string            `json:"created_at"`
-	UpdatedAt     string            `json:"updated_at"`
-	NextAttemptAt string            `json:"next_attempt_at,omitempty"`
-	LeaseUntil    string            `json:"lease_until,omitempty"`
-	ExpiresAt     string            `json:"expires_at"`
-	LastError     string            `json:"last_error"`
-	Step          string            `json:"step"` // the handler's last Oncehook-Step
-	Audit         []auditJSON       `json:"audit"`
-	Headers       map[string]string `json:"headers,omitempty"`
-	Response      *responseJSON     `json:"response,omitempty"`
-	Payload       *string           `json:"payload,omitempty"`
+	Key           string `json:"key"`
+	Source        string `json:"source"`
+	State         string `json:"state"`
+	Attempts      uint32 `json:"attempts"`
+	Token         uint64 `json:"token"`
+	CreatedAt     string `json:"created_at"`
+	UpdatedAt     string `json:"updated_at"`
+	NextAttemptAt string `json:"next_attempt_at,omitempty"`
+	LeaseUntil    string `json:"lease_until,omitempty"`
+	ExpiresAt     string `json:"expires_at"`
+	LastError     string `json:"last_error"`
+	Step          string `json:"step"` // the handler's last Oncehook-Step
+	// OrderObject and OrderTime: on a source with order, the object the
+	// event belongs to (source:id) and its order time. A stale event was
+	// older than the newest event of its object at its claim.
+	OrderObject string            `json:"order_object,omitempty"`
+	OrderTime   string            `json:"order_time,omitempty"`
+	Audit       []auditJSON       `json:"audit"`
+	Headers     map[string]string `json:"headers,omitempty"`
+	Response    *responseJSON     `json:"response,omitempty"`
+	Payload     *string           `json:"payload,omitempty"`
 
 	// History is the last failed attempts, oldest first; GET /v1/events/{key}
 	// only (a list leaves it out).
@@ -217,6 +222,9 @@ func toEventJSON(ev engine.Event, withBody bool) Event {
 		Key: ev.Key, Source: ev.Source, State: ev.State.String(), Attempts: ev.Attempts, Token: ev.Token,
 		CreatedAt: ts(ev.CreatedAt), UpdatedAt: ts(ev.UpdatedAt), ExpiresAt: ts(ev.ExpiresAt),
 		LastError: ev.LastError, Step: ev.Step, Audit: []auditJSON{},
+	}
+	if ev.OrderObject != "" {
+		j.OrderObject, j.OrderTime = ev.OrderObject, ts(ev.OrderTime)
 	}
 	if len(ev.History) > 0 {
 		h := make([]attemptJSON, 0, len(ev.History))
