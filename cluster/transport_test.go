@@ -351,30 +351,13 @@ func writeCA(t *testing.T, dir string, n int) []tlsFiles {
 	if err != nil {
 		t.Fatal(err)
 	}
-	caCert, _ := x509.ParseCertificate(caDER)
 	caPath := filepath.Join(dir, "ca.pem")
 	writePEM(t, caPath, "CERTIFICATE", caDER)
 	caKB, _ := x509.MarshalECPrivateKey(caKey)
-	writePEM(t, filepath.Join(dir, "ca.key"), "EC PRIVATE KEY", caKB) // for issueExpired
+	writePEM(t, filepath.Join(dir, "ca.key"), "EC PRIVATE KEY", caKB) // for issueLeaf
 	var out []tlsFiles
 	for i := 0; i < n; i++ {
-		key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		tmpl := &x509.Certificate{
-			SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: fmt.Sprintf("node%d", i+1)},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage:    x509.KeyUsageDigitalSignature,
-			ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-			IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, caCert, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kb, _ := x509.MarshalECPrivateKey(key)
-		f := tlsFiles{cert: filepath.Join(dir, fmt.Sprintf("node%d.pem", i+1)), key: filepath.Join(dir, fmt.Sprintf("node%d.key", i+1)), ca: caPath}
-		writePEM(t, f.cert, "CERTIFICATE", der)
-		writePEM(t, f.key, "EC PRIVATE KEY", kb)
-		out = append(out, f)
+		out = append(out, issueLeaf(t, caPath, int64(i+2), fmt.Sprintf("node%d", i+1), time.Now().Add(-time.Hour), time.Now().Add(time.Hour)))
 	}
 	return out
 }
@@ -382,8 +365,14 @@ func writeCA(t *testing.T, dir string, n int) []tlsFiles {
 // issueExpired writes a node certificate from ca's authority (writeCA's
 // files) that expired an hour ago.
 func issueExpired(t *testing.T, ca tlsFiles) tlsFiles {
+	return issueLeaf(t, ca.ca, 99, "expired", time.Now().Add(-48*time.Hour), time.Now().Add(-time.Hour))
+}
+
+// issueLeaf writes name.pem and name.key beside caPath: a node certificate
+// for 127.0.0.1, valid from notBefore to notAfter, signed by writeCA's CA.
+func issueLeaf(t *testing.T, caPath string, serial int64, name string, notBefore, notAfter time.Time) tlsFiles {
 	t.Helper()
-	dir := filepath.Dir(ca.ca)
+	dir := filepath.Dir(caPath)
 	read := func(path string) []byte {
 		b, err := os.ReadFile(path)
 		if err != nil {
@@ -392,7 +381,7 @@ func issueExpired(t *testing.T, ca tlsFiles) tlsFiles {
 		blk, _ := pem.Decode(b)
 		return blk.Bytes
 	}
-	caCert, err := x509.ParseCertificate(read(ca.ca))
+	caCert, err := x509.ParseCertificate(read(caPath))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -402,8 +391,8 @@ func issueExpired(t *testing.T, ca tlsFiles) tlsFiles {
 	}
 	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(99), Subject: pkix.Name{CommonName: "expired"},
-		NotBefore: time.Now().Add(-48 * time.Hour), NotAfter: time.Now().Add(-time.Hour),
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: notBefore, NotAfter: notAfter,
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
@@ -413,7 +402,7 @@ func issueExpired(t *testing.T, ca tlsFiles) tlsFiles {
 		t.Fatal(err)
 	}
 	kb, _ := x509.MarshalECPrivateKey(key)
-	f := tlsFiles{cert: filepath.Join(dir, "expired.pem"), key: filepath.Join(dir, "expired.key"), ca: ca.ca}
+	f := tlsFiles{cert: filepath.Join(dir, name+".pem"), key: filepath.Join(dir, name+".key"), ca: caPath}
 	writePEM(t, f.cert, "CERTIFICATE", der)
 	writePEM(t, f.key, "EC PRIVATE KEY", kb)
 	return f
