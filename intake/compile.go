@@ -57,6 +57,7 @@ func CompileSource(s config.Source) (*Source, error) {
 		provider:   s.Provider,
 		verifier:   verifier,
 		keyer:      keyer,
+		escapedKey: len(s.Key) > 1,
 		fwdHeaders: s.ForwardHeaders,
 		allow:      s.AllowIPs,
 		trusted:    s.TrustedProxies,

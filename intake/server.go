@@ -76,11 +76,14 @@ type Metrics interface {
 
 // Source is one configured source compiled for the hot path (CompileSource).
 type Source struct {
-	name        string
-	provider    string
-	verifier    providers.Verifier
-	handshaker  providers.Handshaker
-	keyer       *providers.Keyer
+	name       string
+	provider   string
+	verifier   providers.Verifier
+	handshaker providers.Handshaker
+	keyer      *providers.Keyer
+	// escapedKey: the key has several parts, whose ':' and '%' are escaped
+	// (providers.Keyer.Key); binaries before that joined them as they were.
+	escapedKey  bool
 	schema      *payloadSchema // nil: no schema_file
 	orderObject *providers.Field
 	orderTime   *providers.Field
@@ -528,6 +531,12 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 		in.metrics.Claim(src.name, false)
 		return in.answerDuplicate(ctx, src, key, st, body, true)
 	}
+	if src.escapedKey && bytes.IndexByte(key, '%') >= 0 {
+		if legacy, found := in.legacyEvent(key, body); found {
+			in.metrics.Claim(src.name, false)
+			return in.answerDuplicate(ctx, src, []byte(legacy.Key), legacy.State, body, true)
+		}
+	}
 
 	cmd := engine.Command{
 		Op:        engine.OpClaim,
@@ -549,6 +558,36 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 		return in.claimFailed(ctx, src, err)
 	}
 	return in.answerClaim(ctx, src, key, body, res, start)
+}
+
+// legacyEvent finds the event a binary before the escaping of composite
+// keys claimed for this delivery: its key joined the parts as they were
+// (docs/sources.md). Two deliveries could share that form, so it counts only
+// when the stored body is this one: a resend of an event claimed before an
+// upgrade is then its duplicate, not a second delivery, and another event
+// whose parts joined the same way is claimed under its own key.
+func (in *Server) legacyEvent(key, body []byte) (engine.Event, bool) {
+	legacy := make([]byte, 0, len(key))
+	for i := 0; i < len(key); i++ {
+		switch {
+		case key[i] == '%' && i+2 < len(key) && key[i+1] == '3' && key[i+2] == 'A':
+			legacy = append(legacy, ':')
+			i += 2
+		case key[i] == '%' && i+2 < len(key) && key[i+1] == '2' && key[i+2] == '5':
+			legacy = append(legacy, '%')
+			i += 2
+		default:
+			legacy = append(legacy, key[i])
+		}
+	}
+	if bytes.Equal(legacy, key) {
+		return engine.Event{}, false
+	}
+	ev, err := in.store.Get(string(legacy), true)
+	if err != nil || ev.Payload == nil || !bytes.Equal(ev.Payload, body) {
+		return engine.Event{}, false
+	}
+	return ev, true
 }
 
 // answerClaim answers a committed claim: accepted (or, for a sync source,
@@ -742,8 +781,8 @@ func bodyKey(src *Source, req *providers.Request, body []byte) string {
 }
 
 // writeCached answers with the handler's cached answer: its status, its
-// Content-Type (answers cached before it was kept have none, and go as
-// fasthttp's default, text/plain) and its body.
+// Content-Type (answers cached before it was kept have none, and go
+// without one: the server sets no default) and its body.
 func writeCached(ctx *fasthttp.RequestCtx, r *engine.Response) int {
 	ctx.SetStatusCode(r.Status)
 	if r.ContentType != "" {
