@@ -39,6 +39,13 @@ const (
 {"id":"node2","address":"127.0.0.1:7001","suffrage":"Voter","state":"follower"}],
 "counts":{"dead":0,"done":40,"pending":0,"processing":0,"stale":1},
 "sources":{"stripe":41},"version":"1.0.0","ready":false,"ready_reason":"applying the log"}`
+	statusUpgrading = `{"node_id":"node1","state":"follower","leader_id":"node2","leader_address":"127.0.0.1:7001",
+"term":5,"commit_index":90,"applied_index":90,"last_contact":"8ms",
+"nodes":[{"id":"node1","address":"127.0.0.1:7000","suffrage":"Voter","state":"follower","role":"follower","term":5,"commit_index":90,"applied_index":90,"last_contact":"8ms","format":10},
+{"id":"node2","address":"127.0.0.1:7001","suffrage":"Voter","state":"leader","role":"leader","term":5,"commit_index":90,"applied_index":90,"last_contact":"0s"},
+{"id":"node3","address":"127.0.0.1:7002","suffrage":"Voter","state":"follower","role":"follower","term":5,"commit_index":90,"applied_index":90,"last_contact":"5ms","format":10}],
+"counts":{"dead":0,"done":90,"pending":0,"processing":0,"stale":0},
+"sources":{},"version":"1.5.0","ready":true,"ready_reason":"leader node2"}`
 	statusRemoved = `{"node_id":"node4","state":"follower","leader_id":"","leader_address":"",
 "term":2,"commit_index":4,"applied_index":4,"last_contact":"3.129s",
 "nodes":[{"id":"node1","address":"127.0.0.1:7000","suffrage":"Voter","state":"unknown","role":"leader","term":2,"commit_index":9,"applied_index":9,"last_contact":"0s"}],
@@ -94,6 +101,7 @@ func TestClientAnswersPrint(t *testing.T) {
 	}{
 		{"status", "GET /v1/status", statusNow, func(w io.Writer) error { return c.Status(ctx, w, false) }},
 		{"status_json", "GET /v1/status", statusNow, func(w io.Writer) error { return c.Status(ctx, w, true) }},
+		{"status_upgrading", "GET /v1/status", statusUpgrading, func(w io.Writer) error { return c.Status(ctx, w, false) }},
 		{"status_removed_node", "GET /v1/status", statusRemoved, func(w io.Writer) error { return c.Status(ctx, w, false) }},
 		{"status_older_node", "GET /v1/status", statusOld, func(w io.Writer) error { return c.Status(ctx, w, false) }},
 		{"status_older_node_json", "GET /v1/status", statusOld, func(w io.Writer) error { return c.Status(ctx, w, true) }},

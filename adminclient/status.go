@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -91,11 +92,35 @@ func printStatus(w io.Writer, st *statusAnswer) {
 	for _, u := range unreachable {
 		fmt.Fprintf(w, "no answer from %s\n", u)
 	}
+	printFormats(w, st.Nodes)
 	if c := st.Counts; c != nil {
 		fmt.Fprintf(w, "events: pending %d, processing %d, done %d, dead %d, stale %d\n",
 			c.Pending, c.Processing, c.Done, c.Dead, c.Stale)
 	}
 	printSources(w, st.Sources)
+}
+
+// printFormats names each member's data format when they differ: a rolling
+// upgrade is under way (docs/operations.md, Upgrades: followers first, the
+// leader last). A member that did not answer is left out; one whose binary
+// predates the field is "older".
+func printFormats(w io.Writer, nodes []cluster.Server) {
+	seen := map[uint64]bool{}
+	var parts []string
+	for _, m := range nodes {
+		if m.Error != "" || m.Role == "" || m.Role == "unknown" {
+			continue
+		}
+		seen[m.Format] = true
+		f := "older"
+		if m.Format > 0 {
+			f = fmt.Sprint(m.Format)
+		}
+		parts = append(parts, m.ID+" "+f)
+	}
+	if len(seen) > 1 {
+		fmt.Fprintf(w, "data formats differ (an upgrade under way: followers first, the leader last): %s\n", strings.Join(parts, ", "))
+	}
 }
 
 // orDash prints v, or "-" for a field the member left out (its zero value).

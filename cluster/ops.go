@@ -324,7 +324,11 @@ type Server struct {
 	// LastContact is how long since the member last heard from the leader:
 	// "0s" on the leader, "never" if it never did.
 	LastContact string `json:"last_contact,omitempty"`
-	Error       string `json:"error,omitempty"`
+	// Format is the data format the member's binary writes
+	// (engine.FormatVersion): during a rolling upgrade it shows which nodes
+	// run the new binary. 0: the member's binary predates the field.
+	Format uint64 `json:"format,omitempty"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Status is this node's view of the cluster.
@@ -423,6 +427,7 @@ type memberStats struct {
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
 	LastContact  string `json:"last_contact"`
+	Format       uint64 `json:"format,omitempty"`
 }
 
 // ownStats is this node's memberStats.
@@ -433,6 +438,7 @@ func (n *Node) ownStats() memberStats {
 		Term:         n.raft.CurrentTerm(),
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.appliedIndex(),
+		Format:       engine.FormatVersion,
 	}
 	switch age := n.LastContactAge(); {
 	case age < 0:
@@ -481,6 +487,7 @@ func (n *Node) ClusterStatus(ctx context.Context) Status {
 
 func (s *Server) setStats(ms memberStats) {
 	s.Role, s.Term, s.CommitIndex, s.AppliedIndex, s.LastContact = ms.Role, ms.Term, ms.CommitIndex, ms.AppliedIndex, ms.LastContact
+	s.Format = ms.Format
 }
 
 // askStats asks the member at addr for its memberStats on a stream of its

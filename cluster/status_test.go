@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"oncehook/engine"
 )
 
 // TestClusterStatusReportsEveryMember: the leader (and a follower) report
@@ -30,6 +32,9 @@ func TestClusterStatusReportsEveryMember(t *testing.T) {
 			}
 			if s.Error != "" || s.Term == 0 || s.LastContact == "" || s.LastContact == "never" {
 				return fmt.Sprintf("member %s: %+v", s.ID, s)
+			}
+			if s.Format != engine.FormatVersion { // what a rolling upgrade's status shows
+				return fmt.Sprintf("member %s: format %d, want %d", s.ID, s.Format, engine.FormatVersion)
 			}
 			if s.CommitIndex < written || s.AppliedIndex != s.CommitIndex {
 				return fmt.Sprintf("member %s: commit %d applied %d, want both >= %d and equal", s.ID, s.CommitIndex, s.AppliedIndex, written)
