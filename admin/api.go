@@ -843,7 +843,8 @@ func (s *Server) adminRestore(w http.ResponseWriter, r *http.Request) {
 		if strings.Contains(err.Error(), "not a usable backup") {
 			status = http.StatusBadRequest
 		}
-		jsonError(w, status, err.Error())
+		// The spooled copy's path says nothing to the operator.
+		jsonError(w, status, strings.ReplaceAll(err.Error(), f.Name(), "the uploaded backup"))
 		return
 	}
 	s.log.Warn("cluster state restored from an uploaded backup", "who", r.Context().Value(whoKey))
