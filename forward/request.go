@@ -154,22 +154,13 @@ func writeDelivery(w *bufio.Writer, pt *plainTarget, ev *engine.Event, attempt i
 		}
 	}
 
-	w.WriteString("POST ")
-	w.WriteString(pt.uri)
-	w.WriteString(" HTTP/1.1\r\nHost: ")
-	w.WriteString(pt.host)
-	w.WriteString("\r\nUser-Agent: ")
-	w.WriteString(cleanValue(ua))
-	w.WriteString("\r\nContent-Length: ")
-	var nb [20]byte
-	w.Write(strconv.AppendInt(nb[:0], int64(len(ev.Payload)), 10))
-	w.WriteString("\r\n")
+	writeRequestHead(w, pt, ua, len(ev.Payload))
 	for i := range lines {
 		l := &lines[i]
 		w.WriteString(l.name)
 		w.WriteString(": ")
 		if l.isNum {
-			w.Write(strconv.AppendUint(nb[:0], l.num, 10))
+			w.Write(strconv.AppendUint(w.AvailableBuffer(), l.num, 10))
 		} else {
 			w.WriteString(cleanValue(l.value))
 		}
@@ -178,6 +169,20 @@ func writeDelivery(w *bufio.Writer, pt *plainTarget, ev *engine.Event, attempt i
 	w.WriteString("\r\n")
 	_, err := w.Write(ev.Payload)
 	return err
+}
+
+// writeRequestHead writes what Request.Write writes before the other
+// headers of a POST: the request line, Host, User-Agent and Content-Length.
+func writeRequestHead(w *bufio.Writer, pt *plainTarget, ua string, bodyLen int) {
+	w.WriteString("POST ")
+	w.WriteString(pt.uri)
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(pt.host)
+	w.WriteString("\r\nUser-Agent: ")
+	w.WriteString(cleanValue(ua))
+	w.WriteString("\r\nContent-Length: ")
+	w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(bodyLen), 10)) // in place: no allocation
+	w.WriteString("\r\n")
 }
 
 // cleanValue is what Header.Write makes of a header value: line breaks

@@ -241,16 +241,7 @@ func TestDirectPostResendsTheSameRequest(t *testing.T) {
 // BenchmarkDeliveryRequest measures against it the map writeDelivery does
 // without.
 func writeRequest(w *bufio.Writer, pt *plainTarget, ua string, h http.Header, body []byte) error {
-	w.WriteString("POST ")
-	w.WriteString(pt.uri)
-	w.WriteString(" HTTP/1.1\r\nHost: ")
-	w.WriteString(pt.host)
-	w.WriteString("\r\nUser-Agent: ")
-	w.WriteString(cleanValue(ua))
-	w.WriteString("\r\nContent-Length: ")
-	var nb [20]byte
-	w.Write(strconv.AppendInt(nb[:0], int64(len(body)), 10))
-	w.WriteString("\r\n")
+	writeRequestHead(w, pt, ua, len(body))
 	if err := h.Write(w); err != nil {
 		return err
 	}
