@@ -232,6 +232,8 @@ func (n *Node) open() error {
 		Name:   "raft",
 		Level:  hclog.LevelFromString(orDefault(n.cfg.RaftLogLevel, "warn")),
 		Output: orWriter(n.cfg.LogOutput, os.Stderr),
+		// An unreachable peer would otherwise fill the log (raftlog.go).
+		Exclude: newRepeatFilter(repeatWindow, nil).exclude,
 	})
 	snaps, err := openSnapshots(raftDir, hl)
 	if err != nil {

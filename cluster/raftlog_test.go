@@ -1,0 +1,75 @@
+package cluster
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// TestRaftLogRepeats logs what hashicorp/raft logs while a follower is down
+// (the same lines, with a changing backoff, several times a second) through
+// a logger built like the node's, and counts the lines written.
+func TestRaftLogRepeats(t *testing.T) {
+	clock := time.Date(2026, 12, 2, 12, 0, 0, 0, time.UTC)
+	var out bytes.Buffer
+	f := newRepeatFilter(repeatWindow, func() time.Time { return clock })
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Info, Output: &out, Exclude: f.exclude})
+	down := raft.Server{Suffrage: raft.Voter, ID: "node2", Address: "127.0.0.1:7002"}
+	other := raft.Server{Suffrage: raft.Voter, ID: "node3", Address: "127.0.0.1:7003"}
+
+	count := func(s string) int { return strings.Count(out.String(), s) }
+	// Two minutes of a peer down, a heartbeat and an append failing every
+	// 250 ms, the lease check every second.
+	for i := range 480 {
+		hl.Error("failed to heartbeat to", "peer", down.Address, "backoff time", time.Duration(i)*time.Millisecond, "error", "connection refused")
+		hl.Error("failed to appendEntries to", "peer", down, "error", "connection refused")
+		if i%4 == 0 {
+			hl.Warn("failed to contact", "server-id", down.ID, "time", time.Duration(i)*250*time.Millisecond)
+		}
+		clock = clock.Add(250 * time.Millisecond)
+	}
+	// 120 s in 30 s windows: written at 0, 30, 60 and 90 s.
+	for _, msg := range []string{"failed to heartbeat to", "failed to appendEntries to", "failed to contact"} {
+		if n := count(msg); n != 4 {
+			t.Errorf("%q written %d times in two minutes, want 4:\n%s", msg, n, out.String())
+		}
+	}
+
+	// Another peer's failure is its own message.
+	hl.Error("failed to appendEntries to", "peer", other, "error", "connection refused")
+	if n := count("node3"); n != 1 {
+		t.Errorf("the other peer's failure written %d times, want 1", n)
+	}
+	// INFO lines are never held back: a raft log level of info or debug
+	// shows everything it asks for.
+	for range 3 {
+		hl.Info("pipelining replication", "peer", down)
+	}
+	if n := count("pipelining replication"); n != 3 {
+		t.Errorf("info line written %d times, want 3", n)
+	}
+	// A repeat after the window is written again.
+	clock = clock.Add(repeatWindow)
+	hl.Error("failed to appendEntries to", "peer", other, "error", "connection refused")
+	if n := count("node3"); n != 2 {
+		t.Errorf("the other peer's failure after a window written %d times in all, want 2", n)
+	}
+}
+
+// TestRaftLogRepeatsBounded checks the filter's memory stays bounded when
+// messages carry an ever-changing identity.
+func TestRaftLogRepeatsBounded(t *testing.T) {
+	f := newRepeatFilter(repeatWindow, nil)
+	for i := range 3 * repeatKeys {
+		if f.exclude(hclog.Error, "failed to accept connection", "peer", i) {
+			t.Fatalf("message %d about a new peer was held back", i)
+		}
+	}
+	if n := len(f.last); n > repeatKeys {
+		t.Errorf("filter holds %d keys, want at most %d", n, repeatKeys)
+	}
+}
