@@ -29,7 +29,7 @@ key = ["header:Stripe-Signature"]
 [[source]]
 name = "fine"
 provider = "stripe"
-secrets = ["whsec_stripe_test_secret"]
+secrets = ["whsec_stripe_other_secret"]
 forward = "http://127.0.0.1:9000/fine"
 `, filepath.Join(dir, "data")))
 	var out, errOut bytes.Buffer

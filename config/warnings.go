@@ -43,6 +43,7 @@ var warningChecks = []func(*Config) []string{
 	subSecondBackoff,     // sourcewarn.go
 	wideTolerance,
 	deadRetentionBelowRetention,
+	weakSecrets, // secretwarn.go
 }
 
 // ownHeaders are the headers the forwarder sets on every delivery, or that

@@ -149,3 +149,20 @@ var (
 	_ Handshaker = (*slackVerifier)(nil)
 	_ Handshaker = (*zoomVerifier)(nil)
 )
+
+// SharedKey returns what of a secret a forger would have to guess: the
+// decoded key of a whsec_ secret (standard, svix), the secret itself for
+// every other scheme with a shared secret. ok is false for an ed25519 key
+// (whpk_, whsk_), whose strength does not depend on how it was written, and
+// for a whsec_ secret that does not decode (the verifier refuses that one).
+// config warns of short and reused shared keys with it.
+func SharedKey(provider string, secret []byte) (key []byte, ok bool) {
+	if provider != "standard" && provider != "svix" {
+		return secret, true
+	}
+	if isPublicKey(secret) || isPrivateKey(secret) {
+		return nil, false
+	}
+	k, err := whsecKey(secret)
+	return k, err == nil
+}

@@ -1,0 +1,65 @@
+package config
+
+import (
+	"bytes"
+	"fmt"
+	"strconv"
+
+	"oncehook/providers"
+)
+
+// minSharedKey is the shortest shared key not warned about: 16 random bytes
+// (128 bits) are out of reach of an offline search, while a short or
+// word-like secret can be found from one captured delivery by trying
+// candidates against its signature. Providers generate 24 bytes or more
+// (Standard Webhooks 24-64, Stripe 32).
+const minSharedKey = 16
+
+// secretKeyName is the config key a source's secrets were given under.
+func secretKeyName(i int, s *Source) string {
+	if len(s.SecretFiles) > 0 {
+		return sourceKey(i, "secret_files")
+	}
+	return sourceKey(i, "secrets")
+}
+
+// weakSecrets warns of a shared secret shorter than minSharedKey, of a
+// secret listed twice in one source, and of one source's secret used by
+// another: a delivery signed for one source then verifies at the other's
+// URL, and a captured delivery can be replayed there as a new event.
+func weakSecrets(c *Config) []string {
+	type seen struct {
+		source int
+		key    []byte
+	}
+	var w []string
+	var earlier []seen
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		for j, sec := range s.Secrets {
+			key, ok := providers.SharedKey(s.Provider, sec)
+			if !ok || len(key) == 0 {
+				continue
+			}
+			name := secretKeyName(i, s) + "[" + strconv.Itoa(j) + "]"
+			if len(key) < minSharedKey {
+				w = append(w, fmt.Sprintf("%s: the key is %d bytes: a secret this short can be guessed offline from one signed delivery; use the provider's generated secret or at least 32 random bytes (openssl rand -hex 32)",
+					name, len(key)))
+			}
+			for _, e := range earlier {
+				if !bytes.Equal(e.key, key) {
+					continue
+				}
+				if e.source == i {
+					w = append(w, fmt.Sprintf("%s: the same secret is listed twice in this source (a rotation that kept the old secret instead of adding the new one?)", name))
+				} else {
+					w = append(w, fmt.Sprintf("%s: the same secret as source %q: a delivery signed for either source verifies at both URLs, so one captured there can be replayed here as a new event; give each source its own secret",
+						name, c.Sources[e.source].Name))
+				}
+				break
+			}
+			earlier = append(earlier, seen{i, key})
+		}
+	}
+	return w
+}
