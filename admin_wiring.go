@@ -5,6 +5,9 @@ package main
 
 import (
 	"crypto/tls"
+	"net"
+	"net/netip"
+	"strconv"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -64,4 +67,39 @@ func (n *node) configuredSourceNames() []string {
 		names = append(names, cfg.Sources[i].Name)
 	}
 	return names
+}
+
+// adminURL is this node's admin API as an operator elsewhere would reach it,
+// for the hint a follower gives when asked for a leader-only operation: the
+// listener's own address, with the cluster's advertised host in place of an
+// address that binds every interface (and loopback kept as is: a
+// single-machine cluster).
+func adminURL(cfg *config.Config, ln net.Addr) string {
+	ap, err := netip.ParseAddrPort(ln.String())
+	if err != nil {
+		return ""
+	}
+	host := ap.Addr().Unmap().String()
+	if ap.Addr().IsUnspecified() {
+		host = ""
+		if c := cfg.Cluster; c != nil {
+			adv := c.Advertise
+			if adv == "" {
+				adv = c.RaftListen
+			}
+			if h, _, err := net.SplitHostPort(adv); err == nil && h != "" {
+				if a, err := netip.ParseAddr(h); err != nil || !a.IsUnspecified() {
+					host = h
+				}
+			}
+		}
+		if host == "" {
+			return ""
+		}
+	}
+	scheme := "http"
+	if cfg.Admin.TLS() {
+		scheme = "https"
+	}
+	return scheme + "://" + net.JoinHostPort(host, strconv.Itoa(int(ap.Port())))
 }

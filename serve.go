@@ -163,6 +163,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		Logger:    log,
 		LogOutput: stderr,
 		OnLeader:  n.lead,
+		AdminURL:  adminURL(cfg, n.adminLn.Addr()),
 	}
 	if failpoint.Enabled { // chaos builds only: the test clock offset (S11)
 		ccfg.Now = failpoint.Now

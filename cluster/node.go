@@ -50,6 +50,11 @@ type Config struct {
 	// process.
 	Transport raft.Transport
 
+	// AdminURL is where an operator reaches this node's admin API
+	// ("http://10.0.0.2:7071"), for hints only: a follower asked for a
+	// leader-only operation names the leader's. Empty: not known.
+	AdminURL string
+
 	Logger       *slog.Logger // default slog.Default()
 	RaftLogLevel string       // hclog level for the raft library; default "warn"
 	LogOutput    io.Writer    // raft's log output; default os.Stderr

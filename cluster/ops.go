@@ -328,7 +328,10 @@ type Server struct {
 	// (engine.FormatVersion): during a rolling upgrade it shows which nodes
 	// run the new binary. 0: the member's binary predates the field.
 	Format uint64 `json:"format,omitempty"`
-	Error  string `json:"error,omitempty"`
+	// Admin is the member's admin API as it reports it (Config.AdminURL);
+	// empty when unknown or the member's binary predates the field.
+	Admin string `json:"admin,omitempty"`
+	Error string `json:"error,omitempty"`
 }
 
 // Status is this node's view of the cluster.
@@ -428,6 +431,7 @@ type memberStats struct {
 	AppliedIndex uint64 `json:"applied_index"`
 	LastContact  string `json:"last_contact"`
 	Format       uint64 `json:"format,omitempty"`
+	Admin        string `json:"admin,omitempty"`
 }
 
 // ownStats is this node's memberStats.
@@ -439,6 +443,7 @@ func (n *Node) ownStats() memberStats {
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.appliedIndex(),
 		Format:       engine.FormatVersion,
+		Admin:        n.cfg.AdminURL,
 	}
 	switch age := n.LastContactAge(); {
 	case age < 0:
@@ -487,7 +492,7 @@ func (n *Node) ClusterStatus(ctx context.Context) Status {
 
 func (s *Server) setStats(ms memberStats) {
 	s.Role, s.Term, s.CommitIndex, s.AppliedIndex, s.LastContact = ms.Role, ms.Term, ms.CommitIndex, ms.AppliedIndex, ms.LastContact
-	s.Format = ms.Format
+	s.Format, s.Admin = ms.Format, ms.Admin
 }
 
 // askStats asks the member at addr for its memberStats on a stream of its
@@ -605,11 +610,18 @@ func (n *Node) UseTLS(l *LoadedTLS) error {
 }
 
 // notLeader is ErrNotLeader for an operator's leader-only operation, naming
-// the leader this node knows of so that the operator knows where to run it.
-func (n *Node) notLeader(op string) error {
+// the leader this node knows of so that the operator knows where to run it:
+// its admin API when the leader says (it is asked, briefly), else its
+// cluster address.
+func (n *Node) notLeader(ctx context.Context, op string) error {
 	addr, id := n.raft.LeaderWithID()
 	if id == "" {
 		return fmt.Errorf("%s: %w; no leader is known (election in progress or no quorum)", op, ErrNotLeader)
+	}
+	ctx, cancel := context.WithTimeout(ctx, memberStatsTimeout)
+	defer cancel()
+	if ms, err := n.askStats(ctx, string(addr)); err == nil && ms.ID == string(id) && ms.Admin != "" {
+		return fmt.Errorf("%s: %w; run it on the leader, %s (admin %s)", op, ErrNotLeader, id, ms.Admin)
 	}
 	return fmt.Errorf("%s: %w; run it on the leader, %s (cluster address %s)", op, ErrNotLeader, id, addr)
 }
@@ -617,7 +629,7 @@ func (n *Node) notLeader(op string) error {
 // RemovePeer removes a server from the configuration (leader only).
 func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	if n.raft.State() != raft.Leader {
-		return n.notLeader("remove " + id)
+		return n.notLeader(ctx, "remove "+id)
 	}
 	// raft removes an id it does not know without a word: a typo would
 	// report success and leave the dead machine counting toward quorum.
@@ -664,7 +676,7 @@ func (n *Node) Barrier(timeout time.Duration) error {
 // way are fenced by the new indexes. For disaster recovery, not routine use.
 func (n *Node) Restore(ctx context.Context, path string) error {
 	if n.raft.State() != raft.Leader {
-		return n.notLeader("restore")
+		return n.notLeader(ctx, "restore")
 	}
 	if err := engine.CheckFile(path); err != nil {
 		return fmt.Errorf("restore: not a usable backup: %w", err)

@@ -81,7 +81,7 @@ var (
 // ErrNotLeader elsewhere.
 func (n *Node) TransferLeadership(ctx context.Context, to string) (string, error) {
 	if n.raft.State() != raft.Leader {
-		return "", n.notLeader("transfer leadership")
+		return "", n.notLeader(ctx, "transfer leadership")
 	}
 	if n.voters() < 2 {
 		return "", fmt.Errorf("transfer leadership: %w", ErrSingleVoter)

@@ -196,3 +196,43 @@ func TestRemovePeerRefusesAnUnknownID(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestNotLeaderNamesTheLeadersAdmin: a leader-only operation on a follower
+// names the leader's admin API, which the leader reports, so the operator
+// knows where to run it; a leader that reports none (a binary before the
+// field) is named by its cluster address. ClusterStatus shows every
+// member's admin API.
+func TestNotLeaderNamesTheLeadersAdmin(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.AdminURL = "http://" + cfg.ID + ".example:7071" })
+	ctx := ctxT(t, 30e9)
+	li := c.waitLeader(-1)
+	fi := c.follower(li)
+	c.waitKnowsLeader(fi, li)
+	leader := c.ids[li]
+	want := "run it on the leader, " + leader + " (admin http://" + leader + ".example:7071)"
+	for name, op := range map[string]func() error{
+		"remove":   func() error { return c.nodes[fi].RemovePeer(ctx, c.ids[fi]) },
+		"transfer": func() error { _, err := c.nodes[fi].TransferLeadership(ctx, ""); return err },
+	} {
+		if err := op(); !errors.Is(err, ErrNotLeader) || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s on a follower: %v, want ErrNotLeader saying %q", name, err, want)
+		}
+	}
+	st := c.nodes[fi].ClusterStatus(ctx)
+	for _, s := range st.Nodes {
+		if w := "http://" + s.ID + ".example:7071"; s.Admin != w {
+			t.Errorf("status: member %s admin %q, want %q", s.ID, s.Admin, w)
+		}
+	}
+
+	// Members that report no admin API (a binary before the field) are
+	// named by their cluster address.
+	c2 := newTestCluster(t, 3, nil)
+	li = c2.waitLeader(-1)
+	fi = c2.follower(li)
+	c2.waitKnowsLeader(fi, li)
+	want = "run it on the leader, " + c2.ids[li] + " (cluster address " + c2.ids[li] + ")"
+	if err := c2.nodes[fi].RemovePeer(ctx, c2.ids[fi]); !errors.Is(err, ErrNotLeader) || !strings.Contains(err.Error(), want) {
+		t.Errorf("remove on a follower, leader without admin URL: %v, want %q", err, want)
+	}
+}
