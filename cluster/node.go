@@ -125,7 +125,10 @@ type Node struct {
 	prop     *proposer
 	relay    *relayer
 	drainer  atomic.Pointer[drainerRef] // the leader's deliveries (transfer.go)
-	now      func() time.Time
+	// handoverUntil (unix ns): until then this node is handing its
+	// leadership over, and raft's logger drops the ERROR that causes.
+	handoverUntil atomic.Int64
+	now           func() time.Time
 
 	// leaders is the leader this node observes, fed by a raft observer; a
 	// change cancels the relays in flight to the previous one.
@@ -238,7 +241,7 @@ func (n *Node) open() error {
 		Level:  hclog.LevelFromString(orDefault(n.cfg.RaftLogLevel, "warn")),
 		Output: orWriter(n.cfg.LogOutput, os.Stderr),
 		// An unreachable peer would otherwise fill the log (raftlog.go).
-		Exclude: newRepeatFilter(repeatWindow, nil).exclude,
+		Exclude: n.raftLogFilter().exclude,
 	})
 	snaps, err := openSnapshots(raftDir, hl)
 	if err != nil {
@@ -666,6 +669,18 @@ func (n *Node) stopLeaderWork() {
 // Close leaves the cluster gracefully: leadership moves to another voter
 // first (so intake elsewhere barely notices), then leader work drains, then
 // raft and the stores close.
+// raftLogFilter is the Exclude hook of raft's logger (raftlog.go).
+func (n *Node) raftLogFilter() *repeatFilter {
+	f := newRepeatFilter(repeatWindow, nil)
+	f.handingOver = func() bool { return time.Now().UnixNano() < n.handoverUntil.Load() }
+	return f
+}
+
+// handingOver marks the next d as a leadership hand-over for raft's logger.
+func (n *Node) handingOver(d time.Duration) {
+	n.handoverUntil.Store(time.Now().Add(d).UnixNano())
+}
+
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		if n.raft != nil && n.raft.State() == raft.Leader {
@@ -674,6 +689,7 @@ func (n *Node) Close() error {
 			n.drainDeliveries(context.Background())
 		}
 		if n.raft != nil && !n.cfg.noTransfer && n.raft.State() == raft.Leader && n.voters() > 1 {
+			n.handingOver(time.Hour) // until the process ends
 			if err := n.raft.LeadershipTransfer().Error(); err != nil {
 				n.log.Warn("leadership transfer on shutdown", "err", err)
 			}

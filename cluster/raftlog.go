@@ -22,9 +22,16 @@ import (
 // counted under their text alone. Nothing is dropped at INFO and below
 // that a configured raft log level lets through on purpose (debugging);
 // only WARN and ERROR repeat like this.
+//
+// While this node hands its leadership over (a clean stop, an operator's
+// transfer-leader), handingOver reports true and the ERROR raft writes when
+// the new leader's higher term reaches it ("peer has newer term, stopping
+// replication") is dropped: it is the hand-over working, and an ERROR on
+// every rolling restart teaches operators to ignore ERROR lines.
 type repeatFilter struct {
-	window time.Duration
-	now    func() time.Time
+	window      time.Duration
+	now         func() time.Time
+	handingOver func() bool // nil: never
 
 	mu   sync.Mutex
 	last map[string]time.Time // message and peer -> when it was last written
@@ -51,11 +58,18 @@ func newRepeatFilter(window time.Duration, now func() time.Time) *repeatFilter {
 // message is about.
 var peerArgs = map[string]bool{"peer": true, "server-id": true, "id": true, "address": true, "server": true}
 
+// handoverNoise are the messages a leadership hand-over makes raft log at
+// ERROR on the old leader.
+var handoverNoise = map[string]bool{"peer has newer term, stopping replication": true}
+
 // exclude reports whether a message repeats one written less than a window
 // ago.
 func (f *repeatFilter) exclude(level hclog.Level, msg string, args ...interface{}) bool {
 	if level < hclog.Warn {
 		return false
+	}
+	if handoverNoise[msg] && f.handingOver != nil && f.handingOver() {
+		return true
 	}
 	var key strings.Builder
 	key.WriteString(msg)

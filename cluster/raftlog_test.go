@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -71,5 +72,53 @@ func TestRaftLogRepeatsBounded(t *testing.T) {
 	}
 	if n := len(f.last); n > repeatKeys {
 		t.Errorf("filter holds %d keys, want at most %d", n, repeatKeys)
+	}
+}
+
+// TestHandoverWritesNoError: an operator's leadership transfer leaves no
+// ERROR in the old leader's raft log (raft writes one when the new leader's
+// term reaches it; it is the hand-over working).
+func TestHandoverWritesNoError(t *testing.T) {
+	logs := map[string]*lockedBuffer{}
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		logs[cfg.ID] = &lockedBuffer{}
+		cfg.LogOutput, cfg.RaftLogLevel = logs[cfg.ID], "warn"
+	})
+	ctx := ctxT(t, 30*time.Second)
+	li := c.waitLeader(-1)
+	old := c.ids[li]
+	to, err := c.nodes[li].TransferLeadership(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.waitKnowsLeader(li, slices.Index(c.ids, to))
+	// The old leader's replication to the new one sees the higher term on
+	// its next append: one more claim makes sure it has.
+	c.mustClaim("src:after-transfer", -1)
+	if out := logs[old].String(); strings.Contains(out, "[ERROR]") {
+		t.Errorf("the old leader logged an ERROR during a transfer:\n%s", out)
+	}
+}
+
+// TestRaftLogHandover: the hand-over's ERROR is dropped only while the node
+// hands its leadership over; other ERRORs are not.
+func TestRaftLogHandover(t *testing.T) {
+	var out bytes.Buffer
+	handing := false
+	f := newRepeatFilter(repeatWindow, nil)
+	f.handingOver = func() bool { return handing }
+	hl := hclog.New(&hclog.LoggerOptions{Name: "raft", Level: hclog.Warn, Output: &out, Exclude: f.exclude})
+	newer := func(peer string) { hl.Error("peer has newer term, stopping replication", "peer", peer) }
+
+	handing = true
+	newer("n2")
+	hl.Error("failed to appendEntries to", "peer", "n2", "error", "EOF")
+	if s := out.String(); strings.Contains(s, "newer term") || !strings.Contains(s, "failed to appendEntries") {
+		t.Errorf("while handing over:\n%s\nwant only the append failure", s)
+	}
+	handing = false
+	newer("n3") // a deposed leader that learns of a newer term by itself
+	if !strings.Contains(out.String(), "newer term") {
+		t.Errorf("outside a hand-over the newer term was not logged:\n%s", out.String())
 	}
 }

@@ -102,6 +102,9 @@ func (n *Node) TransferLeadership(ctx context.Context, to string) (string, error
 		}
 	}
 	n.drainDeliveries(ctx)
+	// The new leader's term reaches this node's replication a moment after
+	// the transfer returns.
+	n.handingOver(time.Minute)
 	// If leadership did not move, deliveries go on here.
 	defer func() {
 		if ref := n.drainer.Load(); ref != nil && n.raft.State() == raft.Leader {
