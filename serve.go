@@ -21,6 +21,7 @@ import (
 	"oncehook/admin"
 	"oncehook/cluster"
 	"oncehook/config"
+	"oncehook/connlimit"
 	"oncehook/failpoint"
 	"oncehook/forward"
 	"oncehook/intake"
@@ -155,6 +156,15 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		return nil, fmt.Errorf("admin listen %s: %w", cfg.Admin.Listen, err)
 	}
 
+	// Caps and an accept that outlasts a descriptor shortage: a connection
+	// flood on any port must not end the process (connlimit).
+	caps := connlimit.CapsFor(connlimit.FDLimit(), cfg.Node.MaxConnsPerIP)
+	intakeLn := connlimit.Wrap(n.httpLn, caps.Intake, connlimit.Options{Name: "intake", Logger: log, Refuse: intake.RefuseConn})
+	adminLn := connlimit.Wrap(n.adminLn, caps.Admin, connlimit.Options{Name: "admin", Logger: log})
+	n.httpLn, n.adminLn = intakeLn, adminLn
+	n.metrics.Listener("intake", intakeLn.Open, intakeLn.Refused)
+	n.metrics.Listener("admin", adminLn.Open, adminLn.Refused)
+
 	removeStaleUploads(cfg.Node.DataDir, log)
 
 	ccfg := cluster.Config{
@@ -164,6 +174,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		LogOutput: stderr,
 		OnLeader:  n.lead,
 		AdminURL:  adminURL(cfg, n.adminLn.Addr()),
+		PreAuth:   caps.ClusterUnauthenticated,
 	}
 	if failpoint.Enabled { // chaos builds only: the test clock offset (S11)
 		ccfg.Now = failpoint.Now
@@ -191,6 +202,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 
 	// Raft and event-state gauges, read at scrape time.
 	n.metrics.Registry().MustRegister(metrics.NewRaftCollector(n.cluster, version))
+	n.metrics.Listener("cluster", n.cluster.OpenConns, n.cluster.RefusedConns)
 	// Per-source pause state and backlog, read at scrape time.
 	n.metrics.Registry().MustRegister(admin.NewSourceCollector(n.cluster, n.configuredSourceNames))
 	n.metrics.Registry().MustRegister(metrics.NewDeadCollector(n.cluster, n.configuredSourceNames))

@@ -12,6 +12,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"oncehook/connlimit"
 	"oncehook/engine"
 )
 
@@ -177,4 +178,78 @@ func freePort(t *testing.T) string {
 	addr := ln.Addr().String()
 	ln.Close()
 	return addr
+}
+
+// TestClusterPortCapsUnauthenticated: connections that have not proved
+// membership are capped per client network and in all (here 2 and 3), so a
+// flood of them cannot take every file descriptor: the one over a cap is
+// closed at once and counted, while a member's connection from another
+// network still gets through, and an authenticated connection no longer
+// counts against the caps.
+func TestClusterPortCapsUnauthenticated(t *testing.T) {
+	nodes := tcpCluster(t, 1, func(_ int, cfg *Config) { cfg.PreAuth = connlimit.Limits{Total: 3, PerNetwork: 2} })
+	node := nodes[leaderOf(t, nodes)]
+	waitFor(t, "the node is ready", func() bool { ok, _ := node.Ready(); return ok })
+	addr := node.cfg.Bind
+	dial := func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// closedAtOnce reports whether the node closed c within wait (well
+	// under the 10 s a silent connection is given for its preamble).
+	closedAtOnce := func(c net.Conn, wait time.Duration) bool {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(wait))
+		_, err := c.Read(make([]byte, 1))
+		if ne := net.Error(nil); errors.As(err, &ne) && ne.Timeout() {
+			return false
+		}
+		return err != nil
+	}
+	// authenticate sends a relay preamble with the token and applies a
+	// claim over it: a member's work.
+	authenticate := func(c net.Conn, key string) {
+		t.Helper()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		w := bufio.NewWriter(c)
+		w.Write(preambleMagic[:])
+		w.WriteByte(kindRelay)
+		var n [2]byte
+		binary.BigEndian.PutUint16(n[:], uint16(len(testToken)))
+		w.Write(n[:])
+		w.WriteString(testToken)
+		if err := writeFrame(w, rpcApply, engine.EncodeEntry(nil, []engine.Command{claimCmd(key)})); err != nil {
+			t.Fatal(err)
+		}
+		if status, body, err := readFrame(bufio.NewReader(c), nil); err != nil || status != rpcOK {
+			t.Fatalf("apply over an authenticated connection: status %d %q %v", status, body, err)
+		}
+	}
+
+	rejected := node.RefusedConns()
+	dial("127.0.0.1")
+	dial("127.0.0.1")
+	waitFor(t, "two connections open", func() bool { return node.OpenConns() >= 2 })
+	if c := dial("127.0.0.1"); !closedAtOnce(c, 5*time.Second) {
+		t.Fatal("a third unauthenticated connection from one network was kept")
+	}
+	// A member from another network gets through, and once authenticated
+	// no longer counts: a silent one from a third network fits beside the
+	// two (3 in all), and the next is over the total.
+	authenticate(dial("127.0.0.2"), "src:member")
+	if c := dial("127.0.0.3"); closedAtOnce(c, 300*time.Millisecond) {
+		t.Fatal("an unauthenticated connection under both caps was closed (an authenticated one still counts?)")
+	}
+	if c := dial("127.0.0.4"); !closedAtOnce(c, 5*time.Second) {
+		t.Fatal("a fourth unauthenticated connection in all was kept")
+	}
+	if got := node.RefusedConns(); got < rejected+2 {
+		t.Errorf("refused connections %d, want at least %d", got, rejected+2)
+	}
 }

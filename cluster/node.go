@@ -23,6 +23,7 @@ import (
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	"go.etcd.io/bbolt"
 
+	"oncehook/connlimit"
 	"oncehook/engine"
 )
 
@@ -49,6 +50,12 @@ type Config struct {
 	// ConnectInmem names the other nodes so that followers can reach the leader in
 	// process.
 	Transport raft.Transport
+
+	// PreAuth caps the cluster port's connections that have not
+	// authenticated yet, in all and per client network; zero: the caps
+	// connlimit.CapsFor gives for the process's file descriptor limit.
+	// Members' authenticated connections are not capped.
+	PreAuth connlimit.Limits
 
 	// AdminURL is where an operator reaches this node's admin API
 	// ("http://10.0.0.2:7071"), for hints only: a follower asked for a
@@ -371,6 +378,7 @@ func (n *Node) openTransport(hl hclog.Logger) error {
 			return err
 		}
 		n.mux.wrap = cfg.wrapConn
+		n.mux.preAuth = connlimit.NewCounter(orLimits(cfg.PreAuth))
 		n.mux.onRelay = n.serveRelay
 		n.mux.serve()
 		n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
@@ -800,4 +808,30 @@ func orU64(v, d uint64) uint64 {
 		return d
 	}
 	return v
+}
+
+// orLimits is l, or the default pre-authentication caps when l is zero.
+func orLimits(l connlimit.Limits) connlimit.Limits {
+	if l == (connlimit.Limits{}) {
+		return connlimit.CapsFor(connlimit.FDLimit(), 0).ClusterUnauthenticated
+	}
+	return l
+}
+
+// OpenConns is the number of connections open on the cluster port (0
+// without one).
+func (n *Node) OpenConns() int {
+	if n.mux == nil {
+		return 0
+	}
+	return n.mux.openConns()
+}
+
+// RefusedConns is the number of connections the cluster port closed at
+// once: over its caps or not authenticated.
+func (n *Node) RefusedConns() uint64 {
+	if n.mux == nil {
+		return 0
+	}
+	return n.mux.rejections()
 }

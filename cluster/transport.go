@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"oncehook/connlimit"
 )
 
 // Every connection between nodes starts with a preamble: magic, the kind of
@@ -76,6 +78,13 @@ type mux struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
+	// preAuth counts the connections still proving membership (TLS
+	// handshake, preamble): a flood of them is capped before it takes
+	// every file descriptor, while members' streams are not.
+	preAuth  *connlimit.Counter
+	accepted atomic.Int64 // connections accepted and not yet closed
+	quiet    connlimit.Sampler
+
 	mu       sync.Mutex
 	open     map[net.Conn]struct{} // relay conns, closed on shutdown
 	rejected uint64
@@ -93,7 +102,8 @@ func newMux(ln net.Listener, advertise string, token []byte, tlsc *TLSConfig, lo
 		return nil, fmt.Errorf("advertise address %q: must be a routable address, not a wildcard", advertise)
 	}
 	m := &mux{
-		ln:        ln,
+		ln:        connlimit.Wrap(ln, connlimit.Limits{}, connlimit.Options{Name: "cluster", Logger: log}),
+		preAuth:   connlimit.NewCounter(connlimit.Limits{}),
 		advertise: adv,
 		token:     token,
 		log:       log,
@@ -131,32 +141,39 @@ func (m *mux) serve() {
 	go func() {
 		defer m.wg.Done()
 		for {
+			// The wrapped listener waits out a shortage of descriptors
+			// itself; what it returns is the listener closing.
 			c, err := m.ln.Accept()
 			if err != nil {
 				select {
 				case <-m.closing:
-					return
 				default:
+					m.log.Error("cluster port stopped accepting", "err", err)
 				}
-				var ne net.Error
-				if errors.As(err, &ne) && ne.Timeout() {
-					time.Sleep(10 * time.Millisecond)
-					continue
-				}
-				m.log.Warn("cluster accept", "err", err)
-				time.Sleep(50 * time.Millisecond)
+				return
+			}
+			key := connlimit.Network(c.RemoteAddr())
+			if over := m.preAuth.Acquire(key); over != "" {
+				m.reject(c, "accept", fmt.Errorf("over the cap of unauthenticated connections (%s)", over))
 				continue
 			}
+			m.accepted.Add(1)
+			c = &countedConn{Conn: c, n: &m.accepted}
 			m.wg.Add(1)
 			go func() {
 				defer m.wg.Done()
-				m.handshake(c)
+				m.handshake(c, func() { m.preAuth.Release(key) })
 			}()
 		}
 	}()
 }
 
-func (m *mux) handshake(c net.Conn) {
+// handshake authenticates c and routes it; authenticated is called once c
+// no longer counts as unauthenticated (proved or refused).
+func (m *mux) handshake(c net.Conn, authenticated func()) {
+	var once sync.Once
+	done := func() { once.Do(authenticated) }
+	defer done()
 	if m.wrap != nil {
 		c = m.wrap(c)
 	}
@@ -176,6 +193,7 @@ func (m *mux) handshake(c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
+	done()
 	switch kind {
 	case kindRaft:
 		// Raft's transport does not close the streams it accepted when it
@@ -242,12 +260,34 @@ func (m *mux) rejections() uint64 {
 	return m.rejected
 }
 
+// reject closes a connection that did not prove membership. The WARN is
+// written at most once a second (a flood of them would bury the log), with
+// the count of those not written.
 func (m *mux) reject(c net.Conn, what string, err error) {
 	m.mu.Lock()
 	m.rejected++
+	total := m.rejected
 	m.mu.Unlock()
-	m.log.Warn("cluster connection rejected", "remote", c.RemoteAddr().String(), "stage", what, "err", err)
+	if held, ok := m.quiet.Allow(time.Now()); ok {
+		m.log.Warn("cluster connection rejected", "remote", c.RemoteAddr().String(), "stage", what, "err", err,
+			"rejected_in_all", total, "not_logged_since_last", held)
+	}
 	c.Close()
+}
+
+// openConns is the number of connections accepted and still open.
+func (m *mux) openConns() int { return int(m.accepted.Load()) }
+
+// countedConn is an accepted connection, counted until it is closed.
+type countedConn struct {
+	net.Conn
+	once sync.Once
+	n    *atomic.Int64
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.n.Add(-1) })
+	return c.Conn.Close()
 }
 
 func (m *mux) track(c net.Conn) bool {

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -897,6 +898,20 @@ func verifyReason(err error) string {
 		return "timestamp"
 	}
 	return "bad_signature"
+}
+
+// RefuseConn answers a connection the listener refuses before any request
+// is read (connlimit: over the intake's caps): 503 when the node holds as
+// many connections as it allows in all, 429 when the client's network
+// holds its share (node.max_conns_per_ip). Either asks the sender to
+// retry, as providers do, and the connection is closed.
+func RefuseConn(c net.Conn, over string) {
+	status, msg := "503 Service Unavailable", `{"status":"error","error":"too many connections, retry"}`
+	if over == "network" {
+		status, msg = "429 Too Many Requests", `{"status":"error","error":"too many connections from your network (max_conns_per_ip), retry"}`
+	}
+	_, _ = io.WriteString(c, "HTTP/1.1 "+status+"\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: "+
+		strconv.Itoa(len(msg)+1)+"\r\n\r\n"+msg+"\n")
 }
 
 // The answers are written by hand: the hot path allocates no encoder.

@@ -320,3 +320,18 @@ func (k Keys) Active(source string, n int) {
 	}
 	k.m.keysActive.WithLabelValues(source).Set(float64(n))
 }
+
+// Listener exports a listener's open connections and the connections it
+// refused (over a cap; on the cluster port also those that failed to
+// authenticate), read at scrape time.
+func (m *Metrics) Listener(name string, open func() int, refused func() uint64) {
+	labels := prometheus.Labels{"listener": name}
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "oncehook_connections_open", Help: "Connections open on a listener (intake, admin, cluster).", ConstLabels: labels,
+		}, func() float64 { return float64(open()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "oncehook_connections_refused_total", Help: "Connections a listener closed at once: over its caps, or (cluster) not authenticated.", ConstLabels: labels,
+		}, func() float64 { return float64(refused()) }),
+	)
+}

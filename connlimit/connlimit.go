@@ -1,0 +1,216 @@
+package connlimit
+
+import (
+	"errors"
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// Limits are a listener's caps; zero means no cap.
+type Limits struct {
+	Total      int // connections open at once
+	PerNetwork int // open at once from one client network (Network)
+}
+
+// Options configure a Listener beyond its Limits.
+type Options struct {
+	// Name is the listener's name in log lines ("intake", "admin").
+	Name   string
+	Logger *slog.Logger // default slog.Default()
+	// Refuse, when set, writes a refusal to a connection over a cap before
+	// it is closed; it is given a write deadline of a second. Over is
+	// "total" or "network".
+	Refuse func(c net.Conn, over string)
+}
+
+// Listener wraps a net.Listener with the caps and the accept backoff.
+type Listener struct {
+	net.Listener
+	opts    Options
+	log     *slog.Logger
+	count   *Counter
+	refused atomic.Uint64
+	quiet   Sampler
+}
+
+// Wrap returns ln with the caps of l.
+func Wrap(ln net.Listener, l Limits, opts Options) *Listener {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Listener{Listener: ln, opts: opts, log: log, count: NewCounter(l)}
+}
+
+// Refused is the number of connections closed for being over a cap.
+func (l *Listener) Refused() uint64 { return l.refused.Load() }
+
+// Open is the number of connections accepted and not yet closed.
+func (l *Listener) Open() int { return l.count.Open() }
+
+// Accept returns the next connection within the caps. Transient errors are
+// waited out (5 ms, doubling to 1 s); any other error, the listener's
+// closing included, is returned.
+func (l *Listener) Accept() (net.Conn, error) {
+	var backoff time.Duration
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if !Transient(err) {
+				return nil, err
+			}
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			if n, ok := l.quiet.Allow(time.Now()); ok {
+				l.log.Warn("accept failed; retrying", "listener", l.opts.Name, "err", err, "retry_in", backoff, "since_last_line", n)
+			}
+			time.Sleep(backoff)
+			continue
+		}
+		backoff = 0
+		key := Network(c.RemoteAddr())
+		over := l.count.Acquire(key)
+		if over != "" {
+			l.refuse(c, over)
+			continue
+		}
+		return &conn{Conn: c, release: func() { l.count.Release(key) }}, nil
+	}
+}
+
+func (l *Listener) refuse(c net.Conn, over string) {
+	l.refused.Add(1)
+	if l.opts.Refuse != nil {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		l.opts.Refuse(c, over)
+	}
+	c.Close()
+	if n, ok := l.quiet.Allow(time.Now()); ok {
+		l.log.Warn("connection refused: over the listener's cap", "listener", l.opts.Name, "cap", over,
+			"remote", c.RemoteAddr().String(), "refused_in_all", l.refused.Load(), "since_last_line", n)
+	}
+}
+
+// conn releases its place under the caps when closed, once.
+type conn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *conn) Close() error {
+	c.once.Do(c.release)
+	return c.Conn.Close()
+}
+
+// Transient reports whether an accept error passes by itself: out of file
+// descriptors (per process or system), of socket buffers or of memory, a
+// connection reset or aborted before it was accepted, or a timeout.
+func Transient(err error) bool {
+	for _, e := range []error{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED, syscall.ECONNRESET, syscall.EINTR} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// Network is the client network a connection counts against: its IPv4
+// address, or the /64 of its IPv6 address. An address it cannot read counts
+// as one network of its own (the zero prefix).
+func Network(a net.Addr) netip.Prefix {
+	var ip netip.Addr
+	switch t := a.(type) {
+	case *net.TCPAddr:
+		ip, _ = netip.AddrFromSlice(t.IP)
+	default:
+		if a != nil {
+			if ap, err := netip.ParseAddrPort(a.String()); err == nil {
+				ip = ap.Addr()
+			}
+		}
+	}
+	ip = ip.Unmap()
+	switch {
+	case ip.Is4():
+		return netip.PrefixFrom(ip, 32)
+	case ip.Is6():
+		p, _ := ip.WithZone("").Prefix(64)
+		return p
+	}
+	return netip.Prefix{}
+}
+
+// Counter counts connections per client network and in total against
+// Limits. It is safe for concurrent use.
+type Counter struct {
+	limits Limits
+	mu     sync.Mutex
+	total  int
+	per    map[netip.Prefix]int
+}
+
+// NewCounter returns a Counter with the caps of l.
+func NewCounter(l Limits) *Counter {
+	return &Counter{limits: l, per: make(map[netip.Prefix]int)}
+}
+
+// Acquire takes a place for a connection from network key: "" when it got
+// one, else the cap it is over ("total" or "network").
+func (c *Counter) Acquire(key netip.Prefix) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.limits.Total > 0 && c.total >= c.limits.Total {
+		return "total"
+	}
+	if c.limits.PerNetwork > 0 && c.per[key] >= c.limits.PerNetwork {
+		return "network"
+	}
+	c.total++
+	c.per[key]++
+	return ""
+}
+
+// Release gives back a place Acquire took.
+func (c *Counter) Release(key netip.Prefix) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.total--
+	if c.per[key]--; c.per[key] <= 0 {
+		delete(c.per, key)
+	}
+}
+
+// Open is the number of places taken.
+func (c *Counter) Open() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.total
+}
+
+// Sampler lets a repeating log line through at most once a second, and
+// counts the ones it held back. The zero value is ready.
+type Sampler struct {
+	mu   sync.Mutex
+	last time.Time
+	held int
+}
+
+// Allow reports whether a line may be written now, with the number held
+// back since the last one written.
+func (q *Sampler) Allow(now time.Time) (int, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if !q.last.IsZero() && now.Sub(q.last) < time.Second {
+		q.held++
+		return 0, false
+	}
+	n := q.held
+	q.last, q.held = now, 0
+	return n, true
+}

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestIntakeConnectionCap: a client network holding node.max_conns_per_ip
+// connections gets its next one answered 429 and closed, before any request
+// is read; the refusal is counted in oncehook_connections_refused_total and
+// the open connections in oncehook_connections_open.
+func TestIntakeConnectionCap(t *testing.T) {
+	h := newHandler(t)
+	tn := startTestNode(t, "", h.url)
+	tn.stop()
+	cfg, err := os.ReadFile(tn.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, tn.cfgPath, strings.Replace(string(cfg), "log_level = \"debug\"\n", "log_level = \"debug\"\nmax_conns_per_ip = 2\n", 1))
+	tn.start()
+	addr := strings.TrimPrefix(tn.intake, "http://")
+
+	for range 2 {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	waitUntil(t, "two intake connections open", func() bool {
+		v, _ := metricValue(tn.scrape(), `oncehook_connections_open{listener="intake"}`)
+		return v >= 2
+	})
+	c, err := net.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatalf("the third connection got no HTTP answer: %v", err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	var answer struct{ Status, Error string }
+	if resp.StatusCode != http.StatusTooManyRequests || resp.Header.Get("Retry-After") == "" || json.Unmarshal(body, &answer) != nil || answer.Status != "error" {
+		t.Fatalf("third connection: %d %q %s, want 429 with Retry-After and a JSON error", resp.StatusCode, resp.Header, body)
+	}
+	if v := mustMetric(t, tn.scrape(), `oncehook_connections_refused_total{listener="intake"}`); v != 1 {
+		t.Errorf("refused intake connections %v, want 1", v)
+	}
+	for _, l := range []string{"admin", "cluster"} {
+		mustMetric(t, tn.scrape(), `oncehook_connections_refused_total{listener="`+l+`"}`)
+	}
+}
