@@ -207,8 +207,25 @@ func Open(path string, opts Options) (*Engine, error) {
 // buckets and meta keys a new file needs; without, a file that lacks them is
 // refused (Restore checks a snapshot this way).
 func openFile(path string, opts Options, create bool) (*bolt.DB, int64, uint64, error) {
+	db, err := openBolt(path, opts, false)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	width, applied, err := checkMeta(db, opts, create)
+	if err != nil {
+		db.Close()
+		return nil, 0, 0, err
+	}
+	return db, width, applied, nil
+}
+
+// openBolt opens path with bbolt, after checking that it is not shorter
+// than its meta pages say. Read-only, bbolt does not rebuild the freelist
+// (a walk of every page) at open: CheckFile walks a file it does not trust
+// itself, where a damaged page can be recovered from.
+func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
 	if err := checkFileSize(path); err != nil {
-		return nil, 0, 0, fmt.Errorf("engine: open %s: %w", path, err)
+		return nil, fmt.Errorf("engine: open %s: %w", path, err)
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: opts.LockTimeout,
@@ -218,10 +235,18 @@ func openFile(path string, opts Options, create bool) (*bolt.DB, int64, uint64, 
 		NoFreelistSync:  true,
 		NoSync:          opts.NoSync,
 		InitialMmapSize: opts.InitialMmapSize,
+		ReadOnly:        readOnly,
 	})
 	if err != nil {
-		return nil, 0, 0, fmt.Errorf("engine: open %s: %w", path, err)
+		return nil, fmt.Errorf("engine: open %s: %w", path, err)
 	}
+	return db, nil
+}
+
+// checkMeta checks (and with create, makes) the buckets and meta keys of an
+// engine file, and returns its bucket width and last applied index.
+func checkMeta(db *bolt.DB, opts Options, create bool) (int64, uint64, error) {
+	path := db.Path()
 	var width int64
 	var applied uint64
 	check := func(tx *bolt.Tx) error {
@@ -266,16 +291,16 @@ func openFile(path string, opts Options, create bool) (*bolt.DB, int64, uint64, 
 		}
 		return nil
 	}
+	var err error
 	if create {
 		err = db.Update(check)
 	} else {
 		err = db.View(check)
 	}
 	if err != nil {
-		db.Close()
-		return nil, 0, 0, fmt.Errorf("engine: open %s: %w", path, err)
+		return 0, 0, fmt.Errorf("engine: open %s: %w", path, err)
 	}
-	return db, width, applied, nil
+	return width, applied, nil
 }
 
 func be64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }

@@ -71,7 +71,9 @@ func checkFileSize(path string) error {
 
 type boltMeta struct {
 	magic, version, pageSize uint32
+	root, freelist           uint64 // the root bucket's page; the freelist's page (all ones: not written)
 	pgid                     uint64
+	txid                     uint64
 	summed                   []byte
 	checksum                 uint64
 }
@@ -97,7 +99,10 @@ func readMeta(r io.ReaderAt, off int64) (boltMeta, error) {
 		magic:    le.Uint32(m[0:]),
 		version:  le.Uint32(m[4:]),
 		pageSize: le.Uint32(m[8:]),
+		root:     le.Uint64(m[16:]),
+		freelist: le.Uint64(m[32:]),
 		pgid:     le.Uint64(m[40:]),
+		txid:     le.Uint64(m[48:]),
 		summed:   append([]byte(nil), m[:boltMetaSummed]...),
 		checksum: le.Uint64(m[boltMetaSummed:]),
 	}, nil

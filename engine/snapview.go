@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"io"
+	"runtime/debug"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -96,24 +97,71 @@ func (e *Engine) SetLastApplied(index uint64) error {
 }
 
 // CheckFile verifies that path holds a readable engine file (the buckets and
-// meta keys Open needs, and consistent indexes) without changing it. An
-// operator's backup is checked this way before it replaces a cluster's state.
-func CheckFile(path string) error {
-	db, _, _, err := openFile(path, Options{}.withDefaults(), false)
+// meta keys Open needs, consistent indexes, and bbolt's own page structure)
+// without changing it. An operator's backup is checked this way before it
+// replaces a cluster's state, so a damaged one must be refused, not crash the
+// node: while it runs, a fault on a page outside the file's mapping is a
+// panic (debug.SetPanicOnFault), recovered, like bbolt's own panics on a
+// malformed page, as ErrCorrupt; the file is closed whatever happens.
+func CheckFile(path string) (err error) {
+	defer debug.SetPanicOnFault(debug.SetPanicOnFault(true))
+	var db *bolt.DB
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("engine: check %s: %w: a damaged page (%v)", path, ErrCorrupt, r)
+		}
+		if db != nil {
+			if cerr := db.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("engine: check %s: %w", path, cerr)
+			}
+		}
+	}()
+	if err := checkFileSize(path); err != nil {
+		return fmt.Errorf("engine: check %s: %w", path, err)
+	}
+	if err := checkPages(path); err != nil {
+		return fmt.Errorf("engine: check %s: %w", path, err)
+	}
+	db, err = openBolt(path, Options{}.withDefaults(), true)
 	if err != nil {
 		return err
+	}
+	if _, _, err := checkMeta(db, Options{}, false); err != nil {
+		return err
+	}
+	// Every page any bucket reaches is read here first, where a fault is
+	// recovered: bbolt's own check (Check runs it) reads pages in a
+	// goroutine of its own.
+	if err := db.View(walkPages); err != nil {
+		return fmt.Errorf("engine: check %s: %w", path, err)
 	}
 	e := &Engine{path: path, db: db}
 	// Check compares the replay guard's in-memory index with the file's
 	// bodies bucket: it must be loaded from the file, as Open does, or every
 	// file holding a guarded body is refused.
 	if err := db.View(func(tx *bolt.Tx) (err error) { e.bodies, err = loadBodyIndex(tx); return err }); err != nil {
-		db.Close()
 		return fmt.Errorf("engine: check %s: %w", path, err)
 	}
-	cerr := e.Check()
-	if err := db.Close(); cerr == nil {
-		cerr = err
+	return e.Check()
+}
+
+// walkPages reads every key of every bucket, nested ones included, so that
+// every branch and leaf page of the file is read once.
+func walkPages(tx *bolt.Tx) error {
+	var walk func(b *bolt.Bucket, depth int) error
+	walk = func(b *bolt.Bucket, depth int) error {
+		if depth > 8 { // the engine nests one level; a deeper one is damage
+			return fmt.Errorf("%w: buckets nested %d deep", ErrCorrupt, depth)
+		}
+		return b.ForEach(func(k, v []byte) error {
+			if v != nil {
+				return nil
+			}
+			if nb := b.Bucket(k); nb != nil {
+				return walk(nb, depth+1)
+			}
+			return nil
+		})
 	}
-	return cerr
+	return tx.ForEach(func(_ []byte, b *bolt.Bucket) error { return walk(b, 1) })
 }
