@@ -230,6 +230,9 @@ func Open(cfg Config) (*Node, error) {
 // before a failure is on n, for cleanup.
 func (n *Node) open() error {
 	raftDir := filepath.Join(n.cfg.Dir, "raft")
+	if err := abandonUnconfirmedRestore(n.cfg.Dir, n.log); err != nil {
+		return err
+	}
 	if err := os.MkdirAll(raftDir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}

@@ -695,8 +695,39 @@ func (n *Node) Restore(ctx context.Context, path string) error {
 		timeout = time.Until(d)
 	}
 	meta := &raft.SnapshotMeta{Version: raft.SnapshotVersionMax, Size: st.Size()}
+	if n.voters() < 2 {
+		if err := n.raft.Restore(meta, f, timeout); err != nil {
+			return fmt.Errorf("restore: %w", translateApplyErr(err))
+		}
+		n.log.Warn("cluster state replaced from a backup", "bytes", st.Size())
+		return nil
+	}
+	// With followers the restore is not committed until a majority has
+	// installed it (restoreguard.go).
+	done, err := n.beginRestore()
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
 	if err := n.raft.Restore(meta, f, timeout); err != nil {
-		return fmt.Errorf("restore: %w", translateApplyErr(err))
+		if errors.Is(err, raft.ErrEnqueueTimeout) {
+			_ = done() // never started: nothing was taken
+			return fmt.Errorf("restore: %w", translateApplyErr(err))
+		}
+		err = fmt.Errorf("restore: %w: %v", ErrRestoreUnconfirmed, translateApplyErr(err))
+		n.restoreUnconfirmed(err)
+		return err
+	}
+	confirm := 60 * time.Second
+	if d, ok := ctx.Deadline(); ok {
+		confirm = max(time.Until(d), 10*time.Second)
+	}
+	if err := n.confirmRestore(confirm); err != nil {
+		err = fmt.Errorf("restore: %w", err)
+		n.restoreUnconfirmed(err)
+		return err
+	}
+	if err := done(); err != nil {
+		return fmt.Errorf("restore: confirmed, but %w", err)
 	}
 	n.log.Warn("cluster state replaced from a backup", "bytes", st.Size())
 	return nil
