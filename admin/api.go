@@ -778,7 +778,7 @@ func clusterStatus(err error) int {
 	switch {
 	case errors.Is(err, cluster.ErrNotLeader):
 		return http.StatusMisdirectedRequest
-	case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrIndeterminate):
+	case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrIndeterminate), errors.Is(err, cluster.ErrRestoreUnconfirmed):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError
@@ -806,6 +806,11 @@ func (s *Server) adminRestore(w http.ResponseWriter, r *http.Request) {
 	}
 	if r.ContentLength > limit {
 		tooLarge() // before reading any of it (a client sending Expect: 100-continue sends none)
+		return
+	}
+	// A follower refuses before it spools what would be refused anyway.
+	if err := s.store.LeaderOnly(r.Context(), "restore"); err != nil {
+		jsonError(w, clusterStatus(err), err.Error())
 		return
 	}
 	rc := http.NewResponseController(w)

@@ -27,7 +27,8 @@ import (
 // wall clock, as the leader's proposer would stamp them. Membership, backup
 // and restore are the cluster's and are refused here.
 type engineStore struct {
-	eng *engine.Engine
+	eng      *engine.Engine
+	follower bool // LeaderOnly answers as a follower would
 
 	mu    sync.Mutex
 	index uint64
@@ -100,6 +101,12 @@ func (s *engineStore) TransferLeadership(context.Context, string) (string, error
 }
 func (s *engineStore) Backup(io.Writer) (int64, error)       { return 0, errNotHere }
 func (s *engineStore) Restore(context.Context, string) error { return errNotHere }
+func (s *engineStore) LeaderOnly(_ context.Context, op string) error {
+	if s.follower {
+		return fmt.Errorf("%s: %w; run it on the leader, node2 (admin http://127.0.0.2:7071)", op, cluster.ErrNotLeader)
+	}
+	return nil
+}
 
 const testToken = "admin-token-for-tests-0123456789abcdef"
 
@@ -433,5 +440,24 @@ func TestReplayNamesEventsWithoutPayload(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRestoreOnAFollowerSpoolsNothing: a follower refuses a restore with
+// 421 naming the leader before it reads the upload, so nothing is written
+// to its data dir (here one that does not exist: spooling would fail 500).
+func TestRestoreOnAFollowerSpoolsNothing(t *testing.T) {
+	store, url := newTestAPI(t)
+	store.follower = true
+	req, _ := http.NewRequest(http.MethodPost, url+"/v1/restore", strings.NewReader(strings.Repeat("x", 1<<20)))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMisdirectedRequest || !strings.Contains(string(body), "admin http://127.0.0.2:7071") {
+		t.Fatalf("restore on a follower: %d %s, want 421 naming the leader", resp.StatusCode, body)
 	}
 }

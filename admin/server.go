@@ -91,6 +91,9 @@ type Store interface {
 	// cluster's state with the one in a file (leader only).
 	Backup(w io.Writer) (int64, error)
 	Restore(ctx context.Context, path string) error
+	// LeaderOnly is nil on the leader, else the error a leader-only
+	// operation op gets here (cluster.ErrNotLeader, naming the leader).
+	LeaderOnly(ctx context.Context, op string) error
 }
 
 // Options configures New.

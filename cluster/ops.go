@@ -609,6 +609,16 @@ func (n *Node) UseTLS(l *LoadedTLS) error {
 	return n.mux.useTLS(l.pair)
 }
 
+// LeaderOnly is nil on the leader and, elsewhere, the ErrNotLeader that a
+// leader-only operation op would return (naming the leader): for a caller
+// that should refuse before costly work, such as receiving an upload.
+func (n *Node) LeaderOnly(ctx context.Context, op string) error {
+	if n.raft.State() == raft.Leader {
+		return nil
+	}
+	return n.notLeader(ctx, op)
+}
+
 // notLeader is ErrNotLeader for an operator's leader-only operation, naming
 // the leader this node knows of so that the operator knows where to run it:
 // its admin API when the leader says (it is asked, briefly), else its
