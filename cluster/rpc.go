@@ -301,9 +301,16 @@ func (f *relayer) get(ctx context.Context, addr string) (*relayConn, error) {
 		}
 		f.idle, f.addr = nil, addr
 	}
-	if k := len(f.idle); k > 0 {
+	for k := len(f.idle); k > 0; k = len(f.idle) {
 		fc := f.idle[k-1]
 		f.idle = f.idle[:k-1]
+		// A stream kept from before the leader restarted would fail the
+		// request after sending it, an outcome unknown for what the new
+		// process never received: such a stream is dropped, not used.
+		if fc.r.Buffered() > 0 || closedByPeer(fc.c) {
+			fc.c.Close()
+			continue
+		}
 		f.mu.Unlock()
 		return fc, nil
 	}

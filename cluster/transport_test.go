@@ -471,3 +471,49 @@ func TestTrackedConnEndsCleanlyOnShutdown(t *testing.T) {
 		client.Close()
 	}
 }
+
+// TestRelayAfterTheLeaderRestarts: a follower keeps its streams to the
+// leader; the leader's process restarts (its streams end with it) and
+// leads again, and the follower's next claim must not be sent down a
+// stream of the old process (an outcome unknown, 503, for a claim the new
+// process never received): it is committed on the first try.
+func TestRelayAfterTheLeaderRestarts(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	ctx := ctxT(t, 30*time.Second)
+	li := leaderOf(t, nodes)
+	fi := (li + 1) % 3
+	for i := range 4 { // several streams pooled
+		if _, err := nodes[fi].Claim(ctx, claimCmd(fmt.Sprintf("src:before%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := nodes[li].cfg
+	if err := nodes[li].Close(); err != nil {
+		t.Fatal(err)
+	}
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatalf("reopen %s: %v", cfg.ID, err)
+	}
+	nodes[li] = n
+	// It leads again (as after any later election), without the follower
+	// relaying anything meanwhile.
+	waitFor(t, "the restarted node to lead again", func() bool {
+		if n.IsLeader() {
+			return true
+		}
+		for _, m := range nodes {
+			if m.IsLeader() && m != n {
+				_, _ = m.TransferLeadership(ctx, cfg.ID)
+			}
+		}
+		return n.IsLeader()
+	})
+	waitFor(t, "the follower to know the leader", func() bool {
+		_, id := nodes[fi].raft.LeaderWithID()
+		return string(id) == cfg.ID
+	})
+	if _, err := nodes[fi].Claim(ctx, claimCmd("src:after")); err != nil {
+		t.Fatalf("the first claim relayed after the leader restarted: %v", err)
+	}
+}
