@@ -201,10 +201,21 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		req.Header.Set(h.Name, h.Value)
 	}
 	// A source keyed on a header of the sender's choosing (an hmac source's
-	// X-Request-Id) gets the id there, so that -id alone makes a key.
+	// X-Request-Id) gets the id there, so that -id alone makes a key. A
+	// part of alternatives ("header:X-Shopify-Event-Id|header:X-Shopify-Webhook-Id")
+	// gets it in the first header it names, unless one of them is set.
 	for _, part := range src.Key {
-		if name, ok := strings.CutPrefix(part, "header:"); ok && name != "" && req.Header.Get(name) == "" {
-			req.Header.Set(name, *id)
+		first, set := "", false
+		for _, alt := range strings.Split(part, "|") {
+			if name, ok := strings.CutPrefix(alt, "header:"); ok && name != "" {
+				set = set || req.Header.Get(name) != ""
+				if first == "" {
+					first = name
+				}
+			}
+		}
+		if first != "" && !set {
+			req.Header.Set(first, *id)
 		}
 	}
 	resp, err := (&http.Client{Timeout: 30 * time.Second}).Do(req)

@@ -1,0 +1,60 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestSendToAlternativeKeys: `oncehook send -id` reaches a node for sources
+// whose default key is a choice of headers (shopify, svix, gitlab): the id
+// goes in the first header named, the node claims it under that id, and a
+// second send of the same id is a duplicate.
+func TestSendToAlternativeKeys(t *testing.T) {
+	h := newHandler(t)
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "shop.secret"), "shpss_0123456789abcdef0123456789abcdef\n")
+	mustWrite(t, filepath.Join(dir, "svix.secret"), "whsec_"+strings.Repeat("QkJC", 8)+"\n")
+	mustWrite(t, filepath.Join(dir, "gitlab.secret"), "gitlab-token-0123456789abcdef\n")
+	tn := startNodeWithSources(t, dir, h.url, `
+[[source]]
+name = "shop"
+provider = "shopify"
+secret_files = ["shop.secret"]
+forward = "%[1]s/shop"
+
+[[source]]
+name = "svx"
+provider = "svix"
+secret_files = ["svix.secret"]
+forward = "%[1]s/svx"
+
+[[source]]
+name = "gl"
+provider = "gitlab"
+secret_files = ["gitlab.secret"]
+forward = "%[1]s/gl"
+`)
+	mustWrite(t, filepath.Join(dir, "event.json"), `{"id":"x","type":"order"}`)
+	send := func(source, id string) (string, error) {
+		var out, errOut bytes.Buffer
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err := run(ctx, []string{"send", "-config", tn.cfgPath, "-source", source, "-id", id,
+			"-file", filepath.Join(dir, "event.json"), "-url", tn.intake + "/in/" + source}, &out, &errOut)
+		return out.String() + errOut.String(), err
+	}
+	for _, source := range []string{"shop", "svx", "gl"} {
+		out, err := send(source, "evt-"+source)
+		if err != nil || !strings.Contains(out, "202") || !strings.Contains(out, `"key":"`+source+`:evt-`+source+`"`) {
+			t.Errorf("send -source %s -id evt-%s: %v\n%s", source, source, err, out)
+			continue
+		}
+		if out, err := send(source, "evt-"+source); err != nil || !strings.Contains(out, `"status":"duplicate"`) {
+			t.Errorf("second send to %s: %v\n%s", source, err, out)
+		}
+	}
+}
