@@ -98,7 +98,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
 	notifySystemd("READY=1")
-	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "admin_tls", n.admin.TLS(), "version", version)
+	log.Info("oncehook serving", "node", cfg.Node.ID, "listen", n.httpLn.Addr().String(), "admin", n.adminLn.Addr().String(), "admin_tls", n.admin.TLS(), "data_dir", cfg.Node.DataDir, "version", version)
 
 	var serveErr error
 loop:

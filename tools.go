@@ -63,7 +63,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if cfg.Cluster != nil {
 		mode = fmt.Sprintf("cluster of %d", len(cfg.Cluster.Peers))
 	}
-	fmt.Fprintf(stdout, "%s: ok (%s, %d sources)\n", *path, mode, len(cfg.Sources))
+	fmt.Fprintf(stdout, "%s: ok (%s, %d sources); data in %s\n", *path, mode, len(cfg.Sources), cfg.Node.DataDir)
 	return nil
 }
 

@@ -66,7 +66,7 @@ type Config struct {
 // Node is the [node] table.
 type Node struct {
 	ID        string `json:"id"`
-	DataDir   string `json:"data_dir"`  // relative to the working directory
+	DataDir   string `json:"data_dir"`  // a relative one is the config file's directory's (Load makes it absolute)
 	Listen    string `json:"listen"`    // intake listener, host:port
 	LogLevel  string `json:"log_level"` // debug|info|warn|error; reloadable
 	LogFormat string `json:"log_format"`

@@ -238,6 +238,11 @@ func (l *loader) load(data []byte) *Config {
 	c.Path = l.p.file
 	c.lines = l.p.lines
 	l.node(&c.Node, node)
+	// Like every relative path in the file, data_dir (and its default)
+	// is the config file's directory's: started from another working
+	// directory, a node must not open another, empty data dir and forget
+	// every key it held.
+	c.Node.DataDir = l.absolute(c.Node.DataDir)
 	if md.IsDefined("cluster") {
 		c.Cluster = l.cluster(cluster)
 	}
@@ -697,6 +702,18 @@ func parsePrefix(v string) (netip.Prefix, error) {
 		return netip.Prefix{}, errors.New("zones are not allowed")
 	}
 	return netip.PrefixFrom(a, a.BitLen()), nil
+}
+
+// absolute is path against the config's directory, made absolute.
+func (l *loader) absolute(path string) string {
+	if path == "" || filepath.IsAbs(path) {
+		return path
+	}
+	p := filepath.Join(l.dir, path)
+	if abs, err := filepath.Abs(p); err == nil {
+		return abs
+	}
+	return p
 }
 
 // resolve makes a relative path absolute against the config's directory, or

@@ -103,9 +103,36 @@ func TestLoadEmptyFile(t *testing.T) {
 	}
 	want := Default()
 	want.Path = path
+	// The default data dir is the config file's directory's.
+	want.Node.DataDir = filepath.Join(filepath.Dir(path), "data")
 	c.lines = nil
 	if !reflect.DeepEqual(c, want) {
 		t.Errorf("Load(empty) = %+v, want %+v", c, want)
+	}
+}
+
+// TestDataDirIsTheConfigFilesDirectorys: a relative data_dir, like every
+// relative path in the file, is resolved against the file's directory, not
+// the working directory: a node started from elsewhere opens the same data.
+func TestDataDirIsTheConfigFilesDirectorys(t *testing.T) {
+	dir := t.TempDir()
+	path := writeFile(t, dir, "oncehook.toml", "[node]\ndata_dir = \"state/node1\"\n", 0o644)
+	t.Chdir(t.TempDir())
+	c, err := Load(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "state", "node1"); c.Node.DataDir != want {
+		t.Errorf("data_dir = %q, want %q", c.Node.DataDir, want)
+	}
+	// A relative config path from another directory ends in the same place.
+	t.Chdir(filepath.Dir(dir))
+	c, err = Load(filepath.Join(filepath.Base(dir), "oncehook.toml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := filepath.Join(dir, "state", "node1"); c.Node.DataDir != want {
+		t.Errorf("data_dir through a relative config path = %q, want %q", c.Node.DataDir, want)
 	}
 }
 
