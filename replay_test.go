@@ -217,3 +217,31 @@ func TestReplayByStateNamesDroppedPayloads(t *testing.T) {
 		}
 	}
 }
+
+// TestKeyOnAnUnsignedHeaderGetsTheGuard: a standard source keyed on a header
+// the sender writes (not the signed webhook-id): one captured delivery
+// resent with other values there is a duplicate of the first, not a new
+// event each time, because such a source gets the replay guard.
+func TestKeyOnAnUnsignedHeaderGetsTheGuard(t *testing.T) {
+	h := newHandler(t)
+	tn := startNodeWithSources(t, "", h.url, `
+[[source]]
+name = "custom"
+provider = "standard"
+secret_files = ["orders.secret"]
+key = ["header:X-Custom-Id"]
+forward = "%[1]s/custom"
+`)
+	body := []byte(`{"type":"invoice.paid","data":{"id":"in_1"}}`)
+	signed := tn.signed(body, "msg_signed_1")
+	first := tn.post("custom", body, withHeader(signed, "X-Custom-Id", "a"))
+	if first.Status != 202 {
+		t.Fatalf("first delivery: %d %s", first.Status, first.Raw)
+	}
+	for _, v := range []string{"b", "c"} {
+		a := tn.post("custom", body, withHeader(signed, "X-Custom-Id", v))
+		if a.Status != 200 || !strings.Contains(a.Raw, `"duplicate"`) || !strings.Contains(a.Raw, "custom:a") {
+			t.Errorf("the captured delivery resent with X-Custom-Id %s: %d %s, want 200 duplicate of custom:a", v, a.Status, a.Raw)
+		}
+	}
+}

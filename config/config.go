@@ -294,6 +294,14 @@ func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet, toleranceSet
 		if d.ReplayGuard && !signsID {
 			s.ReplayGuard = ReplayGuardBody
 		}
+		// A key of the operator's that reads what the signature does not
+		// cover (a header the sender writes) lets a captured delivery be
+		// resent as a new event: the body then decides (secretwarn.go's
+		// neighbour, keyWarnings, says so). Shopify's own key is unsigned
+		// and its guard off by choice (docs/security.md).
+		if keySet && unsignedKeyPart(s) >= 0 && !defaultKeyUnsigned(s.Provider, d.Key) {
+			s.ReplayGuard = ReplayGuardBody
+		}
 	}
 	if s.Type == "" {
 		s.Type = d.Type
@@ -336,4 +344,26 @@ func Demo(dataDir, secret, forward string) *Config {
 	applyProviderDefaults(&s, false, false, false, false)
 	c.Sources = []Source{s}
 	return c
+}
+
+// unsignedKeyPart is the index of the first part of s's key that reads data
+// its provider's signature does not cover, -1 when every part is signed.
+func unsignedKeyPart(s *Source) int {
+	for j, part := range s.Key {
+		if !providers.KeyPartSigned(s.Provider, part, s.HMAC) {
+			return j
+		}
+	}
+	return -1
+}
+
+// defaultKeyUnsigned reports whether a provider's own default key reads
+// unsigned data (shopify: its ids are headers it does not sign).
+func defaultKeyUnsigned(provider string, key []string) bool {
+	for _, part := range key {
+		if !providers.KeyPartSigned(provider, part, nil) {
+			return true
+		}
+	}
+	return false
 }

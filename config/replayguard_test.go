@@ -22,6 +22,15 @@ func TestReplayGuardDefaults(t *testing.T) {
 		{"slack", `provider = "slack"`, "off", ""},
 		{"hmac body only", `provider = "hmac"` + "\nkey = [\"header:X-Id\"]\nhmac = { header = \"X-Sig\" }", "body", ""},
 		{"hmac signs an id", `provider = "hmac"` + "\nkey = [\"header:X-Id\"]\nhmac = { header = \"X-Sig\", id_header = \"X-Id\", template = \"{id}.{body}\" }", "off", ""},
+		// A key of the operator's on a header the scheme does not sign:
+		// the body decides, unless the operator said otherwise.
+		{"standard keyed on its own header", `provider = "standard"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:X-Custom-Id\"]", "body", ""},
+		{"standard keyed on it, guard off", `provider = "standard"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:X-Custom-Id\"]\nreplay_guard = \"off\"", "off", ""},
+		{"standard keyed on the signed id and the body", `provider = "standard"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:Webhook-Id\", \"json:data.id\"]", "off", ""},
+		{"svix keyed on svix-id", `provider = "svix"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:svix-id\"]", "off", ""},
+		{"stripe keyed on a header", `provider = "stripe"` + "\nkey = [\"header:X-Request-Id\"]", "body", ""},
+		{"shopify keyed on its own header", `provider = "shopify"` + "\nkey = [\"header:X-Shopify-Webhook-Id\"]", "off", ""},
+		{"hmac signs an id, keyed on another header", `provider = "hmac"` + "\nkey = [\"header:X-Other\"]\nhmac = { header = \"X-Sig\", id_header = \"X-Id\", template = \"{id}.{body}\" }", "body", ""},
 		{"github off", `provider = "github"` + "\nreplay_guard = \"off\"", "off", ""},
 		{"stripe on", `provider = "stripe"` + "\nreplay_guard = \"Body\"", "body", ""},
 		{"invalid", `provider = "github"` + "\nreplay_guard = \"sometimes\"", "", `replay_guard: invalid replay_guard "sometimes"`},
@@ -67,5 +76,40 @@ func TestMaxConnsPerIP(t *testing.T) {
 	}
 	if DefaultMaxConnsPerIP < 100 || DefaultMaxConnsPerIP >= 1000 {
 		t.Fatalf("default %d is not in the hundreds", DefaultMaxConnsPerIP)
+	}
+}
+
+// TestUnsignedKeyWarnings: a key of the operator's that reads a header the
+// scheme does not sign is warned about, saying what the guard does; keys
+// on signed data, providers whose guard is on anyway, and shopify's
+// deliberate choice are not.
+func TestUnsignedKeyWarnings(t *testing.T) {
+	const whsec = "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]"
+	for _, tt := range []struct {
+		name, source, want string
+	}{
+		{"standard default", `provider = "standard"` + whsec, ""},
+		{"standard on its own header", `provider = "standard"` + whsec + "\nkey = [\"header:X-Custom-Id\"]",
+			"source[0].key[0]: header:X-Custom-Id is not covered by standard's signature"},
+		{"standard on it, guard off", `provider = "standard"` + whsec + "\nkey = [\"header:X-Custom-Id\"]\nreplay_guard = \"off\"",
+			`with replay_guard = "off" such a replay is delivered again`},
+		{"standard on the body", `provider = "standard"` + whsec + "\nkey = [\"json:data.id\"]", ""},
+		{"github on its delivery header", `provider = "github"` + "\nkey = [\"header:X-GitHub-Delivery\"]", ""},
+		{"shopify on its own header", `provider = "shopify"` + "\nkey = [\"header:X-Shopify-Webhook-Id\"]", ""},
+		{"hmac signs an id, keyed on another", `provider = "hmac"` + "\nkey = [\"header:X-Other\"]\nhmac = { header = \"X-Sig\", id_header = \"X-Id\", template = \"{id}.{body}\" }",
+			"source[0].key[0]: header:X-Other is not covered by hmac's signature"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := loadOneSource(t, tt.source, "")
+			c := Default()
+			c.Sources = []Source{*s}
+			got := unsignedKeys(c)
+			switch {
+			case tt.want == "" && len(got) != 0:
+				t.Errorf("warnings %q, want none", got)
+			case tt.want != "" && (len(got) != 1 || !strings.Contains(got[0], tt.want)):
+				t.Errorf("warnings %q, want one with %q", got, tt.want)
+			}
+		})
 	}
 }

@@ -79,10 +79,7 @@ func keyPartChangesPerDelivery(c *Config) []string {
 	var w []string
 	for i := range c.Sources {
 		s := &c.Sources[i]
-		bad := perDeliveryHeaders
-		if s.HMAC != nil {
-			bad = append(append([]string(nil), bad...), s.HMAC.Header, s.HMAC.TimestampHeader)
-		}
+		bad := perDeliveryNames(s)
 		for j, part := range s.Key {
 			for _, alt := range strings.Split(part, "|") {
 				kind, name, _ := strings.Cut(strings.TrimSpace(alt), ":")
@@ -103,6 +100,28 @@ func sourceKey(i int, name string) string { return "source[" + strconv.Itoa(i) +
 func containsFold(list []string, s string) bool {
 	for _, v := range list {
 		if v != "" && strings.EqualFold(v, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// perDeliveryNames are the headers whose values change on every delivery
+// of s: perDeliveryHeaders, and an hmac source's own signature and
+// timestamp headers.
+func perDeliveryNames(s *Source) []string {
+	if s.HMAC == nil {
+		return perDeliveryHeaders
+	}
+	return append(append([]string(nil), perDeliveryHeaders...), s.HMAC.Header, s.HMAC.TimestampHeader)
+}
+
+// perDeliveryPart reports whether a key part reads such a header (warned of
+// by keyPartChangesPerDelivery).
+func perDeliveryPart(s *Source, part string) bool {
+	bad := perDeliveryNames(s)
+	for _, alt := range strings.Split(part, "|") {
+		if kind, name, _ := strings.Cut(strings.TrimSpace(alt), ":"); kind == "header" && containsFold(bad, name) {
 			return true
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"strconv"
+	"strings"
 
 	"oncehook/providers"
 )
@@ -60,6 +61,40 @@ func weakSecrets(c *Config) []string {
 			}
 			earlier = append(earlier, seen{i, key})
 		}
+	}
+	return w
+}
+
+// unsignedKeys warns of a key of the operator's that reads data the
+// provider does not sign (a header the sender writes, where the scheme
+// signs an id or the body): a captured delivery resent with another value
+// there verifies as a new event. Unless replay_guard is set, such a source
+// gets the replay guard (applyProviderDefaults); with replay_guard = "off"
+// the replay would be delivered again.
+func unsignedKeys(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		sch, ok := providers.Lookup(s.Provider)
+		if !ok || s.Provider == "hmac" && s.HMAC == nil {
+			continue
+		}
+		// Where the provider signs no id, the guard is on by default and
+		// its keys are unsigned by nature (docs/security.md): nothing new.
+		signsID := s.HMAC != nil && s.HMAC.IDHeader != "" && strings.Contains(s.HMAC.Template, "{id}")
+		if sch.Defaults().ReplayGuard && !signsID {
+			continue
+		}
+		j := unsignedKeyPart(s)
+		if j < 0 || defaultKeyUnsigned(s.Provider, sch.Defaults().Key) || perDeliveryPart(s, s.Key[j]) {
+			continue // keyPartChangesPerDelivery warns of the last
+		}
+		then := "the replay guard is on for this source (a body seen before under another key is a duplicate)"
+		if s.ReplayGuard == ReplayGuardOff {
+			then = "with replay_guard = \"off\" such a replay is delivered again: key on the id the provider signs, or turn the guard on"
+		}
+		w = append(w, fmt.Sprintf("%s: %s is not covered by %s's signature: a captured delivery resent with another value there verifies as a new event; %s",
+			sourceKey(i, "key")+"["+strconv.Itoa(j)+"]", s.Key[j], s.Provider, then))
 	}
 	return w
 }

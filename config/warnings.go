@@ -43,7 +43,8 @@ var warningChecks = []func(*Config) []string{
 	subSecondBackoff,     // sourcewarn.go
 	wideTolerance,
 	deadRetentionBelowRetention,
-	weakSecrets, // secretwarn.go
+	weakSecrets,  // secretwarn.go
+	unsignedKeys, // secretwarn.go
 }
 
 // ownHeaders are the headers the forwarder sets on every delivery, or that

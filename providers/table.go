@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -165,4 +166,48 @@ func SharedKey(provider string, secret []byte) (key []byte, ok bool) {
 	}
 	k, err := whsecKey(secret)
 	return k, err == nil
+}
+
+// KeyPartSigned reports whether every alternative of a key part reads data
+// the provider's signature covers, so that a captured delivery cannot be
+// resent under another value of it: the body (json:, body:sha256) for every
+// scheme that signs the body (all but the shared-token ones, gitlab and
+// asaas), and the id header a scheme signs (webhook-id for standard; svix-id
+// and webhook-id for svix; an hmac source's id_header when its template
+// signs {id}). Any other header is the sender's to write.
+func KeyPartSigned(provider, part string, spec *HMACSpec) bool {
+	gs, err := parseGetters(part)
+	if err != nil {
+		return false
+	}
+	sch, ok := Lookup(provider)
+	if !ok {
+		return false
+	}
+	bodySigned := sch.Defaults().SecretHeader == ""
+	var signedHeaders []string
+	switch provider {
+	case "standard":
+		signedHeaders = []string{"webhook-id"}
+	case "svix":
+		signedHeaders = []string{"svix-id", "webhook-id"}
+	case "hmac":
+		if spec != nil && spec.IDHeader != "" && strings.Contains(spec.Template, "{id}") {
+			signedHeaders = []string{strings.ToLower(spec.IDHeader)}
+		}
+		bodySigned = spec == nil || spec.Template == "" || strings.Contains(spec.Template, "{body}")
+	}
+	for _, g := range gs {
+		switch g.kind {
+		case getHeader:
+			if !slices.Contains(signedHeaders, strings.ToLower(g.arg)) {
+				return false
+			}
+		default:
+			if !bodySigned {
+				return false
+			}
+		}
+	}
+	return true
 }
