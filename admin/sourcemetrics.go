@@ -72,6 +72,14 @@ func (c *sourceCollector) Collect(ch chan<- prometheus.Metric) {
 			names = append(names, name)
 		}
 	}
+	// A source no longer configured here (removed, renamed, or configured
+	// on another node only) whose events wait is a backlog like any other:
+	// its series must exist for an alert on it to fire.
+	for name, b := range ss.backlog {
+		if b.Pending > 0 && !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
 	now := c.now()
 	gauge := func(d *prometheus.Desc, v float64, source string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, source)
