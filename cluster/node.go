@@ -546,6 +546,9 @@ func (n *Node) catchUpFromSnapshot(snaps raft.SnapshotStore) error {
 	return n.eng.SetLastApplied(newest.Index)
 }
 
+// fatal stops the process (exit status 2) after one ERROR line saying why:
+// this replica must not go on. The line says everything an operator needs;
+// a panic's goroutine dump (hundreds of lines) would bury it.
 func (n *Node) fatal(err error) {
 	n.fatalOnce.Do(func() {
 		n.log.Error("fatal storage error; stopping the process so this replica cannot diverge", "err", err)
@@ -553,7 +556,7 @@ func (n *Node) fatal(err error) {
 			n.cfg.onFatal(err)
 			return
 		}
-		panic(err)
+		os.Exit(2)
 	})
 }
 
