@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // TestMaxConnsPerIPIsApplied: [node] max_conns_per_ip reaches the intake's
@@ -146,5 +147,75 @@ func TestExpectContinueDecidedFromTheHead(t *testing.T) {
 	}
 	if n := f.store.index; n != 0 {
 		t.Fatalf("%d commands applied, want none", n)
+	}
+}
+
+// TestBodyMemoryIsCapped: bodies must be read whole before a signature can
+// be checked, so the bytes of bodies in flight are capped across all
+// connections: while one sender holds a large share of the cap with a body
+// it is slow to send, another whose declared body would pass the cap is
+// answered 503 with Retry-After before its body is read, and once the
+// first is done the cap is free again.
+func TestBodyMemoryIsCapped(t *testing.T) {
+	f := newIntakeFixture(t)
+	// fasthttp reads a body that fits its 16 KiB buffer before the handler
+	// runs: these are larger, read by the handler as they come.
+	f.in.bodyMemory = 60000
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := f.in.HTTPServer()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		srv.Shutdown()
+		<-served
+	}()
+	head := func(n int) string {
+		return fmt.Sprintf("POST /in/jsonkey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
+	}
+	// The slow sender: 40,000 bytes declared, 20,000 sent.
+	slow, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer slow.Close()
+	fmt.Fprint(slow, head(40000)+strings.Repeat("x", 20000))
+	waitFor(t, "the slow body to hold its share", func() bool { return f.in.bodies.Load() == 40000 })
+
+	other, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	fmt.Fprint(other, head(40000)+strings.Repeat("x", 20000))
+	_ = other.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(other), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a body past the cap: %d %v, want 503 with Retry-After", resp.StatusCode, resp.Header)
+	}
+	// The slow sender finishes (an unsigned body: 401); its share is free.
+	fmt.Fprint(slow, strings.Repeat("x", 20000))
+	_ = slow.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if resp, err := http.ReadResponse(bufio.NewReader(slow), nil); err != nil || resp.StatusCode != http.StatusUnauthorized {
+		t.Fatalf("the slow sender's answer: %v %v, want 401", resp, err)
+	}
+	waitFor(t, "the cap to be free", func() bool { return f.in.bodies.Load() == 0 })
+}
+
+// waitFor polls cond until it holds, failing t after 10 s.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting: %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

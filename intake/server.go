@@ -166,7 +166,17 @@ type Options struct {
 	// at warn as "claim not committed", any other error at error as "claim
 	// failed". All are 503 with Retry-After. nil: none is.
 	NotCommitted func(error) string
+	// BodyMemory caps the bytes of request bodies read or held at once, all
+	// connections together; 0: DefaultBodyMemory, or twice the largest
+	// max_body when that is more.
+	BodyMemory int64
 }
+
+// DefaultBodyMemory is the default cap on the bytes of request bodies in
+// flight. A body must be read whole before its signature can be checked,
+// so without a cap an unauthenticated sender holding many connections
+// (each under max_body) could make the node hold their product in memory.
+const DefaultBodyMemory = 256 << 20
 
 // Server is the public webhook listener's handler (docs/architecture.md,
 // Request flow).
@@ -182,6 +192,10 @@ type Server struct {
 	// maxConnsPerIP caps one client address's open connections ([node]
 	// max_conns_per_ip); 0: DefaultMaxConnsPerIP.
 	maxConnsPerIP int
+	// bodyMemory is Options.BodyMemory; bodies the bytes reserved by the
+	// bodies being read or held now.
+	bodyMemory int64
+	bodies     atomic.Int64
 
 	keyBufs  sync.Pool
 	bodyBufs sync.Pool // bodies read by readBody, returned when the request ends
@@ -193,7 +207,7 @@ type Server struct {
 // New returns the intake over o.Store.
 func New(o Options) *Server {
 	in := &Server{store: o.Store, log: o.Logger, now: o.Now, metrics: o.Metrics, timeout: o.Timeout,
-		maxConnsPerIP: o.MaxConnsPerIP, notCommitted: o.NotCommitted}
+		maxConnsPerIP: o.MaxConnsPerIP, notCommitted: o.NotCommitted, bodyMemory: o.BodyMemory}
 	if in.log == nil {
 		in.log = slog.New(slog.DiscardHandler)
 	}
@@ -218,6 +232,23 @@ func New(o Options) *Server {
 	in.keyBufs.New = func() any { b := make([]byte, 0, 600); return &b }
 	in.bodyBufs.New = func() any { b := make([]byte, 0, 8<<10); return &b }
 	return in
+}
+
+// reserveBody takes n bytes of the body memory cap, or reports that they
+// would pass it.
+func (in *Server) reserveBody(n int64) bool {
+	limit := in.bodyMemory
+	if limit <= 0 {
+		limit = DefaultBodyMemory
+		if set := in.sources.Load(); set != nil {
+			limit = max(limit, 2*int64(set.maxBody))
+		}
+	}
+	if in.bodies.Add(n) > limit {
+		in.bodies.Add(-n)
+		return false
+	}
+	return true
 }
 
 // SetSources swaps the served sources (a reload); requests in flight finish
@@ -468,6 +499,19 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 	}
 	if ce := ctx.Request.Header.Peek("Content-Encoding"); len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {
 		return writeError(ctx, fasthttp.StatusUnsupportedMediaType, "content-encoding not supported: signatures cover the raw body")
+	}
+	// The body's bytes are reserved before it is read: a declared length, or
+	// max_body for a chunked one (one over max_body is refused unread).
+	if want := int64(ctx.Request.Header.ContentLength()); want <= int64(src.maxBody) {
+		if want < 0 {
+			want = int64(src.maxBody)
+		}
+		if !in.reserveBody(want) {
+			ctx.SetConnectionClose()
+			ctx.Response.Header.Set("Retry-After", "1")
+			return writeError(ctx, fasthttp.StatusServiceUnavailable, "too many request bodies in flight, retry")
+		}
+		defer in.bodies.Add(-want)
 	}
 	bp := in.bodyBufs.Get().(*[]byte)
 	defer in.bodyBufs.Put(bp)
