@@ -223,7 +223,7 @@ func TestIntakeAnswers(t *testing.T) {
 		{name: "empty body", req: request{path: "/in/orders", body: ``, id: "msg_1"},
 			status: 400, body: `{"status":"error","error":"empty body"}` + "\n"},
 		{name: "livez", req: request{method: "GET", path: "/livez"}, status: 200, body: "ok\n"},
-		{name: "readyz", req: request{method: "GET", path: "/readyz"}, status: 200, body: "ok: in memory\n"},
+		{name: "readyz", req: request{method: "GET", path: "/readyz"}, status: 200, body: "ok\n"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

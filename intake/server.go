@@ -460,13 +460,16 @@ func (in *Server) handle(ctx *fasthttp.RequestCtx) {
 		ctx.SetContentType("text/plain; charset=utf-8")
 		ctx.WriteString("ok\n")
 	case bytes.Equal(path, strReadyz):
+		// The status is for a load balancer; why, which names the
+		// cluster's members, is the admin listener's /readyz, behind a
+		// token: this listener faces the internet.
 		ctx.SetContentType("text/plain; charset=utf-8")
-		if ok, why := in.store.Ready(); ok {
-			ctx.WriteString("ok: " + why + "\n")
+		if ok, _ := in.store.Ready(); ok {
+			ctx.WriteString("ok\n")
 		} else {
 			ctx.Response.Header.Set("Retry-After", "1")
 			ctx.SetStatusCode(fasthttp.StatusServiceUnavailable)
-			ctx.WriteString("not ready: " + why + "\n")
+			ctx.WriteString("not ready\n")
 		}
 	default:
 		writeError(ctx, fasthttp.StatusNotFound, "not found")
