@@ -456,9 +456,17 @@ func (c *sourceCheck) retry() {
 	}
 	positive(p, c.k("forward_timeout"), s.ForwardTimeout)
 	if s.ForwardTimeout > 0 && s.Lease > 0 && s.ForwardTimeout >= s.Lease {
+		// The operator may have set only one of the two: say which is the default.
+		ft, lease := s.ForwardTimeout.String(), s.Lease.String()
+		if s.ForwardTimeout == Duration(DefaultForwardTimeout) {
+			ft += " (the default)"
+		}
+		if s.Lease == Duration(DefaultLease) {
+			lease += " (the default)"
+		}
 		p.add(c.k("forward_timeout"), nil, fmt.Sprintf(
-			"%s must be less than lease %s: a handler still running when its lease ends could be run twice at once",
-			s.ForwardTimeout, s.Lease), c.k("lease"))
+			"%s must be less than lease %s: a handler still running when its lease ends could be run twice at once; lower forward_timeout or raise lease",
+			ft, lease), c.k("lease"))
 	}
 	if math.IsNaN(s.MaxRate) || s.MaxRate < 0 || s.MaxRate > maxRate {
 		p.add(c.k("max_rate"), nil, fmt.Sprintf("must be 0 (no limit) or a positive number of deliveries per second up to %g, got %g", float64(maxRate), s.MaxRate))
