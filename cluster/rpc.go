@@ -304,14 +304,15 @@ func (f *relayer) get(ctx context.Context, addr string) (*relayConn, error) {
 	for k := len(f.idle); k > 0; k = len(f.idle) {
 		fc := f.idle[k-1]
 		f.idle = f.idle[:k-1]
+		f.mu.Unlock()
 		// A stream kept from before the leader restarted would fail the
 		// request after sending it, an outcome unknown for what the new
 		// process never received: such a stream is dropped, not used.
 		if fc.r.Buffered() > 0 || closedByPeer(fc.c) {
 			fc.c.Close()
+			f.mu.Lock()
 			continue
 		}
-		f.mu.Unlock()
 		return fc, nil
 	}
 	f.mu.Unlock()
