@@ -206,7 +206,7 @@ type Sampler struct {
 func (q *Sampler) Allow(now time.Time) (int, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if !q.last.IsZero() && now.Sub(q.last) < time.Second {
+	if d := now.Sub(q.last); !q.last.IsZero() && d >= 0 && d < time.Second { // a clock stepped back lets it through
 		q.held++
 		return 0, false
 	}

@@ -296,4 +296,7 @@ func TestSampler(t *testing.T) {
 	if n, ok := s.Allow(t0.Add(time.Second)); !ok || n != 9 {
 		t.Fatalf("after a second: %d held, %v; want 9, true", n, ok)
 	}
+	if _, ok := s.Allow(t0); !ok {
+		t.Fatal("a clock stepped back held the line")
+	}
 }

@@ -14,13 +14,13 @@ func TestDependencyRule(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	allowed := map[string]bool{"oncehook/engine": true, "oncehook/providers": true, "oncehook/config": true}
+	allowed := map[string]bool{"oncehook/engine": true, "oncehook/providers": true, "oncehook/config": true, "oncehook/connlimit": true}
 	for _, imp := range pkg.Imports {
 		switch {
 		case imp == "oncehook":
 			t.Errorf("intake imports package main")
 		case strings.HasPrefix(imp, "oncehook/") && !allowed[imp]:
-			t.Errorf("intake imports %s; of ours only engine, providers and config are allowed", imp)
+			t.Errorf("intake imports %s; of ours only engine, providers, config and connlimit are allowed", imp)
 		case strings.Contains(imp, "hashicorp/raft"), strings.Contains(imp, "bbolt"), imp == "net/http":
 			t.Errorf("intake imports %s", imp)
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/valyala/fasthttp"
 
 	"oncehook/config"
+	"oncehook/connlimit"
 	"oncehook/engine"
 	"oncehook/providers"
 )
@@ -196,7 +197,7 @@ type Server struct {
 	// bodies being read or held now.
 	bodyMemory int64
 	bodies     atomic.Int64
-	replayLog  sampler // the replay guard's WARN lines
+	replayLog  connlimit.Sampler // the replay guard's WARN lines
 
 	keyBufs  sync.Pool
 	bodyBufs sync.Pool // bodies read by readBody, returned when the request ends
@@ -659,7 +660,7 @@ func (in *Server) answerClaim(ctx *fasthttp.RequestCtx, src *Source, key, body [
 		in.metrics.ReplaySuspected(src.name)
 		// Anyone holding one captured delivery can send it again as fast
 		// as they like: a line a second, the counter for the rest.
-		if held, ok := in.replayLog.allow(in.now()); ok {
+		if held, ok := in.replayLog.Allow(in.now()); ok {
 			in.log.Warn("replayed body under a new key", "source", src.name, "key", string(key), "original", res.Keys[0],
 				"not_logged_since_last", held)
 		}
@@ -1032,24 +1033,4 @@ func appendJSONString(b []byte, s string) []byte {
 		}
 	}
 	return append(b, '"')
-}
-
-// sampler lets a repeating log line through at most once a second and
-// counts the ones it held back. The zero value is ready.
-type sampler struct {
-	mu   sync.Mutex
-	last time.Time
-	held int
-}
-
-func (q *sampler) allow(now time.Time) (int, bool) {
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	if !q.last.IsZero() && now.Sub(q.last) >= 0 && now.Sub(q.last) < time.Second {
-		q.held++
-		return 0, false
-	}
-	n := q.held
-	q.last, q.held = now, 0
-	return n, true
 }
