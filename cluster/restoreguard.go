@@ -119,8 +119,10 @@ func (n *Node) confirmRestore(timeout time.Duration) error {
 }
 
 // restoreUnconfirmed stops the node after a restore the cluster did not
-// confirm, from a goroutine of its own so that the operator's request gets
-// its answer first.
+// confirm, a second later, so that the operator's request gets its answer
+// first (the process exits on fatal).
 func (n *Node) restoreUnconfirmed(err error) {
-	go n.fatal(fmt.Errorf("%w; stopping: at the next start this node sets its state aside and rejoins the cluster", err))
+	time.AfterFunc(time.Second, func() {
+		n.fatal(fmt.Errorf("%w; stopping: at the next start this node sets its state aside and rejoins the cluster", err))
+	})
 }
