@@ -261,7 +261,7 @@ func (m *mux) rejections() uint64 {
 }
 
 // reject closes a connection that did not prove membership. The WARN is
-// written at most once a second (a flood of them would bury the log), with
+// sampled (connlimit.Sampler: a flood of them would bury the log), with
 // the count of those not written.
 func (m *mux) reject(c net.Conn, what string, err error) {
 	m.mu.Lock()

@@ -193,24 +193,40 @@ func (c *Counter) Open() int {
 	return c.total
 }
 
-// Sampler lets a repeating log line through at most once a second, and
-// counts the ones it held back. The zero value is ready.
+// Sampler lets a repeating log line through at a bounded rate: up to
+// sampleBurst lines at once, then sampleRate a second, and counts the ones
+// it held back. An operator probing a port sees each refusal; a flood
+// writes a few lines a second, each saying how many it stands for. The
+// zero value is ready.
 type Sampler struct {
-	mu   sync.Mutex
-	last time.Time
-	held int
+	mu     sync.Mutex
+	last   time.Time
+	tokens float64
+	held   int
 }
 
+const (
+	sampleBurst = 10
+	sampleRate  = 10 // lines a second once the burst is spent
+)
+
 // Allow reports whether a line may be written now, with the number held
-// back since the last one written.
+// back since the last one written. A clock that steps back refills nothing.
 func (q *Sampler) Allow(now time.Time) (int, bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	if d := now.Sub(q.last); !q.last.IsZero() && d >= 0 && d < time.Second { // a clock stepped back lets it through
+	if q.last.IsZero() {
+		q.tokens = sampleBurst
+	} else if d := now.Sub(q.last); d > 0 {
+		q.tokens = min(sampleBurst, q.tokens+d.Seconds()*sampleRate)
+	}
+	q.last = now
+	if q.tokens < 1 {
 		q.held++
 		return 0, false
 	}
+	q.tokens--
 	n := q.held
-	q.last, q.held = now, 0
+	q.held = 0
 	return n, true
 }

@@ -280,23 +280,33 @@ func TestTransient(t *testing.T) {
 	}
 }
 
-// TestSampler: one line a second gets through, with the count of those
-// held back.
+// TestSampler: a burst of lines gets through, then about ten a second,
+// each with the count of those held back since the last one written.
 func TestSampler(t *testing.T) {
 	var s Sampler
 	t0 := time.Unix(1_700_000_000, 0)
-	if n, ok := s.Allow(t0); !ok || n != 0 {
-		t.Fatalf("first line: %d, %v", n, ok)
-	}
-	for i := range 9 {
-		if _, ok := s.Allow(t0.Add(time.Duration(i+1) * 100 * time.Millisecond)); ok {
-			t.Fatalf("line %d within the second got through", i+1)
+	for i := range sampleBurst {
+		if n, ok := s.Allow(t0); !ok || n != 0 {
+			t.Fatalf("line %d of the burst: %d %v", i, n, ok)
 		}
 	}
-	if n, ok := s.Allow(t0.Add(time.Second)); !ok || n != 9 {
-		t.Fatalf("after a second: %d held, %v; want 9, true", n, ok)
+	for i := range 5 {
+		if _, ok := s.Allow(t0); ok {
+			t.Fatalf("line %d past the burst got through", i)
+		}
 	}
-	if _, ok := s.Allow(t0); !ok {
-		t.Fatal("a clock stepped back held the line")
+	// A tenth of a second later, one more, naming the five held back.
+	if n, ok := s.Allow(t0.Add(100 * time.Millisecond)); !ok || n != 5 {
+		t.Fatalf("after 100 ms: %d held, %v; want 5, true", n, ok)
+	}
+	if _, ok := s.Allow(t0.Add(100 * time.Millisecond)); ok {
+		t.Fatal("a second line in the same tenth of a second got through")
+	}
+	// A clock stepped back refills nothing.
+	if _, ok := s.Allow(t0); ok {
+		t.Fatal("a clock stepped back refilled the sampler")
+	}
+	if n, ok := s.Allow(t0.Add(2 * time.Second)); !ok || n != 2 {
+		t.Fatalf("after two seconds: %d held, %v; want 2, true", n, ok)
 	}
 }

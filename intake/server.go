@@ -659,7 +659,7 @@ func (in *Server) answerClaim(ctx *fasthttp.RequestCtx, src *Source, key, body [
 		// event, resent under an id the signature does not cover.
 		in.metrics.ReplaySuspected(src.name)
 		// Anyone holding one captured delivery can send it again as fast
-		// as they like: a line a second, the counter for the rest.
+		// as they like: a few lines a second, the counter for the rest.
 		if held, ok := in.replayLog.Allow(in.now()); ok {
 			in.log.Warn("replayed body under a new key", "source", src.name, "key", string(key), "original", res.Keys[0],
 				"not_logged_since_last", held)
