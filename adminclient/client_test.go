@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"flag"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -136,4 +137,28 @@ func newTestClient(t *testing.T, addr, token string) *Client {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// TestRestoreCutOffSaysItMayHaveTaken: a node that stops while a restore's
+// answer is due (the connection breaks) leaves the operator not knowing
+// whether the cluster took the backup; the error says so and how to tell.
+func TestRestoreCutOffSaysItMayHaveTaken(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err == nil {
+			conn.Close() // the node went away before its answer
+		}
+	}))
+	defer srv.Close()
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	if err := os.WriteFile(backup, []byte("a backup"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newTestClient(t, srv.URL, "admin-token-for-tests-0123456789abcdef")
+	var out bytes.Buffer
+	err := c.RestoreSnapshot(context.Background(), &out, backup)
+	if err == nil || !strings.Contains(err.Error(), "whether the restore took is unknown") {
+		t.Fatalf("restore cut off: %v, want an error saying the outcome is unknown", err)
+	}
 }

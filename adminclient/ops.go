@@ -257,7 +257,9 @@ func (c *Client) RestoreSnapshot(ctx context.Context, w io.Writer, file string) 
 	req.Header.Set("Expect", "100-continue")
 	resp, err := c.send(req)
 	if err != nil {
-		return err
+		// The node may have taken the backup before the connection broke
+		// (it stopped, say): only the cluster can tell.
+		return fmt.Errorf("%w (whether the restore took is unknown: compare `oncehook status` event counts with the backup's, and run it again if it did not)", err)
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
