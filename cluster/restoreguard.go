@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"oncehook/engine"
@@ -97,16 +98,9 @@ func abandonUnconfirmedRestore(dir string, log interface {
 		return err
 	}
 	log.Error("this node led a restore that the cluster did not confirm before it stopped (the marker says: "+
-		string(trimNewline(note))+"); its state is set aside and it rejoins the cluster, taking what the cluster committed",
+		strings.TrimSpace(string(note))+"); its state is set aside and it rejoins the cluster, taking what the cluster committed",
 		"set_aside", aside)
 	return nil
-}
-
-func trimNewline(b []byte) []byte {
-	for len(b) > 0 && (b[len(b)-1] == '\n' || b[len(b)-1] == '\r') {
-		b = b[:len(b)-1]
-	}
-	return b
 }
 
 // confirmRestore waits for a barrier after the restore: committed, a

@@ -19,20 +19,7 @@ import (
 func TestTruncatedFileIsRefused(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "engine.db")
-	e, err := Open(path, Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 400 {
-		cmd := claimCmd(fmt.Sprintf("src:k%04d", i), t0)
-		cmd.Payload = make([]byte, 512)
-		if _, err := e.Apply(uint64(i+1), cmd); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeEngineFile(t, path, 400, make([]byte, 512))
 	whole, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -86,20 +73,7 @@ func TestTruncatedFileIsRefused(t *testing.T) {
 func damagedFileFixture(t *testing.T) ([]byte, int) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "engine.db")
-	e, err := Open(path, Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for i := range 3000 {
-		cmd := claimCmd(fmt.Sprintf("src:k%05d", i), t0+int64(i))
-		cmd.Payload = make([]byte, 64)
-		if _, err := e.Apply(uint64(i+1), cmd); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := e.Close(); err != nil {
-		t.Fatal(err)
-	}
+	writeEngineFile(t, path, 3000, make([]byte, 64))
 	whole, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -194,20 +168,7 @@ func TestDamagedFileIsRefused(t *testing.T) {
 // walks every page).
 func FuzzCheckFile(f *testing.F) {
 	path := filepath.Join(f.TempDir(), "seed.db")
-	e, err := Open(path, Options{NoSync: true})
-	if err != nil {
-		f.Fatal(err)
-	}
-	for i := range 40 {
-		cmd := claimCmd(fmt.Sprintf("src:k%03d", i), t0+int64(i))
-		cmd.Payload = []byte(`{"n":1}`)
-		if _, err := e.Apply(uint64(i+1), cmd); err != nil {
-			f.Fatal(err)
-		}
-	}
-	if err := e.Close(); err != nil {
-		f.Fatal(err)
-	}
+	writeEngineFile(f, path, 40, []byte(`{"n":1}`))
 	seed, err := os.ReadFile(path)
 	if err != nil {
 		f.Fatal(err)
@@ -241,4 +202,24 @@ func FuzzCheckFile(f *testing.F) {
 		}
 		e.Close()
 	})
+}
+
+// writeEngineFile writes an engine file at path holding n claimed events
+// with payload, one entry each, and closes it.
+func writeEngineFile(tb testing.TB, path string, n int, payload []byte) {
+	tb.Helper()
+	e, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for i := range n {
+		cmd := claimCmd(fmt.Sprintf("src:k%05d", i), t0+int64(i))
+		cmd.Payload = payload
+		if _, err := e.Apply(uint64(i+1), cmd); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	if err := e.Close(); err != nil {
+		tb.Fatal(err)
+	}
 }

@@ -17,18 +17,7 @@ import (
 // server; a client address over it is refused with 429 at accept.
 func TestMaxConnsPerIPIsApplied(t *testing.T) {
 	in := New(Options{Store: nullStore{}, MaxConnsPerIP: 2})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := in.HTTPServer()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		srv.Shutdown()
-		<-served
-	}()
-	addr := ln.Addr().String()
+	addr := serveTCP(t, in)
 	// Two kept-alive connections, each proven open by an answered request.
 	for range 2 {
 		c, err := net.Dial("tcp", addr)
@@ -108,17 +97,7 @@ func (s *syncBuffer) String() string {
 // a body that is then refused; a welcome one is told 100 Continue.
 func TestExpectContinueDecidedFromTheHead(t *testing.T) {
 	f := newIntakeFixture(t)
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := f.in.HTTPServer()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		srv.Shutdown()
-		<-served
-	}()
+	addr := serveTCP(t, f.in)
 	for _, tt := range []struct {
 		name, head string
 		want       int
@@ -130,7 +109,7 @@ func TestExpectContinueDecidedFromTheHead(t *testing.T) {
 		{"welcome", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 10", 100},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			c, err := net.Dial("tcp", ln.Addr().String())
+			c, err := net.Dial("tcp", addr)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -161,22 +140,12 @@ func TestBodyMemoryIsCapped(t *testing.T) {
 	// fasthttp reads a body that fits its 16 KiB buffer before the handler
 	// runs: these are larger, read by the handler as they come.
 	f.in.bodyMemory = 60000
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := f.in.HTTPServer()
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		srv.Shutdown()
-		<-served
-	}()
+	addr := serveTCP(t, f.in)
 	head := func(n int) string {
 		return fmt.Sprintf("POST /in/jsonkey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
 	}
 	// The slow sender: 40,000 bytes declared, 20,000 sent.
-	slow, err := net.Dial("tcp", ln.Addr().String())
+	slow, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,7 +153,7 @@ func TestBodyMemoryIsCapped(t *testing.T) {
 	fmt.Fprint(slow, head(40000)+strings.Repeat("x", 20000))
 	waitFor(t, "the slow body to hold its share", func() bool { return f.in.bodies.Load() == 40000 })
 
-	other, err := net.Dial("tcp", ln.Addr().String())
+	other, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,4 +187,22 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
+}
+
+// serveTCP serves in with its real fasthttp server on a loopback port until
+// the test ends, and returns the address.
+func serveTCP(t *testing.T, in *Server) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := in.HTTPServer()
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	t.Cleanup(func() {
+		srv.Shutdown()
+		<-served
+	})
+	return ln.Addr().String()
 }
