@@ -34,6 +34,15 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The warnings come first, also when a source does not compile: an
+	// operator fixing the error should not meet them only on the next run.
+	for _, w := range cfg.Warnings() {
+		at := *path
+		if line := cfg.WarningLine(w); line > 0 {
+			at += ":" + strconv.Itoa(line)
+		}
+		fmt.Fprintf(stdout, "%s: warning: %s\n", at, w)
+	}
 	// Compile the sources as serve and a reload do (schemas, verifiers, key
 	// rules, fields): what would refuse the start is refused here.
 	if _, _, err := compileSources(cfg); err != nil {
@@ -51,13 +60,6 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("%s: %s: %w", at, key, err)
 		}
 		return fmt.Errorf("%s: %w", *path, err)
-	}
-	for _, w := range cfg.Warnings() {
-		at := *path
-		if line := cfg.WarningLine(w); line > 0 {
-			at += ":" + strconv.Itoa(line)
-		}
-		fmt.Fprintf(stdout, "%s: warning: %s\n", at, w)
 	}
 	mode := "single node"
 	if cfg.Cluster != nil {

@@ -94,3 +94,31 @@ forward_headers = [%s]
 		t.Errorf("a provider header was warned about:\n%s", out.String())
 	}
 }
+
+// TestValidateWarnsAlsoWhenASourceFails: a source that does not compile
+// fails validate, and the warnings about the rest of the file are printed
+// all the same, so that fixing the error does not reveal them one run later.
+func TestValidateWarnsAlsoWhenASourceFails(t *testing.T) {
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "bad.schema.json"), `{"type": 12}`)
+	path := filepath.Join(dir, "oncehook.toml")
+	mustWrite(t, path, fmt.Sprintf(`[node]
+data_dir = %q
+
+[[source]]
+name = "gh"
+provider = "github"
+secrets = ["github-test-secret"]
+forward = "http://127.0.0.1:9000/gh"
+forward_headers = ["Host"]
+schema_file = "bad.schema.json"
+`, filepath.Join(dir, "data")))
+	var out, errOut bytes.Buffer
+	err := cmdValidate([]string{"-config", path}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "schema_file") {
+		t.Fatalf("validate: %v, want the schema refused", err)
+	}
+	if want := ":9: warning: source[0].forward_headers[0]: Host is set or dropped by oncehook"; !strings.Contains(out.String(), want) {
+		t.Errorf("no warning %q in\n%s", want, out.String())
+	}
+}
