@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"oncehook/admin"
 	"oncehook/adminclient"
+	"oncehook/engine"
 )
 
 // The client commands: each parses its flags, checks them and makes one
@@ -55,6 +57,12 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := noArgs(fs, "to read one event: oncehook events show KEY"); err != nil {
 		return err
 	}
+	if err := checkStateFlag("events", *state, false); err != nil {
+		return err
+	}
+	if *limit < 1 {
+		return usageError{fmt.Sprintf("events -limit %d: want a whole number from 1 (a page holds at most %d events)", *limit, engine.MaxListLimit)}
+	}
 	c, err := mk()
 	if err != nil {
 		return err
@@ -99,6 +107,14 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if *reason == "" {
 		return usageError{"replay needs -reason"}
+	}
+	if err := checkStateFlag("replay", *state, true); err != nil {
+		return err
+	}
+	if *since != "" {
+		if _, err := admin.ParseSince(*since); err != nil {
+			return usageError{"replay -" + err.Error()}
+		}
 	}
 	c, err := mk()
 	if err != nil {
@@ -151,6 +167,12 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	if *state == "" || *before == "" || *reason == "" {
 		return usageError{"purge needs -state, -before and -reason"}
+	}
+	if err := checkStateFlag("purge", *state, true); err != nil {
+		return err
+	}
+	if _, err := admin.ParseBefore(*before, time.Now()); err != nil {
+		return usageError{"purge -" + err.Error()}
 	}
 	c, err := mk()
 	if err != nil {
@@ -230,3 +252,22 @@ type multiFlag []string
 
 func (m *multiFlag) String() string     { return strings.Join(*m, ",") }
 func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }
+
+// checkStateFlag refuses a -state the admin API would refuse, before any
+// request, as the usage error it is (exit 2). finished: only the states an
+// operator may replay or purge (done, dead, stale).
+func checkStateFlag(cmd, name string, finished bool) error {
+	if name == "" {
+		return nil
+	}
+	st, ok := engine.ParseState(name)
+	switch {
+	case !ok && finished:
+		return usageError{fmt.Sprintf("%s -state %q: want dead, done or stale", cmd, name)}
+	case !ok:
+		return usageError{fmt.Sprintf("%s -state %q: want pending, processing, done, dead or stale", cmd, name)}
+	case finished && !engine.Replayable(st):
+		return usageError{fmt.Sprintf("%s -state %s: %s events are still in flight; %s takes dead, done or stale", cmd, name, name, cmd)}
+	}
+	return nil
+}

@@ -139,3 +139,46 @@ func TestBadFlagReportedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestClientCommandsCheckValues: a -state, -since, -before or -limit value
+// the admin API would refuse is a usage error (exit 2) found before any
+// request, with what the flag takes; a valid one reaches the node.
+func TestClientCommandsCheckValues(t *testing.T) {
+	events := func(a []string) error { return cmdEvents(t.Context(), a, io.Discard, io.Discard) }
+	replay := func(a []string) error { return cmdReplay(t.Context(), a, io.Discard, io.Discard) }
+	purge := func(a []string) error { return cmdPurge(t.Context(), a, io.Discard, io.Discard) }
+	for _, tc := range []struct {
+		run  func(args []string) error
+		args []string
+		want string // "" : the value is fine, the call fails on the connection
+	}{
+		{events, []string{"-state", "bogus"}, "want pending, processing, done, dead or stale"},
+		{events, []string{"-state", "processing"}, ""},
+		{events, []string{"-limit", "0"}, "want a whole number from 1"},
+		{events, []string{"-limit", "-3"}, "want a whole number from 1"},
+		{events, []string{"-limit", "5000"}, ""},
+		{replay, []string{"-state", "pending", "-reason", "r"}, "still in flight; replay takes dead, done or stale"},
+		{replay, []string{"-state", "Dead", "-reason", "r"}, "want dead, done or stale"},
+		{replay, []string{"-state", "dead", "-since", "yesterday", "-reason", "r"}, "RFC3339 time or a duration"},
+		{replay, []string{"-state", "dead", "-since", "24h", "-reason", "r"}, ""},
+		{purge, []string{"-state", "processing", "-before", "1h", "-reason", "r"}, "still in flight; purge takes dead, done or stale"},
+		{purge, []string{"-state", "done", "-before", "last week", "-reason", "r"}, "RFC 3339 time or a duration"},
+		{purge, []string{"-state", "done", "-before", "-1h", "-reason", "r"}, "must be positive"},
+		{purge, []string{"-state", "stale", "-before", "2026-01-01T00:00:00Z", "-reason", "r"}, ""},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			t.Setenv("ONCEHOOK_ADDR", "127.0.0.1:1") // nothing listens
+			t.Setenv("ONCEHOOK_TOKEN", "t")
+			msg, code := exitStatus(tc.run(tc.args))
+			if tc.want == "" {
+				if code != 1 || !strings.Contains(msg, "127.0.0.1:1") {
+					t.Fatalf("exit %d %q, want 1 from the connection", code, msg)
+				}
+				return
+			}
+			if code != 2 || !strings.Contains(msg, tc.want) {
+				t.Fatalf("exit %d %q, want 2 with %q", code, msg, tc.want)
+			}
+		})
+	}
+}

@@ -390,7 +390,7 @@ func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
 		}
 		cmd.State = st
 		if req.Since != "" {
-			since, err := parseSince(req.Since)
+			since, err := ParseSince(req.Since)
 			if err != nil {
 				jsonError(w, http.StatusBadRequest, err.Error())
 				return
@@ -709,7 +709,9 @@ func (s *Server) whyNotReplayed(key string) string {
 	return "not replayed"
 }
 
-func parseSince(s string) (int64, error) {
+// ParseSince reads a replay's since: an RFC 3339 time, or a duration meaning
+// that long before now.
+func ParseSince(s string) (int64, error) {
 	if d, err := time.ParseDuration(s); err == nil {
 		return time.Now().Add(-d).UnixNano(), nil
 	}

@@ -47,7 +47,7 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, fmt.Sprintf("%s events are in flight (not yet delivered) and cannot be purged; purge takes dead, done or stale", req.State))
 		return
 	}
-	before, err := parseBefore(req.Before, time.Now())
+	before, err := ParseBefore(req.Before, time.Now())
 	if err != nil {
 		jsonError(w, http.StatusBadRequest, err.Error())
 		return
@@ -75,10 +75,10 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, map[string]any{"purged": len(keys), "keys": nonNil(keys)})
 }
 
-// parseBefore reads a purge's bound: an RFC 3339 time, or a positive
+// ParseBefore reads a purge's bound: an RFC 3339 time, or a positive
 // duration meaning that long before now ("720h": events last updated over
 // 30 days ago), as replay's since takes one.
-func parseBefore(v string, now time.Time) (time.Time, error) {
+func ParseBefore(v string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil {
 		if d <= 0 {
 			return time.Time{}, fmt.Errorf("before %q: a duration must be positive (that long ago)", v)

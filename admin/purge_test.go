@@ -24,7 +24,7 @@ func TestParseBefore(t *testing.T) {
 		{"yesterday", time.Time{}, "RFC 3339 time or a duration"},
 		{"", time.Time{}, "RFC 3339 time or a duration"},
 	} {
-		got, err := parseBefore(tt.in, now)
+		got, err := ParseBefore(tt.in, now)
 		if tt.err != "" {
 			if err == nil || !strings.Contains(err.Error(), tt.err) {
 				t.Errorf("%q: %v, %v; want an error containing %q", tt.in, got, err, tt.err)
