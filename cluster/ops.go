@@ -101,6 +101,14 @@ func (n *Node) Fail(ctx context.Context, key string, token uint64, retryIn time.
 		Reason: reason, Step: step, DeadRetention: int64(deadKeep), Attempt: at})
 }
 
+// HandBack returns a leased event whose attempt never started (a rate
+// limit, its source no longer configured) to pending retryIn from now, and
+// takes back the attempt its lease counted (engine Command.Refund).
+func (n *Node) HandBack(ctx context.Context, key string, token uint64, retryIn time.Duration, reason string) error {
+	return n.leaderCmd(ctx, engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn),
+		Reason: reason, Refund: true})
+}
+
 // Reclaim returns expired leases to pending, after repairing schedules more
 // than horizon ahead (0: none; engine Command.Horizon).
 func (n *Node) Reclaim(ctx context.Context, horizon time.Duration) (int, error) {

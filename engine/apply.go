@@ -963,7 +963,10 @@ func (a *applier) fail(c *Command) (Result, error) {
 			return Result{}, err
 		}
 	}
-	if c.MaxAttempts > 0 && int64(ev.Attempts) >= int64(c.MaxAttempts) {
+	if c.Refund && ev.Attempts > 0 {
+		ev.Attempts--
+	}
+	if !c.Refund && c.MaxAttempts > 0 && int64(ev.Attempts) >= int64(c.MaxAttempts) {
 		ev.State = StateDead
 		if err := a.dequeue(&ev, StateProcessing); err != nil { // the next event of its object may go
 			return Result{}, err

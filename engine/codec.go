@@ -502,6 +502,7 @@ const (
 	fieldShare
 	fieldSpare
 	fieldResponseType // added with the handler's Content-Type of a sync answer
+	fieldRefund       // added with the hand-back's refund: no value, the bit says it
 	numFields
 )
 
@@ -544,6 +545,7 @@ func commandMask(c *Command) uint64 {
 	set(fieldShare, c.Share != 0)
 	set(fieldSpare, c.Spare != 0)
 	set(fieldResponseType, c.Response != nil && c.Response.ContentType != "")
+	set(fieldRefund, c.Refund)
 	return m
 }
 
@@ -979,6 +981,7 @@ func (d *entryDecoder) command(c *Command) {
 	if m&(1<<fieldSpare) != 0 {
 		c.Spare = d.int32("spare", true)
 	}
+	c.Refund = m&(1<<fieldRefund) != 0
 	if m&(1<<fieldResponseType) != 0 {
 		t := d.string("response content type", true)
 		if d.err == nil && c.Response == nil {

@@ -27,6 +27,7 @@ func sampleCommands() []Command {
 		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, RetryIn: 4 * sec, MaxAttempts: 8, Reason: "timeout", Step: "charged",
 			Attempt: &Attempt{At: t0 + 2, Took: 1500, Status: 502, Error: "status 502", Body: []byte("bad gateway")}},
 		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, Attempt: &Attempt{}},
+		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, RetryIn: 2 * sec, MaxAttempts: 3, Reason: "rate limited", Refund: true},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 3, PayloadRetention: 72 * hour},
 		{Op: OpFail, Now: t0 + 3, Key: "k", Token: 9, MaxAttempts: 1, DeadRetention: 720 * hour,
 			Attempt: &Attempt{At: t0 + 2, Status: 500}},

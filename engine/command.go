@@ -138,6 +138,11 @@ type Command struct {
 	RetryIn     int64  // next try = Now+RetryIn (jitter decided by the leader)
 	MaxAttempts int    // attempts after this failure >= MaxAttempts -> dead (Attempts counts leases; <= 0: no limit)
 	Reason      string // fail: last error; replay, pause, resume: the operator's reason
+	// Refund on a fail: the lease's attempt never started (the forwarder
+	// handed the event back: a rate limit, or its source no longer
+	// configured), so Attempts goes back down by one and the event is
+	// never made dead by it; MaxAttempts is not compared.
+	Refund bool
 	// Attempt is the failed attempt this Fail records in the event's
 	// attempt history (history.go); nil records none. The engine cuts its
 	// Body to MaxAttemptBody bytes and its Error like a reason.

@@ -36,7 +36,9 @@
 //     token.
 //   - Attempts counts delivery attempts started: Lease increments it, Fail
 //     compares it with MaxAttempts (dead when Attempts >= MaxAttempts; 0 means
-//     no limit), Reclaim keeps it, Replay resets it to 0.
+//     no limit), Reclaim keeps it, Replay resets it to 0, and a Fail with
+//     Refund (a hand-back: the attempt never started) takes the lease's one
+//     back and never makes the event dead.
 //   - Cheap when big. Lease, Reclaim, Expire, DropPayloads and Purge walk
 //     time-ordered indexes from their start and stop at Now (or Before), so
 //     their cost grows with the events they change, not with the events

@@ -117,6 +117,13 @@ func failCmd(key string, token uint64, now int64, maxAttempts int) Command {
 	return Command{Op: OpFail, Now: now, Key: key, Token: token, RetryIn: 10 * sec, MaxAttempts: maxAttempts, Reason: "handler 500"}
 }
 
+// refundCmd is a forwarder's hand-back: the attempt never started.
+func refundCmd(key string, now int64, maxAttempts int) Command {
+	c := failCmd(key, 0, now, maxAttempts)
+	c.Reason, c.Refund = "rate limited", true
+	return c
+}
+
 func keyN(i int) string { return fmt.Sprintf("src:evt_%08d", i) }
 
 func mustCounts(tb testing.TB, e *Engine) (map[State]int, map[string]int) {

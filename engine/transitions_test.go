@@ -219,6 +219,15 @@ func TestTransitions(t *testing.T) {
 			{cmd: failCmd(k, 0, t0+13*sec, 2), tok: 1, state: StateDead, key: k, keyState: StateDead, attempts: 2},
 			{cmd: leaseCmd(t0+hour, 10), n: 0},
 		}},
+		{"a refunded fail gives the attempt back and never kills", []step{
+			{cmd: claimCmd(k, t0), created: true},
+			{cmd: lease, n: 1, attempts: 1, key: k, keyState: StateProcessing},
+			{cmd: refundCmd(k, t0+2*sec, 1), tok: 1, state: StatePending, key: k, keyState: StatePending, attempts: 0},
+			{cmd: leaseCmd(t0+12*sec, 1), n: 1, key: k, keyState: StateProcessing, attempts: 1},
+			{cmd: refundCmd(k, t0+13*sec, 1), tok: 1, state: StatePending, key: k, keyState: StatePending, attempts: 0},
+			{cmd: leaseCmd(t0+23*sec, 1), n: 1, key: k, keyState: StateProcessing, attempts: 1},
+			{cmd: failCmd(k, 0, t0+24*sec, 1), tok: 1, state: StateDead, key: k, keyState: StateDead, attempts: 1},
+		}},
 		{"fail without a limit never dies", []step{
 			{cmd: claimCmd(k, t0), created: true},
 			{cmd: lease, n: 1},

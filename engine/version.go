@@ -29,6 +29,7 @@ import (
 //	   quotas, share and spare
 //	10 a sync answer's Content-Type: entry field responseType, response
 //	   value version 2
+//	11 a hand-back's refund of the lease's attempt: entry field refund
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -57,7 +58,7 @@ import (
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 10
+const FormatVersion = 11
 
 // Formats at which the meaning of an existing command changed.
 const (

@@ -397,17 +397,14 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 
 // handBack returns a leased event that could not start inside its lease
 // (doc.go, "Rate limits"), or whose source is no longer configured, to
-// pending for retryIn, without calling its handler. The engine counted the
-// attempt when it leased the event; maxAttempts is raised past it so that a
-// hand-back never makes the event dead.
+// pending for retryIn, without calling its handler. The engine counted an
+// attempt when it leased the event; the hand-back takes it back, so the
+// handler's next Oncehook-Attempt and max_attempts count real attempts only.
 func (f *Forwarder) handBack(ctx context.Context, ev engine.Event, retryIn time.Duration, reason string) {
 	if ctx.Err() != nil {
 		return
 	}
-	tgt, _ := f.opts.Targets(ev.Source)
-	tgt = tgt.withDefaults()
-	attempt := attemptOf(ev)
-	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, max(tgt.MaxAttempts, attempt+1), reason, "", 0, nil)
+	err := f.opts.Store.HandBack(ctx, ev.Key, ev.Token, retryIn, reason)
 	switch {
 	case ctx.Err() != nil:
 	case err == nil:

@@ -37,6 +37,10 @@ type Store interface {
 	// (when not "") as its step; at (when not nil) joins the event's attempt
 	// history.
 	Fail(ctx context.Context, key string, token uint64, retryIn time.Duration, maxAttempts int, reason, step string, deadKeep time.Duration, at *engine.Attempt) error
+	// HandBack returns a leased event whose attempt never started to
+	// pending retryIn from now, and takes back the attempt its lease counted
+	// (engine Command.Refund): never dead, no attempt history.
+	HandBack(ctx context.Context, key string, token uint64, retryIn time.Duration, reason string) error
 	// Reclaim returns every processing event whose lease has ended to pending
 	// and says how many moved. With horizon > 0 it first repairs schedules
 	// further ahead than that (engine Command.Horizon).

@@ -454,8 +454,8 @@ func TestNoTargetForSource(t *testing.T) {
 	start(t, l, rec, Options{Targets: targets})
 	waitFor(t, "the hand-back", func() bool { return len(l.failLog()) == 1 })
 	c := l.failLog()[0]
-	if c.Key != "gone:k" || c.Reason != ReasonNoTarget || c.MaxAttempts <= 1 || time.Duration(c.RetryIn) > time.Second {
-		t.Fatalf("fail command %+v, want a hand-back of gone:k that cannot make it dead", c)
+	if c.Key != "gone:k" || c.Reason != ReasonNoTarget || !c.Refund || time.Duration(c.RetryIn) > time.Second {
+		t.Fatalf("fail command %+v, want a hand-back (a refund) of gone:k", c)
 	}
 	if ev := l.get("gone:k"); ev.State != engine.StatePending || ev.LastError != ReasonNoTarget {
 		t.Fatalf("event %v %q, want pending with the reason", ev.State, ev.LastError)
@@ -471,8 +471,8 @@ func TestNoTargetForSource(t *testing.T) {
 	if n := len(l.failLog()); n != 1 {
 		t.Fatalf("%d hand-backs, want 1: the source's events were leased again: %+v", n, l.failLog())
 	}
-	if ev := l.get("gone:k"); ev.State != engine.StatePending || ev.Attempts != 1 {
-		t.Fatalf("held event %v attempts %d, want pending after one attempt", ev.State, ev.Attempts)
+	if ev := l.get("gone:k"); ev.State != engine.StatePending || ev.Attempts != 0 {
+		t.Fatalf("held event %v attempts %d, want pending with its lease's attempt taken back", ev.State, ev.Attempts)
 	}
 
 	mu.Lock()
@@ -481,6 +481,10 @@ func TestNoTargetForSource(t *testing.T) {
 	waitFor(t, "the held event delivered", func() bool { return l.get("gone:k").State == engine.StateDone })
 	if h.n() != 2 {
 		t.Fatalf("handler got %d deliveries, want 2", h.n())
+	}
+	// The handler's first sight of it is its first attempt.
+	if got := h.hit(1).header.Get("Oncehook-Attempt"); got != "1" {
+		t.Errorf("the held event's delivery says Oncehook-Attempt %q, want 1", got)
 	}
 }
 

@@ -137,6 +137,17 @@ func (l *leader) Fail(ctx context.Context, key string, token uint64, retryIn tim
 	return err
 }
 
+func (l *leader) HandBack(ctx context.Context, key string, token uint64, retryIn time.Duration, reason string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cmd := engine.Command{Op: engine.OpFail, Key: key, Token: token, RetryIn: int64(retryIn), Reason: reason, Refund: true}
+	_, err := l.applyLocked(cmd)
+	if err == nil {
+		l.fails = append(l.fails, cmd)
+	}
+	return err
+}
+
 func (l *leader) Reclaim(ctx context.Context, horizon time.Duration) (int, error) {
 	l.reclaims.Add(1)
 	if err := ctx.Err(); err != nil {
