@@ -99,6 +99,12 @@ fuzz:
 	$(GO) test ./cluster -run '^$$' -fuzz '^FuzzDecodeResults$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./config -run '^$$' -fuzz '^FuzzSize$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./config -run '^$$' -fuzz '^FuzzDuration$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
+	$(GO) test ./config -run '^$$' -fuzz '^FuzzScanKeyLines$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeHistory$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cluster -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./cluster -run '^$$' -fuzz '^FuzzDecodeJoin$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./keyset -run '^$$' -fuzz '^FuzzParseKeysDoc$$' -fuzztime $(FUZZTIME)
 	for f in $$($(GO) test ./providers -list '^Fuzz' | grep '^Fuzz'); do \
 		$(GO) test ./providers -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
 	$(GO) test ./intake -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -35,6 +36,7 @@ const (
 	rpcErr        byte = 4 // body: message
 	rpcBadRequest byte = 5
 	maxFrame           = 64 << 20
+	frameChunk         = 1 << 20 // a frame over this is read in growing steps
 )
 
 func writeFrame(w *bufio.Writer, kind byte, body []byte) error {
@@ -55,12 +57,26 @@ func readFrame(r *bufio.Reader, buf []byte) (byte, []byte, error) {
 	if n < 1 || n > maxFrame {
 		return 0, nil, fmt.Errorf("frame of %d bytes", n)
 	}
-	if cap(buf) < n-1 {
-		buf = make([]byte, n-1)
+	if cap(buf) >= n-1 || n-1 <= frameChunk {
+		if cap(buf) < n-1 {
+			buf = make([]byte, n-1)
+		}
+		buf = buf[:n-1]
+		if _, err := io.ReadFull(r, buf); err != nil {
+			return 0, nil, err
+		}
+		return hdr[4], buf, nil
 	}
-	buf = buf[:n-1]
-	if _, err := io.ReadFull(r, buf); err != nil {
-		return 0, nil, err
+	// A large frame's buffer grows as its bytes arrive, so that a header
+	// alone never costs maxFrame of memory.
+	buf = buf[:0]
+	for len(buf) < n-1 {
+		start := len(buf)
+		next := min(n-1, max(2*start, frameChunk))
+		buf = slices.Grow(buf, next-start)[:next]
+		if _, err := io.ReadFull(r, buf[start:]); err != nil {
+			return 0, nil, err
+		}
 	}
 	return hdr[4], buf, nil
 }

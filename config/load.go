@@ -153,6 +153,12 @@ func Load(path string) (*Config, error) {
 		}
 		return nil, &Error{File: path, Message: "cannot read config: " + msg, Err: err}
 	}
+	return parse(path, data)
+}
+
+// parse reads data as the config file at path (relative paths in it are the
+// file's directory's).
+func parse(path string, data []byte) (*Config, error) {
 	l := &loader{
 		p:   &problems{file: path},
 		dir: filepath.Dir(path),
