@@ -106,6 +106,7 @@ func TestExpectContinueDecidedFromTheHead(t *testing.T) {
 		{"not POST", "PUT /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 10", 405},
 		{"over max_body", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000", 413},
 		{"compressed", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 10", 415},
+		{"compressed, second header", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Encoding: identity\r\ncontent-encoding: br\r\nContent-Length: 10", 415},
 		{"welcome", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 10", 100},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -102,6 +102,8 @@ type request struct {
 	unsigned bool   // no signature headers at all
 	badSig   bool   // signed with another secret
 	peer     string // client address; "": 127.0.0.1
+	// encodings are Content-Encoding headers, one each, in this order.
+	encodings []string
 }
 
 // answer is what the intake sent.
@@ -139,6 +141,9 @@ func (f *intakeFixture) do(r request) answer {
 		for _, h := range hs {
 			req.Header.Set(h.Name, h.Value)
 		}
+	}
+	for _, e := range r.encodings {
+		req.Header.Add("Content-Encoding", e)
 	}
 	req.SetBodyString(r.body)
 	peer := r.peer
@@ -220,6 +225,14 @@ func TestIntakeAnswers(t *testing.T) {
 			status: 403, body: `{"status":"error","error":"client address not allowed"}` + "\n"},
 		{name: "allowed address", req: request{path: "/in/closed", body: `{"a":1}`, id: "msg_1", peer: "192.0.2.7"},
 			status: 202, stored: "closed:msg_1"},
+		{name: "identity encoding", req: request{path: "/in/orders", body: `{"a":1}`, id: "msg_1", encodings: []string{"identity", "Identity"}},
+			status: 202, stored: "orders:msg_1"},
+		{name: "gzip encoding", req: request{path: "/in/orders", body: `{"a":1}`, id: "msg_1", encodings: []string{"gzip"}},
+			status: 415, body: `{"status":"error","error":"content-encoding not supported: signatures cover the raw body"}` + "\n"},
+		{name: "a second encoding header counts", req: request{path: "/in/orders", body: `{"a":1}`, id: "msg_1", encodings: []string{"identity", "gzip"}},
+			status: 415, body: `{"status":"error","error":"content-encoding not supported: signatures cover the raw body"}` + "\n"},
+		{name: "an empty encoding header hides none", req: request{path: "/in/orders", body: `{"a":1}`, id: "msg_1", encodings: []string{"", "br"}},
+			status: 415, contains: "content-encoding not supported"},
 		{name: "empty body", req: request{path: "/in/orders", body: ``, id: "msg_1"},
 			status: 400, body: `{"status":"error","error":"empty body"}` + "\n"},
 		{name: "livez", req: request{method: "GET", path: "/livez"}, status: 200, body: "ok\n"},

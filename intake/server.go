@@ -308,7 +308,7 @@ func (in *Server) expect(ctx *fasthttp.RequestCtx) int {
 		status = fasthttp.StatusMethodNotAllowed
 	case len(src.allow) > 0 && !allowed(src.allow, ctx.RemoteIP()):
 		status = fasthttp.StatusForbidden
-	case len(ctx.Request.Header.Peek("Content-Encoding")) > 0 && !bytes.EqualFold(ctx.Request.Header.Peek("Content-Encoding"), []byte("identity")):
+	case encodedBody(&ctx.Request.Header):
 		status = fasthttp.StatusUnsupportedMediaType
 	case ctx.Request.Header.ContentLength() > src.maxBody:
 		status = fasthttp.StatusRequestEntityTooLarge
@@ -492,6 +492,19 @@ func (in *Server) handleIn(ctx *fasthttp.RequestCtx, name []byte) {
 	in.metrics.ClaimDuration(time.Since(start))
 }
 
+// encodedBody reports whether any Content-Encoding header names an
+// encoding other than identity. Every header counts, not the first: a
+// second one would otherwise slip a gzip body past the check, to be
+// stored and delivered as if it were the JSON it is labelled.
+func encodedBody(h *fasthttp.RequestHeader) bool {
+	for _, v := range h.PeekAll("Content-Encoding") {
+		if v = bytes.TrimSpace(v); len(v) > 0 && !bytes.EqualFold(v, []byte("identity")) {
+			return true
+		}
+	}
+	return false
+}
+
 // serveSource runs the hot path (docs/architecture.md, Request flow) and
 // returns the status sent.
 func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.Time) int {
@@ -502,7 +515,7 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 	if len(src.allow) > 0 && !allowed(src.allow, ctx.RemoteIP()) {
 		return writeError(ctx, fasthttp.StatusForbidden, "client address not allowed")
 	}
-	if ce := ctx.Request.Header.Peek("Content-Encoding"); len(ce) > 0 && !bytes.EqualFold(ce, []byte("identity")) {
+	if encodedBody(&ctx.Request.Header) {
 		return writeError(ctx, fasthttp.StatusUnsupportedMediaType, "content-encoding not supported: signatures cover the raw body")
 	}
 	// The body's bytes are reserved before it is read: a declared length, or
