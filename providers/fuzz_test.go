@@ -191,7 +191,7 @@ func FuzzKey(f *testing.F) {
 			if err != nil {
 				continue
 			}
-			if !strings.HasPrefix(string(key), "src:") || len(key) > MaxKeyLen || !printable(key) {
+			if !strings.HasPrefix(string(key), "src:") || len(key) > MaxKeyLen || !printable(key) || key[len(key)-1] == ' ' {
 				t.Fatalf("bad key %q", key)
 			}
 		}

@@ -51,6 +51,7 @@ const (
 	notJSON
 	notScalar
 	badChars
+	padded // starts or ends with a space
 )
 
 func parseGetters(spec string) ([]getter, error) {
@@ -138,6 +139,12 @@ func (g *getter) lookup(h Headers, body []byte, scratch *[64]byte) ([]byte, look
 	if !printable(v) {
 		return nil, badChars
 	}
+	// A space at either end would be lost where the key travels as a header
+	// value (Idempotency-Key: HTTP trims them), so that "evt_1 " and "evt_1"
+	// would reach the handler as one key for two events.
+	if v[0] == ' ' || v[len(v)-1] == ' ' {
+		return nil, padded
+	}
 	return v, found
 }
 
@@ -212,7 +219,7 @@ func printable(v []byte) bool {
 type keyPart struct {
 	spec    string
 	getters []getter
-	errs    [badChars + 1]error
+	errs    [padded + 1]error
 }
 
 func newKeyPart(spec string, kind error) (keyPart, error) {
@@ -225,6 +232,7 @@ func newKeyPart(spec string, kind error) (keyPart, error) {
 	p.errs[notJSON] = fmt.Errorf("%w: key part %q", ErrNotJSON, spec)
 	p.errs[notScalar] = fmt.Errorf("%w: key part %q: not a string or number", kind, spec)
 	p.errs[badChars] = fmt.Errorf("%w: key part %q: a byte outside printable ASCII", kind, spec)
+	p.errs[padded] = fmt.Errorf("%w: key part %q: starts or ends with a space", kind, spec)
 	return p, nil
 }
 

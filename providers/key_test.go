@@ -91,7 +91,7 @@ func TestKeyFallbacks(t *testing.T) {
 
 func TestKeyExtraction(t *testing.T) {
 	body := `{"id":"evt_1","n":42,"f":-1.5e3,"t":true,"nul":null,"empty":"","obj":{"a":1},"arr":[1,2],
-	"esc":"a\u0041\/b","ctl":"a\u0001b","uni":"caf\u00e9","raw_uni":"café","sp":"a b",
+	"esc":"a\u0041\/b","ctl":"a\u0001b","uni":"caf\u00e9","raw_uni":"café","sp":"a b","trail":"evt_1 ","lead":" evt_1","esc_sp":"evt_1\u0020",
 	"data":{"object":{"id":"pi_9","items":[{"id":"it_0"},{"id":"it_1","tags":["x","y"]}]}},
 	"long":"` + strings.Repeat("L", 600) + `"}`
 	h := hdrs{
@@ -139,6 +139,11 @@ func TestKeyExtraction(t *testing.T) {
 		{[]string{"json:raw_uni"}, "", ErrNoKey, "printable ASCII"},
 		{[]string{"header:X-Ctl"}, "", ErrNoKey, "printable ASCII"},
 		{[]string{"header:X-Hi"}, "", ErrNoKey, "printable ASCII"},
+		{[]string{"json:trail"}, "", ErrNoKey, `key part "json:trail": starts or ends with a space`},
+		{[]string{"json:lead"}, "", ErrNoKey, "starts or ends with a space"},
+		{[]string{"json:esc_sp"}, "", ErrNoKey, "starts or ends with a space"},
+		{[]string{"json:trail", "json:id"}, "", ErrNoKey, "starts or ends with a space"},
+		{[]string{"json:trail|json:id"}, "", ErrNoKey, "starts or ends with a space"},
 		{[]string{"header:X-Empty"}, "", ErrNoKey, "missing"},
 		{[]string{"header:X-Absent"}, "", ErrNoKey, `"header:X-Absent"`},
 		{[]string{"json:long"}, "", ErrKeyTooLong, ""},
