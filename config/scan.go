@@ -34,6 +34,15 @@ type tableLine struct {
 
 // find returns the line of the first key found, trying each key and then each
 // of its parents ("source[1].hmac.header", "source[1].hmac", "source[1]"), or 0.
+// has reports whether the file sets key itself.
+func (kl *keyLines) has(key string) bool {
+	if kl == nil {
+		return false
+	}
+	_, ok := kl.lines[key]
+	return ok
+}
+
 func (kl *keyLines) find(keys ...string) int {
 	if kl == nil {
 		return 0

@@ -45,6 +45,7 @@ var warningChecks = []func(*Config) []string{
 	deadRetentionBelowRetention,
 	weakSecrets,  // secretwarn.go
 	unsignedKeys, // secretwarn.go
+	unguardedUnsignedKeys,
 }
 
 // ownHeaders are the headers the forwarder sets on every delivery, or that
