@@ -2,6 +2,7 @@ package providers
 
 import (
 	"bytes"
+	"errors"
 	"time"
 )
 
@@ -20,9 +21,11 @@ type listSpec struct {
 // timestamp. Entries with other keys (Stripe's v0, future schemes) are
 // ignored, so that a downgrade to a weaker scheme is impossible. Every entry
 // needs '='; the timestamp must appear exactly once; more than MaxSignatures
-// signatures is an error before any MAC is computed.
+// signatures is an error before any MAC is computed; a signature that does
+// not decode is skipped (its error is returned when no other one decodes).
 func (l *listSpec) parse(raw []byte, st *macState) ([]byte, error) {
 	var ts []byte
+	var sigErr error
 	seenTS := false
 	for len(raw) > 0 {
 		var item []byte
@@ -47,13 +50,22 @@ func (l *listSpec) parse(raw []byte, st *macState) ([]byte, error) {
 			}
 			ts, seenTS = v, true
 		case l.sigKey:
-			if err := st.addSig(v, encHex, algSHA256.size); err != nil {
+			// A signature that cannot be decoded is skipped, as Stripe's own
+			// libraries do, so that one broken entry does not void a valid
+			// one beside it; when none decodes, its error is the answer.
+			switch err := st.addSig(v, encHex, algSHA256.size); {
+			case errors.Is(err, errTooManySigs):
 				return nil, err
+			case err != nil && sigErr == nil:
+				sigErr = err
 			}
 		}
 	}
 	if !seenTS {
 		return nil, errNoTimestamp
+	}
+	if st.nsig == 0 && sigErr != nil {
+		return nil, sigErr
 	}
 	return ts, nil
 }

@@ -243,8 +243,14 @@ func TestStripeDetails(t *testing.T) {
 		"t=1700000000, v1=" + sig,                 // spaces tolerated
 		"t=1700000000,v1=" + strings.ToUpper(sig), // hex case
 		"t=1700000000,,v1=" + sig + ",",           // empty entries
+		"t=1700000000,v1=,v1=" + sig,              // an undecodable v1 skipped
+		"t=1700000000,v1=abc,v1=" + sig + ",v1=zz" + hex64[2:],
 	} {
 		wantErr(t, h, v.Verify(&Request{Body: body, Header: hdrs{{"Stripe-Signature", []byte(h)}}, Now: now}), nil)
+	}
+	// When no v1 decodes, the answer says why.
+	for _, h := range []string{"t=1700000000,v1=abc", "t=1700000000,v1=,v1=zz" + hex64[2:]} {
+		wantErr(t, h, v.Verify(&Request{Body: body, Header: hdrs{{"Stripe-Signature", []byte(h)}}, Now: now}), ErrMalformedHeader)
 	}
 	// The key is the secret string as is: a base64-decoded key does not verify.
 	m := hmac.New(sha256.New, []byte("k"))
