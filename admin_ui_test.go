@@ -122,6 +122,17 @@ func TestUIPagesNeedASession(t *testing.T) {
 			t.Fatalf("GET %s without a session: %d %q, want 303 to the login form", p, a.status, a.header.Get("Location"))
 		}
 	}
+	// The login form remembers the page and its filters, never a token
+	// pasted into the address.
+	for p, want := range map[string]string{
+		"/ui/?state=done&source=orders&token=" + tn.token:      "/ui/?source=orders&state=done",
+		"/ui/event/" + url.PathEscape(key) + "?access_token=x": "/ui/event/" + url.PathEscape(key),
+	} {
+		loc := u.get(p).header.Get("Location")
+		if strings.Contains(loc, tn.token) || loc != "/ui/login?next="+url.QueryEscape(want) {
+			t.Errorf("GET %s without a session: Location %q, want next=%s", p, loc, want)
+		}
+	}
 	// A bearer token is for the JSON API; the pages want a session.
 	req, _ := http.NewRequest(http.MethodGet, tn.admin+"/ui/", nil)
 	req.Header.Set("Authorization", "Bearer "+tn.token)

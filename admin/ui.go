@@ -213,6 +213,28 @@ func (u *adminUI) session(r *http.Request) *uiSession {
 
 type uiHandler func(w http.ResponseWriter, r *http.Request, s *uiSession)
 
+// uiQuery are the query parameters a /ui page reads (the events list's).
+var uiQuery = []string{"state", "source", "after"}
+
+// loginNext is where the login form sends a GET without a session after
+// sign-in: its path and the query parameters a page reads, nothing else, so
+// that a token pasted into the address (?token=...) is not carried into the
+// redirect, the browser's history or a proxy's log.
+func loginNext(u *url.URL) string {
+	q := u.Query()
+	kept := url.Values{}
+	for _, name := range uiQuery {
+		if v, ok := q[name]; ok {
+			kept[name] = v
+		}
+	}
+	next := u.EscapedPath()
+	if len(kept) > 0 {
+		next += "?" + kept.Encode()
+	}
+	return next
+}
+
 // auth sends a request without a session to the login form (remembering
 // where it was going, for a GET), and checks the form token on every POST.
 func (u *adminUI) auth(h uiHandler) http.Handler {
@@ -221,7 +243,7 @@ func (u *adminUI) auth(h uiHandler) http.Handler {
 		if s == nil {
 			target := "/ui/login"
 			if r.Method == http.MethodGet {
-				target += "?next=" + url.QueryEscape(r.URL.RequestURI())
+				target += "?next=" + url.QueryEscape(loginNext(r.URL))
 			}
 			http.Redirect(w, r, target, http.StatusSeeOther)
 			return
