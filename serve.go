@@ -33,6 +33,10 @@ import (
 // node and (while leading) the forwarder.
 type node struct {
 	cfg     atomic.Pointer[config.Config]
+	// started is the config the node started with: what a restart-only key
+	// (listen addresses, cluster settings) still runs with, whatever the
+	// file said at the reloads since.
+	started *config.Config
 	log     *slog.Logger
 	level   *slog.LevelVar
 	metrics *metrics.Metrics
@@ -134,6 +138,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		o(n)
 	}
 	n.cfg.Store(cfg)
+	n.started = cfg
 	// Raft's own go-metrics into the same registry, bridged before raft
 	// starts so its first samples are kept.
 	if err := n.metrics.BridgeRaft(); err != nil {
@@ -348,6 +353,10 @@ func timeoutCtx(d time.Duration) context.Context {
 // rejected and the running configuration kept.
 func (n *node) reload(path string) {
 	old := n.cfg.Load()
+	running := n.started
+	if running == nil {
+		running = old
+	}
 	cfg, err := config.Load(path)
 	if err != nil {
 		n.metrics.ConfigReloaded(false)
@@ -361,7 +370,7 @@ func (n *node) reload(path string) {
 	}
 	var clusterTLS *cluster.LoadedTLS
 	if err == nil {
-		clusterTLS, err = n.reloadClusterTLS(old, cfg)
+		clusterTLS, err = n.reloadClusterTLS(running, cfg)
 	}
 	if err == nil {
 		err = n.keys.Attach(set, cfg)
@@ -371,7 +380,11 @@ func (n *node) reload(path string) {
 		n.log.Error("reload rejected; keeping the running configuration", "err", err)
 		return
 	}
-	live, restart := config.Diff(old, cfg)
+	// What changed since the last reload applies now; what needs a restart
+	// is judged against what runs, so a second reload neither forgets a
+	// pending restart nor claims one for a file put back as it was.
+	live, _ := config.Diff(old, cfg)
+	_, restart := config.Diff(running, cfg)
 	n.intake.SetSources(set)
 	n.targets.Store(&targets)
 	setLevel(n.level, cfg.Node.LogLevel)
@@ -413,8 +426,8 @@ func removeStaleUploads(dataDir string, log *slog.Logger) {
 }
 
 // reloadClusterTLS reads the cluster's certificate files again when TLS is
-// on before and after the reload (nil otherwise: turning it on or off waits
-// for a restart, which config.Diff reports). A renewed certificate thus needs
+// on in the running node (started) and in the new file (nil otherwise:
+// turning it on or off waits for a restart, which config.Diff reports). A renewed certificate thus needs
 // no restart; a file that does not load rejects the reload.
 func (n *node) reloadClusterTLS(old, cfg *config.Config) (*cluster.LoadedTLS, error) {
 	if n.cluster == nil || old.Cluster == nil || cfg.Cluster == nil || !old.Cluster.TLS() || !cfg.Cluster.TLS() {
