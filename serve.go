@@ -32,7 +32,7 @@ import (
 // node is one running oncehook process: the intake, the admin API, the cluster
 // node and (while leading) the forwarder.
 type node struct {
-	cfg     atomic.Pointer[config.Config]
+	cfg atomic.Pointer[config.Config]
 	// started is the config the node started with: what a restart-only key
 	// (listen addresses, cluster settings) still runs with, whatever the
 	// file said at the reloads since.

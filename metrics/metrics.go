@@ -75,7 +75,7 @@ func New() *Metrics {
 			Name: "oncehook_signature_failures_total", Help: "Rejected signatures by source and reason.",
 		}, []string{"source", "reason"}),
 		deliveries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "oncehook_deliveries_total", Help: "Handler deliveries by source and outcome (done, retry, dead, fenced).",
+			Name: "oncehook_deliveries_total", Help: "Handler deliveries by source and outcome (done, retry, dead, fenced, error: the outcome could not be recorded, e.g. leadership lost; the lease expires and the event goes out again).",
 		}, []string{"source", "outcome"}),
 		claimLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "oncehook_claim_duration_seconds", Help: "Intake request latency, verify to answer.",
