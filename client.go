@@ -229,11 +229,13 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.PrintDefaults()
 		return flag.ErrHelp
 	}
-	if err := parseFlags(fs, args[1:]); err != nil {
+	// Flags go before or after FILE, as the usage line shows them.
+	files, err := parseInterspersed(fs, args[1:])
+	if err != nil {
 		return err
 	}
-	if fs.NArg() != 1 {
-		return usageError{"snapshot " + args[0] + " needs one FILE"}
+	if len(files) != 1 {
+		return usageError{fmt.Sprintf("snapshot %s needs one FILE, got %d: %q", args[0], len(files), files)}
 	}
 	c, err := mk()
 	if err != nil {
@@ -241,9 +243,9 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	switch args[0] {
 	case "save":
-		return c.SaveSnapshot(ctx, stdout, fs.Arg(0))
+		return c.SaveSnapshot(ctx, stdout, files[0])
 	case "restore":
-		return c.RestoreSnapshot(ctx, stdout, fs.Arg(0))
+		return c.RestoreSnapshot(ctx, stdout, files[0])
 	}
 	return usageError{fmt.Sprintf("unknown snapshot command %q", args[0])}
 }

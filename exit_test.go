@@ -141,12 +141,14 @@ func TestBadFlagReportedOnce(t *testing.T) {
 }
 
 // TestClientCommandsCheckValues: a -state, -since, -before or -limit value
-// the admin API would refuse is a usage error (exit 2) found before any
-// request, with what the flag takes; a valid one reaches the node.
+// the admin API would refuse, or a snapshot without exactly one FILE, is a
+// usage error (exit 2) found before any request, with what the flag takes;
+// a valid one reaches the node (snapshot's flags before or after FILE).
 func TestClientCommandsCheckValues(t *testing.T) {
 	events := func(a []string) error { return cmdEvents(t.Context(), a, io.Discard, io.Discard) }
 	replay := func(a []string) error { return cmdReplay(t.Context(), a, io.Discard, io.Discard) }
 	purge := func(a []string) error { return cmdPurge(t.Context(), a, io.Discard, io.Discard) }
+	snapshot := func(a []string) error { return cmdSnapshot(t.Context(), a, io.Discard, io.Discard) }
 	for _, tc := range []struct {
 		run  func(args []string) error
 		args []string
@@ -165,6 +167,10 @@ func TestClientCommandsCheckValues(t *testing.T) {
 		{purge, []string{"-state", "done", "-before", "last week", "-reason", "r"}, "RFC 3339 time or a duration"},
 		{purge, []string{"-state", "done", "-before", "-1h", "-reason", "r"}, "must be positive"},
 		{purge, []string{"-state", "stale", "-before", "2026-01-01T00:00:00Z", "-reason", "r"}, ""},
+		{snapshot, []string{"save", "backup.db", "-addr", "127.0.0.1:1"}, ""}, // flags after FILE
+		{snapshot, []string{"save", "-addr", "127.0.0.1:1", "backup.db"}, ""},
+		{snapshot, []string{"save", "a.db", "b.db"}, "needs one FILE, got 2"},
+		{snapshot, []string{"save"}, "needs one FILE, got 0"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Setenv("ONCEHOOK_ADDR", "127.0.0.1:1") // nothing listens
