@@ -1,8 +1,10 @@
 package intake
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -307,5 +309,30 @@ func TestIntakeClaimNotCommitted(t *testing.T) {
 				t.Fatal("a failed claim stored the event")
 			}
 		})
+	}
+}
+
+// TestClaimNotCommittedIsLoggedSampled: an election turns every claim in
+// flight into a "claim not committed"; the log gets the first ten, then ten
+// a second, each saying how many it stands for, while every answer is 503.
+func TestClaimNotCommittedIsLoggedSampled(t *testing.T) {
+	f := newIntakeFixture(t)
+	var logs bytes.Buffer
+	f.in.log = slog.New(slog.NewTextHandler(&logs, nil))
+	now := time.Now() // the signatures are checked against it too
+	f.in.now = func() time.Time { return now }
+	f.store.failClaim = fmt.Errorf("claim: %w", errNoQuorum)
+	for i := range 50 {
+		if a := f.do(request{path: "/in/orders", body: `{"a":1}`, id: fmt.Sprintf("msg_%d", i)}); a.status != 503 {
+			t.Fatalf("claim %d: %d, want 503", i, a.status)
+		}
+	}
+	if n := strings.Count(logs.String(), "claim not committed"); n != 10 {
+		t.Fatalf("%d lines for 50 claims at one moment, want the burst of 10:\n%s", n, logs.String())
+	}
+	now = now.Add(time.Second)
+	f.do(request{path: "/in/orders", body: `{"a":1}`, id: "msg_late"})
+	if !strings.Contains(logs.String(), "not_logged_since_last=40") {
+		t.Fatalf("the next line does not count the 40 held back:\n%s", logs.String())
 	}
 }

@@ -198,6 +198,9 @@ type Server struct {
 	bodyMemory int64
 	bodies     atomic.Int64
 	replayLog  connlimit.Sampler // the replay guard's WARN lines
+	// unsettled samples the "claim not committed" lines: an election turns
+	// every claim in flight into one, hundreds a second.
+	unsettled connlimit.Sampler
 
 	keyBufs  sync.Pool
 	bodyBufs sync.Pool // bodies read by readBody, returned when the request ends
@@ -736,7 +739,9 @@ func (in *Server) claimFailed(ctx *fasthttp.RequestCtx, src *Source, err error) 
 		return writeError(ctx, fasthttp.StatusBadRequest, err.Error())
 	}
 	if reason := in.notCommitted(err); reason != "" {
-		in.log.Warn("claim not committed", "source", src.name, "err", err)
+		if held, ok := in.unsettled.Allow(in.now()); ok {
+			in.log.Warn("claim not committed", "source", src.name, "err", err, "not_logged_since_last", held)
+		}
 		ctx.Response.Header.Set("Retry-After", "1")
 		return writeError(ctx, fasthttp.StatusServiceUnavailable, reason)
 	}
