@@ -601,6 +601,16 @@ func TestRestoreOfATruncatedBackupIsRefused(t *testing.T) {
 		}
 	}
 
+	// An empty upload (a save that failed before writing) says so.
+	req, _ = http.NewRequest(http.MethodPost, tn.admin+"/v1/restore", bytes.NewReader(nil))
+	req.Header.Set("Authorization", "Bearer "+tn.token)
+	if a := tn.do(req); a.Status != http.StatusBadRequest || !strings.Contains(a.Raw, "the uploaded backup is empty (0 bytes)") {
+		t.Fatalf("restore of an empty file: %d %s, want 400 saying it is empty", a.Status, a.Raw)
+	}
+	if _, err := tn.event("orders:evt_trunc_19"); err != nil {
+		t.Fatalf("an empty restore changed the state: %v", err)
+	}
+
 	// What a process killed during a restore would leave.
 	stale := []string{filepath.Join(tn.dir, "data", "restore-123.db"), filepath.Join(tn.dir, "data", "fsm.db.restore-456")}
 	for _, p := range stale {

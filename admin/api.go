@@ -824,7 +824,7 @@ func (s *Server) adminRestore(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer os.Remove(f.Name())
-	_, err = io.Copy(f, body)
+	n, err := io.Copy(f, body)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}
@@ -834,6 +834,10 @@ func (s *Server) adminRestore(w http.ResponseWriter, r *http.Request) {
 	}
 	if err != nil {
 		jsonError(w, http.StatusBadRequest, "read backup: "+err.Error())
+		return
+	}
+	if n == 0 {
+		jsonError(w, http.StatusBadRequest, "the uploaded backup is empty (0 bytes): nothing restored; `oncehook snapshot save FILE` writes one")
 		return
 	}
 	const restoreTimeout = 5 * time.Minute
