@@ -87,7 +87,7 @@ func New() *Metrics {
 		}),
 		bodyChanged: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncehook_duplicate_body_mismatch_total",
-			Help: "Duplicates whose body differs from the stored event's (answered as duplicates; a sender reusing ids, or tampering).",
+			Help: "Duplicates whose body differs from the stored event's (a sender reusing ids, or tampering): answered as duplicates, or 409 on a sync source (also in oncehook_sync_conflicts_total).",
 		}, []string{"source"}),
 		replays: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "oncehook_replay_suspected_total",
