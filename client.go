@@ -75,6 +75,9 @@ func cmdEventShow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := newFlags("events show", stderr)
 	mk := clientFlags(fs)
 	body := fs.Bool("body", false, "include headers, cached response and payload")
+	// The event is printed as JSON either way; -json is taken so that the
+	// flag that works for the list works here too.
+	fs.Bool("json", true, "print JSON (the only form of one event)")
 	keys, err := parseInterspersed(fs, args)
 	if err != nil {
 		return err

@@ -149,6 +149,9 @@ func TestClientCommandsCheckValues(t *testing.T) {
 	replay := func(a []string) error { return cmdReplay(t.Context(), a, io.Discard, io.Discard) }
 	purge := func(a []string) error { return cmdPurge(t.Context(), a, io.Discard, io.Discard) }
 	snapshot := func(a []string) error { return cmdSnapshot(t.Context(), a, io.Discard, io.Discard) }
+	show := func(a []string) error {
+		return cmdEvents(t.Context(), append([]string{"show"}, a...), io.Discard, io.Discard)
+	}
 	for _, tc := range []struct {
 		run  func(args []string) error
 		args []string
@@ -169,6 +172,8 @@ func TestClientCommandsCheckValues(t *testing.T) {
 		{purge, []string{"-state", "stale", "-before", "2026-01-01T00:00:00Z", "-reason", "r"}, ""},
 		{snapshot, []string{"save", "backup.db", "-addr", "127.0.0.1:1"}, ""}, // flags after FILE
 		{snapshot, []string{"save", "-addr", "127.0.0.1:1", "backup.db"}, ""},
+		{show, []string{"-json", "stripe:evt_1"}, ""},
+		{show, []string{"stripe:evt_1", "-json"}, ""},
 		{snapshot, []string{"save", "a.db", "b.db"}, "needs one FILE, got 2"},
 		{snapshot, []string{"save"}, "needs one FILE, got 0"},
 	} {
