@@ -112,13 +112,7 @@ func unguardedUnsignedKeys(c *Config) []string {
 		if s.Provider != "shopify" || s.ReplayGuard != ReplayGuardOff || c.lines.has(sourceKey(i, "replay_guard")) {
 			continue
 		}
-		j := -1
-		for k, part := range s.Key {
-			if !providers.KeyPartSigned(s.Provider, part, s.HMAC) {
-				j = k
-				break
-			}
-		}
+		j := unsignedKeyPart(s)
 		if j < 0 {
 			continue
 		}
