@@ -68,18 +68,7 @@ func TestValidateWarnsOfReservedForwardHeaders(t *testing.T) {
 	for _, h := range append([]string{"X-GitHub-Event"}, own...) {
 		quoted = append(quoted, fmt.Sprintf("%q", h))
 	}
-	dir := t.TempDir()
-	path := filepath.Join(dir, "oncehook.toml")
-	mustWrite(t, path, fmt.Sprintf(`[node]
-data_dir = %q
-
-[[source]]
-name = "gh"
-provider = "github"
-secrets = ["github-test-secret"]
-forward = "http://127.0.0.1:9000/gh"
-forward_headers = [%s]
-`, filepath.Join(dir, "data"), strings.Join(quoted, ", ")))
+	path := githubConfig(t, t.TempDir(), fmt.Sprintf("forward_headers = [%s]\n", strings.Join(quoted, ", ")))
 	var out, errOut bytes.Buffer
 	if err := cmdValidate([]string{"-config", path}, &out, &errOut); err != nil {
 		t.Fatalf("validate: %v (%s)", err, errOut.String())
@@ -101,6 +90,21 @@ forward_headers = [%s]
 func TestValidateWarnsAlsoWhenASourceFails(t *testing.T) {
 	dir := t.TempDir()
 	mustWrite(t, filepath.Join(dir, "bad.schema.json"), `{"type": 12}`)
+	path := githubConfig(t, dir, "forward_headers = [\"Host\"]\nschema_file = \"bad.schema.json\"\n")
+	var out, errOut bytes.Buffer
+	err := cmdValidate([]string{"-config", path}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "schema_file") {
+		t.Fatalf("validate: %v, want the schema refused", err)
+	}
+	if want := ":9: warning: source[0].forward_headers[0]: Host is set or dropped by oncehook"; !strings.Contains(out.String(), want) {
+		t.Errorf("no warning %q in\n%s", want, out.String())
+	}
+}
+
+// githubConfig writes dir/oncehook.toml: one github source "gh" whose
+// settings end with extra, the first of them on line 9.
+func githubConfig(t *testing.T, dir, extra string) string {
+	t.Helper()
 	path := filepath.Join(dir, "oncehook.toml")
 	mustWrite(t, path, fmt.Sprintf(`[node]
 data_dir = %q
@@ -110,15 +114,6 @@ name = "gh"
 provider = "github"
 secrets = ["github-test-secret"]
 forward = "http://127.0.0.1:9000/gh"
-forward_headers = ["Host"]
-schema_file = "bad.schema.json"
-`, filepath.Join(dir, "data")))
-	var out, errOut bytes.Buffer
-	err := cmdValidate([]string{"-config", path}, &out, &errOut)
-	if err == nil || !strings.Contains(err.Error(), "schema_file") {
-		t.Fatalf("validate: %v, want the schema refused", err)
-	}
-	if want := ":9: warning: source[0].forward_headers[0]: Host is set or dropped by oncehook"; !strings.Contains(out.String(), want) {
-		t.Errorf("no warning %q in\n%s", want, out.String())
-	}
+%s`, filepath.Join(dir, "data"), extra))
+	return path
 }
