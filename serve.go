@@ -185,15 +185,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		ccfg.Now = failpoint.Now
 	}
 	if c := cfg.Cluster; c != nil {
-		ccfg.Bind = c.RaftListen
-		ccfg.Advertise = c.Advertise
-		ccfg.Token = c.Token
-		for _, p := range c.Peers {
-			ccfg.Peers = append(ccfg.Peers, cluster.Peer{ID: p.ID, Addr: p.Addr})
-		}
-		if c.TLSCert != "" {
-			ccfg.TLS = &cluster.TLSConfig{CertFile: c.TLSCert, KeyFile: c.TLSKey, CAFile: c.TLSCA}
-		}
+		clusterSettings(&ccfg, c)
 	}
 	err = createTestEngine(ccfg.Dir, failpoint.BucketWidth) // failpoints builds only (testknobs.go)
 	if err == nil {
@@ -422,6 +414,25 @@ func removeStaleUploads(dataDir string, log *slog.Logger) {
 				log.Info("removed a restore file left by an earlier run", "path", p)
 			}
 		}
+	}
+}
+
+// clusterSettings copies the [cluster] table into the cluster's config.
+func clusterSettings(ccfg *cluster.Config, c *config.Cluster) {
+	ccfg.Bind = c.RaftListen
+	ccfg.Advertise = c.Advertise
+	ccfg.Token = c.Token
+	ccfg.HeartbeatTimeout = time.Duration(c.HeartbeatTimeout)
+	ccfg.ElectionTimeout = time.Duration(c.ElectionTimeout)
+	// The leader's lease is half the heartbeat timeout (500 ms at the
+	// default): raised with it, so that a leader on a slow host does not
+	// step down more readily than its followers call elections.
+	ccfg.LeaderLeaseTimeout = time.Duration(c.HeartbeatTimeout) / 2
+	for _, p := range c.Peers {
+		ccfg.Peers = append(ccfg.Peers, cluster.Peer{ID: p.ID, Addr: p.Addr})
+	}
+	if c.TLSCert != "" {
+		ccfg.TLS = &cluster.TLSConfig{CertFile: c.TLSCert, KeyFile: c.TLSKey, CAFile: c.TLSCA}
 	}
 }
 

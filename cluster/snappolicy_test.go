@@ -148,3 +148,15 @@ func TestSnapshotThresholdResumesAfterRestart(t *testing.T) {
 		})
 	}
 }
+
+// TestRaftTimingReachesRaft: the heartbeat and election timeouts of Config
+// are raft's.
+func TestRaftTimingReachesRaft(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) {
+		cfg.HeartbeatTimeout, cfg.ElectionTimeout, cfg.LeaderLeaseTimeout = 700*time.Millisecond, 900*time.Millisecond, 350*time.Millisecond
+	})
+	rc := c.nodes[0].raft.ReloadableConfig()
+	if rc.HeartbeatTimeout != 700*time.Millisecond || rc.ElectionTimeout != 900*time.Millisecond {
+		t.Fatalf("raft runs with heartbeat %v election %v, want 700ms 900ms", rc.HeartbeatTimeout, rc.ElectionTimeout)
+	}
+}

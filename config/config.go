@@ -87,7 +87,22 @@ type Cluster struct {
 	TLSCert   string `json:"tls_cert,omitempty"`
 	TLSKey    string `json:"tls_key,omitempty"`
 	TLSCA     string `json:"tls_ca,omitempty"`
+	// HeartbeatTimeout is how long a follower waits without hearing from
+	// the leader before it calls an election; ElectionTimeout how long a
+	// candidate waits for votes. The leader steps down when it has not heard
+	// from a majority for half the heartbeat timeout. Raising them on a busy
+	// or slow network trades slower failover for fewer spurious elections.
+	HeartbeatTimeout Duration `json:"heartbeat_timeout"`
+	ElectionTimeout  Duration `json:"election_timeout"`
 }
+
+// Raft timing defaults and bounds ([cluster] heartbeat_timeout and
+// election_timeout).
+const (
+	DefaultRaftTimeout = time.Second
+	minRaftTimeout     = 100 * time.Millisecond
+	maxRaftTimeout     = time.Minute
+)
 
 // TLS reports whether mutual TLS between nodes is configured.
 func (c *Cluster) TLS() bool { return c.TLSCert != "" }
@@ -256,7 +271,8 @@ func Default() *Config {
 // defaultCluster returns a [cluster] table's defaults; Advertise is derived
 // from RaftListen later.
 func defaultCluster() Cluster {
-	return Cluster{RaftListen: DefaultRaftListen}
+	return Cluster{RaftListen: DefaultRaftListen,
+		HeartbeatTimeout: Duration(DefaultRaftTimeout), ElectionTimeout: Duration(DefaultRaftTimeout)}
 }
 
 // newSource returns a source with every default that does not depend on the

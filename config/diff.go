@@ -82,6 +82,8 @@ func Diff(old, new *Config) (reloadable, restartNeeded []string) {
 		restart("cluster.peers", oc.Peers, nc.Peers)
 		restart("cluster.token_file", oc.TokenFile, nc.TokenFile)
 		restart("cluster.token", oc.Token, nc.Token)
+		restart("cluster.heartbeat_timeout", oc.HeartbeatTimeout, nc.HeartbeatTimeout)
+		restart("cluster.election_timeout", oc.ElectionTimeout, nc.ElectionTimeout)
 		// As for the admin listener: TLS stays on or off from the start,
 		// and with TLS on both sides the files (paths and content) are
 		// re-read live.

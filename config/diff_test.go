@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"slices"
 	"testing"
+	"time"
 )
 
 func TestDiff(t *testing.T) {
@@ -34,6 +35,10 @@ func TestDiff(t *testing.T) {
 		{"cluster token", func(c *Config) { c.Cluster.Token = Secret("other") }, nil, []string{"cluster.token"}},
 		{"cluster addresses", func(c *Config) { c.Cluster.RaftListen, c.Cluster.Advertise = "1.2.3.4:1", "1.2.3.4:1" }, nil,
 			[]string{"cluster.raft_listen", "cluster.advertise"}},
+		{"raft timing", func(c *Config) {
+			c.Cluster.HeartbeatTimeout, c.Cluster.ElectionTimeout = Duration(3*time.Second), Duration(5*time.Second)
+		}, nil,
+			[]string{"cluster.heartbeat_timeout", "cluster.election_timeout"}},
 		{"admin listen", func(c *Config) { c.Admin.Listen = "127.0.0.1:1" }, nil, []string{"admin.listen"}},
 		{"admin token", func(c *Config) { c.Admin.Tokens[0].Token = Secret("rotated") }, []string{"admin.tokens"}, nil},
 		{"admin max_restore", func(c *Config) { c.Admin.MaxRestore = 1 * GiB }, []string{"admin.max_restore"}, nil},

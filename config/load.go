@@ -52,6 +52,9 @@ type rawCluster struct {
 	TLSCert    string   `toml:"tls_cert"`
 	TLSKey     string   `toml:"tls_key"`
 	TLSCA      string   `toml:"tls_ca"`
+
+	HeartbeatTimeout Duration `toml:"heartbeat_timeout"`
+	ElectionTimeout  Duration `toml:"election_timeout"`
 }
 
 type rawAdmin struct {
@@ -544,6 +547,12 @@ func (l *loader) cluster(r rawCluster) *Cluster {
 	c.TLSCert = l.resolve(r.TLSCert, true)
 	c.TLSKey = l.resolve(r.TLSKey, true)
 	c.TLSCA = l.resolve(r.TLSCA, true)
+	if r.HeartbeatTimeout != 0 {
+		c.HeartbeatTimeout = r.HeartbeatTimeout
+	}
+	if r.ElectionTimeout != 0 {
+		c.ElectionTimeout = r.ElectionTimeout
+	}
 	if r.TokenFile != "" {
 		c.TokenFile = l.resolve(r.TokenFile, true)
 		if sec, ok := l.readSecret("cluster.token_file", c.TokenFile); ok {

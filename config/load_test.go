@@ -734,3 +734,43 @@ func TestLoadShapes(t *testing.T) {
 		t.Errorf("[[admin.tokens]]: %v %+v", err, c)
 	}
 }
+
+// TestRaftTimeouts: [cluster] heartbeat_timeout and election_timeout
+// default to 1s, take a duration from 100ms to 1m, and name the key and the
+// range otherwise.
+func TestRaftTimeouts(t *testing.T) {
+	for _, tt := range []struct {
+		lines               string
+		heartbeat, election time.Duration
+		err                 string
+	}{
+		{"", time.Second, time.Second, ""},
+		{"heartbeat_timeout = \"3s\"\nelection_timeout = \"5s\"", 3 * time.Second, 5 * time.Second, ""},
+		{"heartbeat_timeout = \"100ms\"\nelection_timeout = \"1m\"", 100 * time.Millisecond, time.Minute, ""},
+		{"heartbeat_timeout = \"50ms\"", 0, 0, "cluster.heartbeat_timeout: 50ms is out of range: want 100ms to 1m (default 1s)"},
+		{"election_timeout = \"2m\"", 0, 0, "cluster.election_timeout: 2m is out of range: want 100ms to 1m (default 1s)"},
+		{"election_timeout = \"-1s\"", 0, 0, "cluster.election_timeout: -1s is out of range"},
+	} {
+		t.Run(tt.lines, func(t *testing.T) {
+			dir := t.TempDir()
+			tok := writeFile(t, dir, "x.token", clusterToken, 0o600)
+			path := writeFile(t, dir, "c.toml", fmt.Sprintf("[cluster]\nraft_listen = \"127.0.0.1:7070\"\npeers = [\"node1=127.0.0.1:7070\"]\ntoken_file = %q\n%s\n", tok, tt.lines), 0o600)
+			c, err := Load(path)
+			if tt.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.err) {
+					t.Fatalf("err = %v, want %q", err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := time.Duration(c.Cluster.HeartbeatTimeout); got != tt.heartbeat {
+				t.Errorf("heartbeat %v, want %v", got, tt.heartbeat)
+			}
+			if got := time.Duration(c.Cluster.ElectionTimeout); got != tt.election {
+				t.Errorf("election %v, want %v", got, tt.election)
+			}
+		})
+	}
+}

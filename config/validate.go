@@ -108,6 +108,19 @@ func (c *Config) validateCluster(p *problems) {
 		checkDial(p, "cluster.advertise", cl.Advertise)
 	}
 
+	for _, d := range []struct {
+		key string
+		v   *Duration
+	}{{"cluster.heartbeat_timeout", &cl.HeartbeatTimeout}, {"cluster.election_timeout", &cl.ElectionTimeout}} {
+		switch t := time.Duration(*d.v); {
+		case t == 0: // unset, as everywhere: the default
+			*d.v = Duration(DefaultRaftTimeout)
+		case t < minRaftTimeout || t > maxRaftTimeout:
+			p.add(d.key, nil, fmt.Sprintf("%s is out of range: want %s to %s (default %s)",
+				*d.v, Duration(minRaftTimeout), Duration(maxRaftTimeout), Duration(DefaultRaftTimeout)))
+		}
+	}
+
 	// Peers: every voter, this node included, the same list on every node.
 	var self *Peer
 	ids, addrs := map[string]int{}, map[string]int{}
