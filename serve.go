@@ -345,10 +345,6 @@ func timeoutCtx(d time.Duration) context.Context {
 // rejected and the running configuration kept.
 func (n *node) reload(path string) {
 	old := n.cfg.Load()
-	running := n.started
-	if running == nil {
-		running = old
-	}
 	cfg, err := config.Load(path)
 	if err != nil {
 		n.metrics.ConfigReloaded(false)
@@ -362,7 +358,7 @@ func (n *node) reload(path string) {
 	}
 	var clusterTLS *cluster.LoadedTLS
 	if err == nil {
-		clusterTLS, err = n.reloadClusterTLS(running, cfg)
+		clusterTLS, err = n.reloadClusterTLS(n.started, cfg)
 	}
 	if err == nil {
 		err = n.keys.Attach(set, cfg)
@@ -376,7 +372,7 @@ func (n *node) reload(path string) {
 	// is judged against what runs, so a second reload neither forgets a
 	// pending restart nor claims one for a file put back as it was.
 	live, _ := config.Diff(old, cfg)
-	_, restart := config.Diff(running, cfg)
+	_, restart := config.Diff(n.started, cfg)
 	n.intake.SetSources(set)
 	n.targets.Store(&targets)
 	setLevel(n.level, cfg.Node.LogLevel)
@@ -438,10 +434,11 @@ func clusterSettings(ccfg *cluster.Config, c *config.Cluster) {
 
 // reloadClusterTLS reads the cluster's certificate files again when TLS is
 // on in the running node (started) and in the new file (nil otherwise:
-// turning it on or off waits for a restart, which config.Diff reports). A renewed certificate thus needs
-// no restart; a file that does not load rejects the reload.
-func (n *node) reloadClusterTLS(old, cfg *config.Config) (*cluster.LoadedTLS, error) {
-	if n.cluster == nil || old.Cluster == nil || cfg.Cluster == nil || !old.Cluster.TLS() || !cfg.Cluster.TLS() {
+// turning it on or off waits for a restart, which config.Diff reports). A
+// renewed certificate thus needs no restart; a file that does not load
+// rejects the reload.
+func (n *node) reloadClusterTLS(running, cfg *config.Config) (*cluster.LoadedTLS, error) {
+	if n.cluster == nil || running.Cluster == nil || cfg.Cluster == nil || !running.Cluster.TLS() || !cfg.Cluster.TLS() {
 		return nil, nil
 	}
 	c := cfg.Cluster
