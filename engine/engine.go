@@ -666,8 +666,11 @@ type ListFilter struct {
 
 // List returns events without Payload, Headers and Response: with State set,
 // the events in that state by UpdatedAt (oldest first) then key; without, all
-// events by key. A Source filter is applied while walking, so a rare source in
-// a large state costs a longer walk.
+// events by key. Without State, a Source filter walks only the keys that
+// start with "Source:", as every claimed key does (the source is the key's
+// scope, docs/architecture.md), so listing a small source costs its own
+// events, not the store. With State, the filter is applied while walking the
+// state's index, so a rare source in a large state costs a longer walk.
 func (e *Engine) List(f ListFilter) ([]Event, error) {
 	limit := f.Limit
 	if limit <= 0 {
@@ -693,12 +696,23 @@ func (e *Engine) List(f ListFilter) ([]Event, error) {
 			return nil
 		}
 		if f.State == 0 {
+			var scope []byte
+			from := strBytes(f.After)
+			if f.Source != "" {
+				scope = append([]byte(f.Source), ':')
+				if bytes.Compare(from, scope) < 0 {
+					from = scope
+				}
+			}
 			c := events.Cursor()
-			k, v := c.Seek(strBytes(f.After))
+			k, v := c.Seek(from)
 			if k != nil && f.After != "" && string(k) == f.After {
 				k, v = c.Next()
 			}
 			for ; k != nil && len(out) < limit; k, v = c.Next() {
+				if scope != nil && !bytes.HasPrefix(k, scope) {
+					break
+				}
 				if err := add(k, v); err != nil {
 					return err
 				}

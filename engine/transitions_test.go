@@ -662,6 +662,10 @@ func TestQueries(t *testing.T) {
 		{ListFilter{Limit: 3}, []string{"other:" + keyN(1), "other:" + keyN(3), "other:" + keyN(5)}},
 		{ListFilter{After: "other:" + keyN(9), Limit: 2}, []string{keyN(0), keyN(2)}},
 		{ListFilter{Source: "src", After: keyN(4)}, []string{keyN(6), keyN(8)}},
+		{ListFilter{Source: "src", Limit: 2}, []string{keyN(0), keyN(2)}},
+		{ListFilter{Source: "src", After: "a"}, []string{keyN(0), keyN(2), keyN(4), keyN(6), keyN(8)}},
+		{ListFilter{Source: "src", After: keyN(8)}, nil},
+		{ListFilter{Source: "other", After: "other:" + keyN(5)}, []string{"other:" + keyN(7), "other:" + keyN(9)}},
 		{ListFilter{State: StateProcessing}, []string{"other:" + keyN(1), keyN(0)}},
 		{ListFilter{State: StatePending, Source: "src"}, []string{keyN(2), keyN(4), keyN(6), keyN(8)}},
 		{ListFilter{State: StatePending, Source: "src", After: keyN(4), AfterTime: t0 + 4, Limit: 1}, []string{keyN(6)}},
@@ -685,6 +689,53 @@ func TestQueries(t *testing.T) {
 	s, src := mustCounts(t, h.e)
 	if s[StatePending] != 8 || s[StateProcessing] != 2 || len(s) != 2 || src["src"] != 5 || src["other"] != 5 || len(src) != 2 {
 		t.Fatalf("Counts = %v %v", s, src)
+	}
+}
+
+// TestListBySourceWalksItsScope: without a state, a listing by source walks
+// the keys that start with "source:" and stops after them, rather than
+// reading every event in the store to filter it. A key outside its source's
+// scope (the intake never makes one) is therefore not listed under it.
+func TestListBySourceWalksItsScope(t *testing.T) {
+	h := newHarness(t, Options{NoSync: true})
+	claim := func(source, key string, at int64) {
+		c := claimCmd(key, at)
+		c.Source = source
+		if r := h.one(c); r.Err != nil {
+			t.Fatalf("claim %s: %v", key, r.Err)
+		}
+	}
+	claim("src", "src:a", t0)
+	claim("src", "src:b", t0+1)
+	claim("srcx", "srcx:a", t0+2) // a source whose name extends src's
+	claim("sr", "sr:a", t0+3)     // and one whose name src extends
+	claim("src", "zz:unscoped", t0+4)
+	tests := []struct {
+		f    ListFilter
+		want []string
+	}{
+		{ListFilter{Source: "src"}, []string{"src:a", "src:b"}},
+		{ListFilter{Source: "srcx"}, []string{"srcx:a"}},
+		{ListFilter{Source: "sr"}, []string{"sr:a"}},
+		{ListFilter{Source: "s"}, nil},
+		{ListFilter{Source: "src", After: "src:a"}, []string{"src:b"}},
+		{ListFilter{Source: "src", After: "sr:z"}, []string{"src:a", "src:b"}},
+		{ListFilter{Source: "src", After: "zz"}, nil},
+		{ListFilter{After: "srcx:a"}, []string{"zz:unscoped"}},
+		{ListFilter{State: StatePending, Source: "src"}, []string{"src:a", "src:b", "zz:unscoped"}},
+	}
+	for _, tt := range tests {
+		evs, err := h.e.List(tt.f)
+		if err != nil {
+			t.Fatalf("List(%+v): %v", tt.f, err)
+		}
+		var got []string
+		for _, ev := range evs {
+			got = append(got, ev.Key)
+		}
+		if !slices.Equal(got, tt.want) {
+			t.Errorf("List(%+v) = %v, want %v", tt.f, got, tt.want)
+		}
 	}
 }
 
