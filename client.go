@@ -41,6 +41,12 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return cmdEventShow(ctx, args[1:], stdout, stderr)
 	}
 	fs := newFlags("events", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage of oncehook events:\n"+
+			"  oncehook events [flags]            list events\n"+
+			"  oncehook events show KEY [flags]   one event and its history (-body: with its payload)\n")
+		fs.PrintDefaults()
+	}
 	mk := clientFlags(fs)
 	state := fs.String("state", "", "pending|processing|done|dead|stale")
 	source := fs.String("source", "", "source name")

@@ -80,6 +80,7 @@ func TestSubcommandHelp(t *testing.T) {
 		{[]string{"keygen"}, "-provider"},
 		{[]string{"status"}, "-addr"},
 		{[]string{"events"}, "-state"},
+		{[]string{"events"}, "events show KEY"},
 		{[]string{"events", "show"}, "-body"},
 		{[]string{"replay"}, "-reason"},
 		{[]string{"purge"}, "-before"},

@@ -68,7 +68,7 @@ Usage:
   oncehook sink     [-listen 127.0.0.1:9000]     a reference local handler
   oncehook send     -config F -source S -file P  sign P as S's provider does and POST it
   oncehook keygen   [-provider standard]         print a new secret
-  oncehook status | events | replay              talk to a node's admin API
+  oncehook status | events [show KEY] | replay   talk to a node's admin API
   oncehook pause | resume -source S -reason R    hold or release a source's deliveries
   oncehook purge -state S -before T -reason R    delete dead, done or stale events [-source, -dry-run]
   oncehook raft list-peers | remove-peer -id N   cluster membership

@@ -110,7 +110,7 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	file := fs.String("file", "", "payload file to send ('-' for stdin)")
 	id := fs.String("id", "", "event/delivery id: in the provider's id header, and in each header the source's key reads that -header does not set (default: random)")
 	target := fs.String("url", "", "intake URL (default: http://<node.listen>/in/<source>)")
-	contentType := fs.String("content-type", "", "Content-Type (default: application/json, or form for twilio/slack commands)")
+	contentType := fs.String("content-type", "", "Content-Type (default: application/json, or application/x-www-form-urlencoded for a .form file)")
 	keyFile := fs.String("key-file", "", "sign with the secret in this file instead of the source's first secret (e.g. a whsk_ private key for a source that holds only its whpk_ public key)")
 	var extra multiFlag
 	fs.Var(&extra, "header", "add the header \"Name: value\" (repeatable; e.g. the one an hmac source's key reads); the signature's headers win")

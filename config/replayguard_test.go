@@ -96,6 +96,11 @@ func TestUnsignedKeyWarnings(t *testing.T) {
 		{"standard on the body", `provider = "standard"` + whsec + "\nkey = [\"json:data.id\"]", ""},
 		{"github on its delivery header", `provider = "github"` + "\nkey = [\"header:X-GitHub-Delivery\"]", ""},
 		{"shopify on its own header", `provider = "shopify"` + "\nkey = [\"header:X-Shopify-Webhook-Id\"]", ""},
+		{"hmac signs no id, keyed on a header", `provider = "hmac"` + "\nkey = [\"header:X-Request-Id\"]\nhmac = { header = \"X-Sig\" }", ""},
+		{"hmac signs no id, keyed on a header, guard off", `provider = "hmac"` + "\nkey = [\"header:X-Request-Id\"]\nreplay_guard = \"off\"\nhmac = { header = \"X-Sig\" }",
+			`header:X-Request-Id is not covered by hmac's signature: a captured delivery resent with another value there verifies as a new event; with replay_guard = "off" such a replay is delivered again`},
+		{"hmac keyed on the body, guard off", `provider = "hmac"` + "\nkey = [\"json:id\"]\nreplay_guard = \"off\"\nhmac = { header = \"X-Sig\" }", ""},
+		{"github on its delivery header, guard off", `provider = "github"` + "\nkey = [\"header:X-GitHub-Delivery\"]\nreplay_guard = \"off\"", ""},
 		{"hmac signs an id, keyed on another", `provider = "hmac"` + "\nkey = [\"header:X-Other\"]\nhmac = { header = \"X-Sig\", id_header = \"X-Id\", template = \"{id}.{body}\" }",
 			"source[0].key[0]: header:X-Other is not covered by hmac's signature"},
 	} {

@@ -80,9 +80,10 @@ func unsignedKeys(c *Config) []string {
 			continue
 		}
 		// Where the provider signs no id, the guard is on by default and
-		// its keys are unsigned by nature (docs/security.md): nothing new.
+		// its keys are unsigned by nature (docs/security.md): nothing new,
+		// unless the file turned the guard off.
 		signsID := s.HMAC != nil && s.HMAC.IDHeader != "" && strings.Contains(s.HMAC.Template, "{id}")
-		if sch.Defaults().ReplayGuard && !signsID {
+		if sch.Defaults().ReplayGuard && !signsID && s.ReplayGuard != ReplayGuardOff {
 			continue
 		}
 		j := unsignedKeyPart(s)
