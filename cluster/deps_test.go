@@ -8,8 +8,9 @@ import (
 
 // TestDependencyRule keeps cluster off providers, forward, fasthttp and
 // package main (docs/architecture.md, "Dependency rule"): of ours it may
-// import engine only, and two leaves: the failpoint hooks (nothing in a
-// release build) and connlimit (the cluster port's caps).
+// import engine only, and three leaves: the failpoint hooks (nothing in a
+// release build), connlimit (the cluster port's caps) and idleconn (whether
+// a kept relay stream may be reused).
 func TestDependencyRule(t *testing.T) {
 	pkg, err := build.ImportDir(".", 0)
 	if err != nil {
@@ -19,8 +20,8 @@ func TestDependencyRule(t *testing.T) {
 		switch {
 		case strings.Contains(imp, "fasthttp"):
 			t.Errorf("cluster imports %s", imp)
-		case strings.HasPrefix(imp, "oncehook/") && imp != "oncehook/engine" && imp != "oncehook/failpoint" && imp != "oncehook/connlimit":
-			t.Errorf("cluster imports %s; of ours only oncehook/engine (and the failpoint and connlimit leaves) is allowed", imp)
+		case strings.HasPrefix(imp, "oncehook/") && imp != "oncehook/engine" && imp != "oncehook/failpoint" && imp != "oncehook/connlimit" && imp != "oncehook/idleconn":
+			t.Errorf("cluster imports %s; of ours only oncehook/engine (and the failpoint, connlimit and idleconn leaves) is allowed", imp)
 		case imp == "oncehook":
 			t.Errorf("cluster imports package main")
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"oncehook/engine"
+	"oncehook/idleconn"
 )
 
 // The internal channel: a follower sends framed requests over a relay stream
@@ -324,7 +325,7 @@ func (f *relayer) get(ctx context.Context, addr string) (*relayConn, error) {
 		// A stream kept from before the leader restarted would fail the
 		// request after sending it, an outcome unknown for what the new
 		// process never received: such a stream is dropped, not used.
-		if fc.r.Buffered() > 0 || closedByPeer(fc.c) {
+		if fc.r.Buffered() > 0 || !idleconn.Reusable(fc.c) {
 			fc.c.Close()
 			f.mu.Lock()
 			continue

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"sync"
 	"time"
+
+	"oncehook/idleconn"
 )
 
 // transport is the RoundTripper of NewClient. A plain-HTTP request runs on
@@ -26,7 +28,10 @@ import (
 // error, which is a retry like any other failure); a request that fails on
 // a reused connection before any byte of an answer arrived (the handler
 // closed an idle connection) is sent once more on a new connection, as
-// http.Transport does for requests whose body can be rewound. The
+// http.Transport does for requests whose body can be rewound; and where
+// http.Transport's reader goroutine notices an idle connection's stray
+// answer or close, this transport peeks at an idle connection before it
+// reuses it (idleconn) and keeps none with bytes left after an answer. The
 // forwarder's own posts (post) also read plain answers without
 // http.ReadResponse (forward/answer.go).
 type transport struct {
@@ -239,7 +244,10 @@ func (b *body) Close() error {
 	b.closed = true
 	err := b.ReadCloser.Close()
 	stopped := b.stop()
-	if b.eof && b.keep && stopped && err == nil && b.c.nc.SetDeadline(time.Time{}) == nil {
+	// Bytes already read past the answer's end are bytes nobody asked for
+	// (a second answer, a body after a 204): the next request on this
+	// connection would take them for its answer.
+	if b.eof && b.keep && stopped && err == nil && b.c.br.Buffered() == 0 && b.c.nc.SetDeadline(time.Time{}) == nil {
 		b.t.put(b.addr, b.c)
 		return nil
 	}
@@ -249,17 +257,21 @@ func (b *body) Close() error {
 
 // get returns an idle connection to addr, or a new one, dialled before
 // deadline (when not zero); fresh asks for a new one. reused tells which.
+// An idle connection the handler closed, or on which it sent bytes after
+// its answer, is closed instead of used (idleconn): those bytes would be
+// read as the answer to this request, which may be another source's event.
 func (t *transport) get(ctx context.Context, deadline time.Time, addr string, fresh bool) (*conn, bool, error) {
 	now := time.Now()
 	t.mu.Lock()
 	for cs := t.idle[addr]; len(cs) > 0 && !fresh; cs = t.idle[addr] {
 		c := cs[len(cs)-1]
 		t.idle[addr] = cs[:len(cs)-1]
-		if now.Sub(c.used) < t.idleFor {
-			t.mu.Unlock()
+		t.mu.Unlock()
+		if now.Sub(c.used) < t.idleFor && idleconn.Reusable(c.nc) {
 			return c, true, nil
 		}
 		c.nc.Close()
+		t.mu.Lock()
 	}
 	t.mu.Unlock()
 	if !deadline.IsZero() {

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"oncehook/idleconn"
 )
 
 // rawServer answers each connection with handle, which reads requests from br
@@ -388,5 +390,106 @@ func TestTransportHandlerClosedEveryIdleConnection(t *testing.T) {
 				t.Fatalf("%d connections, want %d: the new connection should be kept", n, kept+1)
 			}
 		})
+	}
+}
+
+// TestTransportNeverReadsStrayBytesAsAnAnswer: bytes a handler sends beyond
+// its answer (a second answer, a body after a 204, a Content-Length shorter
+// than what it wrote), with the answer or later while the connection is
+// idle, are never taken for the answer to the next request: that request
+// goes on a new connection and gets its own answer. Reading them as its
+// answer would record a handler's 500 as done, for another source's event.
+func TestTransportNeverReadsStrayBytesAsAnAnswer(t *testing.T) {
+	const okAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
+	cases := []struct {
+		name         string
+		answer, late string
+	}{
+		{"a second answer with the first", okAnswer + okAnswer, ""},
+		{"a second answer while idle", okAnswer, okAnswer},
+		{"a body after a 204", "HTTP/1.1 204 No Content\r\n\r\n" + okAnswer, ""},
+		{"a body after a 204, while idle", "HTTP/1.1 204 No Content\r\n\r\n", okAnswer},
+		{"more than Content-Length", "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nokHTTP/1.1 200 OK\r\n\r\n", ""},
+		{"stray bytes while idle", okAnswer, "ok"},
+	}
+	for _, tc := range cases {
+		for _, how := range []string{"post", "http.Client"} {
+			t.Run(tc.name+"/"+how, func(t *testing.T) {
+				writeLate := make(chan struct{})
+				var once sync.Once
+				release := func() { once.Do(func() { close(writeLate) }) }
+				t.Cleanup(release) // before the server's own cleanup waits for its handler
+				url, conns := rawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
+					for i := 0; ; i++ {
+						req, err := http.ReadRequest(br)
+						if err != nil {
+							return
+						}
+						io.Copy(io.Discard, req.Body)
+						if n > 1 || i > 0 {
+							c.Write([]byte("HTTP/1.1 500 Internal Server Error\r\nContent-Length: 4\r\n\r\nfail"))
+							continue
+						}
+						c.Write([]byte(tc.answer))
+						if tc.late != "" {
+							<-writeLate
+							c.Write([]byte(tc.late))
+						}
+					}
+				})
+				tr := newTransport(4)
+				defer tr.CloseIdleConnections()
+				pt := parsePlain(url + "/hook")
+				send := func() (int, error) {
+					var resp *http.Response
+					var err error
+					if how == "post" {
+						h := http.Header{HeaderIdempotencyKey: {"k"}}
+						resp, err = tr.post(context.Background(), time.Now().Add(5*time.Second), pt.addr, false, func(w *bufio.Writer) error {
+							return writeRequest(w, pt, "oncehook", h, []byte("x"))
+						})
+					} else {
+						ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+						defer cancel()
+						req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/hook", strings.NewReader("x"))
+						resp, err = (&http.Client{Transport: tr}).Do(req)
+					}
+					if err != nil {
+						return 0, err
+					}
+					closeBody(resp.Body)
+					return resp.StatusCode, nil
+				}
+
+				first, err := send()
+				if err != nil || first/100 != 2 {
+					t.Fatalf("first request: %d, %v", first, err)
+				}
+				if tc.late != "" {
+					release()
+					// Wait until the stray bytes have reached the idle connection.
+					tr.mu.Lock()
+					idle := append([]*conn(nil), tr.idle[pt.addr]...)
+					tr.mu.Unlock()
+					if len(idle) != 1 {
+						t.Fatalf("%d idle connections after the first answer, want 1", len(idle))
+					}
+					deadline := time.Now().Add(5 * time.Second)
+					for idleconn.Reusable(idle[0].nc) {
+						if time.Now().After(deadline) {
+							t.Fatal("the stray bytes never arrived")
+						}
+						time.Sleep(time.Millisecond)
+					}
+				}
+				second, err := send()
+				if err != nil || second != 500 {
+					t.Fatalf("second request: %d, %v; want the handler's own 500, not the stray bytes", second, err)
+				}
+				if n := conns.Load(); n != 2 {
+					t.Errorf("%d connections, want 2: the second request on a new one", n)
+				}
+			})
+		}
 	}
 }
