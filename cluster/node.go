@@ -265,6 +265,9 @@ func (n *Node) open() error {
 	if err := n.catchUpFromSnapshot(snaps); err != nil {
 		return err
 	}
+	if err := n.checkLogKept(snaps); err != nil {
+		return err
+	}
 	if err := n.openTransport(hl); err != nil {
 		return err
 	}
@@ -339,9 +342,15 @@ func (n *Node) openEngine() error {
 // openLog opens the raft log (also the stable store) and returns it behind
 // a cache of the newest entries.
 func (n *Node) openLog(raftDir string) (raft.LogStore, error) {
+	path := filepath.Join(raftDir, "logs.db")
+	// bbolt would fault on a truncated file (SIGBUS), a crash that names
+	// nothing; the engine's size check refuses it with the file's name.
+	if err := engine.CheckFileSize(path); err != nil {
+		return nil, fmt.Errorf("open raft log: %w; %s", err, rejoinHint)
+	}
 	var err error
 	n.logStore, err = raftboltdb.New(raftboltdb.Options{
-		Path:   filepath.Join(raftDir, "logs.db"),
+		Path:   path,
 		NoSync: n.cfg.NoSync,
 		BoltOptions: &bbolt.Options{
 			Timeout:        time.Second,
@@ -544,6 +553,56 @@ func (n *Node) catchUpFromSnapshot(snaps raft.SnapshotStore) error {
 		return fmt.Errorf("restore snapshot %s: %w", newest.ID, err)
 	}
 	return n.eng.SetLastApplied(newest.Index)
+}
+
+// rejoinHint is what an operator does about a node whose raft log cannot be
+// trusted (docs/operations.md, "A node's raft log is damaged or lost").
+const rejoinHint = "stop the node, move its data directory away and start it empty: " +
+	"in a cluster it rejoins and takes the cluster's state; a single node then takes its old " +
+	"engine file back with `oncehook snapshot restore OLD_DIR/fsm.db`"
+
+// checkLogKept refuses to start on a raft log that was lost, emptied or
+// replaced by an older copy while the engine file stayed: the engine has
+// applied entries the log no longer holds, or the log has no term although
+// this node has taken part in a cluster. Raft would go on from the shorter
+// log: it would vote as if it lacked entries it acknowledged (an election
+// that can drop committed claims) or vote twice in one term, and a single
+// node would hand out indexes again that the engine takes for entries
+// already applied, so new claims would be skipped. An applied index is
+// never past the node's own log or newest snapshot otherwise: an entry is
+// stored (fsync) before it can be applied, and a snapshot's install or
+// restore sets the engine's index to the snapshot's (fsm.Restore).
+func (n *Node) checkLogKept(snaps raft.SnapshotStore) error {
+	applied := n.eng.LastApplied()
+	var snapIndex uint64
+	if list, err := snaps.List(); err != nil {
+		return fmt.Errorf("list snapshots: %w", err)
+	} else if len(list) > 0 {
+		snapIndex = list[0].Index
+	}
+	if applied == 0 && snapIndex == 0 {
+		return nil // a new node, or one whose whole data directory was emptied
+	}
+	last, err := n.logStore.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raft log: last index: %w", err)
+	}
+	path := filepath.Join(n.cfg.Dir, "raft", "logs.db")
+	if applied > max(last, snapIndex) {
+		return fmt.Errorf("raft log %s ends at index %d (newest snapshot %d) but the engine file has applied up to %d: "+
+			"the log was lost, emptied or replaced by an older copy, and starting on it could lose acknowledged events; %s",
+			path, last, snapIndex, applied, rejoinHint)
+	}
+	term, err := n.logStore.GetUint64([]byte("CurrentTerm")) // raft's own key
+	if err != nil && !errors.Is(err, raftboltdb.ErrKeyNotFound) {
+		return fmt.Errorf("raft log: current term: %w", err)
+	}
+	if term == 0 {
+		return fmt.Errorf("raft log %s holds no term although this node has applied up to index %d (newest snapshot %d): "+
+			"the log was lost or replaced, and starting on it could let this node vote twice in one term; %s",
+			path, applied, snapIndex, rejoinHint)
+	}
+	return nil
 }
 
 // fatal stops the process (exit status 2) after one ERROR line saying why:

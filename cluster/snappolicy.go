@@ -109,7 +109,10 @@ func (p *snapshotPolicy) resume(snaps raft.SnapshotStore, logs raft.LogStore) (u
 	}
 	size, err := stateSize(snaps, list[0])
 	if err != nil {
-		return 0, err
+		// The threshold only paces snapshots; a damaged snapshot must not
+		// keep the node from starting on its engine file (docs/operations.md).
+		p.log.Warn("newest snapshot unreadable; snapshot threshold not resumed from it", "snapshot", list[0].ID, "err", err)
+		return p.base, nil
 	}
 	if size < p.floor {
 		return p.base, nil

@@ -224,7 +224,7 @@ func openFile(path string, opts Options, create bool) (*bolt.DB, int64, uint64, 
 // (a walk of every page) at open: CheckFile walks a file it does not trust
 // itself, where a damaged page can be recovered from.
 func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
-	if err := checkFileSize(path); err != nil {
+	if err := CheckFileSize(path); err != nil {
 		return nil, fmt.Errorf("engine: open %s: %w", path, err)
 	}
 	db, err := bolt.Open(path, 0o600, &bolt.Options{

@@ -13,7 +13,7 @@ import (
 // bbolt maps a file and reads its pages in place: a page past the end of a
 // file that is shorter than its own meta pages say (a backup cut short by a
 // full disk or an interrupted copy) faults with SIGBUS, which kills the
-// process; no recover catches it. checkFileSize reads the two meta pages as
+// process; no recover catches it. CheckFileSize reads the two meta pages as
 // bbolt lays them out (go.etcd.io/bbolt's page and meta structs: a 16-byte
 // page header, then magic, version, page size, flags, the root bucket, the
 // freelist page, the high-water page id, the transaction id and an FNV-64a
@@ -27,10 +27,11 @@ const (
 	boltMetaSummed = 56 // the bytes the checksum covers
 )
 
-// checkFileSize returns nil for a missing or empty file (bbolt creates or
+// CheckFileSize returns nil for a missing or empty file (bbolt creates or
 // initialises it) and for a file whose valid meta pages fit in it; ErrCorrupt
-// for a file shorter than one of them says, or with no valid meta page.
-func checkFileSize(path string) error {
+// for a file shorter than one of them says, or with no valid meta page. It
+// holds for any bbolt file: the cluster checks raft's log with it too.
+func CheckFileSize(path string) error {
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil

@@ -116,7 +116,7 @@ func CheckFile(path string) (err error) {
 			}
 		}
 	}()
-	if err := checkFileSize(path); err != nil {
+	if err := CheckFileSize(path); err != nil {
 		return fmt.Errorf("engine: check %s: %w", path, err)
 	}
 	if err := checkPages(path); err != nil {
