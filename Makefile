@@ -110,6 +110,7 @@ fuzz:
 	$(GO) test ./intake -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./forward -run '^$$' -fuzz '^FuzzDirectRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./forward -run '^$$' -fuzz '^FuzzPlainAnswer$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./forward -run '^$$' -fuzz '^FuzzRetryAfter$$' -fuzztime $(FUZZTIME)
 
 # The unit names $(PREFIX)/bin/oncehook: systemd/oncehook.service is written for
 # PREFIX=/usr/local and its /usr/local/ paths follow PREFIX.

@@ -1,6 +1,7 @@
 package forward
 
 import (
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
@@ -31,13 +32,21 @@ func Backoff(attempt int, lo, hi time.Duration, u float64) time.Duration {
 	return b - half + j
 }
 
-// retryAfter parses a Retry-After header given in seconds and clamps it to
-// [lo, hi]. The HTTP-date form is not honoured (it would need this node's wall
-// clock to agree with the handler's); ok is false for it and for junk.
-func retryAfter(v string, lo, hi time.Duration) (d time.Duration, ok bool) {
+// retryAfter parses a Retry-After header, in seconds or as an HTTP-date
+// (the wait until that time by this node's clock: the handler is local, so
+// the two clocks agree), and clamps it to [lo, hi]; a date already past is
+// no wait. ok is false for junk.
+func retryAfter(v string, now time.Time, lo, hi time.Duration) (d time.Duration, ok bool) {
 	v = strings.TrimSpace(v)
 	secs, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || secs < 0 {
+	if err != nil {
+		at, derr := http.ParseTime(v)
+		if derr != nil {
+			return 0, false
+		}
+		return min(max(at.Sub(now), lo), hi), true
+	}
+	if secs < 0 {
 		return 0, false
 	}
 	if secs > int64(hi/time.Second)+1 {

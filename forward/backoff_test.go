@@ -76,11 +76,40 @@ func TestRetryAfterParse(t *testing.T) {
 		{"-1", 0, false},
 		{"1.5", 0, false},
 		{"", 0, false},
-		{"Wed, 21 Oct 2015 07:28:00 GMT", 0, false},
+		// The HTTP-date forms, against now = 2015-10-21 07:28:00 UTC.
+		{"Wed, 21 Oct 2015 07:28:30 GMT", 30 * time.Second, true},
+		{"Wednesday, 21-Oct-15 07:28:30 GMT", 30 * time.Second, true},
+		{"Wed Oct 21 07:28:30 2015", 30 * time.Second, true},
+		{"Wed, 21 Oct 2015 07:28:00 GMT", time.Second, true}, // now: no wait, then lo
+		{"Wed, 21 Oct 2015 07:00:00 GMT", time.Second, true}, // past
+		{"Thu, 22 Oct 2015 07:28:00 GMT", time.Minute, true}, // capped
+		{"Wed, 21 Oct 2015 25:28:00 GMT", 0, false},
+		{"tomorrow", 0, false},
 	} {
-		got, ok := retryAfter(tc.in, lo, hi)
+		now := time.Date(2015, 10, 21, 7, 28, 0, 0, time.UTC)
+		got, ok := retryAfter(tc.in, now, lo, hi)
 		if got != tc.want || ok != tc.ok {
 			t.Errorf("retryAfter(%q) = %v, %v; want %v, %v", tc.in, got, ok, tc.want, tc.ok)
 		}
 	}
+}
+
+// FuzzRetryAfter: any header value either is refused or gives a wait
+// within [lo, hi]; none panics.
+func FuzzRetryAfter(f *testing.F) {
+	for _, s := range []string{"5", " 120 ", "-1", "1e3", "99999999999999999999", "Wed, 21 Oct 2015 07:28:30 GMT",
+		"Wednesday, 21-Oct-15 07:28:30 GMT", "Wed Oct 21 07:28:30 2015", "Sat, 01 Jan 0001 00:00:00 GMT", "Fri, 31 Dec 9999 23:59:59 GMT"} {
+		f.Add(s)
+	}
+	now := time.Date(2015, 10, 21, 7, 28, 0, 0, time.UTC)
+	f.Fuzz(func(t *testing.T, v string) {
+		lo, hi := time.Second, time.Hour
+		d, ok := retryAfter(v, now, lo, hi)
+		if ok && (d < lo || d > hi) {
+			t.Fatalf("retryAfter(%q) = %v, outside [%v, %v]", v, d, lo, hi)
+		}
+		if !ok && d != 0 {
+			t.Fatalf("retryAfter(%q) refused with %v", v, d)
+		}
+	})
 }

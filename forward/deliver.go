@@ -187,10 +187,11 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 	}
 	a.reason = "status " + strconv.Itoa(resp.StatusCode)
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		if d, ok := retryAfter(resp.Header.Get("Retry-After"), tgt.BackoffMin, tgt.BackoffMax); ok {
+		now := time.Now()
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), now, tgt.BackoffMin, tgt.BackoffMax); ok {
 			a.retryAfter = d
 		}
-		if d, ok := retryAfter(resp.Header.Get("Retry-After"), 0, MaxHold); ok {
+		if d, ok := retryAfter(resp.Header.Get("Retry-After"), now, 0, MaxHold); ok {
 			a.hold = d
 		}
 	}
