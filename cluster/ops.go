@@ -321,7 +321,7 @@ type Server struct {
 	ID       string `json:"id"`
 	Address  string `json:"address"`
 	Suffrage string `json:"suffrage"`
-	State    string `json:"state"` // leader|follower|unknown from this node's point of view
+	State    string `json:"state"` // leader|follower|unknown from this node's point of view (itself: candidate too)
 
 	// Role is what the member says it is: leader, follower or candidate;
 	// unknown when it did not answer (Error says why).
@@ -410,9 +410,12 @@ func (n *Node) Status() Status {
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			role := "follower"
-			if s.ID == id {
+			switch {
+			case s.ID == id:
 				role = "leader"
-			} else if id == "" {
+			case string(s.ID) == n.cfg.ID:
+				role = st.State // this node knows its own role without a leader
+			case id == "":
 				role = "unknown"
 			}
 			st.Nodes = append(st.Nodes, Server{ID: string(s.ID), Address: string(s.Address), Suffrage: s.Suffrage.String(), State: role})

@@ -82,6 +82,32 @@ func TestClusterStatusReportsEveryMember(t *testing.T) {
 	c.waitConverged()
 }
 
+// TestStatusWithoutALeaderNamesOwnRole: a node that knows no leader (cut
+// off, or the cluster lost its quorum) cannot tell the others' roles, but
+// knows its own: itself is listed as follower or candidate, the others as
+// unknown.
+func TestStatusWithoutALeaderNamesOwnRole(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader(-1)
+	cut := c.follower(leader)
+	c.partition(cut)
+	defer func() { c.heal(); c.waitConverged() }()
+	n := c.nodes[cut]
+	waitFor(t, "the cut-off node to lose its leader", func() bool { _, id := n.raft.LeaderWithID(); return id == "" })
+	st := n.Status()
+	if len(st.Nodes) != 3 {
+		t.Fatalf("%d members, want 3", len(st.Nodes))
+	}
+	for _, s := range st.Nodes {
+		switch {
+		case s.ID == n.cfg.ID && s.State != "follower" && s.State != "candidate":
+			t.Errorf("itself listed as %q, want its own role (follower or candidate)", s.State)
+		case s.ID != n.cfg.ID && s.State != "unknown":
+			t.Errorf("member %s listed as %q, want unknown without a leader", s.ID, s.State)
+		}
+	}
+}
+
 // TestLeaderChangesCountedOnEveryNode: Status.LeaderChanges counts the
 // leaders a node has seen, on followers too, not only its own elections:
 // after a hand-over every member's count has grown.
