@@ -46,10 +46,11 @@ type transport struct {
 
 // conn is one kept-alive connection to a handler.
 type conn struct {
-	nc   net.Conn
-	br   *bufio.Reader
-	bw   *bufio.Writer
-	used time.Time // when it was last put back idle
+	nc    net.Conn
+	br    *bufio.Reader
+	bw    *bufio.Writer
+	probe *idleconn.Probe // looks at it before a reuse
+	used  time.Time       // when it was last put back idle
 }
 
 func newTransport(maxIdle int) *transport {
@@ -267,7 +268,7 @@ func (t *transport) get(ctx context.Context, deadline time.Time, addr string, fr
 		c := cs[len(cs)-1]
 		t.idle[addr] = cs[:len(cs)-1]
 		t.mu.Unlock()
-		if now.Sub(c.used) < t.idleFor && idleconn.Reusable(c.nc) {
+		if now.Sub(c.used) < t.idleFor && c.probe.Reusable() {
 			return c, true, nil
 		}
 		c.nc.Close()
@@ -283,7 +284,7 @@ func (t *transport) get(ctx context.Context, deadline time.Time, addr string, fr
 	if err != nil {
 		return nil, false, err
 	}
-	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10)}, false, nil
+	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10), probe: idleconn.NewProbe(nc)}, false, nil
 }
 
 // dropIdle closes the idle connections to addr. It runs when one of them

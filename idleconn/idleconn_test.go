@@ -96,3 +96,35 @@ func TestReusable(t *testing.T) {
 		}
 	})
 }
+
+// TestProbe: a Probe made once says what Reusable says, each time it is
+// asked, and asking allocates nothing (it runs before every reuse of a
+// handler connection).
+func TestProbe(t *testing.T) {
+	c, s := pair(t)
+	p := NewProbe(c)
+	for range 3 {
+		if !p.Reusable() {
+			t.Fatal("an idle open connection is not reusable")
+		}
+	}
+	if n := testing.AllocsPerRun(100, func() { p.Reusable() }); n != 0 {
+		t.Errorf("Reusable allocates %v times", n)
+	}
+	if _, err := s.Write([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for p.Reusable() {
+		if time.Now().After(deadline) {
+			t.Fatal("a stray byte never made the connection unusable")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	pc, ps := net.Pipe()
+	defer pc.Close()
+	defer ps.Close()
+	if !NewProbe(pc).Reusable() {
+		t.Fatal("a connection that cannot be peeked at is taken as reusable")
+	}
+}
