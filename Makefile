@@ -111,6 +111,7 @@ fuzz:
 	$(GO) test ./forward -run '^$$' -fuzz '^FuzzDirectRequest$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./forward -run '^$$' -fuzz '^FuzzPlainAnswer$$' -fuzztime $(FUZZTIME)
 	$(GO) test ./forward -run '^$$' -fuzz '^FuzzRetryAfter$$' -fuzztime $(FUZZTIME)
+	$(GO) test ./admin -run '^$$' -fuzz '^FuzzCheckKeys$$' -fuzztime $(FUZZTIME)
 
 # The unit names $(PREFIX)/bin/oncehook: systemd/oncehook.service is written for
 # PREFIX=/usr/local and its /usr/local/ paths follow PREFIX.

@@ -365,9 +365,7 @@ type ReplayRequest struct {
 
 func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
 	var req ReplayRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeRequest(w, r, 1<<20, &req); err != nil {
 		jsonError(w, http.StatusBadRequest, "bad replay request: "+err.Error())
 		return
 	}
@@ -727,7 +725,7 @@ func (s *Server) adminJoin(w http.ResponseWriter, r *http.Request) {
 		ID      string `json:"id"`
 		Address string `json:"address"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil || req.ID == "" || req.Address == "" {
+	if err := decodeRequest(w, r, 1<<16, &req); err != nil || req.ID == "" || req.Address == "" {
 		jsonError(w, http.StatusBadRequest, "join needs JSON {\"id\":..., \"address\":...}")
 		return
 	}
@@ -757,7 +755,7 @@ func (s *Server) adminTransferLeadership(w http.ResponseWriter, r *http.Request)
 	var req struct {
 		To string `json:"to"`
 	}
-	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil && !errors.Is(err, io.EOF) {
+	if err := decodeRequest(w, r, 1<<16, &req); err != nil && !errors.Is(err, errEmptyBody) {
 		jsonError(w, http.StatusBadRequest, "transfer needs an empty body or JSON {\"to\": id}")
 		return
 	}

@@ -189,6 +189,17 @@ func TestAPIAnswers(t *testing.T) {
 		{"pause of an unknown source", "POST", "/v1/sources/nope/pause", "", `{"reason":"maintenance"}`, 404, "unknown source nope"},
 		{"purge of events in flight", "POST", "/v1/purge", "", `{"state":"pending","before":"2030-01-01T00:00:00Z","reason":"x"}`, 400, "in flight"},
 		{"purge dry run", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}`, 200, `"would_purge": 0`},
+		// A body that reads as a dry run to a person but not to
+		// encoding/json (a key in another case, a key twice, a second
+		// object) is refused, not run.
+		{"purge dry run, a key in capitals", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true,"DRY_RUN":false}`, 400, `unknown key \"DRY_RUN\" (keys are exact, lower case)`},
+		{"purge dry run, a key twice", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true,"dry_run":false}`, 400, `key \"dry_run\" given twice`},
+		{"purge dry run, a second object", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}{"dry_run":false}`, 400, "data after the JSON object"},
+		{"purge, trailing junk", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true} x`, 400, "data after the JSON object"},
+		{"replay, a key in capitals", "POST", "/v1/replay", "", `{"KEYS":["orders:msg_1"],"reason":"test"}`, 400, `unknown key \"KEYS\"`},
+		{"pause, a key in capitals", "POST", "/v1/sources/orders/pause", "", `{"Reason":"maintenance"}`, 400, `unknown key \"Reason\"`},
+		{"pause without a body", "POST", "/v1/sources/orders/pause", "", ``, 400, "empty body"},
+		{"purge, not an object", "POST", "/v1/purge", "", `["dry_run"]`, 400, "bad purge request"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -460,4 +471,31 @@ func TestRestoreOnAFollowerSpoolsNothing(t *testing.T) {
 	if resp.StatusCode != http.StatusMisdirectedRequest || !strings.Contains(string(body), "admin http://127.0.0.2:7071") {
 		t.Fatalf("restore on a follower: %d %s, want 421 naming the leader", resp.StatusCode, body)
 	}
+}
+
+// FuzzCheckKeys: any body is either passed to the decoder or refused with
+// a message; a body checkKeys passes has no key twice and none outside the
+// fields.
+func FuzzCheckKeys(f *testing.F) {
+	for _, s := range []string{`{"state":"dead","dry_run":true}`, `{"dry_run":true,"DRY_RUN":false}`, `{"a":{"b":1},"a":2}`, `[1,2]`, `{"keys":["x"]}{}`, `{`, `{"reason":"\u0041"}`} {
+		f.Add([]byte(s))
+	}
+	names := jsonFields(&PurgeRequest{})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if err := checkKeys(raw, names); err != nil {
+			if err.Error() == "" {
+				t.Fatal("a refusal without a message")
+			}
+			return
+		}
+		var top map[string]json.RawMessage
+		if json.Unmarshal(raw, &top) != nil {
+			return
+		}
+		for k := range top {
+			if !names[k] {
+				t.Fatalf("checkKeys passed %q with key %q", raw, k)
+			}
+		}
+	})
 }

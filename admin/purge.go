@@ -5,7 +5,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -28,9 +27,7 @@ const maxPurgePreview = engine.MaxListLimit
 
 func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 	var req PurgeRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeRequest(w, r, 1<<20, &req); err != nil {
 		jsonError(w, http.StatusBadRequest, "bad purge request: "+err.Error())
 		return
 	}

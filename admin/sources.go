@@ -2,7 +2,6 @@ package admin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net/http"
 	"strings"
@@ -43,9 +42,7 @@ func (s *Server) adminResume(w http.ResponseWriter, r *http.Request) {
 func (s *Server) adminPauseResume(w http.ResponseWriter, r *http.Request, pause bool) {
 	name := r.PathValue("name")
 	var req PauseRequest
-	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil {
+	if err := decodeRequest(w, r, 1<<20, &req); err != nil {
 		jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
 		return
 	}
