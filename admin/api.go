@@ -369,8 +369,8 @@ func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "bad replay request: "+err.Error())
 		return
 	}
-	if strings.TrimSpace(req.Reason) == "" {
-		jsonError(w, http.StatusBadRequest, "reason is required")
+	if msg := reasonProblem(req.Reason); msg != "" {
+		jsonError(w, http.StatusBadRequest, msg)
 		return
 	}
 	cmd := engine.Command{Op: engine.OpReplay, Who: r.Context().Value(whoKey).(string), Reason: req.Reason, Source: req.Source}

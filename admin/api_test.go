@@ -199,6 +199,10 @@ func TestAPIAnswers(t *testing.T) {
 		{"replay, a key in capitals", "POST", "/v1/replay", "", `{"KEYS":["orders:msg_1"],"reason":"test"}`, 400, `unknown key \"KEYS\"`},
 		{"pause, a key in capitals", "POST", "/v1/sources/orders/pause", "", `{"Reason":"maintenance"}`, 400, `unknown key \"Reason\"`},
 		{"pause without a body", "POST", "/v1/sources/orders/pause", "", ``, 400, "empty body"},
+		{"pause, a reason too long", "POST", "/v1/sources/orders/pause", "", `{"reason":"` + strings.Repeat("r", engine.MaxTextLen+1) + `"}`, 400, fmt.Sprintf("reason is %d bytes; at most %d are kept", engine.MaxTextLen+1, engine.MaxTextLen)},
+		{"pause, the longest reason", "POST", "/v1/sources/orders/pause", "", `{"reason":"` + strings.Repeat("r", engine.MaxTextLen) + `"}`, 200, `"paused": true`},
+		{"replay, a reason too long", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"reason":"` + strings.Repeat("r", engine.MaxTextLen+1) + `"}`, 400, "at most"},
+		{"purge, a reason too long", "POST", "/v1/purge", "", `{"state":"dead","before":"1h","reason":"` + strings.Repeat("r", engine.MaxTextLen+1) + `"}`, 400, "at most"},
 		{"purge, not an object", "POST", "/v1/purge", "", `["dry_run"]`, 400, "bad purge request"},
 	}
 	for _, c := range cases {

@@ -7,7 +7,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"strings"
 	"time"
 
 	"oncehook/engine"
@@ -31,8 +30,8 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "bad purge request: "+err.Error())
 		return
 	}
-	if strings.TrimSpace(req.Reason) == "" {
-		jsonError(w, http.StatusBadRequest, "reason is required")
+	if msg := reasonProblem(req.Reason); msg != "" {
+		jsonError(w, http.StatusBadRequest, msg)
 		return
 	}
 	st, ok := engine.ParseState(req.State)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"strings"
 	"time"
 
 	"oncehook/cluster"
@@ -46,8 +45,8 @@ func (s *Server) adminPauseResume(w http.ResponseWriter, r *http.Request, pause 
 		jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
 		return
 	}
-	if strings.TrimSpace(req.Reason) == "" {
-		jsonError(w, http.StatusBadRequest, "reason is required")
+	if msg := reasonProblem(req.Reason); msg != "" {
+		jsonError(w, http.StatusBadRequest, msg)
 		return
 	}
 	// A source paused and then removed from the config can still be

@@ -9,6 +9,8 @@ import (
 	"net/http"
 	"reflect"
 	"strings"
+
+	"oncehook/engine"
 )
 
 // errEmptyBody is decodeRequest's answer to a request without a body.
@@ -90,4 +92,17 @@ func checkKeys(raw []byte, names map[string]bool) error {
 		}
 	}
 	return nil
+}
+
+// reasonProblem says what is wrong with an operator's reason (replay,
+// purge, pause): it is required, and the audit keeps engine.MaxTextLen
+// bytes of it, so a longer one is refused rather than cut without a word.
+func reasonProblem(reason string) string {
+	switch {
+	case strings.TrimSpace(reason) == "":
+		return "reason is required"
+	case len(reason) > engine.MaxTextLen:
+		return fmt.Sprintf("reason is %d bytes; at most %d are kept", len(reason), engine.MaxTextLen)
+	}
+	return ""
 }
