@@ -16,6 +16,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"path"
 	"slices"
 	"strconv"
 	"strings"
@@ -214,7 +215,7 @@ func (u *adminUI) session(r *http.Request) *uiSession {
 type uiHandler func(w http.ResponseWriter, r *http.Request, s *uiSession)
 
 // uiQuery are the query parameters a /ui page reads (the events list's).
-var uiQuery = []string{"state", "source", "after"}
+var uiQuery = []string{"state", "source", "after", "after_time"}
 
 // loginNext is where the login form sends a GET without a session after
 // sign-in: its path and the query parameters a page reads, nothing else, so
@@ -259,10 +260,30 @@ func (u *adminUI) auth(h uiHandler) http.Handler {
 	})
 }
 
-// safeNext keeps a post-login redirect on this site's /ui/ pages.
+// safeNext keeps a post-login redirect on this site's /ui/ pages: a path
+// only (no scheme, host or "//"), under /ui/ also once its dot segments are
+// resolved as a browser resolves them (the escaped ones too:
+// /ui/%2e%2e/x), and without a control byte, a backslash, or one of either
+// escaped.
 func safeNext(next string) string {
-	if !strings.HasPrefix(next, "/ui/") || strings.HasPrefix(next, "//") || strings.ContainsAny(next, "\\\r\n") {
-		return "/ui/"
+	const home = "/ui/"
+	if !strings.HasPrefix(next, home) || strings.HasPrefix(next, "//") {
+		return home
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil {
+		return home
+	}
+	for _, s := range []string{next, u.Path, u.RawQuery} {
+		if strings.ContainsFunc(s, func(r rune) bool { return r < 0x20 || r == 0x7f || r == '\\' }) {
+			return home
+		}
+	}
+	if q, err := url.QueryUnescape(u.RawQuery); err != nil || strings.ContainsFunc(q, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+		return home
+	}
+	if clean := path.Clean(u.Path); clean != "/ui" && !strings.HasPrefix(clean, home) {
+		return home
 	}
 	return next
 }
