@@ -181,6 +181,13 @@ func TestUILoginSetsASafeSessionCookie(t *testing.T) {
 	if a := other.post("/ui/login", url.Values{"csrf": {csrf}, "token": {tn.token}}); a.status != http.StatusForbidden {
 		t.Fatalf("login without the form cookie: %d, want 403", a.status)
 	}
+	// An empty form cookie matches no form token, an empty one included.
+	empty, _ := http.NewRequest(http.MethodPost, tn.admin+"/ui/login", strings.NewReader(url.Values{"csrf": {""}, "token": {tn.token}}.Encode()))
+	empty.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	empty.AddCookie(&http.Cookie{Name: uiLoginCookie, Value: ""})
+	if a := newUIClient(t, tn).do(empty); a.status != http.StatusForbidden || hasCookie(a, uiSessionCookie) {
+		t.Fatalf("login with an empty form cookie and field: %d, want 403", a.status)
+	}
 	// A wrong token.
 	if a := u.post("/ui/login", url.Values{"csrf": {csrf}, "token": {tn.token + "x"}}); a.status != http.StatusUnauthorized || hasCookie(a, uiSessionCookie) {
 		t.Fatalf("login with a wrong token: %d, session cookie %v", a.status, hasCookie(a, uiSessionCookie))

@@ -322,7 +322,7 @@ func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	c, err := r.Cookie(uiLoginCookie)
-	if err != nil || subtle.ConstantTimeCompare([]byte(c.Value), []byte(r.PostFormValue("csrf"))) != 1 {
+	if err != nil || c.Value == "" || subtle.ConstantTimeCompare([]byte(c.Value), []byte(r.PostFormValue("csrf"))) != 1 {
 		u.showLogin(w, r, http.StatusForbidden, next, "The sign-in form expired; please try again.")
 		return
 	}
