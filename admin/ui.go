@@ -545,7 +545,7 @@ func (u *adminUI) event(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		v.Body = showBody(ev.Payload)
 		v.BodyNote = fmt.Sprintf("%d bytes as received", len(ev.Payload))
 		if len(ev.Payload) > uiMaxBodyShown {
-			v.BodyNote += fmt.Sprintf("; the first %d shown (oncehook events show -body prints it all)", uiMaxBodyShown)
+			v.BodyNote += fmt.Sprintf("; the first %d shown (oncehook events show -body prints it whole, as text: bytes that are not UTF-8 come out as U+FFFD)", uiMaxBodyShown)
 		} else if json.Valid(ev.Payload) {
 			v.BodyNote += "; JSON, indented here"
 		}
