@@ -192,18 +192,17 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 
 func (f *fsm) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
-	if err := f.eng.Restore(rc); err != nil {
-		return fmt.Errorf("fsm restore: %w", err)
-	}
 	// raft persists a snapshot in the store before it restores the FSM from it
 	// (both for an install from the leader and an operator's restore) and does
 	// not pass its index; the restored file's own applied index belongs to the
-	// cluster it came from. Record the snapshot's index instead.
+	// cluster it came from. The snapshot's index is recorded instead, in the
+	// restored file itself (RestoreAt): a crash between the two would leave
+	// the state under the old index, and the log after it skipped.
 	list, err := f.snaps.List()
 	if err != nil || len(list) == 0 {
 		return fmt.Errorf("fsm restore: find the restored snapshot: %v", err)
 	}
-	if err := f.eng.SetLastApplied(list[0].Index); err != nil {
+	if err := f.eng.RestoreAt(rc, list[0].Index); err != nil {
 		return fmt.Errorf("fsm restore: %w", err)
 	}
 	return nil

@@ -144,3 +144,39 @@ func TestStartsWithADamagedSnapshot(t *testing.T) {
 		t.Fatalf("claim after the restart: %+v, %v", r, err)
 	}
 }
+
+// TestRestartAfterRestoringAnotherClustersBackup: a backup carries its own
+// cluster's applied index, which can be far past this cluster's log; once
+// restored, the node records this cluster's snapshot index for it, so a
+// restart passes the raft log check and finds the restored events.
+func TestRestartAfterRestoringAnotherClustersBackup(t *testing.T) {
+	a := openSolo(t, t.TempDir(), nil)
+	claimSolo(t, a, "a", 200)
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	f, err := os.Create(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Backup(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	a.Close()
+
+	dir := t.TempDir()
+	b := openSolo(t, dir, nil)
+	if err := b.Restore(ctxT(t, 10*time.Second), backup); err != nil {
+		t.Fatal(err)
+	}
+	if applied, last := b.eng.LastApplied(), b.raft.LastIndex(); applied > last {
+		t.Fatalf("applied %d past the log's %d after the restore", applied, last)
+	}
+	if err := b.Close(); err != nil {
+		t.Fatal(err)
+	}
+	b = openSolo(t, dir, nil)
+	defer b.Close()
+	if _, err := b.Get("src:a199", false); err != nil {
+		t.Fatalf("restored event after the restart: %v", err)
+	}
+}

@@ -549,10 +549,10 @@ func (n *Node) catchUpFromSnapshot(snaps raft.SnapshotStore) error {
 	}
 	defer rc.Close()
 	n.log.Warn("engine is behind the newest snapshot; restoring it", "engine_index", n.eng.LastApplied(), "snapshot_index", newest.Index)
-	if err := n.eng.Restore(rc); err != nil {
+	if err := n.eng.RestoreAt(rc, newest.Index); err != nil {
 		return fmt.Errorf("restore snapshot %s: %w", newest.ID, err)
 	}
-	return n.eng.SetLastApplied(newest.Index)
+	return nil
 }
 
 // rejoinHint is what an operator does about a node whose raft log cannot be

@@ -387,3 +387,58 @@ func TestCorruptRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestRestoreAtRecordsTheIndexInTheFile: RestoreAt takes a snapshot's state
+// under the index given, whatever index the file carried (an operator's
+// backup carries another cluster's), and that index is in the file that
+// replaced the engine's: a reopen, as after a crash, finds it, and a
+// restore at index 0 is refused. Restore keeps the file's own.
+func TestRestoreAtRecordsTheIndexInTheFile(t *testing.T) {
+	src := newHarness(t, Options{NoSync: true})
+	for i := range 54 {
+		if _, err := src.e.Apply(uint64(i+1), claimCmd(keyN(i), t0+int64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var snap bytes.Buffer
+	if _, err := src.e.Snapshot(&snap); err != nil {
+		t.Fatal(err)
+	}
+	if got := src.e.LastApplied(); got != 54 {
+		t.Fatalf("source applied %d, want 54", got)
+	}
+
+	path := filepath.Join(t.TempDir(), "fsm.db")
+	e := mustOpenPath(t, path, Options{NoSync: true})
+	if err := e.RestoreAt(bytes.NewReader(snap.Bytes()), 0); err == nil {
+		t.Fatal("RestoreAt index 0 accepted")
+	}
+	if err := e.RestoreAt(bytes.NewReader(snap.Bytes()), 7); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.LastApplied(); got != 7 {
+		t.Fatalf("LastApplied after RestoreAt = %d, want 7", got)
+	}
+	if _, err := e.Get(keyN(53), false); err != nil {
+		t.Fatalf("restored state: %v", err)
+	}
+	// The file as a crash would leave it: read beside the open engine.
+	copied := filepath.Join(t.TempDir(), "fsm.db")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(copied, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustOpenPath(t, copied, Options{NoSync: true}).LastApplied(); got != 7 {
+		t.Fatalf("the restored file says %d, want 7", got)
+	}
+
+	if err := e.Restore(bytes.NewReader(snap.Bytes())); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.LastApplied(); got != 54 {
+		t.Fatalf("LastApplied after Restore = %d, want the file's own 54", got)
+	}
+}

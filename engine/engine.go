@@ -369,7 +369,7 @@ func (e *Engine) ApplyBatch(entries []Entry) ([][]Result, error) {
 // applied (and their results are final) in a write transaction that stays
 // open for the next calls, and are committed by Flush, or by the first call
 // that needs the file current: ApplyBatch, List, Counts, Snapshot,
-// BeginSnapshot, Sync, SetLastApplied, Restore, Hash, Dump, Check, Close, and
+// BeginSnapshot, Sync, Restore, RestoreAt, Hash, Dump, Check, Close, and
 // Get of an event the pending transaction changed. Exists answers from the
 // applied state without a commit (see written). A pending DropPayloads shows
 // in Get only once committed.
@@ -804,7 +804,22 @@ func (e *Engine) Snapshot(w io.Writer) (int64, error) {
 // reopened; on any failure before the rename the
 // current state is untouched. The Engine stays usable; LastApplied and the
 // bucket width become the snapshot's.
-func (e *Engine) Restore(r io.Reader) (err error) {
+func (e *Engine) Restore(r io.Reader) error { return e.restore(r, 0) }
+
+// RestoreAt is Restore that records index as the last applied entry in the
+// restored file before it replaces the engine's: a snapshot's state under
+// the index of the log entry it stands for, where the file's own index may
+// be another cluster's (an operator's backup). Written in the same file, so
+// that no crash can leave the state restored under the old index: the log
+// after that index would then be skipped as applied.
+func (e *Engine) RestoreAt(r io.Reader, index uint64) error {
+	if index == 0 {
+		return errors.New("engine: restore at index 0")
+	}
+	return e.restore(r, index)
+}
+
+func (e *Engine) restore(r io.Reader, index uint64) (err error) {
 	dir := filepath.Dir(e.path)
 	f, err := os.CreateTemp(dir, filepath.Base(e.path)+".restore-*")
 	if err != nil {
@@ -829,6 +844,18 @@ func (e *Engine) Restore(r io.Reader) (err error) {
 	db, _, _, err := openFile(tmp, e.opts, false)
 	if err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
+	}
+	if index > 0 {
+		err = db.Update(func(tx *bolt.Tx) error {
+			return tx.Bucket(bMeta).Put(metaApplied, binary.BigEndian.AppendUint64(nil, index))
+		})
+		if err == nil {
+			err = db.Sync() // the engine may run without fsync; this file must not
+		}
+		if err != nil {
+			db.Close()
+			return fmt.Errorf("engine: restore: set last applied: %w", err)
+		}
 	}
 	if err = db.Close(); err != nil {
 		return fmt.Errorf("engine: restore: %w", err)

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"encoding/binary"
 	"fmt"
 	"io"
 	"runtime/debug"
@@ -68,31 +67,6 @@ func (e *Engine) Sync() error {
 	if err := e.db.Sync(); err != nil {
 		return fmt.Errorf("engine: sync: %w", err)
 	}
-	return nil
-}
-
-// SetLastApplied records index as the last applied entry. Raft restores a
-// snapshot (installed from the leader, or an operator's backup) without telling
-// the state machine its index; the caller, who knows it, records it here so that
-// the entries after the snapshot are applied and those before are skipped.
-func (e *Engine) SetLastApplied(index uint64) error {
-	e.wmu.Lock()
-	defer e.wmu.Unlock()
-	if err := e.flushLocked(); err != nil {
-		return err
-	}
-	e.mu.RLock()
-	defer e.mu.RUnlock()
-	if e.db == nil {
-		return ErrClosed
-	}
-	err := e.db.Update(func(tx *bolt.Tx) error {
-		return tx.Bucket(bMeta).Put(metaApplied, binary.BigEndian.AppendUint64(nil, index))
-	})
-	if err != nil {
-		return fmt.Errorf("engine: set last applied: %w", err)
-	}
-	e.applied.Store(index)
 	return nil
 }
 

@@ -34,14 +34,15 @@ func Backoff(attempt int, lo, hi time.Duration, u float64) time.Duration {
 
 // retryAfter parses a Retry-After header, in seconds or as an HTTP-date
 // (the wait until that time by this node's clock: the handler is local, so
-// the two clocks agree), and clamps it to [lo, hi]; a date already past is
-// no wait. ok is false for junk.
+// the two clocks agree), and clamps it to [lo, hi]. ok is false for junk
+// and for a date not in the future, which says nothing about when to come
+// back: the usual backoff applies, rather than lo on every retry.
 func retryAfter(v string, now time.Time, lo, hi time.Duration) (d time.Duration, ok bool) {
 	v = strings.TrimSpace(v)
 	secs, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		at, derr := http.ParseTime(v)
-		if derr != nil {
+		if derr != nil || !at.After(now) {
 			return 0, false
 		}
 		return min(max(at.Sub(now), lo), hi), true

@@ -80,8 +80,8 @@ func TestRetryAfterParse(t *testing.T) {
 		{"Wed, 21 Oct 2015 07:28:30 GMT", 30 * time.Second, true},
 		{"Wednesday, 21-Oct-15 07:28:30 GMT", 30 * time.Second, true},
 		{"Wed Oct 21 07:28:30 2015", 30 * time.Second, true},
-		{"Wed, 21 Oct 2015 07:28:00 GMT", time.Second, true}, // now: no wait, then lo
-		{"Wed, 21 Oct 2015 07:00:00 GMT", time.Second, true}, // past
+		{"Wed, 21 Oct 2015 07:28:00 GMT", 0, false}, // now, or past: the usual backoff
+		{"Wed, 21 Oct 2015 07:00:00 GMT", 0, false},
 		{"Thu, 22 Oct 2015 07:28:00 GMT", time.Minute, true}, // capped
 		{"Wed, 21 Oct 2015 25:28:00 GMT", 0, false},
 		{"tomorrow", 0, false},

@@ -204,7 +204,9 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, a
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 			continue
 		}
-		resp.Body = &body{ReadCloser: resp.Body, t: t, c: c, addr: addr, keep: !resp.Close && !req.Close, stop: stop}
+		// A 101's connection now speaks another protocol: never reused.
+		keep := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
+		resp.Body = &body{ReadCloser: resp.Body, t: t, c: c, addr: addr, keep: keep, stop: stop}
 		return resp, false, nil
 	}
 }
@@ -261,6 +263,8 @@ func (b *body) Close() error {
 // An idle connection the handler closed, or on which it sent bytes after
 // its answer, is closed instead of used (idleconn): those bytes would be
 // read as the answer to this request, which may be another source's event.
+// Bytes that arrive only after the request went out cannot be told from
+// its answer, by this transport or any HTTP/1.1 client.
 func (t *transport) get(ctx context.Context, deadline time.Time, addr string, fresh bool) (*conn, bool, error) {
 	now := time.Now()
 	t.mu.Lock()

@@ -393,13 +393,15 @@ func TestTransportHandlerClosedEveryIdleConnection(t *testing.T) {
 	}
 }
 
-// TestTransportNeverReadsStrayBytesAsAnAnswer: bytes a handler sends beyond
+// TestTransportDropsConnectionsWithStrayBytes: bytes a handler sends beyond
 // its answer (a second answer, a body after a 204, a Content-Length shorter
 // than what it wrote), with the answer or later while the connection is
-// idle, are never taken for the answer to the next request: that request
+// idle, are not taken for the answer to the next request: that request
 // goes on a new connection and gets its own answer. Reading them as its
 // answer would record a handler's 500 as done, for another source's event.
-func TestTransportNeverReadsStrayBytesAsAnAnswer(t *testing.T) {
+// (Bytes that arrive only after the next request went out cannot be told
+// from its answer, as with any HTTP/1.1 client.)
+func TestTransportDropsConnectionsWithStrayBytes(t *testing.T) {
 	const okAnswer = "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"
 	cases := []struct {
 		name         string
@@ -418,7 +420,6 @@ func TestTransportNeverReadsStrayBytesAsAnAnswer(t *testing.T) {
 				writeLate := make(chan struct{})
 				var once sync.Once
 				release := func() { once.Do(func() { close(writeLate) }) }
-				t.Cleanup(release) // before the server's own cleanup waits for its handler
 				url, conns := rawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
 					for i := 0; ; i++ {
 						req, err := http.ReadRequest(br)
@@ -437,6 +438,9 @@ func TestTransportNeverReadsStrayBytesAsAnAnswer(t *testing.T) {
 						}
 					}
 				})
+				// Registered after rawServer's, so run before it waits for
+				// the handler, which may be waiting for this.
+				t.Cleanup(release)
 				tr := newTransport(4)
 				defer tr.CloseIdleConnections()
 				pt := parsePlain(url + "/hook")
@@ -491,5 +495,44 @@ func TestTransportNeverReadsStrayBytesAsAnAnswer(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestTransportDoesNotReuseAnUpgradedConnection: after a 101 the
+// connection speaks another protocol; the next request takes a new one.
+func TestTransportDoesNotReuseAnUpgradedConnection(t *testing.T) {
+	url, conns := rawServer(t, func(n int, c net.Conn, br *bufio.Reader) {
+		req, err := http.ReadRequest(br)
+		if err != nil {
+			return
+		}
+		io.Copy(io.Discard, req.Body)
+		if n == 1 {
+			c.Write([]byte("HTTP/1.1 101 Switching Protocols\r\nUpgrade: other\r\nConnection: Upgrade\r\n\r\n"))
+			// The other protocol answers whatever comes next with bytes
+			// that happen to read as an HTTP answer.
+			if _, err := br.ReadByte(); err == nil {
+				c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nup"))
+			}
+			return
+		}
+		c.Write([]byte("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok"))
+	})
+	tr := newTransport(4)
+	defer tr.CloseIdleConnections()
+	pt := parsePlain(url + "/hook")
+	codes := []int{}
+	for range 2 {
+		resp, err := tr.post(context.Background(), time.Now().Add(5*time.Second), pt.addr, false, func(w *bufio.Writer) error {
+			return writeRequest(w, pt, "oncehook", http.Header{HeaderIdempotencyKey: {"k"}}, []byte("x"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		closeBody(resp.Body)
+		codes = append(codes, resp.StatusCode)
+	}
+	if codes[0] != http.StatusSwitchingProtocols || codes[1] != 200 || conns.Load() != 2 {
+		t.Fatalf("answers %v on %d connections, want [101 200] on 2", codes, conns.Load())
 	}
 }

@@ -44,7 +44,8 @@ func NewProbe(c net.Conn) *Probe {
 	}
 	p.rc = rc
 	p.peek = func(fd uintptr) bool {
-		n, _, err := syscall.Recvfrom(int(fd), p.b[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		// Go's sockets are non-blocking: an empty one answers EAGAIN.
+		n, _, err := syscall.Recvfrom(int(fd), p.b[:], syscall.MSG_PEEK)
 		switch {
 		case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EWOULDBLOCK):
 		case err != nil, n >= 0:
