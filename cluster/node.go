@@ -366,8 +366,16 @@ func (n *Node) openLog(raftDir string) (raft.LogStore, error) {
 		logStore = n.cfg.wrapLogs(logStore)
 	}
 	logStore = &suffixGuard{LogStore: logStore, fatal: n.fatal}
-	return raft.NewLogCache(512, logStore)
+	return newRecentLogs(logStore, recentLogEntries, recentLogBytes), nil
 }
+
+// The newest log entries kept in memory (logcache.go): at 1 KiB bodies under
+// load an entry carries about 64 KiB, so the bytes rarely bind; with large
+// bodies they do.
+const (
+	recentLogEntries = 512
+	recentLogBytes   = 32 << 20
+)
 
 // openTransport sets n.trans: the configured one (tests), an in-memory one
 // without a bind address, or else raft's network transport over the
