@@ -165,3 +165,55 @@ func TestClientAnswersPrint(t *testing.T) {
 		})
 	}
 }
+
+// TestCellEscapesControlCharacters: text others wrote reaches a terminal
+// table with its control characters escaped, so an escape sequence in a
+// pause reason cannot clear the screen or rewrite the table; plain text is
+// printed as it is.
+func TestCellEscapesControlCharacters(t *testing.T) {
+	for _, c := range []struct{ in, want string }{
+		{"handler deploy", "handler deploy"},
+		{`status 500 "quoted"`, `status 500 "quoted"`},
+		{"café ✓", "café ✓"},
+		{"\x1b[2J\x1b[Hall good", `\x1b[2J\x1b[Hall good`},
+		{"two\tcolumns\nand a line", `two\tcolumns\nand a line`},
+		{"bell\a and \u0085", `bell\a and \u0085`},
+		{"bad \xff byte", `bad \xff byte`},
+	} {
+		if got := cell(c.in); got != c.want {
+			t.Errorf("cell(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+// TestStatusTableEscapesAPauseReason: the status table prints a pause's
+// "by" and "reason" through cell.
+func TestStatusTableEscapesAPauseReason(t *testing.T) {
+	answer := strings.Replace(statusNow, `"by":"ops","reason":"handler deploy"`, `"by":"ops\u0007","reason":"\u001b[2Jall good"`, 1)
+	if answer == statusNow {
+		t.Fatal("the test answer did not change")
+	}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(answer))
+	}))
+	t.Cleanup(srv.Close)
+	t.Setenv("ONCEHOOK_TOKEN_FILE", "")
+	t.Setenv("ONCEHOOK_TOKEN", "test-token")
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	mk := Flags(fs)
+	if err := fs.Parse([]string{"-addr", srv.URL}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := mk()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := c.Status(t.Context(), &out, false); err != nil {
+		t.Fatal(err)
+	}
+	if bytes.ContainsAny(out.Bytes(), "\x1b\a") || !strings.Contains(out.String(), `ops\a`) || !strings.Contains(out.String(), `\x1b[2Jall good`) {
+		t.Fatalf("status table:\n%s", out.String())
+	}
+}

@@ -76,7 +76,7 @@ func (c *Client) Events(ctx context.Context, stdout, stderr io.Writer, eq Events
 		if step == "" {
 			step = "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", e.Key, e.State, e.Attempts, step, e.UpdatedAt, e.LastError)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\n", e.Key, e.State, e.Attempts, cell(step), e.UpdatedAt, cell(e.LastError))
 	}
 	if err := tw.Flush(); err != nil {
 		return err

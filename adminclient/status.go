@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"oncehook/cluster"
 )
@@ -164,7 +167,7 @@ func printSources(w io.Writer, srcs map[string]sourceAnswer) {
 		if s.Backlog != 0 {
 			age = time.Duration(s.OldestPendingAge * float64(time.Second)).Round(time.Second).String()
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", name, state, s.Backlog, age, since, by, reason)
+		fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", name, state, s.Backlog, age, since, cell(by), cell(reason))
 	}
 	tw.Flush()
 }
@@ -180,4 +183,17 @@ func printAnswer(w io.Writer, raw json.RawMessage) error {
 		return fmt.Errorf("admin API answer: %w", err)
 	}
 	return printJSON(w, v)
+}
+
+// cell makes text someone else wrote (a pause reason, the name a token was
+// given, a delivery's error) safe in a terminal table: a control character
+// is written as Go would escape it (\x1b rather than an escape sequence
+// that moves the cursor or rewrites what the table shows; \t rather than
+// a tab that breaks the columns). Text without one is printed as it is.
+func cell(s string) string {
+	if !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) {
+		return s
+	}
+	q := strconv.Quote(s)
+	return q[1 : len(q)-1]
 }
