@@ -67,8 +67,10 @@ const (
 // TestClientAnswersPrint: the client prints the admin API's answers exactly
 // as testdata/client/*.golden records (the table of `status`, and
 // the JSON of `status -json`, `events show`, `replay` and `pause`).
-func TestClientAnswersPrint(t *testing.T) {
-	answers := map[string]string{}
+// answering returns a client of a test server that answers "METHOD /path"
+// with the JSON answers holds (404 for any other), as the node would.
+func answering(t *testing.T, answers map[string]string) *Client {
+	t.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, ok := answers[r.Method+" "+r.URL.Path]
 		if !ok {
@@ -81,7 +83,6 @@ func TestClientAnswersPrint(t *testing.T) {
 	t.Cleanup(srv.Close)
 	t.Setenv("ONCEHOOK_TOKEN_FILE", "")
 	t.Setenv("ONCEHOOK_TOKEN", "test-token")
-
 	fs := flag.NewFlagSet("test", flag.ContinueOnError)
 	mk := Flags(fs)
 	if err := fs.Parse([]string{"-addr", srv.URL}); err != nil {
@@ -91,6 +92,12 @@ func TestClientAnswersPrint(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+func TestClientAnswersPrint(t *testing.T) {
+	answers := map[string]string{}
+	c := answering(t, answers)
 	ctx := t.Context()
 
 	tests := []struct {
@@ -193,22 +200,7 @@ func TestStatusTableEscapesAPauseReason(t *testing.T) {
 	if answer == statusNow {
 		t.Fatal("the test answer did not change")
 	}
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		w.Write([]byte(answer))
-	}))
-	t.Cleanup(srv.Close)
-	t.Setenv("ONCEHOOK_TOKEN_FILE", "")
-	t.Setenv("ONCEHOOK_TOKEN", "test-token")
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	mk := Flags(fs)
-	if err := fs.Parse([]string{"-addr", srv.URL}); err != nil {
-		t.Fatal(err)
-	}
-	c, err := mk()
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := answering(t, map[string]string{"GET /v1/status": answer})
 	var out bytes.Buffer
 	if err := c.Status(t.Context(), &out, false); err != nil {
 		t.Fatal(err)
