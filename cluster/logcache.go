@@ -50,7 +50,7 @@ func (c *recentLogs) StoreLog(log *raft.Log) error { return c.StoreLogs([]*raft.
 
 func (c *recentLogs) StoreLogs(logs []*raft.Log) error {
 	if err := c.LogStore.StoreLogs(logs); err != nil {
-		return fmt.Errorf("unable to store logs within log store, err: %q", err)
+		return fmt.Errorf("store log entries: %w", err) // the cause stays reachable (errors.Is), as raft's own cache loses it
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"errors"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -92,5 +93,28 @@ func TestRecentLogsBoundedInBytes(t *testing.T) {
 	}
 	if err := c.GetLog(3, &l); err == nil {
 		t.Fatal("deleted entry 3 still answered")
+	}
+}
+
+// failingStore refuses every write with err.
+type failingStore struct {
+	raft.LogStore
+	err error
+}
+
+func (s failingStore) StoreLogs([]*raft.Log) error { return s.err }
+
+// TestRecentLogsKeepsTheStoresError: a write the store refuses is not
+// cached, and its error reaches raft with its cause (errors.Is), not as text.
+func TestRecentLogsKeepsTheStoresError(t *testing.T) {
+	full := errors.New("no space left on device")
+	c := newRecentLogs(failingStore{raft.NewInmemStore(), full}, 4, 100)
+	err := c.StoreLogs([]*raft.Log{{Index: 1, Term: 1, Data: []byte("x")}})
+	if !errors.Is(err, full) {
+		t.Fatalf("StoreLogs = %v, want the store's error", err)
+	}
+	var l raft.Log
+	if c.GetLog(1, &l) == nil {
+		t.Fatal("a refused entry is answered from memory")
 	}
 }
