@@ -175,6 +175,14 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 			closeBody(resp.Body)
 			return answer{status: resp.StatusCode, reason: "read body: " + errReason(rctx, err)}
 		}
+		if len(a.body) == MaxBody {
+			var one [1]byte
+			if n, _ := io.ReadFull(resp.Body, one[:]); n > 0 {
+				// The sender and every duplicate get the cut answer (the
+				// cache keeps no more): say so where the operator looks.
+				f.log.Warn("sync answer cut: the sender gets only its first 64 KiB", "key", ev.Key, "source", ev.Source)
+			}
+		}
 	}
 	if !ok2xx {
 		// The start of the answer goes into the attempt history; a body cut

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -559,19 +560,32 @@ func TestSyncTargetCachesResponse(t *testing.T) {
 	long := bytes.Repeat([]byte("0123456789abcdef"), (MaxBody+1000)/16)
 	srv := serve(t, &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusCreated)
-		if r.Header.Get("Oncehook-Event-Key") == "src:long" {
+		switch r.Header.Get("Oncehook-Event-Key") {
+		case "src:long":
 			w.Write(long)
-			return
+		case "src:whole":
+			w.Write(long[:MaxBody])
+		default:
+			io.WriteString(w, `{"ok":true}`)
 		}
-		io.WriteString(w, `{"ok":true}`)
 	}})
 	l.claim("src:s", "src", "x")
 	l.claim("src:long", "src", "y")
+	l.claim("src:whole", "src", "z")
 	rec := &recorder{}
-	start(t, l, rec, Options{Targets: only(Target{URL: srv.URL, Sync: true})})
+	var logs lockedLog
+	start(t, l, rec, Options{Targets: only(Target{URL: srv.URL, Sync: true}), Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 
 	waitFor(t, "done", stateIs(l, "src:s", engine.StateDone))
 	waitFor(t, "done", stateIs(l, "src:long", engine.StateDone))
+	waitFor(t, "done", stateIs(l, "src:whole", engine.StateDone))
+	// The cut is logged, once, for the answer that was cut and no other.
+	if got := strings.Count(logs.String(), "sync answer cut"); got != 1 || !strings.Contains(logs.String(), "key=src:long") {
+		t.Errorf("want one line saying src:long's answer was cut, got %d in:\n%s", got, logs.String())
+	}
+	if ev := l.get("src:whole"); ev.Response == nil || len(ev.Response.Body) != MaxBody {
+		t.Errorf("an answer of exactly %d bytes not cached whole", MaxBody)
+	}
 	ev := l.get("src:s")
 	if ev.Response == nil || ev.Response.Status != 201 || string(ev.Response.Body) != `{"ok":true}` {
 		t.Errorf("cached response %+v", ev.Response)
@@ -580,7 +594,7 @@ func TestSyncTargetCachesResponse(t *testing.T) {
 	if ev.Response == nil || ev.Response.Status != 201 || !bytes.Equal(ev.Response.Body, long[:MaxBody]) {
 		t.Errorf("long response not cached as its first %d bytes", MaxBody)
 	}
-	waitFor(t, "finishes", func() bool { return len(rec.finishes()) == 2 })
+	waitFor(t, "finishes", func() bool { return len(rec.finishes()) == 3 })
 	for _, f := range rec.finishes() {
 		if f.Outcome != OutcomeDone || f.Response == nil || f.Response.Status != 201 {
 			t.Errorf("finish %+v", f)
