@@ -58,8 +58,8 @@ func TestMalformedRequestLogsNoRequestBytes(t *testing.T) {
 		"POST /in/gitlab HTTP/1.1\r\nHost: x\r\nX-Gitlab-Token: " + token + "\x01\r\nContent-Length: 2",
 	} {
 		resp := rawRequest(t, "http://"+ln.Addr().String(), head, "{}")
-		if resp.StatusCode != http.StatusBadRequest {
-			t.Fatalf("malformed request: %d, want 400", resp.StatusCode)
+		if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("X-Content-Type-Options") != "nosniff" {
+			t.Fatalf("malformed request: %d %v, want 400 with nosniff", resp.StatusCode, resp.Header)
 		}
 	}
 	srv.Shutdown() // waits for the connections: their lines are written

@@ -264,6 +264,9 @@ func TestIntakeAnswers(t *testing.T) {
 					t.Errorf("%s: %q, want %q", c.header[0], got, c.header[1])
 				}
 			}
+			if got := a.header["X-Content-Type-Options"]; got != "nosniff" {
+				t.Errorf("X-Content-Type-Options: %q, want nosniff on every answer", got)
+			}
 			if c.stored != "" {
 				if _, err := f.store.Get(c.stored, false); err != nil {
 					t.Errorf("%s not stored: %v", c.stored, err)

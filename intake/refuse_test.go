@@ -23,9 +23,9 @@ func TestRefuseConn(t *testing.T) {
 		body, err := io.ReadAll(resp.Body)
 		client.Close()
 		var answer struct{ Status, Error string }
-		if err != nil || resp.StatusCode != want || resp.Header.Get("Retry-After") != "1" || !resp.Close ||
+		if err != nil || resp.StatusCode != want || resp.Header.Get("Retry-After") != "1" || resp.Header.Get("X-Content-Type-Options") != "nosniff" || !resp.Close ||
 			json.Unmarshal(body, &answer) != nil || answer.Status != "error" || answer.Error == "" {
-			t.Errorf("%s: %d %v %q (%v), want %d with Retry-After, Connection: close and a JSON error", over, resp.StatusCode, resp.Header, body, err, want)
+			t.Errorf("%s: %d %v %q (%v), want %d with Retry-After, nosniff, Connection: close and a JSON error", over, resp.StatusCode, resp.Header, body, err, want)
 		}
 	}
 }

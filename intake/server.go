@@ -398,6 +398,7 @@ func readBody(ctx *fasthttp.RequestCtx, dst []byte, limit int) (body []byte, sta
 // They are counted under no source: header floods and slow senders show in
 // oncehook_requests_total.
 func (in *Server) requestError(ctx *fasthttp.RequestCtx, err error) {
+	ctx.Response.Header.SetCanonical(hdrNosniff, valNosniff)
 	var small *fasthttp.ErrSmallBuffer
 	var netErr net.Error
 	var status int
@@ -454,9 +455,15 @@ var (
 	strLivez  = []byte("/livez")
 	strReadyz = []byte("/readyz")
 	strJSON   = "application/json"
+
+	hdrNosniff = []byte("X-Content-Type-Options")
+	valNosniff = []byte("nosniff")
 )
 
 func (in *Server) handle(ctx *fasthttp.RequestCtx) {
+	// Answers echo the sender's bytes (a key, a type, a sync handler's
+	// body): no browser may read them as anything but their declared type.
+	ctx.Response.Header.SetCanonical(hdrNosniff, valNosniff)
 	path := ctx.Path()
 	switch {
 	case bytes.HasPrefix(path, strIn):
@@ -982,7 +989,7 @@ func RefuseConn(c net.Conn, over string) {
 	if over == "network" {
 		status, msg = "429 Too Many Requests", `{"status":"error","error":"too many connections from your network (max_conns_per_ip), retry"}`
 	}
-	_, _ = io.WriteString(c, "HTTP/1.1 "+status+"\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: application/json\r\nContent-Length: "+
+	_, _ = io.WriteString(c, "HTTP/1.1 "+status+"\r\nConnection: close\r\nRetry-After: 1\r\nContent-Type: application/json\r\nX-Content-Type-Options: nosniff\r\nContent-Length: "+
 		strconv.Itoa(len(msg)+1)+"\r\n\r\n"+msg+"\n")
 }
 
