@@ -52,7 +52,17 @@ func (s *Server) handler() http.Handler {
 	auth("GET /debug/pprof/symbol", pprof.Symbol)
 	auth("GET /debug/pprof/trace", pprof.Trace)
 	s.registerUI(mux) // the dead-letter page, /ui/ (ui.go)
-	return mux
+	return nosniff(mux)
+}
+
+// nosniff marks every admin answer: the API's JSON quotes event data a
+// sender chose (keys, payloads, handler answers), which a browser must
+// never read as HTML or script.
+func nosniff(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		h.ServeHTTP(w, r)
+	})
 }
 
 // requireToken admits requests with a configured bearer token. A client that

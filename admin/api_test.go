@@ -229,6 +229,9 @@ func TestAPIAnswers(t *testing.T) {
 			if resp.StatusCode != c.status || !strings.Contains(string(raw), c.contains) {
 				t.Fatalf("answer %d %s, want %d containing %s", resp.StatusCode, raw, c.status, c.contains)
 			}
+			if got := resp.Header.Get("X-Content-Type-Options"); got != "nosniff" {
+				t.Errorf("X-Content-Type-Options %q, want nosniff on every answer", got)
+			}
 			if resp.StatusCode == 200 && strings.HasPrefix(c.path, "/v1/") && !json.Valid(raw) {
 				t.Fatalf("answer is not JSON: %s", raw)
 			}
