@@ -774,7 +774,7 @@ func (s *Server) adminTransferLeadership(w http.ResponseWriter, r *http.Request)
 	case errors.Is(err, cluster.ErrNotVoter):
 		jsonError(w, http.StatusBadRequest, err.Error())
 		return
-	case errors.Is(err, cluster.ErrSingleVoter):
+	case errors.Is(err, cluster.ErrSingleVoter), errors.Is(err, cluster.ErrBehind):
 		jsonError(w, http.StatusConflict, err.Error())
 		return
 	case err != nil:

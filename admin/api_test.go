@@ -29,6 +29,8 @@ import (
 type engineStore struct {
 	eng      *engine.Engine
 	follower bool // LeaderOnly answers as a follower would
+	// transferErr is what TransferLeadership returns (nil: errNotHere).
+	transferErr error
 
 	mu    sync.Mutex
 	index uint64
@@ -97,6 +99,9 @@ func (s *engineStore) Purge(context.Context, engine.State, string, time.Time, st
 func (s *engineStore) Join(context.Context, string, string) error { return errNotHere }
 func (s *engineStore) RemovePeer(context.Context, string) error   { return errNotHere }
 func (s *engineStore) TransferLeadership(context.Context, string) (string, error) {
+	if s.transferErr != nil {
+		return "", s.transferErr
+	}
 	return "", errNotHere
 }
 func (s *engineStore) Backup(io.Writer) (int64, error)       { return 0, errNotHere }
@@ -505,4 +510,32 @@ func FuzzCheckKeys(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestTransferAnswers: a transfer the cluster refuses says why, with the
+// status a client branches on: a target not caught up with the log or no
+// other voter is 409, a follower asked is 421.
+func TestTransferAnswers(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		status int
+	}{
+		{fmt.Errorf("transfer leadership to \"node3\": %w: it has committed entry 5, the leader 900", cluster.ErrBehind), http.StatusConflict},
+		{fmt.Errorf("transfer leadership: %w", cluster.ErrSingleVoter), http.StatusConflict},
+		{fmt.Errorf("transfer leadership: %w", cluster.ErrNotLeader), http.StatusMisdirectedRequest},
+	} {
+		store, url := newTestAPI(t)
+		store.transferErr = c.err
+		req, _ := http.NewRequest("POST", url+"/v1/cluster/leader", strings.NewReader(`{"to":"node3"}`))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(raw), c.err.Error()[:20]) {
+			t.Errorf("%v: %d %s, want %d with the reason", c.err, resp.StatusCode, raw, c.status)
+		}
+	}
 }

@@ -73,7 +73,18 @@ var (
 	// ErrNotMember is returned by RemovePeer for an id the cluster does
 	// not have.
 	ErrNotMember = errors.New("not a member of the cluster")
+	// ErrBehind is returned by TransferLeadership when the node named has
+	// not caught up with the leader's log within catchUpLimit.
+	ErrBehind = errors.New("not caught up with the leader's log")
 )
+
+// catchUpLimit bounds how long a hand-over to a named node waits for it to
+// catch up with the log (a node restarted moments ago replays and
+// receives what it missed). Raft's own transfer gives the target one
+// election timeout, during which this leader takes no new entries: a
+// target still far behind would only fail it, after holding every claim
+// for that second.
+const catchUpLimit = 30 * time.Second
 
 // TransferLeadership hands leadership to another voter (to, or the most
 // up-to-date one when to is ""), after this leader's deliveries in flight
@@ -99,6 +110,9 @@ func (n *Node) TransferLeadership(ctx context.Context, to string) (string, error
 		}
 		if addr == "" || to == n.cfg.ID {
 			return "", fmt.Errorf("transfer leadership to %q: %w", to, ErrNotVoter)
+		}
+		if err := n.waitCaughtUp(ctx, to, addr); err != nil {
+			return "", err
 		}
 	}
 	n.drainDeliveries(ctx)
@@ -141,6 +155,45 @@ func (n *Node) newLeader(ctx context.Context) string {
 			return ""
 		case <-ctx.Done():
 			return ""
+		}
+	}
+}
+
+// catchUpPoll is how often waitCaughtUp asks the target how far it is.
+const catchUpPoll = 100 * time.Millisecond
+
+// waitCaughtUp waits until the voter id (at addr) has committed everything
+// this leader had committed when it last asked, catchUpPoll earlier: it
+// keeps up with the log. It gives up after catchUpLimit, or when ctx ends,
+// with ErrBehind and both indexes.
+func (n *Node) waitCaughtUp(ctx context.Context, id string, addr raft.ServerAddress) error {
+	ctx, cancel := context.WithTimeout(ctx, catchUpLimit)
+	defer cancel()
+	var last memberStats
+	var lastErr error
+	for {
+		mark := n.raft.CommitIndex()
+		ms, err := n.askStats(ctx, string(addr))
+		if err == nil && ms.ID != id {
+			err = fmt.Errorf("%s answers as %q", addr, ms.ID)
+		}
+		if err == nil {
+			if ms.CommitIndex >= mark {
+				return nil
+			}
+			last = ms
+		}
+		lastErr = err
+		t := time.NewTimer(catchUpPoll)
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+			t.Stop()
+			if last.ID == "" && lastErr != nil {
+				return fmt.Errorf("transfer leadership to %q: %w: it did not answer (%v)", id, ErrBehind, lastErr)
+			}
+			return fmt.Errorf("transfer leadership to %q: %w: it has committed entry %d, the leader %d; try again once `oncehook status` shows it near the leader",
+				id, ErrBehind, last.CommitIndex, n.raft.CommitIndex())
 		}
 	}
 }

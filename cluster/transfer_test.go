@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -234,5 +235,58 @@ func TestNotLeaderNamesTheLeadersAdmin(t *testing.T) {
 	want = "run it on the leader, " + c2.ids[li] + " (cluster address " + c2.ids[li] + ")"
 	if err := c2.nodes[fi].RemovePeer(ctx, c2.ids[fi]); !errors.Is(err, ErrNotLeader) || !strings.Contains(err.Error(), want) {
 		t.Errorf("remove on a follower, leader without admin URL: %v, want %q", err, want)
+	}
+}
+
+// TestTransferWaitsForTheTargetToCatchUp: a hand-over to a named node that
+// is behind the log waits for it to catch up, and one that cannot catch up
+// is refused with ErrBehind before anything is drained (raft's own transfer
+// would hold every claim for an election timeout, then fail with a bare
+// timeout).
+func TestTransferWaitsForTheTargetToCatchUp(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	li := c.waitLeader(-1)
+	fi := c.follower(li)
+	c.waitKnowsLeader(fi, li)
+	to := c.nodes[fi].cfg.ID
+
+	c.partition(fi)
+	const n = 50
+	for i := range n {
+		c.mustClaim(fmt.Sprintf("k%d", i), fi)
+	}
+	li = c.waitLeader(fi)
+	leader := c.nodes[li]
+	d := &recordingDrainer{n: leader}
+	leader.SetDrainer(d)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	_, err := leader.TransferLeadership(ctx, to)
+	cancel()
+	if !errors.Is(err, ErrBehind) || !strings.Contains(err.Error(), to) {
+		t.Fatalf("transfer to %s, cut off and behind: %v, want ErrBehind naming it", to, err)
+	}
+	if drains, _, _ := d.counts(); drains != 0 || !leader.IsLeader() {
+		t.Fatalf("a refused transfer drained %d times (leader still: %v)", drains, leader.IsLeader())
+	}
+
+	// Back in touch, it catches up and takes over.
+	c.heal()
+	for {
+		li = c.waitLeader(-1)
+		if li == fi {
+			break
+		}
+		got, err := c.nodes[li].TransferLeadership(ctxT(t, 30e9), to)
+		if errors.Is(err, ErrNotLeader) {
+			continue // leadership moved meanwhile: ask the new leader
+		}
+		if err != nil || got != to {
+			t.Fatalf("transfer to %s once reachable: %q, %v", to, got, err)
+		}
+	}
+	for i := range n {
+		if _, err := c.nodes[fi].Get(fmt.Sprintf("k%d", i), false); err != nil {
+			t.Fatalf("the new leader lacks k%d: %v", i, err)
+		}
 	}
 }
