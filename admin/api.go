@@ -30,7 +30,7 @@ const whoKey ctxKey = 0
 
 func (s *Server) handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", s.metrics)
+	mux.Handle("GET /metrics", notFromPageScripts(s.metrics))
 	auth := func(pattern string, h http.HandlerFunc) { mux.Handle(pattern, s.requireToken(h)) }
 	auth("GET /livez", func(w http.ResponseWriter, r *http.Request) { fmt.Fprintln(w, "ok") })
 	auth("GET /readyz", s.adminReady)
@@ -53,6 +53,21 @@ func (s *Server) handler() http.Handler {
 	auth("GET /debug/pprof/trace", pprof.Trace)
 	s.registerUI(mux) // the dead-letter page, /ui/ (ui.go)
 	return nosniff(mux)
+}
+
+// notFromPageScripts refuses a request a script in a web page made (a
+// browser marks those Sec-Fetch-Mode cors, no-cors or same-origin): /metrics
+// needs no token, so a page whose name an attacker rebinds to this address
+// (DNS rebinding) could otherwise read it as its own. Prometheus sends no
+// Sec-Fetch-Mode, and an operator opening the URL in a tab navigates.
+func notFromPageScripts(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m := r.Header.Get("Sec-Fetch-Mode"); m != "" && m != "navigate" {
+			jsonError(w, http.StatusForbidden, "metrics are not served to scripts in web pages")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // nosniff marks every admin answer: the API's JSON quotes event data a

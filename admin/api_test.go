@@ -539,3 +539,34 @@ func TestTransferAnswers(t *testing.T) {
 		}
 	}
 }
+
+// TestMetricsRefusedToPageScripts: /metrics, the one route without a token,
+// is refused to a script in a web page (DNS rebinding would let one read it
+// as its own origin), and served to scrapers and to a tab an operator opens.
+func TestMetricsRefusedToPageScripts(t *testing.T) {
+	_, url := newTestAPI(t)
+	for _, c := range []struct {
+		mode   string
+		status int // the test server's metrics handler answers 404
+	}{
+		{"", http.StatusNotFound},
+		{"navigate", http.StatusNotFound},
+		{"cors", http.StatusForbidden},
+		{"no-cors", http.StatusForbidden},
+		{"same-origin", http.StatusForbidden},
+	} {
+		req, _ := http.NewRequest("GET", url+"/metrics", nil)
+		if c.mode != "" {
+			req.Header.Set("Sec-Fetch-Mode", c.mode)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status {
+			t.Errorf("Sec-Fetch-Mode %q: %d %s, want %d", c.mode, resp.StatusCode, raw, c.status)
+		}
+	}
+}
