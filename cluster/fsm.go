@@ -117,6 +117,10 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		pos = append(pos, i)
 	}
 	f.entries = entries[:0]
+	// The next batch reuses the array: a slot it does not overwrite must not
+	// keep this batch's commands, and with them its log entries' payloads,
+	// alive.
+	defer clear(entries)
 	if newer != nil {
 		defer f.fatal(newer)
 	}
