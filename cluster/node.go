@@ -285,7 +285,7 @@ func (n *Node) open() error {
 		return fmt.Errorf("start raft: %w", err)
 	}
 	n.fsm.policy.attach(n.raft)
-	n.prop = newProposer(n, n.cfg.Inflight, n.cfg.MaxBatch, 8<<20, n.cfg.Linger, n.cfg.RideFor)
+	n.prop = newProposer(n, n.cfg.Inflight, n.cfg.MaxBatch, maxEntryBytes, n.cfg.Linger, n.cfg.RideFor)
 	n.started.Store(true)
 	go n.observeLeadership()
 	// Raft drops observations for a full channel; watchLeader reads the

@@ -27,6 +27,11 @@ type proposal struct {
 	one    [1]engine.Command // cmds of a single-command proposal (submitOne)
 }
 
+// maxEntryBytes bounds the commands the proposer packs into one entry, or
+// one batch relayed to the leader: it stops adding proposals once a batch
+// holds this many bytes, so a batch is at most this plus one proposal.
+const maxEntryBytes = 8 << 20
+
 var proposalPool = sync.Pool{New: func() any { return &proposal{done: make(chan struct{}, 1)} }}
 
 // proposer is group commit in front of Raft: commands that arrive while earlier
@@ -45,6 +50,7 @@ type proposer struct {
 	rideFor  time.Duration // how long riding proposals wait for a claim
 	closing  chan struct{} // no new proposals are taken
 	stop     chan struct{} // raft is shut down; goroutines exit
+	closed   chan struct{} // close has failed what was queued; later arrivals fail themselves
 	wg       sync.WaitGroup
 	relayWG  sync.WaitGroup // relays in flight
 	settled  chan struct{}  // closed when complete() returns
@@ -83,6 +89,7 @@ func newProposer(n *Node, inflight, maxCmds, maxBytes int, linger, rideFor time.
 		linger:   linger,
 		closing:  make(chan struct{}),
 		stop:     make(chan struct{}),
+		closed:   make(chan struct{}),
 		settled:  make(chan struct{}),
 		pending:  make(chan pendingApply, inflight),
 	}
@@ -119,6 +126,15 @@ func (p *proposer) close() {
 		// A future raft never answered (it was queued when raft shut down);
 		// its waiter is abandoned rather than blocking shutdown forever.
 	}
+	p.failQueued()
+	close(p.closed)
+}
+
+// failQueued answers ErrShutdown to every proposal still queued. Nothing
+// takes from the queue once the loop has stopped: close calls it, and so
+// does a caller whose proposal went in after close had emptied the queue
+// (its send raced with stop, see wait).
+func (p *proposer) failQueued() {
 	for {
 		select {
 		case pr := <-p.queue:
@@ -191,10 +207,19 @@ func (p *proposer) wait(ctx context.Context, pr *proposal) error {
 	select {
 	case <-pr.done:
 		return nil
+	case <-p.closed:
+		// The send above may have won against stop after close emptied the
+		// queue: then nobody else will ever answer pr.
+		p.failQueued()
+		select {
+		case <-pr.done:
+			return nil
+		case <-ctx.Done():
+		}
 	case <-ctx.Done():
-		// The proposal still belongs to the proposer; it is not returned to the pool.
-		return fmt.Errorf("wait for commit: %v: %w", ctx.Err(), ErrIndeterminate)
 	}
+	// The proposal still belongs to the proposer; it is not returned to the pool.
+	return fmt.Errorf("wait for commit: %v: %w", ctx.Err(), ErrIndeterminate)
 }
 
 func (p *proposer) loop() {

@@ -36,8 +36,12 @@ const (
 	rpcUnknown    byte = 3 // indeterminate outcome
 	rpcErr        byte = 4 // body: message
 	rpcBadRequest byte = 5
-	maxFrame           = 64 << 20
-	frameChunk         = 1 << 20 // a frame over this is read in growing steps
+	// maxFrame admits the largest batch a follower's proposer sends: its
+	// byte bound (maxEntryBytes) reached by all but the last proposal, and a
+	// last claim carrying a payload of the largest size a source accepts,
+	// with room for keys, headers and the encoding.
+	maxFrame   = maxEntryBytes + engine.MaxPayloadLen + 4<<20
+	frameChunk = 1 << 20 // a frame over this is read in growing steps
 )
 
 func writeFrame(w *bufio.Writer, kind byte, body []byte) error {
@@ -93,6 +97,12 @@ func (n *Node) serveRelay(c net.Conn) {
 			return
 		}
 		buf = body[:0]
+		if cap(buf) > frameChunk {
+			// A stream lives as long as its follower's pool keeps it: the
+			// buffer of one large batch (bodies up to max_body) must not
+			// stay with it.
+			buf = nil
+		}
 		status, resp := n.handleRPC(context.Background(), op, body, out[:0])
 		out = resp[:0]
 		if err := writeFrame(w, status, resp); err != nil {
