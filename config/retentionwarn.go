@@ -36,6 +36,8 @@ func retentionBelowRetryWindow(c *Config) []string {
 // retriesOutliveRetention warns when the handler's retry schedule can run
 // past the key's retention: max_attempts attempts wait up to backoff_max
 // before each retry, max_attempts-1 waits in all (one attempt never waits).
+// No key is lost then (expiry moves an unfinished event to a later bucket),
+// but the store keeps more than retention says.
 func retriesOutliveRetention(c *Config) []string {
 	var w []string
 	for i := range c.Sources {
@@ -47,7 +49,7 @@ func retriesOutliveRetention(c *Config) []string {
 		schedule := time.Duration(s.BackoffMax) * time.Duration(retries)
 		if schedule/time.Duration(retries) != time.Duration(s.BackoffMax) || schedule > time.Duration(s.Retention) {
 			w = append(w, fmt.Sprintf(
-				"%s: max_attempts %d waits up to backoff_max %s before each of %d retries, beyond retention %s: the retry schedule outlives the key, and a provider's resend after the key expired is a new event",
+				"%s: max_attempts %d waits up to backoff_max %s before each of %d retries, beyond retention %s: an event still retrying is kept past its retention (an unfinished key never expires), so retention no longer bounds what the store keeps; raise retention or lower max_attempts or backoff_max",
 				sourceKey(i, "max_attempts"), s.MaxAttempts, s.BackoffMax, retries, s.Retention))
 		}
 	}

@@ -59,7 +59,7 @@ func TestRetentionWarnings(t *testing.T) {
 			[]string{"source[0].retention: 24h is shorter than stripe's documented retry window of 72h: a resend after the key expired is claimed and delivered again; set at least 84h"}},
 		{"retention at the window", "provider = \"shopify\"\nretention = \"48h\"\nreplay_guard = \"off\"", nil},
 		{"retries outlive the key", "provider = \"twilio\"\nretention = \"5h\"\nmax_attempts = 10\nbackoff_max = \"1h\"",
-			[]string{"source[0].max_attempts: max_attempts 10 waits up to backoff_max 1h before each of 9 retries, beyond retention 5h"}},
+			[]string{"source[0].max_attempts: max_attempts 10 waits up to backoff_max 1h before each of 9 retries, beyond retention 5h: an event still retrying is kept past its retention (an unfinished key never expires)"}},
 		// Ten attempts wait before nine retries: nine hours.
 		{"retries just fit", "provider = \"twilio\"\nretention = \"9h\"\nmax_attempts = 10\nbackoff_max = \"1h\"", nil},
 		{"one attempt never waits", "provider = \"twilio\"\nretention = \"100h\"\nmax_attempts = 1\nbackoff_max = \"200h\"", nil},
