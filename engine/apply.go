@@ -81,6 +81,10 @@ type applier struct {
 	width int64  // retention bucket width
 	index uint64 // index of the entry being applied (the lease token)
 	pos   uint32 // position of the command being applied in its entry
+	// bumped holds the keys this entry leased under a token above index
+	// (nextToken): events restored from another cluster's backup carry
+	// that cluster's larger tokens. Reset with each entry.
+	bumped []string
 
 	arena arena
 	kbuf  []byte  // scratch for index keys given to Get/Delete/Put
@@ -778,7 +782,7 @@ func (a *applier) lease(c *Command) (Result, error) {
 		if ev.State != StatePending || ev.NextAttemptAt != t || ev.Source != bytesStr(src) {
 			return false, fmt.Errorf("%w: due index entry %q does not match its event", ErrCorrupt, clip(key))
 		}
-		skip := ev.Token >= a.index
+		skip := a.leasedInEntry(c, ev.Token, key)
 		if !skip && flags&flagOrder != 0 {
 			ev.Key = bytesStr(key)
 			skip = !a.isHead(ev) // another event of its object goes first (order.go)
@@ -809,7 +813,7 @@ func (a *applier) lease(c *Command) (Result, error) {
 		}
 		oldUpdated := ev.UpdatedAt
 		ev.State = StateProcessing
-		ev.Token = a.index
+		ev.Token = a.nextToken(c, ev)
 		if ev.Attempts < math.MaxUint32 {
 			ev.Attempts++
 		}
@@ -833,6 +837,42 @@ func (a *applier) lease(c *Command) (Result, error) {
 		}
 	}
 	return Result{Events: out, N: len(out), Waiting: waiting}, nil
+}
+
+// nextToken is the fencing token of a new lease of ev: the entry's index,
+// or one more than ev's token when that is not below it. An event's tokens
+// then only grow, which a handler's fencing relies on, also for events
+// restored from another cluster's backup, whose tokens came from that
+// cluster's larger log: waiting for this log to reach them would leave
+// them undelivered for as many entries. Such a lease is noted in bumped.
+// Entries of binaries before formatRestoredTokens lease such an event only
+// once the log has passed its token, as those binaries do.
+func (a *applier) nextToken(c *Command, ev *Event) uint64 {
+	if ev.Token < a.index || c.semantics() < formatRestoredTokens {
+		return a.index
+	}
+	a.bumped = append(a.bumped, ev.Key)
+	return ev.Token + 1
+}
+
+// leasedInEntry reports whether the event with key and token was leased
+// earlier in this entry: an event must not be leased twice in one entry
+// (a lease, a reclaim and a lease again would hand out one token twice).
+// A token equal to the index is this entry's (or, for a restored event, a
+// coincidence that costs it one entry's wait); one above it was bumped.
+func (a *applier) leasedInEntry(c *Command, token uint64, key []byte) bool {
+	switch {
+	case token < a.index:
+		return false
+	case token == a.index, c.semantics() < formatRestoredTokens:
+		return true
+	}
+	for _, k := range a.bumped {
+		if k == string(key) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkToken applies the fencing rules shared by complete and fail: a token

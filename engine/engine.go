@@ -450,7 +450,7 @@ func (e *Engine) applyLocked(entries []Entry, deferred bool) ([][]Result, error)
 			}
 			continue
 		}
-		a.index = en.Index
+		a.index, a.bumped = en.Index, a.bumped[:0]
 		for j := range en.Cmds {
 			a.pos = uint32(j)
 			if rs[j], err = a.apply(&en.Cmds[j]); err != nil {

@@ -30,6 +30,9 @@ import (
 //	10 a sync answer's Content-Type: entry field responseType, response
 //	   value version 2
 //	11 a hand-back's refund of the lease's attempt: entry field refund
+//	12 a lease of an event whose token is not below the entry's index (one
+//	   restored from another cluster's backup) takes one more than that
+//	   token instead of waiting for the log to pass it
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -53,17 +56,20 @@ import (
 //	                      queue (delivery one at a time per object)
 //	formatRetentionRules  expire keeps unfinished and dead events (moves
 //	                      them); a replay gives a fresh retention window
+//	formatRestoredTokens  a lease of an event whose token is not below the
+//	                      entry's index takes one more than that token
 //
 // An entry this binary cannot read (a newer entry version or format, an
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 11
+const FormatVersion = 12
 
 // Formats at which the meaning of an existing command changed.
 const (
 	formatOrderedObjects = 4
 	formatRetentionRules = 6
+	formatRestoredTokens = 12
 )
 
 // ErrNewerFormat: a file, snapshot or log entry was written by a newer binary
