@@ -555,10 +555,12 @@ func (p *proposer) settle(pa pendingApply) {
 
 func translateApplyErr(err error) error {
 	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout):
-		// Never entered the log.
+	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrEnqueueTimeout),
+		errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		// Never entered the log (a leader handing over refuses new entries
+		// before it appends them).
 		return fmt.Errorf("apply: %v: %w", err, ErrNoLeader)
-	case errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrLeadershipTransferInProgress):
+	case errors.Is(err, raft.ErrLeadershipLost):
 		return fmt.Errorf("apply: %v: %w", err, ErrIndeterminate)
 	case errors.Is(err, raft.ErrRaftShutdown):
 		return fmt.Errorf("apply: %v: %w", err, ErrShutdown)

@@ -162,11 +162,14 @@ func errStatus(err error) byte {
 }
 
 func statusErr(status byte, msg []byte) error {
+	// The leader's message ends with the sentinel's own text, which the
+	// wrap below adds again.
 	switch status {
 	case rpcNotLeader, rpcNoLeader:
-		return fmt.Errorf("leader refused: %s: %w", msg, ErrNoLeader)
+		m := strings.TrimSuffix(strings.TrimSuffix(string(msg), ": "+ErrNoLeader.Error()), ": "+ErrNotLeader.Error())
+		return fmt.Errorf("leader refused: %s: %w", m, ErrNoLeader)
 	case rpcUnknown:
-		return fmt.Errorf("leader: %s: %w", msg, ErrIndeterminate)
+		return fmt.Errorf("leader: %s: %w", strings.TrimSuffix(string(msg), ": "+ErrIndeterminate.Error()), ErrIndeterminate)
 	}
 	return fmt.Errorf("leader: %s", msg)
 }
