@@ -194,6 +194,8 @@ func TestAPIAnswers(t *testing.T) {
 		{"pause of an unknown source", "POST", "/v1/sources/nope/pause", "", `{"reason":"maintenance"}`, 404, "unknown source nope"},
 		{"purge of events in flight", "POST", "/v1/purge", "", `{"state":"pending","before":"2030-01-01T00:00:00Z","reason":"x"}`, 400, "in flight"},
 		{"purge dry run", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}`, 200, `"would_purge": 0`},
+		{"purge dry run of a source", "POST", "/v1/purge", "", `{"state":"dead","source":"orders","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}`, 200, `"would_purge": 0`},
+		{"purge of a source neither configured nor stored", "POST", "/v1/purge", "", `{"state":"dead","source":"ordres","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}`, 404, `unknown source ordres`},
 		// A body that reads as a dry run to a person but not to
 		// encoding/json (a key in another case, a key twice, a second
 		// object) is refused, not run.
@@ -567,6 +569,30 @@ func TestMetricsRefusedToPageScripts(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != c.status {
 			t.Errorf("Sec-Fetch-Mode %q: %d %s, want %d", c.mode, resp.StatusCode, raw, c.status)
+		}
+	}
+}
+
+// TestPurgeOfARemovedSource: a source removed from the config keeps its
+// events purgeable; one neither configured nor stored is a 404 (a typo).
+func TestPurgeOfARemovedSource(t *testing.T) {
+	store, url := newTestAPI(t)
+	if _, err := store.apply(engine.Command{Op: engine.OpClaim, Key: "gone:msg_1", Source: "gone",
+		Payload: []byte(`{"a":1}`), Retention: int64(time.Hour), LeaseFor: int64(time.Minute)}); err != nil {
+		t.Fatal(err)
+	}
+	for source, want := range map[string]int{"gone": http.StatusOK, "gnoe": http.StatusNotFound} {
+		body := `{"state":"dead","source":"` + source + `","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}`
+		req, _ := http.NewRequest("POST", url+"/v1/purge", strings.NewReader(body))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != want {
+			t.Errorf("purge of %s: %d %s, want %d", source, resp.StatusCode, raw, want)
 		}
 	}
 }

@@ -48,6 +48,12 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if req.Source != "" && !s.configuredSource(req.Source) && !s.holdsSource(req.Source) {
+		// A typo would purge nothing and say so with a 200: say why instead.
+		// A source removed from the config keeps its events purgeable.
+		jsonError(w, http.StatusNotFound, "unknown source "+req.Source+": not configured and no events stored")
+		return
+	}
 	who := r.Context().Value(whoKey).(string)
 	if req.DryRun {
 		keys, count, err := s.store.PurgePreview(st, req.Source, before, maxPurgePreview)
@@ -86,4 +92,10 @@ func ParseBefore(v string, now time.Time) (time.Time, error) {
 		return time.Time{}, fmt.Errorf("before must be an RFC 3339 time or a duration like 720h, got %q", v)
 	}
 	return t, nil
+}
+
+// holdsSource reports whether the store holds any event of source.
+func (s *Server) holdsSource(source string) bool {
+	_, bySource, err := s.store.Counts()
+	return err != nil || bySource[source] > 0 // unsure: let the purge say
 }
