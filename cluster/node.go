@@ -503,7 +503,7 @@ func (n *Node) rejoinExisting() (bool, error) {
 		n.relay.closeAll()
 		switch {
 		case err == nil:
-			n.log.Info("rejoined the existing cluster", "via", p.ID)
+			n.log.Info("joined the running cluster", "via", p.ID)
 			return true, nil
 		case peerRefused(err):
 			n.log.Error("peer refused this node's cluster credentials", "peer", p.ID, "address", p.Addr, "err", err)
