@@ -204,7 +204,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	n.metrics.Registry().MustRegister(admin.NewSourceCollector(n.cluster, n.configuredSourceNames))
 	n.metrics.Registry().MustRegister(metrics.NewDeadCollector(n.cluster, n.configuredSourceNames))
 	n.metrics.Registry().MustRegister(metrics.NewInFlightCollector(n.deliveryInFlight, n.configuredSourceNames))
-	n.metrics.DeadExpiredSources(n.configuredSourceNames())
+	n.metrics.ConfiguredSources(n.configuredSourceNames())
 	// Published keys: keys_url sources verify with the fetched keys.
 	n.keys = keyset.NewManager(cfg.Node.DataDir, log, n.metrics.Keys(), version)
 	if err := n.keys.Attach(set, cfg); err != nil {
@@ -391,7 +391,7 @@ func (n *node) reload(path string) {
 	n.metrics.ConfigReloaded(true)
 	// A source the reload added gets its series at 0, as one configured at
 	// start does: an alert on increase() sees its first dead letter expire.
-	n.metrics.DeadExpiredSources(n.configuredSourceNames())
+	n.metrics.ConfiguredSources(n.configuredSourceNames())
 	for _, w := range cfg.Warnings() {
 		n.log.Warn(w)
 	}

@@ -275,11 +275,22 @@ func (m *Metrics) SchemaFailure(source string) {
 	m.schemaFailures.WithLabelValues(source).Inc()
 }
 
-// DeadExpiredSources exports oncehook_dead_expired_total at 0 for sources,
-// so that a rate or an alert sees the series before the first expiry.
-func (m *Metrics) DeadExpiredSources(sources []string) {
+// ConfiguredSources exports the per-source counters at 0 for sources, so
+// that a rate or an alert sees each series before its first event: every
+// counter labelled by source alone, and the claims' new and duplicate.
+// Series with an open second label (a status code, a reason, an event
+// type, a delivery's outcome) appear with their first count.
+func (m *Metrics) ConfiguredSources(sources []string) {
+	if m == nil {
+		return
+	}
 	for _, s := range sources {
-		m.deadExpired.WithLabelValues(s)
+		for _, v := range []*prometheus.CounterVec{m.bodyChanged, m.replays, m.syncConflicts,
+			m.rateLimitedTotal, m.rateLimitWait, m.schemaFailures, m.deadExpired} {
+			v.WithLabelValues(s)
+		}
+		m.claims.WithLabelValues(s, "new")
+		m.claims.WithLabelValues(s, "duplicate")
 	}
 }
 

@@ -47,7 +47,7 @@ func TestCountersCount(t *testing.T) {
 	m.Keys().FetchFailure("s")
 	m.Keys().Active("s", 3)
 	m.DeadExpired(engine.Event{Source: "s"})
-	m.DeadExpiredSources([]string{"quiet"})
+	m.ConfiguredSources([]string{"quiet"})
 	m.PayloadsDropped(250)
 	m.PayloadsDropped(7)
 	m.ConfigReloaded(false)
@@ -65,6 +65,14 @@ func TestCountersCount(t *testing.T) {
 		`oncehook_keys_active{source="s"} 3`,
 		`oncehook_dead_expired_total{source="s"} 1`,
 		`oncehook_dead_expired_total{source="quiet"} 0`,
+		`oncehook_rate_limited_total{source="quiet"} 0`,
+		`oncehook_rate_limit_wait_seconds_total{source="quiet"} 0`,
+		`oncehook_replay_suspected_total{source="quiet"} 0`,
+		`oncehook_sync_conflicts_total{source="quiet"} 0`,
+		`oncehook_duplicate_body_mismatch_total{source="quiet"} 0`,
+		`oncehook_schema_failures_total{source="quiet"} 0`,
+		`oncehook_claims_total{result="new",source="quiet"} 0`,
+		`oncehook_claims_total{result="duplicate",source="quiet"} 0`,
 		`oncehook_payloads_dropped_total 257`,
 		`oncehook_config_last_reload_successful 0`,
 	); len(miss) > 0 {
