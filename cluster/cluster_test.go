@@ -326,9 +326,7 @@ func TestWipedFollowerRejoinsAndServesReads(t *testing.T) {
 	if err := c.nodes[f].Close(); err != nil {
 		t.Fatal(err)
 	}
-	c.mu.Lock()
-	c.nodes[f] = nil
-	c.mu.Unlock()
+	c.set(f, nil)
 	if err := os.RemoveAll(c.config(f, nil, nil).Dir); err != nil {
 		t.Fatal(err)
 	}
@@ -337,9 +335,7 @@ func TestWipedFollowerRejoinsAndServesReads(t *testing.T) {
 		peers = append(peers, Peer{ID: id, Addr: id})
 	}
 	n := c.open(f, peers, nil)
-	c.mu.Lock()
-	c.nodes[f] = n
-	c.mu.Unlock()
+	c.set(f, n)
 	leader = c.mustClaim("src:after-wipe", -1)
 	c.waitConverged()
 	if _, ok, _ := n.Lookup("src:w0"); !ok {
@@ -581,18 +577,14 @@ func TestRestoreCutShortRejoins(t *testing.T) {
 	if err := l.Close(); err != nil {
 		t.Logf("close: %v", err)
 	}
-	c.mu.Lock()
-	c.nodes[li] = nil
-	c.mu.Unlock()
+	c.set(li, nil)
 	c.heal()
 	var peers []Peer
 	for _, id := range c.ids {
 		peers = append(peers, Peer{ID: id, Addr: id})
 	}
 	n := c.open(li, peers, tune)
-	c.mu.Lock()
-	c.nodes[li] = n
-	c.mu.Unlock()
+	c.set(li, n)
 	c.mustClaim("src:after", -1)
 	c.waitConverged()
 	for _, nd := range c.nodes {

@@ -70,7 +70,7 @@ func newTestCluster(t testing.TB, n int, tune func(*Config)) *testCluster {
 	c.nodes = make([]*Node, n)
 	c.lead = make([]func(context.Context), n)
 	for i := range c.ids {
-		c.nodes[i] = c.open(i, peers, tune)
+		c.set(i, c.open(i, peers, tune))
 	}
 	t.Cleanup(c.close)
 	c.waitLeader(-1)
@@ -151,6 +151,14 @@ func (c *testCluster) inproc(from string) func(string) *Node {
 	}
 }
 
+// set puts n at position i (nil: closed). The nodes' own goroutines look
+// nodes up through inproc, under mu.
+func (c *testCluster) set(i int, n *Node) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.nodes[i] = n
+}
+
 func (c *testCluster) connectAll() {
 	for i, a := range c.trans {
 		for j, b := range c.trans {
@@ -191,7 +199,7 @@ func (c *testCluster) close() {
 			if err := n.Close(); err != nil {
 				c.t.Errorf("close %s: %v", c.ids[i], err)
 			}
-			c.nodes[i] = nil
+			c.set(i, nil)
 			// Let the transfer finish: the old leader's TimeoutNow call waits
 			// for the target's answer, and the target must still be running.
 			deadline := time.Now().Add(3 * time.Second)

@@ -129,9 +129,7 @@ func TestStaleLeaderStopsWhenItsRewriteFails(t *testing.T) {
 		// The process would exit here. Stop the node as that would: a node
 		// left running in this state refuses every append, and a leader
 		// that needs its vote to commit never does (its Close then waits).
-		c.mu.Lock()
-		c.nodes[l] = nil
-		c.mu.Unlock()
+		c.set(l, nil)
 		if cerr := old.Close(); cerr != nil {
 			t.Logf("close %s: %v", c.ids[l], cerr)
 		}
@@ -140,9 +138,7 @@ func TestStaleLeaderStopsWhenItsRewriteFails(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		raftLast, logLast := old.raft.LastIndex(), lastLogIndex(t, old)
-		c.mu.Lock()
-		c.nodes[l] = nil
-		c.mu.Unlock()
+		c.set(l, nil)
 		old.Close()
 		t.Fatalf("%s lived on after its rewrite failed (raft last index %d, log last index %d)", c.ids[l], raftLast, logLast)
 	}

@@ -139,9 +139,13 @@ type Node struct {
 
 	// leaders is the leader this node observes, fed by a raft observer; a
 	// change cancels the relays in flight to the previous one.
-	leaders      *leaderWatch
-	leaderObs    *raft.Observer
-	watchDone    chan struct{}
+	leaders   *leaderWatch
+	leaderObs *raft.Observer
+	watchDone chan struct{}
+	// removedBy is the member that said this leaderless node is not in its
+	// configuration (membership.go); nil while that is not known.
+	removedBy    atomic.Pointer[string]
+	memberDone   chan struct{}
 	relayTimeout time.Duration
 
 	wake chan struct{}
@@ -213,6 +217,7 @@ func Open(cfg Config) (*Node, error) {
 		stopObserve:  make(chan struct{}),
 		observeDone:  make(chan struct{}),
 		watchDone:    make(chan struct{}),
+		memberDone:   make(chan struct{}),
 		relayTimeout: orDur(cfg.RelayTimeout, 10*time.Second),
 	}
 	n.relay = &relayer{n: n}
@@ -297,6 +302,7 @@ func (n *Node) open() error {
 	})
 	n.raft.RegisterObserver(n.leaderObs)
 	go n.watchLeader(obsCh)
+	go n.watchMembership()
 
 	if !existing {
 		if err := n.bootstrap(); err != nil {
@@ -786,6 +792,7 @@ func (n *Node) cleanup() error {
 		close(n.stopObserve)
 		<-n.observeDone
 		<-n.watchDone
+		<-n.memberDone
 		n.raft.DeregisterObserver(n.leaderObs)
 		// Let entries in flight finish while raft still runs (it answers no
 		// future that is queued or mid-apply when it shuts down), then stop raft.

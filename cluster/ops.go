@@ -295,6 +295,9 @@ func (n *Node) Ready() (bool, string) {
 	if n.removed() {
 		return false, "not a member of the cluster configuration (removed): it takes no part in commits"
 	}
+	if by := n.removedBy.Load(); by != nil {
+		return false, "not a member of the cluster configuration (removed, says " + *by + "): it takes no part in commits"
+	}
 	addr, id := n.raft.LeaderWithID()
 	if addr == "" {
 		if n.voters() > 1 {
@@ -443,6 +446,11 @@ type memberStats struct {
 	LastContact  string `json:"last_contact"`
 	Format       uint64 `json:"format,omitempty"`
 	Admin        string `json:"admin,omitempty"`
+	// Members are the ids of the member's latest configuration, and
+	// Leader the leader it knows ("": none): a node the others removed
+	// learns it from them (membership.go).
+	Members []string `json:"members,omitempty"`
+	Leader  string   `json:"leader,omitempty"`
 }
 
 // ownStats is this node's memberStats.
@@ -455,6 +463,14 @@ func (n *Node) ownStats() memberStats {
 		AppliedIndex: n.appliedIndex(),
 		Format:       engine.FormatVersion,
 		Admin:        n.cfg.AdminURL,
+	}
+	if _, id := n.raft.LeaderWithID(); id != "" {
+		ms.Leader = string(id)
+	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			ms.Members = append(ms.Members, string(s.ID))
+		}
 	}
 	switch age := n.LastContactAge(); {
 	case age < 0:

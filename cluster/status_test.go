@@ -150,13 +150,9 @@ func TestStatusAppliedIndexAfterARestart(t *testing.T) {
 	if err := c.nodes[fi].Close(); err != nil {
 		t.Fatal(err)
 	}
-	c.mu.Lock()
-	c.nodes[fi] = nil
-	c.mu.Unlock()
+	c.set(fi, nil)
 	n := c.open(fi, nil, nil)
-	c.mu.Lock()
-	c.nodes[fi] = n
-	c.mu.Unlock()
+	c.set(fi, n)
 	if got := n.Status().AppliedIndex; got < applied {
 		t.Fatalf("status after the restart shows applied %d, want at least %d (raft says %d)", got, applied, n.raft.AppliedIndex())
 	}
