@@ -180,3 +180,63 @@ func TestRestartAfterRestoringAnotherClustersBackup(t *testing.T) {
 		t.Fatalf("restored event after the restart: %v", err)
 	}
 }
+
+// TestRestoredEventsLeaseAboveTheirTokens: a backup of a cluster whose log
+// is longer holds tokens above the new cluster's indexes. After the restore
+// its events are leased at once, under tokens above their own and above
+// any the new cluster issued before (engine/tokenbase.go), also when the
+// same backup is restored a second time.
+func TestRestoredEventsLeaseAboveTheirTokens(t *testing.T) {
+	ctx := ctxT(t, 30*time.Second)
+	a := openSolo(t, t.TempDir(), nil)
+	claimSolo(t, a, "a", 300)
+	evs, err := a.Lease(ctx, 1000, time.Minute)
+	if err != nil || len(evs) != 300 {
+		t.Fatalf("lease on the old cluster: %d events, %v", len(evs), err)
+	}
+	// Ten wait for a retry, due at once; the rest are done.
+	top := map[string]uint64{}
+	for i, ev := range evs {
+		if i >= 10 {
+			if err := a.Complete(ctx, ev.Key, ev.Token, nil, "", 0); err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		top[ev.Key] = ev.Token
+		if err := a.Fail(ctx, ev.Key, ev.Token, time.Nanosecond, 10, "handler 500", "", 0, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs = evs[:10]
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	f, err := os.Create(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Backup(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	a.Close()
+
+	b := openSolo(t, t.TempDir(), nil)
+	defer b.Close()
+	for round := range 2 {
+		upload := filepath.Join(t.TempDir(), "upload.db") // the admin restores its own copy
+		copyFile(t, backup, upload)
+		if err := b.Restore(ctx, upload); err != nil {
+			t.Fatal(err)
+		}
+		got, err := b.Lease(ctx, 100, time.Minute)
+		if err != nil || len(got) != len(evs) {
+			t.Fatalf("round %d: lease after the restore: %d events, %v; want %d at once", round, len(got), err, len(evs))
+		}
+		for _, ev := range got {
+			if ev.Token <= top[ev.Key] {
+				t.Fatalf("round %d: %s leased under token %d, not above %d", round, ev.Key, ev.Token, top[ev.Key])
+			}
+			top[ev.Key] = ev.Token
+		}
+	}
+}

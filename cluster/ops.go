@@ -710,13 +710,24 @@ func (n *Node) Barrier(timeout time.Duration) error {
 // Restore replaces the whole cluster's state with an engine backup (a file
 // written by Backup / GET /v1/backup). It runs on the leader, which takes the
 // backup's state and sends it to the followers as a snapshot; deliveries under
-// way are fenced by the new indexes. For disaster recovery, not routine use.
+// way are fenced by the new tokens, above every token issued before and every
+// token the backup holds. For disaster recovery, not routine use.
 func (n *Node) Restore(ctx context.Context, path string) error {
 	if n.raft.State() != raft.Leader {
 		return n.notLeader(ctx, "restore")
 	}
 	if err := engine.CheckFile(path); err != nil {
 		return fmt.Errorf("restore: not a usable backup: %w", err)
+	}
+	// Leases after the restore must take tokens above every token issued so
+	// far and every token the backup holds (engine/tokenbase.go): the file
+	// (the admin's own copy of the upload) carries the base to every replica.
+	base, err := n.eng.TokenBase()
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	if err := engine.PrepareRestore(path, n.raft.LastIndex()+base); err != nil {
+		return fmt.Errorf("restore: %w", err)
 	}
 	f, err := os.Open(path)
 	if err != nil {

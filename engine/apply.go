@@ -79,12 +79,11 @@ type applier struct {
 	objects, attempts                           *bolt.Bucket // order.go, history.go: opened on first use
 
 	width int64  // retention bucket width
-	index uint64 // index of the entry being applied (the lease token)
+	index uint64 // index of the entry being applied (the lease token, plus base)
 	pos   uint32 // position of the command being applied in its entry
-	// bumped holds the keys this entry leased under a token above index
-	// (nextToken): events restored from another cluster's backup carry
-	// that cluster's larger tokens. Reset with each entry.
-	bumped []string
+	// base is added to the index to make a lease's token (meta
+	// "tokenbase", set by PrepareRestore; 0 in a file never restored).
+	base uint64
 
 	arena arena
 	kbuf  []byte  // scratch for index keys given to Get/Delete/Put
@@ -143,6 +142,7 @@ func newApplier(tx *bolt.Tx, width int64) *applier {
 	a.evp, a.payp, a.duep = point{a.events.Cursor()}, point{a.payloads.Cursor()}, point{a.due.Cursor()}
 	a.leasep, a.statep, a.donep = point{a.leases.Cursor()}, point{a.states.Cursor()}, point{a.done.Cursor()}
 	a.bodyp, a.srcp = point{a.bodies.Cursor()}, point{a.sources.Cursor()}
+	a.base = tokenBase(a.meta)
 	return a
 }
 
@@ -782,7 +782,7 @@ func (a *applier) lease(c *Command) (Result, error) {
 		if ev.State != StatePending || ev.NextAttemptAt != t || ev.Source != bytesStr(src) {
 			return false, fmt.Errorf("%w: due index entry %q does not match its event", ErrCorrupt, clip(key))
 		}
-		skip := a.leasedInEntry(c, ev.Token, key)
+		skip := ev.Token >= a.token(c) // leased earlier in this entry
 		if !skip && flags&flagOrder != 0 {
 			ev.Key = bytesStr(key)
 			skip = !a.isHead(ev) // another event of its object goes first (order.go)
@@ -813,7 +813,7 @@ func (a *applier) lease(c *Command) (Result, error) {
 		}
 		oldUpdated := ev.UpdatedAt
 		ev.State = StateProcessing
-		ev.Token = a.nextToken(c, ev)
+		ev.Token = a.token(c)
 		if ev.Attempts < math.MaxUint32 {
 			ev.Attempts++
 		}
@@ -839,40 +839,17 @@ func (a *applier) lease(c *Command) (Result, error) {
 	return Result{Events: out, N: len(out), Waiting: waiting}, nil
 }
 
-// nextToken is the fencing token of a new lease of ev: the entry's index,
-// or one more than ev's token when that is not below it. An event's tokens
-// then only grow, which a handler's fencing relies on, also for events
-// restored from another cluster's backup, whose tokens came from that
-// cluster's larger log: waiting for this log to reach them would leave
-// them undelivered for as many entries. Such a lease is noted in bumped.
-// Entries of binaries before formatRestoredTokens lease such an event only
-// once the log has passed its token, as those binaries do.
-func (a *applier) nextToken(c *Command, ev *Event) uint64 {
-	if ev.Token < a.index || c.semantics() < formatRestoredTokens {
+// token is the fencing token of a lease applied by c: the entry's index
+// plus the file's token base. A restore raises the base above every token
+// the cluster has issued and every token the backup holds (PrepareRestore),
+// so tokens only grow, also when the backup comes from another cluster
+// whose log was longer, or from this cluster's past. Entries of binaries
+// before formatTokenBase use the index alone, as those binaries do.
+func (a *applier) token(c *Command) uint64 {
+	if c.semantics() < formatTokenBase {
 		return a.index
 	}
-	a.bumped = append(a.bumped, ev.Key)
-	return ev.Token + 1
-}
-
-// leasedInEntry reports whether the event with key and token was leased
-// earlier in this entry: an event must not be leased twice in one entry
-// (a lease, a reclaim and a lease again would hand out one token twice).
-// A token equal to the index is this entry's (or, for a restored event, a
-// coincidence that costs it one entry's wait); one above it was bumped.
-func (a *applier) leasedInEntry(c *Command, token uint64, key []byte) bool {
-	switch {
-	case token < a.index:
-		return false
-	case token == a.index, c.semantics() < formatRestoredTokens:
-		return true
-	}
-	for _, k := range a.bumped {
-		if k == string(key) {
-			return true
-		}
-	}
-	return false
+	return a.index + a.base
 }
 
 // checkToken applies the fencing rules shared by complete and fail: a token

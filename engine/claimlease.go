@@ -29,7 +29,7 @@ func (a *applier) leaseClaimed(c *Command, ev *Event) (bool, error) {
 		lf = c.LeaseNow
 	}
 	ev.State = StateProcessing
-	ev.Token = a.nextToken(c, ev)
+	ev.Token = a.token(c)
 	ev.Attempts = 1
 	ev.NextAttemptAt = 0
 	ev.LeaseUntil = c.Now + lf

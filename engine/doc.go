@@ -30,12 +30,12 @@
 //     Options.NoSync. The freelist is not synced (rebuilt at Open). Entries
 //     left pending by ApplyBatchDeferred are not durable until a commit: the
 //     caller must be able to apply them again (Raft replays the log).
-//   - Fenced. A lease's token is the index of the entry that applied it, or
-//     one more than the event's token when that is not below the index (an
-//     event restored from another cluster's backup; format 12), so an event's
-//     tokens only grow; Complete and Fail with an older token are rejected
-//     (ErrStaleToken), and an event is never leased twice under one token nor
-//     twice in one entry.
+//   - Fenced. A lease's token is the index of the entry that applied it plus
+//     the file's token base (0 until a restore; PrepareRestore raises it above
+//     every token issued before and every token the backup holds: format 12,
+//     tokenbase.go), so tokens grow with the Raft log, across restores too;
+//     Complete and Fail with an older token are rejected (ErrStaleToken), and
+//     an event is never leased twice under one token.
 //   - Attempts counts delivery attempts started: Lease increments it, Fail
 //     compares it with MaxAttempts (dead when Attempts >= MaxAttempts; 0 means
 //     no limit), Reclaim keeps it, Replay resets it to 0, and a Fail with
@@ -100,6 +100,8 @@
 // key order for the same reason (see keyOrder).
 //
 //	meta       "version" -> layout version; "applied" -> last applied index;
+//	           "tokenbase" -> added to an index to make a lease's token
+//	           (tokenbase.go; absent: 0);
 //	           "width" -> retention bucket width in ns (fixed at creation);
 //	           "format" -> the highest FormatVersion that wrote the file
 //	           (version.go; absent in files older than the stamp)

@@ -56,7 +56,10 @@ func addedBucket(name []byte) bool {
 var (
 	metaVersion = []byte("version") // layout version, 8 bytes big endian
 	metaApplied = []byte("applied") // last applied Raft index, 8 bytes big endian
-	metaWidth   = []byte("width")   // retention bucket width in ns, 8 bytes big endian
+	// metaTokenBase is added to an entry's index to make its leases' tokens,
+	// 8 bytes big endian; absent: 0 (PrepareRestore).
+	metaTokenBase = []byte("tokenbase")
+	metaWidth     = []byte("width") // retention bucket width in ns, 8 bytes big endian
 )
 
 // layoutVersion is the version of the bucket layout described in doc.go.
@@ -450,7 +453,7 @@ func (e *Engine) applyLocked(entries []Entry, deferred bool) ([][]Result, error)
 			}
 			continue
 		}
-		a.index, a.bumped = en.Index, a.bumped[:0]
+		a.index = en.Index
 		for j := range en.Cmds {
 			a.pos = uint32(j)
 			if rs[j], err = a.apply(&en.Cmds[j]); err != nil {

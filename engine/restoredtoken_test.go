@@ -2,72 +2,157 @@ package engine
 
 import (
 	"bytes"
+	"os"
 	"path/filepath"
 	"testing"
 )
 
-// TestRestoredEventsLeaseAtOnce: events restored from another cluster's
-// backup carry that cluster's tokens, larger than this log's indexes. They
-// are leased at once, each under a token above its old one (a handler's
-// fencing needs tokens that only grow), never twice in one entry, and their
-// outcomes are recorded under the new tokens.
-func TestRestoredEventsLeaseAtOnce(t *testing.T) {
+// TestTokensGrowAcrossRestores: after a restore, leases take tokens above
+// every token the backup holds and every token issued before it, whether
+// the backup comes from another cluster whose log was longer (its events
+// used to wait for this log to pass their tokens) or from this cluster's
+// past, restored again (which would hand out tokens already issued). An
+// event is still never leased twice in one entry, and an outcome is
+// recorded only under the lease's own token.
+func TestTokensGrowAcrossRestores(t *testing.T) {
+	backup := func(h *harness) string {
+		t.Helper()
+		var snap bytes.Buffer
+		if _, err := h.e.Snapshot(&snap); err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "backup.db")
+		if err := os.WriteFile(path, snap.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	// restore restores the backup at path into h as the next entry would,
+	// as the leader does: on a copy of the upload, PrepareRestore with what
+	// h has issued, then RestoreAt.
+	restore := func(h *harness, backup string) {
+		t.Helper()
+		raw, err := os.ReadFile(backup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		path := filepath.Join(t.TempDir(), "upload.db")
+		if err := os.WriteFile(path, raw, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		base, err := h.e.TokenBase()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := PrepareRestore(path, h.idx+base); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		h.idx++
+		if err := h.e.RestoreAt(f, h.idx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	issued := map[string]uint64{} // the highest token each key was leased under
+	lease := func(h *harness, now int64, max int) Result {
+		t.Helper()
+		r := h.one(leaseCmd(now, max))
+		for _, ev := range r.Events {
+			if ev.Token <= issued[ev.Key] {
+				t.Fatalf("%s leased under token %d, not above %d it had before", ev.Key, ev.Token, issued[ev.Key])
+			}
+			issued[ev.Key] = ev.Token
+		}
+		return r
+	}
+
 	src := newHarness(t, Options{NoSync: true})
 	src.idx = 5000 // the other cluster's log is long
 	src.one(claimCmd("src:a", t0))
 	src.one(claimCmd("src:b", t0))
-	r := src.one(leaseCmd(t0, 2))
-	if r.N != 2 {
-		t.Fatalf("source lease = %+v", r)
-	}
-	old := r.Events[0].Token
+	r := lease(src, t0, 2)
 	for _, ev := range r.Events {
 		src.one(failCmd(ev.Key, ev.Token, t0, 10)) // waiting for a retry, as a crash or a backup leaves them
 	}
-	var snap bytes.Buffer
-	if _, err := src.e.Snapshot(&snap); err != nil {
-		t.Fatal(err)
-	}
+	fromOther := backup(src)
 
 	dst := &harness{tb: t, e: mustOpenPath(t, filepath.Join(t.TempDir(), "fsm.db"), Options{NoSync: true})}
 	dst.idx = 7 // a new cluster: its log is short
-	if err := dst.e.RestoreAt(bytes.NewReader(snap.Bytes()), dst.idx); err != nil {
-		t.Fatal(err)
-	}
+	restore(dst, fromOther)
 	due := t0 + hour
-	// An entry of a binary before formatRestoredTokens leases them only
-	// once the log has passed their tokens, as that binary computes it:
-	// replicas running either binary during an upgrade stay identical.
-	older := &harness{tb: t, e: mustOpenPath(t, filepath.Join(t.TempDir(), "fsm.db"), Options{NoSync: true})}
-	older.idx = dst.idx
-	if err := older.e.RestoreAt(bytes.NewReader(snap.Bytes()), older.idx); err != nil {
+	// At once, and never twice in one entry: lease a, reclaim, lease again.
+	rs := dst.apply(leaseCmd(due, 1), Command{Op: OpReclaim, Now: due + hour}, leaseCmd(due+hour, 2))
+	if rs[0].N != 1 || rs[2].N != 1 || rs[2].Events[0].Key == rs[0].Events[0].Key {
+		t.Fatalf("leases in one entry after the restore = %+v and %+v, want one event each, not the same", rs[0], rs[2])
+	}
+	for _, ev := range []Event{rs[0].Events[0], rs[2].Events[0]} {
+		if ev.Token <= issued[ev.Key] {
+			t.Fatalf("%s leased under token %d, not above %d", ev.Key, ev.Token, issued[ev.Key])
+		}
+		issued[ev.Key] = ev.Token
+	}
+	other := rs[2].Events[0]
+	if r := dst.one(completeCmd(other.Key, other.Token-1, due+hour)); r.Err == nil {
+		t.Fatalf("an older token completed %s", other.Key)
+	}
+	if r := dst.one(failCmd(other.Key, other.Token, due+hour, 10)); r.Err != nil {
+		t.Fatalf("fail under the lease's token: %v", r.Err)
+	}
+	lease(dst, due+2*hour, 2) // both, tokens growing again
+
+	// This cluster's own past: a backup taken now, more leases, then that
+	// backup restored, twice; then the other cluster's backup again.
+	ownPast := backup(dst)
+	for _, ev := range lease(dst, due+3*hour, 2).Events {
+		dst.one(failCmd(ev.Key, ev.Token, due+3*hour, 10))
+	}
+	lease(dst, due+4*hour, 2)
+	for _, path := range []string{ownPast, ownPast, fromOther} {
+		restore(dst, path)
+		dst.one(Command{Op: OpReclaim, Now: due + 5*hour}) // leases the backup holds have ended
+		if r := lease(dst, due+5*hour, 2); r.N == 0 {
+			t.Fatalf("nothing leased after restoring %s", path)
+		}
+	}
+}
+
+// TestTokenBaseIsFormat12: an entry of a binary before formatTokenBase
+// leases under the entry's index alone, as that binary computes it, so
+// that replicas running either binary during an upgrade stay identical.
+func TestTokenBaseIsFormat12(t *testing.T) {
+	h := newHarness(t, Options{NoSync: true})
+	h.one(claimCmd("src:a", t0))
+	h.one(claimCmd("src:b", t0))
+	path := filepath.Join(t.TempDir(), "backup.db")
+	var snap bytes.Buffer
+	if _, err := h.e.Snapshot(&snap); err != nil {
 		t.Fatal(err)
 	}
-	oldLease := leaseCmd(due, 2)
-	oldLease.format = formatRestoredTokens - 1
-	if r := older.one(oldLease); r.N != 0 {
-		t.Fatalf("a format %d lease = %+v, want none", oldLease.format, r)
+	if err := os.WriteFile(path, snap.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
 	}
-	// One entry: lease a, reclaim, lease again: a must not be leased twice.
-	lease1 := leaseCmd(due, 1)
-	rs := dst.apply(lease1, Command{Op: OpReclaim, Now: due + hour}, leaseCmd(due+hour, 2))
-	if rs[0].N != 1 || rs[0].Events[0].Token != old+1 {
-		t.Fatalf("first lease after the restore = %+v, want one event under token %d", rs[0], old+1)
+	if err := PrepareRestore(path, 1000); err != nil {
+		t.Fatal(err)
 	}
-	first := rs[0].Events[0].Key
-	if rs[2].N != 1 || rs[2].Events[0].Key == first || rs[2].Events[0].Token != old+1 {
-		t.Fatalf("second lease in the entry = %+v, want only the other event, under token %d", rs[2], old+1)
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
 	}
-	// Its outcome is recorded under the new token; the old one is stale.
-	other := rs[2].Events[0]
-	if r := dst.one(completeCmd(other.Key, old, due+hour)); r.Err == nil {
-		t.Fatalf("the old cluster's token completed %s", other.Key)
+	defer f.Close()
+	h.idx++
+	if err := h.e.RestoreAt(f, h.idx); err != nil {
+		t.Fatal(err)
 	}
-	if r := dst.one(completeCmd(other.Key, other.Token, due+hour)); r.Err != nil {
-		t.Fatalf("complete under the new token: %v", r.Err)
+	old := leaseCmd(t0, 1)
+	old.format = formatTokenBase - 1
+	if r := h.one(old); r.N != 1 || r.Events[0].Token != h.idx {
+		t.Fatalf("a format %d lease = %+v, want token %d (the index)", old.format, r, h.idx)
 	}
-	// The reclaimed one is leased again, its token growing again.
-	if r := dst.one(leaseCmd(due+hour, 1)); r.N != 1 || r.Events[0].Key != first || r.Events[0].Token != old+2 {
-		t.Fatalf("next lease = %+v, want %s under token %d", r, first, old+2)
+	if r := h.one(leaseCmd(t0, 1)); r.N != 1 || r.Events[0].Token != h.idx+1000 {
+		t.Fatalf("a format %d lease = %+v, want token %d (index plus base)", FormatVersion, r, h.idx+1000)
 	}
 }

@@ -30,9 +30,9 @@ import (
 //	10 a sync answer's Content-Type: entry field responseType, response
 //	   value version 2
 //	11 a hand-back's refund of the lease's attempt: entry field refund
-//	12 a lease of an event whose token is not below the entry's index (one
-//	   restored from another cluster's backup) takes one more than that
-//	   token instead of waiting for the log to pass it
+//	12 a token base (meta tokenbase, set by PrepareRestore): a lease's token
+//	   is the entry's index plus the base, so that after a restore tokens
+//	   stay above every token issued before and every token the backup holds
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -56,8 +56,8 @@ import (
 //	                      queue (delivery one at a time per object)
 //	formatRetentionRules  expire keeps unfinished and dead events (moves
 //	                      them); a replay gives a fresh retention window
-//	formatRestoredTokens  a lease of an event whose token is not below the
-//	                      entry's index takes one more than that token
+//	formatTokenBase       a lease's token is the entry's index plus the
+//	                      file's token base
 //
 // An entry this binary cannot read (a newer entry version or format, an
 // unknown field-mask bit or an unknown op) fails
@@ -69,7 +69,7 @@ const FormatVersion = 12
 const (
 	formatOrderedObjects = 4
 	formatRetentionRules = 6
-	formatRestoredTokens = 12
+	formatTokenBase      = 12
 )
 
 // ErrNewerFormat: a file, snapshot or log entry was written by a newer binary
