@@ -55,15 +55,16 @@ func (s *Server) handler() http.Handler {
 	return nosniff(mux)
 }
 
-// notFromPageScripts refuses a request a script in a web page made (a
-// browser marks those Sec-Fetch-Mode cors, no-cors or same-origin): /metrics
-// needs no token, so a page whose name an attacker rebinds to this address
-// (DNS rebinding) could otherwise read it as its own. Prometheus sends no
-// Sec-Fetch-Mode, and an operator opening the URL in a tab navigates.
+// notFromPageScripts refuses a request a web page made: /metrics needs no
+// token, so a page whose name an attacker points at this address (DNS
+// rebinding) could otherwise read it as its own origin, by a script or
+// through a frame or window it opens. Browsers say where a request comes
+// from (Sec-Fetch-Site); a scraper sends nothing, and a URL an operator
+// types or bookmarks is "none".
 func notFromPageScripts(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if m := r.Header.Get("Sec-Fetch-Mode"); m != "" && m != "navigate" {
-			jsonError(w, http.StatusForbidden, "metrics are not served to scripts in web pages")
+		if site := r.Header.Get("Sec-Fetch-Site"); site != "" && site != "none" {
+			jsonError(w, http.StatusForbidden, "metrics are not served to web pages")
 			return
 		}
 		h.ServeHTTP(w, r)

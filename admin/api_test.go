@@ -117,7 +117,7 @@ const testToken = "admin-token-for-tests-0123456789abcdef"
 
 // newTestAPI is an admin server over a fresh engineStore, with one source
 // ("orders") and one token (named "ops"), served by httptest.
-func newTestAPI(t *testing.T) (*engineStore, string) {
+func newTestAPI(t *testing.T, tune ...func(*Options)) (*engineStore, string) {
 	t.Helper()
 	dir := t.TempDir()
 	write := func(name, content string) {
@@ -147,7 +147,11 @@ forward = "http://127.0.0.1:1/orders"
 		t.Fatal(err)
 	}
 	store := newEngineStore(t)
-	s, err := New(Options{Config: func() *config.Config { return cfg }, Store: store, Version: "test"}, cfg)
+	o := Options{Config: func() *config.Config { return cfg }, Store: store, Version: "test"}
+	for _, f := range tune {
+		f(&o)
+	}
+	s, err := New(o, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -543,22 +547,28 @@ func TestTransferAnswers(t *testing.T) {
 }
 
 // TestMetricsRefusedToPageScripts: /metrics, the one route without a token,
-// is refused to a script in a web page (DNS rebinding would let one read it
-// as its own origin), and served to scrapers and to a tab an operator opens.
+// is refused to any request a web page made (DNS rebinding would let a page
+// read it as its own origin, by a script or through a frame it opened), and
+// served to scrapers (no Sec-Fetch headers) and to a URL an operator typed
+// (Sec-Fetch-Site none).
 func TestMetricsRefusedToPageScripts(t *testing.T) {
-	_, url := newTestAPI(t)
+	_, url := newTestAPI(t, func(o *Options) {
+		o.Metrics = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "oncehook_up 1\n") })
+	})
 	for _, c := range []struct {
-		mode   string
-		status int // the test server's metrics handler answers 404
+		site, mode string
+		status     int
 	}{
-		{"", http.StatusNotFound},
-		{"navigate", http.StatusNotFound},
-		{"cors", http.StatusForbidden},
-		{"no-cors", http.StatusForbidden},
-		{"same-origin", http.StatusForbidden},
+		{"", "", http.StatusOK},
+		{"none", "navigate", http.StatusOK},
+		{"same-origin", "cors", http.StatusForbidden},
+		{"same-origin", "navigate", http.StatusForbidden}, // a frame or window the rebound page opened
+		{"same-site", "navigate", http.StatusForbidden},
+		{"cross-site", "no-cors", http.StatusForbidden},
 	} {
 		req, _ := http.NewRequest("GET", url+"/metrics", nil)
-		if c.mode != "" {
+		if c.site != "" {
+			req.Header.Set("Sec-Fetch-Site", c.site)
 			req.Header.Set("Sec-Fetch-Mode", c.mode)
 		}
 		resp, err := http.DefaultClient.Do(req)
@@ -567,8 +577,8 @@ func TestMetricsRefusedToPageScripts(t *testing.T) {
 		}
 		raw, _ := io.ReadAll(resp.Body)
 		resp.Body.Close()
-		if resp.StatusCode != c.status {
-			t.Errorf("Sec-Fetch-Mode %q: %d %s, want %d", c.mode, resp.StatusCode, raw, c.status)
+		if resp.StatusCode != c.status || (c.status == http.StatusOK) != strings.Contains(string(raw), "oncehook_up") {
+			t.Errorf("Sec-Fetch-Site %q, Mode %q: %d %s, want %d", c.site, c.mode, resp.StatusCode, raw, c.status)
 		}
 	}
 }
