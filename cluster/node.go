@@ -98,6 +98,9 @@ type Config struct {
 	// wrapConn, in tests, wraps every cluster connection this node accepts or
 	// dials (to freeze a node's network the way SIGSTOP does).
 	wrapConn func(net.Conn) net.Conn
+	// relayKept, in tests, is told the capacity of the buffer a relay stream
+	// keeps after answering each frame (serveRelay).
+	relayKept func(capacity int)
 	// wrapLogs, in tests, wraps the raft log store (to fail a write).
 	wrapLogs func(raft.LogStore) raft.LogStore
 	// onFatal, in tests, replaces the process exit of a fatal storage error.

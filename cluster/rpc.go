@@ -103,6 +103,9 @@ func (n *Node) serveRelay(c net.Conn) {
 			// stay with it.
 			buf = nil
 		}
+		if n.cfg.relayKept != nil {
+			n.cfg.relayKept(cap(buf))
+		}
 		status, resp := n.handleRPC(context.Background(), op, body, out[:0])
 		out = resp[:0]
 		if err := writeFrame(w, status, resp); err != nil {
