@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/textproto"
 	"strings"
 	"sync"
 	"testing"
@@ -116,12 +117,21 @@ func TestExpectContinueDecidedFromTheHead(t *testing.T) {
 			}
 			defer c.Close()
 			fmt.Fprintf(c, "%s\r\nExpect: 100-continue\r\n\r\n", tt.head)
-			line, err := bufio.NewReader(c).ReadString('\n')
+			r := bufio.NewReader(c)
+			line, err := r.ReadString('\n')
 			if err != nil {
 				t.Fatal(err)
 			}
 			if want := fmt.Sprintf("HTTP/1.1 %d ", tt.want); !strings.HasPrefix(line, want) {
 				t.Fatalf("first answer %q, want %q...", line, want)
+			}
+			if tt.want == 100 {
+				return
+			}
+			// A refusal carries nosniff, as every intake answer does.
+			head, err := textproto.NewReader(r).ReadMIMEHeader()
+			if err != nil || head.Get("X-Content-Type-Options") != "nosniff" {
+				t.Fatalf("refusal headers %v (%v), want X-Content-Type-Options: nosniff", head, err)
 			}
 		})
 	}

@@ -322,6 +322,7 @@ func (in *Server) expect(ctx *fasthttp.RequestCtx) int {
 			name = src.name
 		}
 		in.metrics.Request(name, status)
+		ctx.Response.Header.SetCanonical(hdrNosniff, valNosniff) // fasthttp writes the refusal itself
 	}
 	return status
 }
