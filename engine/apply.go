@@ -740,7 +740,7 @@ func (a *applier) orderGuard(c *Command, expires int64) (bool, error) {
 }
 
 // lease moves up to c.Max due pending events to processing under the entry's
-// index as fencing token. Attempts counts delivery attempts started, so it is
+// token (its index plus the token base: token). Attempts counts delivery attempts started, so it is
 // incremented here (and Fail compares it with MaxAttempts). It merges the due
 // index's runs, one per source, from their starts (due.go), so its cost
 // depends on the events it leases and the sources with due events, not on

@@ -41,7 +41,8 @@
 //	Oncehook-Source          the source name
 //	Oncehook-Attempt         the engine's Attempts: 1 on the first delivery, 2 on the
 //	                         next (after a failure or an expired lease), ...
-//	Oncehook-Fencing-Token   the lease's fencing token (the Raft index of the lease)
+//	Oncehook-Fencing-Token   the lease's fencing token (the Raft index of the lease, plus a base
+//	                         a restore raises: it only grows)
 //	Oncehook-Last-Step       the last Oncehook-Step the handler answered for this
 //	                         event (absent until it answers one)
 //

@@ -286,7 +286,7 @@ func (m *Metrics) ConfiguredSources(sources []string) {
 	}
 	for _, s := range sources {
 		for _, v := range []*prometheus.CounterVec{m.bodyChanged, m.replays, m.syncConflicts,
-			m.rateLimitedTotal, m.rateLimitWait, m.schemaFailures, m.deadExpired} {
+			m.rateLimitedTotal, m.rateLimitWait, m.schemaFailures, m.deadExpired, m.keysFetchFailures} {
 			v.WithLabelValues(s)
 		}
 		m.claims.WithLabelValues(s, "new")

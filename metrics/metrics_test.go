@@ -71,6 +71,7 @@ func TestCountersCount(t *testing.T) {
 		`oncehook_sync_conflicts_total{source="quiet"} 0`,
 		`oncehook_duplicate_body_mismatch_total{source="quiet"} 0`,
 		`oncehook_schema_failures_total{source="quiet"} 0`,
+		`oncehook_keys_fetch_failures_total{source="quiet"} 0`,
 		`oncehook_claims_total{result="new",source="quiet"} 0`,
 		`oncehook_claims_total{result="duplicate",source="quiet"} 0`,
 		`oncehook_payloads_dropped_total 257`,
