@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"os"
 	"text/tabwriter"
+	"time"
 
 	"oncehook/admin"
 )
@@ -189,6 +190,11 @@ func (c *Client) TransferLeadership(ctx context.Context, w io.Writer, to string)
 	var out struct {
 		Leader string `json:"leader"`
 	}
+	// The leader may wait up to 30 s for the target to catch up, then for
+	// its deliveries in flight (the longest forward_timeout, at least 10 s):
+	// giving up sooner would cut that drain short. The admin server's own
+	// write timeout (2 min) bounds the call.
+	c.http.Timeout = 3 * time.Minute
 	if err := c.Do(ctx, http.MethodPost, "/v1/cluster/leader", map[string]string{"to": to}, &out); err != nil {
 		return err
 	}
