@@ -790,7 +790,7 @@ func (s *Server) adminTransferLeadership(w http.ResponseWriter, r *http.Request)
 	case errors.Is(err, cluster.ErrNotVoter):
 		jsonError(w, http.StatusBadRequest, err.Error())
 		return
-	case errors.Is(err, cluster.ErrSingleVoter), errors.Is(err, cluster.ErrBehind):
+	case errors.Is(err, cluster.ErrSingleVoter), errors.Is(err, cluster.ErrBehind), errors.Is(err, cluster.ErrNewerFormat):
 		jsonError(w, http.StatusConflict, err.Error())
 		return
 	case err != nil:

@@ -101,6 +101,9 @@ type Config struct {
 	// relayKept, in tests, is told the capacity of the buffer a relay stream
 	// keeps after answering each frame (serveRelay).
 	relayKept func(capacity int)
+	// format, in tests, is the data format this node says its binary writes
+	// (0: engine.FormatVersion), as a node of another release would.
+	format uint64
 	// wrapLogs, in tests, wraps the raft log store (to fail a write).
 	wrapLogs func(raft.LogStore) raft.LogStore
 	// onFatal, in tests, replaces the process exit of a fatal storage error.

@@ -464,6 +464,9 @@ func (n *Node) ownStats() memberStats {
 		Format:       engine.FormatVersion,
 		Admin:        n.cfg.AdminURL,
 	}
+	if n.cfg.format != 0 {
+		ms.Format = n.cfg.format
+	}
 	if _, id := n.raft.LeaderWithID(); id != "" {
 		ms.Leader = string(id)
 	}

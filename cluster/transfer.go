@@ -76,6 +76,10 @@ var (
 	// ErrBehind is returned by TransferLeadership when the node named has
 	// not caught up with the leader's log within catchUpLimit.
 	ErrBehind = errors.New("not caught up with the leader's log")
+	// ErrNewerFormat is returned by TransferLeadership when the node named
+	// runs a newer data format than another voter: as leader it would halt
+	// that voter (docs/operations.md, Upgrades).
+	ErrNewerFormat = errors.New("runs a newer data format than another voter")
 )
 
 // catchUpLimit bounds how long a hand-over to a named node waits for it to
@@ -110,6 +114,9 @@ func (n *Node) TransferLeadership(ctx context.Context, to string) (string, error
 		}
 		if addr == "" || to == n.cfg.ID {
 			return "", fmt.Errorf("transfer leadership to %q: %w", to, ErrNotVoter)
+		}
+		if err := n.checkFormats(ctx, to); err != nil {
+			return "", err
 		}
 		if err := n.waitCaughtUp(ctx, to, addr); err != nil {
 			return "", err
@@ -196,4 +203,25 @@ func (n *Node) waitCaughtUp(ctx context.Context, id string, addr raft.ServerAddr
 				id, ErrBehind, last.CommitIndex, n.raft.CommitIndex())
 		}
 	}
+}
+
+// checkFormats refuses a hand-over to a voter whose binary writes a newer
+// data format than another voter's: its entries would halt that voter, and
+// with two such voters the cluster (upgrades go followers first, the leader
+// last). A member that does not answer is not counted against it.
+func (n *Node) checkFormats(ctx context.Context, to string) error {
+	st := n.ClusterStatus(ctx)
+	var target uint64
+	for _, s := range st.Nodes {
+		if s.ID == to {
+			target = s.Format
+		}
+	}
+	for _, s := range st.Nodes {
+		if s.ID != to && s.Suffrage == "Voter" && s.Format != 0 && target > s.Format {
+			return fmt.Errorf("transfer leadership to %q: %w: format %d, %s format %d; upgrade %s first",
+				to, ErrNewerFormat, target, s.ID, s.Format, s.ID)
+		}
+	}
+	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"oncehook/engine"
 )
 
 // recordingDrainer stands for the leader's forwarder: it notes each Drain
@@ -288,5 +290,42 @@ func TestTransferWaitsForTheTargetToCatchUp(t *testing.T) {
 		if _, err := c.nodes[fi].Get(fmt.Sprintf("k%d", i), false); err != nil {
 			t.Fatalf("the new leader lacks k%d: %v", i, err)
 		}
+	}
+}
+
+// TestTransferRefusesANewerFormat: a hand-over to a voter whose binary
+// writes a newer data format than another voter's is refused before
+// anything is drained (as leader, its entries would halt that voter);
+// between voters of one format it goes ahead.
+func TestTransferRefusesANewerFormat(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		if cfg.ID == "n3" {
+			cfg.format = engine.FormatVersion + 1 // upgraded first
+		}
+	})
+	ctx := ctxT(t, 30*time.Second)
+	li := c.waitLeader(-1)
+	if c.ids[li] == "n3" {
+		if _, err := c.nodes[li].TransferLeadership(ctx, "n1"); err != nil {
+			t.Fatalf("transfer from the newer node to an older one: %v", err)
+		}
+		li = c.waitLeader(li)
+	}
+	leader := c.nodes[li]
+	d := &recordingDrainer{n: leader}
+	leader.SetDrainer(d)
+	_, err := leader.TransferLeadership(ctx, "n3")
+	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade") {
+		t.Fatalf("transfer to the newer node: %v, want ErrNewerFormat saying what to upgrade", err)
+	}
+	if drains, _, _ := d.counts(); drains != 0 || !leader.IsLeader() {
+		t.Fatalf("a refused transfer drained %d times (leader still: %v)", drains, leader.IsLeader())
+	}
+	other := "n1"
+	if c.ids[li] == "n1" {
+		other = "n2"
+	}
+	if got, err := leader.TransferLeadership(ctx, other); err != nil || got != other {
+		t.Fatalf("transfer between voters of one format: %q, %v", got, err)
 	}
 }
