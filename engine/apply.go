@@ -740,8 +740,9 @@ func (a *applier) orderGuard(c *Command, expires int64) (bool, error) {
 }
 
 // lease moves up to c.Max due pending events to processing under the entry's
-// token (its index plus the token base: token). Attempts counts delivery attempts started, so it is
-// incremented here (and Fail compares it with MaxAttempts). It merges the due
+// token (its index plus the token base: token). Attempts counts delivery
+// attempts started, so it is incremented here (and Fail compares it with
+// MaxAttempts). It merges the due
 // index's runs, one per source, from their starts (due.go), so its cost
 // depends on the events it leases and the sources with due events, not on
 // the events stored; c.Quotas limit some sources' share. An event already
