@@ -152,7 +152,51 @@ func TestTokenBaseIsFormat12(t *testing.T) {
 	if r := h.one(old); r.N != 1 || r.Events[0].Token != h.idx {
 		t.Fatalf("a format %d lease = %+v, want token %d (the index)", old.format, r, h.idx)
 	}
-	if r := h.one(leaseCmd(t0, 1)); r.N != 1 || r.Events[0].Token != h.idx+1000 {
-		t.Fatalf("a format %d lease = %+v, want token %d (index plus base)", FormatVersion, r, h.idx+1000)
+	if r := h.one(leaseCmd(t0, 1)); r.N != 1 || r.Events[0].Token != h.idx+1000+restoreMargin {
+		t.Fatalf("a format %d lease = %+v, want token %d (index plus base)", FormatVersion, r, h.idx+1000+restoreMargin)
+	}
+}
+
+// TestRestoreOfALaggingSurvivor: a backup taken from a node that lagged
+// (the survivor of a lost majority) lacks the last entries the leader
+// applied, and the tokens they issued; leases after its restore still take
+// tokens above those.
+func TestRestoreOfALaggingSurvivor(t *testing.T) {
+	leader := newHarness(t, Options{NoSync: true})
+	leader.one(claimCmd("src:a", t0))
+	survivor := filepath.Join(t.TempDir(), "survivor.db")
+	var snap bytes.Buffer
+	if _, err := leader.e.Snapshot(&snap); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(survivor, snap.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The leader goes on without the survivor, then is lost.
+	var last uint64
+	for i := range 1000 {
+		r := leader.one(leaseCmd(t0+int64(i)*hour, 1))
+		if r.N != 1 {
+			t.Fatalf("lease %d on the leader: %+v", i, r)
+		}
+		last = r.Events[0].Token
+		leader.one(failCmd("src:a", last, t0+int64(i)*hour, 0))
+	}
+
+	fresh := &harness{tb: t, e: mustOpenPath(t, filepath.Join(t.TempDir(), "fsm.db"), Options{NoSync: true})}
+	if err := PrepareRestore(survivor, 0); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(survivor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fresh.idx = 3
+	if err := fresh.e.RestoreAt(f, fresh.idx); err != nil {
+		t.Fatal(err)
+	}
+	if r := fresh.one(leaseCmd(t0, 1)); r.N != 1 || r.Events[0].Token <= last {
+		t.Fatalf("lease after the survivor's restore = %+v, want a token above %d, the lost leader's last", r, last)
 	}
 }

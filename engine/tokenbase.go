@@ -16,11 +16,19 @@ import (
 // backup's base above both (PrepareRestore); the base then travels inside
 // the file, so every replica computes the same tokens.
 
+// restoreMargin is added to a restore's base beyond the largest token the
+// file can hold: a backup taken from a node that lagged (the survivor of a
+// lost majority) lacks the entries the leader applied after it, and the
+// tokens those issued. 2^32 entries are days of the largest rate a cluster
+// commits; tokens stay far below 2^64 over any number of restores.
+const restoreMargin = 1 << 32
+
 // PrepareRestore readies the backup file at path for a restore into a
 // cluster whose leases so far carry tokens up to issued (the leader's last
-// log index plus its TokenBase): it raises the file's token base to the greater of issued
-// and the largest token the file can hold (its applied index plus its base),
-// so that every lease after the restore takes a token above both. The file
+// log index plus its TokenBase): it raises the file's token base to the
+// greater of issued and the largest token the file can hold (its applied
+// index plus its base), plus restoreMargin, so that every lease after the
+// restore takes a token above both. The file
 // is stamped with this binary's format: an older binary refuses it rather
 // than compute other tokens.
 func PrepareRestore(path string, issued uint64) error {
@@ -30,7 +38,7 @@ func PrepareRestore(path string, issued uint64) error {
 	}
 	err = db.Update(func(tx *bolt.Tx) error {
 		m := tx.Bucket(bMeta)
-		base := max(issued, applied+tokenBase(m))
+		base := max(issued, applied+tokenBase(m)) + restoreMargin
 		return m.Put(metaTokenBase, binary.BigEndian.AppendUint64(nil, base))
 	})
 	if cerr := db.Close(); err == nil {
