@@ -122,8 +122,9 @@ func TestTypeFilters(t *testing.T) {
 		`oncehook_claims_total{result="duplicate",source="stripe-f"}`,
 		`oncehook_claims_total{result="duplicate",source="gh-f"}`,
 	} {
-		if v, ok := metricValue(text, series); ok {
-			t.Errorf("%s = %v: a filtered delivery was claimed", series, v)
+		// Exported at 0 from the start for a configured source.
+		if v, ok := metricValue(text, series); !ok || v != 0 {
+			t.Errorf("%s = %v (exported: %v), want 0: a filtered delivery was claimed", series, v, ok)
 		}
 	}
 }
