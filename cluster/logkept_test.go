@@ -152,15 +152,7 @@ func TestStartsWithADamagedSnapshot(t *testing.T) {
 func TestRestartAfterRestoringAnotherClustersBackup(t *testing.T) {
 	a := openSolo(t, t.TempDir(), nil)
 	claimSolo(t, a, "a", 200)
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	f, err := os.Create(backup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Backup(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	backup := backupFile(t, a)
 	a.Close()
 
 	dir := t.TempDir()
@@ -209,15 +201,7 @@ func TestRestoredEventsLeaseAboveTheirTokens(t *testing.T) {
 		}
 	}
 	evs = evs[:10]
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	f, err := os.Create(backup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := a.Backup(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	backup := backupFile(t, a)
 	a.Close()
 
 	b := openSolo(t, t.TempDir(), nil)
@@ -239,4 +223,19 @@ func TestRestoredEventsLeaseAboveTheirTokens(t *testing.T) {
 			top[ev.Key] = ev.Token
 		}
 	}
+}
+
+// backupFile writes n's backup (Backup) to a file and returns its path.
+func backupFile(t *testing.T, n *Node) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "backup.db")
+	f, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := n.Backup(f); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

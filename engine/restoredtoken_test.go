@@ -15,48 +15,6 @@ import (
 // event is still never leased twice in one entry, and an outcome is
 // recorded only under the lease's own token.
 func TestTokensGrowAcrossRestores(t *testing.T) {
-	backup := func(h *harness) string {
-		t.Helper()
-		var snap bytes.Buffer
-		if _, err := h.e.Snapshot(&snap); err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "backup.db")
-		if err := os.WriteFile(path, snap.Bytes(), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	// restore restores the backup at path into h as the next entry would,
-	// as the leader does: on a copy of the upload, PrepareRestore with what
-	// h has issued, then RestoreAt.
-	restore := func(h *harness, backup string) {
-		t.Helper()
-		raw, err := os.ReadFile(backup)
-		if err != nil {
-			t.Fatal(err)
-		}
-		path := filepath.Join(t.TempDir(), "upload.db")
-		if err := os.WriteFile(path, raw, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		base, err := h.e.TokenBase()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := PrepareRestore(path, h.idx+base); err != nil {
-			t.Fatal(err)
-		}
-		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		h.idx++
-		if err := h.e.RestoreAt(f, h.idx); err != nil {
-			t.Fatal(err)
-		}
-	}
 	issued := map[string]uint64{} // the highest token each key was leased under
 	lease := func(h *harness, now int64, max int) Result {
 		t.Helper()
@@ -78,11 +36,11 @@ func TestTokensGrowAcrossRestores(t *testing.T) {
 	for _, ev := range r.Events {
 		src.one(failCmd(ev.Key, ev.Token, t0, 10)) // waiting for a retry, as a crash or a backup leaves them
 	}
-	fromOther := backup(src)
+	fromOther := backupFile(t, src)
 
 	dst := &harness{tb: t, e: mustOpenPath(t, filepath.Join(t.TempDir(), "fsm.db"), Options{NoSync: true})}
 	dst.idx = 7 // a new cluster: its log is short
-	restore(dst, fromOther)
+	restoreIssued(t, dst, fromOther)
 	due := t0 + hour
 	// At once, and never twice in one entry: lease a, reclaim, lease again.
 	rs := dst.apply(leaseCmd(due, 1), Command{Op: OpReclaim, Now: due + hour}, leaseCmd(due+hour, 2))
@@ -106,13 +64,13 @@ func TestTokensGrowAcrossRestores(t *testing.T) {
 
 	// This cluster's own past: a backup taken now, more leases, then that
 	// backup restored, twice; then the other cluster's backup again.
-	ownPast := backup(dst)
+	ownPast := backupFile(t, dst)
 	for _, ev := range lease(dst, due+3*hour, 2).Events {
 		dst.one(failCmd(ev.Key, ev.Token, due+3*hour, 10))
 	}
 	lease(dst, due+4*hour, 2)
 	for _, path := range []string{ownPast, ownPast, fromOther} {
-		restore(dst, path)
+		restoreIssued(t, dst, path)
 		dst.one(Command{Op: OpReclaim, Now: due + 5*hour}) // leases the backup holds have ended
 		if r := lease(dst, due+5*hour, 2); r.N == 0 {
 			t.Fatalf("nothing leased after restoring %s", path)
@@ -127,26 +85,7 @@ func TestTokenBaseIsFormat12(t *testing.T) {
 	h := newHarness(t, Options{NoSync: true})
 	h.one(claimCmd("src:a", t0))
 	h.one(claimCmd("src:b", t0))
-	path := filepath.Join(t.TempDir(), "backup.db")
-	var snap bytes.Buffer
-	if _, err := h.e.Snapshot(&snap); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, snap.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := PrepareRestore(path, 1000); err != nil {
-		t.Fatal(err)
-	}
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	h.idx++
-	if err := h.e.RestoreAt(f, h.idx); err != nil {
-		t.Fatal(err)
-	}
+	restoreFrom(t, h, backupFile(t, h), 1000)
 	old := leaseCmd(t0, 1)
 	old.format = formatTokenBase - 1
 	if r := h.one(old); r.N != 1 || r.Events[0].Token != h.idx {
@@ -164,14 +103,7 @@ func TestTokenBaseIsFormat12(t *testing.T) {
 func TestRestoreOfALaggingSurvivor(t *testing.T) {
 	leader := newHarness(t, Options{NoSync: true})
 	leader.one(claimCmd("src:a", t0))
-	survivor := filepath.Join(t.TempDir(), "survivor.db")
-	var snap bytes.Buffer
-	if _, err := leader.e.Snapshot(&snap); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(survivor, snap.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	survivor := backupFile(t, leader)
 	// The leader goes on without the survivor, then is lost.
 	var last uint64
 	for i := range 1000 {
@@ -184,19 +116,61 @@ func TestRestoreOfALaggingSurvivor(t *testing.T) {
 	}
 
 	fresh := &harness{tb: t, e: mustOpenPath(t, filepath.Join(t.TempDir(), "fsm.db"), Options{NoSync: true})}
-	if err := PrepareRestore(survivor, 0); err != nil {
+	fresh.idx = 2
+	restoreFrom(t, fresh, survivor, 0)
+	if r := fresh.one(leaseCmd(t0, 1)); r.N != 1 || r.Events[0].Token <= last {
+		t.Fatalf("lease after the survivor's restore = %+v, want a token above %d, the lost leader's last", r, last)
+	}
+}
+
+// backupFile writes h's engine as a backup file and returns its path.
+func backupFile(t *testing.T, h *harness) string {
+	t.Helper()
+	var snap bytes.Buffer
+	if _, err := h.e.Snapshot(&snap); err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open(survivor)
+	path := filepath.Join(t.TempDir(), "backup.db")
+	if err := os.WriteFile(path, snap.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// restoreFrom restores the backup at path into h as its next entry, as the
+// leader does: on a copy of the upload, PrepareRestore with issued, then
+// RestoreAt.
+func restoreFrom(t *testing.T, h *harness, path string, issued uint64) {
+	t.Helper()
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	upload := filepath.Join(t.TempDir(), "upload.db")
+	if err := os.WriteFile(upload, raw, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := PrepareRestore(upload, issued); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(upload)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	fresh.idx = 3
-	if err := fresh.e.RestoreAt(f, fresh.idx); err != nil {
+	h.idx++
+	if err := h.e.RestoreAt(f, h.idx); err != nil {
 		t.Fatal(err)
 	}
-	if r := fresh.one(leaseCmd(t0, 1)); r.N != 1 || r.Events[0].Token <= last {
-		t.Fatalf("lease after the survivor's restore = %+v, want a token above %d, the lost leader's last", r, last)
+}
+
+// restoreIssued is restoreFrom with what h has issued: its last index plus
+// its token base.
+func restoreIssued(t *testing.T, h *harness, path string) {
+	t.Helper()
+	base, err := h.e.TokenBase()
+	if err != nil {
+		t.Fatal(err)
 	}
+	restoreFrom(t, h, path, h.idx+base)
 }
