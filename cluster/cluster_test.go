@@ -330,11 +330,7 @@ func TestWipedFollowerRejoinsAndServesReads(t *testing.T) {
 	if err := os.RemoveAll(c.config(f, nil, nil).Dir); err != nil {
 		t.Fatal(err)
 	}
-	var peers []Peer
-	for _, id := range c.ids {
-		peers = append(peers, Peer{ID: id, Addr: id})
-	}
-	n := c.open(f, peers, nil)
+	n := c.open(f, c.peers(), nil)
 	c.set(f, n)
 	leader = c.mustClaim("src:after-wipe", -1)
 	c.waitConverged()
@@ -579,11 +575,7 @@ func TestRestoreCutShortRejoins(t *testing.T) {
 	}
 	c.set(li, nil)
 	c.heal()
-	var peers []Peer
-	for _, id := range c.ids {
-		peers = append(peers, Peer{ID: id, Addr: id})
-	}
-	n := c.open(li, peers, tune)
+	n := c.open(li, c.peers(), tune)
 	c.set(li, n)
 	c.mustClaim("src:after", -1)
 	c.waitConverged()

@@ -151,6 +151,15 @@ func (c *testCluster) inproc(from string) func(string) *Node {
 	}
 }
 
+// peers lists every node of the cluster, as a node started again is told.
+func (c *testCluster) peers() []Peer {
+	var ps []Peer
+	for _, id := range c.ids {
+		ps = append(ps, Peer{ID: id, Addr: id})
+	}
+	return ps
+}
+
 // set puts n at position i (nil: closed). The nodes' own goroutines look
 // nodes up through inproc, under mu.
 func (c *testCluster) set(i int, n *Node) {

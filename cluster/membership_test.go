@@ -32,11 +32,7 @@ func TestRemovedWhileDownLearnsIt(t *testing.T) {
 		t.Fatalf("remove %s: %v", id, err)
 	}
 
-	var peers []Peer
-	for _, id := range c.ids {
-		peers = append(peers, Peer{ID: id, Addr: id})
-	}
-	n := c.open(fi, peers, nil)
+	n := c.open(fi, c.peers(), nil)
 	c.set(fi, n)
 	deadline := time.Now().Add(20 * time.Second)
 	for {
