@@ -63,6 +63,10 @@ func startSink(addr string, delay time.Duration) (*sink, error) {
 		ReadTimeout:     30 * time.Second,
 		IdleTimeout:     30 * time.Second,
 		CloseOnShutdown: true,
+		// A delivery is as large as the body the generator sent, up to
+		// the 64 MiB max_body allows; fasthttp's default (4 MiB) would
+		// refuse larger ones and turn a -size run into a retry storm.
+		MaxRequestBodySize: 65 << 20,
 		// Idle workers, and after Shutdown the pool's cleaner, end within 1s.
 		MaxIdleWorkerDuration: time.Second,
 	}

@@ -18,3 +18,11 @@ var (
 	// ErrUnauthorized: a peer presented a wrong cluster token or certificate.
 	ErrUnauthorized = errors.New("cluster: peer not authorised")
 )
+
+var (
+	// errFragment: a fragment that does not continue the entry joined so
+	// far (fsm.joinFragment). Its entry is applied nowhere.
+	errFragment = errors.New("cluster: fragment without the ones before it")
+	// errJoining: raft asked for a snapshot between an entry's fragments.
+	errJoining = errors.New("cluster: an entry's fragments are being joined")
+)

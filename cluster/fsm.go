@@ -34,6 +34,9 @@ type fsm struct {
 
 	mu      sync.Mutex
 	entries []engine.Entry // reused between batches; only the apply goroutine touches it
+	// joined holds the fragments of an entry read so far (joinFragment):
+	// nil between entries.
+	joined []byte
 
 	// Group commit of the engine file: see ApplyBatch. Guarded by mu.
 	flushTimer *time.Timer // fires flushDelay after the first uncommitted batch
@@ -91,10 +94,21 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 		if l.Type != raft.LogCommand {
 			continue
 		}
+		data, err := f.joinFragment(l)
+		if err != nil {
+			// Like a corrupt entry: every replica reads the same fragments
+			// in the same order and refuses the same one.
+			out[i] = &applied{err: fmt.Errorf("entry %d: %w", l.Index, err)}
+			continue
+		}
+		if data == nil {
+			out[i] = &applied{} // a fragment; the last one answers for the entry
+			continue
+		}
 		// In place: raft never writes to a log entry's Data once appended,
-		// and the engine copies what it stores (saves two copies of every
-		// payload on every node).
-		cmds, err := engine.DecodeEntryShared(l.Data)
+		// nor the fsm to a joined entry, and the engine copies what it stores
+		// (saves two copies of every payload on every node).
+		cmds, err := engine.DecodeEntryShared(data)
 		if errors.Is(err, engine.ErrNewerFormat) {
 			// A newer binary wrote it and the replicas that run one apply
 			// it: skipping it would diverge from them. Apply what came
@@ -155,6 +169,39 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 	return out
 }
 
+// joinFragment returns the entry l carries: its Data, or, for the last
+// fragment of a split entry (engine.SplitEntry), the joined entry; nil for
+// any other fragment. The proposer puts an entry's fragments into the log
+// one after the other with no command between them, so a command that
+// comes between them, or a fragment that does not continue the one before,
+// means the rest never came (the leader lost its place before proposing
+// them all; their caller was never answered): what was joined is dropped.
+// Only the order of the log decides, so every replica joins, drops and
+// refuses the same fragments. Callers hold mu.
+func (f *fsm) joinFragment(l *raft.Log) ([]byte, error) {
+	fr, ok, err := engine.ParseFragment(l.Data)
+	if !ok || err != nil {
+		f.joined = nil
+		if err != nil {
+			return nil, err
+		}
+		return l.Data, nil
+	}
+	if fr.Offset == 0 {
+		f.joined = make([]byte, 0, fr.Total)
+	} else if f.joined == nil || len(f.joined) != fr.Offset || cap(f.joined) != fr.Total {
+		f.joined = nil
+		return nil, fmt.Errorf("%w: fragment at %d of an entry of %d bytes without the fragments before it", errFragment, fr.Offset, fr.Total)
+	}
+	f.joined = append(f.joined, fr.Bytes...)
+	if !fr.Last() {
+		return nil, nil
+	}
+	whole := f.joined
+	f.joined = nil
+	return whole, nil
+}
+
 // scheduleFlush commits the engine at once when enough is pending, else
 // makes sure a commit follows within flushDelay. Callers hold mu.
 func (f *fsm) scheduleFlush(logs []*raft.Log) error {
@@ -187,6 +234,16 @@ func (f *fsm) timedFlush() {
 }
 
 func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	f.mu.Lock()
+	joining := f.joined != nil
+	f.mu.Unlock()
+	if joining {
+		// The snapshot's index would fall between an entry's fragments, and
+		// a replica restored from it would get the last ones without the
+		// first. raft tries again at its next interval; the next command
+		// ends any run of fragments.
+		return nil, fmt.Errorf("fsm snapshot: %w", errJoining)
+	}
 	s, err := f.eng.BeginSnapshot()
 	if err != nil {
 		return nil, fmt.Errorf("fsm snapshot: %w", err)
@@ -206,6 +263,9 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil || len(list) == 0 {
 		return fmt.Errorf("fsm restore: find the restored snapshot: %v", err)
 	}
+	f.mu.Lock()
+	f.joined = nil // fragments before the snapshot's index; a snapshot never falls between them
+	f.mu.Unlock()
 	if err := f.eng.RestoreAt(rc, list[0].Index); err != nil {
 		return fmt.Errorf("fsm restore: %w", err)
 	}

@@ -104,6 +104,9 @@ type Config struct {
 	// format, in tests, is the data format this node says its binary writes
 	// (0: engine.FormatVersion), as a node of another release would.
 	format uint64
+	// fragment, in tests, is the most bytes of an entry one log entry
+	// carries (0: engine.FragmentChunk), so small claims travel in fragments.
+	fragment int
 	// wrapLogs, in tests, wraps the raft log store (to fail a write).
 	wrapLogs func(raft.LogStore) raft.LogStore
 	// onFatal, in tests, replaces the process exit of a fatal storage error.

@@ -46,6 +46,7 @@ type proposer struct {
 	fwdSlots chan struct{} // batches in flight to the leader (follower)
 	maxCmds  int
 	maxBytes int
+	fragment int // bytes of an entry per fragment (engine.SplitEntry; 0: its default)
 	linger   time.Duration
 	rideFor  time.Duration // how long riding proposals wait for a claim
 	closing  chan struct{} // no new proposals are taken
@@ -92,6 +93,9 @@ func newProposer(n *Node, inflight, maxCmds, maxBytes int, linger, rideFor time.
 		closed:   make(chan struct{}),
 		settled:  make(chan struct{}),
 		pending:  make(chan pendingApply, inflight),
+	}
+	if n != nil { // tests build a proposer without a node
+		p.fragment = n.cfg.fragment
 	}
 	p.wg.Add(1)
 	go p.loop()
@@ -418,9 +422,19 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int, leader bool, sem chan 
 		data := engine.EncodeEntry(nil, cmds)
 		clear(cmds) // the encoding is all raft keeps; the payloads may go
 		p.entryCmds = cmds[:0]
-		p.entries.Add(1)
 		p.commands.Add(uint64(len(cmds)))
-		f := r.Apply(data, 0)
+		// Only this goroutine proposes commands, so the fragments of a large
+		// entry enter the log one after the other (fsm.joinFragment).
+		var f raft.ApplyFuture
+		if frags := engine.SplitEntry(data, p.fragment); frags != nil {
+			data = nil
+			for _, fr := range frags {
+				f = r.Apply(fr, 0)
+			}
+		} else {
+			f = r.Apply(data, 0)
+		}
+		p.entries.Add(1)
 		select {
 		case p.pending <- pendingApply{future: f, batch: batch, release: release, slots: slots, leases: leases}:
 		case <-p.stop:
@@ -532,6 +546,12 @@ func (p *proposer) settle(pa pendingApply) {
 		return
 	}
 	if a.err != nil {
+		if errors.Is(a.err, errFragment) {
+			// The entry's first fragments were dropped on every replica
+			// (a leader change cut them off): applied nowhere, so the
+			// callers may say so and the senders retry.
+			a.err = fmt.Errorf("%w: %w", ErrNoLeader, a.err)
+		}
 		finish(pa.batch, a.err)
 		return
 	}

@@ -848,6 +848,8 @@ func (d *entryDecoder) header() (format uint8, n int) {
 	f := uint64(legacyFormat)
 	switch v := d.byte("entry version"); {
 	case d.err != nil:
+	case v == fragmentVersion:
+		d.fail("a fragment of an entry, decoded alone (fragment.go)")
 	case v > entryVersion:
 		d.failNewer(fmt.Sprintf("entry version %d", v))
 	case v == entryVersion:

@@ -33,6 +33,8 @@ import (
 //	12 a token base (meta tokenbase, set by PrepareRestore): a lease's token
 //	   is the entry's index plus the base, so that after a restore tokens
 //	   stay above every token issued before and every token the backup holds
+//	13 fragments: an entry larger than FragmentChunk travels as several log
+//	   entries (entry version 3) that every replica joins (fragment.go)
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -63,7 +65,7 @@ import (
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 12
+const FormatVersion = 13
 
 // Formats at which the meaning of an existing command changed.
 const (

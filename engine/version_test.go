@@ -164,7 +164,7 @@ func TestDecodeEntryNewerFormat(t *testing.T) {
 		b    []byte
 		want string
 	}{
-		{"entry version", []byte{entryVersion + 1, 0}, fmt.Sprintf("entry version %d is from a newer format", entryVersion+1)},
+		{"entry version", []byte{fragmentVersion + 1, 0}, fmt.Sprintf("entry version %d is from a newer format", fragmentVersion+1)},
 		{"entry format", []byte{entryVersion, FormatVersion + 1, 0}, fmt.Sprintf("entry of format %d is from a newer format", FormatVersion+1)},
 		{"field bit", append([]byte{entryVersion, FormatVersion, 1, byte(OpNoop)}, uvarint(1<<numFields)...),
 			fmt.Sprintf("entry field %d (mask %#x) is from a newer format", numFields, uint64(1)<<numFields)},

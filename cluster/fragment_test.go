@@ -1,0 +1,178 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"oncehook/engine"
+)
+
+// TestLargeClaimsTravelInFragments: a claim larger than a fragment is
+// proposed as several log entries, through the leader and relayed by a
+// follower, and every replica ends with the same state holding the whole
+// payload, byte for byte.
+func TestLargeClaimsTravelInFragments(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.fragment = 1 << 10 })
+	defer c.close()
+	l := c.waitLeader(-1)
+	f := c.follower(l)
+	payload := func(seed byte) []byte {
+		b := make([]byte, 40<<10)
+		for i := range b {
+			b[i] = seed + byte(i*7)
+		}
+		return b
+	}
+	before := c.nodes[l].raft.LastIndex()
+	for i, via := range []int{l, f} {
+		cmd := claimCmd(fmt.Sprintf("src:large-%d", i))
+		cmd.Payload = payload(byte(i))
+		if _, err := c.nodes[via].Claim(ctxT(t, 20*time.Second), cmd); err != nil {
+			t.Fatalf("claim through %s: %v", c.ids[via], err)
+		}
+	}
+	if grew := c.nodes[l].raft.LastIndex() - before; grew < 2*40 {
+		t.Fatalf("the log grew by %d entries for two claims of 40 fragments each", grew)
+	}
+	c.waitConverged()
+	for i := range 2 {
+		key := fmt.Sprintf("src:large-%d", i)
+		for n, node := range c.nodes {
+			ev, err := node.eng.Get(key, true)
+			if err != nil {
+				t.Fatalf("%s on %s: %v", key, c.ids[n], err)
+			}
+			if !bytes.Equal(ev.Payload, payload(byte(i))) {
+				t.Fatalf("%s on %s: payload of %d bytes differs from the claim's", key, c.ids[n], len(ev.Payload))
+			}
+		}
+	}
+	// Small claims still go as one entry each.
+	before = c.nodes[l].raft.LastIndex()
+	c.mustClaim("src:small", -1)
+	if grew := c.nodes[l].raft.LastIndex() - before; grew > 3 {
+		t.Fatalf("a small claim took %d entries", grew)
+	}
+}
+
+// TestFSMJoinsFragmentsInLogOrder: the fsm applies an entry at its last
+// fragment; fragments cut off by a command (a leader that lost its place
+// mid-entry) are dropped on every replica, the rest of such an entry is
+// refused, and no snapshot is taken between an entry's fragments.
+func TestFSMJoinsFragmentsInLogOrder(t *testing.T) {
+	eng, err := engine.Open(filepath.Join(t.TempDir(), "fsm.db"), engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	f := &fsm{eng: eng, fatal: func(err error) { t.Errorf("fatal: %v", err) }}
+	now := time.Now().UnixNano()
+	claim := func(key string, size int) []byte {
+		return engine.EncodeEntry(nil, []engine.Command{{Op: engine.OpClaim, Key: key, Source: "src",
+			Payload: bytes.Repeat([]byte{'p'}, size), Retention: int64(time.Hour), Now: now}})
+	}
+	var index uint64
+	logs := func(data ...[]byte) []*raft.Log {
+		var out []*raft.Log
+		for _, d := range data {
+			index++
+			out = append(out, &raft.Log{Index: index, Type: raft.LogCommand, Data: d})
+		}
+		return out
+	}
+	result := func(r interface{}) *applied {
+		a, ok := r.(*applied)
+		if !ok {
+			t.Fatalf("fsm answered %T", r)
+		}
+		return a
+	}
+	exists := func(key string) bool {
+		_, err := eng.Get(key, false)
+		if err != nil && !errors.Is(err, engine.ErrNotFound) {
+			t.Fatal(err)
+		}
+		return err == nil
+	}
+
+	// Joined across batches, with a no-op entry between two fragments
+	// (raft's own entries never reach the fsm as commands).
+	a := engine.SplitEntry(claim("src:a", 5000), 1000)
+	if len(a) < 5 {
+		t.Fatalf("%d fragments", len(a))
+	}
+	out := f.ApplyBatch(logs(a[:2]...))
+	if r := result(out[1]); r.err != nil || r.results != nil {
+		t.Fatalf("a fragment answered %+v", r)
+	}
+	if s, err := f.Snapshot(); !errors.Is(err, errJoining) {
+		if err == nil {
+			s.Release()
+		}
+		t.Fatalf("snapshot between fragments: %v; want errJoining", err)
+	}
+	index++
+	f.ApplyBatch([]*raft.Log{{Index: index, Type: raft.LogNoop}})
+	out = f.ApplyBatch(logs(a[2:]...))
+	if r := result(out[len(out)-1]); r.err != nil || len(r.results) != 1 || !r.results[0].Created {
+		t.Fatalf("the last fragment answered %+v", r)
+	}
+	if !exists("src:a") {
+		t.Fatal("the joined claim was not applied")
+	}
+	s, err := f.Snapshot()
+	if err != nil {
+		t.Fatalf("snapshot after the entry: %v", err)
+	}
+	s.Release()
+
+	// Cut off by a command: the command is applied, the rest refused.
+	b := engine.SplitEntry(claim("src:b", 3000), 1000)
+	out = f.ApplyBatch(logs(b[0], claim("src:between", 10), b[1], b[2], b[3]))
+	if r := result(out[1]); r.err != nil || len(r.results) != 1 || !r.results[0].Created {
+		t.Fatalf("the command between fragments answered %+v", r)
+	}
+	for _, i := range []int{2, 3, 4} {
+		if r := result(out[i]); !errors.Is(r.err, errFragment) {
+			t.Fatalf("fragment %d after the cut answered %+v; want errFragment", i, r)
+		}
+	}
+	if exists("src:b") || !exists("src:between") {
+		t.Fatal("the cut entry was applied, or the command between was not")
+	}
+	// A new entry starting over a partial one replaces it.
+	c := engine.SplitEntry(claim("src:c", 2500), 1000)
+	out = f.ApplyBatch(logs(b[0], c[0], c[1], c[2]))
+	if r := result(out[3]); r.err != nil || len(r.results) != 1 || !r.results[0].Created {
+		t.Fatalf("the entry started over answered %+v", r)
+	}
+	if exists("src:b") || !exists("src:c") {
+		t.Fatal("the replaced entry was applied, or its successor was not")
+	}
+	// A corrupt fragment is refused like a corrupt entry, and ends the run.
+	d := engine.SplitEntry(claim("src:d", 2500), 1000)
+	out = f.ApplyBatch(logs(d[0], []byte{d[1][0], 0}, d[2]))
+	if r := result(out[1]); !errors.Is(r.err, engine.ErrCorrupt) {
+		t.Fatalf("a corrupt fragment answered %+v", r)
+	}
+	if r := result(out[2]); !errors.Is(r.err, errFragment) {
+		t.Fatalf("the fragment after a corrupt one answered %+v", r)
+	}
+	if exists("src:d") {
+		t.Fatal("an entry with a corrupt fragment was applied")
+	}
+}
+
+// The largest entry the proposer can write (a batch at its byte bound plus
+// one claim of the largest payload) must fit what a replica agrees to join.
+func TestLargestEntryFitsTheJoinBound(t *testing.T) {
+	if maxFrame > engine.MaxJoinedEntry {
+		t.Fatalf("an entry of up to %d bytes; replicas join at most %d", maxFrame, engine.MaxJoinedEntry)
+	}
+}
