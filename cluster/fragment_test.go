@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -167,6 +169,70 @@ func TestFSMJoinsFragmentsInLogOrder(t *testing.T) {
 	}
 	if exists("src:d") {
 		t.Fatal("an entry with a corrupt fragment was applied")
+	}
+	// The head of one entry and the tail of another of the same length (a
+	// leader refused part way through each) never join.
+	e1 := engine.SplitEntry(claim("src:e1", 2500), 1000)
+	e2 := engine.SplitEntry(claim("src:e2", 2500), 1000)
+	out = f.ApplyBatch(logs(e1[0], e2[1], e2[2]))
+	if r := result(out[1]); !errors.Is(r.err, errFragment) {
+		t.Fatalf("another entry's fragment answered %+v; want errFragment", r)
+	}
+	if exists("src:e1") || exists("src:e2") {
+		t.Fatal("fragments of two entries were joined")
+	}
+
+	// A snapshot install that fails leaves the state, and the log after it,
+	// as they were: the entry being joined goes on.
+	snaps := raft.NewInmemSnapshotStore()
+	sink, err := snaps.Create(raft.SnapshotVersionMax, index, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sink.Write([]byte("not an engine file")); err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	f.snaps = snaps
+	g := engine.SplitEntry(claim("src:g", 2500), 1000)
+	f.ApplyBatch(logs(g[0]))
+	if err := f.Restore(io.NopCloser(strings.NewReader("not an engine file"))); err == nil {
+		t.Fatal("a restore from garbage succeeded")
+	}
+	out = f.ApplyBatch(logs(g[1:]...))
+	if r := result(out[len(out)-1]); r.err != nil || len(r.results) != 1 || !r.results[0].Created {
+		t.Fatalf("the entry after a failed restore answered %+v", r)
+	}
+}
+
+// TestNewLeaderEndsAnAbandonedEntry: a leader that lost its place part way
+// through a large entry leaves its committed fragments joined on every
+// replica, which then put off their snapshots; the next leader ends the run
+// with a no-op, even on an idle cluster.
+func TestNewLeaderEndsAnAbandonedEntry(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	defer c.close()
+	l := c.waitLeader(-1)
+	frags := engine.SplitEntry(engine.EncodeEntry(nil, []engine.Command{claimCmd("src:abandoned")}), 8)
+	for _, fr := range frags[:2] { // as the proposer would, had it stopped there
+		if err := c.nodes[l].raft.Apply(fr, 5*time.Second).Error(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range c.nodes {
+		waitFor(t, c.ids[i]+" applies the first fragments", c.nodes[i].fsm.joining)
+	}
+	if err := c.nodes[l].raft.LeadershipTransfer().Error(); err != nil {
+		t.Fatal(err)
+	}
+	nl := c.waitLeader(l)
+	for i := range c.nodes {
+		waitFor(t, c.ids[i]+" drops the abandoned fragments", func() bool { return !c.nodes[i].fsm.joining() })
+	}
+	if _, ok, _ := c.nodes[nl].Lookup("src:abandoned"); ok {
+		t.Fatal("an entry of which only the first fragments were proposed was applied")
 	}
 }
 

@@ -35,8 +35,9 @@ type fsm struct {
 	mu      sync.Mutex
 	entries []engine.Entry // reused between batches; only the apply goroutine touches it
 	// joined holds the fragments of an entry read so far (joinFragment):
-	// nil between entries.
-	joined []byte
+	// nil between entries; joinedSum is the checksum they carry.
+	joined    []byte
+	joinedSum uint32
 
 	// Group commit of the engine file: see ApplyBatch. Guarded by mu.
 	flushTimer *time.Timer // fires flushDelay after the first uncommitted batch
@@ -173,11 +174,13 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
 // fragment of a split entry (engine.SplitEntry), the joined entry; nil for
 // any other fragment. The proposer puts an entry's fragments into the log
 // one after the other with no command between them, so a command that
-// comes between them, or a fragment that does not continue the one before,
-// means the rest never came (the leader lost its place before proposing
-// them all; their caller was never answered): what was joined is dropped.
-// Only the order of the log decides, so every replica joins, drops and
-// refuses the same fragments. Callers hold mu.
+// comes between them, or a fragment that does not continue the one before
+// (another offset, length or entry checksum), means the rest never came (the
+// leader lost its place before proposing them all; their caller was never
+// answered): what was joined is dropped. A joined entry whose checksum
+// differs from the one its fragments carry is refused. Only the log decides,
+// so every replica joins, drops and refuses the same fragments. Callers hold
+// mu.
 func (f *fsm) joinFragment(l *raft.Log) ([]byte, error) {
 	fr, ok, err := engine.ParseFragment(l.Data)
 	if !ok || err != nil {
@@ -188,10 +191,11 @@ func (f *fsm) joinFragment(l *raft.Log) ([]byte, error) {
 		return l.Data, nil
 	}
 	if fr.Offset == 0 {
-		f.joined = make([]byte, 0, fr.Total)
-	} else if f.joined == nil || len(f.joined) != fr.Offset || cap(f.joined) != fr.Total {
+		f.joined, f.joinedSum = make([]byte, 0, fr.Total), fr.Sum
+	} else if f.joined == nil || len(f.joined) != fr.Offset || cap(f.joined) != fr.Total || f.joinedSum != fr.Sum {
 		f.joined = nil
-		return nil, fmt.Errorf("%w: fragment at %d of an entry of %d bytes without the fragments before it", errFragment, fr.Offset, fr.Total)
+		return nil, fmt.Errorf("%w: fragment at %d of an entry of %d bytes (checksum %08x) without the fragments before it",
+			errFragment, fr.Offset, fr.Total, fr.Sum)
 	}
 	f.joined = append(f.joined, fr.Bytes...)
 	if !fr.Last() {
@@ -199,6 +203,9 @@ func (f *fsm) joinFragment(l *raft.Log) ([]byte, error) {
 	}
 	whole := f.joined
 	f.joined = nil
+	if sum := engine.EntrySum(whole); sum != fr.Sum {
+		return nil, fmt.Errorf("%w: joined entry of %d bytes has checksum %08x, its fragments carry %08x", errFragment, len(whole), sum, fr.Sum)
+	}
 	return whole, nil
 }
 
@@ -233,11 +240,16 @@ func (f *fsm) timedFlush() {
 	}
 }
 
-func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+// joining tells whether part of an entry's fragments have been applied and
+// the rest not yet.
+func (f *fsm) joining() bool {
 	f.mu.Lock()
-	joining := f.joined != nil
-	f.mu.Unlock()
-	if joining {
+	defer f.mu.Unlock()
+	return f.joined != nil
+}
+
+func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+	if f.joining() {
 		// The snapshot's index would fall between an entry's fragments, and
 		// a replica restored from it would get the last ones without the
 		// first. raft tries again at its next interval; the next command
@@ -263,12 +275,14 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil || len(list) == 0 {
 		return fmt.Errorf("fsm restore: find the restored snapshot: %v", err)
 	}
+	if err := f.eng.RestoreAt(rc, list[0].Index); err != nil {
+		// The state is as it was, and so is the log after it: an entry
+		// being joined goes on with the fragments that follow.
+		return fmt.Errorf("fsm restore: %w", err)
+	}
 	f.mu.Lock()
 	f.joined = nil // fragments before the snapshot's index; a snapshot never falls between them
 	f.mu.Unlock()
-	if err := f.eng.RestoreAt(rc, list[0].Index); err != nil {
-		return fmt.Errorf("fsm restore: %w", err)
-	}
 	return nil
 }
 

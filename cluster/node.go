@@ -744,11 +744,29 @@ func (n *Node) startLeaderWork() {
 		if ctx.Err() != nil {
 			return
 		}
+		n.endAbandonedEntry(ctx)
 		n.log.Info("leading: delivery and sweeping started", "node", n.cfg.ID)
 		if n.cfg.OnLeader != nil {
 			n.cfg.OnLeader(ctx)
 		}
 	}()
+}
+
+// endAbandonedEntry proposes a no-op when the log ends inside a large
+// entry's fragments: the previous leader lost its place before proposing
+// them all. Every replica holds the fragments joined so far, and puts off
+// its snapshots, until a command follows them (fsm.joinFragment); on an
+// idle cluster none would. Called after the barrier, so this FSM has
+// applied the whole log of earlier terms.
+func (n *Node) endAbandonedEntry(ctx context.Context) {
+	if !n.fsm.joining() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := n.prop.submit(ctx, []engine.Command{{Op: engine.OpNoop}}, true); err != nil {
+		n.log.Warn("end an entry the previous leader left unfinished", "err", err)
+	}
 }
 
 func (n *Node) stopLeaderWork() {

@@ -3,6 +3,7 @@ package engine
 import (
 	"encoding/binary"
 	"fmt"
+	"hash/crc32"
 )
 
 // Fragments carry an entry too large for one Raft log entry (format 13).
@@ -22,16 +23,21 @@ import (
 //
 // A fragment is
 //
-//	fragmentVersion, uvarint total length, uvarint offset, the bytes
+//	fragmentVersion, uvarint total length, uvarint offset,
+//	CRC-32C of the whole entry (4 bytes, big endian), the bytes
 //
-// where the bytes are entry[offset:offset+len]. The version byte is what an
+// where the bytes are entry[offset:offset+len]. The checksum names the entry
+// a fragment belongs to: the head of one entry and the tail of another of
+// the same length (a leader refused part way through one entry, then
+// another) never join into an entry nobody proposed, and the joined entry is
+// checked against it. The version byte is what an
 // older binary reads as an entry version it does not know (ErrNewerFormat),
 // so it stops rather than skip the fragment.
 const fragmentVersion = 3
 
 // FragmentChunk is the most bytes of an entry one fragment carries: with its
 // header, a fragment's data stays within the decoder's first piece.
-const FragmentChunk = 256<<10 - 32
+const FragmentChunk = 256<<10 - 32 // the header takes at most 1+10+10+4 bytes
 
 // MaxJoinedEntry bounds the whole entry a run of fragments announces, so a
 // corrupt length cannot make a replica allocate without limit. The largest
@@ -43,8 +49,14 @@ const MaxJoinedEntry = 2*MaxPayloadLen + 16<<20
 type Fragment struct {
 	Total  int    // length of the whole entry
 	Offset int    // where Bytes starts in it
+	Sum    uint32 // CRC-32C (Castagnoli) of the whole entry (EntrySum)
 	Bytes  []byte // aliases the parsed data
 }
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// EntrySum is the checksum fragments carry of the entry they cut.
+func EntrySum(entry []byte) uint32 { return crc32.Checksum(entry, castagnoli) }
 
 // Last tells whether f completes its entry.
 func (f Fragment) Last() bool { return f.Offset+len(f.Bytes) == f.Total }
@@ -59,13 +71,15 @@ func SplitEntry(entry []byte, chunk int) [][]byte {
 	if len(entry) <= chunk {
 		return nil
 	}
+	sum := EntrySum(entry)
 	frags := make([][]byte, 0, (len(entry)+chunk-1)/chunk)
 	for off := 0; off < len(entry); off += chunk {
 		part := entry[off:min(off+chunk, len(entry))]
-		b := make([]byte, 0, 1+2*binary.MaxVarintLen64+len(part))
+		b := make([]byte, 0, 1+2*binary.MaxVarintLen64+4+len(part))
 		b = append(b, fragmentVersion)
 		b = binary.AppendUvarint(b, uint64(len(entry)))
 		b = binary.AppendUvarint(b, uint64(off))
+		b = binary.BigEndian.AppendUint32(b, sum)
 		frags = append(frags, append(b, part...))
 	}
 	return frags
@@ -81,6 +95,15 @@ func ParseFragment(b []byte) (f Fragment, ok bool, err error) {
 	d := decoder{b: b[1:]}
 	total := d.uvarint("fragment total")
 	off := d.uvarint("fragment offset")
+	var sum uint32
+	switch {
+	case d.err != nil:
+	case len(d.b) < 4:
+		d.fail("fragment checksum")
+	default:
+		sum = binary.BigEndian.Uint32(d.b)
+		d.b = d.b[4:]
+	}
 	switch {
 	case d.err != nil:
 	case total == 0 || total > MaxJoinedEntry:
@@ -93,5 +116,5 @@ func ParseFragment(b []byte) (f Fragment, ok bool, err error) {
 	if d.err != nil {
 		return Fragment{}, true, fmt.Errorf("entry: %w", d.err)
 	}
-	return Fragment{Total: int(total), Offset: int(off), Bytes: d.b}, true, nil
+	return Fragment{Total: int(total), Offset: int(off), Sum: sum, Bytes: d.b}, true, nil
 }

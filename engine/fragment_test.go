@@ -37,6 +37,9 @@ func TestSplitEntryJoinsBack(t *testing.T) {
 				if !ok || err != nil {
 					t.Fatalf("fragment %d: ok %v, err %v", i, ok, err)
 				}
+				if f.Sum != EntrySum(tc.entry) {
+					t.Fatalf("fragment %d carries checksum %08x, the entry's is %08x", i, f.Sum, EntrySum(tc.entry))
+				}
 				if f.Total != len(tc.entry) || f.Offset != len(joined) {
 					t.Fatalf("fragment %d: total %d offset %d; want %d and %d", i, f.Total, f.Offset, len(tc.entry), len(joined))
 				}
@@ -60,18 +63,27 @@ func TestParseFragment(t *testing.T) {
 	if _, ok, err := ParseFragment(nil); ok || err != nil {
 		t.Fatalf("empty data: ok %v, err %v", ok, err)
 	}
+	// frag builds a fragment header by hand: total, offset, a checksum, then rest.
+	frag := func(total, off []byte, rest ...byte) []byte {
+		b := append(append([]byte{fragmentVersion}, total...), off...)
+		return append(append(b, 0xde, 0xad, 0xbe, 0xef), rest...)
+	}
+	if f, ok, err := ParseFragment(frag(uvarint(2), uvarint(1), 7)); !ok || err != nil || f.Sum != 0xdeadbeef || f.Total != 2 || f.Offset != 1 || !bytes.Equal(f.Bytes, []byte{7}) {
+		t.Fatalf("a well-formed fragment: %+v, ok %v, err %v", f, ok, err)
+	}
 	for _, tc := range []struct {
 		name string
 		b    []byte
 	}{
 		{"no header", []byte{fragmentVersion}},
 		{"no offset", []byte{fragmentVersion, 10}},
-		{"no bytes", []byte{fragmentVersion, 10, 0}},
-		{"total zero", []byte{fragmentVersion, 0, 0, 1}},
-		{"offset past the end", []byte{fragmentVersion, 2, 2, 1}},
-		{"bytes past the end", []byte{fragmentVersion, 2, 1, 1, 1}},
-		{"non-minimal varint", []byte{fragmentVersion, 0x82, 0x00, 0, 1}},
-		{"total over the bound", append(append([]byte{fragmentVersion}, uvarint(MaxJoinedEntry+1)...), 0, 1)},
+		{"no checksum", []byte{fragmentVersion, 10, 0, 1, 2, 3}},
+		{"no bytes", frag(uvarint(10), uvarint(0))},
+		{"total zero", frag(uvarint(0), uvarint(0), 1)},
+		{"offset past the end", frag(uvarint(2), uvarint(2), 1)},
+		{"bytes past the end", frag(uvarint(2), uvarint(1), 1, 1)},
+		{"non-minimal varint", frag([]byte{0x82, 0x00}, uvarint(0), 1)},
+		{"total over the bound", frag(uvarint(MaxJoinedEntry+1), uvarint(0), 1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, ok, err := ParseFragment(tc.b); !ok || !errors.Is(err, ErrCorrupt) {
