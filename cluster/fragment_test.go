@@ -69,12 +69,8 @@ func TestLargeClaimsTravelInFragments(t *testing.T) {
 // mid-entry) are dropped on every replica, the rest of such an entry is
 // refused, and no snapshot is taken between an entry's fragments.
 func TestFSMJoinsFragmentsInLogOrder(t *testing.T) {
-	eng, err := engine.Open(filepath.Join(t.TempDir(), "fsm.db"), engine.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	f := &fsm{eng: eng, fatal: func(err error) { t.Errorf("fatal: %v", err) }}
+	f := bareFSM(t)
+	eng := f.eng
 	now := time.Now().UnixNano()
 	claim := func(key string, size int) []byte {
 		return engine.EncodeEntry(nil, []engine.Command{{Op: engine.OpClaim, Key: key, Source: "src",

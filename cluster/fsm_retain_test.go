@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,12 +15,8 @@ import (
 // log entries' bytes, payloads included: a slot a later, shorter batch does
 // not overwrite would keep a large batch in memory indefinitely.
 func TestFSMKeepsNoAppliedBatch(t *testing.T) {
-	eng, err := engine.Open(filepath.Join(t.TempDir(), "fsm.db"), engine.Options{NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer eng.Close()
-	f := &fsm{eng: eng, fatal: func(err error) { t.Errorf("fatal: %v", err) }}
+	f := bareFSM(t)
+	eng := f.eng
 	now := time.Now().UnixNano()
 	entry := func(idx uint64, key string, size int) *raft.Log {
 		return &raft.Log{Index: idx, Type: raft.LogCommand, Data: engine.EncodeEntry(nil, []engine.Command{{Op: engine.OpClaim,

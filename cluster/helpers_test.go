@@ -339,3 +339,15 @@ func ctxT(t testing.TB, d time.Duration) context.Context {
 	t.Cleanup(cancel)
 	return ctx
 }
+
+// bareFSM is an fsm over a fresh engine file and no raft, for feeding it
+// log entries by hand; a fatal error fails the test.
+func bareFSM(t *testing.T) *fsm {
+	t.Helper()
+	eng, err := engine.Open(filepath.Join(t.TempDir(), "fsm.db"), engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { eng.Close() })
+	return &fsm{eng: eng, fatal: func(err error) { t.Errorf("fatal: %v", err) }}
+}
