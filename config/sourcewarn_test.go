@@ -41,3 +41,36 @@ func TestSourceWarnings(t *testing.T) {
 		})
 	}
 }
+
+func TestLargeBodyWarning(t *testing.T) {
+	three := []Peer{{ID: "a", Addr: "127.0.0.1:1"}, {ID: "b", Addr: "127.0.0.1:2"}, {ID: "c", Addr: "127.0.0.1:3"}}
+	for _, tt := range []struct {
+		name  string
+		peers []Peer
+		body  Size
+		want  string // prefix; "" for none
+	}{
+		{"default on a cluster", three, DefaultMaxBody, ""},
+		{"16 MiB on a cluster", three, 16 * MiB, ""},
+		{"32 MiB on a cluster", three, 32 * MiB, "source[0].max_body: 32MiB lets one claim carry that much to every node"},
+		{"64 MiB on one node", nil, MaxMaxBody, ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			if tt.peers != nil {
+				c.Cluster = &Cluster{Peers: tt.peers}
+			}
+			c.Sources = []Source{{Name: "s", Provider: "stripe", MaxBody: tt.body}}
+			got := largeBodies(c)
+			if tt.want == "" {
+				if len(got) != 0 {
+					t.Fatalf("warnings %q, want none", got)
+				}
+				return
+			}
+			if len(got) != 1 || !strings.HasPrefix(got[0], tt.want) {
+				t.Fatalf("warnings %q, want one starting %q", got, tt.want)
+			}
+		})
+	}
+}

@@ -43,6 +43,7 @@ var warningChecks = []func(*Config) []string{
 	subSecondBackoff,     // sourcewarn.go
 	wideTolerance,
 	deadRetentionBelowRetention,
+	largeBodies,  // sourcewarn.go
 	weakSecrets,  // secretwarn.go
 	unsignedKeys, // secretwarn.go
 	unguardedUnsignedKeys,
