@@ -203,40 +203,45 @@ func TestFSMJoinsFragmentsInLogOrder(t *testing.T) {
 	}
 }
 
-// TestNewLeaderEndsAnAbandonedEntry: a leader that lost its place part way
-// through a large entry leaves its committed fragments joined on every
-// replica, which then put off their snapshots; the next leader ends the run
-// with a no-op, even on an idle cluster.
-func TestNewLeaderEndsAnAbandonedEntry(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
-	defer c.close()
-	l := c.waitLeader(-1)
-	frags := engine.SplitEntry(engine.EncodeEntry(nil, []engine.Command{claimCmd("src:abandoned")}), 8)
-	for _, fr := range frags[:2] { // as the proposer would, had it stopped there
-		if err := c.nodes[l].raft.Apply(fr, 5*time.Second).Error(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range c.nodes {
-		waitFor(t, c.ids[i]+" applies the first fragments", c.nodes[i].fsm.joining)
-	}
-	if err := c.nodes[l].raft.LeadershipTransfer().Error(); err != nil {
-		t.Fatal(err)
-	}
-	nl := c.waitLeader(l)
-	for i := range c.nodes {
-		waitFor(t, c.ids[i]+" drops the abandoned fragments", func() bool { return !c.nodes[i].fsm.joining() })
-	}
-	if _, ok, _ := c.nodes[nl].Lookup("src:abandoned"); ok {
-		t.Fatal("an entry of which only the first fragments were proposed was applied")
-	}
-}
-
-// The largest entry the proposer can write (a batch at its byte bound plus
-// one claim of the largest payload) must fit what a replica agrees to join.
-func TestLargestEntryFitsTheJoinBound(t *testing.T) {
-	if maxFrame > engine.MaxJoinedEntry {
-		t.Fatalf("an entry of up to %d bytes; replicas join at most %d", maxFrame, engine.MaxJoinedEntry)
+// TestLeaderEndsAnAbandonedEntry: fragments whose entry never gets its
+// last ones (raft refused the rest part way, or the leader proposing them
+// lost its place) stay joined on every replica, which then put off their
+// snapshots; the leader ends the run with a no-op once no proposer is still
+// sending one, even on an idle cluster: the same leader (a refusal during a
+// failed leadership transfer) or the next one.
+func TestLeaderEndsAnAbandonedEntry(t *testing.T) {
+	for _, change := range []bool{false, true} {
+		t.Run(fmt.Sprintf("leader change %v", change), func(t *testing.T) {
+			c := newTestCluster(t, 3, nil)
+			defer c.close()
+			l := c.waitLeader(-1)
+			frags := engine.SplitEntry(engine.EncodeEntry(nil, []engine.Command{claimCmd("src:abandoned")}), 8)
+			// As the proposer would, had raft refused the rest: while its run
+			// counts as open, the leader leaves it alone.
+			c.nodes[l].prop.openRuns.Add(1)
+			for _, fr := range frags[:2] {
+				if err := c.nodes[l].raft.Apply(fr, 5*time.Second).Error(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i := range c.nodes {
+				waitFor(t, c.ids[i]+" applies the first fragments", c.nodes[i].fsm.joining)
+			}
+			nl := l
+			if change {
+				if err := c.nodes[l].raft.LeadershipTransfer().Error(); err != nil {
+					t.Fatal(err)
+				}
+				nl = c.waitLeader(l)
+			}
+			c.nodes[l].prop.openRuns.Add(-1) // the run is settled, cut short
+			for i := range c.nodes {
+				waitFor(t, c.ids[i]+" drops the abandoned fragments", func() bool { return !c.nodes[i].fsm.joining() })
+			}
+			if _, ok, _ := c.nodes[nl].Lookup("src:abandoned"); ok {
+				t.Fatal("an entry of which only the first fragments were proposed was applied")
+			}
+		})
 	}
 }
 

@@ -732,6 +732,8 @@ func (n *Node) startLeaderWork() {
 	n.leaderMu.Unlock()
 	go func() {
 		defer close(done)
+		var watch sync.WaitGroup
+		defer watch.Wait()
 		// Entries of earlier terms may be committed but not yet applied here;
 		// the barrier makes the FSM current before anything is leased or swept.
 		for ctx.Err() == nil {
@@ -744,7 +746,7 @@ func (n *Node) startLeaderWork() {
 		if ctx.Err() != nil {
 			return
 		}
-		n.endAbandonedEntry(ctx)
+		watch.Go(func() { n.endAbandonedEntries(ctx) })
 		n.log.Info("leading: delivery and sweeping started", "node", n.cfg.ID)
 		if n.cfg.OnLeader != nil {
 			n.cfg.OnLeader(ctx)
@@ -752,20 +754,34 @@ func (n *Node) startLeaderWork() {
 	}()
 }
 
-// endAbandonedEntry proposes a no-op when the log ends inside a large
-// entry's fragments: the previous leader lost its place before proposing
-// them all. Every replica holds the fragments joined so far, and puts off
-// its snapshots, until a command follows them (fsm.joinFragment); on an
-// idle cluster none would. Called after the barrier, so this FSM has
-// applied the whole log of earlier terms.
-func (n *Node) endAbandonedEntry(ctx context.Context) {
-	if !n.fsm.joining() {
-		return
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	if _, err := n.prop.submit(ctx, []engine.Command{{Op: engine.OpNoop}}, true); err != nil {
-		n.log.Warn("end an entry the previous leader left unfinished", "err", err)
+// endAbandonedEntries proposes a no-op, while this node leads, whenever the
+// FSM holds fragments of an entry no proposer is still sending: a previous
+// leader lost its place part way through (what this leader found in its log
+// after the barrier), or raft refused this leader's own fragments part way
+// (a leadership transfer that then failed). Every replica keeps those
+// fragments, and puts off its snapshots, until a command follows them
+// (fsm.joinFragment); on an idle cluster none would. The no-op goes through
+// the proposer, so it never lands between the fragments of an entry being
+// proposed. Runs until ctx ends.
+func (n *Node) endAbandonedEntries(ctx context.Context) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		if n.fsm.joining() && n.prop.openRuns.Load() == 0 {
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			_, err := n.prop.submit(pctx, []engine.Command{{Op: engine.OpNoop}}, true)
+			cancel()
+			if err == nil {
+				n.log.Info("ended an entry whose last fragments never came", "node", n.cfg.ID)
+			} else if ctx.Err() == nil {
+				n.log.Debug("end an entry whose last fragments never came", "err", err)
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
 }
 

@@ -65,6 +65,10 @@ type proposer struct {
 	relays   atomic.Uint64 // batches sent to the leader
 	relayed  atomic.Uint64 // commands in them
 	riders   atomic.Int64  // batches of outcomes waiting in ride (tests watch it)
+	// openRuns counts entries proposed as fragments and not yet settled:
+	// while it is 0, fragments the FSM is still joining were abandoned
+	// (Node.endAbandonedEntries).
+	openRuns atomic.Int32
 
 	leaseSlots atomic.Pointer[slotsRef] // the leader's free workers (claimlease.go)
 	claimLeaseCounters
@@ -72,6 +76,7 @@ type proposer struct {
 
 type pendingApply struct {
 	future  raft.ApplyFuture
+	split   bool // the entry went as fragments: counted in openRuns until settled
 	batch   []*proposal
 	release func()
 	slots   LeaseSlots         // with leases: the workers the entry's claims reserved
@@ -426,8 +431,10 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int, leader bool, sem chan 
 		// Only this goroutine proposes commands, so the fragments of a large
 		// entry enter the log one after the other (fsm.joinFragment).
 		var f raft.ApplyFuture
-		if frags := engine.SplitEntry(data, p.fragment); frags != nil {
+		frags := engine.SplitEntry(data, p.fragment)
+		if frags != nil {
 			data = nil
+			p.openRuns.Add(1)
 			for _, fr := range frags {
 				f = r.Apply(fr, 0)
 			}
@@ -436,8 +443,11 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int, leader bool, sem chan 
 		}
 		p.entries.Add(1)
 		select {
-		case p.pending <- pendingApply{future: f, batch: batch, release: release, slots: slots, leases: leases}:
+		case p.pending <- pendingApply{future: f, split: frags != nil, batch: batch, release: release, slots: slots, leases: leases}:
 		case <-p.stop:
+			if frags != nil {
+				p.openRuns.Add(-1)
+			}
 			release()
 			if slots != nil {
 				p.handOver(slots, leases, nil)
@@ -531,6 +541,11 @@ func (p *proposer) complete() {
 
 func (p *proposer) settle(pa pendingApply) {
 	defer pa.release()
+	if pa.split {
+		// The last fragment's future is done: the run is in the log whole,
+		// or was cut where raft refused a fragment.
+		defer p.openRuns.Add(-1)
+	}
 	defer func() {
 		if pa.slots != nil { // the entry failed: its claims leased nothing here
 			p.handOver(pa.slots, pa.leases, nil)
