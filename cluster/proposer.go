@@ -433,7 +433,7 @@ func (p *proposer) dispatch(batch []*proposal, ncmds int, leader bool, sem chan 
 		var f raft.ApplyFuture
 		frags := engine.SplitEntry(data, p.fragment)
 		if frags != nil {
-			data = nil
+			data = nil // the fragments hold copies; Apply may wait for room
 			p.openRuns.Add(1)
 			for _, fr := range frags {
 				f = r.Apply(fr, 0)
@@ -563,8 +563,9 @@ func (p *proposer) settle(pa pendingApply) {
 	if a.err != nil {
 		if errors.Is(a.err, errFragment) {
 			// The entry's first fragments were dropped on every replica
-			// (a leader change cut them off): applied nowhere, so the
-			// callers may say so and the senders retry.
+			// (a leader change, or raft refusing the rest, cut them off):
+			// applied nowhere, so the callers may say so and the senders
+			// retry.
 			a.err = fmt.Errorf("%w: %w", ErrNoLeader, a.err)
 		}
 		finish(pa.batch, a.err)
