@@ -35,7 +35,7 @@ func TestNoRetentionWarningOnDefaults(t *testing.T) {
 	for _, name := range providers.Names() {
 		lines := "provider = \"" + name + "\""
 		if name == "hmac" {
-			lines += "\nkey = [\"header:X-Id\"]\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\" }"
+			lines += "\nkey = [\"header:X-Id\"]\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\", template = \"{timestamp}.{body}\" }"
 		}
 		w := sourceWarnings(t, lines)
 		if name == "shopify" && len(w) == 1 && strings.HasPrefix(w[0], "source[0].replay_guard: ") {
@@ -71,7 +71,7 @@ func TestRetentionWarnings(t *testing.T) {
 			[]string{"source[0].key[1]: header:webhook-timestamp"}},
 		{"slack timestamp", "provider = \"slack\"\nkey = [\"header:X-Slack-Request-Timestamp\"]",
 			[]string{"source[0].key[0]: header:X-Slack-Request-Timestamp"}},
-		{"hmac's own headers", "provider = \"hmac\"\nkey = [\"header:X-Sig\", \"header:x-ts\"]\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\" }",
+		{"hmac's own headers", "provider = \"hmac\"\nkey = [\"header:X-Sig\", \"header:x-ts\"]\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\", template = \"{timestamp}.{body}\" }",
 			[]string{"source[0].key[0]: header:X-Sig", "source[0].key[1]: header:x-ts"}},
 		{"a token", "provider = \"gitlab\"\nkey = [\"header:X-Gitlab-Token\"]",
 			[]string{"source[0].key[0]: header:X-Gitlab-Token"}},

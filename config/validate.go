@@ -640,6 +640,9 @@ func validateHMAC(p *problems, k func(string) string, s *Source) bool {
 	if h.IDHeader != "" && !headerNameRe.MatchString(h.IDHeader) {
 		fail("id_header", fmt.Sprintf("invalid header name %q", h.IDHeader))
 	}
+	if h.TimestampHeader != "" && !strings.Contains(h.Template, "{timestamp}") {
+		fail("timestamp_header", fmt.Sprintf("%q is set but template %q does not sign {timestamp}: the tolerance check would read a value anyone can change; add {timestamp} to the template or remove timestamp_header", h.TimestampHeader, h.Template))
+	}
 	switch {
 	case !strings.Contains(h.Template, "{body}"):
 		fail("template", fmt.Sprintf("%q does not include {body}: the signature would not cover the payload", h.Template))

@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/valyala/fasthttp"
+
 	"oncehook/config"
+	"oncehook/engine"
 	"oncehook/providers"
 )
 
@@ -153,5 +156,19 @@ forward = "http://127.0.0.1:9/generic"
 	}
 	if err := src.verifier.Verify(&providers.Request{Body: body, Header: httpHeaders(h), Now: now}); !errors.Is(err, providers.ErrBadSignature) {
 		t.Errorf("keys_url source before its keys: Verify = %v, want a bad signature", err)
+	}
+}
+
+// The stored headers hold Content-Type once, whether or not forward_headers
+// lists it, and each listed header's first value.
+func TestForwardHeadersStored(t *testing.T) {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.SetContentType("application/json")
+	ctx.Request.Header.Add("X-Multi", "one")
+	ctx.Request.Header.Add("X-Multi", "two")
+	got := forwardHeaders(&ctx, []string{"content-type", "X-Multi", "X-Absent", "Content-Type"})
+	want := []engine.Header{{Name: "Content-Type", Value: "application/json"}, {Name: "X-Multi", Value: "one"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("stored headers %v, want %v", got, want)
 	}
 }

@@ -887,6 +887,9 @@ func forwardHeaders(ctx *fasthttp.RequestCtx, names []string) []engine.Header {
 		hs = append(hs, engine.Header{Name: "Content-Type", Value: string(ct)})
 	}
 	for _, name := range names {
+		if strings.EqualFold(name, "Content-Type") {
+			continue // stored above, once: listing it must not send it twice
+		}
 		if v := ctx.Request.Header.Peek(name); len(v) > 0 {
 			hs = append(hs, engine.Header{Name: name, Value: string(v)})
 		}

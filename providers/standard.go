@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"bytes"
 	"crypto/ed25519"
 	"crypto/subtle"
 	"encoding/base64"
@@ -70,6 +71,7 @@ var (
 	svixHeaders    = newStdHeaders("svix")
 
 	errIDsDiffer  = newErr(ErrMalformedHeader, "svix-id and webhook-id differ")
+	errIDDot      = newErr(ErrMalformedHeader, "the id contains \".\", which separates the signed parts")
 	errTooManyV1a = newErr(ErrMalformedHeader, "too many v1a signatures")
 	dot           = []byte(".")
 )
@@ -232,6 +234,11 @@ func (v *stdVerifier) Verify(r *Request) error {
 	}
 	if otherIDDiffers(r.Header, hn, id) {
 		return errIDsDiffer
+	}
+	if bytes.IndexByte(id, '.') >= 0 {
+		// The spec forbids it: "." separates the signed parts, and an id
+		// holding one lets the same signature fit another id and timestamp.
+		return errIDDot
 	}
 	ts, err := peekSig(r.Header, hn.ts, hn.errNoTS)
 	if err != nil {

@@ -91,6 +91,62 @@ func checkSeparated(t string, segs template) error {
 	return nil
 }
 
+// splitsOnce refuses an id or timestamp that contains the separator next
+// to it in the signed string. A separator between placeholders is not
+// enough on its own: with "{id}.{body}", the id "evt_1" and the body
+// "{\"amount\":1.5}" sign exactly what the id "evt_1.{\"amount\":1" and the
+// body "5}" sign, so a captured delivery, cut elsewhere, verified as a new
+// event. Parts before {body} are read from the left: each must end where
+// the first occurrence of the separator after it begins; parts after
+// {body} are read from the right: each must start where the last
+// occurrence of the separator before it ends. Then the signed string has
+// one split, and only the signer's parts verify. scratch is a buffer the
+// caller lends; the grown buffer is returned.
+func (t template) splitsOnce(id, ts, scratch []byte) ([]byte, error) {
+	body := 0
+	for i, s := range t {
+		if s.kind == segBody {
+			body = i
+		}
+	}
+	for i, s := range t {
+		if s.kind != segID && s.kind != segTimestamp {
+			continue
+		}
+		v := id
+		if s.kind == segTimestamp {
+			v = ts
+		}
+		var ok bool
+		switch {
+		case i < body: // t[i+1] is a separator (checkSeparated)
+			sep := t[i+1].lit
+			scratch = append(append(scratch[:0], v...), sep...)
+			ok = bytes.Index(scratch, sep) == len(v)
+		case i > 0: // t[i-1] is a separator
+			sep := t[i-1].lit
+			scratch = append(append(scratch[:0], sep...), v...)
+			ok = bytes.LastIndex(scratch, sep) == 0
+		default: // nothing before it: only a template without {body}
+			ok = true
+		}
+		if !ok {
+			if s.kind == segID {
+				return scratch, errIDSplits
+			}
+			return scratch, errTSSplits
+		}
+	}
+	return scratch, nil
+}
+
+var (
+	errIDSplits = newErr(ErrMalformedHeader, "the id contains the separator next to it in the signed string, "+
+		"so the signature would fit other ids")
+	errTSSplits = newErr(ErrMalformedHeader, "the timestamp contains the separator next to it in the signed string, "+
+		"so the signature would fit other timestamps (use another separator)")
+)
+
 // CheckTemplate reports whether t is a usable template for the generic hmac
 // scheme's signed content (HMACSpec.Template): only {id}, {timestamp} and
 // {body}, {body} exactly once, and a separator between any two placeholders.
@@ -187,6 +243,11 @@ func specFromHMAC(hs *HMACSpec) (macSpec, error) {
 	if t.uses(segTimestamp) && hs.TimestampHeader == "" {
 		return macSpec{}, fmt.Errorf("%w: hmac template uses {timestamp} but no timestamp header is set", ErrBadConfig)
 	}
+	if hs.TimestampHeader != "" && !t.uses(segTimestamp) {
+		// The tolerance would be checked on a value the signature does not
+		// cover: a captured delivery resent with a fresh one would pass.
+		return macSpec{}, fmt.Errorf("%w: hmac timestamp header %s is set but the template does not sign {timestamp}", ErrBadConfig, hs.TimestampHeader)
+	}
 	return macSpec{
 		sigHeader: hs.Header,
 		prefix:    hs.Prefix,
@@ -272,6 +333,11 @@ func (v *macVerifier) check(r *Request) (int, error) {
 	}
 	st := v.ring.get()
 	defer v.ring.put(st)
+	if id != nil || ts != nil {
+		if st.msg, err = v.spec.template.splitsOnce(id, ts, st.msg); err != nil {
+			return 0, err
+		}
+	}
 	if err := st.addSig(raw, v.spec.enc, v.spec.alg.size); err != nil {
 		return 0, err
 	}

@@ -1,6 +1,8 @@
 package providers
 
 import (
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -44,6 +46,83 @@ func TestTemplateSeparators(t *testing.T) {
 		}
 		if _, err := mustLookup(t, "hmac").Sign([]byte("{}"), []byte("k"), unix(testT), "id", spec); !errors.Is(err, ErrBadConfig) {
 			t.Errorf("%q: Sign: %v, want ErrBadConfig", c.template, err)
+		}
+	}
+}
+
+// A separator between placeholders is not enough: a part that contains the
+// separator next to it lets one signed string split another way, so a
+// captured delivery, cut elsewhere, would verify under another id, another
+// timestamp or another body. Each case is two splits of one signed string:
+// the signer's verifies, the other holds a part with its separator in it and
+// is refused.
+func TestSignatureSplitsOneWay(t *testing.T) {
+	type parts struct{ id, ts, body string }
+	for _, c := range []struct {
+		name, template string
+		signer, forged parts
+		refused        error
+	}{
+		{"id before the body", "{id}.{body}",
+			parts{"req-885cbc", "", `{"amount":1.5,"note":"x"}`}, parts{`req-885cbc.{"amount":1`, "", `5,"note":"x"}`}, errIDSplits},
+		{"id after the body", "{body}.{id}",
+			parts{"7", "", `{"a":"x.y"}`}, parts{`y"}.7`, "", `{"a":"x`}, errIDSplits},
+		{"a separator that overlaps itself", "{id}..{body}",
+			parts{"req", "", ".x"}, parts{"req.", "", "x"}, errIDSplits},
+		{"a decimal timestamp", "{timestamp}.{body}",
+			parts{"", "1700000000", `5.{"a":1}`}, parts{"", "1700000000.5", `{"a":1}`}, errTSSplits},
+		{"id and timestamp", "{id}.{timestamp}.{body}",
+			parts{"evt", "1700000000", "1700000000.{}"}, parts{"evt.1700000000", "1700000000", "{}"}, errIDSplits},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			spec := &HMACSpec{Header: "X-Sig", Algorithm: "sha256", Encoding: "hex", Template: c.template}
+			if strings.Contains(c.template, "{id}") {
+				spec.IDHeader = "X-Id"
+			}
+			if strings.Contains(c.template, "{timestamp}") {
+				spec.TimestampHeader = "X-Ts"
+			}
+			signed := func(p parts) string {
+				r := strings.NewReplacer("{id}", p.id, "{timestamp}", p.ts, "{body}", p.body)
+				return r.Replace(c.template)
+			}
+			if signed(c.signer) != signed(c.forged) {
+				t.Fatalf("not one signed string: %q and %q", signed(c.signer), signed(c.forged))
+			}
+			sig := hex.EncodeToString(hmacSum(algSHA256, []byte("k"), []byte(signed(c.signer))))
+			v := mustVerifier(t, "hmac", Options{Secrets: secrets("k"), HMAC: spec})
+			verify := func(p parts) error {
+				h := hdrs{}.with("X-Sig", sig)
+				if spec.IDHeader != "" {
+					h = h.with("X-Id", p.id)
+				}
+				if spec.TimestampHeader != "" {
+					h = h.with("X-Ts", p.ts)
+				}
+				return v.Verify(&Request{Header: h, Body: []byte(p.body), Now: unix(1700000000)})
+			}
+			if err := verify(c.signer); err != nil {
+				t.Fatalf("the signer's parts: %v", err)
+			}
+			if err := verify(c.forged); !errors.Is(err, c.refused) || !errors.Is(err, ErrMalformedHeader) {
+				t.Fatalf("the forged split: %v, want %v", err, c.refused)
+			}
+		})
+	}
+}
+
+// Standard Webhooks forbids "." in an id: it separates the signed parts.
+func TestStandardIDWithADot(t *testing.T) {
+	secret := []byte("whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")))
+	for _, name := range []string{"standard", "svix"} {
+		s := mustLookup(t, name)
+		hs, err := s.Sign([]byte("{}"), secret, unix(1700000000), "msg.1", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		v := mustVerifier(t, name, Options{Secrets: [][]byte{secret}})
+		if err := v.Verify(&Request{Header: headersOf(hs), Body: []byte("{}"), Now: unix(1700000000)}); !errors.Is(err, errIDDot) {
+			t.Errorf("%s: id with a dot: %v, want %v", name, err, errIDDot)
 		}
 	}
 }
