@@ -77,6 +77,7 @@ type applier struct {
 	due, leases, states, expiry, done, orders   *bolt.Bucket
 	bodies, sources, held                       *bolt.Bucket
 	objects, attempts                           *bolt.Bucket // order.go, history.go: opened on first use
+	pieces                                      *bolt.Bucket // pieces.go: opened on first use
 
 	width int64  // retention bucket width
 	index uint64 // index of the entry being applied (the lease token, plus base)
@@ -87,6 +88,8 @@ type applier struct {
 
 	arena arena
 	kbuf  []byte  // scratch for index keys given to Get/Delete/Put
+	pbuf  []byte  // scratch for piece keys (pieces.go): a payload key, then the piece's number
+	pbase int     // length of the payload key in pbuf
 	nbuf  [8]byte // scratch for expiry bucket names
 
 	// Kept cursors for the point reads and deletes of the hot path (see point).
@@ -646,8 +649,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 		a.tailKeys++
 	}
 	a.recent.add(k)
-	pv := appendPayload(a.arena.make(payloadSize(c.Headers, c.Payload)), c.Headers, c.Payload)
-	if err := a.payloads.Put(a.tk(c.Now, c.Key), pv); err != nil {
+	if err := a.putPayload(c); err != nil {
 		return Result{}, err
 	}
 	src := append(a.arena.make(len(c.Source)), c.Source...)
@@ -830,11 +832,9 @@ func (a *applier) lease(c *Command) (Result, error) {
 		if err := a.store(ev, p.flags); err != nil {
 			return Result{}, err
 		}
-		if pv := a.payp.get(a.tk(ev.CreatedAt, ev.Key)); pv != nil {
-			var err error
-			if ev.Headers, ev.Payload, err = decodePayload(strBytes(ev.Key), pv); err != nil {
-				return Result{}, err
-			}
+		var err error
+		if ev.Headers, ev.Payload, _, err = a.getPayload(a.tk(ev.CreatedAt, ev.Key)); err != nil {
+			return Result{}, err
 		}
 	}
 	return Result{Events: out, N: len(out), Waiting: waiting}, nil
@@ -1289,7 +1289,7 @@ func (a *applier) deleteEvent(key string, created, end int64) error {
 	if err := a.evp.del(strBytes(key)); err != nil {
 		return err
 	}
-	if err := a.payp.del(a.tk(ev.CreatedAt, key)); err != nil {
+	if _, err := a.delPayload(a.tk(ev.CreatedAt, key)); err != nil {
 		return err
 	}
 	if flags&flagResponse != 0 {
@@ -1385,11 +1385,11 @@ func (a *applier) dropPayloads(c *Command) (Result, error) {
 				return Result{}, err
 			}
 		}
-		pk := a.tk(ev.CreatedAt, key)
-		if a.payp.get(pk) != nil {
-			if err := a.payp.del(pk); err != nil {
-				return Result{}, err
-			}
+		dropped, err := a.delPayload(a.tk(ev.CreatedAt, key))
+		if err != nil {
+			return Result{}, err
+		}
+		if dropped {
 			n++
 		}
 	}

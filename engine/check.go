@@ -42,6 +42,7 @@ type checker struct {
 	expiry, orders, counters     *bolt.Bucket
 	bodies, sources, held        *bolt.Bucket
 	objects, attempts            *bolt.Bucket
+	pieces                       *bolt.Bucket // nil in a file no format 14 binary has opened
 	errs                         []error
 	paused                       map[string]bool // sources with a sources entry
 	byState                      [StateStale + 1]uint64
@@ -57,7 +58,7 @@ func newChecker(tx *bolt.Tx) (*checker, error) {
 		due: tx.Bucket(bDue), leases: tx.Bucket(bLeases), states: tx.Bucket(bStates), done: tx.Bucket(bDone),
 		expiry: tx.Bucket(bExpiry), orders: tx.Bucket(bOrders), counters: tx.Bucket(bCounters),
 		bodies: tx.Bucket(bBodies), sources: tx.Bucket(bSources), held: tx.Bucket(bHeld),
-		objects: tx.Bucket(bObjects), attempts: tx.Bucket(bAttempts),
+		objects: tx.Bucket(bObjects), attempts: tx.Bucket(bAttempts), pieces: tx.Bucket(bPieces),
 		paused: map[string]bool{}, bySource: map[string]uint64{}, pendingBySource: map[string]uint64{},
 	}
 	for _, b := range []*bolt.Bucket{ck.events, ck.payloads, ck.responses, ck.due, ck.leases, ck.states, ck.done,
@@ -279,6 +280,48 @@ func (ck *checker) checkTimeIndexes() {
 			if ev, ok := ck.record(k[8:]); !ok || ev.CreatedAt != timeOf(k) {
 				ck.bad("payload or response %q without an event", k)
 			}
+		}
+	}
+	ck.checkPieces()
+}
+
+// checkPieces: every payload stored in pieces has each of its pieces, of
+// their length, and every piece belongs to such a payload.
+func (ck *checker) checkPieces() {
+	var pc *bolt.Cursor
+	if ck.pieces != nil {
+		pc = ck.pieces.Cursor()
+	}
+	c := ck.payloads.Cursor()
+	for k, v := c.First(); k != nil; k, v = c.Next() {
+		if len(k) < 9 || len(v) == 0 || v[0] != piecedVersion {
+			continue
+		}
+		h, err := decodePayloadHead(k[8:], v)
+		if err == nil {
+			_, err = readPieces(pc, k, h)
+		}
+		if err != nil {
+			ck.bad("payload %q: %v", k[8:], err)
+		}
+	}
+	if pc == nil {
+		return
+	}
+	for k, v := pc.First(); k != nil; k, v = pc.Next() {
+		if len(k) < 13 {
+			ck.bad("piece key %x", k)
+			continue
+		}
+		pk, i := k[:len(k)-4], int(binary.BigEndian.Uint32(k[len(k)-4:]))
+		hv := ck.payloads.Get(pk)
+		if len(hv) == 0 || hv[0] != piecedVersion {
+			ck.bad("piece %d of %q without a payload in pieces", i, pk[8:])
+			continue
+		}
+		h, err := decodePayloadHead(pk[8:], hv)
+		if err != nil || i >= pieceCount(h.n, h.plen) || len(v) != min(h.plen, h.n-i*h.plen) {
+			ck.bad("piece %d of %q (%d bytes) does not fit its payload", i, pk[8:], len(v))
 		}
 	}
 }

@@ -378,30 +378,6 @@ func appendPayload(dst []byte, headers []Header, payload []byte) []byte {
 	return append(dst, payload...)
 }
 
-// decodePayload decodes a payload value; the payload is copied out of b.
-func decodePayload(key, b []byte) ([]Header, []byte, error) {
-	d := decoder{b: b}
-	if v := d.byte("payload version"); d.err == nil && v != payloadVersion {
-		d.fail(fmt.Sprintf("payload version %d", v))
-	}
-	var hs []Header
-	if n := d.count("headers", 2); n > 0 {
-		hs = make([]Header, n)
-		for i := range hs {
-			hs[i].Name = string(d.bytes("header name"))
-			hs[i].Value = string(d.bytes("header value"))
-		}
-	}
-	if d.err != nil {
-		return nil, nil, fmt.Errorf("payload %q: %w", clip(key), d.err)
-	}
-	var p []byte
-	if len(d.b) > 0 {
-		p = append([]byte(nil), d.b...)
-	}
-	return hs, p, nil
-}
-
 // The response value, stored in the responses bucket under the event's key:
 //
 //	byte     version (1, or 2 with a content type)

@@ -183,9 +183,17 @@ func TestRecordRoundTrip(t *testing.T) {
 	if len(hb) > payloadSize(hs, []byte("body")) {
 		t.Fatalf("payload over its size bound")
 	}
-	gh, gp, err := decodePayload([]byte("k"), hb)
-	if err != nil || !reflect.DeepEqual(gh, hs) || string(gp) != "body" {
-		t.Fatalf("payload round trip = %v %q %v", gh, gp, err)
+	h, err := decodePayloadHead([]byte("k"), hb)
+	if err != nil || h.pieced || !reflect.DeepEqual(h.headers, hs) || string(h.payload) != "body" {
+		t.Fatalf("payload round trip = %+v %v", h, err)
+	}
+	hb = appendPiecedHead(nil, hs, 3*pieceLen+1, pieceLen)
+	if len(hb) > payloadSize(hs, nil)+binary.MaxVarintLen64 {
+		t.Fatalf("pieced payload head over its size bound")
+	}
+	h, err = decodePayloadHead([]byte("k"), hb)
+	if err != nil || !h.pieced || !reflect.DeepEqual(h.headers, hs) || h.n != 3*pieceLen+1 || h.plen != pieceLen || h.payload != nil {
+		t.Fatalf("pieced payload head round trip = %+v %v", h, err)
 	}
 	for _, r := range []*Response{
 		{Status: 500, Body: []byte("x")},
@@ -248,10 +256,14 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 		}
 		// The other stored values share the decoder.
-		if hs, p, err := decodePayload(key, b); err == nil {
-			hs2, p2, err := decodePayload(key, appendPayload(nil, hs, p))
-			if err != nil || !reflect.DeepEqual(hs, hs2) || !bytes.Equal(p, p2) {
-				t.Fatalf("payload round trip: %v", err)
+		if h, err := decodePayloadHead(key, b); err == nil {
+			enc := appendPayload(nil, h.headers, h.payload)
+			if h.pieced {
+				enc = appendPiecedHead(nil, h.headers, h.n, h.plen)
+			}
+			h2, err := decodePayloadHead(key, enc)
+			if err != nil || !reflect.DeepEqual(h, h2) {
+				t.Fatalf("payload round trip: %+v, %v; want %+v", h2, err, h)
 			}
 		} else if !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("payload error %v does not wrap ErrCorrupt", err)

@@ -20,8 +20,15 @@ func fixedSequence() []Entry {
 		c.OrderObject, c.OrderTime = "obj", ot
 		return c
 	}
+	// Two payloads in pieces (pieces.go): one dropped after delivery, one
+	// that goes dead, is replayed and expires.
+	large := func(key string, now int64, n int) Command {
+		c := claimCmd(key, now)
+		c.Payload = bytes.Repeat([]byte(key), n/len(key)+1)[:n]
+		return c
+	}
 	return []Entry{
-		{Index: 1, Cmds: []Command{claimCmd("src:a", t0), claimCmd("src:b", t0+1), order("src:o1", 5), order("src:o2", 4)}},
+		{Index: 1, Cmds: []Command{large("src:a", t0, 2*pieceLen+3), large("src:b", t0+1, pieceLen+1), order("src:o1", 5), order("src:o2", 4)}},
 		{Index: 2, Cmds: []Command{leaseCmd(t0+sec, 2)}},
 		{Index: 3, Cmds: []Command{completeCmd("src:a", 2, t0+2*sec), withAttempt(stepped(failCmd("src:b", 2, t0+2*sec, 1), "charged"))}},
 		{Index: 4, Cmds: []Command{{Op: OpReplay, Now: t0 + 3*sec, State: StateDead, Who: "ops", Reason: "why"}}},

@@ -108,7 +108,11 @@
 //	events     key -> event record (state, attempts, token, times, source,
 //	           last error, audit, the handler's last step); small, so Get and
 //	           List stay cheap
-//	payloads   time(CreatedAt) key -> headers + payload (dropped by DropPayloads)
+//	payloads   time(CreatedAt) key -> headers + payload (dropped by DropPayloads);
+//	           a payload over 64 KiB (format 14): headers + its length, the
+//	           bytes in pieces
+//	pieces     time(CreatedAt) key n(4) -> bytes n*64Ki.. of the payload
+//	           (pieces.go: written once, deleted with the payload)
 //	responses  time(CreatedAt) key -> cached handler response (sync mode)
 //	due        len(source) source time(NextAttemptAt) key -> ""  (every
 //	           pending event of a source that is not paused; len is 2 bytes
@@ -147,7 +151,7 @@
 //
 // sources and held were added to version 1 later, like bodies: a file or
 // snapshot without them opens, and Open creates them empty. So were objects
-// and attempts.
+// and attempts, and pieces.
 //
 // # Imports
 //

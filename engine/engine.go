@@ -41,7 +41,7 @@ var (
 	bAttempts  = []byte("attempts")
 
 	allBuckets = [][]byte{bMeta, bEvents, bPayloads, bResponses, bDue, bLeases, bStates,
-		bExpiry, bDone, bOrders, bCounters, bBodies, bSources, bHeld, bObjects, bAttempts}
+		bExpiry, bDone, bOrders, bCounters, bBodies, bSources, bHeld, bObjects, bAttempts, bPieces}
 )
 
 // addedBucket reports whether name was added to layout version 1 after files
@@ -49,7 +49,7 @@ var (
 // engine file, and Open creates the empty bucket.
 func addedBucket(name []byte) bool {
 	return bytes.Equal(name, bBodies) || bytes.Equal(name, bSources) || bytes.Equal(name, bHeld) ||
-		bytes.Equal(name, bObjects) || bytes.Equal(name, bAttempts)
+		bytes.Equal(name, bObjects) || bytes.Equal(name, bAttempts) || bytes.Equal(name, bPieces)
 }
 
 // Keys in the meta bucket.
@@ -641,8 +641,19 @@ func (e *Engine) Get(key string, withPayload bool) (Event, error) {
 		}
 		if withPayload {
 			if pv := tx.Bucket(bPayloads).Get(bk); pv != nil {
-				if ev.Headers, ev.Payload, err = decodePayload(k, pv); err != nil {
+				h, err := decodePayloadHead(k, pv)
+				if err != nil {
 					return err
+				}
+				ev.Headers, ev.Payload = h.headers, h.payload
+				if h.pieced {
+					var c *bolt.Cursor
+					if b := tx.Bucket(bPieces); b != nil {
+						c = b.Cursor()
+					}
+					if ev.Payload, err = readPieces(c, bk, h); err != nil {
+						return err
+					}
 				}
 			}
 		}

@@ -35,6 +35,8 @@ import (
 //	   stay above every token issued before and every token the backup holds
 //	13 fragments: an entry larger than FragmentChunk travels as several log
 //	   entries (entry version 3) that every replica joins (fragment.go)
+//	14 pieces: a payload larger than pieceLen is stored in the pieces bucket
+//	   in pieces, its head a payload value of version 2 (pieces.go)
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -60,18 +62,21 @@ import (
 //	                      them); a replay gives a fresh retention window
 //	formatTokenBase       a lease's token is the entry's index plus the
 //	                      file's token base
+//	formatPieces          a claim stores a payload larger than pieceLen in
+//	                      pieces (the file's layout, which Hash covers)
 //
 // An entry this binary cannot read (a newer entry version or format, an
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 13
+const FormatVersion = 14
 
 // Formats at which the meaning of an existing command changed.
 const (
 	formatOrderedObjects = 4
 	formatRetentionRules = 6
 	formatTokenBase      = 12
+	formatPieces         = 14
 )
 
 // ErrNewerFormat: a file, snapshot or log entry was written by a newer binary
