@@ -42,6 +42,36 @@ const ReasonNoTarget = "no target for source"
 // handed back with when the source was paused meanwhile.
 const ReasonPaused = "source paused"
 
+// ReasonLeaseEnded is the reason an event is handed back with when its
+// lease no longer leaves its timeout by the time a worker has it (leaseLeft).
+const ReasonLeaseEnded = "lease ended before the attempt could start"
+
+// leaseLeft reports whether ev's lease, taken at leased, still lasts past
+// an attempt started now: its end minus its target's timeout. Events are
+// leased, parked and queued so that they start well before that; an event
+// that did not (the process was stopped, or the machine stalled, between
+// its lease and now) must not go out. Its lease may have been reclaimed
+// and the event leased again, here or on a newer leader, or will be before
+// the answer comes: the handler would hold it twice, and on an ordered
+// source could get it after a newer event of its object.
+func (f *Forwarder) leaseLeft(ev *engine.Event, leased, now time.Time) bool {
+	tgt, ok := f.opts.Targets(ev.Source)
+	if !ok {
+		return true // try hands it back as ReasonNoTarget
+	}
+	end := time.Unix(0, ev.LeaseUntil)
+	if ev.LeaseUntil == 0 {
+		end = leased.Add(f.opts.DefaultLease)
+	}
+	last := end.Add(-tgt.withDefaults().Timeout)
+	if !last.After(leased) {
+		// A timeout as long as the lease (config refuses it; tests and a
+		// per-event lease may not): the lease's end is the limit.
+		last = end
+	}
+	return !now.After(last)
+}
+
 // maxReason bounds a failure reason kept with the event.
 const maxReason = 120
 
@@ -317,13 +347,17 @@ func isTokenChar(c byte) bool {
 // errReason turns a failed request into a short reason: "timeout",
 // "connect: connection refused", "request: EOF". It never includes the URL or
 // anything of a body.
+// reasonTimeout is the failure reason of an attempt that outlasted its
+// target's timeout.
+const reasonTimeout = "timeout"
+
 func errReason(rctx context.Context, err error) string {
 	if errors.Is(rctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
-		return "timeout"
+		return reasonTimeout
 	}
 	var ne net.Error
 	if errors.As(err, &ne) && ne.Timeout() {
-		return "timeout"
+		return reasonTimeout
 	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
@@ -380,6 +414,12 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	retryIn := a.retryAfter
 	if retryIn <= 0 {
 		retryIn = Backoff(attempt, tgt.BackoffMin, tgt.BackoffMax, f.jitter())
+	}
+	if a.reason == reasonTimeout && ev.LeaseUntil != 0 {
+		// The handler may still be working on it: the next attempt starts
+		// no sooner than the lease's end, which forward_timeout < lease
+		// leaves it, so that one handler never runs the event twice at once.
+		retryIn = max(retryIn, time.Until(time.Unix(0, ev.LeaseUntil)))
 	}
 	at := &engine.Attempt{At: start.UnixNano(), Took: int64(took), Status: a.status, Error: a.reason, Body: a.body}
 	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, tgt.MaxAttempts, a.reason, a.step, tgt.DeadRetention, at)

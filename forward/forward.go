@@ -416,6 +416,13 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			freed <- ordered
 			return
 		}
+		if !f.leaseLeft(&j.ev, j.leased, time.Now()) {
+			// The attempt is refunded; a newer lease fences the hand-back.
+			f.handBack(ctx, j.ev, f.opts.PollInterval, ReasonLeaseEnded)
+			f.slots.leave(j.ev.Source, time.Now())
+			freed <- ordered
+			return
+		}
 		f.attempts.Add(1)
 		f.bodyBytes.Add(int64(len(j.ev.Payload)))
 		at := f.try(ctx, j.ev)
