@@ -1129,6 +1129,14 @@ func (a *applier) replay(c *Command) (Result, error) {
 			}
 			continue
 		}
+		if c.OnlyFrom != 0 && ev.OrderObject != "" && c.semantics() >= formatRearmOrder && a.superseded(&ev) {
+			// A provider's re-arm must not deliver it after a newer event
+			// of its object; an operator's replay may (order.go).
+			if len(c.Keys) == 1 {
+				res.Err, res.State = ErrSuperseded, ev.State
+			}
+			continue
+		}
 		from, oldUpdated := ev.State, ev.UpdatedAt
 		if from == StateDone {
 			if err := a.donep.del(a.tk(doneTime(&ev), key)); err != nil {

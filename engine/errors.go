@@ -22,6 +22,11 @@ var (
 	// ErrNoPayload: a replay of an event whose payload was dropped after its
 	// payload retention; there is nothing to deliver again.
 	ErrNoPayload = errors.New("engine: payload dropped")
+	// ErrSuperseded: a provider's re-arm (a replay with OnlyFrom) of an
+	// ordered event whose object has a newer event claimed since; the event
+	// stays as it is, since delivering it now would put it after a newer
+	// one (order.go). An operator's replay has no such check.
+	ErrSuperseded = errors.New("engine: a newer event of its order object was claimed")
 	// ErrClosed: the engine was closed (or a failed Restore left it without a file).
 	ErrClosed = errors.New("engine: closed")
 	// ErrLostCommit: a commit of applied entries failed (a full disk), so the

@@ -134,6 +134,21 @@ func (a *applier) isHead(ev *Event) bool {
 	return bytes.Equal(k, a.kbuf)
 }
 
+// superseded reports whether an event of ev's object was claimed after ev
+// with a newer order time, or waits or runs now (every queued event of the
+// object was claimed after ev, which left the queue when it finished): a
+// provider's re-arm of ev would deliver it after that event. An event
+// claimed later with an equal order time and finished already is not seen:
+// the ordering guard itself treats equal times as unordered.
+func (a *applier) superseded(ev *Event) bool {
+	if v := a.orders.Get(strBytes(ev.OrderObject)); len(v) == 16 && int64(binary.BigEndian.Uint64(v)) > ev.OrderTime {
+		return true
+	}
+	a.kbuf = objectPrefix(a.kbuf[:0], ev.OrderObject)
+	k, _ := a.objPoint().c.Seek(a.kbuf)
+	return k != nil && bytes.HasPrefix(k, a.kbuf)
+}
+
 // append puts ev (a claim, or a replayed event) at the tail of its object's
 // queue: at this command's index and position, and at the tail's order time
 // when that is newer than ev's. For a claim the tail is never newer while

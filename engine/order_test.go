@@ -303,3 +303,72 @@ func TestOrderClaimAfterAReplayedStaleEvent(t *testing.T) {
 		t.Fatalf("leased %v while src:stale is processing", got)
 	}
 }
+
+// TestRearmOfASupersededEvent: a provider's re-arm (a replay by key with
+// OnlyFrom dead) leaves a dead ordered event as it is when a newer event
+// of its object was claimed since, done or still queued, so that the
+// handler never gets it after the newer one; with nothing newer it re-arms
+// it. An operator's replay, and an entry of a binary before
+// formatRearmOrder, still move it.
+func TestRearmOfASupersededEvent(t *testing.T) {
+	rearm := func(key string) Command {
+		return Command{Op: OpReplay, Now: t0 + 10, Keys: []string{key}, OnlyFrom: StateDead, Who: "provider", Reason: "provider retry"}
+	}
+	deadFirst := func(t *testing.T) *harness {
+		h := newHarness(t, Options{NoSync: true})
+		h.one(orderedClaim("src:old", t0, "A", 100))
+		r := h.one(leaseCmd(t0, 10))
+		h.one(failCmd("src:old", r.Events[0].Token, t0+1, 1))
+		if ev := h.get("src:old"); ev.State != StateDead {
+			t.Fatalf("old is %v, want dead", ev.State)
+		}
+		return h
+	}
+	for _, tc := range []struct {
+		name  string
+		after func(h *harness) // what happens to object A after old died
+		cmd   Command
+		want  error
+	}{
+		{"nothing newer", func(h *harness) {}, rearm("src:old"), nil},
+		{"a newer one delivered", func(h *harness) {
+			h.one(orderedClaim("src:new", t0+2, "A", 200))
+			r := h.one(leaseCmd(t0+2, 10))
+			h.one(completeCmd("src:new", r.Events[0].Token, t0+3))
+		}, rearm("src:old"), ErrSuperseded},
+		{"a later one waiting, same order time", func(h *harness) {
+			h.one(orderedClaim("src:new", t0+2, "A", 100))
+		}, rearm("src:old"), ErrSuperseded},
+		{"another object's event", func(h *harness) {
+			h.one(orderedClaim("src:b", t0+2, "B", 500))
+		}, rearm("src:old"), nil},
+		{"an operator's replay", func(h *harness) {
+			h.one(orderedClaim("src:new", t0+2, "A", 200))
+		}, Command{Op: OpReplay, Now: t0 + 10, Keys: []string{"src:old"}, Who: "ops", Reason: "again"}, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := deadFirst(t)
+			tc.after(h)
+			r := h.one(tc.cmd)
+			if !errors.Is(r.Err, tc.want) {
+				t.Fatalf("re-arm = %+v, want %v", r, tc.want)
+			}
+			want := StatePending
+			if tc.want != nil {
+				want = StateDead
+			}
+			if ev := h.get("src:old"); ev.State != want {
+				t.Fatalf("old is %v after the re-arm, want %v", ev.State, want)
+			}
+		})
+	}
+	t.Run("format 14", func(t *testing.T) {
+		h := deadFirst(t)
+		h.one(orderedClaim("src:new", t0+2, "A", 200))
+		old := rearm("src:old")
+		old.format = formatRearmOrder - 1
+		if r := h.one(old); r.Err != nil || h.get("src:old").State != StatePending {
+			t.Fatalf("a format %d re-arm = %+v, want it re-armed as that binary does", old.format, r)
+		}
+	})
+}

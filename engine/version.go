@@ -37,6 +37,8 @@ import (
 //	   entries (entry version 3) that every replica joins (fragment.go)
 //	14 pieces: a payload larger than pieceLen is stored in the pieces bucket
 //	   in pieces, its head a payload value of version 2 (pieces.go)
+//	15 a provider's re-arm (a keyed replay with onlyFrom) leaves an ordered
+//	   event whose object moved on as it is (ErrSuperseded)
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -64,12 +66,14 @@ import (
 //	                      file's token base
 //	formatPieces          a claim stores a payload larger than pieceLen in
 //	                      pieces (the file's layout, which Hash covers)
+//	formatRearmOrder      a replay with OnlyFrom of an ordered event whose
+//	                      object moved on leaves it (ErrSuperseded)
 //
 // An entry this binary cannot read (a newer entry version or format, an
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 14
+const FormatVersion = 15
 
 // Formats at which the meaning of an existing command changed.
 const (
@@ -77,6 +81,7 @@ const (
 	formatRetentionRules = 6
 	formatTokenBase      = 12
 	formatPieces         = 14
+	formatRearmOrder     = 15
 )
 
 // ErrNewerFormat: a file, snapshot or log entry was written by a newer binary

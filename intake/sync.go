@@ -38,6 +38,13 @@ func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 	switch {
 	case err == nil:
 		in.log.Info("dead sync event re-armed by a provider retry", "source", src.name, "key", string(key))
+	case errors.Is(err, engine.ErrSuperseded):
+		// On an ordered source a newer event of its object was claimed
+		// since: delivered now, this one would reach the handler after it.
+		// It stays dead (an operator may still replay it), and a dead
+		// event is never answered 2xx.
+		in.log.Info("dead sync event not re-armed: a newer event of its object was claimed", "source", src.name, "key", string(key))
+		return writeClaim(ctx, fasthttp.StatusConflict, "superseded", key, engine.StateDead, true)
 	case errors.Is(err, engine.ErrWrongState), errors.Is(err, errNotDead):
 		// Re-armed already: wait for the same attempt.
 	case errors.Is(err, engine.ErrNotFound):

@@ -132,3 +132,41 @@ func TestSyncAnswers(t *testing.T) {
 		})
 	}
 }
+
+// TestSyncRearmOfASupersededEvent: on an ordered sync source, a provider's
+// retry of a dead event whose object has a newer event delivered since is
+// not re-armed (the handler would get the older one after the newer): the
+// retry gets 409 "superseded" and the event stays dead.
+func TestSyncRearmOfASupersededEvent(t *testing.T) {
+	dir := t.TempDir()
+	secret, _ := providers.GenerateSecret("standard")
+	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
+	store := newMemStore(t)
+	src := syncSources + `order = { object = "json:obj", time = "json:ts" }` + "\n"
+	f := &intakeFixture{t: t, store: store, secret: secret, in: New(Options{Store: store, Sources: loadSources(t, dir, src)})}
+	old := request{path: "/in/paid", body: `{"obj":"Q","ts":1}`, id: "msg_1"}
+	newer := request{path: "/in/paid", body: `{"obj":"Q","ts":2}`, id: "msg_2"}
+	for _, step := range []struct {
+		req    request
+		key    string
+		status int // the handler's; 0: fails for good
+		want   int
+	}{{old, "paid:msg_1", 0, 502}, {newer, "paid:msg_2", 200, 200}} {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			store.deliver(t, step.key, handlerStep{status: step.status})
+		}()
+		if a := f.do(step.req); a.status != step.want {
+			t.Fatalf("%s: %d %q, want %d", step.key, a.status, a.body, step.want)
+		}
+		<-done
+	}
+	a := f.do(old)
+	if want := `{"status":"superseded","key":"paid:msg_1","state":"dead"}` + "\n"; a.status != 409 || a.body != want {
+		t.Fatalf("retry of the older dead event: %d %q, want 409 %q", a.status, a.body, want)
+	}
+	if ev, err := store.Get("paid:msg_1", false); err != nil || ev.State != engine.StateDead || len(ev.Audit) != 0 {
+		t.Fatalf("older event %v, audit %v (%v), want dead, untouched", ev.State, ev.Audit, err)
+	}
+}
