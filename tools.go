@@ -65,7 +65,11 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if cfg.Cluster != nil {
 		mode = fmt.Sprintf("cluster of %d", len(cfg.Cluster.Peers))
 	}
-	fmt.Fprintf(stdout, "%s: ok (%s, %d sources); data in %s\n", *path, mode, len(cfg.Sources), cfg.Node.DataDir)
+	sources := fmt.Sprintf("%d sources", len(cfg.Sources))
+	if len(cfg.Sources) == 1 {
+		sources = "1 source"
+	}
+	fmt.Fprintf(stdout, "%s: ok (%s, %s); data in %s\n", *path, mode, sources, cfg.Node.DataDir)
 	return nil
 }
 
