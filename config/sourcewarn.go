@@ -66,7 +66,7 @@ func deadRetentionBelowRetention(c *Config) []string {
 
 // largeBodyWarn is the max_body above which a cluster's config is warned
 // about: a claim's body is copied whole several times on every node, about
-// 100 ms of CPU per MiB across three nodes on the reference machine, and at
+// 65 ms of CPU per MiB across three nodes on the reference machine, and at
 // 60 MiB the leader can miss its lease (docs/architecture.md, "Large
 // bodies"). A single node does none of the replication.
 const largeBodyWarn = 16 * MiB
@@ -79,7 +79,7 @@ func largeBodies(c *Config) []string {
 	var w []string
 	for i := range c.Sources {
 		if b := c.Sources[i].MaxBody; b > largeBodyWarn {
-			w = append(w, fmt.Sprintf("%s: %s lets one claim carry that much to every node (about 100 ms of CPU per MiB across three nodes, and at tens of MiB a leader change now and then, docs/architecture.md \"Large bodies\"): set it near the largest body the provider sends",
+			w = append(w, fmt.Sprintf("%s: %s lets one claim carry that much to every node (about 65 ms of CPU per MiB across three nodes, and at tens of MiB a leader change now and then, docs/architecture.md \"Large bodies\"): set it near the largest body the provider sends",
 				sourceKey(i, "max_body"), b))
 		}
 	}
