@@ -399,6 +399,9 @@ var syntaxMessages = []struct {
 	repl string
 }{
 	{regexp.MustCompile(`^expected value but found .*$`), "syntax error: expected a value (a string must be quoted)"},
+	// lease = 5s: the parser reads 5 and stops at the s.
+	{regexp.MustCompile(`^(expected a top-level item to end with a newline, comment, or EOF),? but (?:got|found) .*$`),
+		`syntax error: $1 (a string or duration must be quoted: lease = "30s")`},
 	// "expected X, but got 'c' instead", "expected a digit but got 'c'".
 	{regexp.MustCompile(`^(expected .*?),? but (?:got|found) .*$`), "syntax error: $1"},
 	// `Invalid integer "12_": underscores must be surrounded by digits`.
