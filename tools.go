@@ -2,16 +2,19 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -36,10 +39,19 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	}
 	// The warnings come first, also when a source does not compile: an
 	// operator fixing the error should not meet them only on the next run.
-	for _, w := range cfg.Warnings() {
+	// In the file's order, as an editor walks it; those of no line last.
+	ws := cfg.Warnings()
+	line := func(w string) int {
+		if n := cfg.WarningLine(w); n > 0 {
+			return n
+		}
+		return math.MaxInt
+	}
+	slices.SortStableFunc(ws, func(a, b string) int { return cmp.Compare(line(a), line(b)) })
+	for _, w := range ws {
 		at := *path
-		if line := cfg.WarningLine(w); line > 0 {
-			at += ":" + strconv.Itoa(line)
+		if n := cfg.WarningLine(w); n > 0 {
+			at += ":" + strconv.Itoa(n)
 		}
 		fmt.Fprintf(stdout, "%s: warning: %s\n", at, w)
 	}

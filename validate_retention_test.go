@@ -11,7 +11,8 @@ import (
 )
 
 // TestValidateWarnsAboutRetention: `oncehook validate` prints one warning
-// line per retention or key problem and still succeeds.
+// line per retention or key problem, in the file's order, and still
+// succeeds.
 func TestValidateWarnsAboutRetention(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "oncehook.toml")
@@ -23,8 +24,8 @@ name = "stripe"
 provider = "stripe"
 secrets = ["whsec_stripe_test_secret"]
 forward = "http://127.0.0.1:9000/stripe"
-retention = "24h"
 key = ["header:Stripe-Signature"]
+retention = "24h"
 
 [[source]]
 name = "fine"
@@ -42,8 +43,8 @@ forward = "http://127.0.0.1:9000/fine"
 			warnings = append(warnings, line)
 		}
 	}
-	// Each names the line of its key, as an error does.
-	want := []string{":9: warning: source[0].retention: 24h is shorter than stripe's documented retry window of 72h", ":10: warning: source[0].key[0]: header:Stripe-Signature"}
+	// Each names the line of its key, as an error does, in the file's order.
+	want := []string{":9: warning: source[0].key[0]: header:Stripe-Signature", ":10: warning: source[0].retention: 24h is shorter than stripe's documented retry window of 72h"}
 	if len(warnings) != len(want) {
 		t.Fatalf("warnings:\n%s\nwant %d", out.String(), len(want))
 	}
