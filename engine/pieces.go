@@ -27,10 +27,12 @@ import (
 // the piece size, and its bytes in the pieces bucket, pieceLen to a piece,
 // under the payload's key followed by the piece's number (4 bytes, big
 // endian). Each piece is its own value: written once, at the claim's
-// commit, with a copy of pieceLen; deleted with the payload. The key cannot
-// meet another payload's pieces: every payload key is a fixed 8-byte time
-// and an event key, so two piece keys of equal length with different event
-// keys differ before the number.
+// commit, with a copy of pieceLen; deleted with the payload. A piece key is
+// never another payload's: every payload key is a fixed 8-byte time and an
+// event key, so two piece keys of equal length with different event keys
+// differ before the number. They may sort between each other, though (an
+// event key that extends another by bytes below a piece number's first),
+// so pieces are found by their exact keys, never by walking on.
 
 // pieceLen is the size of a payload's pieces (the last may be shorter).
 // Two pieces fill a page run of 33 pages; bbolt splits a run of more.
@@ -139,15 +141,16 @@ func readPieces(c *bolt.Cursor, pk []byte, h payloadHead) ([]byte, error) {
 		return nil, fmt.Errorf("%w: payload %q is in pieces and the file has no pieces bucket", ErrCorrupt, clip(pk[8:]))
 	}
 	out := make([]byte, 0, h.n)
-	want := pieceKey(make([]byte, 0, len(pk)+4), pk, 0)
-	k, v := c.Seek(want)
+	want := make([]byte, 0, len(pk)+4)
 	for i := range pieceCount(h.n, h.plen) {
+		// Each piece by its own key: another payload's pieces may sort
+		// between two of these (see the note at the top).
 		want = pieceKey(want[:0], pk, i)
+		k, v := c.Seek(want)
 		if !bytes.Equal(k, want) || len(v) != min(h.plen, h.n-len(out)) {
 			return nil, fmt.Errorf("%w: payload %q: piece %d of %d missing or of %d bytes", ErrCorrupt, clip(pk[8:]), i, pieceCount(h.n, h.plen), len(v))
 		}
 		out = append(out, v...)
-		k, v = c.Next()
 	}
 	return out, nil
 }

@@ -197,3 +197,21 @@ func TestCheckFindsBrokenPieces(t *testing.T) {
 		})
 	}
 }
+
+// TestPiecesOfKeysThatExtendEachOther: the pieces of an event key that
+// extends another by bytes below the piece numbers sort between the other
+// payload's pieces; both payloads still read back whole.
+func TestPiecesOfKeysThatExtendEachOther(t *testing.T) {
+	h := newHarness(t, Options{NoSync: true})
+	a := largeClaim("src:a", t0, 2*pieceLen+1)
+	b := largeClaim("src:a\x00\x00\x00\x00z", t0, 2*pieceLen+1)
+	h.apply(a, b)
+	for _, c := range []Command{a, b} {
+		if ev := h.get(c.Key); !bytes.Equal(ev.Payload, c.Payload) {
+			t.Fatalf("Get(%q) = %d bytes, want its own %d", c.Key, len(ev.Payload), len(c.Payload))
+		}
+	}
+	if r := h.one(leaseCmd(t0+sec, 2)); r.N != 2 {
+		t.Fatalf("leased %d of 2", r.N)
+	}
+}

@@ -63,8 +63,13 @@ func (f *Forwarder) leaseLeft(ev *engine.Event, leased, now time.Time) bool {
 	if ev.LeaseUntil == 0 {
 		end = leased.Add(f.opts.DefaultLease)
 	}
-	last := end.Add(-tgt.withDefaults().Timeout)
-	if !last.After(leased) {
+	length := f.opts.DefaultLease
+	if ev.LeaseFor > 0 {
+		length = time.Duration(ev.LeaseFor)
+	}
+	timeout := tgt.withDefaults().Timeout
+	last := end.Add(-timeout)
+	if timeout >= length {
 		// A timeout as long as the lease (config refuses it; tests and a
 		// per-event lease may not): the lease's end is the limit.
 		last = end
@@ -420,6 +425,12 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 		// no sooner than the lease's end, which forward_timeout < lease
 		// leaves it, so that one handler never runs the event twice at once.
 		retryIn = max(retryIn, time.Until(time.Unix(0, ev.LeaseUntil)))
+		if ev.OrderObject != "" && tgt.MaxAttempts > 0 && attempt >= tgt.MaxAttempts {
+			// Dead, the event would release its object at once, and the
+			// next event of the object would reach the handler while it
+			// may still run this one: it stays the head until then.
+			f.waitForLeaseEnd(ctx, ev.LeaseUntil)
+		}
 	}
 	at := &engine.Attempt{At: start.UnixNano(), Took: int64(took), Status: a.status, Error: a.reason, Body: a.body}
 	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, tgt.MaxAttempts, a.reason, a.step, tgt.DeadRetention, at)
@@ -442,6 +453,27 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 		f.log.Warn("fail failed; the lease will expire", "key", ev.Key, "token", ev.Token, "err", err)
 	}
 	f.finish(fin, took)
+}
+
+// waitForLeaseEnd waits until shortly before a lease's end (until), so
+// that what is proposed then commits before the sweeper may reclaim it, or
+// until the run ends or a drain starts (then it records at once: a drain
+// waits for it).
+func (f *Forwarder) waitForLeaseEnd(ctx context.Context, until int64) {
+	end := time.Unix(0, until)
+	at := end.Add(-min(time.Second, time.Until(end)/2))
+	for {
+		left := time.Until(at)
+		if left <= 0 || ctx.Err() != nil || f.slots.isDraining() {
+			return
+		}
+		t := time.NewTimer(min(left, 100*time.Millisecond))
+		select {
+		case <-ctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
 }
 
 // handBack returns a leased event that could not start inside its lease

@@ -77,3 +77,10 @@ func (f *Forwarder) Undrain() {
 	s.mu.Unlock()
 	s.signal() // the dispatcher leases again
 }
+
+// isDraining reports whether a drain was asked for in this run.
+func (s *slots) isDraining() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.draining
+}

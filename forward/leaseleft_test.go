@@ -1,7 +1,9 @@
 package forward
 
 import (
+	"context"
 	"net/http"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -90,4 +92,126 @@ func TestTimedOutAttemptRetriesAfterTheLeaseSynctest(t *testing.T) {
 			t.Fatalf("retried %v after the timed-out attempt started, inside its 10 s lease", gap)
 		}
 	})
+}
+
+// stallLeader stalls the first lease that returns events after the lease
+// was stamped (a slow commit, a GC pause, the process stopped): the
+// forwarder receives it 25 s into a 30 s lease.
+type stallLeader struct {
+	*leader
+	once atomic.Bool
+}
+
+func (s *stallLeader) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
+	evs, w, err := s.leader.LeaseFrom(ctx, max, leaseFor, quotas, share, spare)
+	if len(evs) > 0 && s.once.CompareAndSwap(false, true) {
+		time.Sleep(25 * time.Second)
+	}
+	return evs, w, err
+}
+
+// A lease received with less left than the timeout must not be sent: the
+// handler (9 s, inside the 10 s timeout) is still running at the lease's end,
+// the sweeper reclaims it and it is delivered again at once.
+func TestLeaseStampedLongBeforeReceiptSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := &stallLeader{leader: newLeader(t)}
+		var inflight, most atomic.Int32
+		var mu sync.Mutex
+		var tokens []string
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			mu.Lock()
+			tokens = append(tokens, r.Header.Get(HeaderFencingToken))
+			mu.Unlock()
+			n := inflight.Add(1)
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			time.Sleep(9 * time.Second)
+			inflight.Add(-1)
+		})
+		l.claim("src:1", "src", "x")
+		stop := runInBubble(t, Options{
+			Store:         l,
+			Targets:       only(Target{URL: "http://handler/src", Timeout: 10 * time.Second}),
+			Client:        &http.Client{Transport: handlerTransport{h}},
+			Workers:       2,
+			PollInterval:  time.Second,
+			SweepInterval: time.Second,
+			DefaultLease:  30 * time.Second,
+		})
+		defer stop()
+		time.Sleep(2 * time.Minute)
+		synctest.Wait()
+		mu.Lock()
+		defer mu.Unlock()
+		if most.Load() > 1 {
+			t.Fatalf("the handler held the event %d times at once (tokens %v)", most.Load(), tokens)
+		}
+	})
+}
+
+// On an ordered source, a last attempt that times out makes the event dead
+// only near its lease's end: dead at once, it would release its object and
+// the next event would reach the handler while the handler still runs the
+// timed-out one (docs/architecture.md, Invariants, 10).
+func TestOrderedLastAttemptTimeoutHoldsItsObjectSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		var inflight, most atomic.Int32
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			n := inflight.Add(1)
+			for {
+				m := most.Load()
+				if n <= m || most.CompareAndSwap(m, n) {
+					break
+				}
+			}
+			if r.Header.Get(HeaderEventKey) == "src:1" {
+				time.Sleep(3 * time.Second) // keeps working after the 1 s timeout
+			}
+			inflight.Add(-1)
+		})
+		l.claimOrdered("src:1", "A", 1)
+		l.claimOrdered("src:2", "A", 2)
+		stop := runInBubble(t, Options{
+			Store:        l,
+			Targets:      only(Target{URL: "http://handler/src", Timeout: time.Second, MaxAttempts: 1}),
+			Client:       &http.Client{Transport: asyncTransport{h}},
+			PollInterval: 100 * time.Millisecond,
+			DefaultLease: 10 * time.Second,
+		})
+		defer stop()
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		if most.Load() > 1 {
+			t.Fatalf("the handler held two events of object A at once")
+		}
+		if a, b := l.get("src:1").State, l.get("src:2").State; a != engine.StateDead || b != engine.StateDone {
+			t.Fatalf("src:1 %v, src:2 %v; want the timed-out one dead and the next done", a, b)
+		}
+	})
+}
+
+// asyncTransport runs the handler on its own goroutine and gives up when the
+// request's context ends, as a real client does; the handler keeps working.
+type asyncTransport struct{ h http.Handler }
+
+func (at asyncTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	done := make(chan *http.Response, 1)
+	r2 := r.Clone(context.Background())
+	go func() {
+		rec := httptest.NewRecorder()
+		at.h.ServeHTTP(rec, r2)
+		done <- rec.Result()
+	}()
+	select {
+	case resp := <-done:
+		return resp, nil
+	case <-r.Context().Done():
+		return nil, r.Context().Err()
+	}
 }

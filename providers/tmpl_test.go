@@ -126,3 +126,67 @@ func TestStandardIDWithADot(t *testing.T) {
 		}
 	}
 }
+
+// For each template shape, every id, timestamp and body of up to three
+// characters over a small alphabet of separators and letters that
+// splitsOnce accepts is the only accepted split of its signed string.
+func TestSplitsOnceExhaustively(t *testing.T) {
+	alpha := []string{".", "a", "b", ":"}
+	var strs []string
+	var gen func(p string, n int)
+	gen = func(p string, n int) {
+		strs = append(strs, p)
+		if n == 0 {
+			return
+		}
+		for _, c := range alpha {
+			gen(p+c, n-1)
+		}
+	}
+	gen("", 3)
+	for _, tmpl := range []string{
+		"{id}.{body}", "{body}.{id}", "x{id}..{body}y", "{id}.{timestamp}.{body}",
+		"{timestamp}:{body}:{id}", "{id}ab{body}", "{id}aba{body}", "{body}aba{id}",
+		"{id}.{body}.{id}", "a{timestamp}.{id}.{body}.{timestamp}b", "{id}.a{body}", "{body}a.{id}",
+		"{timestamp}.{id}:{body}", "{id}:.{timestamp}.:{body}", ".{id}.{body}.", "{body}.{timestamp}.{id}",
+	} {
+		tt, err := compileTemplate(tmpl)
+		if err != nil {
+			t.Fatal(tmpl, err)
+		}
+		seen := map[string][3]string{}
+		for _, id := range strs {
+			if tt.uses(segID) && id == "" {
+				continue
+			}
+			if !tt.uses(segID) && id != "" {
+				continue
+			}
+			for _, ts := range strs {
+				if tt.uses(segTimestamp) && ts == "" {
+					continue
+				}
+				if !tt.uses(segTimestamp) && ts != "" {
+					continue
+				}
+				var idb, tsb []byte
+				if tt.uses(segID) {
+					idb = []byte(id)
+				}
+				if tt.uses(segTimestamp) {
+					tsb = []byte(ts)
+				}
+				if _, err := tt.splitsOnce(idb, tsb, nil); err != nil {
+					continue
+				}
+				for _, body := range strs {
+					s := strings.NewReplacer("{id}", id, "{timestamp}", ts, "{body}", body).Replace(tmpl)
+					if prev, ok := seen[s]; ok && prev != [3]string{id, ts, body} {
+						t.Errorf("%s: %q signs like %q (%q vs %q)", tmpl, s, s, prev, [3]string{id, ts, body})
+					}
+					seen[s] = [3]string{id, ts, body}
+				}
+			}
+		}
+	}
+}
