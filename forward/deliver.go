@@ -349,13 +349,13 @@ func isTokenChar(c byte) bool {
 	return strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0
 }
 
-// errReason turns a failed request into a short reason: "timeout",
-// "connect: connection refused", "request: EOF". It never includes the URL or
-// anything of a body.
 // reasonTimeout is the failure reason of an attempt that outlasted its
 // target's timeout.
 const reasonTimeout = "timeout"
 
+// errReason turns a failed request into a short reason: "timeout",
+// "connect: connection refused", "request: EOF". It never includes the URL or
+// anything of a body.
 func errReason(rctx context.Context, err error) string {
 	if errors.Is(rctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return reasonTimeout
