@@ -695,13 +695,15 @@ func (a *applier) bodyDuplicate(c *Command, orig []byte) (Result, error) {
 // it records the claim's time for the object. An order entry lives as long as
 // the longest-lived event that advanced it, through the expiry buckets.
 //
-// Order entry: object -> 8 bytes order time, 8 bytes expiry (big endian).
+// Order entry: object -> 8 bytes order time, 8 bytes expiry, and from
+// format 15 the claim that set it: 8 bytes entry index, 4 bytes position
+// (big endian; superseded reads it).
 func (a *applier) orderGuard(c *Command, expires int64) (bool, error) {
 	k := strBytes(c.OrderObject)
 	var oldT, oldExp int64
 	found := false
 	if v := a.orders.Get(k); v != nil {
-		if len(v) != 16 {
+		if !orderEntryLen(len(v)) {
 			return false, fmt.Errorf("%w: order entry %q", ErrCorrupt, clip(k))
 		}
 		oldT, oldExp = int64(binary.BigEndian.Uint64(v)), int64(binary.BigEndian.Uint64(v[8:]))
@@ -714,9 +716,12 @@ func (a *applier) orderGuard(c *Command, expires int64) (bool, error) {
 	if found && oldExp > newExp {
 		newExp = oldExp
 	}
-	v := a.arena.make(16)
+	v := a.arena.make(orderEntryClaimed)
 	v = binary.BigEndian.AppendUint64(v, uint64(c.OrderTime))
 	v = binary.BigEndian.AppendUint64(v, uint64(newExp))
+	if c.semantics() >= formatRearmOrder {
+		v = binary.BigEndian.AppendUint32(binary.BigEndian.AppendUint64(v, a.index), a.pos)
+	}
 	if err := a.orders.Put(k, v); err != nil {
 		return false, err
 	}
@@ -1264,7 +1269,7 @@ func (a *applier) expire(c *Command) (Result, error) {
 			case expiryOrder:
 				ok := k[1:]
 				v := a.orders.Get(ok)
-				if len(v) != 16 || int64(binary.BigEndian.Uint64(v[8:])) != end {
+				if !orderEntryLen(len(v)) || int64(binary.BigEndian.Uint64(v[8:])) != end {
 					return Result{}, fmt.Errorf("%w: expiry lists order entry %q it does not hold", ErrCorrupt, clip(ok))
 				}
 				if err := a.orders.Delete(ok); err != nil {

@@ -362,7 +362,7 @@ func (ck *checker) checkExpiry() {
 					ck.bad("expiry %d lists %q, which does not end there", end, k[9:])
 				}
 			case len(k) > 1 && k[0] == expiryOrder:
-				if v := ck.orders.Get(k[1:]); len(v) != 16 || int64(binary.BigEndian.Uint64(v[8:])) != end {
+				if v := ck.orders.Get(k[1:]); !orderEntryLen(len(v)) || int64(binary.BigEndian.Uint64(v[8:])) != end {
 					ck.bad("expiry %d lists order %q, which does not end there", end, k[1:])
 				}
 
@@ -450,7 +450,7 @@ func (ck *checker) checkAttempts() {
 func (ck *checker) checkOrders() {
 	c := ck.orders.Cursor()
 	for k, v := c.First(); k != nil; k, v = c.Next() {
-		if len(v) != 16 {
+		if !orderEntryLen(len(v)) {
 			ck.bad("order entry %q: %x", k, v)
 			continue
 		}

@@ -130,7 +130,9 @@
 //	             'o' object -> ""               (the order entries that expire with it)
 //	           (an event's entry moves when its expiry does; a bucket left
 //	           empty stays until it ends)
-//	orders     order object -> newest order time, expiry (8+8 bytes; ordering guard)
+//	orders     order object -> newest order time, expiry (8+8 bytes; ordering guard),
+//	           then the entry index and position of the claim that set it
+//	           (8+4 bytes, format 15; order.go superseded)
 //	counters   's' state -> n; 'c' source -> n; 'p' source -> pending n
 //	           (8 bytes big endian, no zero entries; 'p' since format 9:
 //	           Open counts an older file's)

@@ -134,15 +134,33 @@ func (a *applier) isHead(ev *Event) bool {
 	return bytes.Equal(k, a.kbuf)
 }
 
+// Lengths of an orders entry: time and expiry; and since format 15 the
+// index and position of the claim that set it.
+const (
+	orderEntryTimed   = 16
+	orderEntryClaimed = 28
+)
+
+func orderEntryLen(n int) bool { return n == orderEntryTimed || n == orderEntryClaimed }
+
 // superseded reports whether an event of ev's object was claimed after ev
-// with a newer order time, or waits or runs now (every queued event of the
-// object was claimed after ev, which left the queue when it finished): a
-// provider's re-arm of ev would deliver it after that event. An event
-// claimed later with an equal order time and finished already is not seen:
-// the ordering guard itself treats equal times as unordered.
+// with a newer order time, or with an equal one (ties go in claim order),
+// or waits or runs now (every queued event of the object was claimed after
+// ev, which left the queue when it finished): a provider's re-arm of ev
+// would deliver it after that event. An entry written before format 15
+// does not name its claim; then only a newer time counts.
 func (a *applier) superseded(ev *Event) bool {
-	if v := a.orders.Get(strBytes(ev.OrderObject)); len(v) == 16 && int64(binary.BigEndian.Uint64(v)) > ev.OrderTime {
-		return true
+	if v := a.orders.Get(strBytes(ev.OrderObject)); orderEntryLen(len(v)) {
+		t := int64(binary.BigEndian.Uint64(v))
+		if t > ev.OrderTime {
+			return true
+		}
+		if t == ev.OrderTime && len(v) == orderEntryClaimed {
+			idx, pos := binary.BigEndian.Uint64(v[16:]), binary.BigEndian.Uint32(v[24:])
+			if idx > ev.OrderIndex || idx == ev.OrderIndex && pos > ev.OrderPos {
+				return true
+			}
+		}
 	}
 	a.kbuf = objectPrefix(a.kbuf[:0], ev.OrderObject)
 	k, _ := a.objPoint().c.Seek(a.kbuf)

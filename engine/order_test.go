@@ -339,6 +339,11 @@ func TestRearmOfASupersededEvent(t *testing.T) {
 		{"a later one waiting, same order time", func(h *harness) {
 			h.one(orderedClaim("src:new", t0+2, "A", 100))
 		}, rearm("src:old"), ErrSuperseded},
+		{"a later one delivered, same order time", func(h *harness) {
+			h.one(orderedClaim("src:new", t0+2, "A", 100))
+			r := h.one(leaseCmd(t0+2, 10))
+			h.one(completeCmd("src:new", r.Events[0].Token, t0+3))
+		}, rearm("src:old"), ErrSuperseded},
 		{"another object's event", func(h *harness) {
 			h.one(orderedClaim("src:b", t0+2, "B", 500))
 		}, rearm("src:old"), nil},
@@ -362,6 +367,20 @@ func TestRearmOfASupersededEvent(t *testing.T) {
 			}
 		})
 	}
+	t.Run("an earlier one of the same time", func(t *testing.T) {
+		// Claimed before old with the same order time and delivered: old is
+		// the newer of the two, and goes again.
+		h := newHarness(t, Options{NoSync: true})
+		h.one(orderedClaim("src:first", t0, "A", 100))
+		r := h.one(leaseCmd(t0, 10))
+		h.one(completeCmd("src:first", r.Events[0].Token, t0))
+		h.one(orderedClaim("src:old", t0, "A", 100))
+		r = h.one(leaseCmd(t0, 10))
+		h.one(failCmd("src:old", r.Events[0].Token, t0+1, 1))
+		if r := h.one(rearm("src:old")); r.Err != nil || h.get("src:old").State != StatePending {
+			t.Fatalf("re-arm = %+v, want it re-armed", r)
+		}
+	})
 	t.Run("format 14", func(t *testing.T) {
 		h := deadFirst(t)
 		h.one(orderedClaim("src:new", t0+2, "A", 200))

@@ -38,7 +38,8 @@ import (
 //	14 pieces: a payload larger than pieceLen is stored in the pieces bucket
 //	   in pieces, its head a payload value of version 2 (pieces.go)
 //	15 a provider's re-arm (a keyed replay with onlyFrom) leaves an ordered
-//	   event whose object moved on as it is (ErrSuperseded)
+//	   event whose object moved on as it is (ErrSuperseded); an orders entry
+//	   names the claim that set it
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
