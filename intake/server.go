@@ -694,7 +694,7 @@ func (in *Server) answerClaim(ctx *fasthttp.RequestCtx, src *Source, key, body [
 		return in.answerDuplicate(ctx, src, key, res.State, body, true)
 	}
 	if src.sync && (res.State == engine.StatePending || res.State == engine.StateProcessing) {
-		return in.answerSync(ctx, src, key)
+		return in.answerSync(ctx, src, key, nil)
 	}
 	return writeClaim(ctx, src.ack, "accepted", key, res.State, res.State == engine.StateStale)
 }
@@ -813,11 +813,16 @@ func (in *Server) answerDuplicate(ctx *fasthttp.RequestCtx, src *Source, key []b
 	return writeClaim(ctx, fasthttp.StatusOK, "duplicate", key, st, true)
 }
 
-// answerSync waits for the handler's answer and relays it.
-func (in *Server) answerSync(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
+// answerSync waits for the handler's answer and relays it. fresh, when
+// set, must also hold of the event first: the node's own copy may not show
+// yet what was committed through the leader (a re-arm seen on a follower).
+func (in *Server) answerSync(ctx *fasthttp.RequestCtx, src *Source, key []byte, fresh func(engine.Event) bool) int {
 	wctx, cancel := context.WithTimeout(context.Background(), src.waitFor)
 	defer cancel()
 	ev, err := in.store.Wait(wctx, string(key), func(ev engine.Event) bool {
+		if fresh != nil && !fresh(ev) {
+			return false
+		}
 		return ev.State == engine.StateDone || ev.State == engine.StateDead || ev.Attempts > 0 && ev.State == engine.StatePending
 	})
 	switch {

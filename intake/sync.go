@@ -33,11 +33,15 @@ const (
 // re-arms of one key also run one at a time (no needless Raft rounds).
 func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 	rctx, cancel := context.WithTimeout(context.Background(), in.timeout)
-	err := in.rearmOnce(rctx, string(key))
+	before, err := in.rearmOnce(rctx, string(key))
 	cancel()
+	var fresh func(engine.Event) bool
 	switch {
 	case err == nil:
 		in.log.Info("dead sync event re-armed by a provider retry", "source", src.name, "key", string(key))
+		// On a follower the re-arm is committed before this node applies
+		// it: its copy is still the dead event, which is no answer.
+		fresh = func(ev engine.Event) bool { return !sameLastAudit(ev, before) }
 	case errors.Is(err, engine.ErrSuperseded):
 		// On an ordered source a newer event of its object was claimed
 		// since: delivered now, this one would reach the handler after it.
@@ -56,15 +60,24 @@ func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 		ctx.Response.Header.Set("Retry-After", "1")
 		return writeError(ctx, fasthttp.StatusServiceUnavailable, "re-arm not committed, retry")
 	}
-	return in.answerSync(ctx, src, key)
+	return in.answerSync(ctx, src, key, fresh)
+}
+
+// sameLastAudit reports whether a and b end with the same audit entry (or
+// both have none): a replay always appends one.
+func sameLastAudit(a, b engine.Event) bool {
+	if len(a.Audit) != len(b.Audit) {
+		return false
+	}
+	return len(a.Audit) == 0 || a.Audit[len(a.Audit)-1] == b.Audit[len(b.Audit)-1]
 }
 
 // errNotDead: the event left dead before this retry could re-arm it.
 var errNotDead = errors.New("event no longer dead")
 
 // rearmOnce replays key's event if it is still dead, one re-arm of a key at
-// a time on this node (see rearm).
-func (in *Server) rearmOnce(ctx context.Context, key string) error {
+// a time on this node (see rearm), and returns the event as it was before.
+func (in *Server) rearmOnce(ctx context.Context, key string) (engine.Event, error) {
 	for {
 		in.rearmMu.Lock()
 		busy, ok := in.rearming[key]
@@ -80,7 +93,7 @@ func (in *Server) rearmOnce(ctx context.Context, key string) error {
 		select {
 		case <-busy:
 		case <-ctx.Done():
-			return ctx.Err()
+			return engine.Event{}, ctx.Err()
 		}
 	}
 	defer func() {
@@ -91,10 +104,10 @@ func (in *Server) rearmOnce(ctx context.Context, key string) error {
 	}()
 	ev, err := in.store.Get(key, false)
 	if err != nil {
-		return err
+		return ev, err
 	}
 	if ev.State != engine.StateDead {
-		return errNotDead
+		return ev, errNotDead
 	}
 	_, err = in.store.Replay(ctx, engine.Command{
 		Op:       engine.OpReplay,
@@ -103,5 +116,5 @@ func (in *Server) rearmOnce(ctx context.Context, key string) error {
 		Who:      rearmWho,
 		Reason:   rearmReason,
 	})
-	return err
+	return ev, err
 }

@@ -170,3 +170,68 @@ func TestSyncRearmOfASupersededEvent(t *testing.T) {
 		t.Fatalf("older event %v, audit %v (%v), want dead, untouched", ev.State, ev.Audit, err)
 	}
 }
+
+// laggingStore is a follower's view: a Replay is committed through the
+// leader, but this node applies it only when the test says so.
+type laggingStore struct {
+	*memStore
+	t             *testing.T
+	asked, waited chan struct{} // a Replay came; answerSync began to wait
+	apply         chan struct{} // apply the Replay now
+}
+
+func (l *laggingStore) Replay(ctx context.Context, c engine.Command) (engine.Result, error) {
+	close(l.asked)
+	go func() {
+		<-l.apply
+		if _, err := l.memStore.Replay(ctx, c); err != nil {
+			l.t.Errorf("the replay, applied late: %v", err)
+		}
+	}()
+	return engine.Result{N: 1, State: engine.StatePending, Keys: c.Keys}, nil
+}
+
+func (l *laggingStore) Wait(ctx context.Context, key string, final func(engine.Event) bool) (engine.Event, error) {
+	select {
+	case <-l.waited:
+	default:
+		close(l.waited)
+	}
+	return l.memStore.Wait(ctx, key, final)
+}
+
+// TestSyncRearmOnAFollower: a re-arm sent through a follower, whose copy of
+// the event is still the dead one when the re-arm is committed, answers
+// the handler's new answer, not the dead event's 502.
+func TestSyncRearmOnAFollower(t *testing.T) {
+	const key = "paid:msg_1"
+	dir := t.TempDir()
+	secret, _ := providers.GenerateSecret("standard")
+	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
+	mem := newMemStore(t)
+	store := &laggingStore{memStore: mem, t: t, asked: make(chan struct{}), waited: make(chan struct{}), apply: make(chan struct{})}
+	f := &intakeFixture{t: t, store: mem, secret: secret, in: New(Options{Store: store, Sources: loadSources(t, dir, syncSources)})}
+	first := request{path: "/in/paid", body: `{"a":1}`, id: "msg_1"}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mem.deliver(t, key, handlerStep{}) // fails for good: dead
+	}()
+	if a := f.do(first); a.status != 502 {
+		t.Fatalf("first answer %d %q, want 502", a.status, a.body)
+	}
+	<-done
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		<-store.asked
+		<-store.waited
+		close(store.apply)
+		mem.deliver(t, key, handlerStep{200, "ok now"})
+	}()
+	a := f.do(first)
+	<-done
+	if a.status != 200 || a.body != "ok now" {
+		t.Fatalf("retry through a follower: %d %q, want the handler's 200 %q", a.status, a.body, "ok now")
+	}
+}
