@@ -324,6 +324,15 @@ func TestRearmOfASupersededEvent(t *testing.T) {
 		}
 		return h
 	}
+	// delivered claims an event of object A at order time ot after old
+	// died, and delivers it.
+	delivered := func(ot int64) func(h *harness) {
+		return func(h *harness) {
+			h.one(orderedClaim("src:new", t0+2, "A", ot))
+			r := h.one(leaseCmd(t0+2, 10))
+			h.one(completeCmd("src:new", r.Events[0].Token, t0+3))
+		}
+	}
 	for _, tc := range []struct {
 		name  string
 		after func(h *harness) // what happens to object A after old died
@@ -331,19 +340,11 @@ func TestRearmOfASupersededEvent(t *testing.T) {
 		want  error
 	}{
 		{"nothing newer", func(h *harness) {}, rearm("src:old"), nil},
-		{"a newer one delivered", func(h *harness) {
-			h.one(orderedClaim("src:new", t0+2, "A", 200))
-			r := h.one(leaseCmd(t0+2, 10))
-			h.one(completeCmd("src:new", r.Events[0].Token, t0+3))
-		}, rearm("src:old"), ErrSuperseded},
+		{"a newer one delivered", delivered(200), rearm("src:old"), ErrSuperseded},
 		{"a later one waiting, same order time", func(h *harness) {
 			h.one(orderedClaim("src:new", t0+2, "A", 100))
 		}, rearm("src:old"), ErrSuperseded},
-		{"a later one delivered, same order time", func(h *harness) {
-			h.one(orderedClaim("src:new", t0+2, "A", 100))
-			r := h.one(leaseCmd(t0+2, 10))
-			h.one(completeCmd("src:new", r.Events[0].Token, t0+3))
-		}, rearm("src:old"), ErrSuperseded},
+		{"a later one delivered, same order time", delivered(100), rearm("src:old"), ErrSuperseded},
 		{"another object's event", func(h *harness) {
 			h.one(orderedClaim("src:b", t0+2, "B", 500))
 		}, rearm("src:old"), nil},

@@ -116,22 +116,16 @@ func (s *stallLeader) LeaseFrom(ctx context.Context, max int, leaseFor time.Dura
 func TestLeaseStampedLongBeforeReceiptSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := &stallLeader{leader: newLeader(t)}
-		var inflight, most atomic.Int32
+		var busy peak
 		var mu sync.Mutex
 		var tokens []string
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			mu.Lock()
 			tokens = append(tokens, r.Header.Get(HeaderFencingToken))
 			mu.Unlock()
-			n := inflight.Add(1)
-			for {
-				m := most.Load()
-				if n <= m || most.CompareAndSwap(m, n) {
-					break
-				}
-			}
+			done := busy.enter()
 			time.Sleep(9 * time.Second)
-			inflight.Add(-1)
+			done()
 		})
 		l.claim("src:1", "src", "x")
 		stop := runInBubble(t, Options{
@@ -148,8 +142,8 @@ func TestLeaseStampedLongBeforeReceiptSynctest(t *testing.T) {
 		synctest.Wait()
 		mu.Lock()
 		defer mu.Unlock()
-		if most.Load() > 1 {
-			t.Fatalf("the handler held the event %d times at once (tokens %v)", most.Load(), tokens)
+		if busy.most.Load() > 1 {
+			t.Fatalf("the handler held the event %d times at once (tokens %v)", busy.most.Load(), tokens)
 		}
 	})
 }
@@ -161,19 +155,13 @@ func TestLeaseStampedLongBeforeReceiptSynctest(t *testing.T) {
 func TestOrderedLastAttemptTimeoutHoldsItsObjectSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLeader(t)
-		var inflight, most atomic.Int32
+		var busy peak
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			n := inflight.Add(1)
-			for {
-				m := most.Load()
-				if n <= m || most.CompareAndSwap(m, n) {
-					break
-				}
-			}
+			done := busy.enter()
 			if r.Header.Get(HeaderEventKey) == "src:1" {
 				time.Sleep(3 * time.Second) // keeps working after the 1 s timeout
 			}
-			inflight.Add(-1)
+			done()
 		})
 		l.claimOrdered("src:1", "A", 1)
 		l.claimOrdered("src:2", "A", 2)
@@ -187,7 +175,7 @@ func TestOrderedLastAttemptTimeoutHoldsItsObjectSynctest(t *testing.T) {
 		defer stop()
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		if most.Load() > 1 {
+		if busy.most.Load() > 1 {
 			t.Fatalf("the handler held two events of object A at once")
 		}
 		if a, b := l.get("src:1").State, l.get("src:2").State; a != engine.StateDead || b != engine.StateDone {
@@ -214,4 +202,15 @@ func (at asyncTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	case <-r.Context().Done():
 		return nil, r.Context().Err()
 	}
+}
+
+// peak counts the requests a handler holds at once, and the most it held.
+type peak struct{ now, most atomic.Int32 }
+
+// enter counts one request in; the function it returns counts it out.
+func (p *peak) enter() func() {
+	n := p.now.Add(1)
+	for m := p.most.Load(); n > m && !p.most.CompareAndSwap(m, n); m = p.most.Load() {
+	}
+	return func() { p.now.Add(-1) }
 }
