@@ -733,15 +733,12 @@ func (s *Server) whyNotReplayed(key string) string {
 	return "not replayed"
 }
 
-// ParseSince reads a replay's since: an RFC 3339 time, or a duration meaning
-// that long before now.
+// ParseSince reads a replay's since: an RFC 3339 time between 1970 and
+// 2262, or a positive duration meaning that long before now.
 func ParseSince(s string) (int64, error) {
-	if d, err := time.ParseDuration(s); err == nil {
-		return time.Now().Add(-d).UnixNano(), nil
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := parseBound("since", s, time.Now())
 	if err != nil {
-		return 0, fmt.Errorf("since %q: want an RFC3339 time or a duration like 24h", s)
+		return 0, err
 	}
 	return t.UnixNano(), nil
 }

@@ -196,17 +196,20 @@ func TestAPIAnswers(t *testing.T) {
 		{"replay of a state in flight", "POST", "/v1/replay", "", `{"state":"pending","reason":"test"}`, 400, "state must be dead, done or stale"},
 		{"pause", "POST", "/v1/sources/orders/pause", "", `{"reason":"maintenance"}`, 200, `"paused": true`},
 		{"pause of an unknown source", "POST", "/v1/sources/nope/pause", "", `{"reason":"maintenance"}`, 404, "unknown source nope"},
-		{"purge of events in flight", "POST", "/v1/purge", "", `{"state":"pending","before":"2030-01-01T00:00:00Z","reason":"x"}`, 400, "in flight"},
-		{"purge dry run", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}`, 200, `"would_purge": 0`},
-		{"purge dry run of a source", "POST", "/v1/purge", "", `{"state":"dead","source":"orders","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}`, 200, `"would_purge": 0`},
-		{"purge of a source neither configured nor stored", "POST", "/v1/purge", "", `{"state":"dead","source":"ordres","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}`, 404, `unknown source ordres`},
+		{"purge of events in flight", "POST", "/v1/purge", "", `{"state":"pending","before":"1s","reason":"x"}`, 400, "in flight"},
+		{"purge before a time that wraps around", "POST", "/v1/purge", "", `{"state":"dead","before":"1026-12-03T00:00:00Z","reason":"x"}`, 400, "out of range: a time between 1970 and 2262"},
+		{"purge before a time ahead of the clock", "POST", "/v1/purge", "", `{"state":"dead","before":"2062-12-03T00:00:00Z","reason":"x"}`, 400, "ahead of this node's clock"},
+		{"replay since a time that wraps around", "POST", "/v1/replay", "", `{"state":"done","since":"3026-12-03T00:00:00Z","reason":"x"}`, 400, "out of range"},
+		{"purge dry run", "POST", "/v1/purge", "", `{"state":"dead","before":"1s","reason":"x","dry_run":true}`, 200, `"would_purge": 0`},
+		{"purge dry run of a source", "POST", "/v1/purge", "", `{"state":"dead","source":"orders","before":"1s","reason":"x","dry_run":true}`, 200, `"would_purge": 0`},
+		{"purge of a source neither configured nor stored", "POST", "/v1/purge", "", `{"state":"dead","source":"ordres","before":"1s","reason":"x","dry_run":true}`, 404, `unknown source ordres`},
 		// A body that reads as a dry run to a person but not to
 		// encoding/json (a key in another case, a key twice, a second
 		// object) is refused, not run.
-		{"purge dry run, a key in capitals", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true,"DRY_RUN":false}`, 400, `unknown key \"DRY_RUN\" (keys are exact, lower case)`},
-		{"purge dry run, a key twice", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true,"dry_run":false}`, 400, `key \"dry_run\" given twice`},
-		{"purge dry run, a second object", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}{"dry_run":false}`, 400, "data after the JSON object"},
-		{"purge, trailing junk", "POST", "/v1/purge", "", `{"state":"dead","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true} x`, 400, "data after the JSON object"},
+		{"purge dry run, a key in capitals", "POST", "/v1/purge", "", `{"state":"dead","before":"1s","reason":"x","dry_run":true,"DRY_RUN":false}`, 400, `unknown key \"DRY_RUN\" (keys are exact, lower case)`},
+		{"purge dry run, a key twice", "POST", "/v1/purge", "", `{"state":"dead","before":"1s","reason":"x","dry_run":true,"dry_run":false}`, 400, `key \"dry_run\" given twice`},
+		{"purge dry run, a second object", "POST", "/v1/purge", "", `{"state":"dead","before":"1s","reason":"x","dry_run":true}{"dry_run":false}`, 400, "data after the JSON object"},
+		{"purge, trailing junk", "POST", "/v1/purge", "", `{"state":"dead","before":"1s","reason":"x","dry_run":true} x`, 400, "data after the JSON object"},
 		{"replay, a key in capitals", "POST", "/v1/replay", "", `{"KEYS":["orders:msg_1"],"reason":"test"}`, 400, `unknown key \"KEYS\"`},
 		{"pause, a key in capitals", "POST", "/v1/sources/orders/pause", "", `{"Reason":"maintenance"}`, 400, `unknown key \"Reason\"`},
 		{"pause without a body", "POST", "/v1/sources/orders/pause", "", ``, 400, "empty body"},
@@ -592,7 +595,7 @@ func TestPurgeOfARemovedSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	for source, want := range map[string]int{"gone": http.StatusOK, "gnoe": http.StatusNotFound} {
-		body := `{"state":"dead","source":"` + source + `","before":"2030-01-01T00:00:00Z","reason":"x","dry_run":true}`
+		body := `{"state":"dead","source":"` + source + `","before":"1s","reason":"x","dry_run":true}`
 		req, _ := http.NewRequest("POST", url+"/v1/purge", strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		resp, err := http.DefaultClient.Do(req)

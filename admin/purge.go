@@ -6,7 +6,9 @@ package admin
 import (
 	"context"
 	"fmt"
+	"math"
 	"net/http"
+	"strings"
 	"time"
 
 	"oncehook/engine"
@@ -79,19 +81,74 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 
 // ParseBefore reads a purge's bound: an RFC 3339 time, or a positive
 // duration meaning that long before now ("720h": events last updated over
-// 30 days ago), as replay's since takes one.
+// 30 days ago), as replay's since takes one. A time ahead of now is refused:
+// it would take every event of the state, those finished a moment ago too,
+// and is more likely a mistyped year than meant.
 func ParseBefore(v string, now time.Time) (time.Time, error) {
+	t, err := parseBound("before", v, now)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if t.After(now.Add(maxAhead)) {
+		return time.Time{}, fmt.Errorf("before %q is ahead of this node's clock (%s): it would purge every event of the state; give a past time or a duration back from now (\"1s\" for all)",
+			v, now.UTC().Format(time.RFC3339))
+	}
+	return t, nil
+}
+
+// maxAhead is how far ahead of the node's clock a purge's bound may be: the
+// clock skew between an operator's machine and the node.
+const maxAhead = time.Minute
+
+// Bounds of a time a purge or replay may name: event times are unix
+// nanoseconds, which hold 1678 to 2262 only (time.Time.UnixNano wraps
+// outside), and no event is older than 1970.
+var (
+	minBound = time.Unix(0, 0)
+	maxBound = time.Unix(0, math.MaxInt64)
+)
+
+// parseBound reads a purge's before or a replay's since: an RFC 3339 time
+// between 1970 and 2262, or a positive duration meaning that long before
+// now (at most back to 1970). A time outside is refused rather than
+// wrapped: as unix nanoseconds 1026 is 2196.
+func parseBound(name, v string, now time.Time) (time.Time, error) {
 	if d, err := time.ParseDuration(v); err == nil {
 		if d <= 0 {
-			return time.Time{}, fmt.Errorf("before %q: a duration must be positive (that long ago)", v)
+			return time.Time{}, fmt.Errorf("%s %q: a duration must be positive (that long ago)", name, v)
 		}
-		return now.Add(-d), nil
+		if t := now.Add(-d); t.After(minBound) {
+			return t, nil
+		}
+		return minBound, nil // older than any event
 	}
 	t, err := time.Parse(time.RFC3339Nano, v)
 	if err != nil {
-		return time.Time{}, fmt.Errorf("before must be an RFC 3339 time or a duration like 720h, got %q", v)
+		if durationShaped(v) {
+			return time.Time{}, fmt.Errorf("%s %q: not a duration this node can hold (at most 2562047h)", name, v)
+		}
+		return time.Time{}, fmt.Errorf("%s must be an RFC 3339 time or a duration like 720h, got %q", name, v)
+	}
+	if t.Before(minBound) || t.After(maxBound) {
+		return time.Time{}, fmt.Errorf("%s %q: out of range: a time between 1970 and 2262", name, v)
 	}
 	return t, nil
+}
+
+// durationShaped reports whether v looks like a Go duration ("9999999h")
+// that time.ParseDuration refused, as one too long for it.
+func durationShaped(v string) bool {
+	v = strings.TrimLeft(v, "+-")
+	digits := len(v) - len(strings.TrimLeft(v, "0123456789."))
+	if digits == 0 || digits == len(v) {
+		return false
+	}
+	for _, c := range v[digits:] {
+		if !strings.ContainsRune("0123456789.nsuµmh", c) {
+			return false
+		}
+	}
+	return true
 }
 
 // holdsSource reports whether the store holds any event of source.

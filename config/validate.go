@@ -466,6 +466,8 @@ func (c *sourceCheck) retry() {
 	positive(p, c.k("backoff_min"), s.BackoffMin)
 	if s.BackoffMax < s.BackoffMin {
 		p.add(c.k("backoff_max"), nil, fmt.Sprintf("%s is less than backoff_min %s", s.BackoffMax, s.BackoffMin), c.k("backoff_min"))
+	} else if time.Duration(s.BackoffMax) > MaxEventDuration {
+		positive(p, c.k("backoff_max"), s.BackoffMax)
 	}
 	positive(p, c.k("forward_timeout"), s.ForwardTimeout)
 	if s.ForwardTimeout > 0 && s.Lease > 0 && s.ForwardTimeout >= s.Lease {
@@ -676,9 +678,20 @@ func normaliseHMAC(h *providers.HMACSpec) {
 	}
 }
 
+// MaxEventDuration bounds every duration an event carries (retention,
+// payload_retention, dead_retention, lease, backoff, forward_timeout): the
+// state machine refuses a command with a duration it cannot add to a time
+// without overflow (about 73 years), and a refused claim would be an answer
+// of 400 to every delivery of the source. Fifty years stands for "forever".
+const MaxEventDuration = 50 * 365 * 24 * time.Hour
+
+// positive checks a source's duration: above zero, at most MaxEventDuration.
 func positive(p *problems, key string, d Duration) {
-	if d <= 0 {
+	switch {
+	case d <= 0:
 		p.add(key, nil, fmt.Sprintf("must be positive, got %s", d))
+	case time.Duration(d) > MaxEventDuration:
+		p.add(key, nil, fmt.Sprintf("%s is over the limit of %s (50 years)", d, Duration(MaxEventDuration)))
 	}
 }
 

@@ -995,7 +995,7 @@ func (a *applier) fail(c *Command) (Result, error) {
 			return Result{}, err
 		}
 		if c.DeadRetention > 0 {
-			if flags, err = a.keepDead(&ev, flags, c.Now, c.DeadRetention, false); err != nil {
+			if flags, err = a.keepDead(&ev, flags, c.Now, c.DeadRetention, false, c); err != nil {
 				return Result{}, err
 			}
 		}
@@ -1153,7 +1153,7 @@ func (a *applier) replay(c *Command) (Result, error) {
 		ev.PayloadDropAt = 0
 		flags &^= flagDeadKept
 		if c.semantics() >= formatRetentionRules {
-			if err := a.moveExpiry(&ev, bucketEnd(c.Now+max(ev.RetentionWindow(), 1), a.width), false); err != nil {
+			if err := a.moveExpiry(&ev, bucketEnd(c.Now+max(ev.RetentionWindow(), 1), a.width), false, c); err != nil {
 				return Result{}, err
 			}
 		}
@@ -1269,8 +1269,11 @@ func (a *applier) expire(c *Command) (Result, error) {
 			case expiryOrder:
 				ok := k[1:]
 				v := a.orders.Get(ok)
-				if !orderEntryLen(len(v)) || int64(binary.BigEndian.Uint64(v[8:])) != end {
+				if !orderEntryLen(len(v)) || int64(binary.BigEndian.Uint64(v[8:])) < end {
 					return Result{}, fmt.Errorf("%w: expiry lists order entry %q it does not hold", ErrCorrupt, clip(ok))
+				}
+				if int64(binary.BigEndian.Uint64(v[8:])) > end {
+					continue // kept later in this pass, with an event of its object (keepOrder)
 				}
 				if err := a.orders.Delete(ok); err != nil {
 					return Result{}, err

@@ -132,7 +132,9 @@
 //	           empty stays until it ends)
 //	orders     order object -> newest order time, expiry (8+8 bytes; ordering guard),
 //	           then the entry index and position of the claim that set it
-//	           (8+4 bytes, format 15; order.go superseded)
+//	           (8+4 bytes, format 15; order.go superseded); its expiry follows
+//	           any event of the object whose expiry moves later (format 16,
+//	           retention.go keepOrder)
 //	counters   's' state -> n; 'c' source -> n; 'p' source -> pending n
 //	           (8 bytes big endian, no zero entries; 'p' since format 9:
 //	           Open counts an older file's)

@@ -392,3 +392,69 @@ func TestRearmOfASupersededEvent(t *testing.T) {
 		}
 	})
 }
+
+// TestOrderEntryOutlivesAKeptEvent: an event kept past its retention (still
+// pending after a long outage, or a dead letter kept for its dead
+// retention) keeps its object's order entry at least as long, so that an
+// older claim of the object is still stale and never reaches the handler
+// after it. Entries of binaries before formatOrderKept keep the old meaning:
+// the entry goes with the claim's retention.
+func TestOrderEntryOutlivesAKeptEvent(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		format uint8 // 0: this binary's
+		dead   bool  // o2 fails its only attempt and is kept dead
+		want   State // the older claim's state after o2's retention passed
+	}{
+		{"pending past its retention", 0, false, StateStale},
+		{"dead, kept for its dead retention", 0, true, StateStale},
+		{"pending, an older binary's entries", formatRearmOrder, false, StatePending},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t, Options{NoSync: true})
+			at := func(c Command) Command { c.format = tc.format; return c }
+			o2 := orderedClaim("src:o2", t0, "A", 2000)
+			o2.Retention = hour
+			h.one(at(o2))
+			if r := h.one(at(orderedClaim("src:o1", t0, "A", 1000))); r.State != StateStale {
+				t.Fatalf("older claim before the expiry = %+v", r)
+			}
+			if tc.dead {
+				r := h.one(at(leaseCmd(t0, 10)))
+				h.one(at(Command{Op: OpFail, Now: t0, Key: "src:o2", Token: r.Events[0].Token, MaxAttempts: 1, DeadRetention: 720 * hour, Reason: "500"}))
+			}
+			h.one(at(Command{Op: OpExpire, Now: t0 + 3*hour})) // o2's own bucket and the entry's first one end
+			if st := h.get("src:o2").State; st == StateDone || st == StateStale {
+				t.Fatalf("o2 is %v", st)
+			}
+			if r := h.one(at(orderedClaim("src:o0", t0+3*hour, "A", 500))); r.State != tc.want {
+				t.Fatalf("older claim after o2's retention = %v, want %v", r.State, tc.want)
+			}
+			// Everything goes in the end, the entry with the last event
+			// (the harness checks the file at cleanup).
+			h.one(at(Command{Op: OpPurge, Now: t0 + 3*hour, State: StateDead, Before: t0 + 4*hour, Max: 10, Who: "ops", Reason: "r"}))
+			if !tc.dead {
+				r := h.one(at(leaseCmd(t0+3*hour, 10)))
+				for _, ev := range r.Events {
+					h.one(at(completeCmd(ev.Key, ev.Token, t0+3*hour)))
+				}
+			}
+			h.one(at(Command{Op: OpExpire, Now: t0 + 1000*hour}))
+			if n := orderEntries(t, h.e); n != 0 {
+				t.Fatalf("%d order entries left after every event expired", n)
+			}
+		})
+	}
+}
+
+// orderEntries counts the entries of the orders bucket.
+func orderEntries(tb testing.TB, e *Engine) int {
+	tb.Helper()
+	n := 0
+	if err := e.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bOrders).ForEach(func(_, _ []byte) error { n++; return nil })
+	}); err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"strings"
@@ -40,14 +41,16 @@ func (ev *Event) RetentionWindow() int64 {
 // ev.ExpiresAt (the caller stores the record). ev.Retention is unchanged, so
 // the record keeps the claim's window (flagLife) from its first move. With
 // ending set the old entry is left to its bucket, which Expire is deleting.
-func (a *applier) moveExpiry(ev *Event, end int64, ending bool) error {
+// The order entry of ev's object is kept at least as long (keepOrder).
+func (a *applier) moveExpiry(ev *Event, end int64, ending bool, c *Command) error {
 	if end == ev.ExpiresAt {
 		return nil
 	}
-	if !ending {
-		if err := a.delExpiryEntry(ev); err != nil {
-			return err
-		}
+	var endingBucket int64
+	if ending {
+		endingBucket = ev.ExpiresAt
+	} else if err := a.delExpiryEntry(ev); err != nil {
+		return err
 	}
 	ev.Retention = ev.RetentionWindow()
 	ev.ExpiresAt = end
@@ -55,7 +58,57 @@ func (a *applier) moveExpiry(ev *Event, end int64, ending bool) error {
 	if err != nil {
 		return err
 	}
-	return nb.Put(a.ptk(expiryEvent, ev.CreatedAt, ev.Key), empty)
+	if err := nb.Put(a.ptk(expiryEvent, ev.CreatedAt, ev.Key), empty); err != nil {
+		return err
+	}
+	return a.keepOrder(ev, endingBucket, c)
+}
+
+// keepOrder makes the order entry of ev's object live at least until ev's
+// expiry. The guard must remember an object's newest order time for as long
+// as an event of the object is kept: an event kept past its retention (one
+// still pending after a long outage, a dead letter) would otherwise outlive
+// the entry, and an older claim of its object would pass the guard and be
+// delivered after it. ending is the end of the bucket Expire is deleting (0
+// outside Expire): an entry listed there stays listed, and Expire skips it
+// when it finds it moved.
+func (a *applier) keepOrder(ev *Event, ending int64, c *Command) error {
+	if ev.OrderObject == "" || c.semantics() < formatOrderKept {
+		return nil
+	}
+	k := strBytes(ev.OrderObject)
+	v := a.orders.Get(k)
+	if v == nil {
+		return nil
+	}
+	if !orderEntryLen(len(v)) {
+		return fmt.Errorf("%w: order entry %q", ErrCorrupt, clip(k))
+	}
+	old := int64(binary.BigEndian.Uint64(v[8:]))
+	if old >= ev.ExpiresAt {
+		return nil
+	}
+	nv := append(a.arena.make(len(v)), v...)
+	binary.BigEndian.PutUint64(nv[8:], uint64(ev.ExpiresAt))
+	if err := a.orders.Put(k, nv); err != nil {
+		return err
+	}
+	if old != ending {
+		ob, err := a.expiryBucket(old, false)
+		if err != nil {
+			return err
+		}
+		if ob != nil {
+			if err := ob.Delete(a.pk(expiryOrder, ev.OrderObject)); err != nil {
+				return err
+			}
+		}
+	}
+	nb, err := a.expiryBucket(ev.ExpiresAt, true)
+	if err != nil {
+		return err
+	}
+	return nb.Put(a.pk(expiryOrder, ev.OrderObject), empty)
 }
 
 // delExpiryEntry removes ev's entry from its expiry bucket. A bucket left
@@ -72,9 +125,9 @@ func (a *applier) delExpiryEntry(ev *Event) error {
 // keepDead gives an event that just went dead its dead retention: its expiry
 // moves to at least the end of the bucket holding now+d, never earlier than
 // its own retention, and flagDeadKept tells Expire to delete it then.
-func (a *applier) keepDead(ev *Event, flags byte, now, d int64, ending bool) (byte, error) {
+func (a *applier) keepDead(ev *Event, flags byte, now, d int64, ending bool, c *Command) (byte, error) {
 	end := max(ev.ExpiresAt, bucketEnd(now+d, a.width))
-	if err := a.moveExpiry(ev, end, ending); err != nil {
+	if err := a.moveExpiry(ev, end, ending, c); err != nil {
 		return flags, err
 	}
 	return flags | flagDeadKept, nil
@@ -127,12 +180,12 @@ func (a *applier) expireEvent(key string, created, end int64, c *Command, res *R
 	case ev.State == StateDead:
 		// Dead before dead retention existed (or without it): keep it
 		// DefaultDeadRetention from now, then delete it.
-		if flags, err = a.keepDead(&ev, flags, now, DefaultDeadRetention, true); err != nil {
+		if flags, err = a.keepDead(&ev, flags, now, DefaultDeadRetention, true, c); err != nil {
 			return err
 		}
 	case ev.State == StatePending || ev.State == StateProcessing:
 		// Unfinished: never forgotten. A fresh window from now.
-		if err := a.moveExpiry(&ev, bucketEnd(now+max(ev.RetentionWindow(), 1), a.width), true); err != nil {
+		if err := a.moveExpiry(&ev, bucketEnd(now+max(ev.RetentionWindow(), 1), a.width), true, c); err != nil {
 			return err
 		}
 	default:

@@ -612,12 +612,31 @@ func TestOrderingGuard(t *testing.T) {
 		t.Fatalf("counts = %v", s)
 	}
 	// The guard's entries expire with the buckets of the events that set
-	// them; the stale events go, the processing ones move to a later bucket.
+	// them; the stale events go, the processing ones move to a later bucket
+	// and keep their object's entry as long: an older claim is still stale.
 	if r := h.one(Command{Op: OpExpire, Now: t0 + 48*hour}); r.N != 2 {
 		t.Fatalf("expire = %d", r.N)
 	}
-	if r := h.one(order("src:after_expiry", t0+48*hour, 1)); r.State != StatePending {
-		t.Fatalf("after expiry = %+v", r)
+	if r := h.one(order("src:after_expiry", t0+48*hour, 1)); r.State != StateStale {
+		t.Fatalf("older claim while its object's events are kept = %+v", r)
+	}
+	// Once those are finished and expired, the entry goes with them.
+	for _, key := range []string{"src:other", "src:payment_failed"} {
+		h.one(completeCmd(key, h.token(key), t0+48*hour))
+	}
+	for range 3 { // the object's queue, one at a time
+		for _, ev := range h.one(leaseCmd(t0+48*hour, 100)).Events {
+			h.one(completeCmd(ev.Key, ev.Token, t0+48*hour))
+		}
+	}
+	if s, _ := mustCounts(t, h.e); s[StatePending]+s[StateProcessing] != 0 {
+		t.Fatalf("counts = %v, want every event finished", s)
+	}
+	if r := h.one(Command{Op: OpExpire, Now: t0 + 200*hour}); r.N == 0 {
+		t.Fatalf("expire = %d", r.N)
+	}
+	if r := h.one(order("src:after_expiry_2", t0+200*hour, 1)); r.State != StatePending {
+		t.Fatalf("after every event of the object expired = %+v", r)
 	}
 }
 

@@ -40,6 +40,8 @@ import (
 //	15 a provider's re-arm (a keyed replay with onlyFrom) leaves an ordered
 //	   event whose object moved on as it is (ErrSuperseded); an orders entry
 //	   names the claim that set it
+//	16 an orders entry is kept as long as any event of its object whose
+//	   expiry moved (unfinished past its retention, dead, replayed)
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -69,12 +71,14 @@ import (
 //	                      pieces (the file's layout, which Hash covers)
 //	formatRearmOrder      a replay with OnlyFrom of an ordered event whose
 //	                      object moved on leaves it (ErrSuperseded)
+//	formatOrderKept       an event whose expiry moves keeps its object's
+//	                      orders entry at least as long (keepOrder)
 //
 // An entry this binary cannot read (a newer entry version or format, an
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 15
+const FormatVersion = 16
 
 // Formats at which the meaning of an existing command changed.
 const (
@@ -83,6 +87,7 @@ const (
 	formatTokenBase      = 12
 	formatPieces         = 14
 	formatRearmOrder     = 15
+	formatOrderKept      = 16
 )
 
 // ErrNewerFormat: a file, snapshot or log entry was written by a newer binary
