@@ -142,10 +142,10 @@ func TestExpectContinueDecidedFromTheHead(t *testing.T) {
 
 // TestBodyMemoryIsCapped: bodies must be read whole before a signature can
 // be checked, so the bytes of bodies in flight are capped across all
-// connections: while one sender holds a large share of the cap with a body
-// it is slow to send, another whose declared body would pass the cap is
-// answered 503 with Retry-After before its body is read, and once the
-// first is done the cap is free again.
+// connections, held as they arrive: while one sender holds a large share of
+// the cap with a body it is slow to send, another whose body would pass the
+// cap is answered 503 with Retry-After before the rest of its body is read,
+// and once the first is done the cap is free again.
 func TestBodyMemoryIsCapped(t *testing.T) {
 	f := newIntakeFixture(t)
 	// fasthttp reads a body that fits its 16 KiB buffer before the handler
@@ -155,14 +155,15 @@ func TestBodyMemoryIsCapped(t *testing.T) {
 	head := func(n int) string {
 		return fmt.Sprintf("POST /in/jsonkey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
 	}
-	// The slow sender: 40,000 bytes declared, 20,000 sent.
+	// The slow sender: 40,000 bytes declared, 20,000 sent: it holds the
+	// 16 KiB first step, then twice that once it sent more.
 	slow, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer slow.Close()
 	fmt.Fprint(slow, head(40000)+strings.Repeat("x", 20000))
-	waitFor(t, "the slow body to hold its share", func() bool { return f.in.bodies.Load() == 40000 })
+	waitFor(t, "the slow body to hold what it sent", func() bool { return f.in.bodies.Load() == 32<<10 })
 
 	other, err := net.Dial("tcp", addr)
 	if err != nil {
@@ -185,6 +186,64 @@ func TestBodyMemoryIsCapped(t *testing.T) {
 	if resp, err := http.ReadResponse(bufio.NewReader(slow), nil); err != nil || resp.StatusCode != http.StatusUnauthorized {
 		t.Fatalf("the slow sender's answer: %v %v, want 401", resp, err)
 	}
+	waitFor(t, "the cap to be free", func() bool { return f.in.bodies.Load() == 0 })
+}
+
+// TestBodyMemoryShareOfANetwork: one client network holds at most a
+// quarter of the body memory cap (or one largest body): connections from
+// 127.0.0.1 that declare bodies and send them slowly are refused 503 once
+// they hold their share, while a body from 127.0.0.2 is still read; a body
+// declared but not sent holds only the first step.
+func TestBodyMemoryShareOfANetwork(t *testing.T) {
+	f := newIntakeFixture(t)
+	f.in.bodyMemory = 8 << 20 // share: 2 MiB
+	addr := serveTCP(t, f.in)
+	head := func(n int) string {
+		return fmt.Sprintf("POST /in/jsonkey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
+	}
+	dialFrom := func(ip string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	answer := func(c net.Conn) int {
+		t.Helper()
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	// A megabyte declared, 9 KB sent: the first step is held, not the
+	// declared megabyte.
+	idle := dialFrom("127.0.0.1")
+	fmt.Fprint(idle, head(1<<20)+strings.Repeat("x", 9000))
+	waitFor(t, "a declared body to hold the first step", func() bool { return f.in.bodies.Load() == 16<<10 })
+	// A body past half a megabyte holds a megabyte.
+	big := dialFrom("127.0.0.1")
+	fmt.Fprint(big, head(1<<20)+strings.Repeat("x", 600<<10))
+	waitFor(t, "a large body to hold a megabyte", func() bool { return f.in.bodies.Load() == 16<<10+1<<20 })
+	// A third would pass the network's 2 MiB: refused, though the cap
+	// (8 MiB) has room.
+	same := dialFrom("127.0.0.1")
+	fmt.Fprint(same, head(1<<20)+strings.Repeat("x", 1<<20))
+	if code := answer(same); code != http.StatusServiceUnavailable {
+		t.Fatalf("a third body from the same network: %d, want 503", code)
+	}
+	other := dialFrom("127.0.0.2")
+	fmt.Fprint(other, head(1<<20)+strings.Repeat("x", 1<<20))
+	if code := answer(other); code != http.StatusUnauthorized {
+		t.Fatalf("a body from another network: %d, want 401 (read, then refused unsigned)", code)
+	}
+	idle.Close()
+	big.Close()
 	waitFor(t, "the cap to be free", func() bool { return f.in.bodies.Load() == 0 })
 }
 

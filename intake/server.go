@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -169,7 +170,8 @@ type Options struct {
 	NotCommitted func(error) string
 	// BodyMemory caps the bytes of request bodies read or held at once, all
 	// connections together; 0: DefaultBodyMemory, or twice the largest
-	// max_body when that is more.
+	// max_body when that is more. One client network (connlimit.Network)
+	// holds at most a quarter of it, or one largest body when that is more.
 	BodyMemory int64
 }
 
@@ -194,9 +196,11 @@ type Server struct {
 	// max_conns_per_ip); 0: DefaultMaxConnsPerIP.
 	maxConnsPerIP int
 	// bodyMemory is Options.BodyMemory; bodies the bytes reserved by the
-	// bodies being read or held now.
+	// bodies being read or held now, bodyNets the same by client network.
 	bodyMemory int64
 	bodies     atomic.Int64
+	bodyMu     sync.Mutex
+	bodyNets   map[netip.Prefix]int64
 	replayLog  connlimit.Sampler // the replay guard's WARN lines
 	// unsettled samples the "claim not committed" lines: an election turns
 	// every claim in flight into one, hundreds a second.
@@ -239,22 +243,83 @@ func New(o Options) *Server {
 	return in
 }
 
-// reserveBody takes n bytes of the body memory cap, or reports that they
-// would pass it.
-func (in *Server) reserveBody(n int64) bool {
-	limit := in.bodyMemory
+// reserveBody takes n bytes of the body memory cap for a body from client
+// network from, or reports that they would pass the cap or from's share of
+// it: a quarter, or one largest body when that is more. Without a share,
+// one client opening connections that declare bodies and send them slowly
+// (or not at all) could hold the whole cap, and every source would answer
+// 503 to everyone else.
+func (in *Server) reserveBody(from netip.Prefix, n int64) bool {
+	limit, largest := in.bodyMemory, int64(0)
+	if set := in.sources.Load(); set != nil {
+		largest = int64(set.maxBody)
+	}
 	if limit <= 0 {
-		limit = DefaultBodyMemory
-		if set := in.sources.Load(); set != nil {
-			limit = max(limit, 2*int64(set.maxBody))
-		}
+		limit = max(DefaultBodyMemory, 2*largest)
 	}
 	if in.bodies.Add(n) > limit {
 		in.bodies.Add(-n)
 		return false
 	}
+	share := max(limit/4, largest)
+	in.bodyMu.Lock()
+	held := in.bodyNets[from] + n
+	ok := held <= share
+	if ok {
+		if in.bodyNets == nil {
+			in.bodyNets = make(map[netip.Prefix]int64)
+		}
+		in.bodyNets[from] = held
+	}
+	in.bodyMu.Unlock()
+	if !ok {
+		in.bodies.Add(-n)
+	}
+	return ok
+}
+
+// releaseBody gives back n bytes reserveBody took for from.
+func (in *Server) releaseBody(from netip.Prefix, n int64) {
+	if n == 0 {
+		return
+	}
+	in.bodyMu.Lock()
+	if held := in.bodyNets[from] - n; held > 0 {
+		in.bodyNets[from] = held
+	} else {
+		delete(in.bodyNets, from)
+	}
+	in.bodyMu.Unlock()
+	in.bodies.Add(-n)
+}
+
+// bodyHold is the body memory one request holds, taken as its bytes
+// arrive (first bodyStep, then doubling up to the declared or largest
+// length), so that a client that declares a large body must send it to
+// hold the memory.
+type bodyHold struct {
+	in   *Server
+	from netip.Prefix
+	held int64
+}
+
+// bodyStep is the first hold of a body: most webhooks fit in it.
+const bodyStep = 16 << 10
+
+// grow holds at least n bytes, or reports that the cap or the client's
+// share is reached.
+func (h *bodyHold) grow(n int64) bool {
+	if n <= h.held {
+		return true
+	}
+	if !h.in.reserveBody(h.from, n-h.held) {
+		return false
+	}
+	h.held = n
 	return true
 }
+
+func (h *bodyHold) release() { h.in.releaseBody(h.from, h.held) }
 
 // SetSources swaps the served sources (a reload); requests in flight finish
 // with the set they started with.
@@ -338,7 +403,7 @@ const maxPooledBody = 256 << 10
 // answer first, then reads and drops a rest of at most 256 KiB (so a sender
 // still writing reads a clean 413, not a reset) or closes the connection
 // unread; after a broken body the connection is closed.
-func readBody(ctx *fasthttp.RequestCtx, dst []byte, limit int) (body []byte, status int, msg string) {
+func readBody(ctx *fasthttp.RequestCtx, dst []byte, limit int, hold *bodyHold) (body []byte, status int, msg string) {
 	tooLarge := func() ([]byte, int, string) {
 		return dst, fasthttp.StatusRequestEntityTooLarge, "body larger than max_body"
 	}
@@ -354,8 +419,9 @@ func readBody(ctx *fasthttp.RequestCtx, dst []byte, limit int) (body []byte, sta
 	if n >= 0 {
 		want = n
 	}
-	if cap(dst) < want && n >= 0 {
-		dst = make([]byte, 0, want)
+	busy := func() ([]byte, int, string) {
+		ctx.Response.Header.Set("Retry-After", "1")
+		return refuse(fasthttp.StatusServiceUnavailable, "too many request bodies in flight, retry")
 	}
 	r := ctx.RequestBodyStream()
 	if r == nil {
@@ -365,13 +431,27 @@ func readBody(ctx *fasthttp.RequestCtx, dst []byte, limit int) (body []byte, sta
 		if len(b) > limit {
 			return tooLarge()
 		}
+		if !hold.grow(int64(len(b))) {
+			return busy()
+		}
 		return append(dst[:0], b...), 0, ""
 	}
+	if !hold.grow(int64(min(want, bodyStep))) {
+		return busy()
+	}
 	for len(dst) < want {
-		if len(dst) == cap(dst) {
-			dst = append(dst, 0)[:len(dst)]
+		if int64(len(dst)) == hold.held {
+			// The next step is held before it is read: twice the bytes
+			// so far, at most what is wanted.
+			if !hold.grow(int64(min(want, 2*len(dst)))) {
+				return busy()
+			}
 		}
-		m, err := r.Read(dst[len(dst):min(cap(dst), want)])
+		end := min(want, int(hold.held))
+		if cap(dst) < end {
+			dst = slices.Grow(dst, end-len(dst))
+		}
+		m, err := r.Read(dst[len(dst):end])
 		dst = dst[:len(dst)+m]
 		if err == io.EOF {
 			break
@@ -529,22 +609,13 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 	if encodedBody(&ctx.Request.Header) {
 		return writeError(ctx, fasthttp.StatusUnsupportedMediaType, "content-encoding not supported: signatures cover the raw body")
 	}
-	// The body's bytes are reserved before it is read: a declared length, or
-	// max_body for a chunked one (one over max_body is refused unread).
-	if want := int64(ctx.Request.Header.ContentLength()); want <= int64(src.maxBody) {
-		if want < 0 {
-			want = int64(src.maxBody)
-		}
-		if !in.reserveBody(want) {
-			ctx.SetConnectionClose()
-			ctx.Response.Header.Set("Retry-After", "1")
-			return writeError(ctx, fasthttp.StatusServiceUnavailable, "too many request bodies in flight, retry")
-		}
-		defer in.bodies.Add(-want)
-	}
+	// The body's bytes are reserved as they arrive (bodyHold); one over
+	// max_body is refused unread.
+	hold := bodyHold{in: in, from: connlimit.Network(ctx.RemoteAddr())}
+	defer hold.release()
 	bp := in.bodyBufs.Get().(*[]byte)
 	defer in.bodyBufs.Put(bp)
-	body, status, msg := readBody(ctx, (*bp)[:0], src.maxBody)
+	body, status, msg := readBody(ctx, (*bp)[:0], src.maxBody, &hold)
 	if cap(body) <= maxPooledBody {
 		*bp = body[:0]
 	}
