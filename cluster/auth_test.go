@@ -183,9 +183,10 @@ func freePort(t *testing.T) string {
 // TestClusterPortCapsUnauthenticated: connections that have not proved
 // membership are capped per client network and in all (here 2 and 3), so a
 // flood of them cannot take every file descriptor: the one over a cap is
-// closed at once and counted, while a member's connection from another
-// network still gets through, and an authenticated connection no longer
-// counts against the caps.
+// closed at once and counted, while a connection from another network still
+// gets through, and an authenticated connection no longer counts against
+// the caps. A member's address (127.0.0.1, this node's peer address) counts
+// apart: strangers holding every slot do not keep members out.
 func TestClusterPortCapsUnauthenticated(t *testing.T) {
 	nodes := tcpCluster(t, 1, func(_ int, cfg *Config) { cfg.PreAuth = connlimit.Limits{Total: 3, PerNetwork: 2} })
 	node := nodes[leaderOf(t, nodes)]
@@ -232,24 +233,36 @@ func TestClusterPortCapsUnauthenticated(t *testing.T) {
 		}
 	}
 
+	waitFor(t, "the node to know its members' addresses", func() bool {
+		return node.mux.members.Load().holds(&net.TCPAddr{IP: net.ParseIP("127.0.0.1")})
+	})
 	rejected := node.RefusedConns()
-	dial("127.0.0.1")
-	dial("127.0.0.1")
+	dial("127.0.0.2")
+	dial("127.0.0.2")
 	waitFor(t, "two connections open", func() bool { return node.OpenConns() >= 2 })
-	if c := dial("127.0.0.1"); !closedAtOnce(c, 5*time.Second) {
+	if c := dial("127.0.0.2"); !closedAtOnce(c, 5*time.Second) {
 		t.Fatal("a third unauthenticated connection from one network was kept")
 	}
-	// A member from another network gets through, and once authenticated
-	// no longer counts: a silent one from a third network fits beside the
-	// two (3 in all), and the next is over the total.
-	authenticate(dial("127.0.0.2"), "src:member")
-	if c := dial("127.0.0.3"); closedAtOnce(c, 300*time.Millisecond) {
+	// Another network gets through, and once authenticated no longer
+	// counts: a silent one from a fourth network fits beside the two (3 in
+	// all), and the next is over the total.
+	authenticate(dial("127.0.0.3"), "src:other")
+	if c := dial("127.0.0.4"); closedAtOnce(c, 300*time.Millisecond) {
 		t.Fatal("an unauthenticated connection under both caps was closed (an authenticated one still counts?)")
 	}
-	if c := dial("127.0.0.4"); !closedAtOnce(c, 5*time.Second) {
+	if c := dial("127.0.0.5"); !closedAtOnce(c, 5*time.Second) {
 		t.Fatal("a fourth unauthenticated connection in all was kept")
 	}
 	if got := node.RefusedConns(); got < rejected+2 {
 		t.Errorf("refused connections %d, want at least %d", got, rejected+2)
+	}
+	// Every strangers' slot is taken; a member still reaches the node, and
+	// is capped on its own.
+	authenticate(dial("127.0.0.1"), "src:member")
+	dial("127.0.0.1")
+	dial("127.0.0.1")
+	waitFor(t, "two member connections open", func() bool { return node.OpenConns() >= 5 })
+	if c := dial("127.0.0.1"); !closedAtOnce(c, 5*time.Second) {
+		t.Fatal("a third unauthenticated connection from a member's network was kept")
 	}
 }

@@ -2,7 +2,10 @@ package cluster
 
 import (
 	"context"
+	"net"
+	"net/netip"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -22,12 +25,15 @@ func (n *Node) watchMembership() {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var since time.Time // when this node last knew a leader, or started
+	var resolved string // the member addresses last resolved
+	n.refreshMemberAddrs(&resolved)
 	for {
 		select {
 		case <-n.stopObserve:
 			return
 		case <-t.C:
 		}
+		n.refreshMemberAddrs(&resolved)
 		if addr, _ := n.raft.LeaderWithID(); addr != "" || n.removed() {
 			since = time.Time{}
 			n.removedBy.Store(nil)
@@ -47,6 +53,59 @@ func (n *Node) watchMembership() {
 			n.log.Warn("this node is not in the cluster's configuration (removed); it takes no part in commits", "says", by)
 			n.removedBy.Store(&by)
 		}
+	}
+}
+
+// refreshMemberAddrs gives the cluster port the IP addresses of the
+// members (the bootstrap peers and the raft configuration's servers), so
+// that their connections count apart from strangers' (mux.memberAuth). A
+// name is resolved here, never on the accept path, and again only when the
+// set of addresses changes or a lookup failed; last is the set last
+// resolved.
+func (n *Node) refreshMemberAddrs(last *string) {
+	if n.mux == nil {
+		return
+	}
+	var hosts []string
+	add := func(addr string) {
+		if host, _, err := net.SplitHostPort(addr); err == nil && !slices.Contains(hosts, host) {
+			hosts = append(hosts, host)
+		}
+	}
+	for _, p := range n.cfg.Peers {
+		add(p.Addr)
+	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			add(string(s.Address))
+		}
+	}
+	slices.Sort(hosts)
+	key := strings.Join(hosts, " ")
+	if key == *last {
+		return
+	}
+	set := make(memberAddrs, len(hosts))
+	complete := true
+	for _, h := range hosts {
+		if ip, err := netip.ParseAddr(h); err == nil {
+			set[ip.Unmap()] = struct{}{}
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), memberStatsTimeout)
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", h)
+		cancel()
+		if err != nil {
+			complete = false
+			continue
+		}
+		for _, ip := range ips {
+			set[ip.Unmap()] = struct{}{}
+		}
+	}
+	n.mux.members.Store(&set)
+	if complete {
+		*last = key
 	}
 }
 

@@ -414,6 +414,7 @@ func (n *Node) openTransport(hl hclog.Logger) error {
 		}
 		n.mux.wrap = cfg.wrapConn
 		n.mux.preAuth = connlimit.NewCounter(orLimits(cfg.PreAuth))
+		n.mux.memberAuth = connlimit.NewCounter(orLimits(cfg.PreAuth))
 		n.mux.onRelay = n.serveRelay
 		n.mux.serve()
 		n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -80,10 +81,16 @@ type mux struct {
 
 	// preAuth counts the connections still proving membership (TLS
 	// handshake, preamble): a flood of them is capped before it takes
-	// every file descriptor, while members' streams are not.
-	preAuth  *connlimit.Counter
-	accepted atomic.Int64 // connections accepted and not yet closed
-	quiet    connlimit.Sampler
+	// every file descriptor, while members' streams are not. Connections
+	// from the addresses of the cluster's members count against memberAuth
+	// instead, so that strangers holding every slot of preAuth do not keep
+	// the members from reaching each other (members holds those addresses,
+	// kept by the node).
+	preAuth    *connlimit.Counter
+	memberAuth *connlimit.Counter
+	members    atomic.Pointer[memberAddrs]
+	accepted   atomic.Int64 // connections accepted and not yet closed
+	quiet      connlimit.Sampler
 
 	mu       sync.Mutex
 	open     map[net.Conn]struct{} // relay conns, closed on shutdown
@@ -102,14 +109,15 @@ func newMux(ln net.Listener, advertise string, token []byte, tlsc *TLSConfig, lo
 		return nil, fmt.Errorf("advertise address %q: must be a routable address, not a wildcard", advertise)
 	}
 	m := &mux{
-		ln:        connlimit.Wrap(ln, connlimit.Limits{}, connlimit.Options{Name: "cluster", Logger: log}),
-		preAuth:   connlimit.NewCounter(connlimit.Limits{}),
-		advertise: adv,
-		token:     token,
-		log:       log,
-		raftConns: make(chan net.Conn, 16),
-		closing:   make(chan struct{}),
-		open:      make(map[net.Conn]struct{}),
+		ln:         connlimit.Wrap(ln, connlimit.Limits{}, connlimit.Options{Name: "cluster", Logger: log}),
+		preAuth:    connlimit.NewCounter(connlimit.Limits{}),
+		memberAuth: connlimit.NewCounter(connlimit.Limits{}),
+		advertise:  adv,
+		token:      token,
+		log:        log,
+		raftConns:  make(chan net.Conn, 16),
+		closing:    make(chan struct{}),
+		open:       make(map[net.Conn]struct{}),
 	}
 	if tlsc != nil {
 		pair, err := tlsc.configs()
@@ -153,7 +161,11 @@ func (m *mux) serve() {
 				return
 			}
 			key := connlimit.Network(c.RemoteAddr())
-			if over := m.preAuth.Acquire(key); over != "" {
+			counter := m.preAuth
+			if m.members.Load().holds(c.RemoteAddr()) {
+				counter = m.memberAuth
+			}
+			if over := counter.Acquire(key); over != "" {
 				m.reject(c, "accept", fmt.Errorf("over the cap of unauthenticated connections (%s)", over))
 				continue
 			}
@@ -162,10 +174,31 @@ func (m *mux) serve() {
 			m.wg.Add(1)
 			go func() {
 				defer m.wg.Done()
-				m.handshake(c, func() { m.preAuth.Release(key) })
+				m.handshake(c, func() { counter.Release(key) })
 			}()
 		}
 	}()
+}
+
+// memberAddrs are the IP addresses of the cluster's members, as the node
+// last resolved them (nil: none known).
+type memberAddrs map[netip.Addr]struct{}
+
+// holds reports whether a's IP address is a member's.
+func (s *memberAddrs) holds(a net.Addr) bool {
+	if s == nil {
+		return false
+	}
+	t, ok := a.(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	ip, ok := netip.AddrFromSlice(t.IP)
+	if !ok {
+		return false
+	}
+	_, ok = (*s)[ip.Unmap()]
+	return ok
 }
 
 // handshake authenticates c and routes it; authenticated is called once c
