@@ -126,14 +126,28 @@ func (n *Node) Reclaim(ctx context.Context, horizon time.Duration) (int, error) 
 }
 
 // Expire ends every retention bucket that has ended: how many events went,
-// and the dead letters among them.
+// and the dead letters among them. It goes ExpireBatch entries of the
+// buckets a command, so that claims commit between them.
 func (n *Node) Expire(ctx context.Context) (int, []engine.Event, error) {
-	r, err := n.applyOne(ctx, engine.Command{Op: engine.OpExpire}, true)
-	if err != nil {
-		return 0, nil, fmt.Errorf("expire: %w", err)
+	var total int
+	var dead []engine.Event
+	for {
+		r, err := n.applyOne(ctx, engine.Command{Op: engine.OpExpire, Max: ExpireBatch}, true)
+		if err != nil {
+			return total, dead, fmt.Errorf("expire: %w", err)
+		}
+		total += r.N
+		dead = append(dead, r.Events...)
+		if r.Err != nil || !r.More {
+			return total, dead, r.Err
+		}
 	}
-	return r.N, r.Events, r.Err
 }
+
+// ExpireBatch is how many entries of the ended retention buckets one expire
+// command visits: about 25 ms of apply on the reference machine (12 µs an
+// event deleted), so a claim waits at most that behind one.
+const ExpireBatch = 2000
 
 // DropPayloads drops the payloads of done events whose drop time passed, at
 // most max (0: all); those completed without one (before drop times were

@@ -1220,7 +1220,17 @@ func (a *applier) replaySelect(c *Command) ([]string, error) {
 // move to a later bucket (expireEvent), so nothing unfinished is forgotten.
 // Each order entry it lists is deleted. Its cost is the number of entries
 // in the ended buckets (plus one seek), whatever the number of keys kept.
+//
+// From formatExpireBatched, a Max visits at most that many entries, oldest
+// bucket first, and deletes each one visited (a bucket once empty), so that
+// an hour's bucket of millions of keys is many short entries, not one that
+// holds every replica's apply loop for minutes; Result.More tells that
+// entries of ended buckets remain.
 func (a *applier) expire(c *Command) (Result, error) {
+	limit := 0
+	if c.Max > 0 && c.semantics() >= formatExpireBatched {
+		limit = c.Max
+	}
 	var names [][]byte
 	cur := a.expiry.Cursor()
 	for k, _ := cur.First(); k != nil; k, _ = cur.Next() {
@@ -1232,6 +1242,7 @@ func (a *applier) expire(c *Command) (Result, error) {
 		}
 		names = append(names, append([]byte(nil), k...))
 	}
+	visited := 0
 	var res Result
 	for _, name := range names {
 		end := timeOf(name)
@@ -1246,9 +1257,15 @@ func (a *applier) expire(c *Command) (Result, error) {
 		var buf []byte
 		var ends []int
 		bc := b.Cursor()
+		whole := true // every entry of the bucket is visited in this command
 		for k, _ := bc.First(); k != nil; k, _ = bc.Next() {
+			if limit > 0 && visited == limit {
+				whole = false
+				break
+			}
 			buf = append(buf, k...)
 			ends = append(ends, len(buf))
+			visited++
 		}
 		for i, e := range ends {
 			k := buf[:e:e]
@@ -1272,15 +1289,24 @@ func (a *applier) expire(c *Command) (Result, error) {
 				if !orderEntryLen(len(v)) || int64(binary.BigEndian.Uint64(v[8:])) < end {
 					return Result{}, fmt.Errorf("%w: expiry lists order entry %q it does not hold", ErrCorrupt, clip(ok))
 				}
-				if int64(binary.BigEndian.Uint64(v[8:])) > end {
-					continue // kept later in this pass, with an event of its object (keepOrder)
-				}
-				if err := a.orders.Delete(ok); err != nil {
-					return Result{}, err
-				}
+				if int64(binary.BigEndian.Uint64(v[8:])) == end {
+					if err := a.orders.Delete(ok); err != nil {
+						return Result{}, err
+					}
+				} // else kept later, with an event of its object (keepOrder)
 			default:
 				return Result{}, fmt.Errorf("%w: expiry key %x", ErrCorrupt, k)
 			}
+			if !whole {
+				// Visited: off its bucket, which outlives this command.
+				if err := a.expiry.Bucket(name).Delete(k); err != nil {
+					return Result{}, err
+				}
+			}
+		}
+		if !whole {
+			res.More = true
+			break
 		}
 		if err := a.expiry.DeleteBucket(name); err != nil {
 			return Result{}, err

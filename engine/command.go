@@ -291,6 +291,9 @@ type Result struct {
 	// the replay guard matched (Command.BodyKey), the one key that holds the
 	// body; the duplicate is of that event.
 	Keys []string
+	// Expire with a Max: entries of ended buckets remain for the next
+	// command. (Not relayed: expire runs on the leader.)
+	More bool
 	Err  error
 }
 

@@ -2,6 +2,9 @@ package engine
 
 import (
 	"errors"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -140,4 +143,102 @@ func sumCounts(m map[State]int) int {
 		n += v
 	}
 	return n
+}
+
+// TestExpireInBatches: an expire with a Max visits at most that many
+// entries of the ended buckets and says whether more remain; run until
+// none do, it leaves exactly the state one whole expire leaves (done and
+// stale events deleted, dead letters reported once, unfinished events and
+// their objects' order entries kept later), and the file checks after every
+// command. An entry of a binary before formatExpireBatched ignores Max.
+func TestExpireInBatches(t *testing.T) {
+	fill := func(h *harness) {
+		for i := range 23 {
+			c := claimCmd(fmt.Sprintf("src:done%02d", i), t0)
+			c.Retention = hour * int64(1+i%3) // three buckets
+			h.one(c)
+		}
+		for i := range 4 {
+			c := claimCmd(fmt.Sprintf("src:pending%d", i), t0)
+			c.Retention = hour
+			h.one(c)
+		}
+		for i := range 3 {
+			c := orderedClaim(fmt.Sprintf("src:ordered%d", i), t0, "A", int64(100+i))
+			c.Retention = hour
+			h.one(c)
+		}
+		// Leased: the done ones complete, one fails for good (dead), the
+		// rest stay processing (the ordered ones behind their head).
+		for range 3 {
+			r := h.one(leaseCmd(t0, 100))
+			for _, ev := range r.Events {
+				switch {
+				case strings.HasPrefix(ev.Key, "src:done"):
+					h.one(completeCmd(ev.Key, ev.Token, t0))
+				case ev.Key == "src:pending0":
+					h.one(Command{Op: OpFail, Now: t0, Key: ev.Key, Token: ev.Token, MaxAttempts: 1, DeadRetention: hour, Reason: "500"})
+				}
+			}
+		}
+	}
+	now := t0 + 10*hour
+
+	for _, tc := range []struct {
+		name     string
+		format   uint8
+		max      int
+		commands int
+	}{
+		{"one entry a command", 0, 1, 0},
+		{"four entries a command", 0, 4, 0},
+		{"more than there are", 0, 1000, 1},
+		{"an older binary's entries", formatOrderKept, 4, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			whole := newHarness(t, Options{NoSync: true})
+			fill(whole)
+			want := whole.one(Command{Op: OpExpire, Now: now})
+			if want.More || want.N == 0 {
+				t.Fatalf("whole expire = %+v", want)
+			}
+			h := newHarness(t, Options{NoSync: true})
+			fill(h)
+			n, commands := 0, 0
+			var dead []string
+			for {
+				r := h.one(Command{Op: OpExpire, Now: now, Max: tc.max, format: tc.format})
+				commands++
+				n += r.N
+				for _, ev := range r.Events {
+					dead = append(dead, ev.Key)
+				}
+				if err := h.e.Check(); err != nil {
+					t.Fatalf("after command %d: %v", commands, err)
+				}
+				if !r.More {
+					break
+				}
+				if commands > 1000 {
+					t.Fatal("expire never ends")
+				}
+			}
+			if tc.commands > 0 && commands != tc.commands || tc.commands == 0 && commands < 5 {
+				t.Fatalf("%d commands, want %d (0: at least 5)", commands, tc.commands)
+			}
+			var wantDead []string
+			for _, ev := range want.Events {
+				wantDead = append(wantDead, ev.Key)
+			}
+			if n != want.N || !slices.Equal(dead, wantDead) {
+				t.Fatalf("expired %d (dead %v), a whole expire %d (dead %v)", n, dead, want.N, wantDead)
+			}
+			for whole.idx < h.idx { // the same last applied index
+				whole.one(Command{Op: OpNoop, Now: now})
+			}
+			if mustHash(t, h.e) != mustHash(t, whole.e) {
+				t.Fatal("the state differs from a whole expire's")
+			}
+		})
+	}
 }

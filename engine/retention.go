@@ -46,11 +46,10 @@ func (a *applier) moveExpiry(ev *Event, end int64, ending bool, c *Command) erro
 	if end == ev.ExpiresAt {
 		return nil
 	}
-	var endingBucket int64
-	if ending {
-		endingBucket = ev.ExpiresAt
-	} else if err := a.delExpiryEntry(ev); err != nil {
-		return err
+	if !ending {
+		if err := a.delExpiryEntry(ev); err != nil {
+			return err
+		}
 	}
 	ev.Retention = ev.RetentionWindow()
 	ev.ExpiresAt = end
@@ -61,7 +60,7 @@ func (a *applier) moveExpiry(ev *Event, end int64, ending bool, c *Command) erro
 	if err := nb.Put(a.ptk(expiryEvent, ev.CreatedAt, ev.Key), empty); err != nil {
 		return err
 	}
-	return a.keepOrder(ev, endingBucket, c)
+	return a.keepOrder(ev, c)
 }
 
 // keepOrder makes the order entry of ev's object live at least until ev's
@@ -69,10 +68,10 @@ func (a *applier) moveExpiry(ev *Event, end int64, ending bool, c *Command) erro
 // as an event of the object is kept: an event kept past its retention (one
 // still pending after a long outage, a dead letter) would otherwise outlive
 // the entry, and an older claim of its object would pass the guard and be
-// delivered after it. ending is the end of the bucket Expire is deleting (0
-// outside Expire): an entry listed there stays listed, and Expire skips it
-// when it finds it moved.
-func (a *applier) keepOrder(ev *Event, ending int64, c *Command) error {
+// delivered after it. The entry leaves its old bucket even when that is
+// the one Expire is going through (Expire skips an entry it finds moved),
+// since an expire in batches leaves the bucket for a later command.
+func (a *applier) keepOrder(ev *Event, c *Command) error {
 	if ev.OrderObject == "" || c.semantics() < formatOrderKept {
 		return nil
 	}
@@ -93,15 +92,13 @@ func (a *applier) keepOrder(ev *Event, ending int64, c *Command) error {
 	if err := a.orders.Put(k, nv); err != nil {
 		return err
 	}
-	if old != ending {
-		ob, err := a.expiryBucket(old, false)
-		if err != nil {
+	ob, err := a.expiryBucket(old, false)
+	if err != nil {
+		return err
+	}
+	if ob != nil {
+		if err := ob.Delete(a.pk(expiryOrder, ev.OrderObject)); err != nil {
 			return err
-		}
-		if ob != nil {
-			if err := ob.Delete(a.pk(expiryOrder, ev.OrderObject)); err != nil {
-				return err
-			}
 		}
 	}
 	nb, err := a.expiryBucket(ev.ExpiresAt, true)

@@ -42,6 +42,8 @@ import (
 //	   names the claim that set it
 //	16 an orders entry is kept as long as any event of its object whose
 //	   expiry moved (unfinished past its retention, dead, replayed)
+//	17 an expire with a max visits at most that many entries of the ended
+//	   buckets, deleting each
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -73,12 +75,13 @@ import (
 //	                      object moved on leaves it (ErrSuperseded)
 //	formatOrderKept       an event whose expiry moves keeps its object's
 //	                      orders entry at least as long (keepOrder)
+//	formatExpireBatched   an expire's Max bounds the entries it visits
 //
 // An entry this binary cannot read (a newer entry version or format, an
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 16
+const FormatVersion = 17
 
 // Formats at which the meaning of an existing command changed.
 const (
@@ -88,6 +91,7 @@ const (
 	formatPieces         = 14
 	formatRearmOrder     = 15
 	formatOrderKept      = 16
+	formatExpireBatched  = 17
 )
 
 // ErrNewerFormat: a file, snapshot or log entry was written by a newer binary
