@@ -209,3 +209,48 @@ func TestStatusTableEscapesAPauseReason(t *testing.T) {
 		t.Fatalf("status table:\n%s", out.String())
 	}
 }
+
+// TestPurgeCutShortPrintsWhatWent: a purge whose last command's outcome is
+// unknown (the leader lost) answers 503 with the keys it did delete; the
+// client prints them before it reports the error, so the operator learns
+// which dead letters are gone. A plain refusal prints nothing.
+func TestPurgeCutShortPrintsWhatWent(t *testing.T) {
+	for _, tc := range []struct {
+		name, answer string
+		printed      string // "" for nothing
+	}{
+		{"cut short", `{"error":"commit outcome unknown (leader changed or commit timed out): not acknowledged, retry","purged":2,"keys":["gh:a","gh:b"]}`, `"purged": 2`},
+		{"refused", `{"error":"no leader (election in progress or no quorum): not committed, retry","purged":0,"keys":[]}`, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusServiceUnavailable)
+				w.Write([]byte(tc.answer))
+			}))
+			t.Cleanup(srv.Close)
+			t.Setenv("ONCEHOOK_TOKEN_FILE", "")
+			t.Setenv("ONCEHOOK_TOKEN", "test-token")
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			mk := Flags(fs)
+			if err := fs.Parse([]string{"-addr", srv.URL}); err != nil {
+				t.Fatal(err)
+			}
+			c, err := mk()
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			err = c.Purge(t.Context(), &out, admin.PurgeRequest{State: "dead", Before: "1h", Reason: "r"})
+			if err == nil || !strings.Contains(err.Error(), ": 503: ") {
+				t.Fatalf("Purge = %v, want the 503 as an error", err)
+			}
+			switch {
+			case tc.printed == "" && out.Len() != 0:
+				t.Fatalf("printed %q for a refusal", out.String())
+			case tc.printed != "" && (!strings.Contains(out.String(), tc.printed) || !strings.Contains(out.String(), "gh:b")):
+				t.Fatalf("printed %q, want the keys deleted", out.String())
+			}
+		})
+	}
+}

@@ -110,7 +110,26 @@ func (c *Client) Do(ctx context.Context, method, path string, body any, out any)
 //     "no event with key ...", "unknown source ..."): the address is the
 //     intake listener, not the admin one.
 func (c *Client) statusError(what string, status int, body []byte) error {
-	text := errorText(body)
+	return &AnswerError{What: what, Status: status, Body: body, hint: c.hint(status, errorText(body))}
+}
+
+// AnswerError is an answer of the admin API that is not a success: what
+// was asked, the status, and the body as it came (an answer may say more
+// than its error, as a purge cut short names what it deleted).
+type AnswerError struct {
+	What   string
+	Status int
+	Body   []byte
+	hint   string
+}
+
+func (e *AnswerError) Error() string {
+	return fmt.Sprintf("%s: %d: %s%s", e.What, e.Status, errorText(e.Body), e.hint)
+}
+
+// hint says what to change for an answer the operator's first mistakes
+// give (statusError).
+func (c *Client) hint(status int, text string) string {
 	hint := ""
 	switch {
 	case status == http.StatusUnauthorized && c.token == "":
@@ -118,7 +137,7 @@ func (c *Client) statusError(what string, status int, body []byte) error {
 	case status == http.StatusNotFound && text == "not found":
 		hint = fmt.Sprintf(" (is %s the admin listener ([admin] listen)? this looks like the intake's answer)", c.base)
 	}
-	return fmt.Errorf("%s: %d: %s%s", what, status, text, hint)
+	return hint
 }
 
 // errorText is the "error" of an admin API JSON error, or the body as is.

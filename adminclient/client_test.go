@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 )
 
@@ -160,5 +161,34 @@ func TestRestoreCutOffSaysItMayHaveTaken(t *testing.T) {
 	err := c.RestoreSnapshot(context.Background(), &out, backup)
 	if err == nil || !strings.Contains(err.Error(), "whether the restore took is unknown") {
 		t.Fatalf("restore cut off: %v, want an error saying the outcome is unknown", err)
+	}
+}
+
+// TestSaveSnapshotChecksTheFileFirst: a path that cannot be written is an
+// error naming it, before the node is asked for a backup (which it would
+// stream into a closed connection and log as failed); a save over an
+// existing file says it replaced it.
+func TestSaveSnapshotChecksTheFileFirst(t *testing.T) {
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		asked.Add(1)
+		w.Write([]byte("backup bytes"))
+	}))
+	t.Cleanup(srv.Close)
+	c := newTestClient(t, srv.URL, "token")
+	missing := filepath.Join(t.TempDir(), "no-such-dir", "backup.db")
+	err := c.SaveSnapshot(t.Context(), io.Discard, missing)
+	if err == nil || !strings.Contains(err.Error(), "cannot write "+missing+": ") || strings.Contains(err.Error(), ".tmp") {
+		t.Fatalf("save into a missing directory: %v, want an error naming %s", err, missing)
+	}
+	if asked.Load() != 0 {
+		t.Fatal("the node was asked for a backup that could not be written")
+	}
+	file := filepath.Join(t.TempDir(), "backup.db")
+	for i, want := range []string{"saved " + file + " (12 bytes)\n", "saved " + file + " (12 bytes), replacing the file that was there\n"} {
+		var out bytes.Buffer
+		if err := c.SaveSnapshot(t.Context(), &out, file); err != nil || out.String() != want {
+			t.Fatalf("save %d: %q, %v; want %q", i+1, out.String(), err, want)
+		}
 	}
 }

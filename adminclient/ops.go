@@ -3,6 +3,7 @@ package adminclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -134,9 +135,24 @@ func (c *Client) Replay(ctx context.Context, w io.Writer, req admin.ReplayReques
 	return nil
 }
 
-// Purge posts req to /v1/purge and prints the answer.
+// Purge posts req to /v1/purge and prints the answer. A purge that failed
+// part way (the leader lost, the outcome of its last command unknown) is
+// an error that still names what was deleted: that answer is printed too,
+// so the operator learns which events are gone.
 func (c *Client) Purge(ctx context.Context, w io.Writer, req admin.PurgeRequest) error {
-	return c.post(ctx, w, "/v1/purge", req)
+	err := c.post(ctx, w, "/v1/purge", req)
+	var ae *AnswerError
+	if errors.As(err, &ae) {
+		var partial struct {
+			Purged int `json:"purged"`
+		}
+		if json.Unmarshal(ae.Body, &partial) == nil && partial.Purged > 0 {
+			if perr := printAnswer(w, ae.Body); perr != nil {
+				return perr
+			}
+		}
+	}
+	return err
 }
 
 // Pause posts to /v1/sources/{source}/pause (or .../resume when pause is
@@ -207,19 +223,30 @@ func (c *Client) TransferLeadership(ctx context.Context, w io.Writer, to string)
 // long as the state takes: ctx bounds it, not the client's timeout.
 func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer, file string) error {
 	c.http.Timeout = 0
+	// The file is opened first: a path that cannot be written is said so
+	// before the node streams a backup into nothing.
+	_, replacing := os.Stat(file)
+	tmp := file + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			err = pe.Err
+		}
+		return fmt.Errorf("cannot write %s: %w", file, err)
+	}
 	resp, err := c.raw(ctx, http.MethodGet, "/v1/backup", nil)
 	if err != nil {
+		f.Close()
+		os.Remove(tmp)
 		return err
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
+		f.Close()
+		os.Remove(tmp)
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
 		return c.statusError("backup", resp.StatusCode, b)
-	}
-	tmp := file + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
 	}
 	n, err := io.Copy(f, resp.Body)
 	if err == nil {
@@ -235,7 +262,11 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer, file string) err
 	if err := os.Rename(tmp, file); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "saved %s (%d bytes)\n", file, n)
+	if replacing == nil {
+		fmt.Fprintf(w, "saved %s (%d bytes), replacing the file that was there\n", file, n)
+	} else {
+		fmt.Fprintf(w, "saved %s (%d bytes)\n", file, n)
+	}
 	return nil
 }
 
