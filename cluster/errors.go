@@ -1,6 +1,9 @@
 package cluster
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Outcomes callers branch on.
 var (
@@ -13,6 +16,10 @@ var (
 	// lost or a timeout after it entered the log). Never acknowledge it; a retry
 	// of the same claim converges on the committed state either way.
 	ErrIndeterminate = errors.New("cluster: outcome unknown")
+	// ErrRemoved: this node learnt from the other members that it is no
+	// longer in the cluster's configuration; it commits nothing. It wraps
+	// ErrNoLeader, which callers already answer as not committed.
+	ErrRemoved = fmt.Errorf("cluster: this node is not a member of the cluster (removed): %w", ErrNoLeader)
 	// ErrShutdown: the node is closing.
 	ErrShutdown = errors.New("cluster: shutting down")
 	// ErrUnauthorized: a peer presented a wrong cluster token or certificate.

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -47,6 +48,11 @@ func TestRemovedWhileDownLearnsIt(t *testing.T) {
 	}
 	if n.IsLeader() {
 		t.Fatalf("the removed node leads")
+	}
+	// A claim sent to it is refused saying why (waiting for a leader, it
+	// would end in the wait's error instead).
+	if _, err := n.Claim(ctxT(t, 10*time.Second), claimCmd("src:to-a-removed-node")); !errors.Is(err, ErrRemoved) || !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("claim on the removed node: %v, want ErrRemoved (an ErrNoLeader)", err)
 	}
 }
 
