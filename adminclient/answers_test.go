@@ -223,25 +223,9 @@ func TestPurgeCutShortPrintsWhatWent(t *testing.T) {
 		{"refused", `{"error":"no leader (election in progress or no quorum): not committed, retry","purged":0,"keys":[]}`, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(http.StatusServiceUnavailable)
-				w.Write([]byte(tc.answer))
-			}))
-			t.Cleanup(srv.Close)
-			t.Setenv("ONCEHOOK_TOKEN_FILE", "")
-			t.Setenv("ONCEHOOK_TOKEN", "test-token")
-			fs := flag.NewFlagSet("test", flag.ContinueOnError)
-			mk := Flags(fs)
-			if err := fs.Parse([]string{"-addr", srv.URL}); err != nil {
-				t.Fatal(err)
-			}
-			c, err := mk()
-			if err != nil {
-				t.Fatal(err)
-			}
+			c := newTestClient(t, answeringAlways(t, http.StatusServiceUnavailable, tc.answer), "test-token")
 			var out bytes.Buffer
-			err = c.Purge(t.Context(), &out, admin.PurgeRequest{State: "dead", Before: "1h", Reason: "r"})
+			err := c.Purge(t.Context(), &out, admin.PurgeRequest{State: "dead", Before: "1h", Reason: "r"})
 			if err == nil || !strings.Contains(err.Error(), ": 503: ") {
 				t.Fatalf("Purge = %v, want the 503 as an error", err)
 			}

@@ -42,13 +42,8 @@ func TestErrorHints(t *testing.T) {
 		{"unknown source", "tok", 404, `{"error":"unknown source orders"}`, callPause, "POST /v1/sources/orders/pause: 404: unknown source orders", "", addrHint},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				w.Header().Set("Content-Type", "application/json")
-				w.WriteHeader(tc.status)
-				w.Write([]byte(tc.body))
-			}))
-			t.Cleanup(srv.Close)
-			c := newTestClient(t, srv.URL, tc.token)
+			url := answeringAlways(t, tc.status, tc.body)
+			c := newTestClient(t, url, tc.token)
 			err := tc.call(c)
 			if err == nil {
 				t.Fatalf("no error, want %q", tc.want)
@@ -66,8 +61,8 @@ func TestErrorHints(t *testing.T) {
 			if strings.Contains(msg, tc.withheld) {
 				t.Errorf("error %q has the hint %q, which does not apply", msg, tc.withheld)
 			}
-			if tc.hint == addrHint && !strings.Contains(msg, srv.URL) {
-				t.Errorf("error %q does not name the address %s", msg, srv.URL)
+			if tc.hint == addrHint && !strings.Contains(msg, url) {
+				t.Errorf("error %q does not name the address %s", msg, url)
 			}
 		})
 	}
@@ -191,4 +186,17 @@ func TestSaveSnapshotChecksTheFileFirst(t *testing.T) {
 			t.Fatalf("save %d: %q, %v; want %q", i+1, out.String(), err, want)
 		}
 	}
+}
+
+// answeringAlways serves body as JSON with status to every request until the
+// test ends, and returns its URL.
+func answeringAlways(t *testing.T, status int, body string) string {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		w.Write([]byte(body))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL
 }
