@@ -159,10 +159,11 @@ func TestRestoreCutOffSaysItMayHaveTaken(t *testing.T) {
 	}
 }
 
-// TestSaveSnapshotChecksTheFileFirst: a path that cannot be written is an
-// error naming it, before the node is asked for a backup (which it would
-// stream into a closed connection and log as failed); a save over an
-// existing file says it replaced it.
+// TestSaveSnapshotChecksTheFileFirst: a path that cannot be written, or
+// that is not a regular file, is an error naming it, before the node is
+// asked for a backup (which it would stream into a closed connection and
+// log as failed); a save over an existing file says it replaced it, and
+// touches no other file beside it.
 func TestSaveSnapshotChecksTheFileFirst(t *testing.T) {
 	var asked atomic.Int32
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -179,7 +180,28 @@ func TestSaveSnapshotChecksTheFileFirst(t *testing.T) {
 	if asked.Load() != 0 {
 		t.Fatal("the node was asked for a backup that could not be written")
 	}
+	dir := filepath.Join(t.TempDir(), "a-directory")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SaveSnapshot(t.Context(), io.Discard, dir); err == nil || err.Error() != "cannot write "+dir+": not a regular file" {
+		t.Fatalf("save over a directory: %v", err)
+	}
+	if asked.Load() != 0 {
+		t.Fatal("the node was asked for a backup that could not be written")
+	}
 	file := filepath.Join(t.TempDir(), "backup.db")
+	if err := os.WriteFile(file+".tmp", []byte("someone else's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if b, err := os.ReadFile(file + ".tmp"); err != nil || string(b) != "someone else's" {
+			t.Errorf("a file beside the backup was overwritten: %q, %v", b, err)
+		}
+		if left, _ := filepath.Glob(file + ".tmp-*"); len(left) != 0 {
+			t.Errorf("temporary files left: %v", left)
+		}
+	}()
 	for i, want := range []string{"saved " + file + " (12 bytes)\n", "saved " + file + " (12 bytes), replacing the file that was there\n"} {
 		var out bytes.Buffer
 		if err := c.SaveSnapshot(t.Context(), &out, file); err != nil || out.String() != want {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"path/filepath"
 	"text/tabwriter"
 	"time"
 
@@ -225,9 +226,12 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer, file string) err
 	c.http.Timeout = 0
 	// The file is opened first: a path that cannot be written is said so
 	// before the node streams a backup into nothing.
-	_, replacing := os.Stat(file)
-	tmp := file + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	fi, statErr := os.Stat(file)
+	replacing := statErr == nil
+	if replacing && !fi.Mode().IsRegular() {
+		return fmt.Errorf("cannot write %s: not a regular file", file)
+	}
+	f, err := os.CreateTemp(filepath.Dir(file), filepath.Base(file)+".tmp-*")
 	if err != nil {
 		var pe *os.PathError
 		if errors.As(err, &pe) {
@@ -235,6 +239,7 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer, file string) err
 		}
 		return fmt.Errorf("cannot write %s: %w", file, err)
 	}
+	tmp := f.Name()
 	resp, err := c.raw(ctx, http.MethodGet, "/v1/backup", nil)
 	if err != nil {
 		f.Close()
@@ -260,9 +265,14 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer, file string) err
 		return fmt.Errorf("write snapshot: %w", err)
 	}
 	if err := os.Rename(tmp, file); err != nil {
-		return err
+		os.Remove(tmp)
+		var le *os.LinkError
+		if errors.As(err, &le) {
+			err = le.Err
+		}
+		return fmt.Errorf("cannot write %s: %w", file, err)
 	}
-	if replacing == nil {
+	if replacing {
 		fmt.Fprintf(w, "saved %s (%d bytes), replacing the file that was there\n", file, n)
 	} else {
 		fmt.Fprintf(w, "saved %s (%d bytes)\n", file, n)

@@ -266,3 +266,54 @@ func TestClusterPortCapsUnauthenticated(t *testing.T) {
 		t.Fatal("a third unauthenticated connection from a member's network was kept")
 	}
 }
+
+// TestPeersDialFromTheAdvertisedAddress: a node's connections to its peers
+// leave from its advertised IP when that IP is this host's, since the peers
+// recognise members by it (their own caps on the cluster port); left to the
+// kernel, a connection to 127.0.0.1 from a node advertising 127.0.0.11
+// leaves from 127.0.0.1, and counts as a stranger's. An advertised address
+// that is not this host's (NAT) leaves the choice to the kernel.
+func TestPeersDialFromTheAdvertisedAddress(t *testing.T) {
+	target, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer target.Close()
+	for _, tc := range []struct {
+		advertise string
+		want      string // the source IP the target sees
+	}{
+		{"127.0.0.11", "127.0.0.11"},
+		{"192.0.2.1", "127.0.0.1"}, // TEST-NET-1: not this host's
+	} {
+		t.Run(tc.advertise, func(t *testing.T) {
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			m, err := newMux(ln, net.JoinHostPort(tc.advertise, "7000"), []byte(testToken), nil, quietLogger())
+			if err != nil {
+				t.Fatal(err)
+			}
+			seen := make(chan string, 1)
+			go func() {
+				c, err := target.Accept()
+				if err != nil {
+					seen <- err.Error()
+					return
+				}
+				defer c.Close()
+				seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
+			}()
+			c, err := m.dial(t.Context(), target.Addr().String(), kindRelay, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if got := <-seen; got != tc.want {
+				t.Fatalf("the peer saw a connection from %s, want %s", got, tc.want)
+			}
+		})
+	}
+}

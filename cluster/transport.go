@@ -16,6 +16,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -68,11 +69,17 @@ func checkAuth(token []byte, tlsc *TLSConfig) error {
 type mux struct {
 	ln        net.Listener
 	advertise net.Addr
-	token     []byte
-	tls       atomic.Pointer[tlsPair] // nil: no TLS; replaced by reloadTLS
-	log       *slog.Logger
-	onRelay   func(net.Conn)
-	wrap      func(net.Conn) net.Conn // tests: see Config.wrapConn
+	// source is the address the node's own connections to its peers leave
+	// from: the advertised IP when it is this host's (nil: the kernel's
+	// choice). The peers recognise members by that IP (memberAddrs); left
+	// to the kernel, a connection to 10.0.0.2 from a host advertising
+	// 10.0.0.1 may leave from another of its addresses.
+	source  *net.TCPAddr
+	token   []byte
+	tls     atomic.Pointer[tlsPair] // nil: no TLS; replaced by reloadTLS
+	log     *slog.Logger
+	onRelay func(net.Conn)
+	wrap    func(net.Conn) net.Conn // tests: see Config.wrapConn
 
 	raftConns chan net.Conn
 	closing   chan struct{}
@@ -113,6 +120,7 @@ func newMux(ln net.Listener, advertise string, token []byte, tlsc *TLSConfig, lo
 		preAuth:    connlimit.NewCounter(connlimit.Limits{}),
 		memberAuth: connlimit.NewCounter(connlimit.Limits{}),
 		advertise:  adv,
+		source:     localSource(adv.IP),
 		token:      token,
 		log:        log,
 		raftConns:  make(chan net.Conn, 16),
@@ -178,6 +186,18 @@ func (m *mux) serve() {
 			}()
 		}
 	}()
+}
+
+// localSource is the address to dial peers from when ip is one of this
+// host's (a socket can be bound to it), else nil.
+func localSource(ip net.IP) *net.TCPAddr {
+	a := &net.TCPAddr{IP: ip}
+	ln, err := net.ListenTCP("tcp", a)
+	if err != nil {
+		return nil
+	}
+	ln.Close()
+	return a
 }
 
 // memberAddrs are the IP addresses of the cluster's members, as the node
@@ -374,7 +394,15 @@ func (t *trackedConn) Close() error {
 // the dial and the TLS handshake early (a relay whose leader changed).
 func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
+	if m.source != nil {
+		d.LocalAddr = m.source
+	}
 	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil && m.source != nil && errors.Is(err, syscall.EADDRNOTAVAIL) {
+		// The address left this host since start: the kernel's choice.
+		d.LocalAddr = nil
+		c, err = d.DialContext(ctx, "tcp", addr)
+	}
 	if err != nil {
 		return nil, err
 	}

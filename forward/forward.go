@@ -861,6 +861,15 @@ func (f *Forwarder) limits() Limits {
 // false when ctx ended.
 func (f *Forwarder) expire(ctx context.Context) bool {
 	n, dead, err := f.opts.Store.Expire(ctx)
+	// The dead letters deleted by the commands that committed are told
+	// first, even when leadership ended part way: nobody else will.
+	for _, ev := range dead {
+		f.log.Warn("dead letter expired", "key", ev.Key, "source", ev.Source,
+			"dead_since", time.Unix(0, ev.UpdatedAt).UTC(), "last_error", ev.LastError)
+		if f.opts.DeadExpired != nil {
+			f.opts.DeadExpired(ev)
+		}
+	}
 	switch {
 	case ctx.Err() != nil:
 		return false
@@ -868,13 +877,6 @@ func (f *Forwarder) expire(ctx context.Context) bool {
 		f.log.Warn("expire failed", "err", err)
 	case n > 0:
 		f.log.Info("expired retention buckets", "events", n)
-	}
-	for _, ev := range dead {
-		f.log.Warn("dead letter expired", "key", ev.Key, "source", ev.Source,
-			"dead_since", time.Unix(0, ev.UpdatedAt).UTC(), "last_error", ev.LastError)
-		if f.opts.DeadExpired != nil {
-			f.opts.DeadExpired(ev)
-		}
 	}
 	return f.dropPayloads(ctx)
 }

@@ -193,3 +193,36 @@ func TestSweeperDropsPayloadsInBatches(t *testing.T) {
 		t.Fatalf("sweeper calls %q, want %q", got, want)
 	}
 }
+
+// cutShortExpire is a Store whose Expire loses leadership part way: the
+// commands before it committed and deleted a dead letter, then ctx ends.
+type cutShortExpire struct {
+	*leader
+	cancel context.CancelFunc
+}
+
+func (c *cutShortExpire) Expire(ctx context.Context) (int, []engine.Event, error) {
+	c.cancel()
+	return 1, []engine.Event{{Key: "src:gone", Source: "src", State: engine.StateDead}}, ctx.Err()
+}
+
+// TestDeadLettersReportedWhenExpireIsCutShort: the dead letters an expire
+// deleted before leadership ended are logged and counted all the same;
+// nobody else will report them.
+func TestDeadLettersReportedWhenExpireIsCutShort(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	var reported []string
+	var logs lockedLog
+	f := New(Options{
+		Store:       &cutShortExpire{leader: newLeader(t), cancel: cancel},
+		Logger:      slog.New(slog.NewTextHandler(&logs, nil)),
+		DeadExpired: func(ev engine.Event) { reported = append(reported, ev.Key) },
+	})
+	if f.expire(ctx) {
+		t.Fatal("expire went on after its context ended")
+	}
+	if !slices.Equal(reported, []string{"src:gone"}) || !strings.Contains(logs.String(), "dead letter expired") {
+		t.Fatalf("reported %v, log %q; want the dead letter reported and logged", reported, logs.String())
+	}
+}
