@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"strings"
-	"time"
 
 	"oncehook/admin"
 	"oncehook/adminclient"
@@ -180,7 +179,7 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := checkStateFlag("purge", *state, true); err != nil {
 		return err
 	}
-	if _, err := admin.ParseBefore(*before, time.Now()); err != nil {
+	if err := admin.CheckBefore(*before); err != nil {
 		return usageError{"purge -" + err.Error()}
 	}
 	c, err := mk()

@@ -165,7 +165,7 @@ func TestClientCommandsCheckValues(t *testing.T) {
 		{events, []string{"-limit", "5000"}, ""},
 		{replay, []string{"-state", "pending", "-reason", "r"}, "still in flight; replay takes dead, done or stale"},
 		{replay, []string{"-state", "Dead", "-reason", "r"}, "want dead, done or stale"},
-		{replay, []string{"-state", "dead", "-since", "yesterday", "-reason", "r"}, "RFC3339 time or a duration"},
+		{replay, []string{"-state", "dead", "-since", "yesterday", "-reason", "r"}, "RFC 3339 time or a duration"},
 		{replay, []string{"-state", "dead", "-since", "24h", "-reason", "r"}, ""},
 		{purge, []string{"-state", "processing", "-before", "1h", "-reason", "r"}, "still in flight; purge takes dead, done or stale"},
 		{purge, []string{"-state", "done", "-before", "last week", "-reason", "r"}, "RFC 3339 time or a duration"},

@@ -96,6 +96,14 @@ func ParseBefore(v string, now time.Time) (time.Time, error) {
 	return t, nil
 }
 
+// CheckBefore reports what ParseBefore would refuse in v but the clock: a
+// client checks a purge's bound before it sends it, and leaves the
+// comparison with the node's clock to the node (its own may differ).
+func CheckBefore(v string) error {
+	_, err := parseBound("before", v, time.Now())
+	return err
+}
+
 // maxAhead is how far ahead of the node's clock a purge's bound may be: the
 // clock skew between an operator's machine and the node.
 const maxAhead = time.Minute

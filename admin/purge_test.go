@@ -79,3 +79,26 @@ func TestParseSince(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckBefore: the client's check of a purge's bound refuses what the
+// node would, except a time ahead of the client's clock, which the node
+// judges by its own.
+func TestCheckBefore(t *testing.T) {
+	for _, tt := range []struct {
+		in  string
+		err string
+	}{
+		{"720h", ""},
+		{"2026-11-01T00:00:00Z", ""},
+		{time.Now().Add(10 * time.Minute).UTC().Format(time.RFC3339), ""}, // the node's clock decides
+		{"1026-12-03T00:00:00Z", "out of range"},
+		{"-1h", "must be positive"},
+		{"9999999h", "not a duration this node can hold"},
+		{"yesterday", "RFC 3339 time or a duration"},
+	} {
+		err := CheckBefore(tt.in)
+		if tt.err == "" && err != nil || tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)) {
+			t.Errorf("CheckBefore(%q) = %v, want %q", tt.in, err, tt.err)
+		}
+	}
+}

@@ -25,15 +25,25 @@ func (n *Node) watchMembership() {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	var since time.Time // when this node last knew a leader, or started
-	var resolved string // the member addresses last resolved
-	n.refreshMemberAddrs(&resolved)
+	// Name lookups end with the node, not after their own timeout.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-n.stopObserve:
+		case <-ctx.Done():
+		}
+		cancel()
+	}()
+	var resolved memberLookup
+	n.refreshMemberAddrs(ctx, &resolved)
 	for {
 		select {
 		case <-n.stopObserve:
 			return
 		case <-t.C:
 		}
-		n.refreshMemberAddrs(&resolved)
+		n.refreshMemberAddrs(ctx, &resolved)
 		if addr, _ := n.raft.LeaderWithID(); addr != "" || n.removed() {
 			since = time.Time{}
 			n.removedBy.Store(nil)
@@ -56,13 +66,28 @@ func (n *Node) watchMembership() {
 	}
 }
 
+// memberLookup is what refreshMemberAddrs resolved last: the members'
+// hosts, and when.
+type memberLookup struct {
+	hosts  string
+	at     time.Time
+	names  bool // some host is a name, not an address
+	failed bool // a name's lookup failed
+}
+
+// memberLookupEvery is how often members named by DNS are looked up again
+// with the same names: a peer restarted under its name may come back with
+// another address.
+const memberLookupEvery = 30 * time.Second
+
 // refreshMemberAddrs gives the cluster port the IP addresses of the
-// members (the bootstrap peers and the raft configuration's servers), so
-// that their connections count apart from strangers' (mux.memberAuth). A
-// name is resolved here, never on the accept path, and again only when the
-// set of addresses changes or a lookup failed; last is the set last
-// resolved.
-func (n *Node) refreshMemberAddrs(last *string) {
+// members, so that their connections count apart from strangers'
+// (mux.memberAuth): the raft configuration's servers, or the bootstrap
+// peers while there is no configuration (a member removed since keeps no
+// place). A name is resolved here, never on the accept path, again when the
+// hosts change, a lookup failed or memberLookupEvery passed; last is the
+// lookup before.
+func (n *Node) refreshMemberAddrs(ctx context.Context, last *memberLookup) {
 	if n.mux == nil {
 		return
 	}
@@ -72,41 +97,73 @@ func (n *Node) refreshMemberAddrs(last *string) {
 			hosts = append(hosts, host)
 		}
 	}
-	for _, p := range n.cfg.Peers {
-		add(p.Addr)
-	}
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
 			add(string(s.Address))
 		}
 	}
+	if len(hosts) == 0 {
+		for _, p := range n.cfg.Peers {
+			add(p.Addr)
+		}
+	}
 	slices.Sort(hosts)
 	key := strings.Join(hosts, " ")
-	if key == *last {
+	now := time.Now()
+	if !last.due(key, now) {
 		return
 	}
+	set, next := resolveMembers(ctx, hosts, net.DefaultResolver.LookupNetIP)
+	n.mux.members.Store(&set)
+	next.hosts, next.at = key, now
+	*last = next
+}
+
+// due reports whether the members' hosts must be looked up (again): they
+// changed, or names among them were looked up memberLookupEvery ago, or
+// a lookup failed (retried after memberLookupRetry).
+func (l *memberLookup) due(hosts string, now time.Time) bool {
+	switch {
+	case hosts != l.hosts:
+		return true
+	case l.failed:
+		return now.Sub(l.at) >= memberLookupRetry
+	case l.names:
+		return now.Sub(l.at) >= memberLookupEvery
+	}
+	return false
+}
+
+// memberLookupRetry is how soon a failed lookup of a member's name is tried
+// again (each try may take memberStatsTimeout of the membership watch).
+const memberLookupRetry = 5 * time.Second
+
+// resolveMembers turns hosts (addresses or names) into the members' IP
+// addresses, without zones, v4-mapped ones as IPv4. The lookup it returns
+// says whether any host was a name and whether a lookup failed (its
+// addresses are then missing until the retry).
+func resolveMembers(ctx context.Context, hosts []string,
+	lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)) (memberAddrs, memberLookup) {
 	set := make(memberAddrs, len(hosts))
-	complete := true
+	var l memberLookup
 	for _, h := range hosts {
 		if ip, err := netip.ParseAddr(h); err == nil {
-			set[ip.Unmap()] = struct{}{}
+			set[ip.Unmap().WithZone("")] = struct{}{}
 			continue
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), memberStatsTimeout)
-		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", h)
+		l.names = true
+		lctx, cancel := context.WithTimeout(ctx, memberStatsTimeout)
+		ips, err := lookup(lctx, "ip", h)
 		cancel()
 		if err != nil {
-			complete = false
+			l.failed = true
 			continue
 		}
 		for _, ip := range ips {
-			set[ip.Unmap()] = struct{}{}
+			set[ip.Unmap().WithZone("")] = struct{}{}
 		}
 	}
-	n.mux.members.Store(&set)
-	if complete {
-		*last = key
-	}
+	return set, l
 }
 
 // askRemoved asks the other members of this node's configuration and returns

@@ -1,7 +1,10 @@
 package cluster
 
 import (
+	"context"
 	"errors"
+	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -65,4 +68,73 @@ func (c *testCluster) cutPair(i, j int) {
 	c.trans[j].Disconnect(raft.ServerAddress(c.ids[i]))
 	c.cut[[2]string{c.ids[i], c.ids[j]}] = true
 	c.cut[[2]string{c.ids[j], c.ids[i]}] = true
+}
+
+// TestMemberLookups: members named by DNS are looked up again every
+// memberLookupEvery (a peer restarted under its name may have another
+// address), a failed lookup after memberLookupRetry, addresses alone only
+// when the hosts change; addresses are kept without zone and v4-mapped ones
+// as IPv4, so that a connection from any form of a member's address counts
+// as the member's.
+func TestMemberLookups(t *testing.T) {
+	answer := map[string][]netip.Addr{"member.test": {netip.MustParseAddr("10.9.9.1")}}
+	lookup := func(_ context.Context, _, host string) ([]netip.Addr, error) {
+		if ips, ok := answer[host]; ok {
+			return ips, nil
+		}
+		return nil, errors.New("no such host")
+	}
+	hosts := []string{"member.test", "fe80::1%eth0", "::ffff:10.0.0.1", "2001:db8::5"}
+	set, l := resolveMembers(t.Context(), hosts, lookup)
+	for _, a := range []*net.TCPAddr{
+		{IP: net.ParseIP("10.9.9.1")},
+		{IP: net.ParseIP("fe80::1"), Zone: "eth0"},
+		{IP: net.ParseIP("fe80::1"), Zone: "eth1"},
+		{IP: net.ParseIP("10.0.0.1")},
+		{IP: net.ParseIP("::ffff:10.0.0.1")},
+		{IP: net.ParseIP("2001:db8::5")},
+	} {
+		if !set.holds(a) {
+			t.Errorf("%v is not taken for a member's", a)
+		}
+	}
+	if set.holds(&net.TCPAddr{IP: net.ParseIP("10.9.9.2")}) {
+		t.Error("a stranger's address is taken for a member's")
+	}
+	if !l.names || l.failed {
+		t.Fatalf("lookup %+v, want names, none failed", l)
+	}
+
+	t0 := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	l.hosts, l.at = "member.test other", t0
+	for _, tc := range []struct {
+		name  string
+		l     memberLookup
+		hosts string
+		after time.Duration
+		due   bool
+	}{
+		{"names, just looked up", l, l.hosts, time.Second, false},
+		{"names, looked up a while ago", l, l.hosts, memberLookupEvery, true},
+		{"the hosts changed", l, "member.test", time.Second, true},
+		{"addresses only", memberLookup{hosts: "10.0.0.1", at: t0}, "10.0.0.1", 1000 * time.Hour, false},
+		{"a lookup failed, just now", memberLookup{hosts: "x.test", at: t0, names: true, failed: true}, "x.test", time.Second, false},
+		{"a lookup failed, a while ago", memberLookup{hosts: "x.test", at: t0, names: true, failed: true}, "x.test", memberLookupRetry, true},
+		{"never looked up", memberLookup{}, "10.0.0.1", 0, true},
+	} {
+		if got := tc.l.due(tc.hosts, t0.Add(tc.after)); got != tc.due {
+			t.Errorf("%s: due = %v, want %v", tc.name, got, tc.due)
+		}
+	}
+
+	// The name moves: the next lookup has the new address, not the old.
+	answer["member.test"] = []netip.Addr{netip.MustParseAddr("10.9.9.2")}
+	set, _ = resolveMembers(t.Context(), hosts, lookup)
+	if !set.holds(&net.TCPAddr{IP: net.ParseIP("10.9.9.2")}) || set.holds(&net.TCPAddr{IP: net.ParseIP("10.9.9.1")}) {
+		t.Error("the member's new address is not taken for its, or its old one still is")
+	}
+	_, l = resolveMembers(t.Context(), []string{"gone.test"}, lookup)
+	if !l.failed {
+		t.Error("a failed lookup is not reported")
+	}
 }

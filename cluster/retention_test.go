@@ -174,3 +174,39 @@ func TestDropPayloadsProposesNothingWhenNoneDue(t *testing.T) {
 		t.Fatalf("src:kept lost its payload: %v", err)
 	}
 }
+
+// TestExpireGoesPastOneBatch: the leader's Expire goes through every ended
+// bucket, ExpireBatch entries a command, until none is left: a bucket of
+// more done events than one batch is gone after one call.
+func TestExpireGoesPastOneBatch(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	leader := c.nodes[c.waitLeader(-1)]
+	ctx := ctxT(t, 60*time.Second)
+	const n = ExpireBatch + 300
+	for i := 0; i < n; i += 500 {
+		var cmds []engine.Command
+		for j := i; j < min(n, i+500); j++ {
+			cmds = append(cmds, claimCmd(fmt.Sprintf("src:k%05d", j)))
+		}
+		if _, err := leader.Apply(ctx, cmds...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := leader.Lease(ctx, n, time.Hour)
+	if err != nil || len(evs) != n {
+		t.Fatalf("lease: %d events, %v", len(evs), err)
+	}
+	for i := 0; i < n; i += 500 {
+		var cmds []engine.Command
+		for _, ev := range evs[i:min(n, i+500)] {
+			cmds = append(cmds, engine.Command{Op: engine.OpComplete, Key: ev.Key, Token: ev.Token})
+		}
+		if _, err := leader.Apply(ctx, cmds...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.clock.advance(1000 * time.Hour)
+	if got, _, err := leader.Expire(ctx); err != nil || got != n {
+		t.Fatalf("expire: %d events, %v; want %d", got, err, n)
+	}
+}

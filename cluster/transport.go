@@ -217,7 +217,7 @@ func (s *memberAddrs) holds(a net.Addr) bool {
 	if !ok {
 		return false
 	}
-	_, ok = (*s)[ip.Unmap()]
+	_, ok = (*s)[ip.Unmap().WithZone("")]
 	return ok
 }
 

@@ -678,11 +678,13 @@ func normaliseHMAC(h *providers.HMACSpec) {
 	}
 }
 
-// MaxEventDuration bounds every duration an event carries (retention,
-// payload_retention, dead_retention, lease, backoff, forward_timeout): the
-// state machine refuses a command with a duration it cannot add to a time
-// without overflow (about 73 years), and a refused claim would be an answer
-// of 400 to every delivery of the source. Fifty years stands for "forever".
+// MaxEventDuration bounds every duration of a source: those an event
+// carries (retention, payload_retention, dead_retention, lease, backoff,
+// forward_timeout), which the state machine refuses when it cannot add them
+// to a time without overflow (about 73 years: a refused claim would be an
+// answer of 400 to every delivery of the source), and the others
+// (tolerance, keys_refresh), where more is meaningless. Fifty years stands
+// for "forever".
 const MaxEventDuration = 50 * 365 * 24 * time.Hour
 
 // positive checks a source's duration: above zero, at most MaxEventDuration.

@@ -447,6 +447,35 @@ func TestOrderEntryOutlivesAKeptEvent(t *testing.T) {
 	}
 }
 
+// TestOrderEntryIsNeverShortened: a replayed dead letter of an object gets
+// a fresh window shorter than another dead letter's of the same object; the
+// entry keeps the longer one, so an older claim is stale while that other
+// dead letter is kept.
+func TestOrderEntryIsNeverShortened(t *testing.T) {
+	h := newHarness(t, Options{NoSync: true})
+	for _, c := range []Command{orderedClaim("src:x", t0, "A", 1500), orderedClaim("src:y", t0, "A", 2000)} {
+		c.Retention = hour
+		h.one(c)
+	}
+	for range 2 { // x first (older), then y: both go dead, kept 720 h
+		for _, ev := range h.one(leaseCmd(t0, 10)).Events {
+			h.one(Command{Op: OpFail, Now: t0, Key: ev.Key, Token: ev.Token, MaxAttempts: 1, DeadRetention: 720 * hour, Reason: "500"})
+		}
+	}
+	h.one(Command{Op: OpReplay, Now: t0 + hour, Keys: []string{"src:x"}, Who: "ops", Reason: "r"})
+	for _, ev := range h.one(leaseCmd(t0+hour, 10)).Events {
+		h.one(completeCmd(ev.Key, ev.Token, t0+hour))
+	}
+	for h.one(Command{Op: OpExpire, Now: t0 + 5*hour, Max: 1}).More {
+	}
+	if st := h.get("src:y").State; st != StateDead {
+		t.Fatalf("y is %v, want dead (kept)", st)
+	}
+	if r := h.one(orderedClaim("src:old", t0+5*hour, "A", 1000)); r.State != StateStale {
+		t.Fatalf("an older claim while y (2000) is kept dead: %v, want stale", r.State)
+	}
+}
+
 // orderEntries counts the entries of the orders bucket.
 func orderEntries(tb testing.TB, e *Engine) int {
 	tb.Helper()

@@ -247,6 +247,52 @@ func TestBodyMemoryShareOfANetwork(t *testing.T) {
 	waitFor(t, "the cap to be free", func() bool { return f.in.bodies.Load() == 0 })
 }
 
+// TestBodyMemoryShareFitsTheLargestBody: a client network's share always
+// holds one largest body read whole, the byte a chunked body is read past
+// max_body included: a chunked body of exactly max_body is read (here 401,
+// unsigned) and one a byte over is 413, not 503 (which a provider would
+// retry forever), also when max_body is the whole share; one network's
+// bodies in a row each get their share back.
+func TestBodyMemoryShareFitsTheLargestBody(t *testing.T) {
+	f := newIntakeFixture(t)
+	f.in.bodyMemory = 2 << 20 // a quarter is under max_body (1 MiB): the share is one largest body
+	addr := serveTCP(t, f.in)
+	chunked := func(n int) int {
+		t.Helper()
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		w := bufio.NewWriter(c)
+		fmt.Fprint(w, "POST /in/jsonkey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n")
+		for left := n; left > 0; left -= 64 << 10 {
+			m := min(left, 64<<10)
+			fmt.Fprintf(w, "%x\r\n%s\r\n", m, strings.Repeat("x", m))
+		}
+		fmt.Fprint(w, "0\r\n\r\n")
+		if err := w.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range 3 {
+		if code := chunked(1 << 20); code != http.StatusUnauthorized {
+			t.Fatalf("chunked body of exactly max_body, #%d: %d, want 401 (read whole)", i+1, code)
+		}
+	}
+	if code := chunked(1<<20 + 1); code != http.StatusRequestEntityTooLarge {
+		t.Fatalf("chunked body a byte over max_body: %d, want 413", code)
+	}
+	waitFor(t, "the cap to be free", func() bool { return f.in.bodies.Load() == 0 })
+}
+
 // waitFor polls cond until it holds, failing t after 10 s.
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()

@@ -261,7 +261,9 @@ func (in *Server) reserveBody(from netip.Prefix, n int64) bool {
 		in.bodies.Add(-n)
 		return false
 	}
-	share := max(limit/4, largest)
+	// largest+1: a chunked body is read one byte past max_body, to tell
+	// one over it (413) from one of exactly max_body.
+	share := max(limit/4, largest+1)
 	in.bodyMu.Lock()
 	held := in.bodyNets[from] + n
 	ok := held <= share
