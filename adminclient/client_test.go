@@ -187,6 +187,13 @@ func TestSaveSnapshotChecksTheFileFirst(t *testing.T) {
 	if err := c.SaveSnapshot(t.Context(), io.Discard, dir); err == nil || err.Error() != "cannot write "+dir+": not a regular file" {
 		t.Fatalf("save over a directory: %v", err)
 	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(filepath.Join(dir, "elsewhere"), link); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SaveSnapshot(t.Context(), io.Discard, link); err == nil || !strings.Contains(err.Error(), "a symbolic link") {
+		t.Fatalf("save over a symbolic link: %v", err)
+	}
 	if asked.Load() != 0 {
 		t.Fatal("the node was asked for a backup that could not be written")
 	}

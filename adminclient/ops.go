@@ -229,9 +229,14 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer, file string) err
 	c.http.Timeout = 0
 	// The file is opened first: a path that cannot be written is said so
 	// before the node streams a backup into nothing.
-	fi, statErr := os.Stat(file)
+	// Lstat: the rename would replace a symbolic link itself, not the
+	// file it names.
+	fi, statErr := os.Lstat(file)
 	replacing := statErr == nil
-	if replacing && !fi.Mode().IsRegular() {
+	switch {
+	case replacing && fi.Mode()&os.ModeSymlink != 0:
+		return fmt.Errorf("cannot write %s: a symbolic link (give the path it points to)", file)
+	case replacing && !fi.Mode().IsRegular():
 		return fmt.Errorf("cannot write %s: not a regular file", file)
 	}
 	f, err := os.CreateTemp(filepath.Dir(file), filepath.Base(file)+".tmp-*")

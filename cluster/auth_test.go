@@ -316,4 +316,27 @@ func TestPeersDialFromTheAdvertisedAddress(t *testing.T) {
 			}
 		})
 	}
+	// A peer in the other IP family cannot be dialled from the advertised
+	// IPv4 address: the dial falls back to the kernel's choice, and reaches
+	// the network (here refused: nothing listens on [::1]:1), instead of
+	// failing for want of a source address.
+	t.Run("a peer on IPv6", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		m, err := newMux(ln, "127.0.0.11:7000", []byte(testToken), nil, quietLogger())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, err := m.dial(t.Context(), "[::1]:1", kindRelay, 5*time.Second)
+		if err == nil {
+			c.Close()
+			return
+		}
+		if ae := (*net.AddrError)(nil); errors.As(err, &ae) {
+			t.Fatalf("dial a peer on IPv6 from a node advertising IPv4: %v (the advertised source was kept)", err)
+		}
+	})
 }

@@ -73,6 +73,9 @@ type memberLookup struct {
 	at     time.Time
 	names  bool // some host is a name, not an address
 	failed bool // a name's lookup failed
+	// byName is each name's addresses as last resolved: a name whose
+	// lookup fails (a DNS outage) keeps them until one succeeds.
+	byName map[string][]netip.Addr
 }
 
 // memberLookupEvery is how often members named by DNS are looked up again
@@ -113,7 +116,7 @@ func (n *Node) refreshMemberAddrs(ctx context.Context, last *memberLookup) {
 	if !last.due(key, now) {
 		return
 	}
-	set, next := resolveMembers(ctx, hosts, net.DefaultResolver.LookupNetIP)
+	set, next := resolveMembers(ctx, hosts, last.byName, net.DefaultResolver.LookupNetIP)
 	n.mux.members.Store(&set)
 	next.hosts, next.at = key, now
 	*last = next
@@ -140,12 +143,12 @@ const memberLookupRetry = 5 * time.Second
 
 // resolveMembers turns hosts (addresses or names) into the members' IP
 // addresses, without zones, v4-mapped ones as IPv4. The lookup it returns
-// says whether any host was a name and whether a lookup failed (its
-// addresses are then missing until the retry).
-func resolveMembers(ctx context.Context, hosts []string,
+// says whether any host was a name and whether a lookup failed; a name
+// whose lookup failed keeps its addresses in before, the last lookup's.
+func resolveMembers(ctx context.Context, hosts []string, before map[string][]netip.Addr,
 	lookup func(ctx context.Context, network, host string) ([]netip.Addr, error)) (memberAddrs, memberLookup) {
 	set := make(memberAddrs, len(hosts))
-	var l memberLookup
+	l := memberLookup{byName: map[string][]netip.Addr{}}
 	for _, h := range hosts {
 		if ip, err := netip.ParseAddr(h); err == nil {
 			set[ip.Unmap().WithZone("")] = struct{}{}
@@ -157,8 +160,9 @@ func resolveMembers(ctx context.Context, hosts []string,
 		cancel()
 		if err != nil {
 			l.failed = true
-			continue
+			ips = before[h]
 		}
+		l.byName[h] = ips
 		for _, ip := range ips {
 			set[ip.Unmap().WithZone("")] = struct{}{}
 		}

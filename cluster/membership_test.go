@@ -85,7 +85,7 @@ func TestMemberLookups(t *testing.T) {
 		return nil, errors.New("no such host")
 	}
 	hosts := []string{"member.test", "fe80::1%eth0", "::ffff:10.0.0.1", "2001:db8::5"}
-	set, l := resolveMembers(t.Context(), hosts, lookup)
+	set, l := resolveMembers(t.Context(), hosts, nil, lookup)
 	for _, a := range []*net.TCPAddr{
 		{IP: net.ParseIP("10.9.9.1")},
 		{IP: net.ParseIP("fe80::1"), Zone: "eth0"},
@@ -129,12 +129,15 @@ func TestMemberLookups(t *testing.T) {
 
 	// The name moves: the next lookup has the new address, not the old.
 	answer["member.test"] = []netip.Addr{netip.MustParseAddr("10.9.9.2")}
-	set, _ = resolveMembers(t.Context(), hosts, lookup)
+	set, l = resolveMembers(t.Context(), hosts, l.byName, lookup)
 	if !set.holds(&net.TCPAddr{IP: net.ParseIP("10.9.9.2")}) || set.holds(&net.TCPAddr{IP: net.ParseIP("10.9.9.1")}) {
 		t.Error("the member's new address is not taken for its, or its old one still is")
 	}
-	_, l = resolveMembers(t.Context(), []string{"gone.test"}, lookup)
-	if !l.failed {
-		t.Error("a failed lookup is not reported")
+	// DNS fails: the name keeps its last addresses, and the failure is
+	// reported for a retry.
+	delete(answer, "member.test")
+	set, l = resolveMembers(t.Context(), hosts, l.byName, lookup)
+	if !l.failed || !set.holds(&net.TCPAddr{IP: net.ParseIP("10.9.9.2")}) {
+		t.Errorf("a failed lookup: failed %v, member's last address kept %v; want both", l.failed, set.holds(&net.TCPAddr{IP: net.ParseIP("10.9.9.2")}))
 	}
 }

@@ -16,7 +16,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -186,6 +185,13 @@ func (m *mux) serve() {
 			}()
 		}
 	}()
+}
+
+// isTimeout reports whether err is a network timeout (a dial that would
+// only time out again).
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
 }
 
 // localSource is the address to dial peers from when ip is one of this
@@ -398,8 +404,10 @@ func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Dur
 		d.LocalAddr = m.source
 	}
 	c, err := d.DialContext(ctx, "tcp", addr)
-	if err != nil && m.source != nil && errors.Is(err, syscall.EADDRNOTAVAIL) {
-		// The address left this host since start: the kernel's choice.
+	if err != nil && m.source != nil && ctx.Err() == nil && !isTimeout(err) {
+		// The source may be what failed: the address left this host since
+		// start (EADDRNOTAVAIL), or the peer is in the other IP family (no
+		// suitable address). The kernel's choice then.
 		d.LocalAddr = nil
 		c, err = d.DialContext(ctx, "tcp", addr)
 	}
