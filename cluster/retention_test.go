@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -40,28 +41,9 @@ func TestPurgeFromAFollower(t *testing.T) {
 	leader, follower := c.nodes[l], c.nodes[c.follower(l)]
 	ctx := ctxT(t, 30*time.Second)
 	const n = PurgeBatch + 200
-	for i := 0; i < n; i += 500 {
-		var cmds []engine.Command
-		for j := i; j < min(n, i+500); j++ {
-			cmds = append(cmds, claimCmd(fmt.Sprintf("src:k%05d", j)))
-		}
-		if _, err := leader.Apply(ctx, cmds...); err != nil {
-			t.Fatal(err)
-		}
-	}
-	evs, err := leader.Lease(ctx, n, time.Hour)
-	if err != nil || len(evs) != n {
-		t.Fatalf("lease: %d %v", len(evs), err)
-	}
-	for i := 0; i < n; i += 500 {
-		var cmds []engine.Command
-		for _, ev := range evs[i:min(n, i+500)] {
-			cmds = append(cmds, engine.Command{Op: engine.OpFail, Key: ev.Key, Token: ev.Token, MaxAttempts: 1, DeadRetention: int64(48 * time.Hour)})
-		}
-		if _, err := leader.Apply(ctx, cmds...); err != nil {
-			t.Fatal(err)
-		}
-	}
+	applyPer(t, ctx, leader, claimAndLease(t, ctx, leader, n), func(ev engine.Event) engine.Command {
+		return engine.Command{Op: engine.OpFail, Key: ev.Key, Token: ev.Token, MaxAttempts: 1, DeadRetention: int64(48 * time.Hour)}
+	})
 	keys, err := follower.Purge(ctx, engine.StateDead, "src", c.clock.now().Add(time.Minute), "ops", "gdpr")
 	if err != nil || len(keys) != n {
 		t.Fatalf("purge: %d keys, %v", len(keys), err)
@@ -183,6 +165,19 @@ func TestExpireGoesPastOneBatch(t *testing.T) {
 	leader := c.nodes[c.waitLeader(-1)]
 	ctx := ctxT(t, 60*time.Second)
 	const n = ExpireBatch + 300
+	applyPer(t, ctx, leader, claimAndLease(t, ctx, leader, n), func(ev engine.Event) engine.Command {
+		return engine.Command{Op: engine.OpComplete, Key: ev.Key, Token: ev.Token}
+	})
+	c.clock.advance(1000 * time.Hour)
+	if got, _, err := leader.Expire(ctx); err != nil || got != n {
+		t.Fatalf("expire: %d events, %v; want %d", got, err, n)
+	}
+}
+
+// claimAndLease claims n keys (src:k00000 on) through leader, 500 a command,
+// and leases them all.
+func claimAndLease(t *testing.T, ctx context.Context, leader *Node, n int) []engine.Event {
+	t.Helper()
 	for i := 0; i < n; i += 500 {
 		var cmds []engine.Command
 		for j := i; j < min(n, i+500); j++ {
@@ -194,19 +189,22 @@ func TestExpireGoesPastOneBatch(t *testing.T) {
 	}
 	evs, err := leader.Lease(ctx, n, time.Hour)
 	if err != nil || len(evs) != n {
-		t.Fatalf("lease: %d events, %v", len(evs), err)
+		t.Fatalf("lease: %d events, %v; want %d", len(evs), err, n)
 	}
-	for i := 0; i < n; i += 500 {
+	return evs
+}
+
+// applyPer applies cmd's command for each of evs through leader, 500 a
+// command.
+func applyPer(t *testing.T, ctx context.Context, leader *Node, evs []engine.Event, cmd func(engine.Event) engine.Command) {
+	t.Helper()
+	for i := 0; i < len(evs); i += 500 {
 		var cmds []engine.Command
-		for _, ev := range evs[i:min(n, i+500)] {
-			cmds = append(cmds, engine.Command{Op: engine.OpComplete, Key: ev.Key, Token: ev.Token})
+		for _, ev := range evs[i:min(len(evs), i+500)] {
+			cmds = append(cmds, cmd(ev))
 		}
 		if _, err := leader.Apply(ctx, cmds...); err != nil {
 			t.Fatal(err)
 		}
-	}
-	c.clock.advance(1000 * time.Hour)
-	if got, _, err := leader.Expire(ctx); err != nil || got != n {
-		t.Fatalf("expire: %d events, %v; want %d", got, err, n)
 	}
 }

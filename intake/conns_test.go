@@ -211,16 +211,6 @@ func TestBodyMemoryShareOfANetwork(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	answer := func(c net.Conn) int {
-		t.Helper()
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
-	}
 	// A megabyte declared, 9 KB sent: the first step is held, not the
 	// declared megabyte.
 	idle := dialFrom("127.0.0.1")
@@ -234,12 +224,12 @@ func TestBodyMemoryShareOfANetwork(t *testing.T) {
 	// (8 MiB) has room.
 	same := dialFrom("127.0.0.1")
 	fmt.Fprint(same, head(1<<20)+strings.Repeat("x", 1<<20))
-	if code := answer(same); code != http.StatusServiceUnavailable {
+	if code := answerStatus(t, same); code != http.StatusServiceUnavailable {
 		t.Fatalf("a third body from the same network: %d, want 503", code)
 	}
 	other := dialFrom("127.0.0.2")
 	fmt.Fprint(other, head(1<<20)+strings.Repeat("x", 1<<20))
-	if code := answer(other); code != http.StatusUnauthorized {
+	if code := answerStatus(t, other); code != http.StatusUnauthorized {
 		t.Fatalf("a body from another network: %d, want 401 (read, then refused unsigned)", code)
 	}
 	idle.Close()
@@ -274,13 +264,7 @@ func TestBodyMemoryShareFitsTheLargestBody(t *testing.T) {
 		if err := w.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp.StatusCode
+		return answerStatus(t, c)
 	}
 	for i := range 3 {
 		if code := chunked(1 << 20); code != http.StatusUnauthorized {
@@ -291,6 +275,19 @@ func TestBodyMemoryShareFitsTheLargestBody(t *testing.T) {
 		t.Fatalf("chunked body a byte over max_body: %d, want 413", code)
 	}
 	waitFor(t, "the cap to be free", func() bool { return f.in.bodies.Load() == 0 })
+}
+
+// answerStatus reads the answer to a request sent on c and returns its
+// status, failing t when none comes within 10 s.
+func answerStatus(t *testing.T, c net.Conn) int {
+	t.Helper()
+	_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // waitFor polls cond until it holds, failing t after 10 s.
