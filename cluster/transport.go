@@ -66,8 +66,12 @@ func checkAuth(token []byte, tlsc *TLSConfig) error {
 // them by kind: Raft streams to the raft.StreamLayer side, relay streams to
 // the node's command handler.
 type mux struct {
-	ln        net.Listener
-	advertise net.Addr
+	ln net.Listener
+	// advertise is the address as configured: a name stays a name in the
+	// raft configuration, as the peers list it, so the members' entries
+	// follow their names when an address changes (docs/operations.md,
+	// "Names and addresses", under "Three nodes").
+	advertise advertisedAddr
 	// source is the address the node's own connections to its peers leave
 	// from: the advertised IP when it is this host's (nil: the kernel's
 	// choice). The peers recognise members by that IP (memberAddrs); left
@@ -118,7 +122,7 @@ func newMux(ln net.Listener, advertise string, token []byte, tlsc *TLSConfig, lo
 		ln:         connlimit.Wrap(ln, connlimit.Limits{}, connlimit.Options{Name: "cluster", Logger: log}),
 		preAuth:    connlimit.NewCounter(connlimit.Limits{}),
 		memberAuth: connlimit.NewCounter(connlimit.Limits{}),
-		advertise:  adv,
+		advertise:  advertisedAddr(advertise),
 		source:     localSource(adv.IP),
 		token:      token,
 		log:        log,
@@ -480,6 +484,13 @@ func (l raftLayer) Accept() (net.Conn, error) {
 func (l raftLayer) Close() error { return nil } // the node closes the mux itself, after raft
 
 func (l raftLayer) Addr() net.Addr { return l.m.advertise }
+
+// advertisedAddr is the advertise address as written in the configuration
+// (host or IP, and port), which raft records for this node.
+type advertisedAddr string
+
+func (a advertisedAddr) Network() string { return "tcp" }
+func (a advertisedAddr) String() string  { return string(a) }
 
 func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
 	return l.m.dial(context.Background(), string(addr), kindRaft, timeout)

@@ -517,3 +517,49 @@ func TestRelayAfterTheLeaderRestarts(t *testing.T) {
 		t.Fatalf("the first claim relayed after the leader restarted: %v", err)
 	}
 }
+
+// TestAdvertisedNamesAreRecorded: members named by host name are recorded
+// by that name in every node's raft configuration, each node's own entry
+// included, and followers know the leader by its name: a member whose
+// address changes behind its name stays reachable.
+func TestAdvertisedNamesAreRecorded(t *testing.T) {
+	named := func(addr string) string {
+		_, port, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return net.JoinHostPort("localhost", port)
+	}
+	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
+		peers := make([]Peer, len(cfg.Peers))
+		for j, p := range cfg.Peers {
+			peers[j] = Peer{ID: p.ID, Addr: named(p.Addr)}
+		}
+		cfg.Peers = peers
+		cfg.Advertise = named(cfg.Bind)
+	})
+	leader := leaderOf(t, nodes)
+	want := map[string]string{}
+	for _, n := range nodes {
+		want[n.cfg.ID] = n.cfg.Advertise
+	}
+	for _, n := range nodes {
+		waitFor(t, n.cfg.ID+" knows the leader and three members", func() bool {
+			st := n.Status()
+			return st.LeaderID != "" && len(st.Nodes) == 3
+		})
+		st := n.Status()
+		for _, s := range st.Nodes {
+			if s.Address != want[s.ID] {
+				t.Errorf("%s records %s as %q, want %q", n.cfg.ID, s.ID, s.Address, want[s.ID])
+			}
+		}
+		if got := st.LeaderAddress; got != nodes[leader].cfg.Advertise {
+			t.Errorf("%s knows the leader as %q, want %q", n.cfg.ID, got, nodes[leader].cfg.Advertise)
+		}
+	}
+	res, err := nodes[(leader+1)%3].Claim(ctxT(t, 5*time.Second), claimCmd("src:named"))
+	if err != nil || !res.Created {
+		t.Fatalf("claim through a follower: %+v %v", res, err)
+	}
+}
