@@ -193,7 +193,7 @@ type Event struct {
 	Token         uint64 `json:"token"`
 	CreatedAt     string `json:"created_at"`
 	UpdatedAt     string `json:"updated_at"`
-	NextAttemptAt string `json:"next_attempt_at,omitempty"`
+	NextAttemptAt string `json:"next_attempt_at"` // "" unless pending: the contract names it always
 	LeaseUntil    string `json:"lease_until,omitempty"`
 	ExpiresAt     string `json:"expires_at"`
 	LastError     string `json:"last_error"`
@@ -753,7 +753,14 @@ func (s *Server) adminJoin(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if err := s.store.Join(r.Context(), req.ID, req.Address); err != nil {
-		jsonError(w, clusterStatus(err), err.Error())
+		status := clusterStatus(err)
+		switch {
+		case errors.Is(err, cluster.ErrBadMember):
+			status = http.StatusBadRequest
+		case errors.Is(err, cluster.ErrStandalone):
+			status = http.StatusConflict
+		}
+		jsonError(w, status, err.Error())
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"joined": req.ID})

@@ -31,6 +31,8 @@ type engineStore struct {
 	follower bool // LeaderOnly answers as a follower would
 	// transferErr is what TransferLeadership returns (nil: errNotHere).
 	transferErr error
+	// joinErr is what Join returns (nil: errNotHere).
+	joinErr error
 
 	mu    sync.Mutex
 	index uint64
@@ -96,7 +98,12 @@ func (s *engineStore) PurgePreview(st engine.State, source string, before time.T
 func (s *engineStore) Purge(context.Context, engine.State, string, time.Time, string, string) ([]string, error) {
 	return nil, errNotHere
 }
-func (s *engineStore) Join(context.Context, string, string) error { return errNotHere }
+func (s *engineStore) Join(context.Context, string, string) error {
+	if s.joinErr != nil {
+		return s.joinErr
+	}
+	return errNotHere
+}
 func (s *engineStore) RemovePeer(context.Context, string) error   { return errNotHere }
 func (s *engineStore) TransferLeadership(context.Context, string) (string, error) {
 	if s.transferErr != nil {
@@ -549,6 +556,34 @@ func TestTransferAnswers(t *testing.T) {
 	}
 }
 
+// TestJoinAnswers: a join the cluster refuses says why: a member that
+// cannot be (bad id or address, nothing answering there as that id) is 400,
+// a node without [cluster] 409, a join without a leader 503.
+func TestJoinAnswers(t *testing.T) {
+	for _, c := range []struct {
+		err    error
+		status int
+	}{
+		{fmt.Errorf("join node5: %w: no answer on its cluster port at 10.0.0.5:7070 (start it first)", cluster.ErrBadMember), http.StatusBadRequest},
+		{fmt.Errorf("join node5: %w", cluster.ErrStandalone), http.StatusConflict},
+		{fmt.Errorf("join node5: %w", cluster.ErrNoLeader), http.StatusServiceUnavailable},
+	} {
+		store, url := newTestAPI(t)
+		store.joinErr = c.err
+		req, _ := http.NewRequest("POST", url+"/v1/cluster/join", strings.NewReader(`{"id":"node5","address":"10.0.0.5:7070"}`))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != c.status || !strings.Contains(string(raw), c.err.Error()[:20]) {
+			t.Errorf("%v: %d %s, want %d with the reason", c.err, resp.StatusCode, raw, c.status)
+		}
+	}
+}
+
 // TestMetricsRefusedToPageScripts: /metrics, the one route without a token,
 // is refused to any request a web page made (DNS rebinding would let a page
 // read it as its own origin, by a script or through a frame it opened), and
@@ -606,6 +641,28 @@ func TestPurgeOfARemovedSource(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != want {
 			t.Errorf("purge of %s: %d %s, want %d", source, resp.StatusCode, raw, want)
+		}
+	}
+}
+
+// TestEventShapeHasTheContractFields: every field the contract names for an
+// event is in its JSON whatever its state (a script reading
+// next_attempt_at of a done or dead event finds it, empty).
+func TestEventShapeHasTheContractFields(t *testing.T) {
+	for _, st := range []engine.State{engine.StatePending, engine.StateProcessing, engine.StateDone, engine.StateDead, engine.StateStale} {
+		ev := engine.Event{Key: "orders:e1", Source: "orders", State: st, CreatedAt: 1, UpdatedAt: 2, NextAttemptAt: 3, LeaseUntil: 4, ExpiresAt: 5}
+		raw, err := json.Marshal(toEventJSON(ev, false))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &got); err != nil {
+			t.Fatal(err)
+		}
+		for _, k := range []string{"key", "source", "state", "attempts", "token", "created_at", "updated_at", "next_attempt_at", "last_error", "audit"} {
+			if _, ok := got[k]; !ok {
+				t.Errorf("%s event: no %q in %s", st, k, raw)
+			}
 		}
 	}
 }

@@ -24,6 +24,13 @@ var (
 	ErrShutdown = errors.New("cluster: shutting down")
 	// ErrUnauthorized: a peer presented a wrong cluster token or certificate.
 	ErrUnauthorized = errors.New("cluster: peer not authorised")
+	// ErrBadMember: a join names an id or address no member could have, or
+	// a node that does not answer there as that id: adding it would count
+	// a voter that can never vote toward the quorum.
+	ErrBadMember = errors.New("cluster: not a node that can join")
+	// ErrStandalone: a node running without a cluster port was asked to
+	// add a member; none could ever reach it.
+	ErrStandalone = errors.New("cluster: this node runs without [cluster]: it has no cluster port for members to reach")
 )
 
 var (

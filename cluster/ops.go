@@ -7,8 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/netip"
 	"os"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -619,8 +623,11 @@ func stateName(s raft.RaftState) string {
 // A node that comes back with the same id but no data is first removed, so that
 // its lost vote record cannot count in a configuration it is still part of.
 func (n *Node) Join(ctx context.Context, id, addr string) error {
-	if id == "" || addr == "" {
-		return errors.New("join: id and address are required")
+	if n.mux == nil && n.inproc == nil {
+		return fmt.Errorf("join %s: %w", id, ErrStandalone)
+	}
+	if err := n.checkMember(id, addr); err != nil {
+		return fmt.Errorf("join %q: %w", id, err)
 	}
 	if n.raft.State() != raft.Leader {
 		laddr, _ := n.raft.LeaderWithID()
@@ -628,7 +635,24 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 			return fmt.Errorf("join %s: %w", id, ErrNoLeader)
 		}
 		_, err := n.relay.call(ctx, string(laddr), rpcJoin, encodeJoin(id, addr))
+		if err != nil && strings.Contains(err.Error(), ErrBadMember.Error()) {
+			// The leader's probe refused it; the text crossed the relay.
+			return fmt.Errorf("%w (%v)", ErrBadMember, err)
+		}
 		return err
+	}
+	// The node must answer at that address as that id before it counts
+	// toward the quorum: a typo, or a node not started yet, would
+	// otherwise stop every commit of a small cluster (docs/operations.md,
+	// "Adding a node").
+	pctx, cancel := context.WithTimeout(ctx, memberStatsTimeout)
+	ms, err := n.askStats(pctx, addr)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("join %s: %w: no answer on its cluster port at %s (start it first): %v", id, ErrBadMember, addr, err)
+	}
+	if ms.ID != id {
+		return fmt.Errorf("join %s: %w: the node at %s is %q", id, ErrBadMember, addr, ms.ID)
 	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -703,6 +727,44 @@ func (n *Node) RemovePeer(ctx context.Context, id string) error {
 		return fmt.Errorf("remove %s: %w", id, translateApplyErr(err))
 	}
 	return nil
+}
+
+// checkMember refuses an id the configuration would refuse and, on a
+// cluster port, an address that is not host:port with a port or that is a
+// wildcard.
+func (n *Node) checkMember(id, addr string) error {
+	if !validMemberID(id) {
+		return fmt.Errorf("%w: invalid id: want 1-64 letters, digits, '_', '.', '-'", ErrBadMember)
+	}
+	if n.mux == nil {
+		return nil // in-process transports name nodes by id
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return fmt.Errorf("%w: address %q: want host:port", ErrBadMember, addr)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Errorf("%w: address %q: bad port", ErrBadMember, addr)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsUnspecified() {
+		return fmt.Errorf("%w: address %q: a wildcard, not an address peers can dial", ErrBadMember, addr)
+	}
+	return nil
+}
+
+// validMemberID is the node id rule of the configuration (node.id).
+func validMemberID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '_' && c != '.' && c != '-') {
+			return false
+		}
+	}
+	return true
 }
 
 // Backup writes a consistent copy of this node's engine state.
