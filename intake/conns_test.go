@@ -3,11 +3,14 @@ package intake
 import (
 	"bufio"
 	"bytes"
+	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"net/textproto"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -102,13 +105,15 @@ func TestExpectContinueDecidedFromTheHead(t *testing.T) {
 	for _, tt := range []struct {
 		name, head string
 		want       int
+		why        string // the JSON error's text
 	}{
-		{"unknown source", "POST /in/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000", 404},
-		{"not POST", "PUT /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 10", 405},
-		{"over max_body", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000", 413},
-		{"compressed", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 10", 415},
-		{"compressed, second header", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Encoding: identity\r\ncontent-encoding: br\r\nContent-Length: 10", 415},
-		{"welcome", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 10", 100},
+		{"unknown source", "POST /in/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000", 404, "unknown source"},
+		{"not POST", "PUT /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 10", 405, "method not allowed: use POST"},
+		{"not POST, unknown source", "PUT /in/nope HTTP/1.1\r\nHost: x\r\nContent-Length: 10", 405, "method not allowed: use POST"},
+		{"over max_body", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 5000000", 413, "body larger than max_body"},
+		{"compressed", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 10", 415, "content-encoding not supported: signatures cover the raw body"},
+		{"compressed, second header", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Encoding: identity\r\ncontent-encoding: br\r\nContent-Length: 10", 415, "content-encoding not supported: signatures cover the raw body"},
+		{"welcome", "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Length: 10", 100, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := net.Dial("tcp", addr)
@@ -132,6 +137,19 @@ func TestExpectContinueDecidedFromTheHead(t *testing.T) {
 			head, err := textproto.NewReader(r).ReadMIMEHeader()
 			if err != nil || head.Get("X-Content-Type-Options") != "nosniff" {
 				t.Fatalf("refusal headers %v (%v), want X-Content-Type-Options: nosniff", head, err)
+			}
+			// And says why, in the JSON every other refusal has.
+			n, err := strconv.Atoi(head.Get("Content-Length"))
+			if err != nil || head.Get("Content-Type") != "application/json" {
+				t.Fatalf("refusal headers %v, want a JSON body with its length", head)
+			}
+			body := make([]byte, n)
+			if _, err := io.ReadFull(r, body); err != nil {
+				t.Fatal(err)
+			}
+			var e struct{ Status, Error string }
+			if err := json.Unmarshal(body, &e); err != nil || e.Status != "error" || e.Error != tt.why {
+				t.Fatalf("refusal body %q, want status error and %q", body, tt.why)
 			}
 		})
 	}

@@ -219,6 +219,8 @@ func TestIntakeAnswers(t *testing.T) {
 			status: 413, body: `{"status":"error","error":"body larger than max_body"}` + "\n"},
 		{name: "405", req: request{method: "GET", path: "/in/orders"},
 			status: 405, body: `{"status":"error","error":"method not allowed: use POST"}` + "\n", header: [2]string{"Allow", "POST"}},
+		{name: "405 before the source is looked up", req: request{method: "GET", path: "/in/nosuch"},
+			status: 405, body: `{"status":"error","error":"method not allowed: use POST"}` + "\n", header: [2]string{"Allow", "POST"}},
 		{name: "404 unknown source", req: request{path: "/in/nosuch", body: `{"a":1}`, id: "msg_1"},
 			status: 404, body: `{"status":"error","error":"unknown source"}` + "\n"},
 		{name: "404 other path", req: request{method: "GET", path: "/v1/status"},

@@ -370,18 +370,19 @@ func (in *Server) expect(ctx *fasthttp.RequestCtx) int {
 		return fasthttp.StatusContinue // /livez and the like answer whatever the body
 	}
 	src := in.sources.Load().byName[string(path[len(strIn):])]
-	status := fasthttp.StatusContinue
+	status, msg := fasthttp.StatusContinue, ""
 	switch {
-	case src == nil:
-		status = fasthttp.StatusNotFound
 	case !ctx.IsPost():
-		status = fasthttp.StatusMethodNotAllowed
+		status, msg = fasthttp.StatusMethodNotAllowed, "method not allowed: use POST"
+		src = nil // counted as handleIn counts it: before the source is looked up
+	case src == nil:
+		status, msg = fasthttp.StatusNotFound, "unknown source"
 	case len(src.allow) > 0 && !allowed(src.allow, ctx.RemoteIP()):
-		status = fasthttp.StatusForbidden
+		status, msg = fasthttp.StatusForbidden, "client address not allowed"
 	case encodedBody(&ctx.Request.Header):
-		status = fasthttp.StatusUnsupportedMediaType
+		status, msg = fasthttp.StatusUnsupportedMediaType, "content-encoding not supported: signatures cover the raw body"
 	case ctx.Request.Header.ContentLength() > src.maxBody:
-		status = fasthttp.StatusRequestEntityTooLarge
+		status, msg = fasthttp.StatusRequestEntityTooLarge, "body larger than max_body"
 	}
 	if status != fasthttp.StatusContinue {
 		name := ""
@@ -389,7 +390,10 @@ func (in *Server) expect(ctx *fasthttp.RequestCtx) int {
 			name = src.name
 		}
 		in.metrics.Request(name, status)
-		ctx.Response.Header.SetCanonical(hdrNosniff, valNosniff) // fasthttp writes the refusal itself
+		// fasthttp sends the refusal itself, with the response as set here:
+		// the same JSON error serveSource would answer.
+		ctx.Response.Header.SetCanonical(hdrNosniff, valNosniff)
+		writeError(ctx, status, msg)
 	}
 	return status
 }
@@ -573,6 +577,14 @@ func (in *Server) handle(ctx *fasthttp.RequestCtx) {
 
 func (in *Server) handleIn(ctx *fasthttp.RequestCtx, name []byte) {
 	start := time.Now()
+	if !ctx.IsPost() {
+		// The method first, as the contract orders the checks: any other
+		// method is refused on every /in/ path alike.
+		in.metrics.Request("", fasthttp.StatusMethodNotAllowed)
+		ctx.Response.Header.Set("Allow", "POST")
+		writeError(ctx, fasthttp.StatusMethodNotAllowed, "method not allowed: use POST")
+		return
+	}
 	set := in.sources.Load()
 	src := set.byName[string(name)]
 	if src == nil {
