@@ -104,7 +104,7 @@ func (s *engineStore) Join(context.Context, string, string) error {
 	}
 	return errNotHere
 }
-func (s *engineStore) RemovePeer(context.Context, string) error   { return errNotHere }
+func (s *engineStore) RemovePeer(context.Context, string) error { return errNotHere }
 func (s *engineStore) TransferLeadership(context.Context, string) (string, error) {
 	if s.transferErr != nil {
 		return "", s.transferErr
