@@ -28,7 +28,7 @@ type demoSetup struct {
 	sinkSrv    *http.Server
 }
 
-func startDemo(ctx context.Context, dir string, stderr io.Writer) (*demoSetup, error) {
+func startDemo(ctx context.Context, dir, listen, adminListen string, stderr io.Writer) (*demoSetup, error) {
 	dir = absPath(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("demo data dir: %w", err)
@@ -78,10 +78,10 @@ func startDemo(ctx context.Context, dir string, stderr io.Writer) (*demoSetup, e
 [node]
 id = "demo"
 data_dir = %q
-listen = "127.0.0.1:8080"
+listen = %q
 
 [admin]
-listen = "127.0.0.1:7071"
+listen = %q
 tokens = [{ name = "demo", token_file = "admin.token" }]
 
 [[source]]
@@ -89,7 +89,7 @@ name = "demo"
 provider = "standard"
 secret_files = ["demo.secret"]
 forward = "http://%s/demo"
-`, dir, ln.Addr())
+`, dir, listen, adminListen, ln.Addr())
 	if err := os.WriteFile(d.configPath, []byte(toml), 0o600); err != nil {
 		d.close()
 		return nil, fmt.Errorf("demo config: %w", err)

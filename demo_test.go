@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
@@ -27,7 +28,7 @@ func TestDemoAdminToken(t *testing.T) {
 			if tt.existing != "" {
 				mustWrite(t, path, tt.existing)
 			}
-			d, err := startDemo(context.Background(), dir, io.Discard)
+			d, err := startDemo(context.Background(), dir, "127.0.0.1:8080", "127.0.0.1:7071", io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -44,7 +45,7 @@ func TestDemoAdminToken(t *testing.T) {
 				t.Fatalf("token file mode: %v %v", fi.Mode(), err)
 			}
 			// A second start keeps the long token.
-			d2, err := startDemo(context.Background(), dir, io.Discard)
+			d2, err := startDemo(context.Background(), dir, "127.0.0.1:8080", "127.0.0.1:7071", io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -53,5 +54,36 @@ func TestDemoAdminToken(t *testing.T) {
 				t.Fatal("a second demo start replaced a good token")
 			}
 		})
+	}
+}
+
+// TestDemoAddresses: demo mode takes its intake and admin addresses from
+// -listen and -admin-listen (a machine whose 8080 is taken can still run
+// it), and writes them into the config that `send` and the clients read;
+// with -config those flags are refused, not ignored.
+func TestDemoAddresses(t *testing.T) {
+	dir := t.TempDir()
+	d, err := startDemo(context.Background(), dir, "127.0.0.1:18080", "127.0.0.1:17071", io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.close()
+	if d.cfg.Node.Listen != "127.0.0.1:18080" || d.cfg.Admin.Listen != "127.0.0.1:17071" {
+		t.Fatalf("demo config listens on %s and %s", d.cfg.Node.Listen, d.cfg.Admin.Listen)
+	}
+	written, err := config.Load(filepath.Join(dir, "demo.toml"))
+	if err != nil || written.Node.Listen != "127.0.0.1:18080" || written.Admin.Listen != "127.0.0.1:17071" {
+		t.Fatalf("demo.toml: %+v %v", written, err)
+	}
+	for _, args := range [][]string{
+		{"-config", "x.toml", "-listen", "127.0.0.1:1"},
+		{"-config", "x.toml", "-admin-listen", "127.0.0.1:1"},
+		{"-config", "x.toml", "-data", dir},
+	} {
+		err := cmdServe(context.Background(), args, io.Discard, io.Discard)
+		var ue usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "demo mode only") {
+			t.Errorf("serve %q: %v, want a usage error", args, err)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -62,14 +64,27 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	fs := newFlags("serve", stderr)
 	cfgPath := fs.String("config", os.Getenv("ONCEHOOK_CONFIG"), "config file; none: demo mode (single node on ./data, demo source and sink)")
 	demoDir := fs.String("data", "./data", "data directory in demo mode")
+	demoListen := fs.String("listen", "127.0.0.1:8080", "demo mode: the intake's address")
+	demoAdmin := fs.String("admin-listen", "127.0.0.1:7071", "demo mode: the admin listener's address")
 	if err := parseFlags(fs, args); err != nil {
 		return err
+	}
+	if *cfgPath != "" {
+		var demoOnly []string
+		fs.Visit(func(f *flag.Flag) {
+			if f.Name == "data" || f.Name == "listen" || f.Name == "admin-listen" {
+				demoOnly = append(demoOnly, "-"+f.Name)
+			}
+		})
+		if len(demoOnly) > 0 {
+			return usageError{fmt.Sprintf("serve %s: for demo mode only; with -config, the file sets data_dir and the addresses", strings.Join(demoOnly, " "))}
+		}
 	}
 	var cfg *config.Config
 	var demo *demoSetup
 	if *cfgPath == "" {
 		var err error
-		demo, err = startDemo(ctx, *demoDir, stderr)
+		demo, err = startDemo(ctx, *demoDir, *demoListen, *demoAdmin, stderr)
 		if err != nil {
 			return err
 		}
