@@ -116,6 +116,9 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *reason == "" {
 		return usageError{"replay needs -reason"}
 	}
+	if len(keys) == 0 && *state == "" {
+		return usageError{"replay needs -key KEY (repeatable) or -state dead|done|stale"}
+	}
 	if err := checkStateFlag("replay", *state, true); err != nil {
 		return err
 	}

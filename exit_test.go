@@ -36,10 +36,10 @@ func TestExitStatus(t *testing.T) {
 	}
 }
 
-// TestClientCommandsRefuseArguments: a client command that takes none
+// TestCommandsRefuseArguments: a command that takes no argument
 // refuses a stray argument (a key given without -key) with a usage error,
 // before it talks to any node, instead of ignoring it.
-func TestClientCommandsRefuseArguments(t *testing.T) {
+func TestCommandsRefuseArguments(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		run  func(args []string) error
@@ -51,6 +51,10 @@ func TestClientCommandsRefuseArguments(t *testing.T) {
 		{"replay", func(a []string) error { return cmdReplay(t.Context(), a, io.Discard, io.Discard) }, []string{"-reason", "fixed", "stripe:evt_1"}, "-key KEY"},
 		{"pause", func(a []string) error { return cmdPause(t.Context(), a, io.Discard, io.Discard, true) }, []string{"-source", "s", "-reason", "r", "now"}, ""},
 		{"purge", func(a []string) error { return cmdPurge(t.Context(), a, io.Discard, io.Discard) }, []string{"-state", "dead", "-before", "2026-01-01T00:00:00Z", "-reason", "r", "x"}, ""},
+		{"keygen", func(a []string) error { return cmdKeygen(a, io.Discard, io.Discard) }, []string{"-provider", "hmac", "extra"}, ""},
+		{"validate", func(a []string) error { return cmdValidate(a, io.Discard, io.Discard) }, []string{"oncehook.toml"}, "-config F"},
+		{"serve", func(a []string) error { return cmdServe(t.Context(), a, io.Discard, io.Discard) }, []string{"oncehook.toml"}, "-config F"},
+		{"sink", func(a []string) error { return cmdSink(t.Context(), a, io.Discard, io.Discard) }, []string{"extra"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("ONCEHOOK_ADDR", "127.0.0.1:1") // nothing listens: a call would fail otherwise
@@ -60,6 +64,16 @@ func TestClientCommandsRefuseArguments(t *testing.T) {
 				t.Fatalf("%v: exit %d %q, want 2 with \"takes no arguments\" and %q", tc.args, code, msg, tc.hint)
 			}
 		})
+	}
+}
+
+// TestReplayNeedsAScope: replay without -key or -state is a usage error
+// (exit 2) before any node is asked.
+func TestReplayNeedsAScope(t *testing.T) {
+	t.Setenv("ONCEHOOK_ADDR", "127.0.0.1:1") // nothing listens: a call would fail otherwise
+	err := cmdReplay(t.Context(), []string{"-reason", "fixed"}, io.Discard, io.Discard)
+	if msg, code := exitStatus(err); code != 2 || !strings.Contains(msg, "-key KEY (repeatable) or -state") {
+		t.Fatalf("replay without a scope: exit %d %q, want 2 naming -key and -state", code, msg)
 	}
 }
 

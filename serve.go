@@ -69,6 +69,9 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := noArgs(fs, "give the file with -config F"); err != nil {
+		return err
+	}
 	if *cfgPath != "" {
 		var demoOnly []string
 		fs.Visit(func(f *flag.Flag) {

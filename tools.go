@@ -30,6 +30,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
+	if err := noArgs(fs, "give the file with -config F"); err != nil {
+		return err
+	}
 	if *path == "" {
 		return usageError{"validate needs -config FILE"}
 	}
@@ -90,6 +93,9 @@ func cmdKeygen(args []string, stdout, stderr io.Writer) error {
 	provider := fs.String("provider", "standard", "provider whose secret format to use")
 	asymmetric := fs.Bool("asymmetric", false, "standard/svix: print an ed25519 key pair for v1a signatures (whsk_ private, whpk_ public) instead of a whsec_ secret")
 	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if err := noArgs(fs, ""); err != nil {
 		return err
 	}
 	if _, ok := providers.Lookup(*provider); !ok {

@@ -369,6 +369,14 @@ func (l *loader) decodeError(prefix string, err error) {
 	} else {
 		msg = strings.TrimPrefix(msg, "toml: ")
 	}
+	if strings.HasPrefix(msg, "incompatible types: TOML value has type map[string]any; destination has type slice") {
+		// [source.x] or tokens = {...} where [[source]] / tokens = [{...}] was meant.
+		msg = fmt.Sprintf("want an array of tables ([[%s]], or [{...}]), got a table", key)
+	}
+	if line == 0 && key != "" {
+		// toml names no line for a type mismatch of a whole table.
+		line = l.p.lines.firstUnder(key)
+	}
 	if prefix != "" {
 		section := stripIndexes(prefix)
 		if key == section || strings.HasPrefix(key, section+".") {

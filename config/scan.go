@@ -65,6 +65,23 @@ func (kl *keyLines) find(keys ...string) int {
 	return 0
 }
 
+// firstUnder returns the first line of key or of anything under it
+// (key.x, key[0]), 0 when none.
+func (kl *keyLines) firstUnder(key string) int {
+	if kl == nil {
+		return 0
+	}
+	first := 0
+	for k, l := range kl.lines {
+		if k == key || strings.HasPrefix(k, key+".") || strings.HasPrefix(k, key+"[") {
+			if first == 0 || l < first {
+				first = l
+			}
+		}
+	}
+	return first
+}
+
 // tableAt returns the path of the table whose header most recently precedes
 // line ("" for the root table).
 func (kl *keyLines) tableAt(line int) string {
