@@ -210,6 +210,9 @@ func cmdRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := parseFlags(fs, args[1:]); err != nil {
 		return err
 	}
+	if err := noArgs(fs, ""); err != nil {
+		return err
+	}
 	c, err := mk()
 	if err != nil {
 		return err

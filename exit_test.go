@@ -55,6 +55,8 @@ func TestCommandsRefuseArguments(t *testing.T) {
 		{"validate", func(a []string) error { return cmdValidate(a, io.Discard, io.Discard) }, []string{"oncehook.toml"}, "-config F"},
 		{"serve", func(a []string) error { return cmdServe(t.Context(), a, io.Discard, io.Discard) }, []string{"oncehook.toml"}, "-config F"},
 		{"sink", func(a []string) error { return cmdSink(t.Context(), a, io.Discard, io.Discard) }, []string{"extra"}, ""},
+		{"raft list-peers", func(a []string) error { return cmdRaft(t.Context(), a, io.Discard, io.Discard) }, []string{"list-peers", "extra"}, ""},
+		{"raft remove-peer", func(a []string) error { return cmdRaft(t.Context(), a, io.Discard, io.Discard) }, []string{"remove-peer", "-id", "node3", "node4"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("ONCEHOOK_ADDR", "127.0.0.1:1") // nothing listens: a call would fail otherwise

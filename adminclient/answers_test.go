@@ -118,6 +118,7 @@ func TestClientAnswersPrint(t *testing.T) {
 		}},
 		{"pause", "POST /v1/sources/orders/pause", pauseAnswer, func(w io.Writer) error { return c.Pause(ctx, w, "orders", "deploy", true) }},
 		{"list_peers", "GET /v1/status", statusNow, func(w io.Writer) error { return c.ListPeers(ctx, w) }},
+		{"list_peers_removed_node", "GET /v1/status", statusRemoved, func(w io.Writer) error { return c.ListPeers(ctx, w) }},
 		{"replay_skipped", "POST /v1/replay", replaySkippedAnswer, func(w io.Writer) error {
 			// Printed, then an error: the command exits 1.
 			err := c.Replay(ctx, w, admin.ReplayRequest{Keys: []string{"stripe:evt_1", "stripe:evt_2"}, Reason: "fixed"})

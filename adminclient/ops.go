@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -182,7 +183,8 @@ func (c *Client) post(ctx context.Context, w io.Writer, path string, req any) er
 // ListPeers prints the Raft configuration's members of GET /v1/status.
 func (c *Client) ListPeers(ctx context.Context, w io.Writer) error {
 	var st struct {
-		Nodes []struct{ ID, Address, Suffrage, State string } `json:"nodes"`
+		Nodes    []struct{ ID, Address, Suffrage, State string } `json:"nodes"`
+		ReadyWhy string                                          `json:"ready_reason"`
 	}
 	if err := c.Do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
 		return err
@@ -192,7 +194,15 @@ func (c *Client) ListPeers(ctx context.Context, w io.Writer) error {
 	for _, n := range st.Nodes {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\n", n.ID, orDash(n.Address), n.State, n.Suffrage == "Voter")
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if strings.HasPrefix(st.ReadyWhy, "not a member of the cluster configuration") {
+		// A removed node keeps the configuration it last knew; the
+		// cluster's own is on its members.
+		fmt.Fprintf(w, "this node is %s; the list above is the configuration it last knew: ask a member for the cluster's\n", st.ReadyWhy)
+	}
+	return nil
 }
 
 // RemovePeer removes server id from the Raft configuration.
