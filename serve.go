@@ -69,7 +69,11 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
-	if err := noArgs(fs, "give the file with -config F"); err != nil {
+	hint := "give the file with -config F"
+	if *cfgPath != "" {
+		hint = ""
+	}
+	if err := noArgs(fs, hint); err != nil {
 		return err
 	}
 	if *cfgPath != "" {
@@ -80,7 +84,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			}
 		})
 		if len(demoOnly) > 0 {
-			return usageError{fmt.Sprintf("serve %s: for demo mode only; with -config, the file sets data_dir and the addresses", strings.Join(demoOnly, " "))}
+			return usageError{fmt.Sprintf("serve %s: for demo mode only; with a config file (-config or ONCEHOOK_CONFIG), the file sets data_dir and the addresses", strings.Join(demoOnly, " "))}
 		}
 	}
 	var cfg *config.Config

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"errors"
-	"net"
+	"os"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -52,13 +54,7 @@ func TestJoinChecksTheMember(t *testing.T) {
 	leader := leaderOf(t, nodes)
 	follower := (leader + 1) % 3
 	waitFor(t, "the follower knows the leader", func() bool { ok, _ := nodes[follower].Ready(); return ok })
-	// A port with nothing behind it.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	dead := ln.Addr().String()
-	ln.Close()
+	dead := freePort(t) // nothing behind it
 	other := nodes[(leader+2)%3]
 	cases := []struct{ name, id, addr string }{
 		{"id with a space", "x y", dead},
@@ -101,5 +97,99 @@ func TestJoinChecksTheMember(t *testing.T) {
 			}
 		}
 		return voters == 3
+	})
+}
+
+// TestJoinOfTheLeaderItself: a join naming the leader at its own address
+// changes nothing (removing it to add it again would end its leadership
+// halfway and leave it out), at another address it is refused; the
+// cluster keeps its three voters and commits.
+func TestJoinOfTheLeaderItself(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	leader := leaderOf(t, nodes)
+	follower := (leader + 1) % 3
+	waitFor(t, "the follower knows the leader", func() bool { ok, _ := nodes[follower].Ready(); return ok })
+	l := nodes[leader]
+	if err := nodes[follower].Join(ctxT(t, 10*time.Second), l.cfg.ID, l.cfg.Bind); err != nil {
+		t.Fatalf("join of the leader at its address: %v, want nothing to do", err)
+	}
+	if err := nodes[follower].Join(ctxT(t, 10*time.Second), l.cfg.ID, freePort(t)); !errors.Is(err, ErrBadMember) {
+		t.Fatalf("join of the leader at another address: %v, want ErrBadMember", err)
+	}
+	if !l.IsLeader() || len(members(t, l)) != 3 {
+		t.Fatalf("after the joins: leader %v, members %v", l.IsLeader(), members(t, l))
+	}
+	if res, err := nodes[follower].Claim(ctxT(t, 5*time.Second), claimCmd("src:after-join")); err != nil || !res.Created {
+		t.Fatalf("claim after the joins: %+v %v", res, err)
+	}
+}
+
+// TestJoinOfAnotherClustersNode: a node that holds a cluster of its own is
+// refused (its log would be overwritten while its engine kept the other
+// cluster's events), and both clusters keep their events.
+func TestJoinOfAnotherClustersNode(t *testing.T) {
+	a := tcpCluster(t, 1, nil)
+	b := tcpCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.ID = "w2"
+		cfg.Peers = []Peer{{ID: "w2", Addr: cfg.Bind}}
+	})
+	leaderOf(t, a)
+	leaderOf(t, b)
+	if _, err := a[0].Claim(ctxT(t, 5*time.Second), claimCmd("src:a1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b[0].Claim(ctxT(t, 5*time.Second), claimCmd("src:b1")); err != nil {
+		t.Fatal(err)
+	}
+	err := a[0].Join(ctxT(t, 10*time.Second), "w2", b[0].cfg.Bind)
+	if !errors.Is(err, ErrBadMember) || !strings.Contains(err.Error(), "belongs to another cluster") {
+		t.Fatalf("join of another cluster's node: %v, want ErrBadMember naming another cluster", err)
+	}
+	if got := members(t, a[0]); len(got) != 1 {
+		t.Fatalf("members after the refused join: %v", got)
+	}
+	if _, ok, _ := b[0].Lookup("src:b1"); !ok {
+		t.Fatal("the other cluster's event is gone")
+	}
+}
+
+// TestRefusedRejoinDoesNotBootstrap: a node whose data dir was wiped asks
+// the running cluster to add it back; when the leader refuses (here it
+// cannot reach the address the node advertises), the node does not start
+// a cluster of its own (it would vote again in terms it may have voted in,
+// beside a cluster that still counts it): it stops with the reason, and
+// the cluster keeps it as a voter.
+func TestRefusedRejoinDoesNotBootstrap(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	leader := leaderOf(t, nodes)
+	f := (leader + 1) % 3
+	cfg := nodes[f].cfg
+	if err := nodes[f].Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[f] = nil
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Advertise = freePort(t) // the leader's probe finds nothing there
+	n, err := Open(cfg)
+	if err == nil {
+		n.Close()
+		t.Fatal("a wiped node the cluster refused started anyway")
+	}
+	if !strings.Contains(err.Error(), "refused to add this node") || !strings.Contains(err.Error(), "Not starting a cluster of its own") {
+		t.Fatalf("open: %v, want the refusal and no cluster of its own", err)
+	}
+	if got := members(t, nodes[leader]); len(got) != 3 || !slices.Contains(got, cfg.ID) {
+		t.Fatalf("members after the refused rejoin: %v, want %s still among three", got, cfg.ID)
+	}
+	// Started again as it should be, it rejoins.
+	cfg.Advertise = cfg.Bind
+	if nodes[f], err = Open(cfg); err != nil {
+		t.Fatalf("rejoin with the right address: %v", err)
+	}
+	waitFor(t, "the rejoined node holds the cluster's state", func() bool {
+		ok, _ := nodes[f].Ready()
+		return ok
 	})
 }

@@ -499,7 +499,8 @@ func (n *Node) bootstrap() error {
 }
 
 // rejoinExisting asks each peer to re-add this node. It returns true when a
-// running cluster accepted it, and ErrUnauthorized when every peer that could
+// running cluster accepted it, an error when its leader refused to
+// (ErrBadMember), and ErrUnauthorized when every peer that could
 // be reached refused this node's token or certificate: such a node must not
 // bootstrap. Its history of one would never meet the real cluster's, and
 // fixing the credentials afterwards would not make it join (docs/operations.md,
@@ -524,6 +525,13 @@ func (n *Node) rejoinExisting() (bool, error) {
 		case peerRefused(err):
 			n.log.Error("peer refused this node's cluster credentials", "peer", p.ID, "address", p.Addr, "err", err)
 			refused = append(refused, p.ID)
+		case errors.Is(err, ErrBadMember) || strings.Contains(err.Error(), ErrBadMember.Error()):
+			// A leader answered and will not add this node: the cluster
+			// runs, and counts this id as a voter. A cluster of its own
+			// here would vote again in terms this node's lost data may
+			// have voted in.
+			return false, fmt.Errorf("bootstrap: the running cluster refused to add this node (asked %s): %w. "+
+				"Not starting a cluster of its own: check that its id and advertise address are the ones the leader reaches it by, and start again", p.ID, err)
 		case !errors.Is(err, ErrIndeterminate) && !isDialError(err):
 			answered = true // it spoke the protocol: no leader yet, say
 		}

@@ -635,11 +635,18 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 			return fmt.Errorf("join %s: %w", id, ErrNoLeader)
 		}
 		_, err := n.relay.call(ctx, string(laddr), rpcJoin, encodeJoin(id, addr))
-		if err != nil && strings.Contains(err.Error(), ErrBadMember.Error()) {
-			// The leader's probe refused it; the text crossed the relay.
-			return fmt.Errorf("%w (%v)", ErrBadMember, err)
+		if bad, ok := badMemberErr(id, err); ok {
+			return bad
 		}
 		return err
+	}
+	if id == n.cfg.ID {
+		// Removing the leader to add it again would end its leadership
+		// halfway: the join would fail and leave it out of the cluster.
+		if addr == string(n.trans.LocalAddr()) {
+			return nil // it is a member, at that address
+		}
+		return fmt.Errorf("join %s: %w: it is this cluster's leader, at %s (move leadership away first to change its address)", id, ErrBadMember, n.trans.LocalAddr())
 	}
 	// The node must answer at that address as that id before it counts
 	// toward the quorum: a typo, or a node not started yet, would
@@ -653,6 +660,12 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	}
 	if ms.ID != id {
 		return fmt.Errorf("join %s: %w: the node at %s is %q", id, ErrBadMember, addr, ms.ID)
+	}
+	if len(ms.Members) > 0 && !slices.Contains(ms.Members, n.cfg.ID) {
+		// Its own history would be overwritten by this cluster's log while
+		// its engine kept the other cluster's events.
+		return fmt.Errorf("join %s: %w: the node at %s belongs to another cluster (members %s); start it with an empty data dir to add it",
+			id, ErrBadMember, addr, strings.Join(ms.Members, ", "))
 	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -727,6 +740,20 @@ func (n *Node) RemovePeer(ctx context.Context, id string) error {
 		return fmt.Errorf("remove %s: %w", id, translateApplyErr(err))
 	}
 	return nil
+}
+
+// badMemberErr gives a join refusal that crossed the internal channel as
+// text back its sentinel (ok false: err is not one).
+func badMemberErr(id string, err error) (error, bool) {
+	if err == nil {
+		return nil, false
+	}
+	msg := err.Error()
+	i := strings.Index(msg, ErrBadMember.Error())
+	if i < 0 {
+		return err, false
+	}
+	return fmt.Errorf("join %s: %w%s", id, ErrBadMember, msg[i+len(ErrBadMember.Error()):]), true
 }
 
 // checkMember refuses an id the configuration would refuse and, on a

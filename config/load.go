@@ -369,8 +369,10 @@ func (l *loader) decodeError(prefix string, err error) {
 	} else {
 		msg = strings.TrimPrefix(msg, "toml: ")
 	}
-	if strings.HasPrefix(msg, "incompatible types: TOML value has type map[string]any; destination has type slice") {
-		// [source.x] or tokens = {...} where [[source]] / tokens = [{...}] was meant.
+	if (key == "source" || key == "admin.tokens") &&
+		strings.HasPrefix(msg, "incompatible types: TOML value has type map[string]any; destination has type slice") {
+		// [source.x] or tokens = {...} where [[source]] / tokens = [{...}]
+		// was meant (the only arrays of tables; other arrays hold strings).
 		msg = fmt.Sprintf("want an array of tables ([[%s]], or [{...}]), got a table", key)
 	}
 	if line == 0 && key != "" {

@@ -716,6 +716,7 @@ func TestLoadShapes(t *testing.T) {
 		{"source = 5", `:1: source: incompatible types`},
 		{"[node]\nid = \"n1\"\n\n[source.x]\nprovider = \"github\"\n", `:4: source: want an array of tables ([[source]], or [{...}]), got a table`},
 		{"[admin]\nlisten = \"127.0.0.1:7071\"\ntokens = { name = \"x\" }\n", `:3: admin.tokens: want an array of tables ([[admin.tokens]], or [{...}]), got a table`},
+		{"[cluster]\npeers = { a = \"b\" }\n", `:2: cluster.peers: incompatible types: TOML value has type map[string]any; destination has type slice`},
 		{"[cluster]\npeers = \"node1=10.0.0.1:7070\"", `:2: cluster.peers: incompatible types: TOML value has type string`},
 		{"[[source]]\nname = \"a\"\nhmac = 5\n", `:3: source[0].hmac: type mismatch`},
 		{"[[admin.tokens]]\nname = \"a\"\ntoken = \"t\"\n[[admin.tokens]]\nname = \"b\"\ntoken_file = 5\n",

@@ -138,6 +138,9 @@ func TestExpectContinueDecidedFromTheHead(t *testing.T) {
 			if err != nil || head.Get("X-Content-Type-Options") != "nosniff" {
 				t.Fatalf("refusal headers %v (%v), want X-Content-Type-Options: nosniff", head, err)
 			}
+			if tt.want == 405 && head.Get("Allow") != "POST" {
+				t.Fatalf("405 headers %v, want Allow: POST", head)
+			}
 			// And says why, in the JSON every other refusal has.
 			n, err := strconv.Atoi(head.Get("Content-Length"))
 			if err != nil || head.Get("Content-Type") != "application/json" {

@@ -393,6 +393,9 @@ func (in *Server) expect(ctx *fasthttp.RequestCtx) int {
 		// fasthttp sends the refusal itself, with the response as set here:
 		// the same JSON error serveSource would answer.
 		ctx.Response.Header.SetCanonical(hdrNosniff, valNosniff)
+		if status == fasthttp.StatusMethodNotAllowed {
+			ctx.Response.Header.Set("Allow", "POST")
+		}
 		writeError(ctx, status, msg)
 	}
 	return status
