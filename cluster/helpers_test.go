@@ -93,6 +93,7 @@ func (c *testCluster) config(i int, peers []Peer, tune func(*Config)) Config {
 		CommitTimeout:      2 * time.Millisecond,
 		NoSync:             true,
 		inproc:             c.inproc(c.ids[i]),
+		answering:          func(n *Node) { c.set(i, n) },
 		noTransfer:         true,
 	}
 	if f := c.lead[i]; f != nil {

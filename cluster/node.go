@@ -95,6 +95,11 @@ type Config struct {
 
 	// inproc is set by tests on raft.InmemTransport; see Node.inproc.
 	inproc func(addr string) *Node
+	// answering, in tests on raft.InmemTransport, is told the node as soon
+	// as it answers on the internal channel, before it bootstraps or asks
+	// to rejoin, as a node's cluster port answers over TCP: a leader asked
+	// to add it back reaches it.
+	answering func(*Node)
 	// wrapConn, in tests, wraps every cluster connection this node accepts or
 	// dials (to freeze a node's network the way SIGSTOP does).
 	wrapConn func(net.Conn) net.Conn
@@ -301,6 +306,9 @@ func (n *Node) open() error {
 	n.fsm.policy.attach(n.raft)
 	n.prop = newProposer(n, n.cfg.Inflight, n.cfg.MaxBatch, maxEntryBytes, n.cfg.Linger, n.cfg.RideFor)
 	n.started.Store(true)
+	if n.cfg.answering != nil {
+		n.cfg.answering(n)
+	}
 	go n.observeLeadership()
 	// Raft drops observations for a full channel; watchLeader reads the
 	// current leader on each, so a dropped one only delays it to the next.
