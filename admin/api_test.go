@@ -528,21 +528,15 @@ func FuzzCheckKeys(f *testing.F) {
 	})
 }
 
-// TestTransferAnswers: a transfer the cluster refuses says why, with the
-// status a client branches on: a target not caught up with the log or no
-// other voter is 409, a follower asked is 421.
-func TestTransferAnswers(t *testing.T) {
-	for _, c := range []struct {
-		err    error
-		status int
-	}{
-		{fmt.Errorf("transfer leadership to \"node3\": %w: it has committed entry 5, the leader 900", cluster.ErrBehind), http.StatusConflict},
-		{fmt.Errorf("transfer leadership: %w", cluster.ErrSingleVoter), http.StatusConflict},
-		{fmt.Errorf("transfer leadership: %w", cluster.ErrNotLeader), http.StatusMisdirectedRequest},
-	} {
+// refusalAnswers posts body to route on a test API whose store's cluster
+// operation fails with each case's error (set by fail), and checks the
+// status a client branches on and that the answer carries the reason.
+func refusalAnswers(t *testing.T, route, body string, fail func(*engineStore, error), cases []refusal) {
+	t.Helper()
+	for _, c := range cases {
 		store, url := newTestAPI(t)
-		store.transferErr = c.err
-		req, _ := http.NewRequest("POST", url+"/v1/cluster/leader", strings.NewReader(`{"to":"node3"}`))
+		fail(store, c.err)
+		req, _ := http.NewRequest("POST", url+route, strings.NewReader(body))
 		req.Header.Set("Authorization", "Bearer "+testToken)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
@@ -556,32 +550,31 @@ func TestTransferAnswers(t *testing.T) {
 	}
 }
 
+type refusal struct {
+	err    error
+	status int
+}
+
+// TestTransferAnswers: a transfer the cluster refuses says why, with the
+// status a client branches on: a target not caught up with the log or no
+// other voter is 409, a follower asked is 421.
+func TestTransferAnswers(t *testing.T) {
+	refusalAnswers(t, "/v1/cluster/leader", `{"to":"node3"}`, func(s *engineStore, err error) { s.transferErr = err }, []refusal{
+		{fmt.Errorf("transfer leadership to \"node3\": %w: it has committed entry 5, the leader 900", cluster.ErrBehind), http.StatusConflict},
+		{fmt.Errorf("transfer leadership: %w", cluster.ErrSingleVoter), http.StatusConflict},
+		{fmt.Errorf("transfer leadership: %w", cluster.ErrNotLeader), http.StatusMisdirectedRequest},
+	})
+}
+
 // TestJoinAnswers: a join the cluster refuses says why: a member that
 // cannot be (bad id or address, nothing answering there as that id) is 400,
 // a node without [cluster] 409, a join without a leader 503.
 func TestJoinAnswers(t *testing.T) {
-	for _, c := range []struct {
-		err    error
-		status int
-	}{
+	refusalAnswers(t, "/v1/cluster/join", `{"id":"node5","address":"10.0.0.5:7070"}`, func(s *engineStore, err error) { s.joinErr = err }, []refusal{
 		{fmt.Errorf("join node5: %w: no answer on its cluster port at 10.0.0.5:7070 (start it first)", cluster.ErrBadMember), http.StatusBadRequest},
 		{fmt.Errorf("join node5: %w", cluster.ErrStandalone), http.StatusConflict},
 		{fmt.Errorf("join node5: %w", cluster.ErrNoLeader), http.StatusServiceUnavailable},
-	} {
-		store, url := newTestAPI(t)
-		store.joinErr = c.err
-		req, _ := http.NewRequest("POST", url+"/v1/cluster/join", strings.NewReader(`{"id":"node5","address":"10.0.0.5:7070"}`))
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != c.status || !strings.Contains(string(raw), c.err.Error()[:20]) {
-			t.Errorf("%v: %d %s, want %d with the reason", c.err, resp.StatusCode, raw, c.status)
-		}
-	}
+	})
 }
 
 // TestMetricsRefusedToPageScripts: /metrics, the one route without a token,
