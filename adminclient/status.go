@@ -77,6 +77,9 @@ func printStatus(w io.Writer, st *statusAnswer) {
 	}
 	fmt.Fprintf(w, "node %s: %s (%s), term %d, commit %d, applied %d, last contact %s, ready %t (%s)\n",
 		st.NodeID, st.State, leader, st.Term, st.CommitIndex, st.AppliedIndex, st.LastContact, st.Ready, st.ReadyWhy)
+	if st.ClusterID != "" {
+		fmt.Fprintf(w, "cluster id %s\n", st.ClusterID)
+	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tSUFFRAGE\tROLE\tTERM\tCOMMIT\tAPPLIED\tLAST CONTACT")
 	var unreachable []string

@@ -80,8 +80,8 @@ func TestJoinChecksTheMember(t *testing.T) {
 	if res, err := nodes[follower].Claim(ctxT(t, 5*time.Second), claimCmd("src:after-join")); err != nil || !res.Created {
 		t.Fatalf("claim after the refused joins: %+v %v", res, err)
 	}
-	// A running node re-added under its own id and address is accepted
-	// (the path a node whose data was wiped takes).
+	// A running node asked for again under its own id and address is
+	// accepted (TestJoinOfALiveMemberChangesNothing).
 	if err := nodes[follower].Join(ctxT(t, 20*time.Second), other.cfg.ID, other.cfg.Bind); err != nil {
 		t.Fatalf("re-adding %s: %v", other.cfg.ID, err)
 	}
@@ -192,4 +192,172 @@ func TestRefusedRejoinDoesNotBootstrap(t *testing.T) {
 		ok, _ := nodes[f].Ready()
 		return ok
 	})
+}
+
+// configIndex is the log index of n's latest configuration.
+func configIndex(t *testing.T, n *Node) uint64 {
+	t.Helper()
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	return f.Index()
+}
+
+// TestJoinOfALiveMemberChangesNothing: a join naming a running voter, with
+// its history, at its own address (an operator's retry) leaves the
+// configuration as it is. Removed to be added back, it would be out of the
+// quorum meanwhile: with another voter down, the removal alone would stop
+// every commit and leave it out.
+func TestJoinOfALiveMemberChangesNothing(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	leader := leaderOf(t, nodes)
+	f, g := (leader+1)%3, (leader+2)%3
+	waitFor(t, "the follower knows the leader", func() bool { ok, _ := nodes[f].Ready(); return ok })
+	if err := nodes[g].Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[g] = nil
+	before := configIndex(t, nodes[leader])
+	for _, via := range []int{leader, f} {
+		if err := nodes[via].Join(ctxT(t, 20*time.Second), nodes[f].cfg.ID, nodes[f].cfg.Bind); err != nil {
+			t.Fatalf("join of a live member via node %d: %v", via, err)
+		}
+	}
+	if after := configIndex(t, nodes[leader]); after != before {
+		t.Fatalf("configuration moved from index %d to %d: the member was removed and added", before, after)
+	}
+	if got := members(t, nodes[leader]); len(got) != 3 {
+		t.Fatalf("members after the joins: %v", got)
+	}
+	if res, err := nodes[f].Claim(ctxT(t, 5*time.Second), claimCmd("src:after-join")); err != nil || !res.Created {
+		t.Fatalf("claim after the joins with a voter down: %+v %v", res, err)
+	}
+}
+
+// TestJoinOfAnotherClusterWithTheSameIDs: two clusters whose members share
+// ids (both have t1) differ in their cluster id; a node of the other
+// cluster is refused although its member list names this cluster's leader,
+// and both clusters keep their own events.
+func TestJoinOfAnotherClusterWithTheSameIDs(t *testing.T) {
+	a := tcpCluster(t, 1, nil)
+	b := tcpCluster(t, 2, nil)
+	la, lb := leaderOf(t, a), leaderOf(t, b)
+	other := b[1] // t2, whose members name t1, as this cluster's leader is
+	waitFor(t, "both clusters named, the other one on its follower too", func() bool {
+		return a[la].clusterID() != "" && b[lb].clusterID() != "" && other.clusterID() == b[lb].clusterID()
+	})
+	if a[la].clusterID() == b[lb].clusterID() {
+		t.Fatalf("two clusters named alike: %s", a[la].clusterID())
+	}
+	if _, err := b[lb].Claim(ctxT(t, 5*time.Second), claimCmd("src:b1")); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(members(t, other), a[la].cfg.ID) {
+		t.Fatalf("the other cluster's members %v lack %s: the test would not reach the id check", members(t, other), a[la].cfg.ID)
+	}
+	err := a[la].Join(ctxT(t, 10*time.Second), other.cfg.ID, other.cfg.Bind)
+	if !errors.Is(err, ErrBadMember) || !strings.Contains(err.Error(), "another cluster (id "+other.clusterID()) {
+		t.Fatalf("join of a node of another cluster with the same ids: %v, want ErrBadMember naming its cluster id", err)
+	}
+	if got := members(t, a[la]); len(got) != 1 {
+		t.Fatalf("members after the refused join: %v", got)
+	}
+	waitFor(t, "the other cluster's event on its follower", func() bool {
+		_, ok, _ := other.Lookup("src:b1")
+		return ok
+	})
+}
+
+// TestClusterStatusNamesTheCluster: every member reports the one cluster
+// id, and a member caught up from the leader after its data was wiped
+// takes it too.
+func TestClusterStatusNamesTheCluster(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	leader := leaderOf(t, nodes)
+	var id string
+	waitFor(t, "every member named alike", func() bool {
+		id = nodes[leader].clusterID()
+		for _, n := range nodes {
+			if n.clusterID() != id || id == "" {
+				return false
+			}
+		}
+		return true
+	})
+	if st := nodes[leader].Status(); st.ClusterID != id {
+		t.Fatalf("status cluster id %q, want %q", st.ClusterID, id)
+	}
+	f := (leader + 1) % 3
+	cfg := nodes[f].cfg
+	if err := nodes[f].Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[f] = nil
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if nodes[f], err = Open(cfg); err != nil {
+		t.Fatalf("rejoin of the wiped node: %v", err)
+	}
+	waitFor(t, "the wiped node takes the cluster's id", func() bool { return nodes[f].clusterID() == id })
+}
+
+// TestRejoinWithoutAnAnswerDoesNotBootstrap: a wiped node whose peers take
+// its request to be added back but never answer (their processes stopped,
+// or a leader still at work on the change) does not start a cluster of its
+// own: the leader may have removed it already and be about to add it back.
+// It asks again until its patience ends, then stops with the reason;
+// started again once the peers answer, it rejoins.
+func TestRejoinWithoutAnAnswerDoesNotBootstrap(t *testing.T) {
+	freezers := make([]*freezer, 3)
+	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
+		freezers[i] = newFreezer()
+		cfg.wrapConn = freezers[i].wrap
+	})
+	t.Cleanup(func() {
+		for _, f := range freezers {
+			f.thaw()
+		}
+	})
+	leader := leaderOf(t, nodes)
+	f := (leader + 1) % 3
+	waitFor(t, "the follower knows the leader", func() bool { ok, _ := nodes[f].Ready(); return ok })
+	cfg := nodes[f].cfg
+	if err := nodes[f].Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[f] = nil
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		t.Fatal(err)
+	}
+	for i := range nodes {
+		if i != f {
+			freezers[i].freeze()
+		}
+	}
+	cfg.wrapConn = nil
+	cfg.rejoinPatience = time.Second
+	n, err := Open(cfg)
+	if err == nil {
+		n.Close()
+		t.Fatal("a wiped node whose peers never answered started a cluster of its own")
+	}
+	if !strings.Contains(err.Error(), "did not confirm") || !strings.Contains(err.Error(), "Not starting a cluster of its own") {
+		t.Fatalf("open: %v, want no confirmation and no cluster of its own", err)
+	}
+	for _, fr := range freezers {
+		fr.thaw()
+	}
+	if nodes[f], err = Open(cfg); err != nil {
+		t.Fatalf("rejoin once the peers answer: %v", err)
+	}
+	waitFor(t, "the rejoined node holds the cluster's state", func() bool {
+		ok, _ := nodes[f].Ready()
+		return ok
+	})
+	if got := members(t, nodes[leader]); len(got) != 3 || !slices.Contains(got, cfg.ID) {
+		t.Fatalf("members after the rejoin: %v", got)
+	}
 }

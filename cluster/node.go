@@ -100,6 +100,8 @@ type Config struct {
 	// to rejoin, as a node's cluster port answers over TCP: a leader asked
 	// to add it back reaches it.
 	answering func(*Node)
+	// rejoinPatience, in tests, replaces rejoinPatience.
+	rejoinPatience time.Duration
 	// wrapConn, in tests, wraps every cluster connection this node accepts or
 	// dials (to freeze a node's network the way SIGSTOP does).
 	wrapConn func(net.Conn) net.Conn
@@ -183,6 +185,10 @@ type Node struct {
 	// started is set once raft and the proposer run; the cluster port accepts
 	// connections before that, and the internal channel refuses until then.
 	started atomic.Bool
+	// fresh: this node started with no raft state and has not joined or
+	// bootstrapped yet. A leader asked to add it removes its old entry
+	// first (Join); a member with its history is left as it is.
+	fresh atomic.Bool
 
 	fatalOnce sync.Once
 	closeOnce sync.Once
@@ -295,6 +301,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("raft state: %w", err)
 	}
+	n.fresh.Store(!existing)
 	rc := n.raftConfig(hl)
 	if rc.SnapshotThreshold, err = n.fsm.policy.resume(snaps, logs); err != nil {
 		return fmt.Errorf("snapshot threshold: %w", err)
@@ -325,6 +332,7 @@ func (n *Node) open() error {
 		if err := n.bootstrap(); err != nil {
 			return err
 		}
+		n.fresh.Store(false)
 	}
 	return nil
 }
@@ -512,45 +520,74 @@ func (n *Node) bootstrap() error {
 // be reached refused this node's token or certificate: such a node must not
 // bootstrap. Its history of one would never meet the real cluster's, and
 // fixing the credentials afterwards would not make it join (docs/operations.md,
-// Adding a node). Peers that cannot be reached at all are the normal first
-// start of a cluster, and one peer that answers is enough to go on.
+// Adding a node). Peers that cannot be reached at all, or that answer that
+// they know no leader, are the normal first start of a cluster, and one peer
+// that answers is enough to go on. A peer that took the request but whose
+// answer is unknown (a timeout, a leader change part way) is a running
+// cluster still at work on it: the node asks again, for up to
+// rejoinPatience, and never bootstraps after such an answer; the leader may
+// have removed this id already and be about to add it back.
 func (n *Node) rejoinExisting() (bool, error) {
 	body := encodeJoin(n.cfg.ID, string(n.trans.LocalAddr()))
-	var refused []string
-	answered := false
-	for _, p := range n.cfg.Peers {
-		if p.ID == n.cfg.ID {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		_, err := n.relay.call(ctx, p.Addr, rpcJoin, body)
-		cancel()
-		n.relay.closeAll()
-		switch {
-		case err == nil:
-			n.log.Info("joined the running cluster", "via", p.ID)
-			return true, nil
-		case peerRefused(err):
-			n.log.Error("peer refused this node's cluster credentials", "peer", p.ID, "address", p.Addr, "err", err)
-			refused = append(refused, p.ID)
-		case errors.Is(err, ErrBadMember) || strings.Contains(err.Error(), ErrBadMember.Error()):
-			// A leader answered and will not add this node: the cluster
-			// runs, and counts this id as a voter. A cluster of its own
-			// here would vote again in terms this node's lost data may
-			// have voted in.
-			return false, fmt.Errorf("bootstrap: the running cluster refused to add this node (asked %s): %w. "+
-				"Not starting a cluster of its own: check that its id and advertise address are the ones the leader reaches it by, and start again", p.ID, err)
-		case !errors.Is(err, ErrIndeterminate) && !isDialError(err):
-			answered = true // it spoke the protocol: no leader yet, say
-		}
+	patience := n.cfg.rejoinPatience
+	if patience == 0 {
+		patience = rejoinPatience
 	}
-	if len(refused) > 0 && !answered {
-		return false, fmt.Errorf("bootstrap: %w: %s closed the connection on this node's preamble or TLS handshake; "+
-			"its cluster token_file or certificates differ from theirs. Not starting a cluster of its own: fix them and start again",
-			ErrUnauthorized, strings.Join(refused, ", "))
+	deadline := time.Now().Add(patience)
+	for {
+		var refused []string
+		var unsure error
+		answered := false
+		for _, p := range n.cfg.Peers {
+			if p.ID == n.cfg.ID {
+				continue
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			_, err := n.relay.call(ctx, p.Addr, rpcJoin, body)
+			cancel()
+			n.relay.closeAll()
+			switch {
+			case err == nil:
+				n.log.Info("joined the running cluster", "via", p.ID)
+				return true, nil
+			case peerRefused(err):
+				n.log.Error("peer refused this node's cluster credentials", "peer", p.ID, "address", p.Addr, "err", err)
+				refused = append(refused, p.ID)
+			case errors.Is(err, ErrBadMember) || strings.Contains(err.Error(), ErrBadMember.Error()):
+				// A leader answered and will not add this node: the cluster
+				// runs, and counts this id as a voter. A cluster of its own
+				// here would vote again in terms this node's lost data may
+				// have voted in.
+				return false, fmt.Errorf("bootstrap: the running cluster refused to add this node (asked %s): %w. "+
+					"Not starting a cluster of its own: check that its id and advertise address are the ones the leader reaches it by, and start again", p.ID, err)
+			case isDialError(err):
+			case errors.Is(err, ErrNoLeader):
+				answered = true // it spoke the protocol: no leader yet, say
+			default:
+				answered = true
+				unsure = fmt.Errorf("%s: %w", p.ID, err)
+			}
+		}
+		if unsure == nil {
+			if len(refused) > 0 && !answered {
+				return false, fmt.Errorf("bootstrap: %w: %s closed the connection on this node's preamble or TLS handshake; "+
+					"its cluster token_file or certificates differ from theirs. Not starting a cluster of its own: fix them and start again",
+					ErrUnauthorized, strings.Join(refused, ", "))
+			}
+			return false, nil
+		}
+		if time.Now().After(deadline) {
+			return false, fmt.Errorf("bootstrap: the running cluster took the request to add this node but did not confirm it within %v (last: %v). "+
+				"Not starting a cluster of its own: start again, or check the leader's log", patience, unsure)
+		}
+		n.log.Warn("the running cluster has not confirmed adding this node yet; asking again", "err", unsure)
+		time.Sleep(time.Second)
 	}
-	return false, nil
 }
+
+// rejoinPatience bounds how long a node with no data keeps asking a running
+// cluster whose answers are unknown to add it (rejoinExisting).
+const rejoinPatience = 30 * time.Second
 
 // peerRefused tells a peer that refused this node from one that is down: it
 // dropped the connection after accepting it (a wrong token: the preamble gets
@@ -764,6 +801,7 @@ func (n *Node) startLeaderWork() {
 			return
 		}
 		watch.Go(func() { n.endAbandonedEntries(ctx) })
+		watch.Go(func() { n.nameCluster(ctx) })
 		n.log.Info("leading: delivery and sweeping started", "node", n.cfg.ID)
 		if n.cfg.OnLeader != nil {
 			n.cfg.OnLeader(ctx)

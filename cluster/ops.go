@@ -370,16 +370,19 @@ type Server struct {
 
 // Status is this node's view of the cluster.
 type Status struct {
-	NodeID        string   `json:"node_id"`
-	State         string   `json:"state"`
-	LeaderID      string   `json:"leader_id"`
-	LeaderAddress string   `json:"leader_address"`
-	Term          uint64   `json:"term"`
-	CommitIndex   uint64   `json:"commit_index"`
-	AppliedIndex  uint64   `json:"applied_index"`
-	LastContact   string   `json:"last_contact"`
-	LeaderChanges uint64   `json:"leader_changes"`
-	Nodes         []Server `json:"nodes"`
+	NodeID        string `json:"node_id"`
+	State         string `json:"state"`
+	LeaderID      string `json:"leader_id"`
+	LeaderAddress string `json:"leader_address"`
+	Term          uint64 `json:"term"`
+	CommitIndex   uint64 `json:"commit_index"`
+	AppliedIndex  uint64 `json:"applied_index"`
+	LastContact   string `json:"last_contact"`
+	LeaderChanges uint64 `json:"leader_changes"`
+	// ClusterID is the id the cluster named itself with ("": not yet;
+	// identity.go): a node of another cluster reports another one.
+	ClusterID string   `json:"cluster_id"`
+	Nodes     []Server `json:"nodes"`
 	// Batching: how many commands this node packed per log entry it proposed
 	// (as leader) and per batch it relayed (as follower).
 	Proposed BatchStats `json:"proposed"`
@@ -421,6 +424,7 @@ func (n *Node) Status() Status {
 		Term:          n.raft.CurrentTerm(),
 		CommitIndex:   n.raft.CommitIndex(),
 		AppliedIndex:  n.appliedIndex(),
+		ClusterID:     n.clusterID(),
 	}
 	st.Proposed = BatchStats{n.prop.entries.Load(), n.prop.commands.Load()}
 	st.Relayed = BatchStats{n.prop.relays.Load(), n.prop.relayed.Load()}
@@ -474,6 +478,12 @@ type memberStats struct {
 	// learns it from them (membership.go).
 	Members []string `json:"members,omitempty"`
 	Leader  string   `json:"leader,omitempty"`
+	// Cluster is the id the member's cluster named itself with ("": none
+	// yet, or a node with no history; identity.go).
+	Cluster string `json:"cluster,omitempty"`
+	// Fresh: the member started with no raft state and is asking to be
+	// added (Node.fresh).
+	Fresh bool `json:"fresh,omitempty"`
 }
 
 // ownStats is this node's memberStats.
@@ -486,6 +496,8 @@ func (n *Node) ownStats() memberStats {
 		AppliedIndex: n.appliedIndex(),
 		Format:       engine.FormatVersion,
 		Admin:        n.cfg.AdminURL,
+		Cluster:      n.clusterID(),
+		Fresh:        n.fresh.Load(),
 	}
 	if n.cfg.format != 0 {
 		ms.Format = n.cfg.format
@@ -621,7 +633,8 @@ func stateName(s raft.RaftState) string {
 
 // Join adds (or re-adds) a voter. On a follower it is relayed to the leader.
 // A node that comes back with the same id but no data is first removed, so that
-// its lost vote record cannot count in a configuration it is still part of.
+// its lost vote record cannot count in a configuration it is still part of;
+// a voter asked for again at its own address, with its data, is left as it is.
 func (n *Node) Join(ctx context.Context, id, addr string) error {
 	if n.mux == nil && n.inproc == nil {
 		return fmt.Errorf("join %s: %w", id, ErrStandalone)
@@ -661,15 +674,21 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	if ms.ID != id {
 		return fmt.Errorf("join %s: %w: the node at %s is %q", id, ErrBadMember, addr, ms.ID)
 	}
-	if len(ms.Members) > 0 && !slices.Contains(ms.Members, n.cfg.ID) {
-		// Its own history would be overwritten by this cluster's log while
-		// its engine kept the other cluster's events.
-		return fmt.Errorf("join %s: %w: the node at %s belongs to another cluster (members %s); start it with an empty data dir to add it",
-			id, ErrBadMember, addr, strings.Join(ms.Members, ", "))
+	if err := n.sameCluster(ms); err != nil {
+		return fmt.Errorf("join %s: %w: the node at %s %v; start it with an empty data dir to add it", id, ErrBadMember, addr, err)
 	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
 		return fmt.Errorf("join %s: %w", id, err)
+	}
+	for _, s := range f.Configuration().Servers {
+		if s.ID == raft.ServerID(id) && s.Address == raft.ServerAddress(addr) && s.Suffrage == raft.Voter && !ms.Fresh {
+			// A voter with its history, asked again (an operator's retry):
+			// removing it to add it again would only risk the quorum
+			// while it is out. A node that lost its data asks with
+			// Fresh set, and is removed and added back.
+			return nil
+		}
 	}
 	for _, s := range f.Configuration().Servers {
 		if s.ID == raft.ServerID(id) || s.Address == raft.ServerAddress(addr) {
@@ -837,7 +856,11 @@ func (n *Node) Restore(ctx context.Context, path string) error {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
-	if err := engine.PrepareRestore(path, n.raft.LastIndex()+base); err != nil {
+	cluster, err := n.eng.ClusterID()
+	if err != nil {
+		return fmt.Errorf("restore: %w", err)
+	}
+	if err := engine.PrepareRestore(path, n.raft.LastIndex()+base, cluster); err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
 	f, err := os.Open(path)

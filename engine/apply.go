@@ -539,6 +539,8 @@ func (a *applier) apply(c *Command) (Result, error) {
 		return a.resume(c)
 	case OpPurge:
 		return a.purge(c)
+	case OpIdentify:
+		return a.identify(c)
 	default:
 		return bad("unknown op %d", c.Op)
 	}

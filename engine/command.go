@@ -44,6 +44,9 @@ const (
 	// own. Who and Reason are the operator's (the leader logs them). Result
 	// Keys names the deleted keys; fewer than Max means none is left.
 	OpPurge Op = 12
+	// OpIdentify names the cluster Key when its file has no name yet (the
+	// first one applied stays; identity.go). N is 1 when it named it.
+	OpIdentify Op = 13
 )
 
 // Quota limits how many events one lease takes from Source. A lease takes

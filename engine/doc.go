@@ -104,7 +104,8 @@
 //	           (tokenbase.go; absent: 0);
 //	           "width" -> retention bucket width in ns (fixed at creation);
 //	           "format" -> the highest FormatVersion that wrote the file
-//	           (version.go; absent in files older than the stamp)
+//	           (version.go; absent in files older than the stamp);
+//	           "cluster" -> the cluster's id (identity.go; absent: not named)
 //	events     key -> event record (state, attempts, token, times, source,
 //	           last error, audit, the handler's last step); small, so Get and
 //	           List stay cheap

@@ -150,7 +150,7 @@ func restoreFrom(t *testing.T, h *harness, path string, issued uint64) {
 	if err := os.WriteFile(upload, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := PrepareRestore(upload, issued); err != nil {
+	if err := PrepareRestore(upload, issued, ""); err != nil {
 		t.Fatal(err)
 	}
 	f, err := os.Open(upload)

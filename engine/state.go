@@ -54,6 +54,7 @@ var opNames = [...]string{
 	OpPause:        "pause",
 	OpResume:       "resume",
 	OpPurge:        "purge",
+	OpIdentify:     "identify",
 }
 
 // String is the command's name ("claim", ...), or "op(N)" for a value the

@@ -30,8 +30,13 @@ const restoreMargin = 1 << 32
 // index plus its base), plus restoreMargin, so that every lease after the
 // restore takes a token above both. The file
 // is stamped with this binary's format: an older binary refuses it rather
-// than compute other tokens.
-func PrepareRestore(path string, issued uint64) error {
+// than compute other tokens. A cluster id other than "" replaces the
+// backup's (identity.go): the cluster restored into stays itself, and two
+// clusters restored from one backup stay two.
+func PrepareRestore(path string, issued uint64, cluster string) error {
+	if len(cluster) > MaxClusterIDLen {
+		return fmt.Errorf("engine: prepare restore: cluster id length %d", len(cluster))
+	}
 	db, _, applied, err := openFile(path, Options{}, true)
 	if err != nil {
 		return fmt.Errorf("engine: prepare restore: %w", err)
@@ -39,6 +44,11 @@ func PrepareRestore(path string, issued uint64) error {
 	err = db.Update(func(tx *bolt.Tx) error {
 		m := tx.Bucket(bMeta)
 		base := max(issued, applied+tokenBase(m)) + restoreMargin
+		if cluster != "" {
+			if err := m.Put(metaCluster, []byte(cluster)); err != nil {
+				return err
+			}
+		}
 		return m.Put(metaTokenBase, binary.BigEndian.AppendUint64(nil, base))
 	})
 	if cerr := db.Close(); err == nil {

@@ -44,6 +44,7 @@ import (
 //	   expiry moved (unfinished past its retention, dead, replayed)
 //	17 an expire with a max visits at most that many entries of the ended
 //	   buckets, deleting each
+//	18 the cluster's id: meta cluster, op identify (identity.go)
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -81,7 +82,7 @@ import (
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 17
+const FormatVersion = 18
 
 // Formats at which the meaning of an existing command changed.
 const (
@@ -105,7 +106,7 @@ var metaFormat = []byte("format")
 
 // lastOp is the newest op of FormatVersion: a higher op in a log entry was
 // written by a newer binary. Raise it with every new op.
-const lastOp = OpPurge
+const lastOp = OpIdentify
 
 // fileFormat returns the format stamped in a file's meta bucket (0: none).
 func fileFormat(m *bolt.Bucket) (uint64, error) {
