@@ -11,6 +11,21 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// wipe stops nodes[i] and deletes its data dir, as an operator replacing a
+// machine's disk does, and returns its configuration to start it again.
+func wipe(t *testing.T, nodes []*Node, i int) Config {
+	t.Helper()
+	cfg := nodes[i].cfg
+	if err := nodes[i].Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[i] = nil
+	if err := os.RemoveAll(cfg.Dir); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
 // members lists the ids of n's raft configuration.
 func members(t *testing.T, n *Node) []string {
 	t.Helper()
@@ -163,14 +178,7 @@ func TestRefusedRejoinDoesNotBootstrap(t *testing.T) {
 	nodes := tcpCluster(t, 3, nil)
 	leader := leaderOf(t, nodes)
 	f := (leader + 1) % 3
-	cfg := nodes[f].cfg
-	if err := nodes[f].Close(); err != nil {
-		t.Fatal(err)
-	}
-	nodes[f] = nil
-	if err := os.RemoveAll(cfg.Dir); err != nil {
-		t.Fatal(err)
-	}
+	cfg := wipe(t, nodes, f)
 	cfg.Advertise = freePort(t) // the leader's probe finds nothing there
 	n, err := Open(cfg)
 	if err == nil {
@@ -289,14 +297,7 @@ func TestClusterStatusNamesTheCluster(t *testing.T) {
 		t.Fatalf("status cluster id %q, want %q", st.ClusterID, id)
 	}
 	f := (leader + 1) % 3
-	cfg := nodes[f].cfg
-	if err := nodes[f].Close(); err != nil {
-		t.Fatal(err)
-	}
-	nodes[f] = nil
-	if err := os.RemoveAll(cfg.Dir); err != nil {
-		t.Fatal(err)
-	}
+	cfg := wipe(t, nodes, f)
 	var err error
 	if nodes[f], err = Open(cfg); err != nil {
 		t.Fatalf("rejoin of the wiped node: %v", err)
@@ -324,14 +325,7 @@ func TestRejoinWithoutAnAnswerDoesNotBootstrap(t *testing.T) {
 	leader := leaderOf(t, nodes)
 	f := (leader + 1) % 3
 	waitFor(t, "the follower knows the leader", func() bool { ok, _ := nodes[f].Ready(); return ok })
-	cfg := nodes[f].cfg
-	if err := nodes[f].Close(); err != nil {
-		t.Fatal(err)
-	}
-	nodes[f] = nil
-	if err := os.RemoveAll(cfg.Dir); err != nil {
-		t.Fatal(err)
-	}
+	cfg := wipe(t, nodes, f)
 	for i := range nodes {
 		if i != f {
 			freezers[i].freeze()
