@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -97,6 +98,7 @@ func TestJoinChecksTheMember(t *testing.T) {
 	}
 	// A running node asked for again under its own id and address is
 	// accepted (TestJoinOfALiveMemberChangesNothing).
+	waitFor(t, "the member knows the cluster's id", func() bool { return other.clusterID() != "" })
 	if err := nodes[follower].Join(ctxT(t, 20*time.Second), other.cfg.ID, other.cfg.Bind); err != nil {
 		t.Fatalf("re-adding %s: %v", other.cfg.ID, err)
 	}
@@ -221,7 +223,10 @@ func TestJoinOfALiveMemberChangesNothing(t *testing.T) {
 	nodes := tcpCluster(t, 3, nil)
 	leader := leaderOf(t, nodes)
 	f, g := (leader+1)%3, (leader+2)%3
-	waitFor(t, "the follower knows the leader", func() bool { ok, _ := nodes[f].Ready(); return ok })
+	waitFor(t, "the follower knows the leader and the cluster's id", func() bool {
+		ok, _ := nodes[f].Ready()
+		return ok && nodes[f].clusterID() != ""
+	})
 	if err := nodes[g].Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -353,5 +358,103 @@ func TestRejoinWithoutAnAnswerDoesNotBootstrap(t *testing.T) {
 	})
 	if got := members(t, nodes[leader]); len(got) != 3 || !slices.Contains(got, cfg.ID) {
 		t.Fatalf("members after the rejoin: %v", got)
+	}
+}
+
+// TestJoinOfAnUnnamedClustersNode: a node with history but no cluster id
+// (a cluster of an older release, or not led since its upgrade) whose
+// members share this cluster's ids is refused: nothing tells its history
+// from another cluster's.
+func TestJoinOfAnUnnamedClustersNode(t *testing.T) {
+	a := tcpCluster(t, 1, nil)
+	b := tcpCluster(t, 2, func(_ int, cfg *Config) { cfg.unnamed = true })
+	la := leaderOf(t, a)
+	leaderOf(t, b)
+	waitFor(t, "this cluster named", func() bool { return a[la].clusterID() != "" })
+	if _, err := b[0].Claim(ctxT(t, 5*time.Second), claimCmd("src:b1")); err != nil {
+		t.Fatal(err)
+	}
+	err := a[la].Join(ctxT(t, 10*time.Second), b[1].cfg.ID, b[1].cfg.Bind)
+	if !errors.Is(err, ErrBadMember) || !strings.Contains(err.Error(), "no cluster id") {
+		t.Fatalf("join of an unnamed cluster's node: %v, want ErrBadMember saying it has no cluster id", err)
+	}
+	if got := members(t, a[la]); len(got) != 1 {
+		t.Fatalf("members after the refused join: %v", got)
+	}
+}
+
+// TestWipedNodeWaitsForASurvivorWithoutQuorum: two of three nodes are down
+// and one of them comes back with an empty data dir. The survivor knows no
+// leader (it lost its quorum) but holds the cluster's history; the wiped
+// node must not bootstrap beside it (two such nodes would form a second
+// majority of the configuration and acknowledge events the survivor never
+// sees). It waits, gives the survivor its vote, and is added back by it:
+// the configuration changes, and the event acknowledged before is there.
+func TestWipedNodeWaitsForASurvivorWithoutQuorum(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	leader := leaderOf(t, nodes)
+	if _, err := nodes[leader].Claim(ctxT(t, 5*time.Second), claimCmd("src:before")); err != nil {
+		t.Fatal(err)
+	}
+	f, g := (leader+1)%3, (leader+2)%3
+	waitFor(t, "every member named alike", func() bool {
+		id := nodes[leader].clusterID()
+		return id != "" && nodes[f].clusterID() == id && nodes[g].clusterID() == id
+	})
+	id := nodes[leader].clusterID()
+	if err := nodes[g].Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[g] = nil
+	cfg := wipe(t, nodes, f)
+	waitFor(t, "the survivor knows no leader", func() bool {
+		addr, _ := nodes[leader].raft.LeaderWithID()
+		return addr == ""
+	})
+	cfg.rejoinPatience = 20 * time.Second
+	var out lockedBuffer
+	cfg.Logger = slog.New(slog.NewTextHandler(&out, nil))
+	var err error
+	if nodes[f], err = Open(cfg); err != nil {
+		t.Fatalf("open of the wiped node: %v", err)
+	}
+	if !strings.Contains(out.String(), "joined the running cluster") {
+		t.Fatalf("the wiped node did not join the survivor's cluster; its log:\n%s", out.String())
+	}
+	waitFor(t, "the wiped node holds the survivor's state", func() bool {
+		_, ok, _ := nodes[f].Lookup("src:before")
+		return ok && nodes[f].clusterID() == id
+	})
+	// It stayed a voter: removed, it would have left a configuration of
+	// the survivor and a node that is down, and nothing would commit.
+	if got := members(t, nodes[leader]); len(got) != 3 {
+		t.Fatalf("members: %v, want the three", got)
+	}
+	if res, err := nodes[f].Claim(ctxT(t, 10*time.Second), claimCmd("src:after")); err != nil || !res.Created {
+		t.Fatalf("claim through the wiped node with one voter down: %+v %v", res, err)
+	}
+}
+
+// TestFollowerOfAnotherClustersLeaderIsNotReady: a follower whose cluster
+// id differs from its leader's (its engine applied another cluster's
+// entries) says so on its readiness, with the remedy; the same check
+// against its own leader clears it.
+func TestFollowerOfAnotherClustersLeaderIsNotReady(t *testing.T) {
+	a := tcpCluster(t, 2, nil)
+	b := tcpCluster(t, 1, func(_ int, cfg *Config) { cfg.ID = "w1"; cfg.Peers = []Peer{{ID: "w1", Addr: cfg.Bind}} })
+	la, lb := leaderOf(t, a), leaderOf(t, b)
+	f := a[(la+1)%2]
+	waitFor(t, "both clusters named", func() bool {
+		return f.clusterID() != "" && f.clusterID() == a[la].clusterID() && b[lb].clusterID() != ""
+	})
+	waitFor(t, "the follower ready", func() bool { ok, _ := f.Ready(); return ok })
+	f.checkLeaderIdentity(ctxT(t, 5*time.Second), b[lb].cfg.Bind)
+	ok, why := f.Ready()
+	if ok || !strings.Contains(why, "belongs to cluster "+f.clusterID()) || !strings.Contains(why, b[lb].clusterID()) || !strings.Contains(why, "empty its data dir") {
+		t.Fatalf("ready after meeting another cluster's leader: %v %q", ok, why)
+	}
+	f.checkLeaderIdentity(ctxT(t, 5*time.Second), a[la].cfg.Bind)
+	if ok, why := f.Ready(); !ok {
+		t.Fatalf("ready after its own leader: %v %q", ok, why)
 	}
 }

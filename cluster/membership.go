@@ -37,6 +37,7 @@ func (n *Node) watchMembership() {
 	}()
 	var resolved memberLookup
 	n.refreshMemberAddrs(ctx, &resolved)
+	ticks := 0
 	for {
 		select {
 		case <-n.stopObserve:
@@ -47,6 +48,9 @@ func (n *Node) watchMembership() {
 		if addr, _ := n.raft.LeaderWithID(); addr != "" || n.removed() {
 			since = time.Time{}
 			n.removedBy.Store(nil)
+			if ticks++; addr != "" && ticks%identityCheckEvery == 1 {
+				n.checkLeaderIdentity(ctx, string(addr))
+			}
 			continue
 		}
 		if since.IsZero() {

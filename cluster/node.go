@@ -102,6 +102,9 @@ type Config struct {
 	answering func(*Node)
 	// rejoinPatience, in tests, replaces rejoinPatience.
 	rejoinPatience time.Duration
+	// unnamed, in tests, keeps the cluster from naming itself, as a
+	// cluster of an older release.
+	unnamed bool
 	// wrapConn, in tests, wraps every cluster connection this node accepts or
 	// dials (to freeze a node's network the way SIGSTOP does).
 	wrapConn func(net.Conn) net.Conn
@@ -189,6 +192,9 @@ type Node struct {
 	// bootstrapped yet. A leader asked to add it removes its old entry
 	// first (Join); a member with its history is left as it is.
 	fresh atomic.Bool
+	// foreign, when set, says why this node's state is another cluster's
+	// than its leader's (checkLeaderIdentity).
+	foreign atomic.Pointer[string]
 
 	fatalOnce sync.Once
 	closeOnce sync.Once
@@ -521,8 +527,9 @@ func (n *Node) bootstrap() error {
 // bootstrap. Its history of one would never meet the real cluster's, and
 // fixing the credentials afterwards would not make it join (docs/operations.md,
 // Adding a node). Peers that cannot be reached at all, or that answer that
-// they know no leader, are the normal first start of a cluster, and one peer
-// that answers is enough to go on. A peer that took the request but whose
+// they know no leader and hold no history (peerHoldsHistory), are the
+// normal first start of a cluster, and one peer that answers is enough to
+// go on. A peer that took the request but whose
 // answer is unknown (a timeout, a leader change part way) is a running
 // cluster still at work on it: the node asks again, for up to
 // rejoinPatience, and never bootstraps after such an answer; the leader may
@@ -563,6 +570,9 @@ func (n *Node) rejoinExisting() (bool, error) {
 			case isDialError(err):
 			case errors.Is(err, ErrNoLeader):
 				answered = true // it spoke the protocol: no leader yet, say
+				if why := n.peerHoldsHistory(p.Addr); why != nil {
+					unsure = fmt.Errorf("%s: %w", p.ID, why)
+				}
 			default:
 				answered = true
 				unsure = fmt.Errorf("%s: %w", p.ID, err)
@@ -583,6 +593,30 @@ func (n *Node) rejoinExisting() (bool, error) {
 		n.log.Warn("the running cluster has not confirmed adding this node yet; asking again", "err", unsure)
 		time.Sleep(time.Second)
 	}
+}
+
+// peerHoldsHistory is nil when the peer at addr, which knows no leader,
+// has no cluster history either: a first start, where every node
+// bootstraps the same configuration. A peer that holds one (a cluster id,
+// or entries committed under a leader) is a running cluster that lost its
+// quorum for now (two of three nodes wiped at once, or a survivor
+// stalled): nodes that bootstrapped beside it would form a second majority
+// of its configuration and accept events it never sees. The node waits for
+// it to lead instead (it grants the survivor its vote meanwhile). A peer
+// that does not answer the question counts as one that holds a history.
+func (n *Node) peerHoldsHistory(addr string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), memberStatsTimeout)
+	defer cancel()
+	ms, err := n.askStats(ctx, addr)
+	switch {
+	case isDialError(err) || errors.Is(err, errUnreachable):
+		return nil // gone since it answered: it tells nothing, as a peer never reached
+	case err != nil:
+		return fmt.Errorf("knows no leader, and did not say whether it holds the cluster's history: %w", err)
+	case ms.Cluster != "" || ms.CommitIndex > 1:
+		return fmt.Errorf("knows no leader now, but holds the cluster's history (cluster id %q, commit index %d)", ms.Cluster, ms.CommitIndex)
+	}
+	return nil
 }
 
 // rejoinPatience bounds how long a node with no data keeps asking a running
@@ -606,6 +640,10 @@ func peerRefused(err error) bool {
 }
 
 // isDialError: the peer could not be reached (refused, unroutable, timed out).
+// errUnreachable: an in-process peer that is not running (the in-memory
+// transport's dial error).
+var errUnreachable = errors.New("unreachable")
+
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"

@@ -315,6 +315,9 @@ func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 // Ready reports whether the node can serve intake: it knows a leader and has
 // applied everything it knows to be committed. The reason says why not.
 func (n *Node) Ready() (bool, string) {
+	if why := n.foreign.Load(); why != nil {
+		return false, *why
+	}
 	if n.removed() {
 		return false, "not a member of the cluster configuration (removed): it takes no part in commits"
 	}
@@ -568,7 +571,7 @@ func (n *Node) askStats(ctx context.Context, addr string) (memberStats, error) {
 	if n.inproc != nil {
 		peer := n.inproc(addr)
 		if peer == nil {
-			return ms, fmt.Errorf("%s: unreachable", addr)
+			return ms, fmt.Errorf("%s: %w", addr, errUnreachable)
 		}
 		status, resp := peer.handleRPC(ctx, rpcStats, nil, nil)
 		if status != rpcOK {
@@ -675,7 +678,7 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 		return fmt.Errorf("join %s: %w: the node at %s is %q", id, ErrBadMember, addr, ms.ID)
 	}
 	if err := n.sameCluster(ms); err != nil {
-		return fmt.Errorf("join %s: %w: the node at %s %v; start it with an empty data dir to add it", id, ErrBadMember, addr, err)
+		return fmt.Errorf("join %s: %w: the node at %s %v", id, ErrBadMember, addr, err)
 	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
@@ -691,6 +694,19 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 		}
 	}
 	for _, s := range f.Configuration().Servers {
+		if s.ID == raft.ServerID(id) && s.Address == raft.ServerAddress(addr) && s.Suffrage == raft.Voter {
+			if live, need := n.quorumWithout(ctx, f.Configuration(), s.ID); live < need {
+				// Removed, the node would leave a configuration whose
+				// majority is not up: no commit, its re-adding included,
+				// until they return. It stays the voter it is (its lost
+				// vote record matters only in the term it was lost in).
+				n.log.Warn("node back with no data kept as a voter without removing it first: the others alone are no quorum",
+					"id", id, "address", addr, "up", live, "quorum", need)
+				return nil
+			}
+		}
+	}
+	for _, s := range f.Configuration().Servers {
 		if s.ID == raft.ServerID(id) || s.Address == raft.ServerAddress(addr) {
 			if err := n.raft.RemoveServer(s.ID, 0, 10*time.Second).Error(); err != nil {
 				return fmt.Errorf("join %s: remove old entry: %w", id, translateApplyErr(err))
@@ -702,6 +718,38 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	}
 	n.log.Info("voter added", "id", id, "address", addr)
 	return nil
+}
+
+// quorumWithout counts the voters of conf other than id that are up (this
+// leader, and each other voter that answers over the cluster port within
+// memberStatsTimeout) and the quorum of conf without id.
+func (n *Node) quorumWithout(ctx context.Context, conf raft.Configuration, id raft.ServerID) (live, need int) {
+	ctx, cancel := context.WithTimeout(ctx, memberStatsTimeout)
+	defer cancel()
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	voters := 0
+	for _, s := range conf.Servers {
+		if s.Suffrage != raft.Voter || s.ID == id {
+			continue
+		}
+		voters++
+		if string(s.ID) == n.cfg.ID {
+			mu.Lock()
+			live++
+			mu.Unlock()
+			continue
+		}
+		wg.Go(func() {
+			if ms, err := n.askStats(ctx, string(s.Address)); err == nil && ms.ID == string(s.ID) {
+				mu.Lock()
+				live++
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	return live, voters/2 + 1
 }
 
 // UseTLS replaces the cluster's certificate, key and CA (a renewal, on
