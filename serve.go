@@ -54,6 +54,11 @@ type node struct {
 	admin   *admin.Server
 	adminLn net.Listener
 	served  chan error
+	// wired is closed once startNode has set every field lead uses: raft
+	// may make this node leader while cluster.Open still runs (a wiped
+	// node elected while it waits to be added back), before n.cluster is
+	// set.
+	wired chan struct{}
 
 	// The admin listener's settings (admin_wiring.go).
 	adminTimeouts admin.Timeouts
@@ -154,7 +159,7 @@ loop:
 // startNode binds the listeners first (a port conflict fails before any state
 // is touched), then opens the cluster node, then serves.
 func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stderr io.Writer, opts ...nodeOption) (*node, error) {
-	n := &node{log: log, level: level, metrics: metrics.New(), served: make(chan error, 2),
+	n := &node{log: log, level: level, metrics: metrics.New(), served: make(chan error, 2), wired: make(chan struct{}),
 		adminTimeouts: admin.DefaultTimeouts, authClock: time.Now}
 	for _, o := range opts {
 		o(n)
@@ -253,6 +258,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 			n.served <- fmt.Errorf("admin: %w", err)
 		}
 	}()
+	close(n.wired)
 	return n, nil
 }
 
@@ -267,6 +273,11 @@ func (n *node) deliveryInFlight() map[string]int {
 
 // lead is the leader-only work for one term: deliveries and sweeping.
 func (n *node) lead(ctx context.Context) {
+	select {
+	case <-n.wired:
+	case <-ctx.Done():
+		return // leadership ended, or the node failed to start
+	}
 	f := forward.New(forward.Options{
 		Store:   n.cluster,
 		Targets: n.target,

@@ -114,3 +114,25 @@ func TestDrainLimitFollowsTheSlowestSource(t *testing.T) {
 		t.Fatalf("after a reload to a faster source: DrainLimit %v, want 3s", got)
 	}
 }
+
+// TestLeadBeforeTheNodeIsWired: raft may make a node leader while
+// cluster.Open still runs (a wiped node elected while it waits to be added
+// back), before the node's cluster, metrics and targets are set. Its
+// leader work waits for them instead of touching them (a nil cluster
+// panicked, and the panic, held behind the leader work's wait, left the
+// leader up without a forwarder: acknowledged events never delivered), and
+// returns when the leadership ends first.
+func TestLeadBeforeTheNodeIsWired(t *testing.T) {
+	n := &node{wired: make(chan struct{})}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		n.lead(ctx)
+	}()
+	cancel()
+	<-done
+	if n.forwarder.Load() != nil {
+		t.Fatal("a forwarder started before the node was wired")
+	}
+}
