@@ -529,11 +529,11 @@ func (n *Node) bootstrap() error {
 // Adding a node). Peers that cannot be reached at all, or that answer that
 // they know no leader and hold no history (peerHoldsHistory), are the
 // normal first start of a cluster, and one peer that answers is enough to
-// go on. A peer that took the request but whose
-// answer is unknown (a timeout, a leader change part way) is a running
-// cluster still at work on it: the node asks again, for up to
-// rejoinPatience, and never bootstraps after such an answer; the leader may
-// have removed this id already and be about to add it back.
+// go on. A peer that took the request but whose answer is unknown (a
+// timeout, a leader change part way) is a running cluster still at work on
+// it: the node asks again, for up to rejoinPatience, and never bootstraps
+// after such an answer; the leader may have removed this id already and be
+// about to add it back.
 func (n *Node) rejoinExisting() (bool, error) {
 	body := encodeJoin(n.cfg.ID, string(n.trans.LocalAddr()))
 	patience := n.cfg.rejoinPatience
@@ -639,11 +639,11 @@ func peerRefused(err error) bool {
 		errors.As(err, &verify) || errors.As(err, &unknownCA)
 }
 
-// isDialError: the peer could not be reached (refused, unroutable, timed out).
 // errUnreachable: an in-process peer that is not running (the in-memory
 // transport's dial error).
 var errUnreachable = errors.New("unreachable")
 
+// isDialError: the peer could not be reached (refused, unroutable, timed out).
 func isDialError(err error) bool {
 	var op *net.OpError
 	return errors.As(err, &op) && op.Op == "dial"

@@ -684,26 +684,24 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	if err := f.Error(); err != nil {
 		return fmt.Errorf("join %s: %w", id, err)
 	}
-	for _, s := range f.Configuration().Servers {
-		if s.ID == raft.ServerID(id) && s.Address == raft.ServerAddress(addr) && s.Suffrage == raft.Voter && !ms.Fresh {
+	if slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
+		return s.ID == raft.ServerID(id) && s.Address == raft.ServerAddress(addr) && s.Suffrage == raft.Voter
+	}) {
+		if !ms.Fresh {
 			// A voter with its history, asked again (an operator's retry):
 			// removing it to add it again would only risk the quorum
 			// while it is out. A node that lost its data asks with
 			// Fresh set, and is removed and added back.
 			return nil
 		}
-	}
-	for _, s := range f.Configuration().Servers {
-		if s.ID == raft.ServerID(id) && s.Address == raft.ServerAddress(addr) && s.Suffrage == raft.Voter {
-			if live, need := n.quorumWithout(ctx, f.Configuration(), s.ID); live < need {
-				// Removed, the node would leave a configuration whose
-				// majority is not up: no commit, its re-adding included,
-				// until they return. It stays the voter it is (its lost
-				// vote record matters only in the term it was lost in).
-				n.log.Warn("node back with no data kept as a voter without removing it first: the others alone are no quorum",
-					"id", id, "address", addr, "up", live, "quorum", need)
-				return nil
-			}
+		if live, need := n.quorumWithout(ctx, f.Configuration(), raft.ServerID(id)); live < need {
+			// Removed, the node would leave a configuration whose
+			// majority is not up: no commit, its re-adding included,
+			// until they return. It stays the voter it is (its lost
+			// vote record matters only in the term it was lost in).
+			n.log.Warn("node back with no data kept as a voter without removing it first: the others alone are no quorum",
+				"id", id, "address", addr, "up", live, "quorum", need)
+			return nil
 		}
 	}
 	for _, s := range f.Configuration().Servers {
