@@ -12,13 +12,15 @@ import (
 // TestSendToAlternativeKeys: `oncehook send -id` reaches a node for sources
 // whose default key is a choice of headers (shopify, svix, gitlab): the id
 // goes in the first header named, the node claims it under that id, and a
-// second send of the same id is a duplicate.
+// second send of the same id is a duplicate. For a source keyed on the
+// payload (stripe) send says that -id does not make the key.
 func TestSendToAlternativeKeys(t *testing.T) {
 	h := newHandler(t)
 	dir := t.TempDir()
 	mustWrite(t, filepath.Join(dir, "shop.secret"), "shpss_0123456789abcdef0123456789abcdef\n")
 	mustWrite(t, filepath.Join(dir, "svix.secret"), "whsec_"+strings.Repeat("QkJC", 8)+"\n")
 	mustWrite(t, filepath.Join(dir, "gitlab.secret"), "gitlab-token-0123456789abcdef\n")
+	mustWrite(t, filepath.Join(dir, "stripe.secret"), "whsec_0123456789abcdef0123456789abcdef\n")
 	tn := startNodeWithSources(t, dir, h.url, `
 [[source]]
 name = "shop"
@@ -37,6 +39,12 @@ name = "gl"
 provider = "gitlab"
 secret_files = ["gitlab.secret"]
 forward = "%[1]s/gl"
+
+[[source]]
+name = "st"
+provider = "stripe"
+secret_files = ["stripe.secret"]
+forward = "%[1]s/st"
 `)
 	mustWrite(t, filepath.Join(dir, "event.json"), `{"id":"x","type":"order"}`)
 	send := func(source, id string) (string, error) {
@@ -47,14 +55,27 @@ forward = "%[1]s/gl"
 			"-file", filepath.Join(dir, "event.json"), "-url", tn.intake + "/in/" + source}, &out, &errOut)
 		return out.String() + errOut.String(), err
 	}
+	const note = "-id does not make the key"
 	for _, source := range []string{"shop", "svx", "gl"} {
 		out, err := send(source, "evt-"+source)
-		if err != nil || !strings.Contains(out, "202") || !strings.Contains(out, `"key":"`+source+`:evt-`+source+`"`) {
+		if err != nil || !strings.Contains(out, "202") || !strings.Contains(out, `"key":"`+source+`:evt-`+source+`"`) || strings.Contains(out, note) {
 			t.Errorf("send -source %s -id evt-%s: %v\n%s", source, source, err, out)
 			continue
 		}
 		if out, err := send(source, "evt-"+source); err != nil || !strings.Contains(out, `"status":"duplicate"`) {
 			t.Errorf("second send to %s: %v\n%s", source, err, out)
+		}
+	}
+	// The key is the file's "id": a second -id is the same event, and send
+	// says why.
+	for i, id := range []string{"one", "two"} {
+		out, err := send("st", id)
+		want := `"key":"st:x"`
+		if i == 1 {
+			want = `"status":"duplicate"`
+		}
+		if err != nil || !strings.Contains(out, want) || !strings.Contains(out, note) {
+			t.Errorf("send -source st -id %s: %v; want %s and the note %q\n%s", id, err, want, note, out)
 		}
 	}
 }

@@ -123,6 +123,19 @@ func cmdKeygen(args []string, stdout, stderr io.Writer) error {
 	return nil
 }
 
+// keyReadsHeader reports whether any part of a source's key reads a
+// header (where send puts its -id).
+func keyReadsHeader(key []string) bool {
+	for _, part := range key {
+		for _, alt := range strings.Split(part, "|") {
+			if strings.HasPrefix(alt, "header:") {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // cmdSend signs a file the way the source's provider does and posts it to the
 // node's intake: the quickest way to test a config end to end.
 func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -178,6 +191,13 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	if err != nil {
 		return fmt.Errorf("read payload: %w", err)
+	}
+	if *id != "" && !keyReadsHeader(src.Key) {
+		// The id still goes in the provider's id header, but the key is
+		// taken from the payload: say so rather than let a resend with
+		// another -id come back a duplicate with no word why.
+		fmt.Fprintf(stderr, "note: -id does not make the key of source %q, which comes from the payload (key = %s): change the id in the file to send another event\n",
+			src.Name, strings.Join(src.Key, ", "))
 	}
 	if *id == "" {
 		var b [12]byte

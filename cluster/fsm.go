@@ -32,6 +32,9 @@ type fsm struct {
 	// results (final; the engine may commit them a little later).
 	notify func(cmds [][]engine.Command, res [][]engine.Result)
 
+	// restoreAt is eng.RestoreAt; tests replace it to fail a restore.
+	restoreAt func(r io.Reader, index uint64) error
+
 	mu      sync.Mutex
 	entries []engine.Entry // reused between batches; only the apply goroutine touches it
 	// joined holds the fragments of an entry read so far (joinFragment):
@@ -275,7 +278,18 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 	if err != nil || len(list) == 0 {
 		return fmt.Errorf("fsm restore: find the restored snapshot: %v", err)
 	}
-	if err := f.eng.RestoreAt(rc, list[0].Index); err != nil {
+	restoreAt := f.eng.RestoreAt
+	if f.restoreAt != nil {
+		restoreAt = f.restoreAt
+	}
+	if err := restoreAt(rc, list[0].Index); err != nil {
+		if errors.Is(err, engine.ErrRestoreIncomplete) {
+			// The file in place is the snapshot's but the engine is closed:
+			// the node stops. The snapshot is in the store, so the next start
+			// has it whatever the engine file holds then.
+			f.fatal(fmt.Errorf("fsm restore: %w", err))
+			return fmt.Errorf("fsm restore: %w", err)
+		}
 		// The state is as it was, and so is the log after it: an entry
 		// being joined goes on with the fragments that follow.
 		return fmt.Errorf("fsm restore: %w", err)

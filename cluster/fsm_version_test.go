@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -151,5 +152,48 @@ func TestFSMRestoreNewerSnapshotRefused(t *testing.T) {
 	}
 	if _, err := eng.Get("src:a", false); !errors.Is(err, engine.ErrNotFound) {
 		t.Fatalf("the refused snapshot's event is readable: %v", err)
+	}
+}
+
+// A restore that failed after the engine's file was replaced leaves the
+// engine closed: the node stops (fatal) rather than run on without a state.
+// Any other failure leaves the state as it was, and the node runs on.
+func TestIncompleteRestoreStopsTheNode(t *testing.T) {
+	snaps := raft.NewInmemSnapshotStore()
+	sink, err := snaps.Create(raft.SnapshotVersionMax, 5, 1, raft.Configuration{}, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sink.Close(); err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.Open(filepath.Join(t.TempDir(), "engine.db"), engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer eng.Close()
+	for _, tc := range []struct {
+		name      string
+		err       error
+		wantFatal bool
+	}{
+		{"after the rename", fmt.Errorf("engine: restore: sync: %w: EIO", engine.ErrRestoreIncomplete), true},
+		{"before the rename", errors.New("engine: restore: not an engine file"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var fatal []error
+			f := &fsm{eng: eng, snaps: snaps, fatal: func(err error) { fatal = append(fatal, err) },
+				restoreAt: func(io.Reader, uint64) error { return tc.err }}
+			_, rc, err := snaps.Open(sink.ID())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := f.Restore(rc); !errors.Is(err, tc.err) {
+				t.Fatalf("Restore: %v; want %v", err, tc.err)
+			}
+			if got := len(fatal) == 1 && errors.Is(fatal[0], tc.err); got != tc.wantFatal {
+				t.Fatalf("fatal %v; want the node stopped: %v", fatal, tc.wantFatal)
+			}
+		})
 	}
 }

@@ -915,6 +915,10 @@ func (n *Node) Close() error {
 			n.handingOver(time.Hour) // until the process ends
 			if err := n.raft.LeadershipTransfer().Error(); err != nil {
 				n.log.Warn("leadership transfer on shutdown", "err", err)
+			} else if addr, id := n.raft.LeaderWithID(); id != "" {
+				n.log.Info("leadership handed over on shutdown", "to", id, "address", addr)
+			} else { // the new leader has not written to this node yet
+				n.log.Info("leadership handed over on shutdown")
 			}
 		}
 		n.closeErr = n.cleanup()

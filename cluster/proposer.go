@@ -608,7 +608,11 @@ func translateApplyErr(err error) error {
 // the results. epoch ends when this node sees the leader change: the call
 // ends then too, with the outcome unknown (the old leader may commit it).
 func (n *Node) relayBatch(epoch context.Context, addr raft.ServerAddress, batch []*proposal) error {
-	var cmds []engine.Command
+	k := 0
+	for _, pr := range batch {
+		k += len(pr.cmds)
+	}
+	cmds := make([]engine.Command, 0, k)
 	for _, pr := range batch {
 		cmds = append(cmds, pr.cmds...)
 	}

@@ -442,3 +442,52 @@ func TestRestoreAtRecordsTheIndexInTheFile(t *testing.T) {
 		t.Fatalf("LastApplied after Restore = %d, want the file's own 54", got)
 	}
 }
+
+// A restore that fails after its file is in place leaves the engine closed,
+// never serving a state that may not be on disk, and says so; the file in
+// place holds the restored state under the given index, as a restart finds
+// it.
+func TestRestoreFailingAfterTheRenameClosesTheEngine(t *testing.T) {
+	src := newHarness(t, Options{NoSync: true})
+	for i := range 5 {
+		if _, err := src.e.Apply(uint64(i+1), claimCmd(keyN(i), t0+int64(i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var snap bytes.Buffer
+	if _, err := src.e.Snapshot(&snap); err != nil {
+		t.Fatal(err)
+	}
+
+	path := filepath.Join(t.TempDir(), "fsm.db")
+	e, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	synced := restoreSyncDir
+	restoreSyncDir = func(string) error { return errors.New("injected EIO") }
+	defer func() { restoreSyncDir = synced }()
+
+	err = e.RestoreAt(bytes.NewReader(snap.Bytes()), 9)
+	if !errors.Is(err, ErrRestoreIncomplete) || !strings.Contains(err.Error(), "injected EIO") {
+		t.Fatalf("RestoreAt with the directory sync failing: %v; want ErrRestoreIncomplete with the cause", err)
+	}
+	if _, err := e.Get(keyN(0), false); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Get after the incomplete restore: %v; want ErrClosed", err)
+	}
+	if _, err := e.Apply(10, claimCmd(keyN(7), t0+10)); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Apply after the incomplete restore: %v; want ErrClosed", err)
+	}
+	if err := e.Close(); err != nil && !errors.Is(err, ErrClosed) {
+		t.Fatalf("Close after the incomplete restore: %v", err)
+	}
+
+	again := mustOpenPath(t, path, Options{NoSync: true})
+	if got := again.LastApplied(); got != 9 {
+		t.Fatalf("the file in place says applied %d, want 9", got)
+	}
+	if _, err := again.Get(keyN(4), false); err != nil {
+		t.Fatalf("the restored state after a restart: %v", err)
+	}
+}

@@ -897,21 +897,30 @@ func (e *Engine) restore(r io.Reader, index uint64) (err error) {
 		}
 		return fmt.Errorf("engine: restore: %w", err)
 	}
-	if err = SyncDir(dir); err != nil {
-		return fmt.Errorf("engine: restore: %w", err)
+	// From here the file in place is the restored one: a failure leaves the
+	// engine closed rather than serving a state that may not be on disk, or
+	// a file whose replay guard was not loaded.
+	if err = restoreSyncDir(dir); err != nil {
+		return fmt.Errorf("engine: restore: sync %s: %w: %w", dir, ErrRestoreIncomplete, err)
 	}
 	// create: a snapshot written before a bucket was added gets it empty.
 	db, width, applied, err := openFile(e.path, e.opts, true)
 	if err != nil {
-		return fmt.Errorf("engine: restore: %w", err)
+		return fmt.Errorf("engine: restore: %w: %w", ErrRestoreIncomplete, err)
 	}
-	e.db, e.width = db, width
+	var bodies bodyIndex
+	if err = db.View(func(tx *bolt.Tx) (err error) { bodies, err = loadBodyIndex(tx); return err }); err != nil {
+		db.Close()
+		return fmt.Errorf("engine: restore: %w: %w", ErrRestoreIncomplete, err)
+	}
+	e.db, e.width, e.bodies = db, width, bodies
 	e.applied.Store(applied)
-	if err = db.View(func(tx *bolt.Tx) (err error) { e.bodies, err = loadBodyIndex(tx); return err }); err != nil {
-		return fmt.Errorf("engine: restore: %w", err)
-	}
 	return nil
 }
+
+// restoreSyncDir is SyncDir; tests replace it to fail a restore after its
+// rename.
+var restoreSyncDir = SyncDir
 
 // SyncDir fsyncs the directory dir, so that a file created, renamed or
 // removed in it survives a power loss. The engine calls it after a restore

@@ -27,8 +27,15 @@ var (
 	// stays as it is, since delivering it now would put it after a newer
 	// one (order.go). An operator's replay has no such check.
 	ErrSuperseded = errors.New("engine: a newer event of its order object was claimed")
-	// ErrClosed: the engine was closed (or a failed Restore left it without a file).
+	// ErrClosed: the engine was closed (or a Restore failed with
+	// ErrRestoreIncomplete).
 	ErrClosed = errors.New("engine: closed")
+	// ErrRestoreIncomplete: a Restore put the restored file in place of the
+	// engine's and then failed (its directory would not sync, or the file
+	// would not open again). The engine is closed; the file holds the
+	// restored state under the index RestoreAt gave it. The process must
+	// restart: raft restores its newest snapshot at start.
+	ErrRestoreIncomplete = errors.New("engine: restore replaced the file but did not finish")
 	// ErrLostCommit: a commit of applied entries failed (a full disk), so the
 	// file no longer holds what the caller was told was applied. Nothing is
 	// applied or read after it: the process must restart and apply those
