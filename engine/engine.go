@@ -901,17 +901,17 @@ func (e *Engine) restore(r io.Reader, index uint64) (err error) {
 	// engine closed rather than serving a state that may not be on disk, or
 	// a file whose replay guard was not loaded.
 	if err = restoreSyncDir(dir); err != nil {
-		return fmt.Errorf("engine: restore: sync %s: %w: %w", dir, ErrRestoreIncomplete, err)
+		return fmt.Errorf("%w: sync %s: %w", ErrRestoreIncomplete, dir, err)
 	}
 	// create: a snapshot written before a bucket was added gets it empty.
 	db, width, applied, err := openFile(e.path, e.opts, true)
 	if err != nil {
-		return fmt.Errorf("engine: restore: %w: %w", ErrRestoreIncomplete, err)
+		return fmt.Errorf("%w: %w", ErrRestoreIncomplete, err)
 	}
 	var bodies bodyIndex
 	if err = db.View(func(tx *bolt.Tx) (err error) { bodies, err = loadBodyIndex(tx); return err }); err != nil {
 		db.Close()
-		return fmt.Errorf("engine: restore: %w: %w", ErrRestoreIncomplete, err)
+		return fmt.Errorf("%w: replay guard: %w", ErrRestoreIncomplete, err)
 	}
 	e.db, e.width, e.bodies = db, width, bodies
 	e.applied.Store(applied)
