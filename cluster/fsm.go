@@ -283,16 +283,16 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		restoreAt = f.restoreAt
 	}
 	if err := restoreAt(rc, list[0].Index); err != nil {
+		err = fmt.Errorf("fsm restore: %w", err)
 		if errors.Is(err, engine.ErrRestoreIncomplete) {
 			// The file in place is the snapshot's but the engine is closed:
 			// the node stops. The snapshot is in the store, so the next start
 			// has it whatever the engine file holds then.
-			f.fatal(fmt.Errorf("fsm restore: %w", err))
-			return fmt.Errorf("fsm restore: %w", err)
+			f.fatal(err)
 		}
-		// The state is as it was, and so is the log after it: an entry
-		// being joined goes on with the fragments that follow.
-		return fmt.Errorf("fsm restore: %w", err)
+		// Otherwise the state is as it was, and so is the log after it: an
+		// entry being joined goes on with the fragments that follow.
+		return err
 	}
 	f.mu.Lock()
 	f.joined = nil // fragments before the snapshot's index; a snapshot never falls between them

@@ -31,10 +31,10 @@ var (
 	// ErrRestoreIncomplete).
 	ErrClosed = errors.New("engine: closed")
 	// ErrRestoreIncomplete: a Restore put the restored file in place of the
-	// engine's and then failed (its directory would not sync, or the file
-	// would not open again). The engine is closed; the file holds the
-	// restored state under the index RestoreAt gave it. The process must
-	// restart: raft restores its newest snapshot at start.
+	// engine's and then failed (its directory would not sync, the file would
+	// not open again, or its replay guard would not load). The engine is
+	// closed; the file holds the restored state under the index RestoreAt
+	// gave it. The process must restart.
 	ErrRestoreIncomplete = errors.New("engine: restore replaced the file but did not finish")
 	// ErrLostCommit: a commit of applied entries failed (a full disk), so the
 	// file no longer holds what the caller was told was applied. Nothing is
