@@ -147,6 +147,7 @@ type Node struct {
 	raft     *raft.Raft
 	logStore *raftboltdb.BoltStore
 	trans    raft.Transport
+	patient  *patientTransport // n.trans over TCP; nil in process
 	mux      *mux
 	prop     *proposer
 	relay    *relayer
@@ -439,7 +440,7 @@ func (n *Node) openTransport(hl hclog.Logger) error {
 		n.mux.memberAuth = connlimit.NewCounter(orLimits(cfg.PreAuth))
 		n.mux.onRelay = n.serveRelay
 		n.mux.serve()
-		n.trans = raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		n.patient = newPatientTransport(raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
 			Stream:  raftLayer{n.mux},
 			MaxPool: 4,
 			Timeout: 10 * time.Second,
@@ -457,7 +458,8 @@ func (n *Node) openTransport(hl hclog.Logger) error {
 			// measurements (#541) and our bench A/B (3 nodes, 64 clients)
 			// showed no throughput loss.
 			MaxRPCsInFlight: 1,
-		})
+		}), patientFor)
+		n.trans = n.patient
 	}
 	return nil
 }
@@ -942,6 +944,9 @@ func (n *Node) cleanup() error {
 		// Relays still waiting for a leader that does not answer end now
 		// (outcome unknown to their callers) instead of at their timeout.
 		n.leaders.close()
+		if n.patient != nil {
+			n.patient.stop() // raft waits for its replication goroutines
+		}
 		if err := n.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
 		}

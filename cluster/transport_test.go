@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bufio"
+	"bytes"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -17,8 +18,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"oncehook/engine"
 )
@@ -562,4 +567,147 @@ func TestAdvertisedNamesAreRecorded(t *testing.T) {
 	if err != nil || !res.Created {
 		t.Fatalf("claim through a follower: %+v %v", res, err)
 	}
+}
+
+// raftEnd is one node's raft transport over a mux, as Open builds it.
+func raftEnd(t *testing.T, ln net.Listener) (*mux, *raft.NetworkTransport) {
+	t.Helper()
+	m, err := newMux(ln, ln.Addr().String(), []byte(testToken), nil, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.serve()
+	tr := raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: raftLayer{m}, MaxPool: 1, Timeout: 10 * time.Second, Logger: hclog.NewNullLogger(),
+	})
+	t.Cleanup(func() {
+		tr.Close()
+		m.close()
+	})
+	return m, tr
+}
+
+// TestReplicationWaitsForARefusingPeer: an append or a snapshot to a peer
+// whose port refuses connections (its process is down or restarting) is sent
+// again until the transport's patience runs out, so that raft counts one
+// failure per patientFor instead of one per refusal and its back-off stays
+// short for a node that comes back: what was refused is answered once the
+// peer listens, the snapshot's bytes whole. stop (node shutdown, before raft
+// waits for its goroutines) ends a waiting call at once, and so does the end
+// of its patience.
+func TestReplicationWaitsForARefusingPeer(t *testing.T) {
+	leader := func(t *testing.T, wait time.Duration) (*patientTransport, chan struct{}) {
+		t.Helper()
+		own, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, tr := raftEnd(t, own)
+		p := newPatientTransport(tr, wait)
+		refused := make(chan struct{}, 1)
+		p.onRefused = func() {
+			select {
+			case refused <- struct{}{}:
+			default:
+			}
+		}
+		return p, refused
+	}
+	send := func(p *patientTransport, addr string) chan error {
+		done := make(chan error, 1)
+		go func() {
+			req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("node1"), Addr: []byte("127.0.0.1:1")}, Term: 1}
+			var resp raft.AppendEntriesResponse
+			err := p.AppendEntries("node2", raft.ServerAddress(addr), req, &resp)
+			if err == nil && !resp.Success {
+				err = errors.New("the peer did not accept the append")
+			}
+			done <- err
+		}()
+		return done
+	}
+
+	t.Run("the peer comes back", func(t *testing.T) {
+		p, refused := leader(t, time.Minute)
+		addr := freePort(t)
+		done := send(p, addr)
+		select {
+		case err := <-done:
+			t.Fatalf("append to a refusing peer returned at once (%v): raft's back-off grows with every refusal", err)
+		case <-refused:
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Skipf("the port was taken meanwhile: %v", err)
+		}
+		_, peer := raftEnd(t, ln)
+		go func() {
+			rpc := <-peer.Consumer()
+			rpc.Respond(&raft.AppendEntriesResponse{Term: 1, Success: true}, nil)
+		}()
+		if err := <-done; err != nil {
+			t.Fatalf("append after the peer listened again: %v", err)
+		}
+	})
+
+	t.Run("a snapshot waits too", func(t *testing.T) {
+		p, refused := leader(t, time.Minute)
+		addr := freePort(t)
+		snapshot := []byte("the engine file, compressed")
+		done := make(chan error, 1)
+		go func() {
+			req := &raft.InstallSnapshotRequest{RPCHeader: raft.RPCHeader{ID: []byte("node1"), Addr: []byte("127.0.0.1:1")},
+				SnapshotVersion: raft.SnapshotVersionMax, Term: 1, Size: int64(len(snapshot))}
+			var resp raft.InstallSnapshotResponse
+			err := p.InstallSnapshot("node2", raft.ServerAddress(addr), req, &resp, bytes.NewReader(snapshot))
+			if err == nil && !resp.Success {
+				err = errors.New("the peer did not take the snapshot")
+			}
+			done <- err
+		}()
+		select {
+		case err := <-done:
+			t.Fatalf("snapshot to a refusing peer returned at once (%v)", err)
+		case <-refused:
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Skipf("the port was taken meanwhile: %v", err)
+		}
+		_, peer := raftEnd(t, ln)
+		got := make(chan []byte, 1)
+		go func() {
+			rpc := <-peer.Consumer()
+			b, _ := io.ReadAll(io.LimitReader(rpc.Reader, int64(len(snapshot))))
+			got <- b
+			rpc.Respond(&raft.InstallSnapshotResponse{Term: 1, Success: true}, nil)
+		}()
+		if err := <-done; err != nil {
+			t.Fatalf("snapshot after the peer listened again: %v", err)
+		}
+		if b := <-got; !bytes.Equal(b, snapshot) {
+			t.Fatalf("the peer read %q, want the whole snapshot %q", b, snapshot)
+		}
+	})
+
+	t.Run("the node shuts down", func(t *testing.T) {
+		p, refused := leader(t, time.Hour)
+		done := send(p, freePort(t))
+		select {
+		case err := <-done:
+			t.Fatalf("append to a refusing peer returned at once: %v", err)
+		case <-refused:
+		}
+		p.stop()
+		if err := <-done; !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("append after stop = %v; want the refusal", err)
+		}
+	})
+
+	t.Run("patience ends", func(t *testing.T) {
+		p, _ := leader(t, 3*redialEvery)
+		if err := <-send(p, freePort(t)); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("append = %v; want the refusal once the wait is over", err)
+		}
+	})
 }
