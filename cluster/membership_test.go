@@ -59,6 +59,33 @@ func TestRemovedWhileDownLearnsIt(t *testing.T) {
 	}
 }
 
+// TestRemovedWhileRunningSaysSo: a member removed while it runs applies its
+// own removal; once it has no leader, a claim sent to it is refused at once
+// saying it was removed, not after the wait for a leader as "no leader".
+func TestRemovedWhileRunningSaysSo(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	li := c.waitLeader(-1)
+	fi := c.follower(li)
+	c.waitKnowsLeader(fi, li)
+	if err := c.nodes[li].RemovePeer(ctxT(t, 30*time.Second), c.nodes[fi].cfg.ID); err != nil {
+		t.Fatalf("remove %s: %v", c.nodes[fi].cfg.ID, err)
+	}
+	n := c.nodes[fi]
+	deadline := time.Now().Add(20 * time.Second)
+	for !n.removedWhileRunning() {
+		if time.Now().After(deadline) {
+			t.Fatal("the removed node still has a leader or itself in its configuration")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Well under the 2 s a claim waits for a leader: the refusal comes at once.
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	if _, err := n.Claim(ctx, claimCmd("src:to-a-node-removed-while-running")); !errors.Is(err, ErrRemoved) {
+		t.Fatalf("claim on the removed node: %v, want ErrRemoved", err)
+	}
+}
+
 // cutPair cuts nodes i and j off from each other, both ways, the raft
 // transport and the internal channel; their links to the others stay.
 func (c *testCluster) cutPair(i, j int) {

@@ -317,6 +317,9 @@ func (n *Node) open() error {
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
 	}
+	if n.patient != nil {
+		n.patient.raft.Store(n.raft)
+	}
 	n.fsm.policy.attach(n.raft)
 	n.prop = newProposer(n, n.cfg.Inflight, n.cfg.MaxBatch, maxEntryBytes, n.cfg.Linger, n.cfg.RideFor)
 	n.started.Store(true)
@@ -458,7 +461,7 @@ func (n *Node) openTransport(hl hclog.Logger) error {
 			// measurements (#541) and our bench A/B (3 nodes, 64 clients)
 			// showed no throughput loss.
 			MaxRPCsInFlight: 1,
-		}), patientFor)
+		}), patientFor, patientUntil)
 		n.trans = n.patient
 	}
 	return nil
@@ -991,6 +994,16 @@ func (n *Node) removed() bool {
 	}
 	servers := f.Configuration().Servers
 	return len(servers) > 0 && !slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == raft.ServerID(n.cfg.ID) })
+}
+
+// removedWhileRunning: this node has no leader and its own configuration
+// no longer holds it (it applied its removal). The configuration is read
+// only when no leader is known, off the path of a node that has one.
+func (n *Node) removedWhileRunning() bool {
+	if addr, _ := n.raft.LeaderWithID(); addr != "" {
+		return false
+	}
+	return n.removed()
 }
 
 func (n *Node) voters() int {

@@ -42,7 +42,7 @@ func (n *Node) applyOne(ctx context.Context, c engine.Command, leaderOnly bool) 
 // Claim commits a claim on a majority and reports whether it created the event.
 // A duplicate is Result.Created == false, not an error.
 func (n *Node) Claim(ctx context.Context, c engine.Command) (engine.Result, error) {
-	if n.removedBy.Load() != nil {
+	if n.removedBy.Load() != nil || n.removedWhileRunning() {
 		// No leader will ever answer: say so at once, not after the
 		// wait for one.
 		return engine.Result{}, fmt.Errorf("claim %s: %w", c.Key, ErrRemoved)

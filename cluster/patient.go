@@ -3,7 +3,9 @@ package cluster
 import (
 	"errors"
 	"io"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -19,32 +21,46 @@ import (
 // (docs/operations.md, "Three nodes").
 //
 // patientTransport makes a refused append look like one to a host that does
-// not answer: it tries again every redialEvery, for up to patientFor, and
-// fails only then. raft then counts one failure per patientFor of outage
-// instead of one per refusal, and the first try after the peer is back
-// succeeds. Nothing was sent when a connection was refused, so sending the
-// same request again is what raft itself would do next. Only appends (and
-// heartbeats, which are appends) and snapshots wait: votes and a leadership
-// transfer's TimeoutNow still fail at once, as raft expects of an
-// unreachable peer (a transfer blocks the leader's applies until its
-// TimeoutNow returns).
+// not answer: it tries again every redialEvery and fails only when waiting
+// is no longer worth it, so that raft counts few failures however long the
+// outage, and the first try after the peer is back succeeds. Nothing was
+// sent when a connection was refused, so sending the same request again is
+// what raft itself would do next. Only appends (and heartbeats, which are
+// appends) and snapshots wait: votes and a leadership transfer's TimeoutNow
+// still fail at once, as raft expects of an unreachable peer (a transfer
+// blocks the leader's applies until its TimeoutNow returns).
+//
+// Every refused call waits for up to wait. Past that, it goes on only while
+// the request still matters: this node still leads in the request's term
+// and the peer is still in the configuration (raft stops replicating to a
+// peer in those two cases, and its goroutine would otherwise be held
+// sending a stale request), and for at most longWait. A bounded wait alone
+// (30 s) let the failures add up again after a few minutes of outage: five
+// minutes gave a 2.5 s wait, six and more the full 10 s.
 type patientTransport struct {
 	*raft.NetworkTransport
-	wait time.Duration
+	wait, longWait time.Duration
+
+	// raft is the node's raft once it exists; until then no call waits
+	// past wait.
+	raft atomic.Pointer[raft.Raft]
 
 	halt     chan struct{}
 	haltOnce sync.Once
-	// onRefused, in tests, sees every refusal that will be tried again.
-	onRefused func()
+	// onRefused, in tests, sees every refusal that will be tried again;
+	// stillWanted, in tests, stands for the question asked of raft.
+	onRefused   func()
+	stillWanted func(id raft.ServerID, term uint64) bool
 }
 
 const (
-	redialEvery = 50 * time.Millisecond
-	patientFor  = 30 * time.Second
+	redialEvery  = 50 * time.Millisecond
+	patientFor   = 30 * time.Second
+	patientUntil = time.Hour
 )
 
-func newPatientTransport(t *raft.NetworkTransport, wait time.Duration) *patientTransport {
-	return &patientTransport{NetworkTransport: t, wait: wait, halt: make(chan struct{})}
+func newPatientTransport(t *raft.NetworkTransport, wait, longWait time.Duration) *patientTransport {
+	return &patientTransport{NetworkTransport: t, wait: wait, longWait: longWait, halt: make(chan struct{})}
 }
 
 // stop ends the waits: raft's shutdown waits for the goroutines in them.
@@ -54,7 +70,7 @@ func (p *patientTransport) stop() {
 
 // AppendEntries sends an append, again while the peer refuses connections.
 func (p *patientTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	return p.patiently(func() error {
+	return p.patiently(id, args.Term, func() error {
 		return p.NetworkTransport.AppendEntries(id, target, args, resp)
 	})
 }
@@ -64,19 +80,19 @@ func (p *patientTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 // past it is sent the snapshot instead of entries, on the same count of
 // failures. A refused dial read nothing from data.
 func (p *patientTransport) InstallSnapshot(id raft.ServerID, target raft.ServerAddress, args *raft.InstallSnapshotRequest, resp *raft.InstallSnapshotResponse, data io.Reader) error {
-	return p.patiently(func() error {
+	return p.patiently(id, args.Term, func() error {
 		return p.NetworkTransport.InstallSnapshot(id, target, args, resp, data)
 	})
 }
 
 // patiently calls send until it does not fail with a refused connection, or
-// for p.wait.
-func (p *patientTransport) patiently(send func() error) error {
+// waiting is over (see patientTransport).
+func (p *patientTransport) patiently(id raft.ServerID, term uint64, send func() error) error {
 	var retry *time.Timer
-	deadline := time.Now().Add(p.wait)
+	start := time.Now()
 	for {
 		err := send()
-		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || time.Until(deadline) < redialEvery {
+		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || !p.goOn(id, term, time.Since(start)+redialEvery) {
 			return err
 		}
 		if p.onRefused != nil {
@@ -94,4 +110,30 @@ func (p *patientTransport) patiently(send func() error) error {
 			return err
 		}
 	}
+}
+
+// goOn says whether a call refused after waiting for waited tries again.
+func (p *patientTransport) goOn(id raft.ServerID, term uint64, waited time.Duration) bool {
+	switch {
+	case waited <= p.wait:
+		return true
+	case waited > p.longWait:
+		return false
+	case p.stillWanted != nil:
+		return p.stillWanted(id, term)
+	}
+	return leadsWith(p.raft.Load(), id, term)
+}
+
+// leadsWith says whether r leads in term with id in its latest
+// configuration, which raft keeps where any goroutine can read it.
+func leadsWith(r *raft.Raft, id raft.ServerID, term uint64) bool {
+	if r == nil || r.State() != raft.Leader || r.CurrentTerm() != term {
+		return false
+	}
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return false
+	}
+	return slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == id })
 }

@@ -18,6 +18,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -589,12 +590,12 @@ func raftEnd(t *testing.T, ln net.Listener) (*mux, *raft.NetworkTransport) {
 
 // TestReplicationWaitsForARefusingPeer: an append or a snapshot to a peer
 // whose port refuses connections (its process is down or restarting) is sent
-// again until the transport's patience runs out, so that raft counts one
-// failure per patientFor instead of one per refusal and its back-off stays
-// short for a node that comes back: what was refused is answered once the
-// peer listens, the snapshot's bytes whole. stop (node shutdown, before raft
-// waits for its goroutines) ends a waiting call at once, and so does the end
-// of its patience.
+// again while the request still matters, so that raft counts few failures
+// however long the outage and its back-off stays short for a node that
+// comes back: what was refused is answered once the peer listens, the
+// snapshot's bytes whole. stop (node shutdown, before raft waits for its
+// goroutines) ends a waiting call at once, and so does the end of its
+// patience when the node no longer leads with that peer.
 func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 	leader := func(t *testing.T, wait time.Duration) (*patientTransport, chan struct{}) {
 		t.Helper()
@@ -603,7 +604,7 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, tr := raftEnd(t, own)
-		p := newPatientTransport(tr, wait)
+		p := newPatientTransport(tr, wait, wait)
 		refused := make(chan struct{}, 1)
 		p.onRefused = func() {
 			select {
@@ -627,15 +628,10 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 		return done
 	}
 
-	t.Run("the peer comes back", func(t *testing.T) {
-		p, refused := leader(t, time.Minute)
-		addr := freePort(t)
-		done := send(p, addr)
-		select {
-		case err := <-done:
-			t.Fatalf("append to a refusing peer returned at once (%v): raft's back-off grows with every refusal", err)
-		case <-refused:
-		}
+	// comeBack listens at addr as the peer, accepts the append waiting to be
+	// sent there, and checks that the sender's call then succeeds.
+	comeBack := func(t *testing.T, addr string, done chan error) {
+		t.Helper()
 		ln, err := net.Listen("tcp", addr)
 		if err != nil {
 			t.Skipf("the port was taken meanwhile: %v", err)
@@ -648,6 +644,18 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Fatalf("append after the peer listened again: %v", err)
 		}
+	}
+
+	t.Run("the peer comes back", func(t *testing.T) {
+		p, refused := leader(t, time.Minute)
+		addr := freePort(t)
+		done := send(p, addr)
+		select {
+		case err := <-done:
+			t.Fatalf("append to a refusing peer returned at once (%v): raft's back-off grows with every refusal", err)
+		case <-refused:
+		}
+		comeBack(t, addr, done)
 	})
 
 	t.Run("a snapshot waits too", func(t *testing.T) {
@@ -710,4 +718,120 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 			t.Fatalf("append = %v; want the refusal once the wait is over", err)
 		}
 	})
+
+	// Past its patience a call goes on while the node still leads in the
+	// request's term with the peer a member, so failures do not add up
+	// again over a long outage.
+	t.Run("a leader keeps trying past its patience", func(t *testing.T) {
+		p, _ := leader(t, 2*redialEvery)
+		p.longWait = time.Hour
+		asked := make(chan [2]string, 16)
+		p.stillWanted = func(id raft.ServerID, term uint64) bool {
+			select {
+			case asked <- [2]string{string(id), fmt.Sprint(term)}:
+			default:
+			}
+			return true
+		}
+		addr := freePort(t)
+		done := send(p, addr)
+		for range 3 {
+			select {
+			case err := <-done:
+				t.Fatalf("append returned (%v) though the node still leads with the peer", err)
+			case q := <-asked:
+				if q != [2]string{"node2", "1"} {
+					t.Fatalf("asked about %v; want the request's peer and term [node2 1]", q)
+				}
+			}
+		}
+		comeBack(t, addr, done)
+	})
+
+	t.Run("a request that no longer matters ends", func(t *testing.T) {
+		p, _ := leader(t, 2*redialEvery)
+		p.longWait = time.Hour
+		var asked atomic.Int32
+		p.stillWanted = func(raft.ServerID, uint64) bool { return asked.Add(1) < 3 }
+		if err := <-send(p, freePort(t)); !errors.Is(err, syscall.ECONNREFUSED) {
+			t.Fatalf("append = %v; want the refusal once the node no longer leads", err)
+		}
+		if n := asked.Load(); n != 3 {
+			t.Fatalf("asked %d times whether to go on; want 3 (the last said no)", n)
+		}
+	})
 }
+
+// TestLeadsWith checks the question the patient transport asks raft past
+// its patience, on a real single-node raft: yes only while it leads, for
+// the term it leads in and a member of its configuration.
+func TestLeadsWith(t *testing.T) {
+	if leadsWith(nil, "node1", 1) {
+		t.Fatal("no raft yet: want no")
+	}
+	_, trans := raft.NewInmemTransport("node1")
+	conf := raft.DefaultConfig()
+	conf.LocalID = "node1"
+	conf.Logger = hclog.NewNullLogger()
+	conf.HeartbeatTimeout, conf.ElectionTimeout, conf.LeaderLeaseTimeout = 50*time.Millisecond, 50*time.Millisecond, 50*time.Millisecond
+	store := raft.NewInmemStore()
+	snaps := raft.NewInmemSnapshotStore()
+	self := raft.Configuration{Servers: []raft.Server{{ID: "node1", Address: trans.LocalAddr()}}}
+	if err := raft.BootstrapCluster(conf, store, store, snaps, trans, self); err != nil {
+		t.Fatal(err)
+	}
+	r, err := raft.NewRaft(conf, nopFSM{}, store, store, snaps, trans)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shut := false
+	defer func() {
+		if !shut {
+			r.Shutdown()
+		}
+	}()
+	select {
+	case <-r.LeaderCh():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the single node did not become leader")
+	}
+	term := r.CurrentTerm()
+	// A non-voter: a member the leader replicates to, which the commit of
+	// its own addition does not wait for.
+	if err := r.AddNonvoter("node2", "node2", 0, 0).Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		id   raft.ServerID
+		term uint64
+		want bool
+	}{
+		{"node2", term, true},
+		{"node1", term, true},
+		{"node2", term - 1, false}, // a request of an earlier term
+		{"node3", term, false},     // not a member
+	} {
+		if got := leadsWith(r, c.id, c.term); got != c.want {
+			t.Errorf("leadsWith(%s, term %d) = %v; want %v (leader in term %d)", c.id, c.term, got, c.want, term)
+		}
+	}
+	if err := r.RemoveServer("node2", 0, 0).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if leadsWith(r, "node2", term) {
+		t.Error("a removed peer: want no")
+	}
+	if err := r.Shutdown().Error(); err != nil {
+		t.Fatal(err)
+	}
+	shut = true
+	if leadsWith(r, "node1", term) {
+		t.Error("after shutdown: want no")
+	}
+}
+
+type nopFSM struct{}
+
+func (nopFSM) Apply(*raft.Log) any                 { return nil }
+func (nopFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, errors.New("no snapshots") }
+func (nopFSM) Restore(io.ReadCloser) error         { return errors.New("no snapshots") }
