@@ -236,7 +236,9 @@ func (l *loader) load(data []byte) *Config {
 		}
 	}
 	for i := range sources {
-		if len(sources[i].Secrets) > 0 {
+		// A standard source's whpk_ public keys verify and cannot sign:
+		// inline, they make the file no more sensitive than any other.
+		if slices.ContainsFunc(sources[i].Secrets, func(v string) bool { return !strings.HasPrefix(v, providers.PublicKeyPrefix) }) {
 			inline = append(inline, "source["+strconv.Itoa(i)+"].secrets")
 		}
 	}

@@ -584,6 +584,7 @@ func TestTokenAndKeyFileModes(t *testing.T) {
 // inline credentials its mode is the operator's business.
 func TestInlineCredentialsMode(t *testing.T) {
 	const source = "[[source]]\nname = \"a\"\nprovider = \"github\"\nforward = \"http://127.0.0.1:9000/a\"\n"
+	const standard = "[[source]]\nname = \"a\"\nprovider = \"standard\"\nforward = \"http://127.0.0.1:9000/a\"\n"
 	for _, tt := range []struct {
 		name string
 		toml string
@@ -597,6 +598,9 @@ func TestInlineCredentialsMode(t *testing.T) {
 		{"inline admin token, 0644", "[admin]\ntokens = [{ name = \"ops\", token = \"" + adminToken + "\" }]\n", 0o644, "2: admin.tokens[0].token"},
 		{"inline admin token, 0600", "[admin]\ntokens = [{ name = \"ops\", token = \"" + adminToken + "\" }]\n", 0o600, ""},
 		{"both, token first", "[admin]\ntokens = [{ name = \"ops\", token = \"" + adminToken + "\" }]\n" + source + "secrets = [\"inline-secret-value\"]\n", 0o644, "2: admin.tokens[0].token"},
+		// whpk_ public keys verify and cannot sign: not credentials.
+		{"inline public keys only, 0644", standard + "secrets = [\"whpk_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\"]\n", 0o644, ""},
+		{"a public key and a secret, 0644", standard + "secrets = [\"whpk_AAECAwQFBgcICQoLDA0ODxAREhMUFRYXGBkaGxwdHh8=\", \"inline-secret-value\"]\n", 0o644, "5: source[0].secrets"},
 		{"files only, 0644", "[admin]\ntokens = [{ name = \"ops\", token_file = \"admin.token\" }]\n" + source + "secret_files = [\"github.secret\"]\n", 0o644, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -741,7 +745,7 @@ func TestLoadShapes(t *testing.T) {
 
 // TestRaftTimeouts: [cluster] heartbeat_timeout and election_timeout
 // default to 1s, take a duration from 100ms to 1m, and name the key and the
-// range otherwise.
+// range otherwise; the election timeout is at least the heartbeat timeout.
 func TestRaftTimeouts(t *testing.T) {
 	for _, tt := range []struct {
 		lines               string
@@ -754,6 +758,12 @@ func TestRaftTimeouts(t *testing.T) {
 		{"heartbeat_timeout = \"50ms\"", 0, 0, "cluster.heartbeat_timeout: 50ms is out of range: want 100ms to 1m (default 1s)"},
 		{"election_timeout = \"2m\"", 0, 0, "cluster.election_timeout: 2m is out of range: want 100ms to 1m (default 1s)"},
 		{"election_timeout = \"-1s\"", 0, 0, "cluster.election_timeout: -1s is out of range"},
+		// raft refuses an election timeout under the heartbeat timeout:
+		// refused here, not at the node's next start.
+		{"heartbeat_timeout = \"3s\"\nelection_timeout = \"3s\"", 3 * time.Second, 3 * time.Second, ""},
+		{"heartbeat_timeout = \"3s\"", 0, 0, ":5: cluster.election_timeout: 1s (the default) is less than heartbeat_timeout 3s: raft would refuse to start"},
+		{"heartbeat_timeout = \"3s\"\nelection_timeout = \"2s\"", 0, 0, ":6: cluster.election_timeout: 2s is less than heartbeat_timeout 3s"},
+		{"election_timeout = \"500ms\"", 0, 0, ":5: cluster.election_timeout: 500ms is less than heartbeat_timeout 1s"},
 	} {
 		t.Run(tt.lines, func(t *testing.T) {
 			dir := t.TempDir()

@@ -85,7 +85,7 @@ func keyPartChangesPerDelivery(c *Config) []string {
 		for j, part := range s.Key {
 			for _, alt := range strings.Split(part, "|") {
 				kind, name, _ := strings.Cut(strings.TrimSpace(alt), ":")
-				if kind != "header" || !containsFold(bad, name) {
+				if kind != "header" || !containsFold(bad, name) || readsSecret(s, name) {
 					continue
 				}
 				w = append(w, fmt.Sprintf(
@@ -95,6 +95,13 @@ func keyPartChangesPerDelivery(c *Config) []string {
 		}
 	}
 	return w
+}
+
+// readsSecret: header name carries s's secret, a reading refused as an
+// error (sourceCheck.secretReads) rather than warned of.
+func readsSecret(s *Source, name string) bool {
+	sch, ok := providers.Lookup(s.Provider)
+	return ok && sch.Defaults().SecretHeader != "" && strings.EqualFold(sch.Defaults().SecretHeader, name)
 }
 
 func sourceKey(i int, name string) string { return "source[" + strconv.Itoa(i) + "]." + name }

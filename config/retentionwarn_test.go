@@ -73,8 +73,6 @@ func TestRetentionWarnings(t *testing.T) {
 			[]string{"source[0].key[0]: header:X-Slack-Request-Timestamp"}},
 		{"hmac's own headers", "provider = \"hmac\"\nkey = [\"header:X-Sig\", \"header:x-ts\"]\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\", template = \"{timestamp}.{body}\" }",
 			[]string{"source[0].key[0]: header:X-Sig", "source[0].key[1]: header:x-ts"}},
-		{"a token", "provider = \"gitlab\"\nkey = [\"header:X-Gitlab-Token\"]",
-			[]string{"source[0].key[0]: header:X-Gitlab-Token"}},
 		{"the delivery id", "provider = \"github\"\nkey = [\"header:X-GitHub-Delivery\"]", nil},
 		{"all three", "provider = \"stripe\"\nretention = \"1h\"\nkey = [\"header:Stripe-Signature\"]",
 			[]string{"source[0].retention: 1h is shorter", "source[0].max_attempts: max_attempts 8 waits up to backoff_max 10m before each of 7 retries, beyond retention 1h", "source[0].key[0]: header:Stripe-Signature"}},

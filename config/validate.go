@@ -120,6 +120,18 @@ func (c *Config) validateCluster(p *problems) {
 				*d.v, Duration(minRaftTimeout), Duration(maxRaftTimeout), Duration(DefaultRaftTimeout)))
 		}
 	}
+	// raft refuses to start with an election timeout shorter than the
+	// heartbeat timeout: caught here, the file is refused by validate and by
+	// a reload, not by the node's next restart.
+	if !p.has("cluster.heartbeat_timeout") && !p.has("cluster.election_timeout") && cl.ElectionTimeout < cl.HeartbeatTimeout {
+		election := cl.ElectionTimeout.String()
+		if cl.ElectionTimeout == Duration(DefaultRaftTimeout) {
+			election += " (the default)"
+		}
+		p.add("cluster.election_timeout", nil, fmt.Sprintf(
+			"%s is less than heartbeat_timeout %s: raft would refuse to start; raise election_timeout to at least heartbeat_timeout (raise the two together)",
+			election, cl.HeartbeatTimeout), "cluster.heartbeat_timeout")
+	}
 
 	// Peers: every voter, this node included, the same list on every node.
 	var self *Peer
@@ -315,6 +327,7 @@ func validateSource(p *problems, key string, s *Source) {
 	c.keysURL()
 	c.order()
 	validateTypeFilter(p, c.k, s)
+	c.secretReads()
 	hmacBad := validateHMAC(p, c.k, s)
 	c.verifier(hmacBad)
 }
@@ -390,6 +403,41 @@ func (c *sourceCheck) keyRule() {
 		if err := checkKeyPart(part); err != nil {
 			p.add(c.k("key")+"["+strconv.Itoa(j)+"]", nil, err.Error(), c.k("key"))
 		}
+	}
+}
+
+// secretReads refuses a key, type or order part that reads the header a
+// token provider sends its secret in (GitLab's X-Gitlab-Token): the value
+// would be stored in every event's key, type or order object, replicated,
+// backed up, logged, shown by the admin API and sent to the handler, and,
+// being the same on every delivery, it would make every event a duplicate
+// of the first.
+func (c *sourceCheck) secretReads() {
+	if c.scheme == nil {
+		return
+	}
+	secret := c.scheme.Defaults().SecretHeader
+	if secret == "" {
+		return
+	}
+	check := func(key, part string) {
+		for _, alt := range strings.Split(part, "|") {
+			kind, name, _ := strings.Cut(strings.TrimSpace(alt), ":")
+			if kind == "header" && strings.EqualFold(name, secret) {
+				c.p.add(key, nil, fmt.Sprintf(
+					"header:%s carries the source's secret (%s sends its token in it): it would be stored, logged and shown with every event, and every delivery would be a duplicate of the first; read the event's id or type from the body or another header",
+					name, c.s.Provider))
+				return
+			}
+		}
+	}
+	for j, part := range c.s.Key {
+		check(c.k("key")+"["+strconv.Itoa(j)+"]", part)
+	}
+	check(c.k("type"), c.s.Type)
+	if o := c.s.Order; o != nil {
+		check(c.k("order.object"), o.Object)
+		check(c.k("order.time"), o.Time)
 	}
 }
 
@@ -753,15 +801,39 @@ func checkKeyPart(part string) error {
 func checkURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("invalid URL %q", raw)
+		return fmt.Errorf("invalid URL %s", shownURL(raw))
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("invalid URL %q: want http:// or https://", raw)
+		return fmt.Errorf("invalid URL %s: want http:// or https://", shownURL(raw))
 	}
 	if u.Host == "" {
-		return fmt.Errorf("invalid URL %q: no host", raw)
+		return fmt.Errorf("invalid URL %s: no host", shownURL(raw))
 	}
 	return nil
+}
+
+// shownURL is raw quoted for an error message, its user info and query
+// (either may carry a credential) replaced by <redacted>. A URL that does
+// not parse is not shown: the message's file:line points at it.
+func shownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(not shown: it does not parse, and may hold a credential)"
+	}
+	if u.User == nil && u.RawQuery == "" {
+		return strconv.Quote(raw)
+	}
+	if u.User != nil {
+		u.User = url.User(redacted)
+	}
+	if u.RawQuery != "" {
+		u.RawQuery = redacted
+	}
+	s := u.String()
+	// url.URL escapes the placeholder; show it as written.
+	s = strings.Replace(s, url.User(redacted).String()+"@", redacted+"@", 1)
+	s = strings.Replace(s, "?"+url.QueryEscape(redacted), "?"+redacted, 1)
+	return strconv.Quote(s)
 }
 
 // checkKeysURL accepts an https:// URL, or an http:// one whose host is a
@@ -775,7 +847,7 @@ func checkKeysURL(raw string) error {
 	if u.Scheme == "https" || IsLoopbackHost(u.Hostname()) {
 		return nil
 	}
-	return fmt.Errorf("invalid URL %q: want https:// (http:// only to a loopback address)", raw)
+	return fmt.Errorf("invalid URL %s: want https:// (http:// only to a loopback address)", shownURL(raw))
 }
 
 // IsLoopbackHost reports whether host (no port) is "localhost" or a loopback

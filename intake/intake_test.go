@@ -341,3 +341,66 @@ func TestClaimNotCommittedIsLoggedSampled(t *testing.T) {
 		t.Fatalf("the next line does not count the 40 held back:\n%s", logs.String())
 	}
 }
+
+// TestHandshakesStoreNothing: Slack's and Zoom's verified handshakes get
+// their challenge's answer, one without its challenge a 400, and neither is
+// stored as an event, even with an id a key could be read from.
+func TestHandshakesStoreNothing(t *testing.T) {
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "slack.secret"), "slack-signing-secret-0123456789\n")
+	mustWrite(t, filepath.Join(dir, "zoom.secret"), "zoom-secret-token-0123456789ab\n")
+	store := newMemStore(t)
+	in := New(Options{Store: store, Sources: loadSources(t, dir, `
+[[source]]
+name = "slack"
+provider = "slack"
+secret_files = ["slack.secret"]
+forward = "http://127.0.0.1:1/slack"
+key = ["json:event_id"]
+
+[[source]]
+name = "zoom"
+provider = "zoom"
+secret_files = ["zoom.secret"]
+forward = "http://127.0.0.1:1/zoom"
+`)})
+	cases := []struct {
+		source, secret, body string
+		status               int
+		contains             string
+	}{
+		{"slack", "slack-signing-secret-0123456789", `{"type":"url_verification","challenge":"c-123","event_id":"Ev1"}`, 200, `"challenge":"c-123"`},
+		{"slack", "slack-signing-secret-0123456789", `{"type":"url_verification","event_id":"Ev2"}`, 400, "url_verification without a challenge: nothing stored"},
+		{"zoom", "zoom-secret-token-0123456789ab", `{"event":"endpoint.url_validation","event_ts":1,"payload":{"plainToken":"p-1"}}`, 200, `"plainToken":"p-1"`},
+		{"zoom", "zoom-secret-token-0123456789ab", `{"event":"endpoint.url_validation","event_ts":2,"payload":{}}`, 400, "without a payload.plainToken: nothing stored"},
+	}
+	for _, c := range cases {
+		scheme, _ := providers.Lookup(c.source)
+		hs, err := scheme.Sign([]byte(c.body), []byte(c.secret), time.Now(), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var req fasthttp.Request
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURI("/in/" + c.source)
+		req.Header.SetContentType("application/json")
+		for _, h := range hs {
+			req.Header.Set(h.Name, h.Value)
+		}
+		req.SetBodyString(c.body)
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 40000}, nil)
+		in.handle(&ctx)
+		if got := ctx.Response.StatusCode(); got != c.status || !strings.Contains(string(ctx.Response.Body()), c.contains) {
+			t.Errorf("%s %s: %d %s; want %d with %s", c.source, c.body, got, ctx.Response.Body(), c.status, c.contains)
+		}
+	}
+	for _, key := range []string{"slack:Ev1", "slack:Ev2"} {
+		if _, found, err := store.Lookup(key); err != nil || found {
+			t.Errorf("%s stored (%v, %v): a handshake is never an event", key, found, err)
+		}
+	}
+	if _, counts, err := store.eng.Counts(); err != nil || len(counts) != 0 {
+		t.Errorf("events stored by handshakes: %v (%v)", counts, err)
+	}
+}

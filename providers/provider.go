@@ -5,6 +5,7 @@ package providers
 // each scheme is implemented is this package's own business.
 
 import (
+	"encoding/json"
 	"hash"
 	"time"
 )
@@ -113,6 +114,16 @@ type Verifier interface {
 // it answers status/body/contentType and stores nothing.
 type Handshaker interface {
 	Handshake(r *Request) (status int, body []byte, contentType string, ok bool)
+}
+
+// malformedHandshake is the answer to a handshake message without its
+// challenge: 400, and like every handshake it is not stored as an event.
+func malformedHandshake(why string) (int, []byte, string, bool) {
+	out, _ := json.Marshal(struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+	}{"error", why + ": nothing stored"})
+	return 400, append(out, '\n'), "application/json", true
 }
 
 // ReplayBodier is implemented by verifiers whose signature covers something

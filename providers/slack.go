@@ -50,7 +50,7 @@ func (v *slackVerifier) Handshake(r *Request) (int, []byte, string, bool) {
 	}
 	c, st := jsonValue(r.Body, "challenge")
 	if st != found {
-		return 0, nil, "", false
+		return malformedHandshake("url_verification without a challenge")
 	}
 	out, err := json.Marshal(struct {
 		Challenge string `json:"challenge"`

@@ -33,7 +33,10 @@ func TestSlackHandshake(t *testing.T) {
 			true, "3eZbrw1aBm2rZgRNFdxV2595E9CY3gmdALWMmHkvFXO7tYXAYM8P"},
 		{`{"type":"url_verification","challenge":"a\"b<c>"}`, true, `a"b<c>`},
 		{`{"type":"event_callback","event_id":"Ev1","challenge":"x"}`, false, ""},
-		{`{"type":"url_verification"}`, false, ""},
+		// A handshake without its challenge is answered 400 and, like
+		// every handshake, not stored as an event.
+		{`{"type":"url_verification"}`, true, ""},
+		{`{"type":"url_verification","event_id":"Ev1"}`, true, ""},
 		{`token=x&challenge=y&type=url_verification`, false, ""},
 		{``, false, ""},
 	}
@@ -49,6 +52,13 @@ func TestSlackHandshake(t *testing.T) {
 			continue
 		}
 		if !ok {
+			continue
+		}
+		if c.challenge == "" {
+			var got struct{ Status, Error string }
+			if status != 400 || ctype != "application/json" || json.Unmarshal(out, &got) != nil || got.Error != "url_verification without a challenge: nothing stored" {
+				t.Errorf("%s: %d %q %s; want 400 naming the missing challenge", c.body, status, ctype, out)
+			}
 			continue
 		}
 		var got struct{ Challenge string }
@@ -89,6 +99,12 @@ func TestZoomHandshake(t *testing.T) {
 	h, _ := mustLookup(t, "zoom").Sign(other, []byte("new-token"), now, "", nil)
 	if _, _, _, ok := v.(Handshaker).Handshake(&Request{Body: other, Header: headersOf(h), Now: now}); ok {
 		t.Error("handshake on a normal event")
+	}
+	// A validation event without its token: 400, not stored.
+	empty := []byte(`{"event":"endpoint.url_validation","event_ts":1,"payload":{}}`)
+	h, _ = mustLookup(t, "zoom").Sign(empty, []byte("new-token"), now, "", nil)
+	if status, out, _, ok := v.(Handshaker).Handshake(&Request{Body: empty, Header: headersOf(h), Now: now}); !ok || status != 400 || !strings.Contains(string(out), "without a payload.plainToken") {
+		t.Errorf("validation event without a plainToken: %v %d %s; want 400", ok, status, out)
 	}
 	h, _ = mustLookup(t, "zoom").Sign(body, []byte("intruder"), now, "", nil)
 	if _, _, _, ok := v.(Handshaker).Handshake(&Request{Body: body, Header: headersOf(h), Now: now}); ok {

@@ -364,7 +364,7 @@ func (v *macVerifier) checkTimestamp(ts []byte, now time.Time) error {
 	return checkWindow(now, time.Unix(n, 0), v.tol)
 }
 
-var errTSFormatAny = newErr(ErrMalformedHeader, "timestamp is not unix seconds, milliseconds or RFC 3339")
+var errTSFormatAny = newErr(ErrMalformedHeader, "timestamp is not unix time (seconds, milliseconds, microseconds or nanoseconds), decimal seconds or RFC 3339")
 
 // sign produces the headers a sender of spec attaches to body.
 func (spec macSpec) sign(body, secret []byte, now time.Time, id string) ([]Header, error) {

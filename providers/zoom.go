@@ -52,7 +52,7 @@ func (v *zoomVerifier) Handshake(r *Request) (int, []byte, string, bool) {
 	}
 	p, st := jsonValue(r.Body, "payload.plainToken")
 	if st != found {
-		return 0, nil, "", false
+		return malformedHandshake("endpoint.url_validation without a payload.plainToken")
 	}
 	key, err := v.check(r)
 	if err != nil {
