@@ -62,12 +62,23 @@ forward = "http://127.0.0.1:9/legacy"
 		return out.String(), err
 	}
 
-	if out, err := send("-header", "X-Request-Id: req-1", "-header", "X-Signature: forged"); err != nil {
+	if out, err := send("-header", "X-Request-Id: req-1"); err != nil {
 		t.Fatalf("send: %v\n%s", err, out)
 	}
 	h := <-got
 	if h.Get("X-Request-Id") != "req-1" || len(h.Values("X-Signature")) != 1 {
 		t.Fatalf("headers %v: want X-Request-Id req-1 and one signature, the computed one", h)
+	}
+	// A header the signing sets is refused, not silently replaced.
+	if _, err := send("-header", "X-Request-Id: req-1", "-header", "X-Signature: forged"); err == nil {
+		t.Fatal("-header X-Signature: sent; want a usage error (the signing sets it)")
+	} else if msg, code := exitStatus(err); code != 2 || !strings.Contains(msg, "-header X-Signature: hmac's signing sets this header") {
+		t.Fatalf("-header X-Signature: exit %d %q; want a usage error naming the header", code, msg)
+	}
+	select {
+	case h := <-got:
+		t.Fatalf("the refused send reached the intake: %v", h)
+	default:
 	}
 	// -id alone fills the header the key reads; -header wins over it.
 	if out, err := send("-id", "req-2"); err != nil {

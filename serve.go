@@ -428,6 +428,12 @@ func (n *node) reload(path string) {
 	for _, w := range cfg.Warnings() {
 		n.log.Warn(w)
 	}
+	if len(restart) > 0 {
+		// Warn: at log_level warn or error an Info line would hide that
+		// the file holds changes the node does not run yet.
+		n.log.Warn("configuration reloaded; some changes need a restart", "applied", live, "needs_restart", restart)
+		return
+	}
 	n.log.Info("configuration reloaded", "applied", live, "needs_restart", restart)
 }
 

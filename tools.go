@@ -148,7 +148,7 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	contentType := fs.String("content-type", "", "Content-Type (default: application/json, or application/x-www-form-urlencoded for a .form file)")
 	keyFile := fs.String("key-file", "", "sign with the secret in this file instead of the source's first secret (e.g. a whsk_ private key for a source that holds only its whpk_ public key)")
 	var extra multiFlag
-	fs.Var(&extra, "header", "add the header \"Name: value\" (repeatable; e.g. the one an hmac source's key reads); the signature's headers win")
+	fs.Var(&extra, "header", "add the header \"Name: value\" (repeatable; e.g. the one an hmac source's key reads); a header the signing sets is refused (give the delivery id with -id)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -225,6 +225,15 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	headers, err := providers.SignURL(scheme, url, body, signWith, time.Now(), *id, src.HMAC)
 	if err != nil {
 		return fmt.Errorf("sign: %w", err)
+	}
+	// A -header the signing sets too would be overwritten without a word:
+	// refuse it, and point at -id for the provider's id header.
+	for _, a := range added {
+		for _, h := range headers {
+			if strings.EqualFold(a[0], h.Name) && a[1] != h.Value {
+				return usageError{fmt.Sprintf("-header %s: %s's signing sets this header (to %q); give the delivery id with -id", a[0], src.Provider, h.Value)}
+			}
+		}
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {

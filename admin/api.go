@@ -300,6 +300,9 @@ func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) {
 	}
 	if l := q.Get("limit"); l != "" {
 		v, err := strconv.Atoi(l)
+		if errors.Is(err, strconv.ErrRange) && l[0] != '-' {
+			v, err = engine.MaxListLimit, nil // beyond int: served as the largest page, like any other
+		}
 		if err != nil || v < 1 {
 			// Not "1..1000": a larger limit is not refused (below), and the
 			// message must not say it is.

@@ -197,6 +197,8 @@ func TestAPIAnswers(t *testing.T) {
 		{"limit fractional", "GET", "/v1/events?limit=1.5", "", "", 400, "limit must be a whole number from 1 (a page holds at most 1000"},
 		{"limit 1", "GET", "/v1/events?limit=1", "", "", 200, `"key": "orders:msg_1"`},
 		{"limit over a page", "GET", "/v1/events?limit=5000", "", "", 200, `"key": "orders:msg_1"`},
+		{"limit beyond any integer", "GET", "/v1/events?limit=99999999999999999999", "", "", 200, `"key": "orders:msg_1"`},
+		{"negative limit beyond any integer", "GET", "/v1/events?limit=-99999999999999999999", "", "", 400, `limit must be a whole number from 1`},
 		{"replay without a reason", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"]}`, 400, "reason is required"},
 		{"replay of a pending event", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"reason":"test"}`, 409, `event orders:msg_1: event is pending: only dead, done and stale events are replayed`},
 		{"replay of an unknown key", "POST", "/v1/replay", "", `{"keys":["orders:nope"],"reason":"test"}`, 404, `event orders:nope: not found`},

@@ -240,6 +240,9 @@ func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
 		InitialMmapSize: opts.InitialMmapSize,
 		ReadOnly:        readOnly,
 	})
+	if errors.Is(err, bolt.ErrTimeout) {
+		return nil, fmt.Errorf("engine: open %s: %w: another process holds its lock (is another oncehook running on this data_dir?)", path, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("engine: open %s: %w", path, err)
 	}

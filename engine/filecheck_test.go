@@ -9,7 +9,11 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 // TestTruncatedFileIsRefused: a copy of an engine file cut short (a backup
@@ -221,5 +225,21 @@ func writeEngineFile(tb testing.TB, path string, n int, payload []byte) {
 	}
 	if err := e.Close(); err != nil {
 		tb.Fatal(err)
+	}
+}
+
+// TestOpenLockedFileSaysWhy: a file another Open holds (another oncehook on
+// the same data_dir) is refused after the lock timeout with an error that
+// says so, wrapping bbolt's timeout.
+func TestOpenLockedFileSaysWhy(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "engine.db")
+	mustOpenPath(t, path, Options{NoSync: true})
+	e, err := Open(path, Options{NoSync: true, LockTimeout: 50 * time.Millisecond})
+	if err == nil {
+		e.Close()
+		t.Fatal("a second Open of a held file succeeded")
+	}
+	if !errors.Is(err, bolt.ErrTimeout) || !strings.Contains(err.Error(), "another process holds its lock (is another oncehook running on this data_dir?)") {
+		t.Fatalf("Open = %v; want bbolt's timeout, saying another process holds the file", err)
 	}
 }
