@@ -343,6 +343,9 @@ func tomlType(v any) string {
 // rather than returning as ParseError.
 var reDecode = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key "((?:[^"\\]|\\.)*)"\): (.*)$`)
 
+// reDefinedTwice matches the parser's error for a key or table defined twice.
+var reDefinedTwice = regexp.MustCompile(`^Key '((?:[^'\\]|\\.)*)' has already been defined\.?$`)
+
 // decodeError turns a toml error into an *Error. prefix, when set, is the
 // indexed path of the element being decoded ("source[1]"); it replaces the
 // unindexed section name in the error's key, and the line is then looked up
@@ -370,6 +373,14 @@ func (l *loader) decodeError(prefix string, err error) {
 		}
 	} else {
 		msg = strings.TrimPrefix(msg, "toml: ")
+	}
+	if m := reDefinedTwice.FindStringSubmatch(msg); m != nil {
+		// The parser's words name the key only inside its message, and a
+		// table defined twice has no last key.
+		if key == "" {
+			key = m[1]
+		}
+		msg = "set twice: a key, or a [table] other than an array of tables ([[source]]), may appear once"
 	}
 	if (key == "source" || key == "admin.tokens") &&
 		strings.HasPrefix(msg, "incompatible types: TOML value has type map[string]any; destination has type slice") {

@@ -690,7 +690,8 @@ func TestSyntaxErrorHidesText(t *testing.T) {
 		{"whsec_" + secret + "+x\n", ":1: syntax error: expected '.' or '='"},
 		// No input quoted: kept as the parser says it.
 		{"[cluster]\ntoken = '" + secret + "\n", ":2: cluster.token: strings cannot contain newlines"},
-		{"[node]\nid = \"a\"\n[node]\n", ":3: Key 'node' has already been defined."},
+		{"[node]\nid = \"a\"\n[node]\n", ":3: node: set twice: a key, or a [table] other than an array of tables ([[source]]), may appear once"},
+		{"[[source]]\nname = \"a\"\nname = \"b\"\n", ":3: source[0].name: set twice"},
 	} {
 		t.Run(tt.want, func(t *testing.T) {
 			path := writeFile(t, t.TempDir(), "c.toml", tt.src, 0o600)
@@ -726,7 +727,7 @@ func TestLoadShapes(t *testing.T) {
 		{"[[admin.tokens]]\nname = \"a\"\ntoken = \"t\"\n[[admin.tokens]]\nname = \"b\"\ntoken_file = 5\n",
 			`:6: admin.tokens[1].token_file: incompatible types`},
 		{"[\"weird key\"]\na = 1\n", `:1: "weird key": unknown key`},
-		{"[node]\nid = \"a\"\n[node]\nid = \"b\"\n", `:3: Key 'node' has already been defined.`},
+		{"[node]\nid = \"a\"\n[node]\nid = \"b\"\n", `:3: node: set twice`},
 	} {
 		path := writeFile(t, t.TempDir(), "c.toml", tt.src, 0o644)
 		_, err := Load(path)
