@@ -121,6 +121,7 @@ install: build
 	sed -e 's#/usr/local/#$(PREFIX)/#g' systemd/oncehook.service > $(DESTDIR)/etc/systemd/system/oncehook.service
 	chmod 0644 $(DESTDIR)/etc/systemd/system/oncehook.service
 	install -Dm0644 systemd/oncehook.sysusers $(DESTDIR)/usr/lib/sysusers.d/oncehook.conf
+	install -d -m0750 $(DESTDIR)/etc/oncehook
 	install -Dm0640 config.example.toml $(DESTDIR)/etc/oncehook/oncehook.toml.example
 	install -Dm0644 README.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/README.md
 	install -Dm0644 docs/alerts.yml $(DESTDIR)$(PREFIX)/share/doc/oncehook/alerts.yml

@@ -204,6 +204,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 		Dir:       cfg.Node.DataDir,
 		Logger:    log,
 		LogOutput: stderr,
+		LogJSON:   cfg.Node.LogFormat == "json",
 		OnLeader:  n.lead,
 		AdminURL:  adminURL(cfg, n.adminLn.Addr()),
 		PreAuth:   caps.ClusterUnauthenticated,

@@ -38,7 +38,14 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n, _ := io.Copy(io.Discard, io.LimitReader(r.Body, 64<<20))
-	key := r.Header.Get("Idempotency-Key")
+	key := r.Header.Get("Oncehook-Event-Key")
+	if r.Method != http.MethodPost || key == "" {
+		// Not a delivery (a browser, a health check): not counted.
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		fmt.Fprintln(w, `{"ok":false,"error":"not an oncehook delivery: POST with Oncehook-Event-Key"}`)
+		return
+	}
 	s.mu.Lock()
 	s.deliveries++
 	s.keys[key]++
@@ -49,8 +56,9 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			time.Now().Format(time.RFC3339Nano), key, r.Header.Get("Oncehook-Source"),
 			r.Header.Get("Oncehook-Attempt"), r.Header.Get("Oncehook-Fencing-Token"), n, seen)
 	}
+	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(s.status)
-	fmt.Fprintln(w, `{"ok":true}`)
+	fmt.Fprintf(w, "{\"ok\":%t}\n", s.status/100 == 2)
 }
 
 func cmdSink(ctx context.Context, args []string, stdout, stderr io.Writer) error {

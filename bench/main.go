@@ -68,6 +68,12 @@
 // CPU profile of the run from the node's admin pprof (the leader when
 // spawned); -keep keeps the spawned nodes' dir with their configs and logs.
 //
+// Exit status: 1 when the run broke or could not check oncehook's promise
+// (an answer other than 200/202 or a failed request, an exactly-once
+// violation, a claim not delivered when the drain ended), after the report;
+// 0 otherwise. A key delivered twice is not a failure (at least once to the
+// handler).
+//
 // Every loop is bounded: the load stops at -n or -d (open model: when the
 // schedule is done, or -timeout after its end with the rest counted as
 // missed), each request at -timeout, the delivery drain at -drain, node start
@@ -157,7 +163,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) (err erro
 	if o.cpuprofile != "" {
 		fmt.Fprintf(stderr, "cpu profile: %s (go tool pprof -top %s)\n", o.cpuprofile, o.cpuprofile)
 	}
-	return nil
+	return verdict(res)
+}
+
+// verdict fails a run that broke what oncehook promises or that could not
+// be checked, so that a script sees it in the exit status: an answer other
+// than 200 or 202 (or a failed request), an exactly-once violation, or a
+// claim the handler had not received when the drain ended. A key delivered
+// twice is not a failure: delivery to the handler is at least once.
+func verdict(res *Result) error {
+	var why []string
+	if res.Unexpected > 0 {
+		why = append(why, fmt.Sprintf("%d unexpected answers or failed requests", res.Unexpected))
+	}
+	if res.Violations > 0 {
+		why = append(why, fmt.Sprintf("%d exactly-once violations", res.Violations))
+	}
+	if d := res.Delivery; d != nil && d.Pending > 0 {
+		why = append(why, fmt.Sprintf("%d claims not delivered when the drain ended", d.Pending))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	return fmt.Errorf("the run failed: %s (the report above has the details)", strings.Join(why, ", "))
 }
 
 // measure runs one load against e and drains its deliveries: the whole of a
@@ -299,8 +327,8 @@ func parseOptions(args []string, stderr io.Writer) (*options, error) {
 	fs.StringVar(&o.secretFile, "secret-file", "", "the source's secret (with -target)")
 	fs.StringVar(&o.adminURL, "admin", "", "admin URL for -cpuprofile with -target (e.g. http://127.0.0.1:7071)")
 	fs.StringVar(&o.adminTokenFile, "admin-token-file", "", "admin bearer token file for -cpuprofile with -target")
-	fs.IntVar(&o.spawn, "spawn", 0, "start this many nodes (1 or 3) on loopback instead of -target")
-	fs.DurationVar(&o.handlerDelay, "handler-delay", 0, "the sink answers each delivery this long after it arrived, as a slow handler would (a leader has 256 workers: delivery runs at most 256 ÷ this per second)")
+	fs.IntVar(&o.spawn, "spawn", 0, "start this many nodes (1 to 9; 1 or 3 as operators run them) on loopback instead of -target")
+	fs.DurationVar(&o.handlerDelay, "handler-delay", 0, "the sink answers each delivery this long after it arrived, as a slow handler would (a leader starts with 256 delivery workers and grows the pool up to 1,024 while the handler keeps them busy)")
 	fs.IntVar(&o.neighbour, "neighbour", 0, "with -spawn: send this many events to a second source, whose handler answers after -neighbour-delay, just before the load (a noisy neighbour for the leader's delivery workers)")
 	fs.DurationVar(&o.neighbourDelay, "neighbour-delay", 2*time.Second, "-neighbour: its handler answers each delivery this long after it arrived")
 	fs.BoolVar(&o.leaderOnly, "leader-only", false, "with -spawn: send every request to the leader's intake, as the bare stack's in-process clients propose at the leader (default: round robin over the nodes, as a load balancer would)")
@@ -383,7 +411,9 @@ func (o *options) normalize() error {
 	case o.neighbour > 0 && (o.neighbourDelay < 0 || o.neighbourDelay >= 10*time.Second):
 		return fmt.Errorf("-neighbour-delay %v: want 0..10s (the handler timeout)", o.neighbourDelay)
 	case o.spawn < 0 || o.spawn > 9:
-		return fmt.Errorf("-spawn %d: want 1 or 3 (at most 9)", o.spawn)
+		return fmt.Errorf("-spawn %d: want 1 to 9 (1 or 3 as operators run them)", o.spawn)
+	case o.drain < 0:
+		return fmt.Errorf("-drain %v: must not be negative", o.drain)
 	case len(o.targets) > 0 && o.secretFile == "":
 		return errors.New("-target needs -secret-file")
 	case o.clients < 1:
@@ -462,6 +492,9 @@ func parseSize(s string) (int, error) {
 	n, err := strconv.Atoi(num)
 	if err != nil || n < 0 {
 		return 0, fmt.Errorf("bad size %q", s)
+	}
+	if n > (64<<20)/mult {
+		return 0, fmt.Errorf("size %q: at most 64MiB", s)
 	}
 	return n * mult, nil
 }

@@ -127,3 +127,26 @@ func TestDirSize(t *testing.T) {
 		}
 	}
 }
+
+// TestVerdict: a run fails (exit status 1) on an unexpected answer, an
+// exactly-once violation or a claim not delivered by the end of the drain;
+// a repeated delivery alone does not fail it.
+func TestVerdict(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		res  Result
+		want string // "" = passes
+	}{
+		{"clean", Result{Delivery: &Delivery{Claimed: 10, Delivered: 10}}, ""},
+		{"repeated delivery", Result{Delivery: &Delivery{Claimed: 10, Delivered: 10, Repeated: 2}}, ""},
+		{"no sink", Result{}, ""},
+		{"unexpected", Result{Unexpected: 20}, "20 unexpected answers"},
+		{"violation", Result{Violations: 1}, "1 exactly-once violations"},
+		{"not delivered", Result{Delivery: &Delivery{Claimed: 10, Delivered: 7, Pending: 3}}, "3 claims not delivered"},
+	} {
+		err := verdict(&tt.res)
+		if tt.want == "" && err != nil || tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)) {
+			t.Errorf("%s: verdict = %v, want %q", tt.name, err, tt.want)
+		}
+	}
+}

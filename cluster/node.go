@@ -65,6 +65,7 @@ type Config struct {
 	Logger       *slog.Logger // default slog.Default()
 	RaftLogLevel string       // hclog level for the raft library; default "warn"
 	LogOutput    io.Writer    // raft's log output; default os.Stderr
+	LogJSON      bool         // raft's lines as JSON objects, like the node's own (log_format = "json")
 
 	// Now is the leader's clock, read only by the proposer; default time.Now.
 	Now func() time.Time
@@ -279,9 +280,10 @@ func (n *Node) open() error {
 		return err
 	}
 	hl := hclog.New(&hclog.LoggerOptions{
-		Name:   "raft",
-		Level:  hclog.LevelFromString(orDefault(n.cfg.RaftLogLevel, "warn")),
-		Output: orWriter(n.cfg.LogOutput, os.Stderr),
+		Name:       "raft",
+		Level:      hclog.LevelFromString(orDefault(n.cfg.RaftLogLevel, "warn")),
+		Output:     orWriter(n.cfg.LogOutput, os.Stderr),
+		JSONFormat: n.cfg.LogJSON,
 		// An unreachable peer would otherwise fill the log (raftlog.go).
 		Exclude: n.raftLogFilter().exclude,
 	})

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"bytes"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -120,5 +121,28 @@ func TestRaftLogHandover(t *testing.T) {
 	newer("n3") // a deposed leader that learns of a newer term by itself
 	if !strings.Contains(out.String(), "newer term") {
 		t.Errorf("outside a hand-over the newer term was not logged:\n%s", out.String())
+	}
+}
+
+// TestRaftLogJSON: with LogJSON (log_format = "json") raft's own lines are
+// JSON objects like the node's, so that a log pipeline parsing one format
+// does not meet plain-text lines from the library.
+func TestRaftLogJSON(t *testing.T) {
+	var out lockedBuffer
+	n := openSolo(t, t.TempDir(), func(c *Config) {
+		c.LogOutput, c.LogJSON, c.RaftLogLevel = &out, true, "info"
+	})
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) == 0 || lines[0] == "" {
+		t.Fatal("raft logged nothing at info while starting a node")
+	}
+	for _, l := range lines {
+		var v map[string]any
+		if err := json.Unmarshal([]byte(l), &v); err != nil || v["@module"] != "raft" {
+			t.Fatalf("raft line %q is not a JSON object of module raft (%v)", l, err)
+		}
 	}
 }
