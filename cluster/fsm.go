@@ -24,6 +24,9 @@ type fsm struct {
 	eng   *engine.Engine
 	snaps raft.SnapshotStore // the snapshot being restored is the newest in it
 	fatal func(error)
+	// storing hears whether a snapshot install stored its state (nil) or
+	// failed (Node.storeTrouble); nil in tests that do not care.
+	storing func(error)
 	// policy moves raft's snapshot threshold with the state's size
 	// (snappolicy.go); nil in tests that build an fsm by hand.
 	policy *snapshotPolicy
@@ -292,11 +295,17 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		}
 		// Otherwise the state is as it was, and so is the log after it: an
 		// entry being joined goes on with the fragments that follow.
+		if f.storing != nil {
+			f.storing(err)
+		}
 		return err
 	}
 	f.mu.Lock()
 	f.joined = nil // fragments before the snapshot's index; a snapshot never falls between them
 	f.mu.Unlock()
+	if f.storing != nil {
+		f.storing(nil)
+	}
 	return nil
 }
 

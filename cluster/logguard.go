@@ -23,6 +23,9 @@ import (
 type suffixGuard struct {
 	raft.LogStore
 	fatal func(error)
+	// storing hears every append's outcome (Node.storeTrouble: a follower
+	// that cannot append is behind and not ready); nil in tests.
+	storing func(error)
 
 	mu  sync.Mutex
 	cut bool // the suffix was deleted and nothing was appended since
@@ -54,6 +57,9 @@ func (g *suffixGuard) StoreLogs(logs []*raft.Log) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	err := g.LogStore.StoreLogs(logs)
+	if g.storing != nil {
+		g.storing(err)
+	}
 	switch {
 	case err == nil:
 		g.cut = false

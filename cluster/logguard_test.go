@@ -151,3 +151,51 @@ func lastLogIndex(t *testing.T, n *Node) uint64 {
 	}
 	return i
 }
+
+// TestFollowerThatCannotAppendIsNotReady: a follower whose log appends fail
+// (a full disk) stays up, and the leader sends the entries again; its commit
+// index stops where its log does, so applied == commit would read as caught
+// up. It says it is not ready, naming the error, until an append succeeds
+// again, and then catches up without a restart.
+func TestFollowerThatCannotAppendIsNotReady(t *testing.T) {
+	var mu sync.Mutex
+	logs := map[string]*failingLogs{}
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		id := cfg.ID
+		cfg.wrapLogs = func(s raft.LogStore) raft.LogStore {
+			fl := &failingLogs{LogStore: s}
+			mu.Lock()
+			logs[id] = fl
+			mu.Unlock()
+			return fl
+		}
+	})
+	l := c.waitLeader(-1)
+	f := c.follower(l)
+	c.waitKnowsLeader(f, l)
+	mu.Lock()
+	full := logs[c.ids[f]]
+	mu.Unlock()
+	full.fail.Store(1 << 30)
+	// Before the cluster closes, whatever the outcome: a node whose appends
+	// all fail does not shut down.
+	t.Cleanup(func() { full.fail.Store(0) })
+	for i := range 5 {
+		if _, err := c.nodes[l].Claim(ctxT(t, 10*time.Second), claimCmd(fmt.Sprintf("src:while-full-%d", i))); err != nil {
+			t.Fatalf("claim with one follower full: %v", err)
+		}
+	}
+	waitFor(t, "the full follower not ready, saying why", func() bool {
+		ok, why := c.nodes[f].Ready()
+		return !ok && strings.Contains(why, "cannot store what the leader sends") && strings.Contains(why, "no space left on device")
+	})
+	full.fail.Store(0)
+	commit := c.nodes[l].raft.CommitIndex()
+	waitFor(t, "the follower ready and caught up once it can append", func() bool {
+		ok, _ := c.nodes[f].Ready()
+		return ok && c.nodes[f].raft.AppliedIndex() >= commit
+	})
+	if _, found, err := c.nodes[f].Lookup("src:while-full-4"); err != nil || !found {
+		t.Fatalf("the last claim on the caught-up follower: found %v, %v", found, err)
+	}
+}

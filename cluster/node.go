@@ -165,7 +165,13 @@ type Node struct {
 	watchDone chan struct{}
 	// removedBy is the member that said this leaderless node is not in its
 	// configuration (membership.go); nil while that is not known.
-	removedBy    atomic.Pointer[string]
+	removedBy atomic.Pointer[string]
+	// storeTrouble is the error of this node's last raft log append or
+	// snapshot install, when it failed (a full disk): raft keeps the node
+	// running and the leader sends again, but until one succeeds the node
+	// is behind the cluster without knowing by how much (its commit index
+	// stops where its log does), so it is not ready. nil once one succeeds.
+	storeTrouble atomic.Pointer[string]
 	memberDone   chan struct{}
 	relayTimeout time.Duration
 
@@ -378,7 +384,7 @@ func (n *Node) openEngine() error {
 		floor = snapshotFloor
 	}
 	policy := newSnapshotPolicy(orU64(n.cfg.SnapshotThreshold, defaultSnapshotThreshold), floor, n.log)
-	n.fsm = &fsm{eng: eng, fatal: n.fatal, notify: n.afterApply, policy: policy}
+	n.fsm = &fsm{eng: eng, fatal: n.fatal, storing: n.storing, notify: n.afterApply, policy: policy}
 	return nil
 }
 
@@ -408,7 +414,7 @@ func (n *Node) openLog(raftDir string) (raft.LogStore, error) {
 	if n.cfg.wrapLogs != nil {
 		logStore = n.cfg.wrapLogs(logStore)
 	}
-	logStore = &suffixGuard{LogStore: logStore, fatal: n.fatal}
+	logStore = &suffixGuard{LogStore: logStore, fatal: n.fatal, storing: n.storing}
 	return newRecentLogs(logStore, recentLogEntries, recentLogBytes), nil
 }
 
@@ -725,6 +731,19 @@ func (n *Node) checkLogKept(snaps raft.SnapshotStore) error {
 			path, applied, snapIndex, rejoinHint)
 	}
 	return nil
+}
+
+// storing records the outcome of a raft log append or a snapshot install
+// (storeTrouble): err, or nil for a success.
+func (n *Node) storing(err error) {
+	if err == nil {
+		if n.storeTrouble.Load() != nil {
+			n.storeTrouble.Store(nil)
+		}
+		return
+	}
+	msg := err.Error()
+	n.storeTrouble.Store(&msg)
 }
 
 // fatal stops the process (exit status 2) after one ERROR line saying why:

@@ -325,6 +325,11 @@ func (n *Node) Ready() (bool, string) {
 		return false, "not a member of the cluster configuration (removed, says " + *by + "): it takes no part in commits"
 	}
 	addr, id := n.raft.LeaderWithID()
+	if why := n.storeTrouble.Load(); why != nil {
+		// Its commit index stops where its log does: applied == commit
+		// would read as caught up.
+		return false, "cannot store what the leader sends (behind the cluster until it can; a full disk?): " + *why
+	}
 	if addr == "" {
 		if n.voters() > 1 {
 			return false, "no leader: waiting for a quorum of peers"
