@@ -130,7 +130,7 @@ const retainSnapshots = 1
 // the snapshots dir is made 0700 before raft sees it, entries left loose by
 // an older version are tightened, and every snapshot raft creates from now on
 // is tightened as soon as it exists (see privateSnapshots).
-func openSnapshots(raftDir string, logger hclog.Logger) (raft.SnapshotStore, error) {
+func openSnapshots(raftDir string, logger hclog.Logger, storing func(error)) (raft.SnapshotStore, error) {
 	dir := filepath.Join(raftDir, "snapshots") // FileSnapshotStore's own sub-directory name
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open snapshots: %w", err)
@@ -142,13 +142,17 @@ func openSnapshots(raftDir string, logger hclog.Logger) (raft.SnapshotStore, err
 	if err := tightenTree(dir); err != nil {
 		return nil, fmt.Errorf("open snapshots: %w", err)
 	}
-	return privateSnapshots{FileSnapshotStore: store, dir: dir}, nil
+	return privateSnapshots{FileSnapshotStore: store, dir: dir, storing: storing}, nil
 }
 
 // privateSnapshots is raft's file snapshot store with private modes.
 type privateSnapshots struct {
 	*raft.FileSnapshotStore
 	dir string
+	// storing hears a snapshot that could not be written here (a full
+	// disk: a follower's install then fails before the state machine sees
+	// it; Node.storeTrouble); nil in tests.
+	storing func(error)
 }
 
 // Create lets raft make the snapshot's temporary directory and its two files
@@ -161,13 +165,22 @@ func (s privateSnapshots) Create(version raft.SnapshotVersion, index, term uint6
 	configuration raft.Configuration, configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
 	sink, err := s.FileSnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
 	if err != nil {
+		s.failed(err)
 		return nil, err
 	}
 	if err := tightenTree(s.dir); err != nil {
 		sink.Cancel()
 		return nil, fmt.Errorf("snapshot %s: %w", sink.ID(), err)
 	}
-	return newFlushingSink(sink, filepath.Join(s.dir, sink.ID()+".tmp", "state.bin")), nil
+	fsink := newFlushingSink(sink, filepath.Join(s.dir, sink.ID()+".tmp", "state.bin"))
+	fsink.failed = s.failed
+	return fsink, nil
+}
+
+func (s privateSnapshots) failed(err error) {
+	if s.storing != nil {
+		s.storing(fmt.Errorf("write snapshot: %w", err))
+	}
 }
 
 // A snapshot copies the whole engine file, gigabytes once millions of keys
@@ -189,6 +202,7 @@ type flushingSink struct {
 	f       *os.File // nil: no flushing
 	pending int      // bytes written since the last sync
 	syncs   int      // syncs done (tests)
+	failed  func(error)
 }
 
 func newFlushingSink(sink raft.SnapshotSink, statePath string) *flushingSink {
@@ -206,15 +220,30 @@ func (s *flushingSink) Write(b []byte) (int, error) {
 		s.pending = 0
 		s.syncs++
 		if err := s.f.Sync(); err != nil {
-			return n, fmt.Errorf("sync snapshot: %w", err)
+			err = fmt.Errorf("sync snapshot: %w", err)
+			s.fail(err)
+			return n, err
 		}
+	}
+	if err != nil {
+		s.fail(err)
 	}
 	return n, err
 }
 
 func (s *flushingSink) Close() error {
 	s.closeFile()
-	return s.SnapshotSink.Close()
+	err := s.SnapshotSink.Close()
+	if err != nil {
+		s.fail(err)
+	}
+	return err
+}
+
+func (s *flushingSink) fail(err error) {
+	if s.failed != nil {
+		s.failed(err)
+	}
 }
 
 func (s *flushingSink) Cancel() error {

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -200,7 +201,7 @@ func loosen(t *testing.T, dir string) {
 // A large snapshot reaches the disk as it is written, not in one sync at the
 // end, and reads back as written.
 func TestSnapshotSinkSyncsAsItWrites(t *testing.T) {
-	store, err := openSnapshots(t.TempDir(), hclog.NewNullLogger())
+	store, err := openSnapshots(t.TempDir(), hclog.NewNullLogger(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -241,5 +242,30 @@ func TestSnapshotSinkSyncsAsItWrites(t *testing.T) {
 	}
 	if !bytes.Equal(got.Sum(nil), want.Sum(nil)) {
 		t.Fatal("the snapshot read back differs from what was written")
+	}
+}
+
+// brokenSink is a snapshot sink on a full disk: every write and the close fail.
+type brokenSink struct{ raft.SnapshotSink }
+
+func (brokenSink) Write([]byte) (int, error) {
+	return 0, fmt.Errorf("write state.bin: %w", syscall.ENOSPC)
+}
+func (brokenSink) Close() error { return fmt.Errorf("close state.bin: %w", syscall.ENOSPC) }
+
+// TestSnapshotWriteFailureIsHeard: a snapshot that cannot be written here
+// (a follower's install on a full disk fails before the state machine sees
+// it) is reported to the node, which then says it is not ready.
+func TestSnapshotWriteFailureIsHeard(t *testing.T) {
+	var heard []error
+	s := &flushingSink{SnapshotSink: brokenSink{}, failed: func(err error) { heard = append(heard, err) }}
+	if _, err := s.Write([]byte("state")); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write = %v, want ENOSPC", err)
+	}
+	if err := s.Close(); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("close = %v, want ENOSPC", err)
+	}
+	if len(heard) != 2 || !errors.Is(heard[0], syscall.ENOSPC) || !errors.Is(heard[1], syscall.ENOSPC) {
+		t.Fatalf("heard %v; want the write's and the close's failures", heard)
 	}
 }

@@ -85,21 +85,14 @@ func TestSuffixGuard(t *testing.T) {
 // reads its log again.
 func TestStaleLeaderStopsWhenItsRewriteFails(t *testing.T) {
 	var mu sync.Mutex
-	logs := map[string]*failingLogs{}
+	logs := &failingLogSet{}
 	fatal := map[string]chan error{}
 	c := newTestCluster(t, 3, func(cfg *Config) {
-		id := cfg.ID
 		ch := make(chan error, 4)
 		mu.Lock()
-		fatal[id] = ch
+		fatal[cfg.ID] = ch
 		mu.Unlock()
-		cfg.wrapLogs = func(s raft.LogStore) raft.LogStore {
-			fl := &failingLogs{LogStore: s}
-			mu.Lock()
-			logs[id] = fl
-			mu.Unlock()
-			return fl
-		}
+		logs.wrap(cfg)
 		cfg.onFatal = func(err error) { ch <- err }
 	})
 	l := c.waitLeader(-1)
@@ -119,8 +112,8 @@ func TestStaleLeaderStopsWhenItsRewriteFails(t *testing.T) {
 		}
 	}
 	wg.Wait()
+	logs.of(c.ids[l]).fail.Store(1)
 	mu.Lock()
-	logs[c.ids[l]].fail.Store(1)
 	ch := fatal[c.ids[l]]
 	mu.Unlock()
 	c.heal()
@@ -158,24 +151,12 @@ func lastLogIndex(t *testing.T, n *Node) uint64 {
 // up. It says it is not ready, naming the error, until an append succeeds
 // again, and then catches up without a restart.
 func TestFollowerThatCannotAppendIsNotReady(t *testing.T) {
-	var mu sync.Mutex
-	logs := map[string]*failingLogs{}
-	c := newTestCluster(t, 3, func(cfg *Config) {
-		id := cfg.ID
-		cfg.wrapLogs = func(s raft.LogStore) raft.LogStore {
-			fl := &failingLogs{LogStore: s}
-			mu.Lock()
-			logs[id] = fl
-			mu.Unlock()
-			return fl
-		}
-	})
+	logs := &failingLogSet{}
+	c := newTestCluster(t, 3, logs.wrap)
 	l := c.waitLeader(-1)
 	f := c.follower(l)
 	c.waitKnowsLeader(f, l)
-	mu.Lock()
-	full := logs[c.ids[f]]
-	mu.Unlock()
+	full := logs.of(c.ids[f])
 	full.fail.Store(1 << 30)
 	// Before the cluster closes, whatever the outcome: a node whose appends
 	// all fail does not shut down.
@@ -198,4 +179,31 @@ func TestFollowerThatCannotAppendIsNotReady(t *testing.T) {
 	if _, found, err := c.nodes[f].Lookup("src:while-full-4"); err != nil || !found {
 		t.Fatalf("the last claim on the caught-up follower: found %v, %v", found, err)
 	}
+}
+
+// failingLogSet gives every node of a test cluster a failingLogs log store
+// (wrap, as a tune function) and finds it by node id.
+type failingLogSet struct {
+	mu sync.Mutex
+	m  map[string]*failingLogs
+}
+
+func (s *failingLogSet) wrap(cfg *Config) {
+	id := cfg.ID
+	cfg.wrapLogs = func(st raft.LogStore) raft.LogStore {
+		fl := &failingLogs{LogStore: st}
+		s.mu.Lock()
+		if s.m == nil {
+			s.m = map[string]*failingLogs{}
+		}
+		s.m[id] = fl
+		s.mu.Unlock()
+		return fl
+	}
+}
+
+func (s *failingLogSet) of(id string) *failingLogs {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[id]
 }

@@ -293,7 +293,7 @@ func (n *Node) open() error {
 		// An unreachable peer would otherwise fill the log (raftlog.go).
 		Exclude: n.raftLogFilter().exclude,
 	})
-	snaps, err := openSnapshots(raftDir, hl)
+	snaps, err := openSnapshots(raftDir, hl, n.storing)
 	if err != nil {
 		return err
 	}
