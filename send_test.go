@@ -100,3 +100,36 @@ forward = "http://127.0.0.1:9/legacy"
 		}
 	}
 }
+
+// TestSendRefusalKeepsTheSecret: a -header naming the header a token
+// provider's signing sets (gitlab's X-Gitlab-Token carries the secret) is
+// refused without quoting the value the signing put there.
+func TestSendRefusalKeepsTheSecret(t *testing.T) {
+	dir := t.TempDir()
+	const secret = "gitlab-token-for-tests-0123456789"
+	mustWrite(t, filepath.Join(dir, "gitlab.secret"), secret+"\n")
+	mustWrite(t, filepath.Join(dir, "event.json"), `{"object_kind":"push"}`)
+	mustWrite(t, filepath.Join(dir, "oncehook.toml"), `[node]
+id = "node1"
+data_dir = "data"
+listen = "127.0.0.1:0"
+
+[[source]]
+name = "gl"
+provider = "gitlab"
+secret_files = ["gitlab.secret"]
+forward = "http://127.0.0.1:9/gl"
+`)
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	err := run(ctx, []string{"send", "-config", filepath.Join(dir, "oncehook.toml"), "-source", "gl",
+		"-file", filepath.Join(dir, "event.json"), "-url", "http://127.0.0.1:9/in/gl", "-header", "X-Gitlab-Token: guess"}, &out, &errOut)
+	msg, code := exitStatus(err)
+	if code != 2 || !strings.Contains(msg, "-header X-Gitlab-Token: gitlab's signing sets this header") {
+		t.Fatalf("exit %d %q; want a usage error naming the header", code, msg)
+	}
+	if strings.Contains(msg+out.String()+errOut.String(), secret) {
+		t.Fatalf("the refusal quotes the secret: %q", msg)
+	}
+}

@@ -231,7 +231,8 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	for _, a := range added {
 		for _, h := range headers {
 			if strings.EqualFold(a[0], h.Name) && a[1] != h.Value {
-				return usageError{fmt.Sprintf("-header %s: %s's signing sets this header (to %q); give the delivery id with -id", a[0], src.Provider, h.Value)}
+				// Not its value: a token provider's signing header is the secret.
+				return usageError{fmt.Sprintf("-header %s: %s's signing sets this header; give the delivery id with -id", a[0], src.Provider)}
 			}
 		}
 	}
