@@ -200,14 +200,12 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	removeStaleUploads(cfg.Node.DataDir, log)
 
 	ccfg := cluster.Config{
-		ID:        cfg.Node.ID,
-		Dir:       cfg.Node.DataDir,
-		Logger:    log,
-		LogOutput: stderr,
-		LogJSON:   cfg.Node.LogFormat == "json",
-		OnLeader:  n.lead,
-		AdminURL:  adminURL(cfg, n.adminLn.Addr()),
-		PreAuth:   caps.ClusterUnauthenticated,
+		ID:       cfg.Node.ID,
+		Dir:      cfg.Node.DataDir,
+		Logger:   log,
+		OnLeader: n.lead,
+		AdminURL: adminURL(cfg, n.adminLn.Addr()),
+		PreAuth:  caps.ClusterUnauthenticated,
 	}
 	if failpoint.Enabled { // chaos builds only: the test clock offset (S11)
 		ccfg.Now = failpoint.Now

@@ -84,7 +84,6 @@ func (c *testCluster) config(i int, peers []Peer, tune func(*Config)) Config {
 		Peers:              peers,
 		Transport:          c.trans[i],
 		Logger:             quietLogger(),
-		LogOutput:          io.Discard,
 		RaftLogLevel:       "error",
 		Now:                c.clock.now,
 		HeartbeatTimeout:   300 * time.Millisecond,

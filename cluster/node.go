@@ -62,10 +62,10 @@ type Config struct {
 	// leader-only operation names the leader's. Empty: not known.
 	AdminURL string
 
-	Logger       *slog.Logger // default slog.Default()
-	RaftLogLevel string       // hclog level for the raft library; default "warn"
-	LogOutput    io.Writer    // raft's log output; default os.Stderr
-	LogJSON      bool         // raft's lines as JSON objects, like the node's own (log_format = "json")
+	// Logger takes the node's lines and raft's (component=raft, at
+	// RaftLogLevel and above: raftslog.go); default slog.Default().
+	Logger       *slog.Logger
+	RaftLogLevel string // the raft library's level; default "warn"
 
 	// Now is the leader's clock, read only by the proposer; default time.Now.
 	Now func() time.Time
@@ -285,14 +285,8 @@ func (n *Node) open() error {
 	if err != nil {
 		return err
 	}
-	hl := hclog.New(&hclog.LoggerOptions{
-		Name:       "raft",
-		Level:      hclog.LevelFromString(orDefault(n.cfg.RaftLogLevel, "warn")),
-		Output:     orWriter(n.cfg.LogOutput, os.Stderr),
-		JSONFormat: n.cfg.LogJSON,
-		// An unreachable peer would otherwise fill the log (raftlog.go).
-		Exclude: n.raftLogFilter().exclude,
-	})
+	// An unreachable peer would otherwise fill the log (raftlog.go).
+	hl := newRaftLogger(n.log, orDefault(n.cfg.RaftLogLevel, "warn"), n.raftLogFilter().exclude)
 	snaps, err := openSnapshots(raftDir, hl, n.storing)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"encoding/json"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -83,7 +84,7 @@ func TestHandoverWritesNoError(t *testing.T) {
 	logs := map[string]*lockedBuffer{}
 	c := newTestCluster(t, 3, func(cfg *Config) {
 		logs[cfg.ID] = &lockedBuffer{}
-		cfg.LogOutput, cfg.RaftLogLevel = logs[cfg.ID], "warn"
+		cfg.Logger, cfg.RaftLogLevel = slog.New(slog.NewTextHandler(logs[cfg.ID], nil)), "warn"
 	})
 	ctx := ctxT(t, 30*time.Second)
 	li := c.waitLeader(-1)
@@ -96,7 +97,7 @@ func TestHandoverWritesNoError(t *testing.T) {
 	// The old leader's replication to the new one sees the higher term on
 	// its next append: one more claim makes sure it has.
 	c.mustClaim("src:after-transfer", -1)
-	if out := logs[old].String(); strings.Contains(out, "[ERROR]") {
+	if out := logs[old].String(); strings.Contains(out, "level=ERROR") {
 		t.Errorf("the old leader logged an ERROR during a transfer:\n%s", out)
 	}
 }
@@ -124,25 +125,115 @@ func TestRaftLogHandover(t *testing.T) {
 	}
 }
 
-// TestRaftLogJSON: with LogJSON (log_format = "json") raft's own lines are
-// JSON objects like the node's, so that a log pipeline parsing one format
-// does not meet plain-text lines from the library.
-func TestRaftLogJSON(t *testing.T) {
+// TestRaftLinesTakeTheNodesFormat: raft's own lines go through the node's
+// logger (component=raft), so a log pipeline that parses the node's lines,
+// text or JSON (log_format), meets no second format from the library.
+func TestRaftLinesTakeTheNodesFormat(t *testing.T) {
+	for _, format := range []string{"json", "text"} {
+		t.Run(format, func(t *testing.T) {
+			var out lockedBuffer
+			h := slog.Handler(slog.NewTextHandler(&out, nil))
+			if format == "json" {
+				h = slog.NewJSONHandler(&out, nil)
+			}
+			n := openSolo(t, t.TempDir(), func(c *Config) {
+				c.Logger, c.RaftLogLevel = slog.New(h), "info"
+			})
+			if err := n.Close(); err != nil {
+				t.Fatal(err)
+			}
+			raftLines := 0
+			for _, l := range strings.Split(strings.TrimSpace(out.String()), "\n") {
+				if format == "text" {
+					if strings.Contains(l, "[INFO]") || strings.Contains(l, "[WARN]") || !strings.HasPrefix(l, "time=") {
+						t.Fatalf("line %q is not in the node's text format", l)
+					}
+					if strings.Contains(l, " component=raft") {
+						raftLines++
+					}
+					continue
+				}
+				var v map[string]any
+				if err := json.Unmarshal([]byte(l), &v); err != nil || v["msg"] == nil || v["level"] == nil {
+					t.Fatalf("line %q is not a JSON object of the node's (%v)", l, err)
+				}
+				if v["component"] == "raft" {
+					raftLines++
+				}
+			}
+			if raftLines == 0 {
+				t.Fatalf("no line of component raft at info while starting a node:\n%s", out.String())
+			}
+		})
+	}
+}
+
+// TestStartupElectionIsNoWarning: the election a node starts because it has
+// heard of no leader since it started (every start of a single node) is
+// INFO; one it starts because its leader went quiet stays WARN. A single
+// node's start writes no WARN line at raft's default level.
+func TestStartupElectionIsNoWarning(t *testing.T) {
 	var out lockedBuffer
 	n := openSolo(t, t.TempDir(), func(c *Config) {
-		c.LogOutput, c.LogJSON, c.RaftLogLevel = &out, true, "info"
+		c.Logger, c.RaftLogLevel = slog.New(slog.NewTextHandler(&out, nil)), "warn"
 	})
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) == 0 || lines[0] == "" {
-		t.Fatal("raft logged nothing at info while starting a node")
+	if strings.Contains(out.String(), "level=WARN") || strings.Contains(out.String(), "level=ERROR") {
+		t.Errorf("a single node's start and stop logged:\n%s", out.String())
 	}
-	for _, l := range lines {
-		var v map[string]any
-		if err := json.Unmarshal([]byte(l), &v); err != nil || v["@module"] != "raft" {
-			t.Fatalf("raft line %q is not a JSON object of module raft (%v)", l, err)
+
+	for _, tt := range []struct {
+		leader, want string
+	}{
+		{"", "level=INFO"},
+		{"n1", "level=WARN"},
+	} {
+		var buf bytes.Buffer
+		l := newRaftLogger(slog.New(slog.NewTextHandler(&buf, nil)), "info", nil)
+		l.Warn(startupElection, "last-leader-addr", tt.leader, "last-leader-id", tt.leader)
+		if !strings.Contains(buf.String(), tt.want) {
+			t.Errorf("last leader %q: %q, want %s", tt.leader, buf.String(), tt.want)
 		}
+	}
+}
+
+// TestRaftLoggerSurface: the parts of hclog's interface the library uses:
+// its level, derived loggers' names and arguments, formatted values, the
+// repeat filter, and the standard-library writer.
+func TestRaftLoggerSurface(t *testing.T) {
+	var buf bytes.Buffer
+	f := newRepeatFilter(repeatWindow, nil)
+	l := newRaftLogger(slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), "warn", f.exclude)
+	l.Info("not at warn")
+	if buf.Len() != 0 || l.IsInfo() || !l.IsWarn() {
+		t.Errorf("info passed a warn logger: %q", buf.String())
+	}
+	l.SetLevel(hclog.Debug)
+	if l.GetLevel() != hclog.Debug || !l.IsDebug() || l.IsTrace() {
+		t.Errorf("level after SetLevel(debug) = %v", l.GetLevel())
+	}
+	sub := l.Named("snap").With("node", "n1")
+	sub.Debug("took", "entries", hclog.Fmt("%d of %d", 3, 4))
+	for _, want := range []string{"level=DEBUG", "component=raft.snap", "node=n1", `entries="3 of 4"`} {
+		if !strings.Contains(buf.String(), want) {
+			t.Errorf("derived logger wrote %q, missing %s", buf.String(), want)
+		}
+	}
+	if sub.Name() != "raft.snap" || len(sub.ImpliedArgs()) != 2 {
+		t.Errorf("name %q, implied %v", sub.Name(), sub.ImpliedArgs())
+	}
+	buf.Reset()
+	for range 3 {
+		l.Error("failed to appendEntries to", "peer", "n2", "error", "EOF")
+	}
+	if n := strings.Count(buf.String(), "failed to appendEntries"); n != 1 {
+		t.Errorf("a repeating error written %d times, want 1:\n%s", n, buf.String())
+	}
+	buf.Reset()
+	l.StandardLogger(&hclog.StandardLoggerOptions{ForceLevel: hclog.Error}).Print("from the standard logger")
+	if !strings.Contains(buf.String(), `level=ERROR msg="from the standard logger" component=raft`) {
+		t.Errorf("standard logger wrote %q", buf.String())
 	}
 }

@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"io"
 	"testing"
 	"time"
 )
@@ -112,7 +111,7 @@ func TestSnapshotThresholdResumesAfterRestart(t *testing.T) {
 			dir := t.TempDir()
 			open := func() *Node {
 				return openSolo(t, dir, func(cfg *Config) {
-					cfg.NoSync, cfg.LogOutput = true, io.Discard
+					cfg.NoSync = true
 					cfg.SnapshotThreshold, cfg.snapshotFloor = base, tc.floor
 				})
 			}

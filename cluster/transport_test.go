@@ -53,7 +53,7 @@ func tcpCluster(t *testing.T, n int, tune func(i int, cfg *Config)) []*Node {
 	for i := range nodes {
 		cfg := Config{
 			ID: peers[i].ID, Dir: filepath.Join(dir, peers[i].ID), Bind: peers[i].Addr, Peers: peers,
-			Token: []byte(testToken), Logger: quietLogger(), LogOutput: os.Stderr, RaftLogLevel: "off",
+			Token: []byte(testToken), Logger: quietLogger(), RaftLogLevel: "off",
 			HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 			LeaderLeaseTimeout: 300 * time.Millisecond, NoSync: true,
 		}
@@ -234,7 +234,7 @@ func TestNewNodeWithWrongCredentialsDoesNotBootstrap(t *testing.T) {
 			peers = append(peers, Peer{ID: "t4", Addr: bind})
 			cfg := Config{
 				ID: "t4", Dir: filepath.Join(t.TempDir(), "t4"), Bind: bind, Peers: peers,
-				Token: []byte(testToken), Logger: quietLogger(), LogOutput: os.Stderr, RaftLogLevel: "off",
+				Token: []byte(testToken), Logger: quietLogger(), RaftLogLevel: "off",
 				HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
 				LeaderLeaseTimeout: 300 * time.Millisecond, NoSync: true,
 			}
