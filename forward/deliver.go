@@ -420,26 +420,34 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	if retryIn <= 0 {
 		retryIn = Backoff(attempt, tgt.BackoffMin, tgt.BackoffMax, f.jitter())
 	}
+	maxAttempts := tgt.MaxAttempts
 	if a.reason == reasonTimeout && ev.LeaseUntil != 0 {
 		// The handler may still be working on it: the next attempt starts
 		// no sooner than the lease's end, which forward_timeout < lease
 		// leaves it, so that one handler never runs the event twice at once.
 		retryIn = max(retryIn, time.Until(time.Unix(0, ev.LeaseUntil)))
-		if ev.OrderObject != "" && tgt.MaxAttempts > 0 && attempt >= tgt.MaxAttempts {
-			// Dead, the event would release its object at once, and the
-			// next event of the object would reach the handler while it
-			// may still run this one: it stays the head until then.
-			f.waitForLeaseEnd(ctx, ev.LeaseUntil)
+		if ev.OrderObject != "" && maxAttempts > 0 && attempt >= maxAttempts {
+			// Dead, the event releases its object, and the next event of
+			// the object would reach the handler while it may still run
+			// this one; so it goes dead only once its lease has ended. A
+			// drain (a hand-over, a stop) does not wait that long: the
+			// attempt is recorded as not the last, and whichever node leads
+			// then retries the event once more after the lease's end.
+			reached, release := f.waitForLeaseEnd(ctx, ev.LeaseUntil)
+			defer release()
+			if !reached {
+				maxAttempts = 0
+			}
 		}
 	}
 	at := &engine.Attempt{At: start.UnixNano(), Took: int64(took), Status: a.status, Error: a.reason, Body: a.body}
-	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, tgt.MaxAttempts, a.reason, a.step, tgt.DeadRetention, at)
+	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, maxAttempts, a.reason, a.step, tgt.DeadRetention, at)
 	if ctx.Err() != nil {
 		return
 	}
 	fin := Finish{Key: ev.Key, Source: ev.Source, Token: ev.Token, Attempt: attempt, Status: a.status, Reason: a.reason}
 	switch {
-	case err == nil && attempt >= tgt.MaxAttempts:
+	case err == nil && maxAttempts > 0 && attempt >= maxAttempts:
 		fin.Outcome = OutcomeDead
 		f.log.Warn("dead letter", "key", ev.Key, "attempts", attempt, "reason", a.reason)
 	case err == nil:
@@ -455,19 +463,34 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	f.finish(fin, took)
 }
 
-// waitForLeaseEnd waits until shortly before a lease's end (until), so
-// that what is proposed then commits before the sweeper may reclaim it, or
-// until the run ends or a drain starts (then it records at once: a drain
-// waits for it).
-func (f *Forwarder) waitForLeaseEnd(ctx context.Context, until int64) {
+// waitForLeaseEnd waits until a lease's end (until) and reports whether it
+// got there; it gives up when the run ends or a drain starts (a drain waits
+// for this worker). From shortly before the end until release is called
+// (after the attempt is recorded) the sweeper reclaims nothing, so that it
+// cannot take the lease from under the Fail proposed at its end.
+func (f *Forwarder) waitForLeaseEnd(ctx context.Context, until int64) (reached bool, release func()) {
+	const step = 100 * time.Millisecond
 	end := time.Unix(0, until)
-	at := end.Add(-min(time.Second, time.Until(end)/2))
-	for {
-		left := time.Until(at)
-		if left <= 0 || ctx.Err() != nil || f.slots.isDraining() {
-			return
+	ending := false
+	release = func() {
+		if ending {
+			f.endingLeases.Add(-1)
+			ending = false
 		}
-		t := time.NewTimer(min(left, 100*time.Millisecond))
+	}
+	for {
+		left := time.Until(end)
+		if left <= 0 {
+			return true, release
+		}
+		if ctx.Err() != nil || f.slots.isDraining() {
+			return false, release
+		}
+		if left <= step && !ending {
+			f.endingLeases.Add(1)
+			ending = true
+		}
+		t := time.NewTimer(min(left, step))
 		select {
 		case <-ctx.Done():
 		case <-t.C:

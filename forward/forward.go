@@ -278,6 +278,12 @@ type Forwarder struct {
 	// attempts started with the bytes of their bodies.
 	delivered, attempts, bodyBytes atomic.Int64
 	workers                        atomic.Int32 // worker goroutines running
+
+	// endingLeases counts the workers about to record an attempt at its
+	// lease's end (waitForLeaseEnd); the sweeper reclaims nothing meanwhile,
+	// or its reclaim could take the lease first and the event would be
+	// delivered once more.
+	endingLeases atomic.Int32
 }
 
 // New returns a Forwarder with opts' zero fields set to their defaults.
@@ -824,6 +830,9 @@ func (f *Forwarder) sweep(ctx context.Context, kick chan<- struct{}) {
 		case <-ctx.Done():
 			return
 		case <-reclaim.C:
+			if f.endingLeases.Load() > 0 {
+				continue // the next tick reclaims what this one would have
+			}
 			n, err := f.opts.Store.Reclaim(ctx, f.limits().Horizon)
 			switch {
 			case ctx.Err() != nil:

@@ -149,39 +149,91 @@ func TestLeaseStampedLongBeforeReceiptSynctest(t *testing.T) {
 }
 
 // On an ordered source, a last attempt that times out makes the event dead
-// only near its lease's end: dead at once, it would release its object and
-// the next event would reach the handler while the handler still runs the
-// timed-out one (docs/architecture.md, Invariants, 10).
+// only at its lease's end: dead before, it would release its object and the
+// next event would reach the handler while the handler still runs the
+// timed-out one (docs/architecture.md, Invariants, 10). The handler here
+// keeps working after the 1 s timeout, for up to just under the 10 s lease.
 func TestOrderedLastAttemptTimeoutHoldsItsObjectSynctest(t *testing.T) {
+	for _, work := range []time.Duration{3 * time.Second, 9*time.Second + 900*time.Millisecond} {
+		t.Run(work.String(), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				l := newLeader(t)
+				busy := &peak{}
+				l.claimOrdered("src:1", "A", 1)
+				l.claimOrdered("src:2", "A", 2)
+				stop := runInBubble(t, orderedTimeoutOptions(l, busy, work))
+				defer stop()
+				time.Sleep(time.Minute)
+				synctest.Wait()
+				if busy.most.Load() > 1 {
+					t.Fatalf("the handler held two events of object A at once")
+				}
+				// One attempt: the sweeper did not reclaim the lease from
+				// under the Fail proposed at its end.
+				if a, b := l.get("src:1"), l.get("src:2"); a.State != engine.StateDead || a.Attempts != 1 || b.State != engine.StateDone {
+					t.Fatalf("src:1 %v after %d attempts, src:2 %v; want the timed-out one dead after its one attempt and the next done", a.State, a.Attempts, b.State)
+				}
+			})
+		})
+	}
+}
+
+// A drain (a hand-over, a stop) during that wait does not make the event
+// dead early: its attempt is recorded as not the last, the object stays
+// held, and the next run (the next leader) retries it once after the
+// lease's end before the next event of the object goes.
+func TestOrderedLastAttemptTimeoutDrainedSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLeader(t)
-		var busy peak
-		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			done := busy.enter()
-			if r.Header.Get(HeaderEventKey) == "src:1" {
-				time.Sleep(3 * time.Second) // keeps working after the 1 s timeout
-			}
-			done()
-		})
+		busy := &peak{}
 		l.claimOrdered("src:1", "A", 1)
 		l.claimOrdered("src:2", "A", 2)
-		stop := runInBubble(t, Options{
-			Store:        l,
-			Targets:      only(Target{URL: "http://handler/src", Timeout: time.Second, MaxAttempts: 1}),
-			Client:       &http.Client{Transport: asyncTransport{h}},
-			PollInterval: 100 * time.Millisecond,
-			DefaultLease: 10 * time.Second,
-		})
+		opts := orderedTimeoutOptions(l, busy, 9*time.Second+900*time.Millisecond)
+		f := New(opts)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f.Run(ctx) }()
+		time.Sleep(2 * time.Second) // the attempt timed out at 1 s; the worker waits for the lease's end
+		if err := f.Drain(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if ev := l.get("src:1"); ev.State != engine.StatePending || ev.Attempts != 1 {
+			t.Fatalf("after the drain src:1 is %v with %d attempts; want pending, its one attempt not the last", ev.State, ev.Attempts)
+		}
+		stop := runInBubble(t, opts)
 		defer stop()
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		if busy.most.Load() > 1 {
 			t.Fatalf("the handler held two events of object A at once")
 		}
-		if a, b := l.get("src:1").State, l.get("src:2").State; a != engine.StateDead || b != engine.StateDone {
-			t.Fatalf("src:1 %v, src:2 %v; want the timed-out one dead and the next done", a, b)
+		if a, b := l.get("src:1"), l.get("src:2"); a.State != engine.StateDead || a.Attempts != 2 || b.State != engine.StateDone {
+			t.Fatalf("src:1 %v after %d attempts, src:2 %v; want the timed-out one dead after one more and the next done", a.State, a.Attempts, b.State)
 		}
 	})
+}
+
+// orderedTimeoutOptions: one attempt, a 1 s timeout and a 10 s lease, and
+// a handler that works on src:1 for work whatever the timeout.
+func orderedTimeoutOptions(l *leader, busy *peak, work time.Duration) Options {
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		done := busy.enter()
+		if r.Header.Get(HeaderEventKey) == "src:1" {
+			time.Sleep(work)
+		}
+		done()
+	})
+	return Options{
+		Store:        l,
+		Targets:      only(Target{URL: "http://handler/src", Timeout: time.Second, MaxAttempts: 1}),
+		Client:       &http.Client{Transport: asyncTransport{h}},
+		PollInterval: 100 * time.Millisecond,
+		DefaultLease: 10 * time.Second,
+	}
 }
 
 // asyncTransport runs the handler on its own goroutine and gives up when the
