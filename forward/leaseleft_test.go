@@ -161,18 +161,9 @@ func TestOrderedLastAttemptTimeoutHoldsItsObjectSynctest(t *testing.T) {
 				busy := &peak{}
 				l.claimOrdered("src:1", "A", 1)
 				l.claimOrdered("src:2", "A", 2)
-				stop := runInBubble(t, orderedTimeoutOptions(l, busy, work))
-				defer stop()
-				time.Sleep(time.Minute)
-				synctest.Wait()
-				if busy.most.Load() > 1 {
-					t.Fatalf("the handler held two events of object A at once")
-				}
 				// One attempt: the sweeper did not reclaim the lease from
 				// under the Fail proposed at its end.
-				if a, b := l.get("src:1"), l.get("src:2"); a.State != engine.StateDead || a.Attempts != 1 || b.State != engine.StateDone {
-					t.Fatalf("src:1 %v after %d attempts, src:2 %v; want the timed-out one dead after its one attempt and the next done", a.State, a.Attempts, b.State)
-				}
+				runOrderedToTheEnd(t, l, busy, orderedTimeoutOptions(l, busy, work), 1)
 			})
 		})
 	}
@@ -204,17 +195,25 @@ func TestOrderedLastAttemptTimeoutDrainedSynctest(t *testing.T) {
 		if ev := l.get("src:1"); ev.State != engine.StatePending || ev.Attempts != 1 {
 			t.Fatalf("after the drain src:1 is %v with %d attempts; want pending, its one attempt not the last", ev.State, ev.Attempts)
 		}
-		stop := runInBubble(t, opts)
-		defer stop()
-		time.Sleep(time.Minute)
-		synctest.Wait()
-		if busy.most.Load() > 1 {
-			t.Fatalf("the handler held two events of object A at once")
-		}
-		if a, b := l.get("src:1"), l.get("src:2"); a.State != engine.StateDead || a.Attempts != 2 || b.State != engine.StateDone {
-			t.Fatalf("src:1 %v after %d attempts, src:2 %v; want the timed-out one dead after one more and the next done", a.State, a.Attempts, b.State)
-		}
+		runOrderedToTheEnd(t, l, busy, opts, 2)
 	})
+}
+
+// runOrderedToTheEnd runs a forwarder for a minute and checks that the
+// handler never held both events of object A, that src:1 is dead after
+// attempts and src:2 done.
+func runOrderedToTheEnd(t *testing.T, l *leader, busy *peak, opts Options, attempts uint32) {
+	t.Helper()
+	stop := runInBubble(t, opts)
+	defer stop()
+	time.Sleep(time.Minute)
+	synctest.Wait()
+	if busy.most.Load() > 1 {
+		t.Fatalf("the handler held two events of object A at once")
+	}
+	if a, b := l.get("src:1"), l.get("src:2"); a.State != engine.StateDead || a.Attempts != attempts || b.State != engine.StateDone {
+		t.Fatalf("src:1 %v after %d attempts, src:2 %v; want src:1 dead after %d and src:2 done", a.State, a.Attempts, b.State, attempts)
+	}
 }
 
 // orderedTimeoutOptions: one attempt, a 1 s timeout and a 10 s lease, and
