@@ -122,6 +122,8 @@ install: build
 	chmod 0644 $(DESTDIR)/etc/systemd/system/oncehook.service
 	install -Dm0644 systemd/oncehook.sysusers $(DESTDIR)/usr/lib/sysusers.d/oncehook.conf
 	install -d -m0750 $(DESTDIR)/etc/oncehook
+	# the service reads its config as group oncehook (a reinstall; a first one runs before the group exists)
+	if [ -z "$(DESTDIR)" ] && getent group oncehook >/dev/null; then chgrp oncehook /etc/oncehook; fi
 	install -Dm0640 config.example.toml $(DESTDIR)/etc/oncehook/oncehook.toml.example
 	install -Dm0644 README.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/README.md
 	install -Dm0644 docs/alerts.yml $(DESTDIR)$(PREFIX)/share/doc/oncehook/alerts.yml

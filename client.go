@@ -144,7 +144,7 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, paus
 	fs := newFlags(verb, stderr)
 	mk := clientFlags(fs)
 	source := fs.String("source", "", "source name (required)")
-	reason := fs.String("reason", "", "why (recorded with the pause; required)")
+	reason := fs.String("reason", "", "why (recorded with the "+verb+"; required)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -198,8 +198,14 @@ func cmdRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 	fs := newFlags("raft "+args[0], stderr)
 	mk := clientFlags(fs)
-	id := fs.String("id", "", "server id (remove-peer)")
-	to := fs.String("to", "", "the voter to lead (transfer-leader; default: the most up-to-date one)")
+	// Each subcommand takes only its own flags; "raft -h" shows them all.
+	var id, to *string
+	if sub := args[0]; sub == "remove-peer" || isHelp(sub) {
+		id = fs.String("id", "", "server id (remove-peer)")
+	}
+	if sub := args[0]; sub == "transfer-leader" || isHelp(sub) {
+		to = fs.String("to", "", "the voter to lead (transfer-leader; default: the most up-to-date one)")
+	}
 	if isHelp(args[0]) {
 		// "raft -h": the subcommands and their flags, not "unknown raft
 		// command "-h"".

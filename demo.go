@@ -72,7 +72,7 @@ func startDemo(ctx context.Context, dir, listen, adminListen string, stderr io.W
 
 	event := filepath.Join(dir, "demo-event.json")
 	if _, err := os.Stat(event); os.IsNotExist(err) {
-		os.WriteFile(event, []byte(`{"type":"invoice.paid","data":{"id":"inv_1","amount":4200}}`+"\n"), 0o644)
+		os.WriteFile(event, []byte(`{"type":"invoice.paid","data":{"id":"inv_1","amount":4200}}`+"\n"), 0o600)
 	}
 	toml := fmt.Sprintf(`# Written by "oncehook serve" in demo mode; rewritten at every demo start.
 [node]

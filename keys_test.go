@@ -198,3 +198,21 @@ func TestKeysURLEndToEnd(t *testing.T) {
 		t.Fatal("a source without keys_url fetched keys")
 	}
 }
+
+// A reload that shortens keys_refresh takes effect from the last fetch, not
+// after the old interval has run out (an hour here).
+func TestKeysRefreshReloaded(t *testing.T) {
+	h := newHandler(t)
+	_, pub := keyPair(t)
+	now := time.Now().Unix()
+	ksrv := newKeysServer(t, keysJSON(t, keyset.Key{Kid: "a", Alg: keyset.AlgEd25519, Key: pub, Nbf: now - 3600, Exp: now + 3600}))
+	dir := t.TempDir()
+	extra := fmt.Sprintf(publishedSourceTOML, ksrv.url())
+	tn := startNodeWithSources(t, dir, h.url, extra)
+	if n := ksrv.hits.Load(); n != 1 {
+		t.Fatalf("keys fetched %d times at start, want 1", n)
+	}
+	mustWrite(t, tn.cfgPath, testConfig(dir, h.url, strings.Replace(extra, `keys_refresh = "1h"`, `keys_refresh = "100ms"`, 1)))
+	tn.n.reload(tn.cfgPath)
+	waitUntil(t, "a fetch at the new keys_refresh", func() bool { return ksrv.hits.Load() >= 3 })
+}

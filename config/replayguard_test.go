@@ -98,9 +98,15 @@ func TestUnsignedKeyWarnings(t *testing.T) {
 		{"shopify on its own header", `provider = "shopify"` + "\nkey = [\"header:X-Shopify-Webhook-Id\"]", ""},
 		{"hmac signs no id, keyed on a header", `provider = "hmac"` + "\nkey = [\"header:X-Request-Id\"]\nhmac = { header = \"X-Sig\" }", ""},
 		{"hmac signs no id, keyed on a header, guard off", `provider = "hmac"` + "\nkey = [\"header:X-Request-Id\"]\nreplay_guard = \"off\"\nhmac = { header = \"X-Sig\" }",
-			`header:X-Request-Id is not covered by hmac's signature: a captured delivery resent with another value there verifies as a new event; with replay_guard = "off" such a replay is delivered again`},
+			`header:X-Request-Id is not covered by hmac's signature: a captured delivery resent with another value there verifies as a new event; hmac signs no event id, so only the replay guard catches such a replay, and with replay_guard = "off" it is delivered again`},
 		{"hmac keyed on the body, guard off", `provider = "hmac"` + "\nkey = [\"json:id\"]\nreplay_guard = \"off\"\nhmac = { header = \"X-Sig\" }", ""},
-		{"github on its delivery header, guard off", `provider = "github"` + "\nkey = [\"header:X-GitHub-Delivery\"]\nreplay_guard = \"off\"", ""},
+		{"github on its delivery header, guard off", `provider = "github"` + "\nkey = [\"header:X-GitHub-Delivery\"]\nreplay_guard = \"off\"",
+			`source[0].key[0]: header:X-GitHub-Delivery is not covered by github's signature: a captured delivery resent with another value there verifies as a new event; github signs no event id, so only the replay guard catches such a replay, and with replay_guard = "off" it is delivered again`},
+		{"github by default, guard off", `provider = "github"` + "\nreplay_guard = \"off\"", "github signs no event id"},
+		{"gitlab by default, guard off", `provider = "gitlab"` + "\nreplay_guard = \"off\"", "gitlab signs no event id"},
+		{"linear by default, guard off", `provider = "linear"` + "\nreplay_guard = \"off\"", "linear signs no event id"},
+		{"twilio by default, guard off", `provider = "twilio"` + "\nreplay_guard = \"off\"", "twilio signs no event id"},
+		{"github on its own header, guard off", `provider = "github"` + "\nkey = [\"header:X-Custom\"]\nreplay_guard = \"off\"", "github signs no event id"},
 		{"hmac signs an id, keyed on another", `provider = "hmac"` + "\nkey = [\"header:X-Other\"]\nhmac = { header = \"X-Sig\", id_header = \"X-Id\", template = \"{id}.{body}\" }",
 			"source[0].key[0]: header:X-Other is not covered by hmac's signature"},
 	} {
@@ -116,5 +122,23 @@ func TestUnsignedKeyWarnings(t *testing.T) {
 				t.Errorf("warnings %q, want one with %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// TestEmptyKeyList: key = [] is an empty list, not the provider's default;
+// the error says how to get the default, and hmac's says it has none.
+func TestEmptyKeyList(t *testing.T) {
+	loadOneSource(t, "provider = \"standard\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = []",
+		`source[0].key: empty: leave key out for standard's default (header:webhook-id), or name at least one part`)
+	loadOneSource(t, "provider = \"hmac\"\nhmac = { header = \"X-Sig\" }\nkey = []", `source[0].key: required for provider "hmac"`)
+}
+
+// TestTypeIsNotABodyHash: type reads the event's type; a hash of the body
+// would make every event its own type, which no filter can name.
+func TestTypeIsNotABodyHash(t *testing.T) {
+	loadOneSource(t, "type = \"body:sha256\"", `source[0].type: body:sha256 is a hash of the whole body, not an event type`)
+	loadOneSource(t, "type = \"header:X-Type|body:sha256\"", `is a hash of the whole body`)
+	if s := loadOneSource(t, "type = \"header:X-Type|json:type\"", ""); s.Type != "header:X-Type|json:type" {
+		t.Fatalf("type = %q", s.Type)
 	}
 }

@@ -83,15 +83,24 @@ func unsignedKeys(c *Config) []string {
 		// its keys are unsigned by nature (docs/security.md): nothing new,
 		// unless the file turned the guard off.
 		signsID := s.HMAC != nil && s.HMAC.IDHeader != "" && strings.Contains(s.HMAC.Template, "{id}")
-		if sch.Defaults().ReplayGuard && !signsID && s.ReplayGuard != ReplayGuardOff {
+		guardedByDefault := sch.Defaults().ReplayGuard && !signsID
+		if guardedByDefault && s.ReplayGuard != ReplayGuardOff {
 			continue
 		}
 		j := unsignedKeyPart(s)
-		if j < 0 || defaultKeyUnsigned(s.Provider, sch.Defaults().Key) || perDeliveryPart(s, s.Key[j]) {
+		if j < 0 {
+			continue
+		}
+		if !guardedByDefault && (defaultKeyUnsigned(s.Provider, sch.Defaults().Key) || perDeliveryPart(s, s.Key[j])) {
 			continue // keyPartChangesPerDelivery warns of the last
 		}
 		then := "the replay guard is on for this source (a body seen before under another key is a duplicate)"
-		if s.ReplayGuard == ReplayGuardOff {
+		switch {
+		case guardedByDefault:
+			// The scheme signs no id: only the guard tells a replay from
+			// a new event, and the file turned it off.
+			then = fmt.Sprintf("%s signs no event id, so only the replay guard catches such a replay, and with replay_guard = \"off\" it is delivered again: turn the guard on unless the sender sends one body as several events", s.Provider)
+		case s.ReplayGuard == ReplayGuardOff:
 			then = "with replay_guard = \"off\" such a replay is delivered again: key on the id the provider signs, or turn the guard on"
 		}
 		w = append(w, fmt.Sprintf("%s: %s is not covered by %s's signature: a captured delivery resent with another value there verifies as a new event; %s",

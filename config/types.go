@@ -117,6 +117,12 @@ func (s Size) String() string {
 		return strconv.FormatInt(n/MiB, 10) + "MiB"
 	case n%KiB == 0:
 		return strconv.FormatInt(n/KiB, 10) + "KiB"
+	case n%1_000_000_000 == 0:
+		return strconv.FormatInt(n/1_000_000_000, 10) + "GB"
+	case n%1_000_000 == 0:
+		return strconv.FormatInt(n/1_000_000, 10) + "MB"
+	case n%1000 == 0:
+		return strconv.FormatInt(n/1000, 10) + "KB"
 	}
 	return strconv.FormatInt(n, 10)
 }

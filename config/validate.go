@@ -12,6 +12,7 @@ import (
 	"net/url"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -394,6 +395,10 @@ func (c *sourceCheck) keyRule() {
 		msg := fmt.Sprintf("required: provider %q has no default key", s.Provider)
 		if s.Provider == "hmac" {
 			msg = `required for provider "hmac": e.g. key = ["header:X-Request-Id"] or ["json:id"]`
+		} else if c.scheme != nil && len(c.scheme.Defaults().Key) > 0 {
+			// key = [] in the file: an empty list, not the default.
+			msg = fmt.Sprintf("empty: leave key out for %s's default (%s), or name at least one part",
+				s.Provider, strings.Join(c.scheme.Defaults().Key, " + "))
 		}
 		if c.scheme != nil || s.Provider == "hmac" {
 			p.add(c.k("key"), nil, msg, c.k("provider"))
@@ -765,6 +770,11 @@ func validateTypeFilter(p *problems, k func(string) string, s *Source) {
 	if s.Type != "" {
 		if err := checkKeyPart(s.Type); err != nil {
 			p.add(k("type"), nil, err.Error())
+		} else if slices.ContainsFunc(strings.Split(s.Type, "|"), func(alt string) bool {
+			kind, _, _ := strings.Cut(strings.TrimSpace(alt), ":")
+			return kind == "body"
+		}) {
+			p.add(k("type"), nil, fmt.Sprintf("%s is a hash of the whole body, not an event type: name a header:NAME or json:PATH that holds the type", s.Type))
 		}
 	} else if len(s.AcceptTypes) > 0 || len(s.DropTypes) > 0 {
 		if _, known := providers.Lookup(s.Provider); known {

@@ -194,11 +194,14 @@ type sourceKeys struct {
 	earlyEvery time.Duration
 	earlyWait  time.Duration
 
-	mu        sync.Mutex // guards the fields below
-	provider  string
-	scheme    providers.Scheme
-	opts      providers.Options // the source's static secrets, tolerance, hmac spec
-	refresh   time.Duration
+	mu       sync.Mutex // guards the fields below
+	provider string
+	scheme   providers.Scheme
+	opts     providers.Options // the source's static secrets, tolerance, hmac spec
+	refresh  time.Duration
+	// refreshed wakes run when a reload changed refresh, so that the new
+	// interval counts from the last fetch instead of after the old one.
+	refreshed chan struct{}
 	keys      []Key  // the document's usable keys (fetched or cached)
 	raw       []byte // the document they came from
 	lastEarly time.Time
@@ -317,7 +320,15 @@ func (ks *sourceKeys) configure(s *config.Source) error {
 		ks.keys, ks.raw = nil, nil
 	}
 	ks.provider, ks.scheme, ks.opts = s.Provider, scheme, o
-	ks.refresh = time.Duration(s.KeysRefresh)
+	if r, prev := time.Duration(s.KeysRefresh), ks.refresh; r != prev {
+		ks.refresh = r
+		if prev != 0 { // not the first configure, before run starts
+			select {
+			case ks.refreshed <- struct{}{}:
+			default:
+			}
+		}
+	}
 	ks.built.Store(nil)
 	return nil
 }
@@ -506,16 +517,25 @@ func (ks *sourceKeys) run(first time.Duration) {
 	defer ks.wg.Done()
 	t := time.NewTimer(first)
 	defer t.Stop()
+	last := time.Now() // of the last fetch, or of the start
 	for {
 		select {
 		case <-ks.ctx.Done():
 			return
+		case <-ks.refreshed:
+			ks.mu.Lock()
+			next := ks.refresh - time.Since(last)
+			ks.mu.Unlock()
+			t.Reset(max(next, 0))
+			continue
 		case <-t.C:
 		}
 		ks.mu.Lock()
 		next := ks.refresh
 		ks.mu.Unlock()
-		if _, err := ks.fetch(ks.ctx, "refresh"); err != nil {
+		_, err := ks.fetch(ks.ctx, "refresh")
+		last = time.Now()
+		if err != nil {
 			next = min(next, keysRetryAfter)
 		}
 		t.Reset(next)
@@ -606,7 +626,8 @@ func (km *Manager) Attach(set Sources, cfg *config.Config) error {
 		fresh := ks == nil
 		if fresh {
 			ks = &sourceKeys{source: s.Name, url: s.KeysURL, cache: filepath.Join(km.dir, s.Name+".json"),
-				client: km.client, log: km.log, m: km.m, userAgent: km.userAgent, earlyEvery: keysEarlyEvery, earlyWait: keysEarlyWait}
+				client: km.client, log: km.log, m: km.m, userAgent: km.userAgent, earlyEvery: keysEarlyEvery, earlyWait: keysEarlyWait,
+				refreshed: make(chan struct{}, 1)}
 			ks.ctx, ks.cancel = context.WithCancel(context.Background())
 		}
 		if err := ks.configure(s); err != nil {
