@@ -846,16 +846,7 @@ func (n *Node) startLeaderWork() {
 		defer close(done)
 		var watch sync.WaitGroup
 		defer watch.Wait()
-		// Entries of earlier terms may be committed but not yet applied here;
-		// the barrier makes the FSM current before anything is leased or swept.
-		for ctx.Err() == nil {
-			if err := n.raft.Barrier(5 * time.Second).Error(); err == nil {
-				break
-			} else if n.raft.State() != raft.Leader {
-				return
-			}
-		}
-		if ctx.Err() != nil {
+		if !n.caughtUpAsLeader(ctx) {
 			return
 		}
 		watch.Go(func() { n.endAbandonedEntries(ctx) })
@@ -865,6 +856,32 @@ func (n *Node) startLeaderWork() {
 			n.cfg.OnLeader(ctx)
 		}
 	}()
+}
+
+// caughtUpAsLeader waits until the FSM has applied every entry this new
+// leader's log held when it won (entries of earlier terms may be committed
+// but not yet applied here), so that nothing is leased or swept from an
+// older state. It reports false when ctx ends or leadership is lost first.
+//
+// It polls instead of waiting on a raft Barrier: a barrier's future ends only
+// once it commits, and a leader that keeps its followers' heartbeats but
+// cannot commit (a voter that cannot store what it is sent) would hold this
+// goroutine, and the node's shutdown behind it, for as long as it leads.
+func (n *Node) caughtUpAsLeader(ctx context.Context) bool {
+	target := n.raft.LastIndex()
+	t := time.NewTicker(2 * time.Millisecond)
+	defer t.Stop()
+	for n.raft.AppliedIndex() < target {
+		if n.raft.State() != raft.Leader {
+			return false
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return ctx.Err() == nil
 }
 
 // endAbandonedEntries proposes a no-op, while this node leads, whenever the
@@ -933,7 +950,7 @@ func (n *Node) Close() error {
 		}
 		if n.raft != nil && !n.cfg.noTransfer && n.raft.State() == raft.Leader && n.voters() > 1 {
 			n.handingOver(time.Hour) // until the process ends
-			if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			if err := n.handOver().Error(); err != nil {
 				n.log.Warn("leadership transfer on shutdown", "err", err)
 			} else if addr, id := n.raft.LeaderWithID(); id != "" {
 				n.log.Info("leadership handed over on shutdown", "to", id, "address", addr)
@@ -944,6 +961,27 @@ func (n *Node) Close() error {
 		n.closeErr = n.cleanup()
 	})
 	return n.closeErr
+}
+
+// handOver starts the shutdown's leadership transfer: to the most
+// up-to-date voter, or during a rolling upgrade to one whose data format
+// halts no other voter (formatSafeTarget).
+func (n *Node) handOver() raft.Future {
+	ctx, cancel := context.WithTimeout(context.Background(), memberStatsTimeout)
+	defer cancel()
+	id, err := n.formatSafeTarget(ctx, true)
+	if err != nil || id == "" {
+		return n.raft.LeadershipTransfer()
+	}
+	f := n.raft.GetConfiguration()
+	if f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if string(s.ID) == id {
+				return n.raft.LeadershipTransferToServer(s.ID, s.Address)
+			}
+		}
+	}
+	return n.raft.LeadershipTransfer()
 }
 
 func (n *Node) cleanup() error {

@@ -101,6 +101,14 @@ func (n *Node) TransferLeadership(ctx context.Context, to string) (string, error
 	if n.voters() < 2 {
 		return "", fmt.Errorf("transfer leadership: %w", ErrSingleVoter)
 	}
+	if to == "" {
+		// raft's own choice is the most up-to-date voter, whatever it runs.
+		id, err := n.formatSafeTarget(ctx, false)
+		if err != nil {
+			return "", fmt.Errorf("transfer leadership: %w", err)
+		}
+		to = id
+	}
 	var addr raft.ServerAddress
 	if to != "" {
 		f := n.raft.GetConfiguration()
@@ -224,4 +232,52 @@ func (n *Node) checkFormats(ctx context.Context, to string) error {
 		}
 	}
 	return nil
+}
+
+// formatSafeTarget names the voter a hand-over without a named target goes
+// to while the voters' binaries write different data formats (a rolling
+// upgrade): one whose format is no newer than any other voter's, so that
+// as leader it halts none of them (docs/operations.md, Upgrades); of
+// several, the one that has committed most. leaving leaves this node out of
+// the comparison: it is stopping, and its binary is the one being replaced.
+// It returns "" when every voter that answered writes one format (raft's
+// own choice, the most up-to-date voter, is then safe), and ErrNewerFormat
+// when every candidate would halt another voter. A member that does not
+// answer is neither a candidate nor compared with.
+func (n *Node) formatSafeTarget(ctx context.Context, leaving bool) (string, error) {
+	st := n.ClusterStatus(ctx)
+	var voters []Server
+	formats := map[uint64]bool{}
+	for _, s := range st.Nodes {
+		if s.Suffrage == "Voter" && s.Error == "" {
+			voters = append(voters, s)
+			formats[s.Format] = true // 0: a binary older than the field
+		}
+	}
+	if len(formats) < 2 {
+		return "", nil
+	}
+	var best *Server
+	var blocker Server
+	for i := range voters {
+		c := &voters[i]
+		if c.ID == n.cfg.ID {
+			continue
+		}
+		safe := true
+		for _, o := range voters {
+			if o.ID != c.ID && !(leaving && o.ID == n.cfg.ID) && c.Format > o.Format {
+				safe, blocker = false, o
+				break
+			}
+		}
+		if safe && (best == nil || c.CommitIndex > best.CommitIndex) {
+			best = c
+		}
+	}
+	if best == nil {
+		return "", fmt.Errorf("%w: every other voter does, %s writes format %d; upgrade %s first",
+			ErrNewerFormat, blocker.ID, blocker.Format, blocker.ID)
+	}
+	return best.ID, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -327,5 +328,98 @@ func TestTransferRefusesANewerFormat(t *testing.T) {
 	}
 	if got, err := leader.TransferLeadership(ctx, other); err != nil || got != other {
 		t.Fatalf("transfer between voters of one format: %q, %v", got, err)
+	}
+}
+
+// TestHandOverKeepsOlderVotersRunning: during a rolling upgrade a hand-over
+// without a named target, an operator's or a leader's on shutdown, goes to
+// a voter whose data format halts no other voter. Here one follower was
+// upgraded first and the leader is n1: as leader the upgraded follower
+// would halt the other, which must lead instead.
+//
+// Both ways round (n3 upgraded, n2 must lead), so that raft's own choice,
+// which knows nothing of formats, fails one of them.
+func TestHandOverKeepsOlderVotersRunning(t *testing.T) {
+	for _, tt := range []struct{ how, newer, want string }{
+		{"transfer", "n2", "n3"}, {"transfer", "n3", "n2"},
+		{"shutdown", "n2", "n3"}, {"shutdown", "n3", "n2"},
+	} {
+		how := tt.how
+		t.Run(how+" "+tt.newer+" upgraded", func(t *testing.T) {
+			c := newTestCluster(t, 3, func(cfg *Config) {
+				if cfg.ID == tt.newer {
+					cfg.format = engine.FormatVersion + 1
+				}
+				if cfg.ID == "n1" {
+					cfg.noTransfer = false // the shutdown's hand-over is the subject
+				}
+			})
+			ctx := ctxT(t, 30*time.Second)
+			li := c.waitLeader(-1)
+			if c.ids[li] != "n1" {
+				if _, err := c.nodes[li].TransferLeadership(ctx, "n1"); err != nil {
+					t.Fatalf("transfer to n1: %v", err)
+				}
+				li = c.waitLeader(li)
+			}
+			if c.ids[li] != "n1" {
+				t.Fatalf("leader %s, want n1", c.ids[li])
+			}
+			c.mustClaim("src:before", -1)
+			switch how {
+			case "transfer":
+				got, err := c.nodes[li].TransferLeadership(ctx, "")
+				if err != nil || got != tt.want {
+					t.Fatalf("transfer without a target went to %q (%v), want %s", got, err, tt.want)
+				}
+			case "shutdown":
+				if err := c.nodes[li].Close(); err != nil {
+					t.Fatal(err)
+				}
+				c.set(li, nil)
+				if nl := c.waitLeader(li); c.ids[nl] != tt.want {
+					t.Fatalf("the shutdown handed leadership to %s, want %s", c.ids[nl], tt.want)
+				}
+			}
+		})
+	}
+}
+
+// TestFormatSafeTarget: which voter a hand-over without a target may pick,
+// by the formats the voters report (the leader is n1).
+func TestFormatSafeTarget(t *testing.T) {
+	const f = engine.FormatVersion
+	for _, tt := range []struct {
+		name             string
+		formats          map[string]uint64
+		leaving, staying string // want; "!" an error
+	}{
+		{"one format", map[string]uint64{}, "", ""},
+		{"a follower upgraded", map[string]uint64{"n2": f + 1}, "n3", "n3"},
+		{"both followers upgraded, the leader last", map[string]uint64{"n2": f + 1, "n3": f + 1}, "n2|n3", "!"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := newTestCluster(t, 3, func(cfg *Config) { cfg.format = tt.formats[cfg.ID] })
+			ctx := ctxT(t, 30*time.Second)
+			li := c.waitLeader(-1)
+			if c.ids[li] != "n1" {
+				if _, err := c.nodes[li].TransferLeadership(ctx, "n1"); err != nil {
+					t.Fatalf("transfer to n1: %v", err)
+				}
+				li = c.waitLeader(li)
+			}
+			for _, leaving := range []bool{true, false} {
+				want := map[bool]string{true: tt.leaving, false: tt.staying}[leaving]
+				got, err := c.nodes[li].formatSafeTarget(ctx, leaving)
+				switch {
+				case want == "!":
+					if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade n1 first") {
+						t.Errorf("leaving %v: %q, %v; want ErrNewerFormat naming n1", leaving, got, err)
+					}
+				case err != nil || !slices.Contains(strings.Split(want, "|"), got):
+					t.Errorf("leaving %v: %q, %v; want %s", leaving, got, err, want)
+				}
+			}
+		})
 	}
 }
