@@ -4,9 +4,11 @@ import (
 	"bufio"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -47,6 +49,7 @@ type transport struct {
 // conn is one kept-alive connection to a handler.
 type conn struct {
 	nc    net.Conn
+	head  headLimit // what br reads through: bounds an answer's head
 	br    *bufio.Reader
 	bw    *bufio.Writer
 	probe *idleconn.Probe // looks at it before a reuse
@@ -188,6 +191,10 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, a
 	if _, err := c.br.Peek(1); err != nil {
 		return fail(true, err)
 	}
+	// The heads of the answer, informational ones included, are read
+	// within maxAnswerHead bytes; the body has limits of its own.
+	c.head.left = maxAnswerHead - int64(c.br.Buffered())
+	defer func() { c.head.left = -1 }()
 	for {
 		var resp *http.Response
 		var h plainHead
@@ -198,6 +205,12 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, a
 		if plain {
 			resp = h.response(c.br, req == typedPostRequest)
 		} else if resp, err = http.ReadResponse(c.br, req); err != nil {
+			if !time.Now().Before(deadline) {
+				// A head cut off by the deadline parses as a malformed
+				// one (bufio hands back the part of a line it has without
+				// the error): the attempt timed out.
+				err = fmt.Errorf("%w (answer cut off at the deadline: %v)", os.ErrDeadlineExceeded, err)
+			}
 			return fail(false, err)
 		}
 		// Informational answers (103 Early Hints...) precede the real one.
@@ -209,6 +222,38 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, a
 		resp.Body = &body{ReadCloser: resp.Body, t: t, c: c, addr: addr, keep: keep, stop: stop}
 		return resp, false, nil
 	}
+}
+
+// maxAnswerHead bounds the bytes of a handler's answer heads (status lines
+// and headers, informational answers included), as net/http's client
+// bounds them: a handler that sends headers without end would otherwise
+// grow the node's memory until the attempt's timeout.
+const maxAnswerHead = 1 << 20
+
+// errAnswerHead fails an answer whose heads are longer than maxAnswerHead.
+var errAnswerHead = fmt.Errorf("the handler's answer head is over %d bytes", maxAnswerHead)
+
+// headLimit is the reader under a connection's bufio.Reader: while left is
+// not negative (an answer's head is being read) it reads at most left more
+// bytes, then fails with errAnswerHead.
+type headLimit struct {
+	r    io.Reader
+	left int64 // -1: no limit
+}
+
+func (l *headLimit) Read(p []byte) (int, error) {
+	if l.left < 0 {
+		return l.r.Read(p)
+	}
+	if l.left == 0 {
+		return 0, errAnswerHead
+	}
+	if int64(len(p)) > l.left {
+		p = p[:l.left]
+	}
+	n, err := l.r.Read(p)
+	l.left -= int64(n)
+	return n, err
 }
 
 // aLongTimeAgo is a deadline in the past: it makes pending I/O fail at once.
@@ -288,7 +333,9 @@ func (t *transport) get(ctx context.Context, deadline time.Time, addr string, fr
 	if err != nil {
 		return nil, false, err
 	}
-	return &conn{nc: nc, br: bufio.NewReaderSize(nc, 4<<10), bw: bufio.NewWriterSize(nc, 4<<10), probe: idleconn.NewProbe(nc)}, false, nil
+	c := &conn{nc: nc, head: headLimit{r: nc, left: -1}, bw: bufio.NewWriterSize(nc, 4<<10), probe: idleconn.NewProbe(nc)}
+	c.br = bufio.NewReaderSize(&c.head, 4<<10)
+	return c, false, nil
 }
 
 // dropIdle closes the idle connections to addr. It runs when one of them

@@ -10,12 +10,15 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"oncehook/engine"
 
 	"oncehook/idleconn"
 )
@@ -534,5 +537,57 @@ func TestTransportDoesNotReuseAnUpgradedConnection(t *testing.T) {
 	}
 	if codes[0] != http.StatusSwitchingProtocols || codes[1] != 200 || conns.Load() != 2 {
 		t.Fatalf("answers %v on %d connections, want [101 200] on 2", codes, conns.Load())
+	}
+}
+
+// TestTransportBoundsTheAnswerHead: a handler that sends headers without
+// end fails its attempt once the head passes maxAnswerHead, instead of
+// growing the node's memory until the timeout.
+func TestTransportBoundsTheAnswerHead(t *testing.T) {
+	url, _ := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		line := []byte("X-Junk: " + strings.Repeat("a", 1000) + "\r\n")
+		if _, err := c.Write([]byte("HTTP/1.1 200 OK\r\n")); err != nil {
+			return
+		}
+		for range 4 * (1 << 20) / len(line) { // four times the limit, then stalls
+			if _, err := c.Write(line); err != nil {
+				return
+			}
+		}
+	})
+	c := NewClient(1)
+	defer c.CloseIdleConnections()
+	_, _, err := post(t, c, url, "x")
+	if err == nil || !strings.Contains(err.Error(), "answer head is over") {
+		t.Fatalf("an endless head: %v; want the head refused", err)
+	}
+}
+
+// TestTransportHeadCutByTheDeadline: a handler that has sent part of its
+// status line when the attempt's time is up timed out; what it sent is not
+// a malformed answer. The forwarder's direct post has a deadline of its own
+// (forward_timeout) inside a longer context, as here.
+func TestTransportHeadCutByTheDeadline(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	url, _ := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		c.Write([]byte("HTTP/1.1 2"))
+		<-release
+	})
+	tr := newTransport(1)
+	defer tr.CloseIdleConnections()
+	pt := parsePlain(url + "/hook")
+	ev := engine.Event{Key: "src:evt_1", Source: "src", Token: 9, Payload: []byte("payload")}
+	_, err := tr.post(context.Background(), time.Now().Add(300*time.Millisecond), pt.addr, false, func(w *bufio.Writer) error {
+		return writeDelivery(w, pt, &ev, 1)
+	})
+	if !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("a head cut off at the deadline: %v; want a timeout", err)
 	}
 }
