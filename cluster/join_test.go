@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"slices"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"oncehook/engine"
 )
 
 // wipe stops nodes[i] and deletes its data dir, as an operator replacing a
@@ -456,5 +459,28 @@ func TestFollowerOfAnotherClustersLeaderIsNotReady(t *testing.T) {
 	f.checkLeaderIdentity(ctxT(t, 5*time.Second), a[la].cfg.Bind)
 	if ok, why := f.Ready(); !ok {
 		t.Fatalf("ready after its own leader: %v %q", ok, why)
+	}
+}
+
+// TestJoinOfAnOlderBinary: a node whose binary reads an older data format
+// than the cluster's state is refused, naming both formats: added, it
+// could install no snapshot and apply no entry, a voter that never catches
+// up.
+func TestJoinOfAnOlderBinary(t *testing.T) {
+	a := tcpCluster(t, 1, nil)
+	b := tcpCluster(t, 1, func(_ int, cfg *Config) {
+		cfg.ID = "w2"
+		cfg.Peers = []Peer{{ID: "w2", Addr: cfg.Bind}}
+		cfg.format = engine.FormatVersion - 1
+	})
+	leaderOf(t, a)
+	leaderOf(t, b)
+	err := a[0].Join(ctxT(t, 10*time.Second), "w2", b[0].cfg.Bind)
+	want := fmt.Sprintf("runs data format %d and this cluster's state is format %d", engine.FormatVersion-1, engine.FormatVersion)
+	if !errors.Is(err, ErrBadMember) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("join of an older binary: %v, want ErrBadMember with %q", err, want)
+	}
+	if got := members(t, a[0]); len(got) != 1 {
+		t.Fatalf("members after the refused join: %v", got)
 	}
 }

@@ -682,6 +682,13 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	if ms.ID != id {
 		return fmt.Errorf("join %s: %w: the node at %s is %q", id, ErrBadMember, addr, ms.ID)
 	}
+	// A binary older than this state's format could not install the
+	// snapshot it is sent, nor apply the entries: a voter that never catches
+	// up, and one fault from a lost quorum.
+	if state, err := n.eng.Format(); err == nil && ms.Format < state {
+		return fmt.Errorf("join %s: %w: the node at %s runs data format %d and this cluster's state is format %d, which it cannot read: upgrade its binary first (docs/operations.md, Upgrades)",
+			id, ErrBadMember, addr, ms.Format, state)
+	}
 	if err := n.sameCluster(ms); err != nil {
 		return fmt.Errorf("join %s: %w: the node at %s %v", id, ErrBadMember, addr, err)
 	}
