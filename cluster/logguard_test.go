@@ -207,3 +207,40 @@ func (s *failingLogSet) of(id string) *failingLogs {
 	defer s.mu.Unlock()
 	return s.m[id]
 }
+
+// TestLeaderThatCannotCommitStillCloses: a leader elected while nothing
+// can commit (one voter stopped, the other's log appends failing, though it
+// still votes and answers heartbeats) keeps its leadership, and stopping
+// it must not wait for a commit that never comes: the leader work it
+// started waits for the state machine without blocking the shutdown.
+func TestLeaderThatCannotCommitStillCloses(t *testing.T) {
+	logs := &failingLogSet{}
+	c := newTestCluster(t, 3, logs.wrap)
+	ctx := ctxT(t, 30*time.Second)
+	l := c.waitLeader(-1)
+	a := c.follower(l)
+	b := 3 - l - a
+	c.waitKnowsLeader(a, l)
+	if err := c.nodes[b].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.set(b, nil)
+	full := logs.of(c.ids[l])
+	full.fail.Store(1 << 30)
+	t.Cleanup(func() { full.fail.Store(0) })
+	if got, err := c.nodes[l].TransferLeadership(ctx, c.ids[a]); err != nil || got != c.ids[a] {
+		t.Fatalf("transfer to %s: %q, %v", c.ids[a], got, err)
+	}
+	waitFor(t, c.ids[a]+" leading", func() bool { return c.nodes[a].IsLeader() })
+	closed := make(chan error, 1)
+	go func() { closed <- c.nodes[a].Close() }()
+	select {
+	case err := <-closed:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("the leader that cannot commit did not close within a minute")
+	}
+	c.set(a, nil)
+}
