@@ -355,16 +355,7 @@ func TestHandOverKeepsOlderVotersRunning(t *testing.T) {
 				}
 			})
 			ctx := ctxT(t, 30*time.Second)
-			li := c.waitLeader(-1)
-			if c.ids[li] != "n1" {
-				if _, err := c.nodes[li].TransferLeadership(ctx, "n1"); err != nil {
-					t.Fatalf("transfer to n1: %v", err)
-				}
-				li = c.waitLeader(li)
-			}
-			if c.ids[li] != "n1" {
-				t.Fatalf("leader %s, want n1", c.ids[li])
-			}
+			li := c.leadFrom(ctx, "n1")
 			c.mustClaim("src:before", -1)
 			switch how {
 			case "transfer":
@@ -401,13 +392,7 @@ func TestFormatSafeTarget(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			c := newTestCluster(t, 3, func(cfg *Config) { cfg.format = tt.formats[cfg.ID] })
 			ctx := ctxT(t, 30*time.Second)
-			li := c.waitLeader(-1)
-			if c.ids[li] != "n1" {
-				if _, err := c.nodes[li].TransferLeadership(ctx, "n1"); err != nil {
-					t.Fatalf("transfer to n1: %v", err)
-				}
-				li = c.waitLeader(li)
-			}
+			li := c.leadFrom(ctx, "n1")
 			for _, leaving := range []bool{true, false} {
 				want := map[bool]string{true: tt.leaving, false: tt.staying}[leaving]
 				got, err := c.nodes[li].formatSafeTarget(ctx, leaving)
@@ -422,4 +407,21 @@ func TestFormatSafeTarget(t *testing.T) {
 			}
 		})
 	}
+}
+
+// leadFrom makes node id the leader, moving leadership there if another
+// node leads, and returns its position.
+func (c *testCluster) leadFrom(ctx context.Context, id string) int {
+	c.t.Helper()
+	li := c.waitLeader(-1)
+	if c.ids[li] != id {
+		if _, err := c.nodes[li].TransferLeadership(ctx, id); err != nil {
+			c.t.Fatalf("transfer to %s: %v", id, err)
+		}
+		li = c.waitLeader(li)
+	}
+	if c.ids[li] != id {
+		c.t.Fatalf("leader %s, want %s", c.ids[li], id)
+	}
+	return li
 }
