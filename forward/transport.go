@@ -205,7 +205,10 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, a
 		if plain {
 			resp = h.response(c.br, req == typedPostRequest)
 		} else if resp, err = http.ReadResponse(c.br, req); err != nil {
-			if !time.Now().Before(deadline) {
+			if c.head.left == 0 && !errors.Is(err, errAnswerHead) {
+				// Cut mid-line at the limit, the head parses as a malformed one.
+				err = errAnswerHead
+			} else if !time.Now().Before(deadline) {
 				// A head cut off by the deadline parses as a malformed
 				// one (bufio hands back the part of a line it has without
 				// the error): the attempt timed out.
@@ -290,6 +293,15 @@ func (b *body) Close() error {
 		return nil
 	}
 	b.closed = true
+	if !b.eof {
+		// The rest is not wanted, and net/http's body reads all of it to
+		// close (a handler's endless 2xx body, until the deadline): the
+		// connection goes instead.
+		b.c.nc.Close()
+		b.ReadCloser.Close()
+		b.stop()
+		return nil
+	}
 	err := b.ReadCloser.Close()
 	stopped := b.stop()
 	// Bytes already read past the answer's end are bytes nobody asked for

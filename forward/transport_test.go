@@ -541,28 +541,37 @@ func TestTransportDoesNotReuseAnUpgradedConnection(t *testing.T) {
 }
 
 // TestTransportBoundsTheAnswerHead: a handler that sends headers without
-// end fails its attempt once the head passes maxAnswerHead, instead of
-// growing the node's memory until the timeout.
+// end (or informational answers without end) fails its attempt once the
+// heads pass maxAnswerHead, saying so wherever the cut falls in a line,
+// instead of growing the node's memory until the timeout.
 func TestTransportBoundsTheAnswerHead(t *testing.T) {
-	url, _ := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
-		if _, err := http.ReadRequest(br); err != nil {
-			return
-		}
-		line := []byte("X-Junk: " + strings.Repeat("a", 1000) + "\r\n")
-		if _, err := c.Write([]byte("HTTP/1.1 200 OK\r\n")); err != nil {
-			return
-		}
-		for range 4 * (1 << 20) / len(line) { // four times the limit, then stalls
-			if _, err := c.Write(line); err != nil {
-				return
+	for _, tt := range []struct{ name, first, line string }{
+		{"long header lines", "HTTP/1.1 200 OK\r\n", "X-Junk: " + strings.Repeat("a", 1000) + "\r\n"},
+		{"short header lines", "HTTP/1.1 200 OK\r\n", "a:b\r\n"},
+		{"informational answers", "", "HTTP/1.1 100 Continue\r\n\r\n"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			url, _ := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
+				if _, err := http.ReadRequest(br); err != nil {
+					return
+				}
+				if _, err := c.Write([]byte(tt.first)); err != nil {
+					return
+				}
+				lines := []byte(strings.Repeat(tt.line, 4096/len(tt.line)+1))
+				for sent := 0; sent < 4<<20; sent += len(lines) { // four times the limit, then stalls
+					if _, err := c.Write(lines); err != nil {
+						return
+					}
+				}
+			})
+			c := NewClient(1)
+			defer c.CloseIdleConnections()
+			_, _, err := post(t, c, url, "x")
+			if err == nil || !strings.Contains(err.Error(), "answer head is over") {
+				t.Fatalf("an endless head: %v; want the head refused", err)
 			}
-		}
-	})
-	c := NewClient(1)
-	defer c.CloseIdleConnections()
-	_, _, err := post(t, c, url, "x")
-	if err == nil || !strings.Contains(err.Error(), "answer head is over") {
-		t.Fatalf("an endless head: %v; want the head refused", err)
+		})
 	}
 }
 
@@ -589,5 +598,45 @@ func TestTransportHeadCutByTheDeadline(t *testing.T) {
 	})
 	if !errors.Is(err, os.ErrDeadlineExceeded) {
 		t.Fatalf("a head cut off at the deadline: %v; want a timeout", err)
+	}
+}
+
+// TestTransportClosesAnUnreadBody: closing an answer's body before its end
+// closes the connection instead of reading the rest (net/http's body would
+// read a handler's endless 2xx body until the attempt's deadline).
+func TestTransportClosesAnUnreadBody(t *testing.T) {
+	written := make(chan int64, 1)
+	url, _ := rawServer(t, func(_ int, c net.Conn, br *bufio.Reader) {
+		if _, err := http.ReadRequest(br); err != nil {
+			return
+		}
+		n, _ := c.Write([]byte("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n"))
+		total := int64(n)
+		chunk := []byte(fmt.Sprintf("%x\r\n%s\r\n", 1<<16, strings.Repeat("x", 1<<16)))
+		for total < 1<<32 { // 4 GiB: far more than any deadline lets through
+			n, err := c.Write(chunk)
+			total += int64(n)
+			if err != nil {
+				break
+			}
+		}
+		written <- total
+	})
+	tr := newTransport(1)
+	defer tr.CloseIdleConnections()
+	pt := parsePlain(url + "/hook")
+	ev := engine.Event{Key: "src:evt_1", Source: "src", Token: 9, Payload: []byte("payload")}
+	resp, err := tr.post(context.Background(), time.Now().Add(time.Minute), pt.addr, false, func(w *bufio.Writer) error {
+		return writeDelivery(w, pt, &ev, 1)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(resp.Body, make([]byte, 1000)); err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if n := <-written; n > 64<<20 {
+		t.Fatalf("the handler wrote %d bytes before the connection closed; want the rest left unread", n)
 	}
 }
