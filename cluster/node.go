@@ -573,7 +573,7 @@ func (n *Node) rejoinExisting() (bool, error) {
 				// here would vote again in terms this node's lost data may
 				// have voted in.
 				return false, fmt.Errorf("bootstrap: the running cluster refused to add this node (asked %s): %w. "+
-					"Not starting a cluster of its own: check that its id and advertise address are the ones the leader reaches it by, and start again", p.ID, err)
+					"Not starting a cluster of its own: mend what the refusal names (the id and advertise address the leader reaches it by, or its binary's data format) and start again", p.ID, err)
 			case isDialError(err):
 			case errors.Is(err, ErrNoLeader):
 				answered = true // it spoke the protocol: no leader yet, say
