@@ -57,6 +57,7 @@ func TestCommandsRefuseArguments(t *testing.T) {
 		{"sink", func(a []string) error { return cmdSink(t.Context(), a, io.Discard, io.Discard) }, []string{"extra"}, ""},
 		{"raft list-peers", func(a []string) error { return cmdRaft(t.Context(), a, io.Discard, io.Discard) }, []string{"list-peers", "extra"}, ""},
 		{"raft remove-peer", func(a []string) error { return cmdRaft(t.Context(), a, io.Discard, io.Discard) }, []string{"remove-peer", "-id", "node3", "node4"}, ""},
+		{"version", func(a []string) error { return cmdVersion(a, io.Discard, io.Discard) }, []string{"extra"}, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("ONCEHOOK_ADDR", "127.0.0.1:1") // nothing listens: a call would fail otherwise
@@ -107,6 +108,7 @@ func TestSubcommandHelp(t *testing.T) {
 		{[]string{"raft", "remove-peer"}, "-id"},
 		{[]string{"snapshot"}, "save FILE"},
 		{[]string{"snapshot", "save"}, "-addr"},
+		{[]string{"version"}, "Usage: oncehook version"},
 	} {
 		for _, h := range []string{"-h", "-help", "--help"} {
 			args := append(append([]string(nil), tc.args...), h)

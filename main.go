@@ -116,14 +116,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "snapshot":
 		return cmdSnapshot(ctx, rest, stdout, stderr)
 	case "version", "-version", "--version":
-		fmt.Fprintln(stdout, versionString())
-		return nil
+		return cmdVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
 	fmt.Fprint(stderr, usage)
 	return usageError{fmt.Sprintf("unknown command %q", cmd)}
+}
+
+// cmdVersion prints the version; it takes no flag but -h.
+func cmdVersion(args []string, stdout, stderr io.Writer) error {
+	fs := newFlags("version", stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), "Usage: oncehook version\n\nPrints the release, its commit, the data format it writes and the Go\nversion it was built with.\n")
+	}
+	if err := parseFlags(fs, args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		fs.Usage()
+		return usageError{fmt.Sprintf("version takes no arguments, got %q", fs.Arg(0))}
+	}
+	fmt.Fprintln(stdout, versionString())
+	return nil
 }
 
 func versionString() string {

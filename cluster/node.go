@@ -926,9 +926,6 @@ func (n *Node) stopLeaderWork() {
 	}
 }
 
-// Close leaves the cluster gracefully: leadership moves to another voter
-// first (so intake elsewhere barely notices), then leader work drains, then
-// raft and the stores close.
 // raftLogFilter is the Exclude hook of raft's logger (raftlog.go).
 func (n *Node) raftLogFilter() *repeatFilter {
 	f := newRepeatFilter(repeatWindow, nil)
@@ -941,6 +938,9 @@ func (n *Node) handingOver(d time.Duration) {
 	n.handoverUntil.Store(time.Now().Add(d).UnixNano())
 }
 
+// Close leaves the cluster gracefully: leadership moves to another voter
+// first (so intake elsewhere barely notices), then leader work drains, then
+// raft and the stores close.
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		if n.raft != nil && n.raft.State() == raft.Leader {
@@ -952,10 +952,10 @@ func (n *Node) Close() error {
 			n.handingOver(time.Hour) // until the process ends
 			if err := n.handOver().Error(); err != nil {
 				n.log.Warn("leadership transfer on shutdown", "err", err)
-			} else if addr, id := n.raft.LeaderWithID(); id != "" {
-				n.log.Info("leadership handed over on shutdown", "to", id, "address", addr)
-			} else { // the new leader has not written to this node yet
-				n.log.Info("leadership handed over on shutdown")
+			} else if id := n.newLeader(context.Background()); id != "" {
+				n.log.Info("leadership handed over on shutdown", "to", id)
+			} else { // no message from the new leader within two election timeouts
+				n.log.Info("leadership handed over on shutdown", "to", "not yet known")
 			}
 		}
 		n.closeErr = n.cleanup()

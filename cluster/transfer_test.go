@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -346,12 +347,14 @@ func TestHandOverKeepsOlderVotersRunning(t *testing.T) {
 	} {
 		how := tt.how
 		t.Run(how+" "+tt.newer+" upgraded", func(t *testing.T) {
+			var n1log lockedBuffer
 			c := newTestCluster(t, 3, func(cfg *Config) {
 				if cfg.ID == tt.newer {
 					cfg.format = engine.FormatVersion + 1
 				}
 				if cfg.ID == "n1" {
 					cfg.noTransfer = false // the shutdown's hand-over is the subject
+					cfg.Logger = slog.New(slog.NewTextHandler(&n1log, nil))
 				}
 			})
 			ctx := ctxT(t, 30*time.Second)
@@ -370,6 +373,11 @@ func TestHandOverKeepsOlderVotersRunning(t *testing.T) {
 				c.set(li, nil)
 				if nl := c.waitLeader(li); c.ids[nl] != tt.want {
 					t.Fatalf("the shutdown handed leadership to %s, want %s", c.ids[nl], tt.want)
+				}
+				// The operator reading the stopped leader's log learns where
+				// leadership went.
+				if line := "leadership handed over on shutdown\" to=" + tt.want; !strings.Contains(n1log.String(), line) {
+					t.Errorf("n1's log lacks %q:\n%s", line, n1log.String())
 				}
 			}
 		})
