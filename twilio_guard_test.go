@@ -86,7 +86,13 @@ forward = "%[1]s/tw"
 		t.Errorf("handler ran %d times, want 2 (tw:tok1, tw:tok2)", n)
 	}
 	req, _ := http.NewRequest(http.MethodGet, tn.admin+"/metrics", nil)
-	if m := tn.do(req).Raw; !strings.Contains(m, `oncehook_replay_suspected_total{source="tw"} 4`) {
+	m := tn.do(req).Raw
+	if !strings.Contains(m, `oncehook_replay_suspected_total{source="tw"} 4`) {
 		t.Error("the four replays were not counted in oncehook_replay_suspected_total")
+	}
+	// A replay came under a key of its own: it is no different body under
+	// the original's key, which that counter is for.
+	if !strings.Contains(m, `oncehook_duplicate_body_mismatch_total{source="tw"} 0`) {
+		t.Error("the replays were counted as duplicates with a different body too")
 	}
 }

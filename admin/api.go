@@ -428,6 +428,9 @@ func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "scope required: keys, or state (+ source, since)")
 		return
 	}
+	if s.refuseUnknownSource(w, req.Source) {
+		return
+	}
 	if req.DryRun {
 		plan, err := s.replayPlan(cmd)
 		if err != nil {

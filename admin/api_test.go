@@ -212,6 +212,9 @@ func TestAPIAnswers(t *testing.T) {
 		{"purge dry run", "POST", "/v1/purge", "", `{"state":"dead","before":"1s","reason":"x","dry_run":true}`, 200, `"would_purge": 0`},
 		{"purge dry run of a source", "POST", "/v1/purge", "", `{"state":"dead","source":"orders","before":"1s","reason":"x","dry_run":true}`, 200, `"would_purge": 0`},
 		{"purge of a source neither configured nor stored", "POST", "/v1/purge", "", `{"state":"dead","source":"ordres","before":"1s","reason":"x","dry_run":true}`, 404, `unknown source ordres`},
+		{"replay of a source neither configured nor stored", "POST", "/v1/replay", "", `{"state":"dead","source":"ordres","reason":"x"}`, 404, `unknown source ordres`},
+		{"replay dry run of a source neither configured nor stored", "POST", "/v1/replay", "", `{"state":"dead","source":"ordres","reason":"x","dry_run":true}`, 404, `unknown source ordres`},
+		{"replay dry run of a source", "POST", "/v1/replay", "", `{"state":"dead","source":"orders","reason":"x","dry_run":true}`, 200, `"would_replay": 0`},
 		// A body that reads as a dry run to a person but not to
 		// encoding/json (a key in another case, a key twice, a second
 		// object) is refused, not run.

@@ -50,10 +50,7 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, err.Error())
 		return
 	}
-	if req.Source != "" && !s.configuredSource(req.Source) && !s.holdsSource(req.Source) {
-		// A typo would purge nothing and say so with a 200: say why instead.
-		// A source removed from the config keeps its events purgeable.
-		jsonError(w, http.StatusNotFound, "unknown source "+req.Source+": not configured and no events stored")
+	if s.refuseUnknownSource(w, req.Source) {
 		return
 	}
 	who := r.Context().Value(whoKey).(string)
@@ -160,6 +157,18 @@ func durationShaped(v string) bool {
 }
 
 // holdsSource reports whether the store holds any event of source.
+// refuseUnknownSource answers 404 for a source named in a purge or a
+// replay that is neither configured nor holds events, and says whether it
+// did: a typo would act on nothing and say so with a 200. A source removed
+// from the config keeps its events reachable.
+func (s *Server) refuseUnknownSource(w http.ResponseWriter, source string) bool {
+	if source == "" || s.configuredSource(source) || s.holdsSource(source) {
+		return false
+	}
+	jsonError(w, http.StatusNotFound, "unknown source "+source+": not configured and no events stored")
+	return true
+}
+
 func (s *Server) holdsSource(source string) bool {
 	_, bySource, err := s.store.Counts()
 	return err != nil || bySource[source] > 0 // unsure: let the purge say

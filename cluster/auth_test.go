@@ -306,11 +306,14 @@ func TestPeersDialFromTheAdvertisedAddress(t *testing.T) {
 				defer c.Close()
 				seen <- c.RemoteAddr().(*net.TCPAddr).IP.String()
 			}()
-			c, err := m.dial(t.Context(), target.Addr().String(), kindRelay, 5*time.Second)
-			if err != nil {
-				t.Fatal(err)
+			// The target is no member: the handshake fails (ErrPeerUnproven)
+			// once it closes; the address it saw is the subject.
+			if c, err := m.dial(t.Context(), target.Addr().String(), kindRelay, 5*time.Second); err == nil {
+				c.Close()
+				t.Fatal("a stranger passed the token handshake")
+			} else if !errors.Is(err, ErrPeerUnproven) {
+				t.Fatalf("dial: %v, want ErrPeerUnproven", err)
 			}
-			defer c.Close()
 			if got := <-seen; got != tc.want {
 				t.Fatalf("the peer saw a connection from %s, want %s", got, tc.want)
 			}

@@ -587,8 +587,8 @@ func (n *Node) rejoinExisting() (bool, error) {
 		}
 		if unsure == nil {
 			if len(refused) > 0 && !answered {
-				return false, fmt.Errorf("bootstrap: %w: %s closed the connection on this node's preamble or TLS handshake; "+
-					"its cluster token_file or certificates differ from theirs. Not starting a cluster of its own: fix them and start again",
+				return false, fmt.Errorf("bootstrap: %w: %s refused this node's token or TLS handshake; "+
+					"its cluster token_file or certificates differ from theirs (or they run an older release: docs/operations.md, Upgrades). Not starting a cluster of its own: fix them and start again",
 					ErrUnauthorized, strings.Join(refused, ", "))
 			}
 			return false, nil
@@ -630,9 +630,11 @@ func (n *Node) peerHoldsHistory(addr string) error {
 // cluster whose answers are unknown to add it (rejoinExisting).
 const rejoinPatience = 30 * time.Second
 
-// peerRefused tells a peer that refused this node from one that is down: it
-// dropped the connection after accepting it (a wrong token: the preamble gets
-// no answer but a close), sent a TLS alert (this node's certificate is
+// peerRefused tells a peer that refused this node from one that is down: its
+// answer to the token handshake proved another token (or it closed the
+// connection on it: an older release, which knows only the token preamble,
+// or the close a wrong token gets), it dropped the connection after
+// accepting it, sent a TLS alert (this node's certificate is
 // expired or from another authority: crypto/tls reports an alert received
 // as a net.OpError "remote error"), or its own certificate failed this
 // node's check.
@@ -640,7 +642,7 @@ func peerRefused(err error) bool {
 	var op *net.OpError
 	var verify *tls.CertificateVerificationError
 	var unknownCA x509.UnknownAuthorityError
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+	return errors.Is(err, ErrPeerUnproven) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
 		errors.As(err, &op) && op.Op == "remote error" ||
 		errors.As(err, &verify) || errors.As(err, &unknownCA)

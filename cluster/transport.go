@@ -24,7 +24,8 @@ import (
 )
 
 // Every connection between nodes starts with a preamble: magic, the kind of
-// stream, and the cluster token. One TCP port carries both Raft's RPCs and the
+// stream, and the cluster token, sent inside TLS; without TLS, a challenge on
+// the token instead (handshake.go). One TCP port carries both Raft's RPCs and the
 // internal channel a follower uses to hand commands to the leader, so an
 // operator opens one port per node and authenticates both with one secret.
 var preambleMagic = [4]byte{'O', 'H', 'K', '1'}
@@ -280,19 +281,30 @@ func (m *mux) handshake(c net.Conn, authenticated func()) {
 	}
 }
 
+// readPreamble authenticates a stream by the preamble its dialer sends: a
+// challenge on the token (handshake.go) or, from TLS peers and from nodes of
+// an older release, the token itself.
 func (m *mux) readPreamble(c net.Conn) (byte, error) {
-	var hdr [7]byte
+	var magic [4]byte
+	if _, err := io.ReadFull(c, magic[:]); err != nil {
+		return 0, err
+	}
+	switch magic {
+	case challengeMagic:
+		return m.answerChallenge(c)
+	case preambleMagic:
+	default:
+		return 0, errors.New("bad magic")
+	}
+	var hdr [3]byte
 	if _, err := io.ReadFull(c, hdr[:]); err != nil {
 		return 0, err
 	}
-	if [4]byte(hdr[:4]) != preambleMagic {
-		return 0, errors.New("bad magic")
-	}
-	kind := hdr[4]
+	kind := hdr[0]
 	if kind != kindRaft && kind != kindRelay {
 		return 0, fmt.Errorf("unknown stream kind %q", kind)
 	}
-	n := int(binary.BigEndian.Uint16(hdr[5:7]))
+	n := int(binary.BigEndian.Uint16(hdr[1:3]))
 	if n > maxTokenLen {
 		return 0, errors.New("token too long")
 	}
@@ -430,7 +442,15 @@ func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Dur
 		}
 		_ = tc.SetDeadline(time.Time{})
 		c = tc
+	} else {
+		// No TLS: the token must not go to whoever answers at addr.
+		if err := m.challengePeer(ctx, c, addr, kind); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("handshake with %s: %w", addr, err)
+		}
+		return c, nil
 	}
+	// TLS proved the peer: the token goes inside it, as older releases expect.
 	w := bufio.NewWriterSize(c, 64)
 	w.Write(preambleMagic[:])
 	w.WriteByte(kind)

@@ -190,7 +190,7 @@ func TestIntakeAnswers(t *testing.T) {
 			req:    request{path: "/in/orders", body: `{"a":2}`, id: "msg_1"},
 			status: 200, body: `{"status":"duplicate","key":"orders:msg_1","state":"pending"}` + "\n"},
 		{name: "bad signature", req: request{path: "/in/orders", body: `{"a":1}`, id: "msg_1", badSig: true},
-			status: 401, contains: `"status":"error"`},
+			status: 401, contains: `{"status":"error","error":"bad signature: `},
 		{name: "no signature", req: request{path: "/in/orders", body: `{"a":1}`, id: "msg_1", unsigned: true},
 			status: 401, contains: `"status":"error"`},
 		{name: "no key", req: request{path: "/in/jsonkey", body: `{"a":1}`, id: "msg_1"},
@@ -350,7 +350,8 @@ func TestHandshakesStoreNothing(t *testing.T) {
 	mustWrite(t, filepath.Join(dir, "slack.secret"), "slack-signing-secret-0123456789\n")
 	mustWrite(t, filepath.Join(dir, "zoom.secret"), "zoom-secret-token-0123456789ab\n")
 	store := newMemStore(t)
-	in := New(Options{Store: store, Sources: loadSources(t, dir, `
+	var logs bytes.Buffer // handle runs on this goroutine
+	in := New(Options{Store: store, Logger: slog.New(slog.NewTextHandler(&logs, nil)), Sources: loadSources(t, dir, `
 [[source]]
 name = "slack"
 provider = "slack"
@@ -371,6 +372,9 @@ forward = "http://127.0.0.1:1/zoom"
 	}{
 		{"slack", "slack-signing-secret-0123456789", `{"type":"url_verification","challenge":"c-123","event_id":"Ev1"}`, 200, `"challenge":"c-123"`},
 		{"slack", "slack-signing-secret-0123456789", `{"type":"url_verification","event_id":"Ev2"}`, 400, "url_verification without a challenge: nothing stored"},
+		// Slack's notice that it withheld a minute of events: no event_id,
+		// answered 200 (a refusal counts toward disabling the app) and logged.
+		{"slack", "slack-signing-secret-0123456789", `{"token":"x","type":"app_rate_limited","team_id":"T123456","minute_rate_limited":1518467820,"api_app_id":"A123456"}`, 200, `"status":"noted"`},
 		{"zoom", "zoom-secret-token-0123456789ab", `{"event":"endpoint.url_validation","event_ts":1,"payload":{"plainToken":"p-1"}}`, 200, `"plainToken":"p-1"`},
 		{"zoom", "zoom-secret-token-0123456789ab", `{"event":"endpoint.url_validation","event_ts":2,"payload":{}}`, 400, "without a payload.plainToken: nothing stored"},
 	}
@@ -394,6 +398,9 @@ forward = "http://127.0.0.1:1/zoom"
 		if got := ctx.Response.StatusCode(); got != c.status || !strings.Contains(string(ctx.Response.Body()), c.contains) {
 			t.Errorf("%s %s: %d %s; want %d with %s", c.source, c.body, got, ctx.Response.Body(), c.status, c.contains)
 		}
+	}
+	if !strings.Contains(logs.String(), `level=WARN msg="slack rate-limited the app`) || !strings.Contains(logs.String(), "source=slack team_id=T123456 minute=2018-02-12T20:37:00Z") {
+		t.Errorf("the rate-limit notice is not logged as a WARN with its team and minute:\n%s", logs.String())
 	}
 	for _, key := range []string{"slack:Ev1", "slack:Ev2"} {
 		if _, found, err := store.Lookup(key); err != nil || found {

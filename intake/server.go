@@ -649,10 +649,17 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 	}
 	if err := src.verifier.Verify(&req); err != nil {
 		in.metrics.SignatureFailure(src.name, verifyReason(err))
-		return writeError(ctx, fasthttp.StatusUnauthorized, err.Error())
+		// The providers' errors start with their package's name: a
+		// sender is told what failed, not where in oncehook.
+		return writeError(ctx, fasthttp.StatusUnauthorized, strings.TrimPrefix(err.Error(), "providers: "))
 	}
 	if src.handshaker != nil {
 		if status, answer, ct, ok := src.handshaker.Handshake(&req); ok {
+			if n, isNoticer := src.handshaker.(providers.Noticer); isNoticer && in.log != nil {
+				if msg, attrs := n.Notice(&req); msg != "" {
+					in.log.Warn(msg, append([]any{"source", src.name}, attrs...)...)
+				}
+			}
 			ctx.SetStatusCode(status)
 			ctx.SetContentType(ct)
 			ctx.SetBody(answer)
@@ -866,7 +873,9 @@ func (in *Server) answerDuplicate(ctx *fasthttp.RequestCtx, src *Source, key []b
 	// body under a valid signature for another event, shows up here.
 	stored, err := in.store.Get(string(key), true)
 	sameBody := err == nil && stored.Payload != nil && bytes.Equal(stored.Payload, body)
-	if err == nil && stored.Payload != nil && !sameBody {
+	if own && err == nil && stored.Payload != nil && !sameBody {
+		// (A body the replay guard matched under another key is counted
+		// as a replay instead: its bytes differ by design, re-encoded.)
 		in.metrics.DuplicateBodyChanged(src.name)
 		in.log.Warn("duplicate with a different body", "source", src.name, "key", string(key))
 	}

@@ -116,6 +116,7 @@ func FuzzV0Headers(f *testing.F) {
 		// A handshake is only ever asked after a successful Verify; it must
 		// not panic on anything anyway.
 		slack.(Handshaker).Handshake(r)
+		slack.(Noticer).Notice(r)
 		zoom.(Handshaker).Handshake(r)
 	})
 }

@@ -116,6 +116,14 @@ type Handshaker interface {
 	Handshake(r *Request) (status int, body []byte, contentType string, ok bool)
 }
 
+// Noticer is implemented by handshakers whose provider also sends messages
+// about the webhook itself that the operator must hear of (Slack's
+// app_rate_limited): for a request Handshake answered, Notice returns what to
+// log at WARN, with its attributes, or "" for nothing.
+type Noticer interface {
+	Notice(r *Request) (msg string, attrs []any)
+}
+
 // malformedHandshake is the answer to a handshake message without its
 // challenge: 400, and like every handshake it is not stored as an event.
 func malformedHandshake(why string) (int, []byte, string, bool) {

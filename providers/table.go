@@ -148,6 +148,7 @@ var (
 	_ Verifier   = (*tokenVerifier)(nil)
 	_ Verifier   = (*twilioVerifier)(nil)
 	_ Handshaker = (*slackVerifier)(nil)
+	_ Noticer    = (*slackVerifier)(nil)
 	_ Handshaker = (*zoomVerifier)(nil)
 )
 

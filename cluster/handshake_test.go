@@ -1,0 +1,247 @@
+package cluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"testing"
+	"time"
+)
+
+// trap listens on loopback and keeps every byte its connections send, as a
+// stranger who bound a member's port would. It answers nothing.
+type trap struct {
+	ln   net.Listener
+	mu   sync.Mutex
+	got  []byte
+	conn int
+	wg   sync.WaitGroup
+}
+
+func newTrap(t *testing.T) *trap {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &trap{ln: ln}
+	tr.wg.Go(func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			tr.wg.Go(func() {
+				defer c.Close()
+				_ = c.SetReadDeadline(time.Now().Add(time.Second))
+				b, _ := io.ReadAll(c)
+				tr.mu.Lock()
+				tr.got = append(tr.got, b...)
+				tr.conn++
+				tr.mu.Unlock()
+			})
+		}
+	})
+	t.Cleanup(func() { ln.Close(); tr.wg.Wait() })
+	return tr
+}
+
+func (tr *trap) bytes() ([]byte, int) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return bytes.Clone(tr.got), tr.conn
+}
+
+// TestTokenNeverCrossesTheWire: without TLS a node proves the cluster token
+// without sending it, and trusts a peer only once the peer proved it too. A
+// stranger at a member's address (the member down, its port taken), or at
+// an address an operator names in a join, learns nothing of the token: the
+// dial fails with ErrPeerUnproven, and nothing joins.
+func TestTokenNeverCrossesTheWire(t *testing.T) {
+	m, _ := listeningMux(t, []byte(testToken), nil)
+	tr := newTrap(t)
+	for _, kind := range []byte{kindRaft, kindRelay} {
+		c, err := m.dial(ctxT(t, 10*time.Second), tr.ln.Addr().String(), kind, 5*time.Second)
+		if err == nil {
+			c.Close()
+			t.Fatalf("kind %q: a stranger passed for a member", kind)
+		}
+		if !errors.Is(err, ErrPeerUnproven) {
+			t.Fatalf("kind %q: %v, want ErrPeerUnproven", kind, err)
+		}
+	}
+	waitFor(t, "the trap's two connections", func() bool { _, n := tr.bytes(); return n == 2 })
+	got, _ := tr.bytes()
+	if len(got) == 0 || bytes.Contains(got, []byte(testToken)) || bytes.Contains(got, []byte(testToken[:16])) {
+		t.Fatalf("the stranger received %q: the token or part of it, or nothing at all", got)
+	}
+
+	// The same through a join: the leader asks the named address who it
+	// is before it adds it.
+	nodes := tcpCluster(t, 1, nil)
+	node := nodes[leaderOf(t, nodes)]
+	waitFor(t, "the node is ready", func() bool { ok, _ := node.Ready(); return ok })
+	jt := newTrap(t)
+	if err := node.Join(ctxT(t, 20*time.Second), "intruder", jt.ln.Addr().String()); err == nil {
+		t.Fatal("a join of a stranger's address succeeded")
+	}
+	waitFor(t, "the join's probe reached the trap", func() bool { _, n := jt.bytes(); return n >= 1 })
+	if got, _ := jt.bytes(); bytes.Contains(got, []byte(testToken[:16])) {
+		t.Fatalf("the join sent the token to the named address: %q", got)
+	}
+	if st := node.Status(); len(st.Nodes) != 1 {
+		t.Fatalf("membership changed: %+v", st.Nodes)
+	}
+}
+
+// TestHandshakeRefusesRelayedAndReflectedProofs: a listener answers a
+// challenge only for its own address, so a stranger who receives a member's
+// challenge (at the address of a member that is down) cannot have another
+// member answer it; and a listener's answer is no dialer's proof.
+func TestHandshakeRefusesRelayedAndReflectedProofs(t *testing.T) {
+	// What a member's relay stream gets: an echo of each frame.
+	m, ln := listeningMux(t, []byte(testToken), func(c net.Conn) {
+		r, w := bufio.NewReader(c), bufio.NewWriter(c)
+		for {
+			kind, body, err := readFrame(r, nil)
+			if err != nil || writeFrame(w, kind, body) != nil {
+				return
+			}
+		}
+	})
+	hello := func(addr string) []byte {
+		b := append([]byte(nil), challengeMagic[:]...)
+		b = append(b, kindRelay)
+		b = append(b, bytes.Repeat([]byte{7}, nonceLen)...)
+		b = append(b, byte(len(addr)))
+		return append(b, addr...)
+	}
+	exchange := func(t *testing.T, addr string, proof func(answer []byte) []byte) (answer []byte, err error) {
+		t.Helper()
+		c, err := net.Dial("tcp", ln.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write(hello(addr)); err != nil {
+			t.Fatal(err)
+		}
+		answer = make([]byte, nonceLen+macLen)
+		if _, err := io.ReadFull(c, answer); err != nil {
+			return nil, err
+		}
+		if proof == nil {
+			return answer, nil
+		}
+		if _, err := c.Write(proof(answer)); err != nil {
+			return answer, err
+		}
+		// A node that took the proof waits for a frame; one that refused
+		// it closes the connection.
+		if err := writeFrame(bufio.NewWriter(c), rpcStats, nil); err != nil {
+			return answer, err
+		}
+		_, _, err = readFrame(bufio.NewReader(c), nil)
+		return answer, err
+	}
+
+	t.Run("another address", func(t *testing.T) {
+		rejected := m.rejections()
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
+		for _, addr := range []string{"127.0.0.1:1", "127.0.0.2:" + port, "localhost:1"} {
+			if answer, err := exchange(t, addr, nil); err == nil {
+				t.Fatalf("dialed as %s: the node answered %x", addr, answer)
+			}
+		}
+		waitFor(t, "the refusals are counted", func() bool { return m.rejections() >= rejected+3 })
+	})
+	t.Run("its listener answer reflected", func(t *testing.T) {
+		rejected := m.rejections()
+		_, err := exchange(t, ln.Addr().String(), func(answer []byte) []byte { return answer[nonceLen:] })
+		if err == nil {
+			t.Fatal("a listener's answer was taken as the dialer's proof")
+		}
+		waitFor(t, "the refusal is counted", func() bool { return m.rejections() > rejected })
+	})
+	t.Run("control: the dialer's proof", func(t *testing.T) {
+		nonceD := bytes.Repeat([]byte{7}, nonceLen)
+		addr := ln.Addr().String()
+		if _, err := exchange(t, addr, func(answer []byte) []byte {
+			return tokenMAC([]byte(testToken), roleDialer, kindRelay, nonceD, answer[:nonceLen], addr)
+		}); err != nil {
+			t.Fatalf("a proof with the token was refused: %v", err)
+		}
+	})
+}
+
+// TestHandshakeWithAWrongToken: two nodes whose tokens differ refuse each
+// other at the handshake, both ways.
+func TestHandshakeWithAWrongToken(t *testing.T) {
+	m, ln := listeningMux(t, []byte(testToken), nil)
+	other, _ := listeningMux(t, bytes.Repeat([]byte("y"), MinTokenLen), nil)
+	rejected := m.rejections()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	if c, err := other.dial(ctx, ln.Addr().String(), kindRelay, 5*time.Second); err == nil || !errors.Is(err, ErrPeerUnproven) {
+		if c != nil {
+			c.Close()
+		}
+		t.Fatalf("dial with another token: %v, want ErrPeerUnproven", err)
+	}
+	waitFor(t, "the listener refused the stranger too", func() bool { return m.rejections() > rejected })
+}
+
+// listeningMux serves a mux with token on a loopback port of its own;
+// onRelay takes its relay streams (nil: none expected).
+func listeningMux(t *testing.T, token []byte, onRelay func(net.Conn)) (*mux, net.Listener) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMux(ln, ln.Addr().String(), token, nil, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.onRelay = onRelay
+	m.serve()
+	t.Cleanup(m.close)
+	return m, ln
+}
+
+// scriptConn is a connection whose peer sent in and reads nothing back.
+type scriptConn struct {
+	net.Conn // nil: only what readPreamble uses is implemented
+	in       *bytes.Reader
+	local    net.Addr
+}
+
+func (c *scriptConn) Read(p []byte) (int, error)  { return c.in.Read(p) }
+func (c *scriptConn) Write(p []byte) (int, error) { return len(p), nil }
+func (c *scriptConn) LocalAddr() net.Addr         { return c.local }
+
+// FuzzReadPreamble: whatever a stranger sends first, the listener's
+// preamble reader neither panics nor lets it through without the token.
+func FuzzReadPreamble(f *testing.F) {
+	m := &mux{advertise: "127.0.0.1:7000", token: []byte(testToken), log: quietLogger()}
+	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7000}
+	hello := append(append([]byte(nil), challengeMagic[:]...), kindRaft)
+	hello = append(hello, bytes.Repeat([]byte{1}, nonceLen)...)
+	hello = append(hello, byte(len("127.0.0.1:7000")))
+	hello = append(hello, "127.0.0.1:7000"...)
+	f.Add(append(hello, bytes.Repeat([]byte{2}, macLen)...))
+	f.Add(append(append(append([]byte(nil), preambleMagic[:]...), kindRelay, 0, 32), bytes.Repeat([]byte("x"), 32)...))
+	f.Add([]byte("OHK2"))
+	f.Add([]byte("GET / HTTP/1.1\r\n\r\n"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		kind, err := m.readPreamble(&scriptConn{in: bytes.NewReader(in), local: local})
+		if err == nil {
+			t.Fatalf("%q passed as a member's stream of kind %q", in, kind)
+		}
+	})
+}
