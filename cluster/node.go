@@ -172,6 +172,10 @@ type Node struct {
 	// is behind the cluster without knowing by how much (its commit index
 	// stops where its log does), so it is not ready. nil once one succeeds.
 	storeTrouble atomic.Pointer[string]
+	// refusedBy is the leader whose cluster port last refused this node's
+	// handshake on a relay (handshake.go): claims here cannot reach it
+	// (readiness.go).
+	refusedBy atomic.Pointer[relayRefusal]
 	memberDone   chan struct{}
 	relayTimeout time.Duration
 

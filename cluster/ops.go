@@ -345,6 +345,9 @@ func (n *Node) Ready() (bool, string) {
 	if applied < commit {
 		return false, fmt.Sprintf("catching up: applied %d of %d (leader %s)", applied, commit, id)
 	}
+	if why := n.leaderRefuses(addr, id); why != "" {
+		return false, why
+	}
 	return true, "leader " + string(id)
 }
 

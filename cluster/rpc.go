@@ -353,6 +353,7 @@ func (f *relayer) get(ctx context.Context, addr string) (*relayConn, error) {
 		return nil, fmt.Errorf("relay to %s: %w", addr, ErrNoLeader)
 	}
 	c, err := f.n.mux.dial(ctx, addr, kindRelay, 5*time.Second)
+	f.n.noteRelayDial(addr, err)
 	if err != nil {
 		// Nothing was sent: the commands did not reach any leader.
 		return nil, fmt.Errorf("dial leader %s: %w: %w", addr, err, ErrNoLeader)

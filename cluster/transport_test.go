@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -36,21 +37,51 @@ const testToken = "cluster-token-for-tests-0123456789abcdef"
 func tcpCluster(t *testing.T, n int, tune func(i int, cfg *Config)) []*Node {
 	t.Helper()
 	dir := t.TempDir()
+	for attempt := 1; ; attempt++ {
+		nodes, err := openTCPCluster(filepath.Join(dir, strconv.Itoa(attempt)), n, tune)
+		// A port freed for a node may be taken before the node binds it
+		// (another test's outgoing connection draws from the same range):
+		// then the whole cluster starts again on other ports.
+		if err != nil && errors.Is(err, syscall.EADDRINUSE) && attempt < 5 {
+			t.Logf("open a cluster: %v; again on other ports", err)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { // tests set a node they closed themselves to nil
+			for _, nd := range nodes {
+				if nd != nil && nd.IsLeader() {
+					nd.Close()
+				}
+			}
+			for _, nd := range nodes {
+				if nd != nil {
+					nd.Close()
+				}
+			}
+		})
+		return nodes
+	}
+}
+
+// openTCPCluster opens n nodes on free loopback ports, or none.
+func openTCPCluster(dir string, n int, tune func(i int, cfg *Config)) ([]*Node, error) {
 	var peers []Peer
 	var lns []net.Listener
 	for i := 0; i < n; i++ {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			t.Fatal(err)
+			return nil, err
 		}
 		lns = append(lns, ln)
 		peers = append(peers, Peer{ID: fmt.Sprintf("t%d", i+1), Addr: ln.Addr().String()})
 	}
 	for _, ln := range lns {
-		ln.Close() // free the port for the node; a race with another process is unlikely on loopback
+		ln.Close() // free the port for the node
 	}
-	nodes := make([]*Node, n)
-	for i := range nodes {
+	nodes := make([]*Node, 0, n)
+	for i := range n {
 		cfg := Config{
 			ID: peers[i].ID, Dir: filepath.Join(dir, peers[i].ID), Bind: peers[i].Addr, Peers: peers,
 			Token: []byte(testToken), Logger: quietLogger(), RaftLogLevel: "off",
@@ -62,23 +93,14 @@ func tcpCluster(t *testing.T, n int, tune func(i int, cfg *Config)) []*Node {
 		}
 		node, err := Open(cfg)
 		if err != nil {
-			t.Fatalf("open %s: %v", cfg.ID, err)
+			for _, nd := range nodes {
+				nd.Close()
+			}
+			return nil, fmt.Errorf("open %s: %w", cfg.ID, err)
 		}
-		nodes[i] = node
+		nodes = append(nodes, node)
 	}
-	t.Cleanup(func() {
-		for _, nd := range nodes {
-			if nd != nil && nd.IsLeader() {
-				nd.Close()
-			}
-		}
-		for _, nd := range nodes {
-			if nd != nil {
-				nd.Close()
-			}
-		}
-	})
-	return nodes
+	return nodes, nil
 }
 
 func leaderOf(t *testing.T, nodes []*Node) int {
