@@ -52,3 +52,34 @@ func TestReloadNeedsRestartIsAgainstWhatRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadKeepsRestartOnlyValues: a reload whose file changes keys that
+// need a restart (node.id, node.data_dir) leaves the running config with the
+// values the node runs: the admin API names the node it is, and a restore
+// spools its upload in the data dir it uses, not in a directory named in a
+// file the node has not restarted on.
+func TestReloadKeepsRestartOnlyValues(t *testing.T) {
+	tn := startTestNode(t, "", "http://127.0.0.1:1")
+	text, err := os.ReadFile(tn.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	started := tn.n.cfg.Load()
+	changed := strings.Replace(string(text), `id = "node1"`, `id = "nodeX"`, 1)
+	changed = strings.Replace(changed, "data_dir = ", "data_dir = \"/nonexistent/oncehook\"\n# was: ", 1)
+	if changed == string(text) || !strings.Contains(changed, "nodeX") {
+		t.Fatal("the test config has no node id and data_dir to change")
+	}
+	mustWrite(t, tn.cfgPath, changed)
+	tn.n.reload(tn.cfgPath)
+	if logs := tn.logs(); !strings.Contains(logs, "needs_restart=\"[node.id node.data_dir]\"") && !strings.Contains(logs, "needs_restart=[node.id node.data_dir]") {
+		t.Fatalf("the reload did not report node.id and node.data_dir as needing a restart:\n%s", logs)
+	}
+	run := tn.n.cfg.Load()
+	if run == started {
+		t.Fatal("the reload was not applied")
+	}
+	if run.Node.ID != "node1" || run.Node.DataDir != started.Node.DataDir {
+		t.Fatalf("the running config after the reload: node %q, data_dir %q; want node1 and %q", run.Node.ID, run.Node.DataDir, started.Node.DataDir)
+	}
+}

@@ -408,7 +408,9 @@ func (n *node) reload(path string) {
 	n.intake.SetSources(set)
 	n.targets.Store(&targets)
 	setLevel(n.level, cfg.Node.LogLevel)
-	n.cfg.Store(cfg)
+	// What needs a restart keeps its running value until then: the admin
+	// API reads the node's id and data_dir from here.
+	n.cfg.Store(config.Running(n.started, cfg))
 	if cert != nil {
 		n.admin.UseCert(cert)
 		live = append(live, "admin tls files (re-read)")

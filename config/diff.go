@@ -42,6 +42,36 @@ var sourceKeys = []struct{ field, key string }{
 	{"DropTypes", "drop_types"},
 }
 
+// Running is what a node runs after a reload of loaded that it started
+// with started: loaded, but with every setting that applies only after a
+// restart (the restart list of Diff) kept as started had it, so that
+// whatever reads the running config (the admin API's node id, the restore's
+// spool directory in data_dir) never sees a value the node does not run.
+func Running(started, loaded *Config) *Config {
+	if started == nil || loaded == nil {
+		return loaded
+	}
+	run := *loaded
+	run.Node.ID = started.Node.ID
+	run.Node.DataDir = started.Node.DataDir
+	run.Node.Listen = started.Node.Listen
+	run.Node.LogFormat = started.Node.LogFormat
+	run.Node.MaxConnsPerIP = started.Node.MaxConnsPerIP
+	switch sc, lc := started.Cluster, loaded.Cluster; {
+	case sc == nil || lc == nil || sc.TLS() != lc.TLS():
+		run.Cluster = sc
+	default:
+		c := *sc
+		c.TLSCert, c.TLSKey, c.TLSCA = lc.TLSCert, lc.TLSKey, lc.TLSCA
+		run.Cluster = &c
+	}
+	run.Admin.Listen = started.Admin.Listen
+	if started.Admin.TLS() != loaded.Admin.TLS() {
+		run.Admin.TLSCert, run.Admin.TLSKey = started.Admin.TLSCert, started.Admin.TLSKey
+	}
+	return &run
+}
+
 // Diff compares the running config with a newly loaded one, for SIGHUP. It
 // returns the keys that changed, split into those the running process applies
 // live (sources and their secrets, admin tokens, admin.max_restore, the admin

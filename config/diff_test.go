@@ -72,6 +72,15 @@ func TestDiff(t *testing.T) {
 			if !reflect.DeepEqual(reload, tt.reload) || !reflect.DeepEqual(restart, tt.restarted) {
 				t.Errorf("Diff = %q, %q; want %q, %q", reload, restart, tt.reload, tt.restarted)
 			}
+			// What the node runs after the reload: every change that
+			// applies live, none that needs a restart.
+			run := Running(old, new)
+			if reload, restart := Diff(old, run); !reflect.DeepEqual(reload, tt.reload) || restart != nil {
+				t.Errorf("Running applies %q and %q of the restart-only keys; want %q and none", reload, restart, tt.reload)
+			}
+			if reload, _ := Diff(new, run); reload != nil {
+				t.Errorf("Running differs from the loaded file in %q, which apply live", reload)
+			}
 		})
 	}
 
@@ -102,6 +111,14 @@ func TestDiff(t *testing.T) {
 	renewed.Cluster.TLSCert, renewed.Cluster.TLSKey, renewed.Cluster.TLSCA = "/c2.crt", "/c2.key", "/ca.crt"
 	if reload, restart := Diff(clusterTLS, renewed); !reflect.DeepEqual(reload, []string{"cluster.tls_cert", "cluster.tls_key"}) || restart != nil {
 		t.Errorf("cluster certificate renewed: %q, %q", reload, restart)
+	}
+	if run := Running(clusterTLS, renewed); run.Cluster.TLSCert != "/c2.crt" || run.Cluster.TLSKey != "/c2.key" {
+		t.Errorf("the running config after a cluster certificate renewal: %q, %q", run.Cluster.TLSCert, run.Cluster.TLSKey)
+	}
+	adminRenewed := load()
+	adminRenewed.Admin.TLSCert, adminRenewed.Admin.TLSKey = "/b.crt", "/a.key"
+	if run := Running(tlsOn, adminRenewed); run.Admin.TLSCert != "/b.crt" {
+		t.Errorf("the running config after an admin certificate renewal: %q", run.Admin.TLSCert)
 	}
 
 	// nil counts as Default().
