@@ -440,6 +440,7 @@ func TestClaimNotCommittedNamesTheReason(t *testing.T) {
 		{fmt.Errorf("wait for commit: deadline: %w", cluster.ErrIndeterminate), "commit outcome unknown"},
 		{fmt.Errorf("queue command: %w", cluster.ErrNoLeader), "no leader (election in progress or no quorum)"},
 		{fmt.Errorf("claim: %w", cluster.ErrRemoved), "this node was removed from the cluster (send to another node)"},
+		{fmt.Errorf("dial leader: %w: %w", cluster.ErrPeerUnproven, cluster.ErrNoLeader), "the leader refused this node's cluster handshake"},
 		{fmt.Errorf("relay: %w", cluster.ErrNotLeader), "leadership moved"},
 		{fmt.Errorf("claim: %w", cluster.ErrShutdown), "node shutting down"},
 		{errors.New("disk on fire"), ""},

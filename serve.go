@@ -117,6 +117,10 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 	n, err := startNode(cfg, log, level, stderr)
 	if err != nil {
+		var se *intake.SourceError
+		if errors.As(err, &se) && *cfgPath != "" {
+			return sourceErrorAt(*cfgPath, cfg, err)
+		}
 		return err
 	}
 	if demo != nil {
@@ -384,6 +388,9 @@ func (n *node) reload(path string) {
 		return
 	}
 	set, targets, err := compileSources(cfg)
+	if err != nil {
+		err = sourceErrorAt(path, cfg, err)
+	}
 	var cert *tls.Certificate
 	if err == nil {
 		cert, err = n.reloadAdminCert(cfg)

@@ -61,20 +61,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	// Compile the sources as serve and a reload do (schemas, verifiers, key
 	// rules, fields): what would refuse the start is refused here.
 	if _, _, err := compileSources(cfg); err != nil {
-		// As Load's errors: file:line: key: message.
-		var se *intake.SourceError
-		if errors.As(err, &se) {
-			key := fmt.Sprintf("source[%d]", se.Index)
-			if se.Setting != "" {
-				key += "." + se.Setting
-			}
-			at := *path
-			if line := cfg.WarningLine(key + ": "); line > 0 {
-				at += ":" + strconv.Itoa(line)
-			}
-			return fmt.Errorf("%s: %s: %w", at, key, err)
-		}
-		return fmt.Errorf("%s: %w", *path, err)
+		return sourceErrorAt(*path, cfg, err)
 	}
 	mode := "single node"
 	if cfg.Cluster != nil {
@@ -86,6 +73,25 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: ok (%s, %s); data in %s\n", *path, mode, sources, cfg.Node.DataDir)
 	return nil
+}
+
+// sourceErrorAt places a compileSources error in the file, as Load's
+// errors are: file:line: key: message. validate, serve and a reload print
+// the same.
+func sourceErrorAt(path string, cfg *config.Config, err error) error {
+	var se *intake.SourceError
+	if errors.As(err, &se) {
+		key := fmt.Sprintf("source[%d]", se.Index)
+		if se.Setting != "" {
+			key += "." + se.Setting
+		}
+		at := path
+		if line := cfg.WarningLine(key + ": "); line > 0 {
+			at += ":" + strconv.Itoa(line)
+		}
+		return fmt.Errorf("%s: %s: %w", at, key, err)
+	}
+	return fmt.Errorf("%s: %w", path, err)
 }
 
 func cmdKeygen(args []string, stdout, stderr io.Writer) error {

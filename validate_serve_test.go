@@ -90,6 +90,10 @@ func TestValidateRefusesWhatServeRefuses(t *testing.T) {
 				if want := fmt.Sprintf("%s:%d: source[3].schema_file: ", startPath, line); !strings.HasPrefix(validateErr.Error(), want) {
 					t.Errorf("validate says %q, want it to start %q", validateErr, want)
 				}
+				// The reload's log line says where, as validate does.
+				if want := fmt.Sprintf("%s:%d: source[3].schema_file: ", reloadPath, line); !strings.Contains(tn.logs(), want) {
+					t.Errorf("the reload's log does not name %q:\n%s", want, tn.logs())
+				}
 			}
 			if !tt.refused && !strings.Contains(out.String(), ": ok (") {
 				t.Errorf("validate printed %q", out.String())

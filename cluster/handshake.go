@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"crypto/hmac"
+	"crypto/pbkdf2"
 	"crypto/rand"
 	"crypto/sha256"
 	"errors"
@@ -23,15 +24,23 @@ import (
 // down, or an address an operator named in a join, got it and could join as
 // a voter. Now:
 //
-//	dialer   -> "OHK2" kind nonceD(32) len(1) address   (the address it dialed)
+//	dialer   -> "OHK2" kind nonceD(32) len(1) address len(1) endpoint
 //	listener -> nonceL(32) mac("listener")
 //	dialer   -> mac("dialer")
 //
-// where mac(role) is HMAC-SHA256 keyed by the token over the role, the kind,
-// both nonces and the address. The listener answers only an address that is
-// its own, so a stranger at a member's address cannot pass one node's
-// challenge on to another and relay the answer back; the roles keep one
-// side's answer from serving as the other's. With TLS the handshake already
+// address is what the dialer dialed (a peer's address as configured, a name
+// or an IP and port); endpoint is the IP and port its connection reached.
+// mac(role) is HMAC-SHA256 over the role, the kind, both nonces, the address
+// and the endpoint, keyed by a key derived from the token (handshakeKey: slow
+// to compute, so that the answers a stranger collects do not let it test
+// guesses of a weak token quickly). The listener answers only when the
+// address names it and the endpoint is its own socket (or an address of no
+// interface of this host: one a NAT forwards to it), so a stranger who holds
+// another endpoint of a member's name (the port of a member that is down, or
+// the other IP family of a name that resolves to both) cannot pass a
+// member's challenge on to it and relay the answer back, nor sit between
+// the two once the handshake passed. The roles keep one side's answer from
+// serving as the other's. With TLS the handshake already
 // proved the peer's certificate, and the older preamble, token inside TLS,
 // is still what a node sends (older releases understand it). A listener
 // takes both, so nodes of an older release keep reaching upgraded ones.
@@ -52,21 +61,38 @@ const (
 // (docs/operations.md, "Upgrades").
 var ErrPeerUnproven = errors.New("cluster: the peer did not prove the cluster token")
 
+// handshakeIterations is the PBKDF2 cost of the handshake's key: about
+// 20 ms of one core at a node's start, and as much for each guess of the
+// token tested against a collected answer.
+const handshakeIterations = 100_000
+
+// handshakeKey derives the handshake's HMAC key from the cluster token.
+func handshakeKey(token []byte) []byte {
+	k, err := pbkdf2.Key(sha256.New, string(token), []byte("oncehook cluster handshake"), handshakeIterations, sha256.Size)
+	if err != nil { // only for lengths FIPS mode refuses; never for these
+		panic(fmt.Sprintf("cluster: derive the handshake key: %v", err))
+	}
+	return k
+}
+
 // tokenMAC is the proof of one role for one connection.
-func tokenMAC(token []byte, role string, kind byte, nonceD, nonceL []byte, addr string) []byte {
-	h := hmac.New(sha256.New, token)
+func tokenMAC(key []byte, role string, kind byte, nonceD, nonceL []byte, addr, endpoint string) []byte {
+	h := hmac.New(sha256.New, key)
 	h.Write([]byte(role))
 	h.Write([]byte{0, kind})
 	h.Write(nonceD)
 	h.Write(nonceL)
+	h.Write([]byte{byte(len(addr))})
 	h.Write([]byte(addr))
+	h.Write([]byte(endpoint))
 	return h.Sum(nil)
 }
 
 // challengePeer runs the dialer's side of the handshake on c, a connection
 // to addr, for a stream of kind.
 func (m *mux) challengePeer(ctx context.Context, c net.Conn, addr string, kind byte) error {
-	if len(addr) > maxDialedAddr {
+	endpoint := c.RemoteAddr().String()
+	if len(addr) > maxDialedAddr || len(endpoint) > maxDialedAddr {
 		return fmt.Errorf("address %q is over %d bytes", addr, maxDialedAddr)
 	}
 	deadline := time.Now().Add(preambleDeadline)
@@ -85,6 +111,8 @@ func (m *mux) challengePeer(ctx context.Context, c net.Conn, addr string, kind b
 	hello = append(hello, nonceD...)
 	hello = append(hello, byte(len(addr)))
 	hello = append(hello, addr...)
+	hello = append(hello, byte(len(endpoint)))
+	hello = append(hello, endpoint...)
 	if _, err := c.Write(hello); err != nil {
 		return err
 	}
@@ -99,10 +127,10 @@ func (m *mux) challengePeer(ctx context.Context, c net.Conn, addr string, kind b
 		return err
 	}
 	nonceL := answer[:nonceLen]
-	if !hmac.Equal(answer[nonceLen:], tokenMAC(m.token, roleListener, kind, nonceD, nonceL, addr)) {
+	if !hmac.Equal(answer[nonceLen:], tokenMAC(m.hsKey, roleListener, kind, nonceD, nonceL, addr, endpoint)) {
 		return ErrPeerUnproven
 	}
-	if _, err := c.Write(tokenMAC(m.token, roleDialer, kind, nonceD, nonceL, addr)); err != nil {
+	if _, err := c.Write(tokenMAC(m.hsKey, roleDialer, kind, nonceD, nonceL, addr, endpoint)); err != nil {
 		return err
 	}
 	return c.SetDeadline(time.Time{})
@@ -124,19 +152,30 @@ func (m *mux) answerChallenge(c net.Conn) (byte, error) {
 	if _, err := io.ReadFull(c, dialed); err != nil {
 		return 0, err
 	}
-	addr := string(dialed)
+	var n [1]byte
+	if _, err := io.ReadFull(c, n[:]); err != nil {
+		return 0, err
+	}
+	reached := make([]byte, n[0])
+	if _, err := io.ReadFull(c, reached); err != nil {
+		return 0, err
+	}
+	addr, endpoint := string(dialed), string(reached)
 	if len(m.token) < MinTokenLen {
 		return 0, fmt.Errorf("%w: a token handshake, and this node has no cluster token", ErrUnauthorized)
 	}
+	// Answering either would let a stranger pass this challenge on from a
+	// member that dialed it, and relay the answer back.
+	if !reachedSelf(endpoint, c.LocalAddr()) {
+		return 0, fmt.Errorf("%w: the dialer reached %q, not this node's socket %s", ErrUnauthorized, endpoint, c.LocalAddr())
+	}
 	if !m.dialedAsSelf(addr, c.LocalAddr()) {
-		// Answering would let a stranger at another address pass this
-		// challenge on to a member dialing it.
 		return 0, fmt.Errorf("%w: dialed as %q, not this node's address %q", ErrUnauthorized, addr, m.advertise)
 	}
 	answer := make([]byte, nonceLen, nonceLen+macLen)
 	rand.Read(answer)
 	nonceL := answer[:nonceLen:nonceLen]
-	answer = append(answer, tokenMAC(m.token, roleListener, kind, nonceD, nonceL, addr)...)
+	answer = append(answer, tokenMAC(m.hsKey, roleListener, kind, nonceD, nonceL, addr, endpoint)...)
 	if _, err := c.Write(answer); err != nil {
 		return 0, err
 	}
@@ -144,10 +183,50 @@ func (m *mux) answerChallenge(c net.Conn) (byte, error) {
 	if _, err := io.ReadFull(c, proof[:]); err != nil {
 		return 0, err
 	}
-	if !hmac.Equal(proof[:], tokenMAC(m.token, roleDialer, kind, nonceD, nonceL, addr)) {
+	if !hmac.Equal(proof[:], tokenMAC(m.hsKey, roleDialer, kind, nonceD, nonceL, addr, endpoint)) {
 		return 0, ErrUnauthorized
 	}
 	return kind, nil
+}
+
+// reachedSelf reports whether endpoint, the IP and port a dialer says its
+// connection reached, is local, this end of the connection, or else an
+// address of no interface of this host (a NAT in front of it forwarded the
+// connection): an endpoint on this host other than this node's socket is
+// someone else's, who took a member's port or another address of its name.
+func reachedSelf(endpoint string, local net.Addr) bool {
+	ep, err := netip.ParseAddrPort(endpoint)
+	la, ok := local.(*net.TCPAddr)
+	if err != nil || !ok {
+		return false
+	}
+	mine := la.AddrPort()
+	if ep.Addr().Unmap().WithZone("") == mine.Addr().Unmap().WithZone("") && ep.Port() == mine.Port() {
+		return true
+	}
+	return !hostAddress(ep.Addr())
+}
+
+// hostAddress reports whether ip is one of this host's: loopback, or an
+// address of one of its interfaces (an interface list that cannot be read
+// counts every address as the host's).
+func hostAddress(ip netip.Addr) bool {
+	ip = ip.Unmap().WithZone("")
+	if ip.IsLoopback() || ip.IsUnspecified() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return true
+	}
+	for _, a := range addrs {
+		if p, ok := a.(*net.IPNet); ok {
+			if mine, ok := netip.AddrFromSlice(p.IP); ok && mine.Unmap() == ip {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // dialedAsSelf reports whether addr, the address a peer says it dialed,

@@ -99,9 +99,12 @@ func TestTokenNeverCrossesTheWire(t *testing.T) {
 }
 
 // TestHandshakeRefusesRelayedAndReflectedProofs: a listener answers a
-// challenge only for its own address, so a stranger who receives a member's
-// challenge (at the address of a member that is down) cannot have another
-// member answer it; and a listener's answer is no dialer's proof.
+// challenge only for its own address and its own socket, so a stranger who
+// receives a member's challenge (at the port of a member that is down, or
+// at another address of the member's name, as [::1] for a "localhost" that
+// the member binds on 127.0.0.1) cannot have a member answer it; an address
+// no interface of this host has is a NAT's in front of it, and is answered;
+// and a listener's answer is no dialer's proof.
 func TestHandshakeRefusesRelayedAndReflectedProofs(t *testing.T) {
 	// What a member's relay stream gets: an echo of each frame.
 	m, ln := listeningMux(t, []byte(testToken), func(c net.Conn) {
@@ -113,22 +116,25 @@ func TestHandshakeRefusesRelayedAndReflectedProofs(t *testing.T) {
 			}
 		}
 	})
-	hello := func(addr string) []byte {
+	self := ln.Addr().String()
+	hello := func(addr, endpoint string) []byte {
 		b := append([]byte(nil), challengeMagic[:]...)
 		b = append(b, kindRelay)
 		b = append(b, bytes.Repeat([]byte{7}, nonceLen)...)
 		b = append(b, byte(len(addr)))
-		return append(b, addr...)
+		b = append(b, addr...)
+		b = append(b, byte(len(endpoint)))
+		return append(b, endpoint...)
 	}
-	exchange := func(t *testing.T, addr string, proof func(answer []byte) []byte) (answer []byte, err error) {
+	exchange := func(t *testing.T, addr, endpoint string, proof func(answer []byte) []byte) (answer []byte, err error) {
 		t.Helper()
-		c, err := net.Dial("tcp", ln.Addr().String())
+		c, err := net.Dial("tcp", self)
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
-		if _, err := c.Write(hello(addr)); err != nil {
+		if _, err := c.Write(hello(addr, endpoint)); err != nil {
 			t.Fatal(err)
 		}
 		answer = make([]byte, nonceLen+macLen)
@@ -150,33 +156,47 @@ func TestHandshakeRefusesRelayedAndReflectedProofs(t *testing.T) {
 		return answer, err
 	}
 
+	_, port, _ := net.SplitHostPort(self)
 	t.Run("another address", func(t *testing.T) {
 		rejected := m.rejections()
-		_, port, _ := net.SplitHostPort(ln.Addr().String())
 		for _, addr := range []string{"127.0.0.1:1", "127.0.0.2:" + port, "localhost:1"} {
-			if answer, err := exchange(t, addr, nil); err == nil {
+			if answer, err := exchange(t, addr, self, nil); err == nil {
 				t.Fatalf("dialed as %s: the node answered %x", addr, answer)
 			}
 		}
 		waitFor(t, "the refusals are counted", func() bool { return m.rejections() >= rejected+3 })
 	})
+	t.Run("another endpoint of this host", func(t *testing.T) {
+		rejected := m.rejections()
+		for _, endpoint := range []string{"[::1]:" + port, "127.0.0.2:" + port, "127.0.0.1:1", "not an endpoint"} {
+			if answer, err := exchange(t, "localhost:"+port, endpoint, nil); err == nil {
+				t.Fatalf("reached %s: the node answered %x", endpoint, answer)
+			}
+		}
+		waitFor(t, "the refusals are counted", func() bool { return m.rejections() >= rejected+4 })
+	})
 	t.Run("its listener answer reflected", func(t *testing.T) {
 		rejected := m.rejections()
-		_, err := exchange(t, ln.Addr().String(), func(answer []byte) []byte { return answer[nonceLen:] })
+		_, err := exchange(t, self, self, func(answer []byte) []byte { return answer[nonceLen:] })
 		if err == nil {
 			t.Fatal("a listener's answer was taken as the dialer's proof")
 		}
 		waitFor(t, "the refusal is counted", func() bool { return m.rejections() > rejected })
 	})
-	t.Run("control: the dialer's proof", func(t *testing.T) {
-		nonceD := bytes.Repeat([]byte{7}, nonceLen)
-		addr := ln.Addr().String()
-		if _, err := exchange(t, addr, func(answer []byte) []byte {
-			return tokenMAC([]byte(testToken), roleDialer, kindRelay, nonceD, answer[:nonceLen], addr)
-		}); err != nil {
-			t.Fatalf("a proof with the token was refused: %v", err)
-		}
-	})
+	for _, tc := range []struct{ name, addr, endpoint string }{
+		{"control: the dialer's proof", self, self},
+		{"control: a name", "localhost:" + port, self},
+		{"control: through a NAT", self, "192.0.2.1:7000"}, // TEST-NET-1: no interface here has it
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nonceD := bytes.Repeat([]byte{7}, nonceLen)
+			if _, err := exchange(t, tc.addr, tc.endpoint, func(answer []byte) []byte {
+				return tokenMAC(handshakeKey([]byte(testToken)), roleDialer, kindRelay, nonceD, answer[:nonceLen], tc.addr, tc.endpoint)
+			}); err != nil {
+				t.Fatalf("a proof with the token was refused: %v", err)
+			}
+		})
+	}
 }
 
 // TestHandshakeWithAWrongToken: two nodes whose tokens differ refuse each
@@ -228,12 +248,14 @@ func (c *scriptConn) LocalAddr() net.Addr         { return c.local }
 // FuzzReadPreamble: whatever a stranger sends first, the listener's
 // preamble reader neither panics nor lets it through without the token.
 func FuzzReadPreamble(f *testing.F) {
-	m := &mux{advertise: "127.0.0.1:7000", token: []byte(testToken), log: quietLogger()}
+	m := &mux{advertise: "127.0.0.1:7000", token: []byte(testToken), hsKey: handshakeKey([]byte(testToken)), log: quietLogger()}
 	local := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 7000}
 	hello := append(append([]byte(nil), challengeMagic[:]...), kindRaft)
 	hello = append(hello, bytes.Repeat([]byte{1}, nonceLen)...)
-	hello = append(hello, byte(len("127.0.0.1:7000")))
-	hello = append(hello, "127.0.0.1:7000"...)
+	for range 2 { // the address dialed, the endpoint reached
+		hello = append(hello, byte(len("127.0.0.1:7000")))
+		hello = append(hello, "127.0.0.1:7000"...)
+	}
 	f.Add(append(hello, bytes.Repeat([]byte{2}, macLen)...))
 	f.Add(append(append(append([]byte(nil), preambleMagic[:]...), kindRelay, 0, 32), bytes.Repeat([]byte("x"), 32)...))
 	f.Add([]byte("OHK2"))

@@ -175,7 +175,7 @@ type Node struct {
 	// refusedBy is the leader whose cluster port last refused this node's
 	// handshake on a relay (handshake.go): claims here cannot reach it
 	// (readiness.go).
-	refusedBy atomic.Pointer[relayRefusal]
+	refusedBy    atomic.Pointer[relayRefusal]
 	memberDone   chan struct{}
 	relayTimeout time.Duration
 

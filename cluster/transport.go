@@ -80,6 +80,7 @@ type mux struct {
 	// 10.0.0.1 may leave from another of its addresses.
 	source  *net.TCPAddr
 	token   []byte
+	hsKey   []byte                  // handshakeKey(token); nil without a token
 	tls     atomic.Pointer[tlsPair] // nil: no TLS; replaced by reloadTLS
 	log     *slog.Logger
 	onRelay func(net.Conn)
@@ -130,6 +131,9 @@ func newMux(ln net.Listener, advertise string, token []byte, tlsc *TLSConfig, lo
 		raftConns:  make(chan net.Conn, 16),
 		closing:    make(chan struct{}),
 		open:       make(map[net.Conn]struct{}),
+	}
+	if len(token) > 0 {
+		m.hsKey = handshakeKey(token)
 	}
 	if tlsc != nil {
 		pair, err := tlsc.configs()

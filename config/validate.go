@@ -234,12 +234,35 @@ func validateTLS(p *problems, cl *Cluster) {
 	if p.has("cluster.tls_cert") || p.has("cluster.tls_key") || p.has("cluster.tls_ca") {
 		return
 	}
-	if _, err := tls.LoadX509KeyPair(cl.TLSCert, cl.TLSKey); err != nil {
+	pair, err := tls.LoadX509KeyPair(cl.TLSCert, cl.TLSKey)
+	if err != nil {
 		p.add("cluster.tls_cert", err, "unusable certificate and key: "+err.Error())
 	}
-	ca, err := os.ReadFile(cl.TLSCA)
-	if err == nil && !x509.NewCertPool().AppendCertsFromPEM(ca) {
+	ca, caErr := os.ReadFile(cl.TLSCA)
+	pool := x509.NewCertPool()
+	if caErr == nil && !pool.AppendCertsFromPEM(ca) {
 		p.add("cluster.tls_ca", nil, fmt.Sprintf("%s holds no PEM certificate", cl.TLSCA))
+		return
+	}
+	if err != nil || caErr != nil {
+		return
+	}
+	// The peers accept only a certificate that tls_ca signed: one from
+	// another CA would have every new connection refused, in and out.
+	// Expiry is the warnings' (certwarn.go): only the chain is checked here.
+	inter := x509.NewCertPool()
+	for _, der := range pair.Certificate[1:] {
+		if c, err := x509.ParseCertificate(der); err == nil {
+			inter.AddCert(c)
+		}
+	}
+	if pair.Leaf != nil {
+		_, err := pair.Leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter,
+			CurrentTime: pair.Leaf.NotBefore, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+		if err != nil {
+			p.add("cluster.tls_cert", nil, fmt.Sprintf("%s is not signed by tls_ca %s (the peers would refuse this node): %v", cl.TLSCert, cl.TLSCA, err),
+				"cluster.tls_ca")
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"math/big"
+	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -146,6 +147,11 @@ func writeTLS(t *testing.T, dir string) (cert, key, ca string) {
 func TestClusterTLS(t *testing.T) {
 	dir := t.TempDir()
 	cert, key, ca := writeTLS(t, dir)
+	otherDir := filepath.Join(dir, "other")
+	if err := os.Mkdir(otherDir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	otherCert, otherKey, _ := writeTLS(t, otherDir) // signed by another CA
 	notPEM := writeFile(t, dir, "junk.pem", "not a certificate", 0o644)
 	openKey := writeFile(t, dir, "open.key", "x", 0o644)
 	missing := filepath.Join(dir, "missing.crt")
@@ -161,6 +167,7 @@ func TestClusterTLS(t *testing.T) {
 		{"missing cert", missing, key, ca, "cluster.tls_cert: cannot read: open " + missing, nil},
 		{"junk cert", notPEM, key, ca, "cluster.tls_cert: unusable certificate and key: ", nil},
 		{"junk ca", cert, key, notPEM, "cluster.tls_ca: " + notPEM + " holds no PEM certificate", nil},
+		{"certificate of another ca", otherCert, otherKey, ca, "cluster.tls_cert: " + otherCert + " is not signed by tls_ca " + ca + " (the peers would refuse this node)", nil},
 		{"key readable by others", cert, openKey, ca, "cluster.tls_key: key file " + openKey + " has mode 0644", ErrSecretFileMode},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

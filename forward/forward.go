@@ -616,8 +616,9 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 				send(j) // back to pending, to be leased after the resume
 				continue
 			}
-			if f.lim.held(p.ev.Source, p.start) {
-				// A hold came after the slot was booked: book again.
+			if p.rebook || f.lim.held(p.ev.Source, p.start) {
+				// Its source's rate changed (a reload), or a hold came after
+				// the slot was booked: book again.
 				f.place(p.job, now, &park, send)
 				continue
 			}
@@ -692,6 +693,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 			// waiting.
 			size(want && f.slots.free() <= f.slots.spare(time.Now(), f.manySources()))
 			want, spareStop = true, 0
+			f.rebookChangedRates(&park, time.Now())
 		case <-timerC:
 			// A parked event's slot came, or a full source has room again:
 			// its due events may be leased now.

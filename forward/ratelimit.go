@@ -61,10 +61,13 @@ type limiter struct {
 	mu    sync.Mutex
 	lease time.Duration // Options.DefaultLease
 	b     map[string]*bucket
+	// changed: the sources whose rate or burst a reload changed since the
+	// last takeChanged (bucketLocked notes them; rebookChangedRates).
+	changed map[string]bool
 }
 
 func newLimiter(lease time.Duration) *limiter {
-	return &limiter{lease: lease, b: make(map[string]*bucket)}
+	return &limiter{lease: lease, b: make(map[string]*bucket), changed: make(map[string]bool)}
 }
 
 // bucketLocked returns src's bucket with tgt's rate, creating or updating it.
@@ -73,7 +76,8 @@ func newLimiter(lease time.Duration) *limiter {
 // before it took over, so it does not start with a whole burst.
 func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
 	b := l.b[src]
-	if b == nil {
+	fresh := b == nil
+	if fresh {
 		b = &bucket{}
 		l.b[src] = b
 	}
@@ -84,15 +88,18 @@ func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
 		burst = max(1, int(math.Ceil(rate)))
 	}
 	if rate != b.rate || burst != b.burst {
-		wasOff := b.interval == 0
+		// A reload changed it: the slots booked at the old rate are
+		// booked again (rebookChangedRates), so the bucket starts anew
+		// from a single token, as a new one does.
+		if !fresh {
+			l.changed[src] = true
+		}
 		b.rate, b.burst = rate, burst
 		b.interval, b.tau = 0, 0
 		if rate > 0 {
 			b.interval = max(time.Duration(float64(time.Second)/rate), time.Nanosecond)
 			b.tau = time.Duration(burst-1) * b.interval
-			if wasOff {
-				b.tat = now.Add(b.tau)
-			}
+			b.tat = now.Add(b.tau)
 		}
 	}
 	b.budget = (l.lease - tgt.Timeout) / 2
@@ -187,10 +194,67 @@ func (l *limiter) throttled(source string, now time.Time) bool {
 }
 
 // parked is a leased event waiting in the dispatcher, not on a worker, for its
-// booked start.
+// booked start. rebook: its source's rate changed since; it is booked again
+// under the new one instead of starting.
 type parked struct {
 	job
-	start time.Time
+	start  time.Time
+	rebook bool
+}
+
+// takeChanged returns the sources whose rate changed since the last call,
+// after checking those of sources, with their targets (nil: removed), so
+// that a change no booking has met yet counts too.
+func (l *limiter) takeChanged(sources map[string]*Target, now time.Time) map[string]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for src, tgt := range sources {
+		if tgt != nil && l.b[src] != nil {
+			l.bucketLocked(src, *tgt, now)
+		}
+	}
+	c := l.changed
+	l.changed = make(map[string]bool)
+	return c
+}
+
+// rebookChangedRates makes the parked events of every source whose rate a
+// reload changed (or that a reload removed) due now, to be booked again
+// (parked.rebook): slots booked under an old rate would otherwise keep a
+// lowered limit from applying to a backlog already leased, or a raised one
+// from releasing it. A source's events keep their order.
+func (f *Forwarder) rebookChangedRates(park *parkQueue, now time.Time) {
+	if len(*park) == 0 {
+		return
+	}
+	sources := map[string]*Target{}
+	removed := false
+	for i := range *park {
+		src := (*park)[i].ev.Source
+		if _, seen := sources[src]; seen {
+			continue
+		}
+		sources[src] = nil
+		if tgt, ok := f.opts.Targets(src); ok {
+			tgt = tgt.withDefaults()
+			sources[src] = &tgt
+		} else {
+			removed = true
+		}
+	}
+	changed := f.lim.takeChanged(sources, now)
+	if len(changed) == 0 && !removed {
+		return
+	}
+	old := *park
+	*park = make(parkQueue, 0, len(old))
+	for _, p := range old {
+		if changed[p.ev.Source] || sources[p.ev.Source] == nil {
+			// Due now, earlier starts first: the order they were booked in.
+			p.rebook, p.start = true, now.Add(p.start.Sub(now)/(1<<20))
+		}
+		park.push(p)
+	}
 }
 
 // parkQueue is a min-heap of parked events by start.

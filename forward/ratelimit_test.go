@@ -380,3 +380,85 @@ func TestPauseStopsParkedEventsSynctest(t *testing.T) {
 		}
 	})
 }
+
+// mutableTargets is a config a test reloads while the Forwarder runs.
+type mutableTargets struct {
+	mu sync.Mutex
+	m  map[string]Target
+}
+
+func (m *mutableTargets) get(s string) (Target, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	t, ok := m.m[s]
+	return t, ok
+}
+
+func (m *mutableTargets) set(s string, t Target) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.m[s] = t
+}
+
+// TestRateChangeReachesTheParkedBacklogSynctest: a reload that lowers a
+// source's max_rate applies to the events already leased and waiting for
+// their slot, not only to those leased after it (a backlog booked at the
+// old rate went on at it for up to half a lease); one that lifts the limit
+// releases them at once.
+func TestRateChangeReachesTheParkedBacklogSynctest(t *testing.T) {
+	run := func(t *testing.T, from, to float64, check func(t *testing.T, h *rateSink, changed time.Time)) {
+		synctest.Test(t, func(t *testing.T) {
+			l := newLeader(t)
+			h := &rateSink{}
+			for i := range 60 {
+				l.claim(fmt.Sprintf("limited:%03d", i), "limited", "x")
+			}
+			tg := &mutableTargets{m: map[string]Target{"limited": {URL: "http://handler/l", MaxRate: from}}}
+			stop := runInBubble(t, Options{
+				Store:        l,
+				Targets:      tg.get,
+				Client:       &http.Client{Transport: handlerTransport{h}},
+				Workers:      2,
+				Wake:         make(chan struct{}, 1),
+				PollInterval: time.Second,
+			})
+			defer stop()
+			time.Sleep(2 * time.Second)
+			synctest.Wait()
+			if n := len(h.of("limited")); n < int(2*from) || n > int(2*from)+int(from)+1 {
+				t.Fatalf("%d deliveries in the first 2 s at %v/s", n, from)
+			}
+			tg.set("limited", Target{URL: "http://handler/l", MaxRate: to})
+			changed := time.Now()
+			time.Sleep(10 * time.Second)
+			synctest.Wait()
+			check(t, h, changed)
+		})
+	}
+	t.Run("lowered", func(t *testing.T) {
+		run(t, 5, 0.5, func(t *testing.T, h *rateSink, changed time.Time) {
+			// At 5/s the next 10 s would bring 50; at 0.5/s about 5, after
+			// the tick (at most 1 s) that sees the change.
+			after := 0
+			for _, a := range h.of("limited") {
+				if a.at.After(changed.Add(time.Second)) {
+					after++
+				}
+			}
+			if after > 6 {
+				t.Fatalf("%d deliveries in the 9 s after lowering max_rate to 0.5/s, want at most 6", after)
+			}
+		})
+	})
+	t.Run("lifted", func(t *testing.T) {
+		run(t, 1, 0, func(t *testing.T, h *rateSink, changed time.Time) {
+			got := h.of("limited")
+			if len(got) != 60 {
+				t.Fatalf("%d of 60 delivered 10 s after the limit was lifted", len(got))
+			}
+			if last := got[59].at.Sub(changed); last > 2*time.Second {
+				t.Fatalf("the last of the backlog went %v after the limit was lifted, want within the next tick", last)
+			}
+		})
+	})
+}
