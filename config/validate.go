@@ -256,13 +256,22 @@ func validateTLS(p *problems, cl *Cluster) {
 			inter.AddCert(c)
 		}
 	}
-	if pair.Leaf != nil {
-		_, err := pair.Leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter,
-			CurrentTime: pair.Leaf.NotBefore, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
-		if err != nil {
-			p.add("cluster.tls_cert", nil, fmt.Sprintf("%s is not signed by tls_ca %s (the peers would refuse this node): %v", cl.TLSCert, cl.TLSCA, err),
-				"cluster.tls_ca")
+	if leaf := pair.Leaf; leaf != nil {
+		// At a time each certificate of the chain is valid: now, or the
+		// leaf's first or last moment.
+		var first error
+		for _, at := range []time.Time{time.Now(), leaf.NotBefore, leaf.NotAfter.Add(-time.Second)} {
+			_, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter,
+				CurrentTime: at, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+			if err == nil {
+				return
+			}
+			if first == nil {
+				first = err
+			}
 		}
+		p.add("cluster.tls_cert", nil, fmt.Sprintf("%s is not signed by tls_ca %s (the peers would refuse this node): %v", cl.TLSCert, cl.TLSCA, first),
+			"cluster.tls_ca")
 	}
 }
 

@@ -361,7 +361,7 @@ func TestClusterMutualTLS(t *testing.T) {
 			}); err != nil {
 				t.Fatalf("a node with %s kept running: %v\n%s", rg.name, err, r.proc.Tail(10))
 			}
-			if out := r.proc.Tail(5); !strings.Contains(out, "closed the connection on this node's preamble or TLS handshake") {
+			if out := r.proc.Tail(5); !strings.Contains(out, "refused this node's token or TLS handshake") {
 				t.Errorf("the refused node's exit does not say why:\n%s", out)
 			}
 			st, servers := leader.status(t)
