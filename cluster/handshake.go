@@ -122,7 +122,7 @@ func (m *mux) challengePeer(ctx context.Context, c net.Conn, addr string, kind b
 			return context.Cause(ctx)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-			return fmt.Errorf("%w: it closed the connection at the handshake", ErrPeerUnproven)
+			return fmt.Errorf("%w: it closed the connection at the handshake (another token, an older release, or an address it does not take as its own: its log says which)", ErrPeerUnproven)
 		}
 		return err
 	}

@@ -117,7 +117,7 @@ func TestWarnClearTextCluster(t *testing.T) {
 		{"loopback v4", []Peer{{"node1", "127.0.0.1:7070"}, {"node2", "127.0.0.2:7070"}}, false, ""},
 		{"loopback v6 and localhost", []Peer{{"node1", "[::1]:7070"}, {"node2", "localhost:7071"}}, false, ""},
 		{"one remote peer", []Peer{{"node1", "127.0.0.1:7070"}, {"node2", "10.0.0.2:7070"}}, false,
-			"cluster: peer node2=10.0.0.2:7070 is not on loopback and TLS is off: webhook bodies and the cluster token cross the network in clear"},
+			"cluster: peer node2=10.0.0.2:7070 is not on loopback and TLS is off: webhook bodies cross the network in clear"},
 		{"host name", []Peer{{"node1", "db1.internal:7070"}}, false, "cluster: peer node1=db1.internal:7070 is not on loopback"},
 		{"remote with TLS", []Peer{{"node1", "10.0.0.1:7070"}, {"node2", "10.0.0.2:7070"}}, true, ""},
 	} {
@@ -143,5 +143,43 @@ func TestWarnClearTextCluster(t *testing.T) {
 				t.Fatalf("warnings %q, want one starting %q", w, tt.want)
 			}
 		})
+	}
+}
+
+// TestWarnForwardedAdvertise: without TLS, an advertise address of this
+// host that reaches another socket than raft_listen's (a local proxy) is
+// warned about: the token handshake refuses the peers that dial it. The
+// node's own socket (or a wildcard on the same port), a name, an address
+// a NAT forwards from elsewhere, and TLS are not.
+func TestWarnForwardedAdvertise(t *testing.T) {
+	cert, key, ca := writeTLS(t, t.TempDir())
+	for _, tt := range []struct {
+		listen, advertise string
+		tls, warn         bool
+	}{
+		{"127.0.0.1:7070", "127.0.0.1:7070", false, false},
+		{"0.0.0.0:7070", "127.0.0.2:7070", false, false},
+		{"[::]:7070", "127.0.0.1:7070", false, false},
+		{"127.0.0.1:7070", "127.0.0.2:7070", false, true},
+		{"127.0.0.1:7070", "127.0.0.1:17070", false, true},
+		{"0.0.0.0:7070", "127.0.0.1:17070", false, true},
+		{"127.0.0.1:7070", "localhost:7070", false, false},
+		{"127.0.0.1:7070", "192.0.2.1:17070", false, false}, // TEST-NET-1: a NAT's, not this host's
+		{"127.0.0.1:7070", "127.0.0.2:7070", true, false},
+	} {
+		c := Default()
+		c.Node.ID = "node1"
+		c.Cluster = &Cluster{RaftListen: tt.listen, Advertise: tt.advertise, Token: Secret(clusterToken),
+			Peers: []Peer{{"node1", tt.advertise}}}
+		if tt.tls {
+			c.Cluster.TLSCert, c.Cluster.TLSKey, c.Cluster.TLSCA = cert, key, ca
+		}
+		got := forwardedAdvertise(c)
+		if (len(got) > 0) != tt.warn {
+			t.Errorf("listen %s, advertise %s, tls %v: warnings %q, want a warning: %v", tt.listen, tt.advertise, tt.tls, got, tt.warn)
+		}
+		if tt.warn && !strings.HasPrefix(got[0], "cluster.advertise: "+tt.advertise+" is an address of this host") {
+			t.Errorf("warning %q", got[0])
+		}
 	}
 }

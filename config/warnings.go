@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"net"
+	"net/netip"
 	"strconv"
 	"strings"
 )
@@ -47,6 +48,54 @@ var warningChecks = []func(*Config) []string{
 	weakSecrets,  // secretwarn.go
 	unsignedKeys, // secretwarn.go
 	unguardedUnsignedKeys,
+	forwardedAdvertise,
+}
+
+// forwardedAdvertise warns, without TLS, about an advertise address that
+// is this host's but reaches another socket than raft_listen's (a proxy on
+// this host forwarding it): the token handshake refuses every peer that
+// dials it, since a stranger relaying would look the same
+// (cluster/handshake.go).
+func forwardedAdvertise(c *Config) []string {
+	cl := c.Cluster
+	if cl == nil || cl.TLS() || cl.Advertise == "" || cl.Advertise == cl.RaftListen {
+		return nil
+	}
+	aHost, aPort, err1 := net.SplitHostPort(cl.Advertise)
+	lHost, lPort, err2 := net.SplitHostPort(cl.RaftListen)
+	adv, err3 := netip.ParseAddr(aHost)
+	if err1 != nil || err2 != nil || err3 != nil || !hostAddress(adv) {
+		return nil // a name, or an address a NAT forwards from elsewhere
+	}
+	lis, err := netip.ParseAddr(lHost)
+	wildcard := lHost == "" || err == nil && lis.IsUnspecified()
+	if aPort == lPort && (wildcard || err == nil && lis.Unmap() == adv.Unmap()) {
+		return nil
+	}
+	return []string{fmt.Sprintf(
+		"cluster.advertise: %s is an address of this host, but the node listens on %s: without TLS the peers' connections to it are refused, as a stranger relaying them would be; advertise the address the node listens on, or use TLS",
+		cl.Advertise, cl.RaftListen)}
+}
+
+// hostAddress reports whether ip is one of this host's: loopback or an
+// address of one of its interfaces.
+func hostAddress(ip netip.Addr) bool {
+	ip = ip.Unmap().WithZone("")
+	if ip.IsLoopback() {
+		return true
+	}
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		return false
+	}
+	for _, a := range addrs {
+		if p, ok := a.(*net.IPNet); ok {
+			if mine, ok := netip.AddrFromSlice(p.IP); ok && mine.Unmap() == ip {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // ownHeaders are the headers the forwarder sets on every delivery, or that
@@ -90,7 +139,7 @@ func clearTextCluster(c *Config) []string {
 		host, _, err := net.SplitHostPort(p.Addr)
 		if err != nil || !IsLoopbackHost(host) {
 			return []string{fmt.Sprintf(
-				"cluster: peer %s is not on loopback and TLS is off: webhook bodies and the cluster token cross the network in clear; set tls_cert, tls_key and tls_ca (mutual TLS) or keep the nodes on a private network",
+				"cluster: peer %s is not on loopback and TLS is off: webhook bodies cross the network in clear, and whoever is on the path between two nodes can alter their streams; set tls_cert, tls_key and tls_ca (mutual TLS) or keep the nodes on a private network",
 				p.String())}
 		}
 	}
