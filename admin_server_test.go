@@ -505,6 +505,12 @@ func TestAdminOverTLS(t *testing.T) {
 	if !strings.Contains(tn.logs(), "admin tls files (re-read)") {
 		t.Fatalf("the reload's log does not say the admin TLS files were re-read:\n%s", tn.logs())
 	}
+	// Reloaded again with the same files: nothing of them to name.
+	before := strings.Count(tn.logs(), "admin tls files (re-read)")
+	tn.n.reload(tn.cfgPath)
+	if after := strings.Count(tn.logs(), "admin tls files (re-read)"); after != before {
+		t.Fatalf("a reload with unchanged TLS files names them as re-read:\n%s", tn.logs())
+	}
 }
 
 // TestValidateWarnsOfPlaintextAdmin: `oncehook validate` prints the warning

@@ -118,6 +118,12 @@ func TestReloadRenewsClusterCertificate(t *testing.T) {
 	if !strings.Contains(tn.logs(), "cluster tls files (re-read)") {
 		t.Fatalf("the reload's log does not say the cluster TLS files were re-read:\n%s", tn.logs())
 	}
+	// Reloaded again with the same files: nothing of them to name.
+	before := strings.Count(tn.logs(), "cluster tls files (re-read)")
+	tn.n.reload(tn.cfgPath)
+	if after := strings.Count(tn.logs(), "cluster tls files (re-read)"); after != before {
+		t.Fatalf("a reload with unchanged TLS files names them as re-read:\n%s", tn.logs())
+	}
 
 	// A certificate written without its new key: the reload is refused.
 	saved, err := os.ReadFile(keyFile)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"errors"
 	"flag"
@@ -63,6 +64,24 @@ type node struct {
 	// The admin listener's settings (admin_wiring.go).
 	adminTimeouts admin.Timeouts
 	authClock     func() time.Time // the admin authentication backoff's clock
+
+	// tlsSums hash the admin's and the cluster's TLS files as last loaded
+	// (reload only): a reload names them as applied when they changed.
+	adminTLSSum, clusterTLSSum [sha256.Size]byte
+}
+
+// tlsFilesSum hashes the contents of the files at paths (an unreadable one
+// counts as empty: the load that follows reports it).
+func tlsFilesSum(paths ...string) [sha256.Size]byte {
+	h := sha256.New()
+	for _, p := range paths {
+		b, _ := os.ReadFile(p)
+		h.Write([]byte(p))
+		h.Write([]byte{0})
+		h.Write(b)
+		h.Write([]byte{0})
+	}
+	return [sha256.Size]byte(h.Sum(nil))
 }
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -170,6 +189,12 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	}
 	n.cfg.Store(cfg)
 	n.started = cfg
+	if cfg.Admin.TLS() {
+		n.adminTLSSum = tlsFilesSum(cfg.Admin.TLSCert, cfg.Admin.TLSKey)
+	}
+	if cfg.Cluster != nil && cfg.Cluster.TLS() {
+		n.clusterTLSSum = tlsFilesSum(cfg.Cluster.TLSCert, cfg.Cluster.TLSKey, cfg.Cluster.TLSCA)
+	}
 	// Raft's own go-metrics into the same registry, bridged before raft
 	// starts so its first samples are kept.
 	if err := n.metrics.BridgeRaft(); err != nil {
@@ -420,12 +445,16 @@ func (n *node) reload(path string) {
 	n.cfg.Store(config.Running(n.started, cfg))
 	if cert != nil {
 		n.admin.UseCert(cert)
-		live = append(live, "admin tls files (re-read)")
+		if sum := tlsFilesSum(cfg.Admin.TLSCert, cfg.Admin.TLSKey); sum != n.adminTLSSum {
+			n.adminTLSSum = sum
+			live = append(live, "admin tls files (re-read)")
+		}
 	}
 	if clusterTLS != nil {
 		if err := n.cluster.UseTLS(clusterTLS); err != nil {
 			n.log.Error("cluster tls not reloaded", "err", err)
-		} else {
+		} else if sum := tlsFilesSum(cfg.Cluster.TLSCert, cfg.Cluster.TLSKey, cfg.Cluster.TLSCA); sum != n.clusterTLSSum {
+			n.clusterTLSSum = sum
 			live = append(live, "cluster tls files (re-read)")
 		}
 	}
