@@ -725,13 +725,22 @@ func (l *loader) source(i int, r *rawSource) Source {
 }
 
 // parsePrefix accepts a CIDR ("10.0.0.0/8") or a bare address ("10.0.0.1",
-// "::1"), returning the masked prefix.
+// "::1"), returning the masked prefix. An IPv4-mapped one
+// ("::ffff:10.0.0.1", "::ffff:10.0.0.0/104") is taken as the IPv4 it maps:
+// the intake compares the peer's address unmapped, and a mapped entry would
+// never match.
 func parsePrefix(v string) (netip.Prefix, error) {
 	v = strings.TrimSpace(v)
 	if strings.Contains(v, "/") {
 		p, err := netip.ParsePrefix(v)
 		if err != nil {
 			return netip.Prefix{}, err
+		}
+		if a := p.Addr(); a.Is4In6() {
+			if p.Bits() < 96 {
+				return netip.Prefix{}, fmt.Errorf("%s spans beyond the IPv4-mapped range (::ffff:0:0/96)", v)
+			}
+			p = netip.PrefixFrom(a.Unmap(), p.Bits()-96)
 		}
 		return p.Masked(), nil
 	}
@@ -742,6 +751,7 @@ func parsePrefix(v string) (netip.Prefix, error) {
 	if a.Zone() != "" {
 		return netip.Prefix{}, errors.New("zones are not allowed")
 	}
+	a = a.Unmap()
 	return netip.PrefixFrom(a, a.BitLen()), nil
 }
 

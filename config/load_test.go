@@ -789,3 +789,31 @@ func TestRaftTimeouts(t *testing.T) {
 		})
 	}
 }
+
+// TestParsePrefix: allow_ips and trusted_proxies entries, IPv4-mapped ones
+// taken as the IPv4 they map (the intake compares a peer's address
+// unmapped: a mapped entry would never match).
+func TestParsePrefix(t *testing.T) {
+	for in, want := range map[string]string{
+		"10.0.0.1":             "10.0.0.1/32",
+		"10.1.2.3/8":           "10.0.0.0/8",
+		"::1":                  "::1/128",
+		"fd00::7/8":            "fd00::/8",
+		"::ffff:127.0.0.2":     "127.0.0.2/32",
+		"::ffff:127.0.0.0/120": "127.0.0.0/24",
+		"::ffff:0:0/96":        "0.0.0.0/0",
+		"::ffff:0:0/80":        "error",
+		"fe80::1%eth0":         "error",
+		"10.0.0.1/33":          "error",
+		"host.example":         "error",
+	} {
+		p, err := parsePrefix(in)
+		got := p.String()
+		if err != nil {
+			got = "error"
+		}
+		if got != want {
+			t.Errorf("parsePrefix(%q) = %s (%v), want %s", in, got, err, want)
+		}
+	}
+}

@@ -1018,8 +1018,9 @@ func allowed(prefixes []netip.Prefix, ip net.IP) bool {
 // (the source's trusted_proxies) may override scheme and host with
 // X-Forwarded-Proto ("http" or "https") and X-Forwarded-Host; from any other
 // peer those headers are ignored, so that a client cannot choose the URL the
-// signature is checked against. When a proxy appends to a list, the last
-// value (the one the connected proxy added) is used. A value that is not a
+// signature is checked against. When a proxy appends to a list, in the
+// client's line or a line of its own, the last value (the one the connected
+// proxy added) is used. A value that is not a
 // plain scheme or host is ignored.
 func publicURL(ctx *fasthttp.RequestCtx, trusted []netip.Prefix) string {
 	scheme := "http"
@@ -1028,13 +1029,13 @@ func publicURL(ctx *fasthttp.RequestCtx, trusted []netip.Prefix) string {
 	}
 	host := ctx.Host()
 	if len(trusted) > 0 && allowed(trusted, ctx.RemoteIP()) {
-		switch p := lastListValue(ctx.Request.Header.Peek("X-Forwarded-Proto")); {
+		switch p := lastForwarded(&ctx.Request.Header, "X-Forwarded-Proto"); {
 		case bytes.EqualFold(p, strHTTPS):
 			scheme = "https"
 		case bytes.EqualFold(p, strHTTP):
 			scheme = "http"
 		}
-		if h := lastListValue(ctx.Request.Header.Peek("X-Forwarded-Host")); validForwardedHost(h) {
+		if h := lastForwarded(&ctx.Request.Header, "X-Forwarded-Host"); validForwardedHost(h) {
 			host = h
 		}
 	}
@@ -1045,6 +1046,17 @@ var (
 	strHTTP  = []byte("http")
 	strHTTPS = []byte("https")
 )
+
+// lastForwarded is the last value of header name: the last element of its
+// last line. A proxy may append its value to the line the client sent, or
+// add a line of its own after it; either way the last is the proxy's.
+func lastForwarded(h *fasthttp.RequestHeader, name string) []byte {
+	lines := h.PeekAll(name)
+	if len(lines) == 0 {
+		return nil
+	}
+	return lastListValue(lines[len(lines)-1])
+}
 
 // lastListValue returns the last element of a comma-separated header value,
 // trimmed of spaces.

@@ -233,3 +233,16 @@ key = ["body:sha256"]
 		})
 	}
 }
+
+// TestTwilioPublicURLProxyLine: a trusted proxy that adds a line of its own
+// after the client's (rather than appending to it) is read the same way:
+// the last value is the proxy's, whatever the client sent first.
+func TestTwilioPublicURLProxyLine(t *testing.T) {
+	trusted := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	ctx := twilioCtx("10.1.2.3", map[string]string{"X-Forwarded-Proto": "http", "X-Forwarded-Host": "evil.example"}, []byte("a=1"), "sig")
+	ctx.Request.Header.Add("X-Forwarded-Proto", "https")
+	ctx.Request.Header.Add("X-Forwarded-Host", "hooks.example.com")
+	if got, want := publicURL(ctx, trusted), "https://hooks.example.com/in/tw?acct=1"; got != want {
+		t.Fatalf("publicURL = %q, want %q", got, want)
+	}
+}

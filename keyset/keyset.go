@@ -513,10 +513,23 @@ func (ks *sourceKeys) loadCache() bool {
 
 // run refetches every keys_refresh (sooner after a failure) until stopped.
 // first is the delay before the first fetch.
+//
+// It also wakes when a held key's nbf or exp passes, so that the count of
+// keys in force (oncehook_keys_active) follows them without waiting for a
+// delivery: an alert on it sees a key expire before deliveries fail.
 func (ks *sourceKeys) run(first time.Duration) {
 	defer ks.wg.Done()
 	t := time.NewTimer(first)
 	defer t.Stop()
+	edge := time.NewTimer(time.Hour)
+	defer edge.Stop()
+	armEdge := func() {
+		edge.Stop()
+		if b := ks.current(time.Now()); b.until < maxUnix {
+			edge.Reset(max(time.Until(time.Unix(b.until, 0)), 0))
+		}
+	}
+	armEdge()
 	last := time.Now() // of the last fetch, or of the start
 	for {
 		select {
@@ -527,6 +540,9 @@ func (ks *sourceKeys) run(first time.Duration) {
 			next := ks.refresh - time.Since(last)
 			ks.mu.Unlock()
 			t.Reset(max(next, 0))
+			continue
+		case <-edge.C:
+			armEdge()
 			continue
 		case <-t.C:
 		}
@@ -539,6 +555,7 @@ func (ks *sourceKeys) run(first time.Duration) {
 			next = min(next, keysRetryAfter)
 		}
 		t.Reset(next)
+		armEdge()
 	}
 }
 

@@ -260,8 +260,37 @@ func TestKeysFetchLimits(t *testing.T) {
 	}
 }
 
-// countingMetrics counts the fetch failures a key set reports.
-type countingMetrics struct{ failures atomic.Int64 }
+// countingMetrics counts the fetch failures a key set reports, and keeps
+// the last count of keys in force.
+type countingMetrics struct{ failures, active atomic.Int64 }
 
-func (c *countingMetrics) FetchFailure(string) { c.failures.Add(1) }
-func (c *countingMetrics) Active(string, int)  {}
+func (c *countingMetrics) FetchFailure(string)    { c.failures.Add(1) }
+func (c *countingMetrics) Active(_ string, n int) { c.active.Store(int64(n)) }
+
+// TestKeysActiveFollowsExpiry: the count of keys in force drops when a key's
+// exp passes, with no delivery to notice it (an alert on the gauge sees the
+// expiry before deliveries fail).
+func TestKeysActiveFollowsExpiry(t *testing.T) {
+	_, pub := keyPair(t)
+	exp := time.Now().Unix() + 2
+	srv := newKeysServer(t, keysJSON(t, Key{Kid: "a", Alg: AlgEd25519, Key: pub, Exp: exp}))
+	ks := testKeyset(t, srv.url())
+	if _, err := ks.fetch(ks.ctx, "test"); err != nil {
+		t.Fatal(err)
+	}
+	m := ks.m.(*countingMetrics)
+	ks.wg.Add(1)
+	go ks.run(time.Hour)
+	for _, want := range []int64{1, 0} {
+		deadline := time.Now().Add(10 * time.Second)
+		for m.active.Load() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("keys in force %d, want %d (exp %d, now %d)", m.active.Load(), want, exp, time.Now().Unix())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if time.Now().Unix() < exp {
+		t.Fatalf("the key counted out of force before its exp")
+	}
+}
