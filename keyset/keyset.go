@@ -655,8 +655,10 @@ func (km *Manager) Attach(set Sources, cfg *config.Config) error {
 			if !ks.loadCache() {
 				// No cache: fetch before serving, so that the source can
 				// verify from its first delivery; a failure is not fatal.
-				ks.fetch(ks.ctx, "start")
 				first = ks.refresh
+				if _, err := ks.fetch(ks.ctx, "start"); err != nil {
+					first = min(first, keysRetryAfter) // as after any failed fetch
+				}
 			}
 			ks.wg.Add(1)
 			go ks.run(first)
