@@ -15,14 +15,21 @@ import (
 // were long done). This one is bounded in bytes too: the oldest entries
 // leave as the newest come, and an entry larger than the whole budget is
 // not kept at all.
+//
+// It keeps copies of the entries, never the pointers StoreLogs gets: on the
+// leader raft hands it the Log inside each entry's apply future, and a
+// pointer kept there keeps the whole future, the state machine's answer
+// with it. The answer to a lease holds every leased event's body, so 512
+// leases kept their bodies alive: a leader whose handler failed grew by a
+// body per attempt (gigabytes of 1 MiB bodies) until 512 more entries came.
 type recentLogs struct {
 	raft.LogStore
 	maxEntries int
 	maxBytes   int
 
 	mu    sync.RWMutex
-	logs  []*raft.Log // consecutive indexes, oldest first
-	bytes int         // the Data of logs
+	logs  []raft.Log // consecutive indexes, oldest first
+	bytes int        // the Data of logs
 }
 
 func newRecentLogs(store raft.LogStore, maxEntries, maxBytes int) *recentLogs {
@@ -38,7 +45,7 @@ func (c *recentLogs) IsMonotonic() bool {
 func (c *recentLogs) GetLog(idx uint64, log *raft.Log) error {
 	c.mu.RLock()
 	if n := len(c.logs); n > 0 && idx >= c.logs[0].Index && idx <= c.logs[n-1].Index {
-		*log = *c.logs[idx-c.logs[0].Index]
+		*log = c.logs[idx-c.logs[0].Index]
 		c.mu.RUnlock()
 		return nil
 	}
@@ -58,12 +65,12 @@ func (c *recentLogs) StoreLogs(logs []*raft.Log) error {
 		if n := len(c.logs); n > 0 && c.logs[n-1].Index+1 != l.Index {
 			c.dropAll() // not the next index: raft rewrote its tail
 		}
-		c.logs = append(c.logs, l)
+		c.logs = append(c.logs, *l)
 		c.bytes += len(l.Data)
 	}
 	for len(c.logs) > 0 && (len(c.logs) > c.maxEntries || c.bytes > c.maxBytes) {
 		c.bytes -= len(c.logs[0].Data)
-		c.logs[0] = nil
+		c.logs[0] = raft.Log{}
 		c.logs = c.logs[1:]
 	}
 	if len(c.logs) == 0 {

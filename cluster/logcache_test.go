@@ -3,7 +3,9 @@ package cluster
 import (
 	"bytes"
 	"errors"
+	"runtime"
 	"testing"
+	"weak"
 
 	"github.com/hashicorp/raft"
 )
@@ -116,5 +118,37 @@ func TestRecentLogsKeepsTheStoresError(t *testing.T) {
 	var l raft.Log
 	if c.GetLog(1, &l) == nil {
 		t.Fatal("a refused entry is answered from memory")
+	}
+}
+
+// discardStore stores nothing: what keeps an entry alive in a test is the
+// cache, not the store (raft's InmemStore keeps the pointers it gets).
+type discardStore struct{ raft.LogStore }
+
+func (discardStore) StoreLogs([]*raft.Log) error { return nil }
+
+// TestRecentLogsKeepsNoFuture: the cache keeps a copy of each entry, not the
+// pointer StoreLogs got. On the leader that pointer is into the entry's
+// apply future, which holds the state machine's answer (for a lease, every
+// leased event's body): kept, it kept them all alive.
+func TestRecentLogsKeepsNoFuture(t *testing.T) {
+	type future struct { // as raft's logFuture: the Log inside, the answer beside it
+		log      raft.Log
+		response []byte
+	}
+	c := newRecentLogs(discardStore{}, 512, 32<<20)
+	f := &future{log: raft.Log{Index: 1, Term: 1, Type: raft.LogCommand, Data: []byte("lease")}, response: make([]byte, 1<<20)}
+	gone := weak.Make(f)
+	if err := c.StoreLogs([]*raft.Log{&f.log}); err != nil {
+		t.Fatal(err)
+	}
+	f = nil
+	runtime.GC()
+	if gone.Value() != nil {
+		t.Fatal("the cache keeps the future of an entry it holds alive, and the answer with it")
+	}
+	var l raft.Log
+	if err := c.GetLog(1, &l); err != nil || string(l.Data) != "lease" {
+		t.Fatalf("the cached entry: %+v, %v", l, err)
 	}
 }
