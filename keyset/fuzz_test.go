@@ -11,6 +11,7 @@ import (
 // error that quotes none of its key material, or read into keys that each
 // have a kid, a known alg and material; it never panics.
 func FuzzParseKeysDoc(f *testing.F) {
+	const fuzzNow = 1_750_000_000
 	f.Add([]byte(`{"keys":[{"kid":"a","alg":"hmac-sha256","key":"whsec_c2VjcmV0LXNlY3JldC1zZWNyZXQ="}]}`), "standard")
 	f.Add([]byte(`{"keys":[{"kid":"a","alg":"ed25519","key":"whpk_AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=","nbf":1,"exp":2}]}`), "svix")
 	f.Add([]byte(`{"keys":[{"kid":"b","alg":"es256","key":"x"},{"kid":"b","alg":"hmac-sha256","key":"y"}]}`), "stripe")
@@ -18,7 +19,7 @@ func FuzzParseKeysDoc(f *testing.F) {
 	f.Add([]byte(`{"keys":null}`), "standard")
 	f.Add([]byte(`[]`), "nope")
 	f.Fuzz(func(t *testing.T, doc []byte, provider string) {
-		keys, skipped, err := parseKeysDoc(doc, provider)
+		keys, skipped, err := parseKeysDoc(doc, provider, fuzzNow)
 		if err != nil {
 			if keys != nil || skipped != nil {
 				t.Fatalf("refused with keys %d and skipped %d", len(keys), len(skipped))
@@ -33,6 +34,9 @@ func FuzzParseKeysDoc(f *testing.F) {
 				}
 			}
 			return
+		}
+		if n := mostInForce(keys, fuzzNow); n > maxKeysInForce {
+			t.Fatalf("accepted %d keys in force at once", n)
 		}
 		for _, k := range keys {
 			if !validKid(k.Kid) || k.Key == "" || (k.Alg != AlgEd25519 && k.Alg != AlgHMACSHA256) {

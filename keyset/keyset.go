@@ -50,6 +50,7 @@ import (
 const (
 	maxKeysDoc     = 1 << 20          // a document over 1 MiB is refused
 	maxKeysInDoc   = 256              // keys per document
+	maxKeysInForce = 8                // document keys in force at once, now or later
 	keysFetchLimit = 10 * time.Second // one fetch, connect to last byte
 	keysRetryAfter = 30 * time.Second // after a failed periodic fetch (or keys_refresh if shorter)
 	keysEarlyEvery = 10 * time.Second // at most one early fetch per this long, per source
@@ -84,10 +85,10 @@ func (k *Key) inForce(now int64) bool {
 	return (k.Nbf == 0 || k.Nbf <= now) && (k.Exp == 0 || now < k.Exp)
 }
 
-// parseKeysDoc reads and checks a keys document for a source of provider. It
-// returns the usable keys and the kids skipped for an unknown alg. Errors
-// never quote key material.
-func parseKeysDoc(b []byte, provider string) (keys []Key, skipped []string, err error) {
+// parseKeysDoc reads and checks a keys document for a source of provider at
+// unix second now. It returns the usable keys and the kids skipped for an
+// unknown alg. Errors never quote key material.
+func parseKeysDoc(b []byte, provider string, now int64) (keys []Key, skipped []string, err error) {
 	var doc Document
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return nil, nil, fmt.Errorf("keys document is not JSON of the expected shape: %w", err)
@@ -141,7 +142,37 @@ func parseKeysDoc(b []byte, provider string) (keys []Key, skipped []string, err 
 		}
 		keys = append(keys, k)
 	}
+	if n := mostInForce(keys, now); n > maxKeysInForce {
+		return nil, nil, fmt.Errorf("keys document puts %d keys in force at once, over %d", n, maxKeysInForce)
+	}
 	return keys, skipped, nil
+}
+
+// mostInForce is the largest number of keys in force together at any second
+// from now on. A delivery whose signature matches none is checked against
+// every key in force (a Standard Webhooks signature names no key), so this
+// bounds what a forged delivery costs: each v1a entry is one ed25519
+// verification per key, each over the whole body. Keys already expired do
+// not count; the count can only fall as time passes, so a document accepted
+// once stays within the bound when read back from the cache later.
+func mostInForce(keys []Key, now int64) int {
+	most := 0
+	count := func(t int64) {
+		n := 0
+		for i := range keys {
+			if keys[i].inForce(t) {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	count(now)
+	for i := range keys {
+		if keys[i].Nbf > now {
+			count(keys[i].Nbf)
+		}
+	}
+	return most
 }
 
 func validKid(s string) bool {
@@ -377,7 +408,7 @@ func (ks *sourceKeys) fetch(ctx context.Context, why string) (changed bool, err 
 		ks.mu.Lock()
 		provider := ks.provider
 		ks.mu.Unlock()
-		keys, skipped, err = parseKeysDoc(raw, provider)
+		keys, skipped, err = parseKeysDoc(raw, provider, time.Now().Unix())
 	}
 	if err != nil {
 		ks.m.FetchFailure(ks.source)
@@ -498,7 +529,7 @@ func (ks *sourceKeys) loadCache() bool {
 	ks.mu.Lock()
 	provider := ks.provider
 	ks.mu.Unlock()
-	keys, _, err := parseKeysDoc(c.Document, provider)
+	keys, _, err := parseKeysDoc(c.Document, provider, time.Now().Unix())
 	if err != nil {
 		ks.log.Warn("keys_url: cached document refused; ignored", "source", ks.source, "err", err)
 		return false

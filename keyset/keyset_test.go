@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -78,11 +79,11 @@ func TestParseKeysDoc(t *testing.T) {
 		{"kid":"a","alg":"ed25519","key":%q,"nbf":1700000000,"exp":1800000000,"use":"sig"},
 		{"kid":"b","alg":"hmac-sha256","key":%q},
 		{"kid":"c","alg":"es256","key":"whatever"}],"extra":true}`, pub, whsec)
-	keys, skipped, err := parseKeysDoc([]byte(good), "standard")
+	keys, skipped, err := parseKeysDoc([]byte(good), "standard", 1750000000)
 	if err != nil || len(keys) != 2 || keys[0].Kid != "a" || keys[0].Exp != 1800000000 || len(skipped) != 1 || skipped[0] != "c" {
 		t.Fatalf("good document: %+v %v %v", keys, skipped, err)
 	}
-	if keys, _, err := parseKeysDoc([]byte(`{"keys":[]}`), "standard"); err != nil || len(keys) != 0 {
+	if keys, _, err := parseKeysDoc([]byte(`{"keys":[]}`), "standard", 1750000000); err != nil || len(keys) != 0 {
 		t.Fatalf("empty key list: %v %v", keys, err)
 	}
 	bad := map[string]string{
@@ -103,18 +104,62 @@ func TestParseKeysDoc(t *testing.T) {
 		"private key in hmac": `{"keys":[{"kid":"a","alg":"hmac-sha256","key":"whsk_AAAA"}]}`,
 	}
 	for name, doc := range bad {
-		if _, _, err := parseKeysDoc([]byte(doc), "standard"); err == nil {
+		if _, _, err := parseKeysDoc([]byte(doc), "standard", 1750000000); err == nil {
 			t.Errorf("%s: accepted", name)
 		} else if strings.Contains(err.Error(), strings.TrimPrefix(whsec, "whsec_")) || strings.Contains(err.Error(), strings.TrimPrefix(pub, "whpk_")) {
 			t.Errorf("%s: error quotes key material: %v", name, err)
 		}
 	}
 	// ed25519 keys only make sense for standard and svix.
-	if _, _, err := parseKeysDoc([]byte(fmt.Sprintf(`{"keys":[{"kid":"a","alg":"ed25519","key":%q}]}`, pub)), "stripe"); err == nil {
+	if _, _, err := parseKeysDoc([]byte(fmt.Sprintf(`{"keys":[{"kid":"a","alg":"ed25519","key":%q}]}`, pub)), "stripe", 1750000000); err == nil {
 		t.Error("an ed25519 key for a stripe source was accepted")
 	}
-	if keys, _, err := parseKeysDoc([]byte(`{"keys":[{"kid":"a","alg":"hmac-sha256","key":"whsec_stripe"}]}`), "stripe"); err != nil || len(keys) != 1 {
+	if keys, _, err := parseKeysDoc([]byte(`{"keys":[{"kid":"a","alg":"hmac-sha256","key":"whsec_stripe"}]}`), "stripe", 1750000000); err != nil || len(keys) != 1 {
 		t.Errorf("a stripe hmac key: %v", err)
+	}
+}
+
+// TestKeysInForceCap: a forged delivery is checked against every key in
+// force, so a document may not put more than maxKeysInForce of them in force
+// at one time, now or at a later key's nbf; keys already expired do not count.
+func TestKeysInForceCap(t *testing.T) {
+	const now = 1750000000
+	_, pub := keyPair(t)
+	doc := func(windows ...[2]int64) string {
+		var b strings.Builder
+		b.WriteString(`{"keys":[`)
+		for i, w := range windows {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			fmt.Fprintf(&b, `{"kid":"k%d","alg":"ed25519","key":%q,"nbf":%d,"exp":%d}`, i, pub, w[0], w[1])
+		}
+		b.WriteString(`]}`)
+		return b.String()
+	}
+	always := [2]int64{0, 0}
+	expired := [2]int64{0, now - 1}
+	later := [2]int64{now + 100, 0}
+	repeat := func(w [2]int64, n int) [][2]int64 { return slices.Repeat([][2]int64{w}, n) }
+	for _, tc := range []struct {
+		name    string
+		windows [][2]int64
+		ok      bool
+	}{
+		{"the cap in force now", repeat(always, maxKeysInForce), true},
+		{"one over the cap now", repeat(always, maxKeysInForce+1), false},
+		{"expired keys do not count", append(repeat(always, maxKeysInForce), repeat(expired, 20)...), true},
+		{"one over the cap at a later nbf", append(repeat(always, maxKeysInForce), later), false},
+		{"a later key replaces one that expires first", append(repeat(always, maxKeysInForce-1), [2]int64{0, now + 100}, later), true},
+		{"later keys over the cap together", repeat(later, maxKeysInForce+1), false},
+	} {
+		_, _, err := parseKeysDoc([]byte(doc(tc.windows...)), "standard", now)
+		if (err == nil) != tc.ok {
+			t.Errorf("%s: err %v, want ok %v", tc.name, err, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "in force at once") {
+			t.Errorf("%s: the error does not say why: %v", tc.name, err)
+		}
 	}
 }
 
