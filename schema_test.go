@@ -94,6 +94,16 @@ func TestSchemaAtIntake(t *testing.T) {
 	if a := tn.post("typed", []byte(rejected[0].body), tn.signed([]byte(rejected[0].body), "msg_s1")); a.Status != http.StatusAccepted {
 		t.Fatalf("after reload: %d %s", a.Status, a.Raw)
 	}
+	// The reload line names the schema whose contents changed (its path did
+	// not), and a reload of the same files names it no more.
+	const changed = "source[typed].schema_file (contents)"
+	if n := strings.Count(tn.logs(), changed); n != 1 {
+		t.Errorf("the reload line names the changed schema %d times, want 1:\n%s", n, tn.logs())
+	}
+	tn.n.reload(tn.cfgPath)
+	if n := strings.Count(tn.logs(), changed); n != 1 {
+		t.Errorf("after a reload of unchanged files the schema is named %d times, want 1", n)
+	}
 	// A schema that does not compile rejects the reload; the running one stays.
 	mustWrite(t, filepath.Join(dir, "typed.schema.json"), `{"type": 12}`)
 	tn.n.reload(tn.cfgPath)

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -68,11 +69,26 @@ type node struct {
 	// tlsSums hash the admin's and the cluster's TLS files as last loaded
 	// (reload only): a reload names them as applied when they changed.
 	adminTLSSum, clusterTLSSum [sha256.Size]byte
+	// schemaSums hash each source's schema_file as last loaded, by source
+	// name: a reload names a schema whose contents changed under the same
+	// path, which config.Diff cannot see.
+	schemaSums map[string][sha256.Size]byte
 }
 
-// tlsFilesSum hashes the contents of the files at paths (an unreadable one
+// schemaSums hashes the schema file of every source that names one.
+func schemaSums(cfg *config.Config) map[string][sha256.Size]byte {
+	sums := map[string][sha256.Size]byte{}
+	for i := range cfg.Sources {
+		if s := &cfg.Sources[i]; s.SchemaFile != "" {
+			sums[s.Name] = filesSum(s.SchemaFile)
+		}
+	}
+	return sums
+}
+
+// filesSum hashes the contents of the files at paths (an unreadable one
 // counts as empty: the load that follows reports it).
-func tlsFilesSum(paths ...string) [sha256.Size]byte {
+func filesSum(paths ...string) [sha256.Size]byte {
 	h := sha256.New()
 	for _, p := range paths {
 		b, _ := os.ReadFile(p)
@@ -189,11 +205,12 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	}
 	n.cfg.Store(cfg)
 	n.started = cfg
+	n.schemaSums = schemaSums(cfg)
 	if cfg.Admin.TLS() {
-		n.adminTLSSum = tlsFilesSum(cfg.Admin.TLSCert, cfg.Admin.TLSKey)
+		n.adminTLSSum = filesSum(cfg.Admin.TLSCert, cfg.Admin.TLSKey)
 	}
 	if cfg.Cluster != nil && cfg.Cluster.TLS() {
-		n.clusterTLSSum = tlsFilesSum(cfg.Cluster.TLSCert, cfg.Cluster.TLSKey, cfg.Cluster.TLSCA)
+		n.clusterTLSSum = filesSum(cfg.Cluster.TLSCert, cfg.Cluster.TLSKey, cfg.Cluster.TLSCA)
 	}
 	// Raft's own go-metrics into the same registry, bridged before raft
 	// starts so its first samples are kept.
@@ -445,7 +462,7 @@ func (n *node) reload(path string) {
 	n.cfg.Store(config.Running(n.started, cfg))
 	if cert != nil {
 		n.admin.UseCert(cert)
-		if sum := tlsFilesSum(cfg.Admin.TLSCert, cfg.Admin.TLSKey); sum != n.adminTLSSum {
+		if sum := filesSum(cfg.Admin.TLSCert, cfg.Admin.TLSKey); sum != n.adminTLSSum {
 			n.adminTLSSum = sum
 			live = append(live, "admin tls files (re-read)")
 		}
@@ -453,11 +470,20 @@ func (n *node) reload(path string) {
 	if clusterTLS != nil {
 		if err := n.cluster.UseTLS(clusterTLS); err != nil {
 			n.log.Error("cluster tls not reloaded", "err", err)
-		} else if sum := tlsFilesSum(cfg.Cluster.TLSCert, cfg.Cluster.TLSKey, cfg.Cluster.TLSCA); sum != n.clusterTLSSum {
+		} else if sum := filesSum(cfg.Cluster.TLSCert, cfg.Cluster.TLSKey, cfg.Cluster.TLSCA); sum != n.clusterTLSSum {
 			n.clusterTLSSum = sum
 			live = append(live, "cluster tls files (re-read)")
 		}
 	}
+	sums := schemaSums(cfg)
+	for i := range cfg.Sources {
+		src := &cfg.Sources[i]
+		prev, had := n.schemaSums[src.Name]
+		if sum, ok := sums[src.Name]; ok && had && sum != prev && !slices.Contains(live, "source["+src.Name+"].schema_file") {
+			live = append(live, "source["+src.Name+"].schema_file (contents)")
+		}
+	}
+	n.schemaSums = sums
 	n.metrics.ConfigReloaded(true)
 	// A source the reload added gets its series at 0, as one configured at
 	// start does: an alert on increase() sees its first dead letter expire.
