@@ -147,6 +147,7 @@ type Node struct {
 	fsm      *fsm
 	raft     *raft.Raft
 	logStore *raftboltdb.BoltStore
+	logs     raft.LogStore // what raft reads and writes: logStore behind the cache and guards
 	trans    raft.Transport
 	patient  *patientTransport // n.trans over TCP; nil in process
 	mux      *mux
@@ -289,6 +290,7 @@ func (n *Node) open() error {
 	if err != nil {
 		return err
 	}
+	n.logs = logs
 	// An unreachable peer would otherwise fill the log (raftlog.go).
 	hl := newRaftLogger(n.log, orDefault(n.cfg.RaftLogLevel, "warn"), n.raftLogFilter().exclude)
 	snaps, err := openSnapshots(raftDir, hl, n.storing)

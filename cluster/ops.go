@@ -312,8 +312,9 @@ func (n *Node) dropWaiter(key string, ch chan struct{}) {
 // IsLeader reports whether this node currently believes it leads.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
-// Ready reports whether the node can serve intake: it knows a leader and has
-// applied everything it knows to be committed. The reason says why not.
+// Ready reports whether the node can serve intake: it knows a leader, has
+// applied everything it knows to be committed and, when it leads, has
+// committed an entry of its own term. The reason says why not.
 func (n *Node) Ready() (bool, string) {
 	if why := n.foreign.Load(); why != nil {
 		return false, *why
@@ -345,10 +346,34 @@ func (n *Node) Ready() (bool, string) {
 	if applied < commit {
 		return false, fmt.Sprintf("catching up: applied %d of %d (leader %s)", applied, commit, id)
 	}
+	if why := n.leaderCannotCommit(commit); why != "" {
+		return false, why
+	}
 	if why := n.leaderRefuses(addr, id); why != "" {
 		return false, why
 	}
 	return true, "leader " + string(id)
+}
+
+// leaderCannotCommit says why a leader is not ready until an entry of its own
+// term is committed: a new leader's commit index is the one it learnt as a
+// follower, and raft advances it only once an entry of the new term (the
+// no-op raft appends on election) is stored on a majority. Without this a
+// leader elected by voters that then cannot store its entries read as
+// caught up, and its claims waited for a commit that never came. Empty when
+// the node does not lead, or leads and has committed in its term.
+func (n *Node) leaderCannotCommit(commit uint64) string {
+	if n.raft.State() != raft.Leader {
+		return ""
+	}
+	term := n.raft.CurrentTerm()
+	var l raft.Log
+	if err := n.logs.GetLog(commit, &l); err != nil || l.Term >= term {
+		// An entry not in the log any more is older than a snapshot taken
+		// since: something of this term was committed to get past it.
+		return ""
+	}
+	return fmt.Sprintf("leader of term %d: no entry of its term committed yet (commit index %d; a quorum storing its entries?)", term, commit)
 }
 
 // Server is one member as the status API reports it. State is the member's

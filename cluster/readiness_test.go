@@ -3,12 +3,16 @@ package cluster
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 )
 
 // olderListener makes a node's cluster port refuse the token handshake
@@ -72,4 +76,80 @@ func TestFollowerRefusedByTheLeaderIsNotReady(t *testing.T) {
 	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:after")); err != nil {
 		t.Fatalf("claim through the follower afterwards: %v", err)
 	}
+}
+
+// termGatedLogs fails, as a full disk does, every write of entries of a term
+// after the one in gate (0: off).
+type termGatedLogs struct {
+	raft.LogStore
+	gate *atomic.Uint64
+}
+
+func (l *termGatedLogs) refuses(logs ...*raft.Log) error {
+	if g := l.gate.Load(); g != 0 {
+		for _, e := range logs {
+			if e.Term > g {
+				return fmt.Errorf("store log %d of term %d: %w", e.Index, e.Term, syscall.ENOSPC)
+			}
+		}
+	}
+	return nil
+}
+
+func (l *termGatedLogs) StoreLog(log *raft.Log) error {
+	if err := l.refuses(log); err != nil {
+		return err
+	}
+	return l.LogStore.StoreLog(log)
+}
+
+func (l *termGatedLogs) StoreLogs(logs []*raft.Log) error {
+	if err := l.refuses(logs...); err != nil {
+		return err
+	}
+	return l.LogStore.StoreLogs(logs)
+}
+
+// A leader elected by voters that then cannot store its entries keeps their
+// heartbeats, and its leadership, but commits nothing of its term. Its commit
+// index is the one it learnt as a follower, all applied: it must not read as
+// ready, or a load balancer sends it claims that wait for a commit that never
+// comes.
+func TestLeaderThatCannotCommitIsNotReady(t *testing.T) {
+	var gate atomic.Uint64
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		if cfg.ID != "n3" {
+			return
+		}
+		cfg.wrapLogs = func(s raft.LogStore) raft.LogStore { return &termGatedLogs{LogStore: s, gate: &gate} }
+	})
+	old := c.waitLeader(-1)
+	if old == 2 {
+		// n3 must stay a voter of the next term: move the leadership off it.
+		c.partition(2)
+		old = c.waitLeader(2)
+		c.heal()
+		c.waitConverged()
+	}
+	// n3 stores nothing of a later term; the old leader goes. The other
+	// survivor wins (n3, elected, fails to store its own first entry and
+	// steps down) and can commit nothing without n3.
+	survivor := 1 - old // of positions 0 and 1, the one that is not old
+	gate.Store(c.nodes[survivor].raft.CurrentTerm())
+	c.partition(old)
+	waitFor(t, "a leader that cannot commit", func() bool {
+		n := c.nodes[survivor]
+		ok, why := n.Ready()
+		return n.IsLeader() && !ok && strings.Contains(why, "no entry of its term committed")
+	})
+	if _, err := c.nodes[survivor].Claim(ctxT(t, 300*time.Millisecond), claimCmd("src:stuck")); err == nil {
+		t.Fatal("a claim committed on a leader whose voters store nothing")
+	}
+	// n3 stores again: the term's entries commit and the leader is ready.
+	gate.Store(0)
+	waitFor(t, "the leader ready once it commits", func() bool {
+		ok, _ := c.nodes[survivor].Ready()
+		return ok || !c.nodes[survivor].IsLeader()
+	})
+	c.heal()
 }
