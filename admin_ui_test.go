@@ -275,6 +275,16 @@ func TestUIReplayNeedsTheFormTokenAndAReason(t *testing.T) {
 	if ev, _ := tn.event(key); ev.State != engine.StateDead {
 		t.Fatalf("a refused replay moved the event to %s", ev.State.String())
 	}
+	// 300 characters of four bytes each pass the count of characters but
+	// not what the audit keeps: refused, not cut.
+	long := strings.Repeat("\U0001D11E", 300) + "END"
+	a = u.post("/ui/replay", url.Values{"csrf": {u.csrf}, "key": {key}, "reason": {long}})
+	if page := u.get(a.header.Get("Location")); !strings.Contains(page.body, "the reason is 1203 bytes; at most 1024 are kept") {
+		t.Fatalf("no message about the reason's length:\n%s", page.body)
+	}
+	if ev, _ := tn.event(key); ev.State != engine.StateDead {
+		t.Fatalf("a refused replay moved the event to %s", ev.State.String())
+	}
 
 	h.setAnswer(func(delivery) (int, string) { return 200, "ok" })
 	a = u.post("/ui/replay", url.Values{"csrf": {u.csrf}, "key": {key}, "reason": {"handler fixed"}})

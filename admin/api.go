@@ -820,14 +820,52 @@ func clusterStatus(err error) int {
 	return http.StatusInternalServerError
 }
 
+// BackupTrailer is the trailer that ends a whole backup stream with its
+// length in bytes. The length is not known before the copy starts, so the
+// stream is chunked: without the trailer, a backup that failed part way
+// would end like a whole one.
+const BackupTrailer = "Oncehook-Backup-Bytes"
+
 func (s *Server) adminBackup(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/octet-stream")
 	w.Header().Set("Content-Disposition", `attachment; filename="oncehook-backup.db"`)
+	w.Header().Set("Trailer", BackupTrailer)
 	// The stream may outlast the server's WriteTimeout; it may not stall.
-	sw := streamWriter{w: w, rc: http.NewResponseController(w), timeout: s.timeouts.Stream}
-	if _, err := s.store.Backup(sw); err != nil {
-		s.log.Error("backup failed", "err", err)
+	sw := &countingWriter{w: streamWriter{w: w, rc: http.NewResponseController(w), timeout: s.timeouts.Stream}}
+	n, err := s.store.Backup(sw)
+	if err == nil {
+		w.Header().Set(BackupTrailer, strconv.FormatInt(n, 10))
+		return
 	}
+	s.log.Error("backup failed", "err", err)
+	if sw.n == 0 {
+		// Nothing sent yet: the status can still say so.
+		w.Header().Del("Content-Disposition")
+		w.Header().Del("Trailer")
+		jsonError(w, http.StatusInternalServerError, "backup failed: "+err.Error())
+		return
+	}
+	// Part of it went out under a 200: break the stream, so that no client
+	// reads a cut backup as a whole one (curl reports the transfer cut short;
+	// oncehook snapshot save also wants the trailer).
+	panic(http.ErrAbortHandler)
+}
+
+// countingWriter counts the bytes written through it. An empty write is
+// not passed on: it would send a response's status, and a failure before the
+// first byte could no longer be answered 500.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }
 
 // adminRestore replaces the cluster's state with an uploaded backup (leader

@@ -597,6 +597,11 @@ func (u *adminUI) replay(w http.ResponseWriter, r *http.Request, s *uiSession) {
 	case utf8.RuneCountInString(reason) > uiMaxReason:
 		flash(fmt.Sprintf("Not replayed: the reason is longer than %d characters.", uiMaxReason), true)
 		return
+	case len(reason) > engine.MaxTextLen:
+		// Characters outside ASCII take up to 4 bytes: 500 of them can pass
+		// the count above and still be cut by the audit.
+		flash(fmt.Sprintf("Not replayed: the reason is %d bytes; at most %d are kept.", len(reason), engine.MaxTextLen), true)
+		return
 	}
 	cmd := engine.Command{Op: engine.OpReplay, Who: s.who, Reason: reason, Keys: []string{key}}
 	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
@@ -644,6 +649,9 @@ func (u *adminUI) pauseSource(w http.ResponseWriter, r *http.Request, s *uiSessi
 		return
 	case utf8.RuneCountInString(reason) > uiMaxReason:
 		flash(fmt.Sprintf("Not %s: the reason is longer than %d characters.", verb, uiMaxReason), true)
+		return
+	case len(reason) > engine.MaxTextLen:
+		flash(fmt.Sprintf("Not %s: the reason is %d bytes; at most %d are kept.", verb, len(reason), engine.MaxTextLen), true)
 		return
 	}
 	changed, err := u.s.setPaused(r.Context(), name, s.who, reason, pause)

@@ -60,7 +60,9 @@ func Flags(fs *flag.FlagSet) func() (*Client, error) {
 			}
 			tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 		}
-		tok := os.Getenv("ONCEHOOK_TOKEN")
+		// Trimmed as the node trims its token files: `export
+		// ONCEHOOK_TOKEN=$(cat f)` keeps no newline, but other ways do.
+		tok, from := strings.TrimSpace(os.Getenv("ONCEHOOK_TOKEN")), "ONCEHOOK_TOKEN"
 		if *tokenFile != "" {
 			b, err := os.ReadFile(*tokenFile)
 			if err != nil {
@@ -68,7 +70,13 @@ func Flags(fs *flag.FlagSet) func() (*Client, error) {
 			}
 			// A token file saved by Notepad starts with a byte order mark:
 			// it is not part of the token (config reads its token files so).
-			tok = strings.TrimSpace(strings.TrimPrefix(string(b), "\ufeff"))
+			tok, from = strings.TrimSpace(strings.TrimPrefix(string(b), "\ufeff")), "token file "+*tokenFile
+			if tok == "" {
+				return nil, fmt.Errorf("%s is empty: put the admin token in it (one of [admin] tokens)", from)
+			}
+		}
+		if strings.ContainsFunc(tok, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			return nil, fmt.Errorf("%s holds control bytes, which cannot be sent in an Authorization header (a binary file? the node refuses such a token too)", from)
 		}
 		return &Client{base: strings.TrimRight(a, "/"), token: tok, http: &http.Client{Transport: tr, Timeout: 60 * time.Second}}, nil
 	}

@@ -5,9 +5,11 @@ import (
 	"context"
 	"flag"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -109,6 +111,66 @@ func TestTokenFileBOM(t *testing.T) {
 			}
 			if got != "Bearer s3cret-token" {
 				t.Errorf("Authorization %q, want %q", got, "Bearer s3cret-token")
+			}
+		})
+	}
+}
+
+// TestTokenSources: ONCEHOOK_TOKEN is trimmed as token files are; an empty
+// token file, or a token with control bytes (a binary file), is an error
+// naming where the token came from, before anything is sent.
+func TestTokenSources(t *testing.T) {
+	dir := t.TempDir()
+	file := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	empty, binary := file("empty", "\n"), file("binary", "\x8f\x01abc\x1b")
+	for _, tc := range []struct {
+		name, env, file string
+		sent, err       string
+	}{
+		{"env with a newline", "s3cret-token\n", "", "Bearer s3cret-token", ""},
+		{"an empty file", "", empty, "", "token file " + empty + " is empty"},
+		{"a binary file", "", binary, "", "token file " + binary + " holds control bytes"},
+		{"control bytes in the env", "s3cret\x01token", "", "", "ONCEHOOK_TOKEN holds control bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sent string
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				sent = r.Header.Get("Authorization")
+				w.Write([]byte(statusOld))
+			}))
+			t.Cleanup(srv.Close)
+			t.Setenv("ONCEHOOK_TOKEN", tc.env)
+			t.Setenv("ONCEHOOK_TOKEN_FILE", tc.file)
+			t.Setenv("ONCEHOOK_CA", "")
+			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			mk := Flags(fs)
+			if err := fs.Parse([]string{"-addr", srv.URL}); err != nil {
+				t.Fatal(err)
+			}
+			c, err := mk()
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("err %v, want %q", err, tc.err)
+				}
+				if strings.Contains(err.Error(), "abc") || strings.Contains(err.Error(), "s3cret") {
+					t.Fatalf("the error shows the token: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := callStatus(c); err != nil {
+				t.Fatal(err)
+			}
+			if sent != tc.sent {
+				t.Errorf("Authorization %q, want %q", sent, tc.sent)
 			}
 		})
 	}
@@ -228,4 +290,100 @@ func answeringAlways(t *testing.T, status int, body string) string {
 	}))
 	t.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// TestSaveSnapshotWantsAWholeStream: a node announces the trailer that ends
+// a whole backup; a stream that ends without it, that is cut, or whose
+// length differs saved nothing and leaves the previous backup in place. A
+// node from before the trailer announces none, and its stream is saved.
+func TestSaveSnapshotWantsAWholeStream(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		serve   func(w http.ResponseWriter)
+		saved   bool
+		wantErr string
+	}{
+		{"whole, with its end mark", func(w http.ResponseWriter) {
+			w.Header().Set("Trailer", backupTrailer)
+			w.Write([]byte("backup bytes"))
+			w.Header().Set(backupTrailer, "12")
+		}, true, ""},
+		{"a node without end marks", func(w http.ResponseWriter) {
+			w.Write([]byte("backup bytes"))
+		}, true, ""},
+		{"failed part way: no end mark", func(w http.ResponseWriter) {
+			w.Header().Set("Trailer", backupTrailer)
+			w.Write([]byte("backup"))
+		}, false, "ended without its end mark after 6 bytes"},
+		{"an end mark of another length", func(w http.ResponseWriter) {
+			w.Header().Set("Trailer", backupTrailer)
+			w.Write([]byte("backup"))
+			w.Header().Set(backupTrailer, "12")
+		}, false, "sent 6 bytes but says the backup is 12"},
+		{"cut off", func(w http.ResponseWriter) {
+			w.Header().Set("Trailer", backupTrailer)
+			w.Write([]byte("backup"))
+			w.(http.Flusher).Flush()
+			panic(http.ErrAbortHandler)
+		}, false, "the stream was cut after 6 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tc.serve(w) }))
+			srv.Config.ErrorLog = log.New(io.Discard, "", 0)
+			t.Cleanup(srv.Close)
+			c := newTestClient(t, srv.URL, "token")
+			file := filepath.Join(t.TempDir(), "backup.db")
+			if err := os.WriteFile(file, []byte("the last good backup"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			err := c.SaveSnapshot(t.Context(), io.Discard, file)
+			b, _ := os.ReadFile(file)
+			if tc.saved {
+				if err != nil || string(b) != "backup bytes" {
+					t.Fatalf("saved %q, %v; want the stream saved", b, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.Contains(err.Error(), "nothing saved") {
+				t.Errorf("error %v, want one saying %q and nothing saved", err, tc.wantErr)
+			}
+			if string(b) != "the last good backup" {
+				t.Errorf("the previous backup was replaced by %q", b)
+			}
+			if left, _ := filepath.Glob(file + ".tmp-*"); len(left) != 0 {
+				t.Errorf("temporary files left: %v", left)
+			}
+		})
+	}
+}
+
+// TestShellQuote: the paging hint quotes an event key, which a webhook
+// sender chose, for a shell; a real shell reads each back as it was and runs
+// nothing inside it.
+func TestShellQuote(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	trap := filepath.Join(dir, "ran")
+	for _, key := range []string{
+		"stripe:evt_123",
+		"std:msg_2Lx/a.b@c%d+e=f,g-h",
+		"stripe:$(touch " + trap + ")",
+		"stripe:`touch " + trap + "`",
+		"stripe:${HOME}$HOME",
+		"it's:a 'key' with spaces",
+		`a"b\c!d*e?f[g]h;i&j|k<l>m(n)o{p}q~r#s`,
+		"",
+	} {
+		quoted := shellQuote(key)
+		out, err := exec.Command(sh, "-c", "printf %s "+quoted).Output()
+		if err != nil || string(out) != key {
+			t.Errorf("%q quoted as %s reads back as %q (%v)", key, quoted, out, err)
+		}
+	}
+	if _, err := os.Stat(trap); err == nil {
+		t.Fatal("a quoted key ran a command")
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -86,7 +87,9 @@ func (c *Client) Events(ctx context.Context, stdout, stderr io.Writer, eq Events
 		return err
 	}
 	if out.Next != "" {
-		fmt.Fprintf(stderr, "more events: add -after %q\n", out.Next)
+		// The cursor is an event key, which the sender chose: quoted for a
+		// shell, so that pasting the line runs nothing it holds.
+		fmt.Fprintf(stderr, "more events: add -after %s\n", shellQuote(out.Next))
 	}
 	return nil
 }
@@ -232,6 +235,28 @@ func (c *Client) TransferLeadership(ctx context.Context, w io.Writer, to string)
 	return nil
 }
 
+// backupTrailer ends a whole backup stream with its length (the admin
+// package's BackupTrailer; this package does not import the server).
+const backupTrailer = "Oncehook-Backup-Bytes"
+
+// wholeBackup checks, once the body is read to its end, that the node said
+// the stream was whole: a node announces the trailer and sends it only after
+// a backup that completed. A node of a release before the trailer announces
+// none, and its stream is taken as it ends.
+func wholeBackup(resp *http.Response, n int64) error {
+	if _, announced := resp.Trailer[backupTrailer]; !announced {
+		return nil
+	}
+	got := resp.Trailer.Get(backupTrailer)
+	if got == "" {
+		return fmt.Errorf("the node's backup stream ended without its end mark after %d bytes: the backup failed on the node (its log says why); nothing saved", n)
+	}
+	if got != strconv.FormatInt(n, 10) {
+		return fmt.Errorf("the node sent %d bytes but says the backup is %s: nothing saved", n, got)
+	}
+	return nil
+}
+
 // SaveSnapshot streams GET /v1/backup into file, through file.tmp synced and
 // renamed, so that file is a whole backup or not there. It streams for as
 // long as the state takes: ctx bounds it, not the client's timeout.
@@ -272,6 +297,11 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer, file string) err
 		return c.statusError("backup", resp.StatusCode, b)
 	}
 	n, err := io.Copy(f, resp.Body)
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		err = fmt.Errorf("the stream was cut after %d bytes (the backup failed on the node, whose log says why, or the connection broke); nothing saved", n)
+	} else if err == nil {
+		err = wholeBackup(resp, n)
+	}
 	if err == nil {
 		err = f.Sync()
 	}
@@ -280,7 +310,7 @@ func (c *Client) SaveSnapshot(ctx context.Context, w io.Writer, file string) err
 	}
 	if err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("write snapshot: %w", err)
+		return fmt.Errorf("snapshot save %s: %w", file, err)
 	}
 	if err := os.Rename(tmp, file); err != nil {
 		os.Remove(tmp)
@@ -333,4 +363,20 @@ func (c *Client) RestoreSnapshot(ctx context.Context, w io.Writer, file string) 
 	}
 	fmt.Fprintf(w, "restored %s\n", file)
 	return nil
+}
+
+// shellQuote quotes s for a POSIX shell: as it is when it holds only bytes no
+// shell reads specially, else in single quotes, inside which a shell expands
+// nothing ($(...), backquotes, $VAR); a single quote itself is closed,
+// escaped and reopened.
+func shellQuote(s string) string {
+	safe := s != ""
+	for i := 0; i < len(s) && safe; i++ {
+		c := s[i]
+		safe = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || strings.IndexByte("_-.,:/@%+=", c) >= 0
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

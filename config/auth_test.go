@@ -67,6 +67,8 @@ func TestAdminTokenLength(t *testing.T) {
 	dir := t.TempDir()
 	shortFile := writeFile(t, dir, "short.token", strings.Repeat("a", MinTokenLen-1)+"\n", 0o600)
 	longFile := writeFile(t, dir, "long.token", strings.Repeat("b", MinTokenLen)+"\n", 0o600)
+	// Raw random bytes, as `head -c 40 /dev/urandom` writes them.
+	binFile := writeFile(t, dir, "binary.token", "\x8f\x01\xd2"+strings.Repeat("a", MinTokenLen)+"\x1b\x7f\xe4", 0o600)
 	for _, tt := range []struct {
 		name, toml, want string
 	}{
@@ -76,6 +78,8 @@ func TestAdminTokenLength(t *testing.T) {
 			":2: admin.tokens[0].token_file: the token in " + shortFile + " is 31 bytes: at least 32 are required; make one with"},
 		{"inline 32 bytes", `tokens = [{ name = "ops", token = "` + strings.Repeat("a", MinTokenLen) + `" }]`, ""},
 		{"file of 32 bytes", `tokens = [{ name = "ops", token_file = "` + longFile + `" }]`, ""},
+		{"a binary file", `tokens = [{ name = "ops", token_file = "` + binFile + `" }]`,
+			":2: admin.tokens[0].token_file: the token in " + binFile + " holds control bytes (a binary file?), which no client can send in an Authorization header; make one with"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			path := writeFile(t, dir, "c.toml", "[admin]\n"+tt.toml+"\n", 0o600)

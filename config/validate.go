@@ -302,6 +302,16 @@ func (c *Config) validateAdmin(p *problems) {
 			}
 			continue
 		}
+		if bytes.ContainsFunc(t.Token, func(r rune) bool { return r < 0x20 || r == 0x7f }) {
+			// Raw random bytes (head -c 32 /dev/urandom without base64):
+			// no client can send them in an Authorization header.
+			where, file := key+".token", "the token"
+			if t.TokenFile != "" {
+				where, file = key+".token_file", "the token in "+t.TokenFile
+			}
+			p.add(where, nil, file+" holds control bytes (a binary file?), which no client can send in an Authorization header; "+makeToken)
+			continue
+		}
 		for j := range i {
 			if bytes.Equal(c.Admin.Tokens[j].Token, t.Token) {
 				p.add(key+".token_file", nil, fmt.Sprintf("same token as admin.tokens[%d]: each name needs its own token", j), key+".token")
