@@ -113,11 +113,19 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := noArgs(fs, "give each key with -key KEY"); err != nil {
 		return err
 	}
-	if *reason == "" {
+	if strings.TrimSpace(*reason) == "" {
 		return usageError{"replay needs -reason"}
 	}
 	if len(keys) == 0 && *state == "" {
 		return usageError{"replay needs -key KEY (repeatable) or -state dead|done|stale"}
+	}
+	switch {
+	case len(keys) > 0 && *state != "":
+		return usageError{"replay takes -key KEY or -state, not both"}
+	case len(keys) > 0 && *source != "":
+		return usageError{"replay -source goes with -state (a key names its source: source:id)"}
+	case len(keys) > 0 && *since != "":
+		return usageError{"replay -since goes with -state"}
 	}
 	if err := checkStateFlag("replay", *state, true); err != nil {
 		return err
@@ -151,7 +159,7 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, paus
 	if err := noArgs(fs, ""); err != nil {
 		return err
 	}
-	if *source == "" || *reason == "" {
+	if *source == "" || strings.TrimSpace(*reason) == "" {
 		return usageError{verb + " needs -source and -reason"}
 	}
 	c, err := mk()
@@ -176,7 +184,7 @@ func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err := noArgs(fs, ""); err != nil {
 		return err
 	}
-	if *state == "" || *before == "" || *reason == "" {
+	if *state == "" || *before == "" || strings.TrimSpace(*reason) == "" {
 		return usageError{"purge needs -state, -before and -reason"}
 	}
 	if err := checkStateFlag("purge", *state, true); err != nil {
@@ -256,6 +264,9 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if len(files) != 1 {
 		return usageError{fmt.Sprintf("snapshot %s needs one FILE, got %d: %q", args[0], len(files), files)}
+	}
+	if files[0] == "" {
+		return usageError{fmt.Sprintf("snapshot %s needs one FILE, got an empty name", args[0])}
 	}
 	c, err := mk()
 	if err != nil {

@@ -168,6 +168,7 @@ func TestClientCommandsCheckValues(t *testing.T) {
 	replay := func(a []string) error { return cmdReplay(t.Context(), a, io.Discard, io.Discard) }
 	purge := func(a []string) error { return cmdPurge(t.Context(), a, io.Discard, io.Discard) }
 	snapshot := func(a []string) error { return cmdSnapshot(t.Context(), a, io.Discard, io.Discard) }
+	pause := func(a []string) error { return cmdPause(t.Context(), a, io.Discard, io.Discard, true) }
 	show := func(a []string) error {
 		return cmdEvents(t.Context(), append([]string{"show"}, a...), io.Discard, io.Discard)
 	}
@@ -195,6 +196,14 @@ func TestClientCommandsCheckValues(t *testing.T) {
 		{show, []string{"stripe:evt_1", "-json"}, ""},
 		{snapshot, []string{"save", "a.db", "b.db"}, "needs one FILE, got 2"},
 		{snapshot, []string{"save"}, "needs one FILE, got 0"},
+		{snapshot, []string{"save", ""}, "needs one FILE, got an empty name"},
+		{replay, []string{"-key", "stripe:evt_1", "-state", "dead", "-reason", "r"}, "-key KEY or -state, not both"},
+		{replay, []string{"-key", "stripe:evt_1", "-source", "std", "-reason", "r"}, "-source goes with -state"},
+		{replay, []string{"-key", "stripe:evt_1", "-since", "1h", "-reason", "r"}, "-since goes with -state"},
+		{replay, []string{"-key", "stripe:evt_1", "-reason", "   "}, "replay needs -reason"},
+		{replay, []string{"-key", "stripe:evt_1", "-reason", "r"}, ""},
+		{pause, []string{"-source", "std", "-reason", " \t "}, "pause needs -source and -reason"},
+		{purge, []string{"-state", "done", "-before", "1h", "-reason", "  "}, "purge needs -state, -before and -reason"},
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			t.Setenv("ONCEHOOK_ADDR", "127.0.0.1:1") // nothing listens

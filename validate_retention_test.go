@@ -85,6 +85,26 @@ func TestValidateWarnsOfReservedForwardHeaders(t *testing.T) {
 	}
 }
 
+// TestValidateWarnsOfCredentialForwardHeaders: a forwarded header is stored
+// with the event and shown by the admin API, so one that carries the
+// sender's credentials is warned about; a provider header is not.
+func TestValidateWarnsOfCredentialForwardHeaders(t *testing.T) {
+	path := githubConfig(t, t.TempDir(), `forward_headers = ["X-GitHub-Event", "authorization", "Cookie", "Proxy-Authorization"]`+"\n")
+	var out, errOut bytes.Buffer
+	if err := cmdValidate([]string{"-config", path}, &out, &errOut); err != nil {
+		t.Fatalf("validate: %v (%s)", err, errOut.String())
+	}
+	for i, h := range []string{"authorization", "Cookie", "Proxy-Authorization"} {
+		want := fmt.Sprintf(":9: warning: source[0].forward_headers[%d]: %s carries the sender's credentials", i+1, h)
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("no warning %q in\n%s", want, out.String())
+		}
+	}
+	if strings.Contains(out.String(), "forward_headers[0]") {
+		t.Errorf("a provider header was warned about:\n%s", out.String())
+	}
+}
+
 // TestValidateWarnsAlsoWhenASourceFails: a source that does not compile
 // fails validate, and the warnings about the rest of the file are printed
 // all the same, so that fixing the error does not reveal them one run later.

@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -142,6 +143,8 @@ func (c *Client) hint(status int, text string) string {
 	switch {
 	case status == http.StatusUnauthorized && c.token == "":
 		hint = " (no admin token given: set -token-file, ONCEHOOK_TOKEN_FILE or ONCEHOOK_TOKEN)"
+	case status == http.StatusBadRequest && strings.Contains(text, "HTTP request to an HTTPS server"):
+		hint = fmt.Sprintf(" (the admin listener speaks TLS: use https:// in the address, and -ca or ONCEHOOK_CA for its CA; the address was %s)", c.base)
 	case status == http.StatusNotFound && text == "not found":
 		hint = fmt.Sprintf(" (is %s the admin listener ([admin] listen)? this looks like the intake's answer)", c.base)
 	}
@@ -174,9 +177,25 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("admin API %s: %w", c.base, err)
+		return nil, fmt.Errorf("admin API %s: %w%s", c.base, err, tlsHint(err))
 	}
 	return resp, nil
+}
+
+// tlsHint says what to give for a certificate the client cannot check.
+func tlsHint(err error) string {
+	var unknown x509.UnknownAuthorityError
+	var invalid x509.CertificateInvalidError
+	var host x509.HostnameError
+	switch {
+	case errors.As(err, &unknown):
+		return " (give the CA that signed the admin certificate with -ca or ONCEHOOK_CA)"
+	case errors.As(err, &host):
+		return " (the admin certificate does not name this host: use an address it names)"
+	case errors.As(err, &invalid):
+		return " (the admin certificate is not valid now, or not for a server)"
+	}
+	return ""
 }
 
 // printJSON prints v as indented JSON.

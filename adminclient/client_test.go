@@ -387,3 +387,20 @@ func TestShellQuote(t *testing.T) {
 		t.Fatal("a quoted key ran a command")
 	}
 }
+
+// TestRestoreOfADirectory: a FILE that is no regular file is refused before
+// anything is sent, so the outcome is known: nothing restored.
+func TestRestoreOfADirectory(t *testing.T) {
+	var asked atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { asked.Add(1) }))
+	t.Cleanup(srv.Close)
+	c := newTestClient(t, srv.URL, "token")
+	dir := t.TempDir()
+	err := c.RestoreSnapshot(t.Context(), io.Discard, dir)
+	if err == nil || err.Error() != "cannot restore "+dir+": not a regular file; nothing sent" {
+		t.Fatalf("restore of a directory: %v", err)
+	}
+	if asked.Load() != 0 {
+		t.Fatal("the node was sent a directory")
+	}
+}

@@ -341,6 +341,11 @@ func (c *Client) RestoreSnapshot(ctx context.Context, w io.Writer, file string) 
 	if err != nil {
 		return err
 	}
+	if !fi.Mode().IsRegular() {
+		// A directory would fail part way through the upload, and the
+		// outcome then reads as unknown.
+		return fmt.Errorf("cannot restore %s: not a regular file; nothing sent", file)
+	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/restore", f)
 	if err != nil {
 		return err

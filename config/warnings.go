@@ -40,6 +40,7 @@ var warningChecks = []func(*Config) []string{
 	retriesOutliveRetention,
 	keyPartChangesPerDelivery,
 	reservedForwardHeaders,
+	credentialForwardHeaders,
 	certificatesExpiring, // certwarn.go
 	subSecondBackoff,     // sourcewarn.go
 	wideTolerance,
@@ -118,6 +119,30 @@ func reservedForwardHeaders(c *Config) []string {
 			for _, own := range ownHeaders {
 				if strings.EqualFold(h, own) {
 					w = append(w, fmt.Sprintf("%s: %s is set or dropped by oncehook on every delivery: the provider's value never reaches the handler",
+						sourceKey(i, "forward_headers")+"["+strconv.Itoa(j)+"]", h))
+					break
+				}
+			}
+		}
+	}
+	return w
+}
+
+// credentialHeaders carry a caller's credentials in any provider's request.
+var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+
+// credentialForwardHeaders warns of a forward_headers entry that carries
+// credentials: a forwarded header is stored with the event, so the
+// credential would be replicated, kept in backups and shown by the admin
+// API and the dead-letter page. (A provider whose token is its secret is
+// refused outright by validation.)
+func credentialForwardHeaders(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		for j, h := range c.Sources[i].ForwardHeaders {
+			for _, cred := range credentialHeaders {
+				if strings.EqualFold(h, cred) {
+					w = append(w, fmt.Sprintf("%s: %s carries the sender's credentials: forwarded, it is stored with every event, replicated, kept in backups and shown by the admin API and the dead-letter page; forward it only if the handler needs it",
 						sourceKey(i, "forward_headers")+"["+strconv.Itoa(j)+"]", h))
 					break
 				}
