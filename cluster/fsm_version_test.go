@@ -197,3 +197,40 @@ func TestIncompleteRestoreStopsTheNode(t *testing.T) {
 		})
 	}
 }
+
+// An engine that cannot apply an entry (a storage error) stops the node:
+// raft moves its applied index on whatever ApplyBatch returns, so a replica
+// that answered the entry with an error and went on would have skipped a
+// write the others made.
+func TestFSMEngineErrorIsFatal(t *testing.T) {
+	eng, err := engine.Open(filepath.Join(t.TempDir(), "engine.db"), engine.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var fatal []error
+	f := &fsm{eng: eng, fatal: func(err error) { fatal = append(fatal, err) }}
+	defer func() {
+		if f.flushTimer != nil {
+			f.flushTimer.Stop()
+		}
+	}()
+	data := engine.EncodeEntry(nil, []engine.Command{{Op: engine.OpClaim, Now: 1, Key: "s:a", Source: "s", Payload: []byte("{}")}})
+	f.ApplyBatch([]*raft.Log{{Index: 1, Type: raft.LogCommand, Data: data}})
+	if len(fatal) != 0 {
+		t.Fatalf("a healthy engine stopped the node: %v", fatal)
+	}
+	if err := eng.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if err := eng.Close(); err != nil { // what a storage error would leave
+		t.Fatal(err)
+	}
+	data = engine.EncodeEntry(nil, []engine.Command{{Op: engine.OpClaim, Now: 2, Key: "s:b", Source: "s", Payload: []byte("{}")}})
+	out := f.ApplyBatch([]*raft.Log{{Index: 2, Type: raft.LogCommand, Data: data}})
+	if len(fatal) != 1 || !strings.Contains(fatal[0].Error(), "fsm apply of entries 2..2") {
+		t.Fatalf("fatal = %v, want the node stopped for entry 2", fatal)
+	}
+	if a := out[0].(*applied); !errors.Is(a.err, ErrShutdown) {
+		t.Fatalf("entry 2 answered %v, want ErrShutdown", a.err)
+	}
+}

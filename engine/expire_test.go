@@ -3,6 +3,7 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -268,4 +269,49 @@ func endedEntries(tb testing.TB, e *Engine, now int64) int {
 		tb.Fatal(err)
 	}
 	return n
+}
+
+// TestExpireCostIsTheBucketsNotTheStore: expiry deletes whole time buckets
+// and never walks the stored keys, so expiring one ended bucket costs the
+// same whether none or 20,000 live keys wait in later buckets. Counted in
+// allocations, which do not depend on the machine's speed: anything that
+// reads each stored event allocates at least once per key.
+func TestExpireCostIsTheBucketsNotTheStore(t *testing.T) {
+	mallocs := func(live int) uint64 {
+		e := mustOpen(t, Options{NoSync: true})
+		idx := uint64(0)
+		apply := func(cmds ...Command) {
+			t.Helper()
+			idx++
+			if _, err := e.Apply(idx, cmds...); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var cmds []Command
+		for i := range 10 {
+			c := claimCmd(fmt.Sprintf("src:ending_%d", i), t0)
+			c.Retention = 30 * 60 * sec
+			cmds = append(cmds, c)
+		}
+		apply(cmds...)
+		cmds = cmds[:0]
+		for i := range live {
+			c := claimCmd(keyN(i), t0)
+			c.Retention = 1000 * hour
+			if cmds = append(cmds, c); len(cmds) == 2000 || i == live-1 {
+				apply(cmds...)
+				cmds = cmds[:0]
+			}
+		}
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		apply(Command{Op: OpExpire, Now: t0 + 2*hour})
+		runtime.ReadMemStats(&after)
+		return after.Mallocs - before.Mallocs
+	}
+	alone, among := mallocs(0), mallocs(20_000)
+	if among > alone+2_000 {
+		t.Fatalf("expiring one bucket of 10 keys took %d allocations among 20,000 live keys and %d alone: expiry reads the store, not its bucket", among, alone)
+	}
+	t.Logf("allocations: %d alone, %d among 20,000 live keys", alone, among)
 }

@@ -39,6 +39,15 @@ type memStore struct {
 	index     uint64
 	changed   chan struct{} // closed and replaced after every apply
 	failClaim error
+	// holdClaim, when set, holds the next Claim: it closes held, waits
+	// for release and fails with err, committing nothing (a claim whose
+	// proposal is in flight, then lost). Later claims apply as usual.
+	holdClaim *heldClaim
+}
+
+type heldClaim struct {
+	held, release chan struct{}
+	err           error
 }
 
 var _ Store = (*memStore)(nil)
@@ -76,6 +85,15 @@ func (m *memStore) apply(c engine.Command) (engine.Result, error) {
 func (m *memStore) Lookup(key string) (engine.State, bool, error) { return m.eng.Exists(key) }
 
 func (m *memStore) Claim(_ context.Context, c engine.Command) (engine.Result, error) {
+	m.mu.Lock()
+	h := m.holdClaim
+	m.holdClaim = nil
+	m.mu.Unlock()
+	if h != nil {
+		close(h.held)
+		<-h.release
+		return engine.Result{}, fmt.Errorf("claim %s: %w", c.Key, h.err)
+	}
 	if m.failClaim != nil {
 		return engine.Result{}, m.failClaim
 	}

@@ -284,6 +284,36 @@ func TestIntakeAnswers(t *testing.T) {
 // with Retry-After, never a 2xx; the store's "no quorum" errors
 // (Options.NotCommitted) are told apart from the others only in the log and
 // the message.
+// TestDuplicateOfAClaimInFlight: a second delivery of an event whose first
+// claim is still being committed is no duplicate yet: it gets a 2xx only
+// once a claim of the key is committed (its own, when the first is lost),
+// never on the strength of a claim that may still fail.
+func TestDuplicateOfAClaimInFlight(t *testing.T) {
+	f := newIntakeFixture(t)
+	h := &heldClaim{held: make(chan struct{}), release: make(chan struct{}), err: errNoQuorum}
+	f.store.mu.Lock()
+	f.store.holdClaim = h
+	f.store.mu.Unlock()
+	first := make(chan answer, 1)
+	go func() { first <- f.do(request{path: "/in/orders", body: `{"a":1}`, id: "msg_1"}) }()
+	<-h.held
+	second := f.do(request{path: "/in/orders", body: `{"a":1}`, id: "msg_1"})
+	_, stored, err := f.store.Lookup("orders:msg_1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.status/100 == 2 && !stored {
+		t.Fatalf("the second delivery got %d %s while nothing is committed", second.status, second.body)
+	}
+	close(h.release)
+	if a := <-first; a.status != 503 {
+		t.Fatalf("the lost first claim: %d %s, want 503", a.status, a.body)
+	}
+	if second.status != 202 {
+		t.Fatalf("the second delivery: %d %s, want 202 (its own claim committed)", second.status, second.body)
+	}
+}
+
 func TestIntakeClaimNotCommitted(t *testing.T) {
 	for _, c := range []struct {
 		name string
