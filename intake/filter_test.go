@@ -34,7 +34,7 @@ func TestTypeFilterAllocs(t *testing.T) {
 		for _, typ := range c.list {
 			src.types[typ] = struct{}{}
 		}
-		if _, drop := src.filter(&h, body); drop != c.drop {
+		if _, drop, _ := src.filter(&h, body); drop != c.drop {
 			t.Errorf("%s accept=%v %q: drop = %v, want %v", c.spec, c.accept, c.list, drop, c.drop)
 		}
 		if n := testing.AllocsPerRun(100, func() { src.filter(&h, body) }); n != 0 {

@@ -5,6 +5,7 @@ package intake
 // missing = "unordered" (docs/architecture.md, Request flow).
 
 import (
+	"errors"
 	"fmt"
 
 	"oncehook/engine"
@@ -17,8 +18,16 @@ import (
 // the guard orders the events of one object within one source, and two
 // sources that carry the same object id never hold back or mark stale each
 // other's events.
+// duplicateMember ends the 400 answer for a body that names a member on a
+// field's path twice: the guard would order by one copy while the handler
+// reads the other.
+const duplicateMember = "a member on its path appears twice in the body (JSON readers disagree on which one counts)"
+
 func (s *Source) order(h providers.Headers, body []byte) (obj string, t int64, msg string) {
 	raw, err := s.orderObject.Value(h, body)
+	if errors.Is(err, providers.ErrDuplicateMember) {
+		return "", 0, "order: object " + s.orderObject.String() + ": " + duplicateMember
+	}
 	if err != nil || len(raw) == 0 {
 		return "", 0, "order: object " + s.orderObject.String() + ": missing, empty or not a string or number"
 	}
@@ -26,6 +35,9 @@ func (s *Source) order(h providers.Headers, body []byte) (obj string, t int64, m
 		return "", 0, fmt.Sprintf("order: object %s: longer than %d bytes", s.orderObject.String(), engine.MaxKeyLen-len(s.name)-1)
 	}
 	tv, err := s.orderTime.Value(h, body)
+	if errors.Is(err, providers.ErrDuplicateMember) {
+		return "", 0, "order: time " + s.orderTime.String() + ": " + duplicateMember
+	}
 	if err != nil || len(tv) == 0 {
 		return "", 0, "order: time " + s.orderTime.String() + ": missing, empty or not a string or number"
 	}

@@ -810,7 +810,11 @@ func (in *Server) screen(ctx *fasthttp.RequestCtx, src *Source, body []byte) (st
 	// forged delivery 401 first, whatever its type) and answers before
 	// anything is keyed or stored.
 	if src.typeField != nil {
-		if typ, drop := src.filter(&ctx.Request.Header, body); drop {
+		typ, drop, dup := src.filter(&ctx.Request.Header, body)
+		if dup {
+			return writeError(ctx, fasthttp.StatusBadRequest, "type "+src.typeField.String()+": "+duplicateMember), true
+		}
+		if drop {
 			label := "other"
 			if _, listed := src.types[string(typ)]; listed {
 				label = string(typ)
@@ -855,14 +859,19 @@ func (in *Server) claimFailed(ctx *fasthttp.RequestCtx, src *Source, err error) 
 
 // filter reads the event type and reports whether the source's filter drops
 // the delivery. A missing type is never in a list: not accepted, not dropped.
-// typ may alias body or the header's memory, and is nil when missing.
-func (s *Source) filter(h providers.Headers, body []byte) (typ []byte, drop bool) {
+// typ may alias body or the header's memory, and is nil when missing. dup
+// reports a type whose path names a member twice: neither kept nor dropped,
+// refused.
+func (s *Source) filter(h providers.Headers, body []byte) (typ []byte, drop, dup bool) {
 	typ, err := s.typeField.Value(h, body)
+	if errors.Is(err, providers.ErrDuplicateMember) {
+		return nil, false, true
+	}
 	if err != nil || len(typ) == 0 {
-		return nil, s.acceptTypes
+		return nil, s.acceptTypes, false
 	}
 	_, listed := s.types[string(typ)] // no allocation: the compiler looks up the bytes
-	return typ, listed != s.acceptTypes
+	return typ, listed != s.acceptTypes, false
 }
 
 // answerDuplicate answers a delivery whose event exists. own is false when

@@ -30,6 +30,10 @@ var (
 
 	// ErrNoField: a Field (ordering guard) found no usable value.
 	ErrNoField = errors.New("providers: field missing")
+	// ErrDuplicateMember: a key part or field's JSON path passes a member
+	// named twice in its object (JSON readers disagree on which counts).
+	// Wrapped with ErrNoKey or ErrNoField. 400.
+	ErrDuplicateMember = errors.New("providers: JSON member named twice")
 	// ErrBadTime: ParseTime was given something that is not a supported time.
 	ErrBadTime = errors.New("providers: bad time value")
 

@@ -51,7 +51,8 @@ const (
 	notJSON
 	notScalar
 	badChars
-	padded // starts or ends with a space
+	padded     // starts or ends with a space
+	duplicated // a member on the path appears twice in its object
 )
 
 func parseGetters(spec string) ([]getter, error) {
@@ -171,7 +172,11 @@ func jsonValue(body []byte, path string) ([]byte, lookupStatus) {
 	}
 	// gjson reads a string; view body as one without copying. Nothing gjson
 	// returns is kept past this function except through the copy below.
-	r := gjson.Get(unsafe.String(unsafe.SliceData(body), len(body)), path)
+	doc := unsafe.String(unsafe.SliceData(body), len(body))
+	r := gjson.Get(doc, path)
+	if (r.Type == gjson.String || r.Type == gjson.Number) && !onceAlong(doc, path) {
+		return nil, duplicated
+	}
 	switch r.Type {
 	case gjson.Null:
 		return nil, missing
@@ -190,6 +195,34 @@ func jsonValue(body []byte, path string) ([]byte, lookupStatus) {
 		return []byte(r.Raw), found
 	}
 	return nil, notScalar
+}
+
+// onceAlong reports whether each object member on path's way appears once in
+// its object. JSON allows a name twice; readers then disagree (gjson, and so
+// the key, takes the first; encoding/json, JSON.parse and most handlers the
+// last), and a key, type or order read from one copy while the handler acts
+// on the other would dedupe, filter or order by a value the handler never
+// sees. Names compare unescaped: "i\u0064" is "id".
+func onceAlong(doc, path string) bool {
+	cur := gjson.Parse(doc)
+	for seg := range strings.SplitSeq(path, ".") {
+		if cur.IsObject() {
+			n := 0
+			cur.ForEach(func(k, _ gjson.Result) bool {
+				if k.Str == seg {
+					n++
+				}
+				return n < 2
+			})
+			if n > 1 {
+				return false
+			}
+		}
+		if cur = cur.Get(seg); !cur.Exists() {
+			return true
+		}
+	}
+	return true
 }
 
 // rawAt returns r's raw text as a slice of body, when gjson reported where it is.
@@ -219,7 +252,7 @@ func printable(v []byte) bool {
 type keyPart struct {
 	spec    string
 	getters []getter
-	errs    [padded + 1]error
+	errs    [duplicated + 1]error
 }
 
 func newKeyPart(spec string, kind error) (keyPart, error) {
@@ -233,8 +266,15 @@ func newKeyPart(spec string, kind error) (keyPart, error) {
 	p.errs[notScalar] = fmt.Errorf("%w: key part %q: not a string or number", kind, spec)
 	p.errs[badChars] = fmt.Errorf("%w: key part %q: a byte outside printable ASCII", kind, spec)
 	p.errs[padded] = fmt.Errorf("%w: key part %q: starts or ends with a space", kind, spec)
+	p.errs[duplicated] = fmt.Errorf("%w: key part %q: a member on its path appears twice in the body (JSON readers disagree on which one counts)%w", kind, spec, silent{ErrDuplicateMember})
 	return p, nil
 }
+
+// silent wraps an error for errors.Is without adding to the message.
+type silent struct{ err error }
+
+func (s silent) Error() string { return "" }
+func (s silent) Unwrap() error { return s.err }
 
 // readsJSON reports whether an alternative of p is a json:PATH.
 func (p *keyPart) readsJSON() bool {

@@ -171,6 +171,43 @@ func TestKeyExtraction(t *testing.T) {
 	}
 }
 
+// TestKeyRefusesDuplicateMembers: a member named twice on a key's path
+// makes readers disagree (the first copy here, the last in most handlers),
+// so the key is refused rather than read from one copy; a name repeated off
+// the path, or in another object, is no concern.
+func TestKeyRefusesDuplicateMembers(t *testing.T) {
+	for _, c := range []struct {
+		body, part string
+		want       string // "" : refused as a duplicate
+	}{
+		{`{"id":"A","id":"B"}`, "json:id", ""},
+		{`{"id":"A","i\u0064":"B"}`, "json:id", ""},
+		{`{"i\u0064":"A","id":"B"}`, "json:id", ""},
+		{`{"data":{"object":{"id":"A"}},"data":{"object":{"id":"B"}}}`, "json:data.object.id", ""},
+		{`{"data":{"object":{"id":"A","id":"B"}}}`, "json:data.object.id", ""},
+		{`{"items":[{"id":"A","id":"B"}]}`, "json:items.0.id", ""},
+		{`{"id":"A","data":{"id":"B"},"other":{"id":"C","id":"D"}}`, "json:id", "src:A"},
+		{`{"id":"A","name":"x","name":"y"}`, "json:id", "src:A"},
+		{`{"data":{"id":"A"},"items":[{"id":"B"},{"id":"C"}]}`, "json:items.1.id", "src:C"},
+		{`{"id":"A","ID":"B"}`, "json:id", "src:A"},
+	} {
+		k, err := NewKeyer("src", []string{c.part})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := k.Key(nil, nil, []byte(c.body))
+		if c.want == "" {
+			if !errors.Is(err, ErrNoKey) || !strings.Contains(err.Error(), "appears twice") {
+				t.Errorf("%s in %s: %q, %v; want the duplicate refused", c.part, c.body, got, err)
+			}
+			continue
+		}
+		if err != nil || string(got) != c.want {
+			t.Errorf("%s in %s: %q, %v; want %q", c.part, c.body, got, err, c.want)
+		}
+	}
+}
+
 func TestKeyNotJSON(t *testing.T) {
 	k, _ := NewKeyer("src", []string{"json:id"})
 	for _, body := range []string{"", "id=1", "  \"id\"", "null", "12", "<xml/>"} {
