@@ -120,12 +120,23 @@ func fileFormat(m *bolt.Bucket) (uint64, error) {
 	return binary.BigEndian.Uint64(v), nil
 }
 
+// formatsAhead bounds how far a newer release's format can be ahead of this
+// binary's: formats are numbered one after the other, one per change of the
+// data, so a stamp further ahead is damage, not a release.
+const formatsAhead = 1000
+
 // checkFormat refuses a file stamped by a newer format than this binary's
 // and, with stamp, records FormatVersion in an older one.
 func checkFormat(m *bolt.Bucket, stamp bool) error {
 	f, err := fileFormat(m)
 	if err != nil {
 		return err
+	}
+	if f > FormatVersion+formatsAhead {
+		// bbolt keeps no checksum of its data pages: a damaged stamp must not
+		// send the operator after a binary that was never released.
+		return fmt.Errorf("%w: engine file stamped format %d, which no release wrote (this binary writes format %d): the file is damaged",
+			ErrCorrupt, f, FormatVersion)
 	}
 	if f > FormatVersion {
 		return fmt.Errorf("%w: engine file written by format %d; this binary reads up to format %d: upgrade this node's binary",

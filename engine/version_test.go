@@ -69,6 +69,35 @@ func TestOpenStampsFormat(t *testing.T) {
 	}
 }
 
+// A stamp far beyond any release is damage (bbolt keeps no checksum of its
+// data pages), not a newer binary: the error must not send the operator
+// after an upgrade that does not exist.
+func TestDamagedFormatStampIsCorrupt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "damaged.db")
+	e, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Close()
+	for _, tc := range []struct {
+		format uint64
+		want   error
+	}{
+		{FormatVersion + formatsAhead, ErrNewerFormat},
+		{FormatVersion + formatsAhead + 1, ErrCorrupt},
+		{2097170, ErrCorrupt}, // a stamp a damaged page gave the fuzzer
+	} {
+		stampFormat(t, path, tc.format)
+		err := CheckFile(path)
+		if !errors.Is(err, tc.want) {
+			t.Errorf("format %d: %v, want %v", tc.format, err, tc.want)
+		}
+		if tc.want == ErrCorrupt && (errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "which no release wrote")) {
+			t.Errorf("format %d: %v, want it called damage", tc.format, err)
+		}
+	}
+}
+
 // A file or snapshot stamped by a newer binary is refused by Open, Restore and
 // CheckFile, with an error naming both formats; Restore leaves the state alone.
 func TestNewerFormatRefused(t *testing.T) {
