@@ -91,27 +91,14 @@ chaos-clean:
 	$(GO) run ./systest/chaos/cmd/chaosclean
 
 FUZZTIME ?= 20s
+# Every Fuzz target of every package, each for FUZZTIME; a short
+# minimisation keeps slow targets (engine files, configs) fuzzing.
 fuzz:
-	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeEntry$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeRecord$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./engine -run '^$$' -fuzz '^FuzzSnapshotStream$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
-	$(GO) test ./engine -run '^$$' -fuzz '^FuzzCheckFile$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
-	$(GO) test ./cluster -run '^$$' -fuzz '^FuzzDecodeResults$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./config -run '^$$' -fuzz '^FuzzSize$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./config -run '^$$' -fuzz '^FuzzDuration$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./config -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) -fuzzminimizetime 2s
-	$(GO) test ./config -run '^$$' -fuzz '^FuzzScanKeyLines$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./engine -run '^$$' -fuzz '^FuzzDecodeHistory$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./cluster -run '^$$' -fuzz '^FuzzReadFrame$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./cluster -run '^$$' -fuzz '^FuzzDecodeJoin$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./keyset -run '^$$' -fuzz '^FuzzParseKeysDoc$$' -fuzztime $(FUZZTIME)
-	for f in $$($(GO) test ./providers -list '^Fuzz' | grep '^Fuzz'); do \
-		$(GO) test ./providers -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; done
-	$(GO) test ./intake -run '^$$' -fuzz '^FuzzValidJSON$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./forward -run '^$$' -fuzz '^FuzzDirectRequest$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./forward -run '^$$' -fuzz '^FuzzPlainAnswer$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./forward -run '^$$' -fuzz '^FuzzRetryAfter$$' -fuzztime $(FUZZTIME)
-	$(GO) test ./admin -run '^$$' -fuzz '^FuzzCheckKeys$$' -fuzztime $(FUZZTIME)
+	for p in $$($(GO) list ./... | grep -v /systest); do \
+		for f in $$($(GO) test $$p -list '^Fuzz' | grep '^Fuzz'); do \
+			$(GO) test $$p -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 2s || exit 1; \
+		done; \
+	done
 
 # The unit names $(PREFIX)/bin/oncehook: systemd/oncehook.service is written for
 # PREFIX=/usr/local and its /usr/local/ paths follow PREFIX.
