@@ -172,9 +172,8 @@ func jsonValue(body []byte, path string) ([]byte, lookupStatus) {
 	}
 	// gjson reads a string; view body as one without copying. Nothing gjson
 	// returns is kept past this function except through the copy below.
-	doc := unsafe.String(unsafe.SliceData(body), len(body))
-	r := gjson.Get(doc, path)
-	if (r.Type == gjson.String || r.Type == gjson.Number) && !onceAlong(doc, path) {
+	r, once := lookupOnce(unsafe.String(unsafe.SliceData(body), len(body)), path)
+	if !once {
 		return nil, duplicated
 	}
 	switch r.Type {
@@ -197,32 +196,39 @@ func jsonValue(body []byte, path string) ([]byte, lookupStatus) {
 	return nil, notScalar
 }
 
-// onceAlong reports whether each object member on path's way appears once in
-// its object. JSON allows a name twice; readers then disagree (gjson, and so
-// the key, takes the first; encoding/json, JSON.parse and most handlers the
-// last), and a key, type or order read from one copy while the handler acts
-// on the other would dedupe, filter or order by a value the handler never
-// sees. Names compare unescaped: "i\u0064" is "id".
-func onceAlong(doc, path string) bool {
+// lookupOnce finds path's value in doc, and reports whether each object
+// member on its way appears once in its object. JSON allows a name twice;
+// readers then disagree (gjson's Get, and so a key read with it, takes the
+// first; encoding/json, JSON.parse and most handlers the last), and a key,
+// type or order read from one copy while the handler acts on the other would
+// dedupe, filter or order by a value the handler never sees. Names compare
+// unescaped ("i\u0064" is "id"). One walk of each object on the way finds
+// the member and counts its name.
+func lookupOnce(doc, path string) (gjson.Result, bool) {
 	cur := gjson.Parse(doc)
 	for seg := range strings.SplitSeq(path, ".") {
-		if cur.IsObject() {
-			n := 0
-			cur.ForEach(func(k, _ gjson.Result) bool {
-				if k.Str == seg {
-					n++
+		if !cur.IsObject() {
+			// An array (a numeric segment is its index), or a scalar that
+			// has no member: gjson says which.
+			cur = cur.Get(seg)
+			continue
+		}
+		n := 0
+		var next gjson.Result
+		cur.ForEach(func(k, v gjson.Result) bool {
+			if k.Str == seg {
+				if n++; n == 1 {
+					next = v
 				}
-				return n < 2
-			})
-			if n > 1 {
-				return false
 			}
+			return n < 2
+		})
+		if n > 1 {
+			return gjson.Result{}, false
 		}
-		if cur = cur.Get(seg); !cur.Exists() {
-			return true
-		}
+		cur = next
 	}
-	return true
+	return cur, true
 }
 
 // rawAt returns r's raw text as a slice of body, when gjson reported where it is.
