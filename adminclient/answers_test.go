@@ -175,7 +175,7 @@ func TestClientAnswersPrint(t *testing.T) {
 }
 
 // TestCellEscapesControlCharacters: text others wrote reaches a terminal
-// table with its control characters escaped, so an escape sequence in a
+// table with its control and format characters escaped, so an escape sequence in a
 // pause reason cannot clear the screen or rewrite the table; plain text is
 // printed as it is.
 func TestCellEscapesControlCharacters(t *testing.T) {
@@ -187,6 +187,8 @@ func TestCellEscapesControlCharacters(t *testing.T) {
 		{"two\tcolumns\nand a line", `two\tcolumns\nand a line`},
 		{"bell\a and \u0085", `bell\a and \u0085`},
 		{"bad \xff byte", `bad \xff byte`},
+		{"ok \u202egnp.exe", `ok \u202egnp.exe`},
+		{"zero\u200bwidth", `zero\u200bwidth`},
 	} {
 		if got := cell(c.in); got != c.want {
 			t.Errorf("cell(%q) = %q, want %q", c.in, got, c.want)

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"oncehook/cluster"
@@ -194,7 +193,10 @@ func printAnswer(w io.Writer, raw json.RawMessage) error {
 // that moves the cursor or rewrites what the table shows; \t rather than
 // a tab that breaks the columns). Text without one is printed as it is.
 func cell(s string) string {
-	if !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) || r == utf8.RuneError }) {
+	// Not printable covers the controls and the format characters too: a
+	// right-to-left override (U+202E) would show a reason or an error
+	// backwards, and a zero-width one hide part of it.
+	if !strings.ContainsFunc(s, func(r rune) bool { return !strconv.IsPrint(r) || r == utf8.RuneError }) {
 		return s
 	}
 	q := strconv.Quote(s)
