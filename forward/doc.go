@@ -89,10 +89,12 @@
 //   - it waits only when its slot comes before its lease's end minus its
 //     Timeout, so the delivery still fits in the lease it was leased under;
 //   - the dispatcher limits how many events of a throttled source are in
-//     flight instead of handing them back: while a source has slots booked
-//     more than half of (DefaultLease - Timeout) ahead, leases skip it (a
-//     hard quota of 0) and its claims do not carry their leases; other
-//     sources' events are leased as usual;
+//     flight instead of handing them back: a lease takes no more of its
+//     events than it can still book slots for within half of
+//     (DefaultLease - Timeout) (a hard quota), none while its slots are
+//     booked further ahead, when its claims do not carry their leases
+//     either; so a steady load above the rate waits in pending, oldest
+//     first, and other sources' events are leased as usual;
 //   - holds do not stop leasing (a five-minute hold must not stop other
 //     sources). An event that cannot start inside its lease in any case (a
 //     hold longer than the lease, a per-event lease shorter than the default,

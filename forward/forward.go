@@ -569,9 +569,10 @@ func (f *Forwarder) onWorkers(n int) {
 // source's bucket, and given to a worker when the slot comes, which is
 // always before its lease's end minus its timeout. Other sources' events go
 // to workers at once. To keep that promise the dispatcher limits how many
-// events of a throttled source are leased: while a source has slots booked
-// more than half of (lease - timeout) ahead, leases skip it (a hard quota of
-// 0), and no lease is made while maxParked events are parked. Only an event
+// events of a throttled source are leased: a lease takes no more than the
+// slots the source can still book within half of (lease - timeout) (a hard
+// quota, limiter.room; 0 while it has slots booked further ahead), and no
+// lease is made while maxParked events are parked. Only an event
 // that cannot start inside its lease in any case (a Retry-After hold longer
 // than the lease, a per-event lease shorter than the default, a rate lowered
 // by a reload) is handed back with Fail, which spends the attempt but never
@@ -635,6 +636,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 			spareStop = 0
 			if free := f.slots.takeForLease(); free > 0 { // none while draining
 				quotas, share := f.slots.quotas(full)
+				quotas = f.lim.room(quotas, now)
 				spare := min(f.slots.spare(now, f.manySources()), free)
 				evs, waiting, err := f.opts.Store.LeaseFrom(ctx, free, f.opts.DefaultLease, quotas, share, spare)
 				f.slots.setWaiting(waiting)

@@ -3,8 +3,11 @@ package forward
 import (
 	"math"
 	"slices"
+	"strings"
 	"sync"
 	"time"
+
+	"oncehook/engine"
 )
 
 // MaxHold caps how long a handler's Retry-After (on 429 or 503) holds its
@@ -180,6 +183,54 @@ func (l *limiter) full(now time.Time) (sources []string, until time.Time) {
 	slices.Sort(sources)
 	return sources, until
 }
+
+// room caps quotas (sorted by source, each once) so that a lease takes no
+// more of a rate-limited source's events than can start within its budget:
+// how many slots its bucket can still book no further ahead than that. A
+// lease that took more would book slots past their events' leases, and
+// hand those events back to pending behind newer ones, which took the
+// slots meanwhile: under a steady load above the rate they waited until it
+// stopped. A source without a bucket yet (no event booked since this leader
+// started) is not capped; its first lease books what it took.
+func (l *limiter) room(quotas []engine.Quota, now time.Time) []engine.Quota {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for src, b := range l.b {
+		if b.interval == 0 {
+			continue
+		}
+		tat := b.tat
+		if tat.Before(now) {
+			tat = now // an idle bucket: take moves tat to the start first
+		}
+		first := tat.Add(-b.tau) // the next slot, before the clamp to now
+		n := 0
+		if ahead := now.Add(max(b.budget, 0)).Sub(first); ahead >= 0 {
+			n = int(ahead/b.interval) + 1
+		}
+		i, found := slices.BinarySearchFunc(quotas, src, func(q engine.Quota, s string) int { return strings.Compare(q.Source, s) })
+		switch {
+		case !found:
+			quotas = slices.Insert(quotas, i, engine.Quota{Source: src, Max: min(n, maxRoom), Hard: true})
+		case quotas[i].Max >= n:
+			// The room binds before the share does.
+			quotas[i] = engine.Quota{Source: src, Max: n, Hard: true}
+		}
+		// Else the source's share binds first (what it holds of the pool
+		// counts its parked events): its quota stays, and a lease takes more
+		// of its events only when no other source has any due; one that
+		// then finds no slot in time is handed back, as before.
+
+	}
+	if len(quotas) > engine.MaxQuotas {
+		quotas = quotas[:engine.MaxQuotas] // as slots.quotas does
+	}
+	return quotas
+}
+
+// maxRoom bounds a rate-limited source's quota (the engine's own bound on a
+// quota is larger; a lease never asks for more events than the pool's size).
+const maxRoom = 1 << 20
 
 // throttled reports whether source's slots are booked further ahead than
 // its budget (full).

@@ -462,3 +462,70 @@ func TestRateChangeReachesTheParkedBacklogSynctest(t *testing.T) {
 		})
 	})
 }
+
+// keySink records the event key of every request, in order.
+type keySink struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (s *keySink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.keys = append(s.keys, r.Header.Get(HeaderEventKey))
+	s.mu.Unlock()
+}
+
+func (s *keySink) got() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.keys...)
+}
+
+// Events arriving faster than max_rate for a while wait their turn: a lease
+// takes no more of the source's events than can start within the lease, so
+// none is handed back for want of a slot, and they go out in the order they
+// came. (A lease used to take every due event, hand back those past the
+// lease with their slot as their next try, and newer events took those
+// slots meanwhile: some waited until the load stopped.)
+func TestRateLimitedStreamKeepsItsOrderSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &keySink{}
+		wake := make(chan struct{}, 1)
+		stop := runInBubble(t, Options{
+			Store:        l,
+			Targets:      targets(map[string]Target{"slow": {URL: "http://handler/s", MaxRate: 1, Burst: 1, Timeout: 2 * time.Second}}),
+			Client:       &http.Client{Transport: handlerTransport{h}},
+			Workers:      8,
+			Wake:         wake,
+			PollInterval: 500 * time.Millisecond,
+			DefaultLease: 5 * time.Second,
+		})
+		defer stop()
+		var want []string
+		for i := range 60 { // 4 events every 3 s: a third over the rate, for 45 s
+			key := fmt.Sprintf("slow:%03d", i)
+			l.claim(key, "slow", "x")
+			want = append(want, key)
+			select {
+			case wake <- struct{}{}:
+			default:
+			}
+			time.Sleep(750 * time.Millisecond)
+		}
+		time.Sleep(30 * time.Second) // the 15 s of backlog drains
+		synctest.Wait()
+		if fails := l.failLog(); len(fails) != 0 {
+			t.Errorf("%d events handed back, the first %+v", len(fails), fails[0])
+		}
+		got := h.got()
+		if len(got) != len(want) {
+			t.Fatalf("delivered %d of %d", len(got), len(want))
+		}
+		for i := range got {
+			if got[i] != want[i] {
+				t.Fatalf("delivery %d was %s, want %s (the order they came in)", i, got[i], want[i])
+			}
+		}
+	})
+}
