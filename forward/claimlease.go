@@ -37,6 +37,10 @@ type slots struct {
 	// while draining (drain.go).
 	draining bool
 	idle     chan struct{}
+	// parked: events the dispatcher holds for their rate-limit slot, on
+	// no worker. A drain waits for them too: the dispatcher hands them
+	// back (setParked).
+	parked int
 	// recording: outcomes whose handler answered, committing while their
 	// worker delivers another event (forward.go, Run).
 	recording int
@@ -211,7 +215,7 @@ func newSlots() *slots {
 // open starts the accounting of a Run with n workers.
 func (s *slots) open(n int) {
 	s.mu.Lock()
-	s.n, s.busy, s.leasing, s.handed = n, 0, 0, nil
+	s.n, s.busy, s.leasing, s.handed, s.parked = n, 0, 0, nil, 0
 	s.draining, s.idle = false, nil
 	clear(s.bySource)
 	clear(s.recent)
@@ -231,7 +235,7 @@ func (s *slots) close() {
 	if s.gen == 0 {
 		s.gen++
 	}
-	s.n, s.busy, s.leasing, s.handed = 0, 0, 0, nil
+	s.n, s.busy, s.leasing, s.handed, s.parked = 0, 0, 0, nil, 0
 	s.draining = false
 	clear(s.bySource)
 	clear(s.recent)
@@ -276,6 +280,16 @@ func (s *slots) take(max int) int {
 	}
 	s.busy += k
 	return k
+}
+
+// setParked records how many events the dispatcher holds parked, and
+// reports whether a drain waits (the dispatcher then hands them back).
+func (s *slots) setParked(n int) (draining bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.parked = n
+	s.checkIdle()
+	return s.draining
 }
 
 // takeForLease takes every free worker for a lease and says how many.

@@ -42,6 +42,10 @@ const ReasonNoTarget = "no target for source"
 // handed back with when the source was paused meanwhile.
 const ReasonPaused = "source paused"
 
+// ReasonStopping is the reason an event parked for its source's rate is
+// handed back with when the leader drains (a graceful stop or a hand-over).
+const ReasonStopping = "handed back while its slot waited: the leader stopped"
+
 // ReasonLeaseEnded is the reason an event is handed back with when its
 // lease no longer leaves its timeout by the time a worker has it (leaseLeft).
 const ReasonLeaseEnded = "lease ended before the attempt could start"

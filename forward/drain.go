@@ -14,8 +14,10 @@ import "context"
 // event stays processing until its lease ends and is delivered again. A
 // node that drains first hands over with no answer pending; events still
 // due wait for the next leader, which leases them at once. Events parked
-// for a rate limit keep their lease and are reclaimed by the next leader
-// when it ends, as after a crash (docs/architecture.md, "Delivery").
+// for a rate limit are handed back to pending, their attempt refunded and
+// their slot's time as their next try, so that the next leader (or this
+// node after a restart) leases them then, instead of after their lease
+// ends with an attempt spent; after a crash the lease still has to end.
 //
 // Drain does not end Run: the caller stops the Forwarder (by cancelling
 // Run's context, or when leadership ends) after Drain returned.
@@ -45,7 +47,7 @@ func (f *Forwarder) Drain(ctx context.Context) error {
 // checkIdle closes idle when a drain waits and no worker is busy. Call with
 // s.mu held.
 func (s *slots) checkIdle() {
-	if s.draining && s.busy <= 0 && s.recording <= 0 {
+	if s.draining && s.busy <= 0 && s.recording <= 0 && s.parked <= 0 {
 		s.wakeIdle()
 	}
 }

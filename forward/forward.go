@@ -608,6 +608,16 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 			f.place(j, now, &park, send)
 		}
 		clear(handed) // placed: the slice must not keep their payloads alive
+		if f.slots.setParked(len(park)) && len(park) > 0 {
+			// A drain: hand the parked events back (Drain waits for it).
+			for len(park) > 0 && ctx.Err() == nil {
+				p := park.pop()
+				f.handBack(ctx, p.ev, max(p.start.Sub(now), time.Millisecond), ReasonStopping)
+				f.slots.leave(p.ev.Source, now)
+			}
+			park = park[:0]
+			f.slots.setParked(0)
+		}
 		// Parked events whose slot came, while there are free workers.
 		for len(park) > 0 && !park[0].start.After(now) && f.slots.take(1) == 1 {
 			p := park.pop()
@@ -675,6 +685,9 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		}
 		if again {
 			continue
+		}
+		if f.slots.setParked(len(park)) && len(park) > 0 {
+			continue // a drain began: hand the parked events back first
 		}
 
 		var timerC <-chan time.Time

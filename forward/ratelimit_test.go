@@ -529,3 +529,54 @@ func TestRateLimitedStreamKeepsItsOrderSynctest(t *testing.T) {
 		}
 	})
 }
+
+// A drain hands the events parked for their slot back to pending, their
+// attempt refunded and their slot's time as their next try, and Drain waits
+// for it: a leader that stops (SIGTERM, a hand-over) no longer leaves them
+// processing until their lease ends, then delivered with an attempt spent.
+func TestDrainHandsParkedEventsBackSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &keySink{}
+		for i := range 5 {
+			l.claim(fmt.Sprintf("slow:%d", i), "slow", "x")
+		}
+		f := New(Options{
+			Store:        l,
+			Targets:      targets(map[string]Target{"slow": {URL: "http://handler/s", MaxRate: 0.5, Burst: 1, Timeout: 2 * time.Second}}),
+			Client:       &http.Client{Transport: handlerTransport{h}},
+			Workers:      8,
+			PollInterval: time.Hour,
+			DefaultLease: 12 * time.Second,
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f.Run(ctx) }()
+		synctest.Wait() // one delivered, the next ones parked for their slots
+		if got := h.got(); len(got) != 1 {
+			t.Fatalf("delivered %v before the drain, want the first only", got)
+		}
+		if err := f.Drain(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		handedBack := 0
+		for _, c := range l.failLog() {
+			if c.Reason == ReasonStopping && c.Refund {
+				handedBack++
+			}
+		}
+		if handedBack == 0 {
+			t.Fatal("no parked event handed back by the drain")
+		}
+		for i := 1; i < 5; i++ {
+			ev := l.get(fmt.Sprintf("slow:%d", i))
+			if ev.State != engine.StatePending || ev.Attempts != 0 {
+				t.Errorf("%s after the drain: %s with %d attempts, want pending with none spent", ev.Key, ev.State, ev.Attempts)
+			}
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+	})
+}
