@@ -3,6 +3,8 @@ package intake
 import (
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"oncehook/config"
@@ -58,7 +60,7 @@ func CompileSource(s config.Source) (*Source, error) {
 		verifier:   verifier,
 		keyer:      keyer,
 		escapedKey: len(s.Key) > 1,
-		fwdHeaders: s.ForwardHeaders,
+		fwdHeaders: uniqueNames(s.ForwardHeaders),
 		allow:      s.AllowIPs,
 		trusted:    s.TrustedProxies,
 		ack:        s.AckStatus,
@@ -191,3 +193,16 @@ func (noMetrics) SyncConflict(string)             {}
 func (noMetrics) DuplicateBodyChanged(string)     {}
 func (noMetrics) Filtered(string, string)         {}
 func (noMetrics) SchemaFailure(string)            {}
+
+// uniqueNames drops the repeats of a header name in names, ignoring case
+// (HTTP's), keeping the first: a name listed twice in forward_headers would
+// otherwise store, and send the handler, the provider's header twice.
+func uniqueNames(names []string) []string {
+	var out []string
+	for _, n := range names {
+		if !slices.ContainsFunc(out, func(o string) bool { return strings.EqualFold(o, n) }) {
+			out = append(out, n)
+		}
+	}
+	return out
+}

@@ -172,3 +172,31 @@ func TestForwardHeadersStored(t *testing.T) {
 		t.Fatalf("stored headers %v, want %v", got, want)
 	}
 }
+
+// A header listed twice in forward_headers, in any case, is stored once: the
+// handler gets the provider's header once, as it was sent.
+func TestForwardHeadersListedTwice(t *testing.T) {
+	var ctx fasthttp.RequestCtx
+	ctx.Request.Header.Add("X-Lower", "only")
+	got := forwardHeaders(&ctx, uniqueNames([]string{"x-lower", "X-LOWER", "X-Lower"}))
+	want := []engine.Header{{Name: "x-lower", Value: "only"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("stored headers %v, want %v", got, want)
+	}
+	if got := uniqueNames([]string{"A", "b", "a", "B", "c"}); !reflect.DeepEqual(got, []string{"A", "b", "c"}) {
+		t.Fatalf("uniqueNames = %q", got)
+	}
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "s.secret"), "whsec_"+strings.Repeat("QUFB", 8)+"\n")
+	set := loadSources(t, dir, `
+[[source]]
+name = "twice"
+provider = "standard"
+secret_files = ["s.secret"]
+forward = "http://127.0.0.1:1/t"
+forward_headers = ["x-lower", "X-LOWER", "X-Other"]
+`)
+	if got := set.Source("twice").fwdHeaders; !reflect.DeepEqual(got, []string{"x-lower", "X-Other"}) {
+		t.Fatalf("compiled forward headers %q, want each name once", got)
+	}
+}
