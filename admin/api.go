@@ -2,6 +2,7 @@ package admin
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"oncehook/cluster"
 	"oncehook/engine"
@@ -207,6 +209,10 @@ type Event struct {
 	Headers     map[string]string `json:"headers,omitempty"`
 	Response    *responseJSON     `json:"response,omitempty"`
 	Payload     *string           `json:"payload,omitempty"`
+	// PayloadBase64 holds a payload that is not UTF-8 (a binary body, a
+	// Latin-1 text), in place of Payload: a JSON string would replace its
+	// bytes with U+FFFD.
+	PayloadBase64 *string `json:"payload_base64,omitempty"`
 
 	// History is the last failed attempts, oldest first; GET /v1/events/{key}
 	// only (a list leaves it out).
@@ -280,8 +286,13 @@ func toEventJSON(ev engine.Event, withBody bool) Event {
 			j.Response = &responseJSON{Status: ev.Response.Status, Body: string(ev.Response.Body)}
 		}
 		if ev.Payload != nil {
-			p := string(ev.Payload)
-			j.Payload = &p
+			if utf8.Valid(ev.Payload) {
+				p := string(ev.Payload)
+				j.Payload = &p
+			} else {
+				p := base64.StdEncoding.EncodeToString(ev.Payload)
+				j.PayloadBase64 = &p
+			}
 		}
 	}
 	return j

@@ -185,6 +185,9 @@ func TestAPIAnswers(t *testing.T) {
 		{"status", "GET", "/v1/status", "", "", 200, `"orders": {`},
 		{"event", "GET", "/v1/events/orders:msg_1", "", "", 200, `"state": "pending"`},
 		{"event with body", "GET", "/v1/events/orders:msg_1?body=1", "", "", 200, `"payload": "{\"a\":1}"`},
+		// A payload that is not UTF-8 comes whole, in base64, not with its
+		// bytes replaced by U+FFFD in a JSON string.
+		{"event with a binary body", "GET", "/v1/events/orders:x_bin?body=1", "", "", 200, `"payload_base64": "/wDAAQ=="`},
 		{"unknown event", "GET", "/v1/events/orders:nope", "", "", 404, `no event with key \"orders:nope\"`},
 		{"events by state", "GET", "/v1/events?state=pending", "", "", 200, `"key": "orders:msg_1"`},
 		{"unknown state", "GET", "/v1/events?state=lost", "", "", 400, `unknown state \"lost\"`},
@@ -236,6 +239,10 @@ func TestAPIAnswers(t *testing.T) {
 			store, url := newTestAPI(t)
 			if _, err := store.apply(engine.Command{Op: engine.OpClaim, Key: "orders:msg_1", Source: "orders",
 				Payload: []byte(`{"a":1}`), Retention: int64(time.Hour), LeaseFor: int64(time.Minute)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := store.apply(engine.Command{Op: engine.OpClaim, Key: "orders:x_bin", Source: "orders",
+				Payload: []byte{0xff, 0x00, 0xc0, 0x01}, Retention: int64(time.Hour)}); err != nil {
 				t.Fatal(err)
 			}
 			req, _ := http.NewRequest(c.method, url+c.path, strings.NewReader(c.body))
