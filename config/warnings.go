@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -113,19 +114,8 @@ var ownHeaders = []string{
 // reservedForwardHeaders warns of a forward_headers entry the handler will
 // never receive from the provider, since the forwarder sets or drops it.
 func reservedForwardHeaders(c *Config) []string {
-	var w []string
-	for i := range c.Sources {
-		for j, h := range c.Sources[i].ForwardHeaders {
-			for _, own := range ownHeaders {
-				if strings.EqualFold(h, own) {
-					w = append(w, fmt.Sprintf("%s: %s is set or dropped by oncehook on every delivery: the provider's value never reaches the handler",
-						sourceKey(i, "forward_headers")+"["+strconv.Itoa(j)+"]", h))
-					break
-				}
-			}
-		}
-	}
-	return w
+	return forwardHeadersNamed(c, ownHeaders,
+		"is set or dropped by oncehook on every delivery: the provider's value never reaches the handler")
 }
 
 // credentialHeaders carry a caller's credentials in any provider's request.
@@ -137,15 +127,18 @@ var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie
 // API and the dead-letter page. (A provider whose token is its secret is
 // refused outright by validation.)
 func credentialForwardHeaders(c *Config) []string {
+	return forwardHeadersNamed(c, credentialHeaders,
+		"carries the sender's credentials: forwarded, it is stored with every event, replicated, kept in backups and shown by the admin API and the dead-letter page; forward it only if the handler needs it")
+}
+
+// forwardHeadersNamed returns a warning, "key: header why", for every
+// forward_headers entry that is one of names (in any case).
+func forwardHeadersNamed(c *Config, names []string, why string) []string {
 	var w []string
 	for i := range c.Sources {
 		for j, h := range c.Sources[i].ForwardHeaders {
-			for _, cred := range credentialHeaders {
-				if strings.EqualFold(h, cred) {
-					w = append(w, fmt.Sprintf("%s: %s carries the sender's credentials: forwarded, it is stored with every event, replicated, kept in backups and shown by the admin API and the dead-letter page; forward it only if the handler needs it",
-						sourceKey(i, "forward_headers")+"["+strconv.Itoa(j)+"]", h))
-					break
-				}
+			if slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(h, n) }) {
+				w = append(w, sourceKey(i, "forward_headers")+"["+strconv.Itoa(j)+"]: "+h+" "+why)
 			}
 		}
 	}
