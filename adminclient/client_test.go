@@ -81,62 +81,24 @@ func callBackup(c *Client) error {
 	return c.SaveSnapshot(context.Background(), &bytes.Buffer{}, filepath.Join(os.TempDir(), "oncehook-adminclient-test-never-written"))
 }
 
-// TestTokenFileBOM: a token file saved with a byte order mark (Notepad)
-// sends the token without it; sent, the mark would make every call a 401.
-func TestTokenFileBOM(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		file string
-	}{
-		{"plain", "s3cret-token\n"},
-		{"bom", "\ufeffs3cret-token\n"},
-		{"bom crlf", "\ufeffs3cret-token\r\n"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var got string
-			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				got = r.Header.Get("Authorization")
-				w.Write([]byte(statusOld))
-			}))
-			t.Cleanup(srv.Close)
-			path := filepath.Join(t.TempDir(), "token")
-			if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			t.Setenv("ONCEHOOK_TOKEN", "")
-			t.Setenv("ONCEHOOK_TOKEN_FILE", path)
-			c := newTestClient(t, srv.URL, "")
-			if err := callStatus(c); err != nil {
-				t.Fatal(err)
-			}
-			if got != "Bearer s3cret-token" {
-				t.Errorf("Authorization %q, want %q", got, "Bearer s3cret-token")
-			}
-		})
-	}
-}
-
-// TestTokenSources: ONCEHOOK_TOKEN is trimmed as token files are; an empty
-// token file, or a token with control bytes (a binary file), is an error
-// naming where the token came from, before anything is sent.
+// TestTokenSources: a token file's surrounding white space and a byte order
+// mark (Notepad) are not part of the token (sent, the mark would make every
+// call a 401); ONCEHOOK_TOKEN is trimmed as token files are; an empty token
+// file, or a token with control bytes (a binary file), is an error naming
+// where the token came from, before anything is sent.
 func TestTokenSources(t *testing.T) {
-	dir := t.TempDir()
-	file := func(name, content string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(content), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	empty, binary := file("empty", "\n"), file("binary", "\x8f\x01abc\x1b")
 	for _, tc := range []struct {
-		name, env, file string
-		sent, err       string
+		name      string
+		env, file string // file: the token file's content; "-": no file
+		sent, err string
 	}{
-		{"env with a newline", "s3cret-token\n", "", "Bearer s3cret-token", ""},
-		{"an empty file", "", empty, "", "token file " + empty + " is empty"},
-		{"a binary file", "", binary, "", "token file " + binary + " holds control bytes"},
-		{"control bytes in the env", "s3cret\x01token", "", "", "ONCEHOOK_TOKEN holds control bytes"},
+		{"plain file", "", "s3cret-token\n", "Bearer s3cret-token", ""},
+		{"bom", "", "\ufeffs3cret-token\n", "Bearer s3cret-token", ""},
+		{"bom crlf", "", "\ufeffs3cret-token\r\n", "Bearer s3cret-token", ""},
+		{"env with a newline", "s3cret-token\n", "-", "Bearer s3cret-token", ""},
+		{"an empty file", "", "\n", "", " is empty"},
+		{"a binary file", "", "\x8f\x01abc\x1b", "", " holds control bytes"},
+		{"control bytes in the env", "s3cret\x01token", "-", "", "ONCEHOOK_TOKEN holds control bytes"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var sent string
@@ -145,8 +107,15 @@ func TestTokenSources(t *testing.T) {
 				w.Write([]byte(statusOld))
 			}))
 			t.Cleanup(srv.Close)
+			path := ""
+			if tc.file != "-" {
+				path = filepath.Join(t.TempDir(), "token")
+				if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
 			t.Setenv("ONCEHOOK_TOKEN", tc.env)
-			t.Setenv("ONCEHOOK_TOKEN_FILE", tc.file)
+			t.Setenv("ONCEHOOK_TOKEN_FILE", path)
 			t.Setenv("ONCEHOOK_CA", "")
 			fs := flag.NewFlagSet("test", flag.ContinueOnError)
 			mk := Flags(fs)
@@ -155,8 +124,8 @@ func TestTokenSources(t *testing.T) {
 			}
 			c, err := mk()
 			if tc.err != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.err) {
-					t.Fatalf("err %v, want %q", err, tc.err)
+				if err == nil || !strings.Contains(err.Error(), tc.err) || path != "" && !strings.Contains(err.Error(), path) {
+					t.Fatalf("err %v, want %q naming where the token came from", err, tc.err)
 				}
 				if strings.Contains(err.Error(), "abc") || strings.Contains(err.Error(), "s3cret") {
 					t.Fatalf("the error shows the token: %v", err)
