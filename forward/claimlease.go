@@ -147,6 +147,15 @@ func (s *slots) setWaiting(sources []string) {
 	s.mu.Unlock()
 }
 
+// waitingNow returns the sources the last lease left due events of. The
+// slice is never written after setWaiting stored it: it may be read
+// without the lock.
+func (s *slots) waitingNow() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.waiting
+}
+
 // othersWaitLocked reports whether a source other than source has due
 // events the last lease left.
 func (s *slots) othersWaitLocked(source string) bool {

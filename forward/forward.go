@@ -646,7 +646,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 			spareStop = 0
 			if free := f.slots.takeForLease(); free > 0 { // none while draining
 				quotas, share := f.slots.quotas(full)
-				quotas = f.lim.room(quotas, now)
+				quotas = f.lim.room(quotas, now, free, f.slots.waitingNow())
 				spare := min(f.slots.spare(now, f.manySources()), free)
 				evs, waiting, err := f.opts.Store.LeaseFrom(ctx, free, f.opts.DefaultLease, quotas, share, spare)
 				f.slots.setWaiting(waiting)

@@ -192,7 +192,18 @@ func (l *limiter) full(now time.Time) (sources []string, until time.Time) {
 // slots meanwhile: under a steady load above the rate they waited until it
 // stopped. A source without a bucket yet (no event booked since this leader
 // started) is not capped; its first lease books what it took.
-func (l *limiter) room(quotas []engine.Quota, now time.Time) []engine.Quota {
+//
+// waiting names the sources the last lease left due events of: while one
+// other than a source, and not skipped by quotas, waits, the source's share
+// binds as well (see below).
+func (l *limiter) room(quotas []engine.Quota, now time.Time, free int, waiting []string) []engine.Quota {
+	skipped := func(src string) bool {
+		i, found := slices.BinarySearchFunc(quotas, src, func(q engine.Quota, s string) int { return strings.Compare(q.Source, s) })
+		return found && quotas[i].Hard && quotas[i].Max == 0
+	}
+	othersWait := func(src string) bool {
+		return slices.ContainsFunc(waiting, func(w string) bool { return w != src && !skipped(w) })
+	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for src, b := range l.b {
@@ -210,27 +221,29 @@ func (l *limiter) room(quotas []engine.Quota, now time.Time) []engine.Quota {
 		}
 		i, found := slices.BinarySearchFunc(quotas, src, func(q engine.Quota, s string) int { return strings.Compare(q.Source, s) })
 		switch {
-		case !found:
-			quotas = slices.Insert(quotas, i, engine.Quota{Source: src, Max: min(n, maxRoom), Hard: true})
-		case quotas[i].Max >= n:
-			// The room binds before the share does.
+		case found && quotas[i].Hard && quotas[i].Max <= n:
+			// Skipped already (full, or no target), or capped lower.
+		case found && othersWait(src):
+			// Its share binds too (what it holds of the pool counts its
+			// parked events), and other sources have events due: no more
+			// than the lower of the two. A quota cannot be both soft (the
+			// share, then more once nobody else waits) and hard (the
+			// room), so the source waits for its share to free while
+			// others wait.
+			quotas[i] = engine.Quota{Source: src, Max: min(n, quotas[i].Max), Hard: true}
+		case found:
 			quotas[i] = engine.Quota{Source: src, Max: n, Hard: true}
+		case n < free:
+			// An idle source's room is most often more than a lease asks
+			// for: only a cap that binds takes a place among the quotas.
+			quotas = slices.Insert(quotas, i, engine.Quota{Source: src, Max: n, Hard: true})
 		}
-		// Else the source's share binds first (what it holds of the pool
-		// counts its parked events): its quota stays, and a lease takes more
-		// of its events only when no other source has any due; one that
-		// then finds no slot in time is handed back, as before.
-
 	}
 	if len(quotas) > engine.MaxQuotas {
 		quotas = quotas[:engine.MaxQuotas] // as slots.quotas does
 	}
 	return quotas
 }
-
-// maxRoom bounds a rate-limited source's quota (the engine's own bound on a
-// quota is larger; a lease never asks for more events than the pool's size).
-const maxRoom = 1 << 20
 
 // throttled reports whether source's slots are booked further ahead than
 // its budget (full).

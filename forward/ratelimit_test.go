@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -577,6 +578,40 @@ func TestDrainHandsParkedEventsBackSynctest(t *testing.T) {
 		cancel()
 		if err := <-done; err != nil {
 			t.Error(err)
+		}
+	})
+}
+
+// A backlog of one source whose rate times its budget is more than its
+// share of the pool: its parked events make it hold its share, and with no
+// other source waiting, its leases are still capped by the slots it can
+// book, so none is handed back and they go out in order.
+func TestRateLimitedBacklogOverItsShareSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &keySink{}
+		var want []string
+		for i := range 200 {
+			key := fmt.Sprintf("fast:%03d", i)
+			l.claim(key, "fast", "x")
+			want = append(want, key)
+		}
+		stop := runInBubble(t, Options{
+			Store:        l,
+			Targets:      targets(map[string]Target{"fast": {URL: "http://handler/s", MaxRate: 8, Burst: 1, Timeout: 2 * time.Second}}),
+			Client:       &http.Client{Transport: handlerTransport{h}},
+			Workers:      16,
+			PollInterval: 100 * time.Millisecond,
+			DefaultLease: 5 * time.Second,
+		})
+		defer stop()
+		time.Sleep(60 * time.Second)
+		synctest.Wait()
+		if fails := l.failLog(); len(fails) != 0 {
+			t.Errorf("%d events handed back, the first %+v", len(fails), fails[0])
+		}
+		if got := h.got(); !slices.Equal(got, want) {
+			t.Errorf("delivered %d of 200, in another order than they came", len(got))
 		}
 	})
 }
