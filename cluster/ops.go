@@ -368,9 +368,23 @@ func (n *Node) leaderCannotCommit(commit uint64) string {
 	}
 	term := n.raft.CurrentTerm()
 	var l raft.Log
-	if err := n.logs.GetLog(commit, &l); err != nil || l.Term >= term {
-		// An entry not in the log any more is older than a snapshot taken
-		// since: something of this term was committed to get past it.
+	entryTerm := uint64(0)
+	if err := n.logs.GetLog(commit, &l); err == nil {
+		entryTerm = l.Term
+	} else {
+		// No entry at the commit index: a node that installed a snapshot
+		// holds none until the next one arrives, and its commit index is
+		// the snapshot's. The snapshot's term tells. Anything else (an
+		// entry compacted since) is older than a snapshot this leader
+		// took, past an entry of its own term.
+		st := n.raft.Stats()
+		idx, _ := strconv.ParseUint(st["last_snapshot_index"], 10, 64)
+		if idx != commit {
+			return ""
+		}
+		entryTerm, _ = strconv.ParseUint(st["last_snapshot_term"], 10, 64)
+	}
+	if entryTerm >= term {
 		return ""
 	}
 	return fmt.Sprintf("leader of term %d: no entry of its term committed yet (commit index %d; a quorum storing its entries?)", term, commit)
