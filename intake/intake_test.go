@@ -447,3 +447,36 @@ forward = "http://127.0.0.1:1/zoom"
 		t.Errorf("events stored by handshakes: %v (%v)", counts, err)
 	}
 }
+
+// On a source whose order allows missing = "unordered", an event without the
+// order fields is claimed without the guard, but one that names an order
+// member twice is refused all the same: the guard would not be skipped for a
+// missing field, but for a value readers disagree on.
+func TestUnorderedSourceRefusesADuplicateOrderMember(t *testing.T) {
+	dir := t.TempDir()
+	secret, err := providers.GenerateSecret("standard")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(dir, "lax.secret"), secret+"\n")
+	set := loadSources(t, dir, `
+[[source]]
+name = "lax"
+provider = "standard"
+secret_files = ["lax.secret"]
+forward = "http://127.0.0.1:1/lax"
+order = { object = "json:data.id", time = "json:created", missing = "unordered" }
+`)
+	store := newMemStore(t)
+	f := &intakeFixture{t: t, in: New(Options{Store: store, Sources: set}), store: store, secret: secret}
+	if a := f.do(request{path: "/in/lax", body: `{"id":"e1"}`, id: "msg_1"}); a.status != 202 {
+		t.Fatalf("an event without the order fields: %d %s, want 202 (claimed unordered)", a.status, a.body)
+	}
+	a := f.do(request{path: "/in/lax", body: `{"created":5,"data":{"id":"o1","id":"o2"}}`, id: "msg_2"})
+	if a.status != 400 || !strings.Contains(a.body, "appears twice in the body") {
+		t.Fatalf("an order member named twice: %d %s, want 400", a.status, a.body)
+	}
+	if _, stored, _ := store.Lookup("lax:msg_2"); stored {
+		t.Fatal("the refused event was stored")
+	}
+}

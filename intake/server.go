@@ -674,7 +674,8 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 	var orderTime int64
 	if src.orderObject != nil {
 		var msg string
-		if orderObj, orderTime, msg = src.order(&ctx.Request.Header, body); msg != "" && !src.orderUnordered {
+		var always bool
+		if orderObj, orderTime, msg, always = src.order(&ctx.Request.Header, body); msg != "" && (always || !src.orderUnordered) {
 			return writeError(ctx, fasthttp.StatusBadRequest, msg)
 		}
 	}
