@@ -508,11 +508,21 @@ func (f *Forwarder) waitForLeaseEnd(ctx context.Context, until int64) (reached b
 // pending for retryIn, without calling its handler. The engine counted an
 // attempt when it leased the event; the hand-back takes it back, so the
 // handler's next Oncehook-Attempt and max_attempts count real attempts only.
+//
+// The engine keeps one reason per event, its last_error. A hand-back is no
+// failure, so an event a handler failed before keeps that failure there (an
+// operator looking at a retrying event wants the handler's 503, not "rate
+// limited"); the hand-back's own reason is recorded only on an event that
+// has none, and always in the log line.
 func (f *Forwarder) handBack(ctx context.Context, ev engine.Event, retryIn time.Duration, reason string) {
 	if ctx.Err() != nil {
 		return
 	}
-	err := f.opts.Store.HandBack(ctx, ev.Key, ev.Token, retryIn, reason)
+	recorded := reason
+	if ev.LastError != "" {
+		recorded = ev.LastError
+	}
+	err := f.opts.Store.HandBack(ctx, ev.Key, ev.Token, retryIn, recorded)
 	switch {
 	case ctx.Err() != nil:
 	case err == nil:

@@ -433,6 +433,41 @@ func TestRetryAfter(t *testing.T) {
 	}
 }
 
+// TestHandBackKeepsTheHandlersError: an event its handler failed, handed
+// back on its next lease (here its source was removed by a reload), still
+// shows the handler's failure as its last error; the hand-back is no
+// failure and spends no attempt.
+func TestHandBackKeepsTheHandlersError(t *testing.T) {
+	l := newLeader(t)
+	h := &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "ledger offline", http.StatusServiceUnavailable)
+	}}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	tgts := &mutableTargets{m: map[string]Target{"src": {URL: srv.URL, MaxAttempts: 5, BackoffMin: time.Minute, BackoffMax: time.Minute}}}
+	l.claim("src:k", "src", "x")
+	rec := &recorder{}
+	start(t, l, rec, Options{Targets: tgts.get})
+	waitFor(t, "the failed attempt", func() bool { return len(l.failLog()) == 1 })
+	failed := l.get("src:k")
+	if failed.State != engine.StatePending || !strings.Contains(failed.LastError, "503") {
+		t.Fatalf("after the 503: %v %q, want pending with the handler's error", failed.State, failed.LastError)
+	}
+
+	tgts.mu.Lock()
+	delete(tgts.m, "src")
+	tgts.mu.Unlock()
+	l.advance(2 * time.Minute)
+	waitFor(t, "the hand-back", func() bool { return len(l.failLog()) == 2 })
+	if c := l.failLog()[1]; !c.Refund {
+		t.Fatalf("second fail %+v, want a hand-back", c)
+	}
+	ev := l.get("src:k")
+	if ev.State != engine.StatePending || ev.LastError != failed.LastError || ev.Attempts != failed.Attempts {
+		t.Fatalf("after the hand-back: %v %q, %d attempts; want pending, %q, %d", ev.State, ev.LastError, ev.Attempts, failed.LastError, failed.Attempts)
+	}
+}
+
 // TestNoTargetForSource: the events of a source that is not configured (a
 // reload removed or renamed it) are held, not failed: the one leased is
 // handed back without spending its last attempt, later leases skip the
