@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -150,6 +151,61 @@ func TestLeaderThatCannotCommitIsNotReady(t *testing.T) {
 	waitFor(t, "the leader ready once it commits", func() bool {
 		ok, _ := c.nodes[survivor].Ready()
 		return ok || !c.nodes[survivor].IsLeader()
+	})
+	c.heal()
+}
+
+// The same, for a leader whose commit index is a snapshot it installed: it
+// holds no entry there, so only the snapshot's term (older than its own)
+// tells that it has committed nothing of its term.
+func TestLeaderFromASnapshotThatCannotCommitIsNotReady(t *testing.T) {
+	var gate atomic.Uint64
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.SnapshotThreshold = 1 << 20 // only the snapshot the test takes
+		cfg.TrailingLogs = 4
+		if cfg.ID == "n3" {
+			cfg.wrapLogs = func(s raft.LogStore) raft.LogStore { return &termGatedLogs{LogStore: s, gate: &gate} }
+		}
+	})
+	old := c.waitLeader(-1)
+	if old == 2 {
+		c.partition(2)
+		old = c.waitLeader(2)
+		c.heal()
+		c.waitConverged()
+	}
+	survivor := 1 - old
+	// The survivor misses enough entries that it catches up by snapshot.
+	c.partition(survivor)
+	for i := range 40 {
+		c.mustClaim(fmt.Sprintf("src:s%d", i), survivor)
+	}
+	leader := c.nodes[old]
+	if err := leader.raft.Snapshot().Error(); err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	snapIdx := leader.raft.LastIndex()
+	c.heal()
+	n := c.nodes[survivor]
+	waitFor(t, "the survivor installs the snapshot", func() bool {
+		st := n.raft.Stats()
+		return st["last_snapshot_index"] == strconv.FormatUint(snapIdx, 10) && n.raft.CommitIndex() == snapIdx
+	})
+	var l raft.Log
+	if err := n.logs.GetLog(snapIdx, &l); err == nil {
+		t.Fatalf("the survivor holds entry %d: the test would not reach the snapshot's term", snapIdx)
+	}
+
+	gate.Store(n.raft.CurrentTerm())
+	c.partition(old)
+	waitFor(t, "a leader from a snapshot that cannot commit", func() bool {
+		ok, why := n.Ready()
+		return n.IsLeader() && !ok && strings.Contains(why, "no entry of its term committed") && n.raft.CommitIndex() == snapIdx
+	})
+	gate.Store(0)
+	waitFor(t, "the leader ready once it commits", func() bool {
+		ok, _ := n.Ready()
+		return ok || !n.IsLeader()
 	})
 	c.heal()
 }
