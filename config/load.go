@@ -407,6 +407,11 @@ func (l *loader) decodeError(prefix string, err error) {
 				key = t + key[len(u):]
 			}
 		}
+		// Or inside the n-th element of an inline array of tables
+		// (tokens = [{...}, {...}]).
+		if p := l.p.lines.indexedAt(key, line); p != "" {
+			key = p
+		}
 	}
 	l.p.list = append(l.p.list, &Error{File: l.p.file, Line: line, Key: key, Message: msg, Err: err})
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -461,4 +462,45 @@ func (s *scanner) str() bool {
 		s.pos++
 	}
 	return false
+}
+
+// indexedAt returns the path with ordinals of key ("admin.tokens.token", as
+// the TOML parser names a key inside an inline array of tables) that the
+// file sets on line, or "" when none does. Of several elements on one line,
+// the last: the parser stops at the first error of a line, after the
+// elements before it parsed.
+func (kl *keyLines) indexedAt(key string, line int) string {
+	best := ""
+	var bestIdx []int
+	for p, l := range kl.lines {
+		if l != line || p == key || stripIndexes(p) != key {
+			continue
+		}
+		idx := ordinals(p)
+		if best == "" || slices.Compare(idx, bestIdx) > 0 {
+			best, bestIdx = p, idx
+		}
+	}
+	return best
+}
+
+// ordinals returns the ordinals of a path in order: "a[1].b[3]" -> [1 3].
+func ordinals(p string) []int {
+	var out []int
+	for {
+		i := strings.IndexByte(p, '[')
+		if i < 0 {
+			return out
+		}
+		j := strings.IndexByte(p[i:], ']')
+		if j < 0 {
+			return out
+		}
+		n, err := strconv.Atoi(p[i+1 : i+j])
+		if err != nil {
+			return out
+		}
+		out = append(out, n)
+		p = p[i+j+1:]
+	}
 }
