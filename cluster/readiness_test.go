@@ -111,6 +111,28 @@ func (l *termGatedLogs) StoreLogs(logs []*raft.Log) error {
 	return l.LogStore.StoreLogs(logs)
 }
 
+// gatedN3Cluster starts three nodes, n3's log store behind gate
+// (termGatedLogs), and returns the cluster and its leader, moved off n3:
+// n3 must stay a voter of the next term.
+func gatedN3Cluster(t *testing.T, gate *atomic.Uint64, tune func(*Config)) (*testCluster, int) {
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		if tune != nil {
+			tune(cfg)
+		}
+		if cfg.ID == "n3" {
+			cfg.wrapLogs = func(s raft.LogStore) raft.LogStore { return &termGatedLogs{LogStore: s, gate: gate} }
+		}
+	})
+	old := c.waitLeader(-1)
+	if old == 2 {
+		c.partition(2)
+		old = c.waitLeader(2)
+		c.heal()
+		c.waitConverged()
+	}
+	return c, old
+}
+
 // A leader elected by voters that then cannot store its entries keeps their
 // heartbeats, and its leadership, but commits nothing of its term. Its commit
 // index is the one it learnt as a follower, all applied: it must not read as
@@ -118,20 +140,7 @@ func (l *termGatedLogs) StoreLogs(logs []*raft.Log) error {
 // comes.
 func TestLeaderThatCannotCommitIsNotReady(t *testing.T) {
 	var gate atomic.Uint64
-	c := newTestCluster(t, 3, func(cfg *Config) {
-		if cfg.ID != "n3" {
-			return
-		}
-		cfg.wrapLogs = func(s raft.LogStore) raft.LogStore { return &termGatedLogs{LogStore: s, gate: &gate} }
-	})
-	old := c.waitLeader(-1)
-	if old == 2 {
-		// n3 must stay a voter of the next term: move the leadership off it.
-		c.partition(2)
-		old = c.waitLeader(2)
-		c.heal()
-		c.waitConverged()
-	}
+	c, old := gatedN3Cluster(t, &gate, nil)
 	// n3 stores nothing of a later term; the old leader goes. The other
 	// survivor wins (n3, elected, fails to store its own first entry and
 	// steps down) and can commit nothing without n3.
@@ -160,20 +169,10 @@ func TestLeaderThatCannotCommitIsNotReady(t *testing.T) {
 // tells that it has committed nothing of its term.
 func TestLeaderFromASnapshotThatCannotCommitIsNotReady(t *testing.T) {
 	var gate atomic.Uint64
-	c := newTestCluster(t, 3, func(cfg *Config) {
+	c, old := gatedN3Cluster(t, &gate, func(cfg *Config) {
 		cfg.SnapshotThreshold = 1 << 20 // only the snapshot the test takes
 		cfg.TrailingLogs = 4
-		if cfg.ID == "n3" {
-			cfg.wrapLogs = func(s raft.LogStore) raft.LogStore { return &termGatedLogs{LogStore: s, gate: &gate} }
-		}
 	})
-	old := c.waitLeader(-1)
-	if old == 2 {
-		c.partition(2)
-		old = c.waitLeader(2)
-		c.heal()
-		c.waitConverged()
-	}
 	survivor := 1 - old
 	// The survivor misses enough entries that it catches up by snapshot.
 	c.partition(survivor)
