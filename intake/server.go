@@ -882,6 +882,15 @@ func (in *Server) answerDuplicate(ctx *fasthttp.RequestCtx, src *Source, key []b
 	// event's identity), but it is counted: a sender reusing ids, or a forged
 	// body under a valid signature for another event, shows up here.
 	stored, err := in.store.Get(string(key), true)
+	if errors.Is(err, engine.ErrNotFound) {
+		stored, err = in.awaitApplied(key)
+	}
+	if src.sync && err != nil {
+		// A sync duplicate is answered from the stored event, never with a
+		// bare 2xx it cannot back (the handler may have failed).
+		ctx.Response.Header.Set("Retry-After", "1")
+		return writeError(ctx, fasthttp.StatusServiceUnavailable, "duplicate of an event this node has not applied yet, retry")
+	}
 	sameBody := err == nil && stored.Payload != nil && bytes.Equal(stored.Payload, body)
 	if own && err == nil && stored.Payload != nil && !sameBody {
 		// (A body the replay guard matched under another key is counted
@@ -918,6 +927,21 @@ func (in *Server) answerDuplicate(ctx *fasthttp.RequestCtx, src *Source, key []b
 		}
 	}
 	return writeClaim(ctx, fasthttp.StatusOK, "duplicate", key, st, true)
+}
+
+// awaitApplied reads an event that a committed claim found but this node
+// has not applied yet: a follower relays its claims to the leader, which
+// answers "duplicate" as soon as its own state has the key, and the entry
+// that created it may still be on its way here. A duplicate's answer reads
+// the stored event (the body to compare; a sync source's cached answer or
+// state), so it waits for it, a claim's timeout at most.
+func (in *Server) awaitApplied(key []byte) (engine.Event, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), in.timeout)
+	defer cancel()
+	if _, err := in.store.Wait(ctx, string(key), func(engine.Event) bool { return true }); err != nil {
+		return engine.Event{}, fmt.Errorf("await %s: %w", key, err)
+	}
+	return in.store.Get(string(key), true)
 }
 
 // answerSync waits for the handler's answer and relays it. fresh, when

@@ -2,6 +2,7 @@ package intake
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"testing"
 	"time"
@@ -233,5 +234,138 @@ func TestSyncRearmOnAFollower(t *testing.T) {
 	<-done
 	if a.status != 200 || a.body != "ok now" {
 		t.Fatalf("retry through a follower: %d %q, want the handler's 200 %q", a.status, a.body, "ok now")
+	}
+}
+
+// laggingFollower is a node that relays its claims to a leader (the
+// memStore) and has not applied the entries of the keys in hidden yet: it
+// does not find them until show is closed. waited is signalled when a Wait
+// for a hidden key begins.
+type laggingFollower struct {
+	*memStore
+	hidden map[string]bool
+	show   chan struct{}
+	waited chan struct{}
+}
+
+func (l *laggingFollower) lagging(key string) bool {
+	if !l.hidden[key] {
+		return false
+	}
+	select {
+	case <-l.show:
+		return false
+	default:
+		return true
+	}
+}
+
+func (l *laggingFollower) Lookup(key string) (engine.State, bool, error) {
+	if l.lagging(key) {
+		return 0, false, nil
+	}
+	return l.memStore.Lookup(key)
+}
+
+func (l *laggingFollower) Get(key string, withPayload bool) (engine.Event, error) {
+	if l.lagging(key) {
+		return engine.Event{}, fmt.Errorf("get %s: %w", key, engine.ErrNotFound)
+	}
+	return l.memStore.Get(key, withPayload)
+}
+
+func (l *laggingFollower) Wait(ctx context.Context, key string, final func(engine.Event) bool) (engine.Event, error) {
+	if l.lagging(key) {
+		select {
+		case l.waited <- struct{}{}:
+		default:
+		}
+		select {
+		case <-l.show:
+		case <-ctx.Done():
+			return engine.Event{}, ctx.Err()
+		}
+	}
+	return l.memStore.Wait(ctx, key, final)
+}
+
+// TestSyncDuplicateOnALaggingFollower: a follower relays a duplicate's claim
+// to the leader, whose state has the event while the follower has not
+// applied it yet. The answer is still the stored event's (the cached answer,
+// the conflict, in progress, a re-arm), once the follower has it, never a
+// bare 200 it cannot back: the handler may have failed. A follower that does
+// not catch up within the claim timeout answers 503, retry.
+func TestSyncDuplicateOnALaggingFollower(t *testing.T) {
+	const key = "paid:msg_1"
+	first := request{path: "/in/paid", body: `{"a":1}`, id: "msg_1"}
+	other := request{path: "/in/paid", body: `{"a":2}`, id: "msg_1"}
+	cases := []struct {
+		name   string
+		setup  *handlerStep // the first delivery's outcome; nil: still pending
+		retry  request
+		after  *handlerStep // the delivery of a re-armed event
+		catch  bool         // the follower applies the entry while the retry waits
+		status int
+		body   string
+	}{
+		{"done, same body: the cached answer", &handlerStep{201, "made"}, first, nil, true, 201, "made"},
+		{"done, another body: conflict", &handlerStep{201, "made"}, other, nil, true, 409, `{"status":"conflict","key":"paid:msg_1"}` + "\n"},
+		{"dead: the retry re-arms it", &handlerStep{}, first, &handlerStep{200, "ok now"}, true, 200, "ok now"},
+		{"pending: in progress", nil, first, nil, true, 409, `{"status":"in_progress","key":"paid:msg_1","state":"pending"}` + "\n"},
+		{"not applied in time: 503", &handlerStep{201, "made"}, first, nil, false, 503,
+			`{"status":"error","error":"duplicate of an event this node has not applied yet, retry"}` + "\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			secret, _ := providers.GenerateSecret("standard")
+			mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
+			leader := newMemStore(t)
+			sources := loadSources(t, dir, syncSources)
+			if c.setup != nil {
+				lf := &intakeFixture{t: t, store: leader, secret: secret, in: New(Options{Store: leader, Sources: sources})}
+				done := make(chan struct{})
+				go func() {
+					defer close(done)
+					leader.deliver(t, key, *c.setup)
+				}()
+				lf.do(first)
+				<-done
+			} else if _, err := leader.Claim(context.Background(), engine.Command{Key: key, Source: "paid", Payload: []byte(first.body)}); err != nil {
+				t.Fatal(err)
+			}
+
+			follower := &laggingFollower{memStore: leader, hidden: map[string]bool{key: true},
+				show: make(chan struct{}), waited: make(chan struct{}, 1)}
+			timeout := time.Minute
+			if !c.catch {
+				timeout = 50 * time.Millisecond
+			}
+			ff := &intakeFixture{t: t, store: leader, secret: secret,
+				in: New(Options{Store: follower, Sources: sources, Timeout: timeout})}
+			answered := make(chan struct{})
+			caught := make(chan struct{})
+			go func() {
+				defer close(caught)
+				if !c.catch {
+					return
+				}
+				select {
+				case <-follower.waited:
+					close(follower.show)
+				case <-answered:
+					return // answered without waiting for the event
+				}
+				if c.after != nil {
+					leader.deliver(t, key, *c.after)
+				}
+			}()
+			a := ff.do(c.retry)
+			close(answered)
+			<-caught
+			if a.status != c.status || a.body != c.body {
+				t.Fatalf("answer %d %q, want %d %q", a.status, a.body, c.status, c.body)
+			}
+		})
 	}
 }
