@@ -122,6 +122,9 @@ func (m *mux) challengePeer(ctx context.Context, c net.Conn, addr string, kind b
 			return context.Cause(ctx)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			if derr := peerGone(ctx, endpoint); derr != nil {
+				return fmt.Errorf("it closed the connection at the handshake and takes no new one (it went down): %w", derr)
+			}
 			return fmt.Errorf("%w: it closed the connection at the handshake (another token, an older release, or an address it does not take as its own: its log says which)", ErrPeerUnproven)
 		}
 		return err
@@ -135,6 +138,27 @@ func (m *mux) challengePeer(ctx context.Context, c net.Conn, addr string, kind b
 	}
 	return c.SetDeadline(time.Time{})
 }
+
+// peerGone tells a peer that closed a connection at the handshake because
+// it refused it from one that went down meanwhile (a killed process resets
+// the connections it had not accepted yet): it dials endpoint once more and
+// returns the dial's error, or nil when the peer still takes connections.
+// Without it, the followers of a killed leader reported for a moment that
+// it refused their credentials, which sends an operator after tokens.
+func peerGone(ctx context.Context, endpoint string) error {
+	ctx, cancel := context.WithTimeout(ctx, peerGoneProbe)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", endpoint)
+	if err != nil {
+		return err
+	}
+	c.Close()
+	return nil
+}
+
+// peerGoneProbe bounds peerGone's dial.
+const peerGoneProbe = 500 * time.Millisecond
 
 // answerChallenge runs the listener's side of the handshake on c, after the
 // magic, and returns the stream's kind.

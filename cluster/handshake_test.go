@@ -267,3 +267,44 @@ func FuzzReadPreamble(f *testing.F) {
 		}
 	})
 }
+
+// TestHandshakeTellsARefusalFromAPeerGoneDown: a peer that closes the
+// connection at the handshake refused it while it still takes connections
+// (ErrPeerUnproven), and went down when it takes none (a dial error: the
+// followers of a killed leader must not report that it refused them).
+func TestHandshakeTellsARefusalFromAPeerGoneDown(t *testing.T) {
+	m, _ := listeningMux(t, []byte(testToken), nil)
+	for _, down := range []bool{false, true} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 512)) // the hello
+			if down {
+				ln.Close()
+			}
+			c.Close()
+		}()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		c, err := m.dial(ctx, ln.Addr().String(), kindRelay, 5*time.Second)
+		cancel()
+		<-served
+		ln.Close()
+		if c != nil {
+			c.Close()
+		}
+		if err == nil {
+			t.Fatalf("down %v: the handshake passed", down)
+		}
+		if refused := errors.Is(err, ErrPeerUnproven); refused == down || isDialError(err) != down {
+			t.Errorf("down %v: %v (refusal %v, dial error %v)", down, err, refused, isDialError(err))
+		}
+	}
+}
