@@ -14,14 +14,14 @@ name = "stripe-f"
 provider = "stripe"
 secrets = ["whsec_stripe_test_secret"]
 forward = "%[1]s/stripe-f"
-drop_types = ["charge.updated"]
+drop_types = ["charge.updated", "commande.créée"]
 
 [[source]]
 name = "gh-f"
 provider = "github"
 secrets = ["` + githubTestSecret + `"]
 forward = "%[1]s/gh-f"
-accept_types = ["push"]
+accept_types = ["push", "événement"]
 `
 
 // TestTypeFilters: a verified delivery whose type the source's filter drops
@@ -66,11 +66,15 @@ func TestTypeFilters(t *testing.T) {
 		typ     any    // the filtered answer's "type"; nil: absent
 	}{
 		{"stripe dropped type", "stripe-f", "evt_drop", func() ([]byte, []providers.Header) { return stripe("evt_drop", "charge.updated", stripeSecret) }, 200, "filtered", "charge.updated"},
+		{"stripe dropped type, not ASCII", "stripe-f", "evt_drop_fr", func() ([]byte, []providers.Header) {
+			return stripe("evt_drop_fr", "commande.créée", stripeSecret)
+		}, 200, "filtered", "commande.créée"},
 		{"stripe other type", "stripe-f", "evt_keep", func() ([]byte, []providers.Header) { return stripe("evt_keep", "charge.succeeded", stripeSecret) }, 202, "accepted", nil},
 		{"stripe no type is not dropped", "stripe-f", "evt_untyped", func() ([]byte, []providers.Header) { return stripe("evt_untyped", "", stripeSecret) }, 202, "accepted", nil},
 		{"stripe dropped type, bad signature", "stripe-f", "evt_forged", func() ([]byte, []providers.Header) { return stripe("evt_forged", "charge.updated", wrong) }, 401, "error", nil},
 		{"github not accepted", "gh-f", "d-issues", func() ([]byte, []providers.Header) { return github("d-issues", "issues", githubTestSecret) }, 200, "filtered", "issues"},
 		{"github accepted", "gh-f", "d-push", func() ([]byte, []providers.Header) { return github("d-push", "push", githubTestSecret) }, 202, "accepted", nil},
+		{"github accepted, not ASCII", "gh-f", "d-fr", func() ([]byte, []providers.Header) { return github("d-fr", "événement", githubTestSecret) }, 202, "accepted", nil},
 		{"github no type is not accepted", "gh-f", "d-none", func() ([]byte, []providers.Header) { return github("d-none", "", githubTestSecret) }, 200, "filtered", nil},
 		{"github not accepted, bad signature", "gh-f", "d-forged", func() ([]byte, []providers.Header) { return github("d-forged", "issues", wrong) }, 401, "error", nil},
 	}
@@ -99,7 +103,7 @@ func TestTypeFilters(t *testing.T) {
 
 	// Every accepted event is delivered by now; the forwarder is idle, so
 	// nothing filtered is on its way either.
-	waitUntil(t, "deliveries", func() bool { return len(h.deliveries("")) == 3 })
+	waitUntil(t, "deliveries", func() bool { return len(h.deliveries("")) == 4 })
 	for _, c := range cases {
 		if n := len(h.deliveries(c.source + ":" + c.id)); c.answer != "accepted" && n != 0 {
 			t.Errorf("%s: %d deliveries of a %s delivery", c.name, n, c.answer)
@@ -108,10 +112,11 @@ func TestTypeFilters(t *testing.T) {
 	text := tn.scrape()
 	for series, want := range map[string]float64{
 		`oncehook_filtered_total{source="stripe-f",type="charge.updated"}`: 1,
+		`oncehook_filtered_total{source="stripe-f",type="commande.créée"}`: 1,
 		`oncehook_filtered_total{source="gh-f",type="other"}`:              2,
 		`oncehook_claims_total{result="new",source="stripe-f"}`:            2,
-		`oncehook_claims_total{result="new",source="gh-f"}`:                1,
-		`oncehook_requests_total{code="200",source="stripe-f"}`:            1,
+		`oncehook_claims_total{result="new",source="gh-f"}`:                2,
+		`oncehook_requests_total{code="200",source="stripe-f"}`:            2,
 		`oncehook_requests_total{code="401",source="gh-f"}`:                1,
 	} {
 		if got := mustMetric(t, text, series); got != want {

@@ -60,6 +60,8 @@ func TestTypeFilterConfig(t *testing.T) {
 		{"invalid type part", `provider = "stripe"` + "\ntype = \"query:type\"\ndrop_types = [\"x\"]", "", nil, nil, "type: "},
 		{"empty type entry", `provider = "stripe"` + "\ndrop_types = [\"ok\", \"\"]", "", nil, nil, `drop_types[1]: invalid event type ""`},
 		{"unprintable type entry", `provider = "github"` + "\naccept_types = [\"push\\n\"]", "", nil, nil, `accept_types[0]: invalid event type "push\n"`},
+		{"type entry with a space at an end", `provider = "github"` + "\naccept_types = [\"push \"]", "", nil, nil, `accept_types[0]: invalid event type "push "`},
+		{"type entry not ASCII", `provider = "stripe"` + "\ndrop_types = [\"commande.créée\"]", "json:type", nil, []string{"commande.créée"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

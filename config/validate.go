@@ -16,8 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 
 	"oncehook/providers"
 )
@@ -825,18 +823,12 @@ func validateTypeFilter(p *problems, k func(string) string, s *Source) {
 	}
 }
 
-// printableType: non-empty, valid UTF-8, no control or other unprintable
-// characters (an event type becomes a metric label and a JSON answer).
+// printableType: non-empty, printable UTF-8 text, no space at either end:
+// what the intake reads as an event's type (providers.NewTextField), so that
+// every listed type can match a delivery's. It becomes a metric label and a
+// JSON answer.
 func printableType(t string) bool {
-	if t == "" || !utf8.ValidString(t) {
-		return false
-	}
-	for _, r := range t {
-		if !unicode.IsPrint(r) {
-			return false
-		}
-	}
-	return true
+	return t != "" && providers.PrintableText(t) && t[0] != ' ' && t[len(t)-1] != ' '
 }
 
 // checkKeyPart checks a key part or order field spec with the providers

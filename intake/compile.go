@@ -167,7 +167,7 @@ func (src *Source) compileTypeFilter(s *config.Source) error {
 		return nil
 	}
 	var err error
-	if src.typeField, err = providers.NewField(s.Type); err != nil {
+	if src.typeField, err = providers.NewTextField(s.Type); err != nil {
 		return err
 	}
 	list := s.DropTypes

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/tidwall/gjson"
@@ -113,7 +115,11 @@ func checkJSONPath(p string) error {
 // lookup finds g's value. The result aliases body or header memory, except for
 // a JSON string with escapes (copied) and body:sha256 (written to scratch, or
 // to a new array when scratch is nil).
-func (g *getter) lookup(h Headers, body []byte, scratch *[64]byte) ([]byte, lookupStatus) {
+//
+// text widens what a value may hold from printable ASCII (a key's part,
+// which travels in headers) to printable UTF-8 (an event type, which is only
+// compared with configured ones).
+func (g *getter) lookup(h Headers, body []byte, scratch *[64]byte, text bool) ([]byte, lookupStatus) {
 	var v []byte
 	switch g.kind {
 	case getHeader:
@@ -137,7 +143,7 @@ func (g *getter) lookup(h Headers, body []byte, scratch *[64]byte) ([]byte, look
 	if len(v) == 0 {
 		return nil, missing
 	}
-	if !printable(v) {
+	if text && !printableText(v) || !text && !printable(v) {
 		return nil, badChars
 	}
 	// A space at either end would be lost where the key travels as a header
@@ -259,6 +265,7 @@ type keyPart struct {
 	spec    string
 	getters []getter
 	errs    [duplicated + 1]error
+	text    bool // values are printable UTF-8 (NewTextField), not ASCII
 }
 
 func newKeyPart(spec string, kind error) (keyPart, error) {
@@ -299,7 +306,7 @@ func (p *keyPart) readsJSON() bool {
 func (p *keyPart) value(h Headers, body []byte, scratch *[64]byte) ([]byte, error) {
 	sawNotJSON := false
 	for i := range p.getters {
-		v, st := p.getters[i].lookup(h, body, scratch)
+		v, st := p.getters[i].lookup(h, body, scratch, p.text)
 		switch st {
 		case found:
 			return v, nil
@@ -432,6 +439,43 @@ func NewField(spec string) (*Field, error) {
 		return nil, err
 	}
 	return &Field{part: p}, nil
+}
+
+// NewTextField is NewField for a value that is only compared, never part of
+// a key, such as an event type: it may be any printable UTF-8 text
+// (PrintableText), where a key's part is printable ASCII.
+func NewTextField(spec string) (*Field, error) {
+	f, err := NewField(spec)
+	if err != nil {
+		return nil, err
+	}
+	f.part.text = true
+	f.part.errs[badChars] = fmt.Errorf("%w: key part %q: not printable UTF-8 text", ErrNoField, spec)
+	return f, nil
+}
+
+// PrintableText reports whether t is a value a text field reads: valid
+// UTF-8 without control or other unprintable characters.
+func PrintableText(t string) bool {
+	return printableText(unsafe.Slice(unsafe.StringData(t), len(t)))
+}
+
+func printableText(v []byte) bool {
+	for len(v) > 0 {
+		if c := v[0]; c < utf8.RuneSelf {
+			if c < 0x20 || c > 0x7e {
+				return false
+			}
+			v = v[1:]
+			continue
+		}
+		r, n := utf8.DecodeRune(v)
+		if r == utf8.RuneError && n <= 1 || !unicode.IsPrint(r) {
+			return false
+		}
+		v = v[n:]
+	}
+	return true
 }
 
 // ReadsJSON reports whether the field reads the JSON body (a json:PATH

@@ -409,3 +409,52 @@ func TestParseTime(t *testing.T) {
 		}
 	}
 }
+
+// TestTextField: an event type may be any printable UTF-8 text, escaped in
+// JSON or raw, in the body or a header; a key's part stays printable ASCII.
+func TestTextField(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		body   string
+		header string
+		want   string // "": refused
+		key    bool   // a key part (NewField) reads it too
+	}{
+		{"ASCII", `{"type":"order.paid"}`, "", "order.paid", true},
+		{"raw UTF-8", `{"type":"commande.créée"}`, "", "commande.créée", false},
+		{"JSON escapes", `{"type":"commande.cr\u00e9\u00e9e"}`, "", "commande.créée", false},
+		{"a header", `{}`, "événement", "événement", false},
+		{"a control character", `{"type":"a\u0007b"}`, "", "", false},
+		{"a C1 control character", `{"type":"a\u0085b"}`, "", "", false},
+		{"invalid UTF-8 in a header", `{}`, "caf\xe9", "", false},
+		{"a space at an end", `{"type":"créée "}`, "", "", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := "json:type"
+			var h hdrs
+			if tc.header != "" {
+				spec = "header:X-Type"
+				h = hdrs{{"X-Type", []byte(tc.header)}}
+			}
+			text, err := NewTextField(spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			v, err := text.Value(h, []byte(tc.body))
+			if tc.want == "" {
+				if err == nil {
+					t.Fatalf("read %q, want a refusal", v)
+				}
+			} else if err != nil || string(v) != tc.want {
+				t.Fatalf("read %q, %v; want %q", v, err, tc.want)
+			}
+			if tc.want != "" && !PrintableText(tc.want) {
+				t.Errorf("PrintableText(%q) = false for a value the field reads", tc.want)
+			}
+			key, _ := NewField(spec)
+			if _, err := key.Value(h, []byte(tc.body)); (err == nil) != tc.key {
+				t.Errorf("as a key part: %v, want ok %v", err, tc.key)
+			}
+		})
+	}
+}
