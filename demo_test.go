@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"oncehook/cluster"
 	"oncehook/config"
 )
 
@@ -91,6 +92,45 @@ func TestDemoAddresses(t *testing.T) {
 		var ue usageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), "demo mode only") {
 			t.Errorf("serve %q: %v, want a usage error", args, err)
+		}
+	}
+}
+
+// TestServeTouchesNoHeldOrUnsafeDataDir: serve takes the data dir's lock and
+// checks who could have written to it before it reads or writes anything
+// there: a second process on a running node's directory leaves the node's
+// restore files, and a directory others can write to is refused untouched.
+func TestServeTouchesNoHeldOrUnsafeDataDir(t *testing.T) {
+	args := func(dir string) []string {
+		return []string{"-data", dir, "-listen", "127.0.0.1:0", "-admin-listen", "127.0.0.1:0"}
+	}
+	held := t.TempDir()
+	upload := filepath.Join(held, "restore-1.db")
+	if err := os.WriteFile(upload, []byte("an upload in progress"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	lock, err := cluster.LockDataDir(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := cmdServe(t.Context(), args(held), io.Discard, io.Discard); !errors.Is(err, cluster.ErrDataDirBusy) {
+		t.Fatalf("serve on a held data dir: %v, want ErrDataDirBusy", err)
+	}
+	if _, err := os.Stat(upload); err != nil {
+		t.Errorf("the running node's upload: %v", err)
+	}
+
+	open := t.TempDir()
+	if err := os.Chmod(open, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmdServe(t.Context(), args(open), io.Discard, io.Discard); !errors.Is(err, cluster.ErrDataDirUnsafe) {
+		t.Fatalf("serve on a world-writable data dir: %v, want ErrDataDirUnsafe", err)
+	}
+	for _, dir := range []string{held, open} {
+		if _, err := os.Stat(filepath.Join(dir, "demo.toml")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: the refused serve wrote its demo files (%v)", dir, err)
 		}
 	}
 }

@@ -129,6 +129,20 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	var cfg *config.Config
 	var demo *demoSetup
+	dataDir := *demoDir
+	if *cfgPath != "" {
+		var err error
+		if cfg, err = config.Load(*cfgPath); err != nil {
+			return err
+		}
+		dataDir = cfg.Node.DataDir
+	}
+	// Before anything reads or writes in it, the demo's files included.
+	lock, err := cluster.LockDataDir(dataDir)
+	if err != nil {
+		return err
+	}
+	defer lock.Close()
 	if *cfgPath == "" {
 		var err error
 		demo, err = startDemo(ctx, *demoDir, *demoListen, *demoAdmin, stderr)
@@ -137,11 +151,6 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 		}
 		defer demo.close()
 		cfg = demo.cfg
-	} else {
-		var err error
-		if cfg, err = config.Load(*cfgPath); err != nil {
-			return err
-		}
 	}
 	level := new(slog.LevelVar)
 	log := newLogger(cfg.Node.LogFormat, level, stderr)

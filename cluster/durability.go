@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 
 	"oncehook/failpoint"
 
@@ -71,7 +72,7 @@ func writeMarker(dir, boot, state string) error {
 	}
 	path := filepath.Join(dir, markerName)
 	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return fmt.Errorf("engine marker: %w", err)
 	}
@@ -267,6 +268,9 @@ func tightenTree(root string) error {
 				return nil
 			}
 			return err
+		}
+		if d.Type()&fs.ModeSymlink != 0 {
+			return nil // chmod would change what it points at
 		}
 		want := fs.FileMode(0o600)
 		if d.IsDir() {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"oncehook/engine"
@@ -41,7 +42,7 @@ var ErrRestoreUnconfirmed = errors.New("restore not confirmed by a majority")
 // beginRestore writes the marker, synced; done removes it.
 func (n *Node) beginRestore() (done func() error, err error) {
 	path := filepath.Join(n.cfg.Dir, restorePending)
-	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("restore marker: %w", err)
 	}

@@ -3,6 +3,8 @@ package keyset
 import (
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -64,5 +66,27 @@ func TestKeysRefetchAfterAFailureSynctest(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestCacheWriteFollowsNoLink: the keys cache is written through a temporary
+// file that is never a link followed to somewhere else.
+func TestCacheWriteFollowsNoLink(t *testing.T) {
+	ks := testKeyset(t, "https://keys.example/doc")
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("keep"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Dir(ks.cache), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, ks.cache+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ks.saveCache([]byte(`{"keys":[]}`)); err == nil {
+		t.Error("the cache was written through a link")
+	}
+	if b, err := os.ReadFile(victim); err != nil || string(b) != "keep" {
+		t.Errorf("the link's target: %q, %v", b, err)
 	}
 }

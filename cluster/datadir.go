@@ -1,0 +1,117 @@
+package cluster
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"syscall"
+)
+
+// ErrDataDirBusy: another process holds the data dir's lock.
+var ErrDataDirBusy = errors.New("another process holds the data dir (is another oncehook running on it?)")
+
+// ErrDataDirUnsafe: another user could have written into the data dir.
+var ErrDataDirUnsafe = errors.New("another user could have placed files in it")
+
+// dataDirLockName is the lock file under the data dir.
+const dataDirLockName = "oncehook.lock"
+
+// DataDirLock is the lock a node holds on its data dir while it runs.
+type DataDirLock struct{ f *os.File }
+
+// Close releases the lock.
+func (l *DataDirLock) Close() error { return l.f.Close() }
+
+// LockDataDir prepares dir for a node before anything reads or writes in it
+// (docs/security.md, "Files"): it makes it (0700) when missing, refuses one
+// that another user could have written to, and takes the lock that keeps a
+// second process off it.
+//
+// Everything in the data dir is trusted: the engine file, the raft log and
+// snapshots, the cached keys of a keys_url source (a key there verifies
+// deliveries), and the files a restore or a start rewrites. A directory
+// another user can write to, or an entry another user owns, may be a link to
+// a file of theirs (the payloads would be written where they read them) or a
+// keys document of theirs (forged deliveries would verify). Neither is
+// mended here: the operator must look at what is in it.
+//
+// The lock comes before any clean-up a start does (abandoned restores and
+// uploads): a second process started on the directory by mistake must not
+// remove the running node's files before the engine's own lock stops it.
+func LockDataDir(dir string) (*DataDirLock, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("data dir: %w", err)
+	}
+	if err := checkDataDir(dir, os.Geteuid()); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, dataDirLockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("data dir: lock: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data dir %s: %w", dir, ErrDataDirBusy)
+		}
+		return nil, fmt.Errorf("data dir: lock %s: %w", path, err)
+	}
+	return &DataDirLock{f: f}, nil
+}
+
+// checkDataDir refuses a data dir that is not a directory, is owned by
+// another user than uid or is writable by its group or others, and one
+// holding an entry another user owns. The directory itself may be a link
+// (to another disk); links inside it are checked as links: whoever owns
+// one chose where it points.
+func checkDataDir(dir string, uid int) error {
+	info, err := os.Stat(dir)
+	if err != nil {
+		return fmt.Errorf("data dir: %w", err)
+	}
+	if !info.IsDir() {
+		return fmt.Errorf("data dir %s: not a directory", dir)
+	}
+	if owner, ok := ownerOf(info); ok && owner != uid {
+		return fmt.Errorf("data dir %s: owned by uid %d, not by this process's user (uid %d): %w; "+
+			"check them, then chown -R it to this user", dir, owner, uid, ErrDataDirUnsafe)
+	}
+	if perm := info.Mode().Perm(); perm&0o022 != 0 {
+		return fmt.Errorf("data dir %s: writable by its group or others (mode %04o): %w; "+
+			"check them, then chmod 700 it", dir, perm, ErrDataDirUnsafe)
+	}
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return fmt.Errorf("data dir: %w", err)
+		}
+		if p == dir {
+			return nil
+		}
+		info, err := d.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("data dir: %w", err)
+		}
+		if owner, ok := ownerOf(info); ok && owner != uid {
+			return fmt.Errorf("data dir %s: %s is owned by uid %d, not by this process's user (uid %d): %w; "+
+				"check it, then remove it or chown it to this user", dir, p, owner, uid, ErrDataDirUnsafe)
+		}
+		return nil
+	})
+}
+
+// ownerOf returns the uid that owns a file, when the system says.
+func ownerOf(info fs.FileInfo) (int, bool) {
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
+}

@@ -1,0 +1,148 @@
+package cluster
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestLockDataDir: a data dir another user could have written to is refused
+// before anything in it is used, and one process at a time holds it.
+func TestLockDataDir(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		setup func(t *testing.T, dir string) string // returns the dir to lock
+		want  string                                // "": locked
+	}{
+		{"missing: made 0700", func(t *testing.T, dir string) string { return filepath.Join(dir, "new", "data") }, ""},
+		{"private", func(t *testing.T, dir string) string { return dir }, ""},
+		{"readable by others", func(t *testing.T, dir string) string { chmod(t, dir, 0o755); return dir }, ""},
+		{"writable by others", func(t *testing.T, dir string) string { chmod(t, dir, 0o777); return dir }, "writable by its group or others (mode 0777)"},
+		{"writable by its group", func(t *testing.T, dir string) string { chmod(t, dir, 0o770); return dir }, "writable by its group or others (mode 0770)"},
+		{"a file", func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "f")
+			write(t, p)
+			return p
+		}, "not a directory"},
+		{"a link to a private dir", func(t *testing.T, dir string) string {
+			real := filepath.Join(dir, "real")
+			if err := os.Mkdir(real, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			link := filepath.Join(dir, "link")
+			if err := os.Symlink(real, link); err != nil {
+				t.Fatal(err)
+			}
+			return link
+		}, ""},
+		{"a link of ours inside", func(t *testing.T, dir string) string {
+			if err := os.Symlink("/etc/hostname", filepath.Join(dir, "fsm.db")); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, ""},
+		{"an entry another user owns", func(t *testing.T, dir string) string {
+			if os.Geteuid() != 0 {
+				t.Skip("needs root to give a file away")
+			}
+			p := filepath.Join(dir, "keys", "src.json")
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			write(t, p)
+			if err := os.Lchown(p, 65534, 65534); err != nil {
+				t.Fatal(err)
+			}
+			return dir
+		}, "keys/src.json is owned by uid 65534"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := tc.setup(t, t.TempDir())
+			l, err := LockDataDir(dir)
+			if tc.want != "" {
+				if l != nil {
+					l.Close()
+				}
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("err %v, want %q", err, tc.want)
+				}
+				if _, err := os.Lstat(filepath.Join(dir, dataDirLockName)); err == nil {
+					t.Error("the refused dir got a lock file")
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			if info, err := os.Stat(dir); err != nil || info.Mode().Perm()&0o022 != 0 {
+				t.Fatalf("dir %v, %v", info.Mode(), err)
+			}
+		})
+	}
+
+	// The owner check, for a user other than this process's.
+	if err := checkDataDir(t.TempDir(), os.Geteuid()+1); !errors.Is(err, ErrDataDirUnsafe) || !strings.Contains(err.Error(), "owned by uid") {
+		t.Errorf("a dir of another user: %v", err)
+	}
+
+	dir := t.TempDir()
+	first, err := LockDataDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l, err := LockDataDir(dir); !errors.Is(err, ErrDataDirBusy) {
+		if l != nil {
+			l.Close()
+		}
+		t.Fatalf("a second lock: %v, want ErrDataDirBusy", err)
+	}
+	first.Close()
+	again, err := LockDataDir(dir)
+	if err != nil {
+		t.Fatalf("the lock after the first was released: %v", err)
+	}
+	again.Close()
+}
+
+func chmod(t *testing.T, p string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func write(t *testing.T, p string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTightenTreeLeavesLinks: the walk that makes the snapshot tree private
+// chmods no link: os.Chmod would change the mode of what it points at.
+func TestTightenTreeLeavesLinks(t *testing.T) {
+	root, outside := t.TempDir(), t.TempDir()
+	target := filepath.Join(outside, "theirs")
+	write(t, target)
+	chmod(t, target, 0o644)
+	chmod(t, outside, 0o755)
+	if err := os.Symlink(target, filepath.Join(root, "file-link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(root, "dir-link")); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(root, "state.bin"))
+	chmod(t, filepath.Join(root, "state.bin"), 0o644)
+	if err := tightenTree(root); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]os.FileMode{target: 0o644, outside: 0o755, filepath.Join(root, "state.bin"): 0o600} {
+		if info, err := os.Stat(p); err != nil || info.Mode().Perm() != want {
+			t.Errorf("%s: %v, %v; want %04o", p, info.Mode().Perm(), err, want)
+		}
+	}
+}
