@@ -21,7 +21,8 @@ const DefaultMaxRestore = 4 * GiB
 
 // validateAdminServer checks admin.tls_cert, admin.tls_key and
 // admin.max_restore. The TLS files must be readable and form a usable pair,
-// and the key must not be readable by others (like a secret file).
+// the key must not be readable by others nor writable by group or others
+// (like a secret file), the certificate not writable by group or others.
 func (c *Config) validateAdminServer(p *problems) {
 	a := &c.Admin
 	if a.MaxRestore <= 0 {
@@ -34,10 +35,7 @@ func (c *Config) validateAdminServer(p *problems) {
 		p.add("admin.tls_cert", nil, "tls_cert and tls_key go together: set both or neither", "admin.tls_key")
 		return
 	}
-	if fi, err := os.Stat(a.TLSKey); err == nil && fi.Mode().Perm()&0o004 != 0 {
-		p.add("admin.tls_key", ErrSecretFileMode, fmt.Sprintf(
-			"key file %s has mode %#o: it must not be readable by others (chmod o-rwx %s)", a.TLSKey, fi.Mode().Perm(), a.TLSKey))
-	}
+	checkTLSFileModes(p, "admin", a.TLSCert, a.TLSKey, "")
 	for _, f := range []struct{ key, path string }{{"admin.tls_cert", a.TLSCert}, {"admin.tls_key", a.TLSKey}} {
 		if fh, err := os.Open(f.path); err != nil {
 			p.add(f.key, err, "cannot read: "+errText(err))

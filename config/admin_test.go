@@ -2,6 +2,7 @@ package config
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,6 +14,10 @@ func TestAdminTLS(t *testing.T) {
 	notPEM := writeFile(t, dir, "junk.pem", "not a certificate", 0o644)
 	openKey := writeFile(t, dir, "open.key", "x", 0o644)
 	missing := filepath.Join(dir, "missing.key")
+	certPEM, _ := os.ReadFile(cert)
+	keyPEM, _ := os.ReadFile(key)
+	groupKey := writeFile(t, dir, "group.key", string(keyPEM), 0o660)
+	openCert := writeFile(t, dir, "open.pem", string(certPEM), 0o666)
 	for _, tt := range []struct {
 		name      string
 		cert, key string
@@ -27,6 +32,8 @@ func TestAdminTLS(t *testing.T) {
 		{"junk cert", notPEM, key, "admin.tls_cert: unusable certificate and key: ", nil},
 		{"key of another certificate", ca, key, "admin.tls_cert: unusable certificate and key: ", nil},
 		{"key readable by others", cert, openKey, "admin.tls_key: key file " + openKey + " has mode 0644", ErrSecretFileMode},
+		{"key writable by its group", cert, groupKey, "admin.tls_key: key file " + groupKey + " has mode 0660: it must not be writable by its group (chmod g-w", ErrSecretFileMode},
+		{"cert writable by others", openCert, key, "admin.tls_cert: certificate file " + openCert + " has mode 0666: it must not be writable by its group or by others, who would choose whom the node trusts (chmod go-w", ErrSecretFileMode},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default()

@@ -576,6 +576,20 @@ func TestTokenAndKeyFileModes(t *testing.T) {
 			t.Fatalf("err = %v\nwant %s", err, want)
 		}
 	})
+	t.Run("tls_ca writable by others", func(t *testing.T) {
+		dir := t.TempDir()
+		cert, key, ca := writeTLS(t, dir)
+		if err := os.Chmod(ca, 0o646); err != nil {
+			t.Fatal(err)
+		}
+		c := Default()
+		c.Cluster = &Cluster{RaftListen: "10.0.0.1:7070", Peers: []Peer{{"node1", "10.0.0.1:7070"}}, TLSCert: cert, TLSKey: key, TLSCA: ca}
+		err := c.Validate()
+		want := "cluster.tls_ca: certificate file " + ca + " has mode 0646: it must not be writable by others, who would choose whom the node trusts (chmod o-w " + ca + ")"
+		if err == nil || err.Error() != want || !errors.Is(err, ErrSecretFileMode) {
+			t.Fatalf("err = %v\nwant %s", err, want)
+		}
+	})
 }
 
 // TestInlineCredentialsMode: a config file that holds a secret or a token

@@ -203,6 +203,31 @@ const MinTokenLen = 32
 // MinTokenLen bytes.
 const makeToken = "make one with `oncehook keygen -provider hmac` or `head -c 32 /dev/urandom | base64`"
 
+// checkTLSFileModes refuses a TLS key that others may read or write (like a
+// secret file), and a certificate or CA file that its group or others may
+// write: whoever can write the CA chooses which certificates the node takes
+// as a member's, and the file is read again on every reload. An empty path
+// is skipped; one that cannot be read is reported where it is opened.
+func checkTLSFileModes(p *problems, table, cert, key, ca string) {
+	if fi, err := os.Stat(key); key != "" && err == nil {
+		if what, chmod := unsafeMode(fi.Mode().Perm()); what != "" {
+			p.add(table+".tls_key", ErrSecretFileMode, fmt.Sprintf(
+				"key file %s has mode %#o: it must not be %s (chmod %s %s)", key, fi.Mode().Perm(), what, chmod, key))
+		}
+	}
+	for _, f := range []struct{ key, path string }{{table + ".tls_cert", cert}, {table + ".tls_ca", ca}} {
+		if f.path == "" {
+			continue
+		}
+		if fi, err := os.Stat(f.path); err == nil && fi.Mode().Perm()&0o022 != 0 {
+			what, chmod := unsafeMode(fi.Mode().Perm() &^ 0o004) // readable is fine: certificates are public
+			p.add(f.key, ErrSecretFileMode, fmt.Sprintf(
+				"certificate file %s has mode %#o: it must not be %s, who would choose whom the node trusts (chmod %s %s)",
+				f.path, fi.Mode().Perm(), what, chmod, f.path))
+		}
+	}
+}
+
 // shortToken is the message for a token of n bytes, read from file (empty
 // for an inline token). It never shows the token.
 func shortToken(file string, n int) string {
@@ -214,12 +239,7 @@ func shortToken(file string, n int) string {
 }
 
 func validateTLS(p *problems, cl *Cluster) {
-	if fi, err := os.Stat(cl.TLSKey); err == nil {
-		if what, chmod := unsafeMode(fi.Mode().Perm()); what != "" {
-			p.add("cluster.tls_key", ErrSecretFileMode, fmt.Sprintf(
-				"key file %s has mode %#o: it must not be %s (chmod %s %s)", cl.TLSKey, fi.Mode().Perm(), what, chmod, cl.TLSKey))
-		}
-	}
+	checkTLSFileModes(p, "cluster", cl.TLSCert, cl.TLSKey, cl.TLSCA)
 	for _, f := range []struct{ key, path string }{
 		{"cluster.tls_cert", cl.TLSCert}, {"cluster.tls_key", cl.TLSKey}, {"cluster.tls_ca", cl.TLSCA},
 	} {
