@@ -102,7 +102,10 @@ fuzz:
 
 # The unit names $(PREFIX)/bin/oncehook: systemd/oncehook.service is written for
 # PREFIX=/usr/local and its /usr/local/ paths follow PREFIX.
-install: build
+# install does not build: under sudo it would compile as root, with root's
+# PATH (often without go). Build first as yourself.
+install:
+	@test -x $(BIN) || { echo "make install: no $(BIN): run make build first (as yourself, not root)" >&2; exit 1; }
 	install -Dm0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oncehook
 	install -d $(DESTDIR)/etc/systemd/system
 	sed -e 's#/usr/local/#$(PREFIX)/#g' systemd/oncehook.service > $(DESTDIR)/etc/systemd/system/oncehook.service
