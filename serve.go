@@ -364,6 +364,7 @@ func (n *node) lead(ctx context.Context) {
 		Limits:          n.sweepLimits,
 		DeadExpired:     n.metrics.DeadExpired,
 		PayloadsDropped: n.metrics.PayloadsDropped,
+		LeasesReclaimed: n.metrics.LeasesReclaimed,
 		// Zero, the default, unless a failpoints build is told otherwise
 		// (failpoint/doc.go).
 		ExpireInterval: failpoint.ExpireInterval(),

@@ -231,6 +231,11 @@ type Options struct {
 	// PayloadsDropped, when set, is called with the number of payloads each
 	// sweep dropped, when it dropped any. It runs on the sweeper.
 	PayloadsDropped func(n int)
+	// LeasesReclaimed, when set, is called with the number of events whose
+	// lease ended unanswered (a worker of a leader that died or stalled, a
+	// handler slower than its lease), each reclaimed to pending and sent
+	// again. It runs on the sweeper.
+	LeasesReclaimed func(n int)
 }
 
 // Defaults for zero Options fields.
@@ -858,6 +863,9 @@ func (f *Forwarder) sweep(ctx context.Context, kick chan<- struct{}) {
 				f.log.Warn("reclaim failed", "err", err)
 			case n > 0:
 				f.log.Info("reclaimed expired leases", "events", n)
+				if f.opts.LeasesReclaimed != nil {
+					f.opts.LeasesReclaimed(n)
+				}
 				select {
 				case kick <- struct{}{}:
 				default:

@@ -545,7 +545,9 @@ func TestFencedLateCompletion(t *testing.T) {
 	srv := serve(t, h)
 	l.claimLease("src:f", "src", "x", time.Minute)
 	rec := &recorder{}
-	start(t, l, rec, Options{Workers: 4, Targets: only(Target{URL: srv.URL, Timeout: time.Hour})})
+	var reclaimed atomic.Int64
+	start(t, l, rec, Options{Workers: 4, Targets: only(Target{URL: srv.URL, Timeout: time.Hour}),
+		LeasesReclaimed: func(n int) { reclaimed.Add(int64(n)) }})
 
 	if n := <-arrived; n != 1 {
 		t.Fatalf("first request is number %d", n)
@@ -560,6 +562,9 @@ func TestFencedLateCompletion(t *testing.T) {
 	t2 := l.get("src:f").Token
 	if t2 <= t1 {
 		t.Fatalf("second lease token %d not above %d", t2, t1)
+	}
+	if n := reclaimed.Load(); n != 1 {
+		t.Errorf("LeasesReclaimed counted %d, want the one reclaim", n)
 	}
 
 	close(gate1) // the slow handler answers 200 now, under t1

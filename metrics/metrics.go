@@ -48,6 +48,9 @@ type Metrics struct {
 	// payloadsDropped counts the payloads the leader's sweeper dropped after
 	// their payload_retention.
 	payloadsDropped prometheus.Counter
+	// leasesReclaimed counts the leases the leader's sweeper found ended
+	// unanswered: each of those events goes to its handler again.
+	leasesReclaimed prometheus.Counter
 	// deliveryWorkers is the leader's delivery pool size (forward's
 	// OnWorkers); 0 on a follower.
 	deliveryWorkers prometheus.Gauge
@@ -129,6 +132,10 @@ func New() *Metrics {
 			Name: "oncehook_payloads_dropped_total",
 			Help: "Payloads of done events this node's sweeper dropped after their payload_retention (the leader sweeps; the drop is replicated).",
 		}),
+		leasesReclaimed: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "oncehook_leases_reclaimed_total",
+			Help: "Events this node's sweeper returned to pending because their lease ended unanswered (a leader that died or stalled mid-delivery, a handler slower than its lease): each is delivered again.",
+		}),
 		deliveryWorkers: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "oncehook_delivery_workers",
 			Help: "Requests to handlers this node's forwarder may have in flight at once: the leader's delivery pool, which grows past its base while a slow handler keeps answering more; 0 on a follower.",
@@ -140,7 +147,7 @@ func New() *Metrics {
 	m.reg.MustRegister(m.rateLimitedTotal, m.rateLimitWait)
 	m.reg.MustRegister(m.schemaFailures)
 	m.reg.MustRegister(m.keysFetchFailures, m.keysActive)
-	m.reg.MustRegister(m.deadExpired, m.payloadsDropped)
+	m.reg.MustRegister(m.deadExpired, m.payloadsDropped, m.leasesReclaimed)
 	m.reg.MustRegister(m.deliveryWorkers)
 	return m
 }
@@ -155,7 +162,7 @@ func (m *Metrics) Registry() *prometheus.Registry { return m.reg }
 func (m *Metrics) Collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.requests, m.claims, m.sigFailures, m.deliveries, m.claimLatency, m.deliveryTime,
 		m.reloadOK, m.bodyChanged, m.replays, m.syncConflicts, m.schemaFailures, m.keysFetchFailures, m.keysActive,
-		m.filteredTotal, m.rateLimitedTotal, m.rateLimitWait, m.deadExpired, m.payloadsDropped, m.deliveryWorkers}
+		m.filteredTotal, m.rateLimitedTotal, m.rateLimitWait, m.deadExpired, m.payloadsDropped, m.leasesReclaimed, m.deliveryWorkers}
 }
 
 // DeliveryWorkers sets oncehook_delivery_workers to the delivery pool's size.
@@ -308,6 +315,14 @@ func (m *Metrics) PayloadsDropped(n int) {
 		return
 	}
 	m.payloadsDropped.Add(float64(n))
+}
+
+// LeasesReclaimed counts n leases reclaimed by the sweeper.
+func (m *Metrics) LeasesReclaimed(n int) {
+	if m == nil {
+		return
+	}
+	m.leasesReclaimed.Add(float64(n))
 }
 
 // Keys is the key sets' view of the metrics (keyset.Metrics).

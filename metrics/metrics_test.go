@@ -50,6 +50,7 @@ func TestCountersCount(t *testing.T) {
 	m.ConfiguredSources([]string{"quiet"})
 	m.PayloadsDropped(250)
 	m.PayloadsDropped(7)
+	m.LeasesReclaimed(2)
 	m.ConfigReloaded(false)
 	text, code := scrape(t, m.Registry())
 	if code != http.StatusOK {
@@ -75,6 +76,7 @@ func TestCountersCount(t *testing.T) {
 		`oncehook_claims_total{result="new",source="quiet"} 0`,
 		`oncehook_claims_total{result="duplicate",source="quiet"} 0`,
 		`oncehook_payloads_dropped_total 257`,
+		`oncehook_leases_reclaimed_total 2`,
 		`oncehook_config_last_reload_successful 0`,
 	); len(miss) > 0 {
 		t.Errorf("scrape lacks %q:\n%s", miss, text)
@@ -91,6 +93,7 @@ func TestNilMetricsCountNothing(t *testing.T) {
 	m.Delivery("s", "done", time.Millisecond)
 	m.ReplaySuspected("s")
 	m.PayloadsDropped(1)
+	m.LeasesReclaimed(1)
 	m.SyncConflict("s")
 	m.DuplicateBodyChanged("s")
 	m.Filtered("s", "other")
