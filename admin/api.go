@@ -330,6 +330,9 @@ func (s *Server) adminEvents(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, err.Error())
 		return
 	}
+	if s.refuseUnknownSource(w, f.Source) {
+		return
+	}
 	evs, err := s.store.List(f)
 	if err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())

@@ -191,6 +191,8 @@ func TestAPIAnswers(t *testing.T) {
 		{"unknown event", "GET", "/v1/events/orders:nope", "", "", 404, `no event with key \"orders:nope\"`},
 		{"events by state", "GET", "/v1/events?state=pending", "", "", 200, `"key": "orders:msg_1"`},
 		{"unknown state", "GET", "/v1/events?state=lost", "", "", 400, `unknown state \"lost\"`},
+		{"events of a configured source", "GET", "/v1/events?source=orders", "", "", 200, `"key": "orders:msg_1"`},
+		{"events of a source neither configured nor stored", "GET", "/v1/events?source=ordres", "", "", 404, `unknown source ordres`},
 		// A bad limit is refused with what a good one is: any whole number
 		// from 1, a larger one than a page holds served as a full page
 		// with "next" (not refused, as "1..1000" said).

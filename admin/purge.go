@@ -157,9 +157,9 @@ func durationShaped(v string) bool {
 }
 
 // holdsSource reports whether the store holds any event of source.
-// refuseUnknownSource answers 404 for a source named in a purge or a
-// replay that is neither configured nor holds events, and says whether it
-// did: a typo would act on nothing and say so with a 200. A source removed
+// refuseUnknownSource answers 404 for a source named in a purge, a replay
+// or a listing that is neither configured nor holds events, and says whether
+// it did: a typo would act on (or list) nothing and say so with a 200. A source removed
 // from the config keeps its events reachable.
 func (s *Server) refuseUnknownSource(w http.ResponseWriter, source string) bool {
 	if source == "" || s.configuredSource(source) || s.holdsSource(source) {
