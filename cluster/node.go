@@ -557,6 +557,7 @@ func (n *Node) rejoinExisting() (bool, error) {
 	for {
 		var refused []string
 		var unsure error
+		joining := false // a peer took the request to add this node
 		answered := false
 		for _, p := range n.cfg.Peers {
 			if p.ID == n.cfg.ID {
@@ -588,6 +589,7 @@ func (n *Node) rejoinExisting() (bool, error) {
 				}
 			default:
 				answered = true
+				joining = true
 				unsure = fmt.Errorf("%s: %w", p.ID, err)
 			}
 		}
@@ -603,7 +605,13 @@ func (n *Node) rejoinExisting() (bool, error) {
 			return false, fmt.Errorf("bootstrap: the running cluster took the request to add this node but did not confirm it within %v (last: %v). "+
 				"Not starting a cluster of its own: start again, or check the leader's log", patience, unsure)
 		}
-		n.log.Warn("the running cluster has not confirmed adding this node yet; asking again", "err", unsure)
+		if joining {
+			n.log.Warn("the running cluster has not confirmed adding this node yet; asking again", "err", unsure)
+		} else {
+			// Peers starting at the same time as this node, the usual first
+			// start of a cluster: nothing is wrong yet.
+			n.log.Info("waiting for the peers to say whether a cluster already runs; asking again", "why", unsure)
+		}
 		time.Sleep(time.Second)
 	}
 }
