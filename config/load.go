@@ -244,6 +244,7 @@ func (l *loader) load(data []byte) *Config {
 	}
 	slices.SortStableFunc(inline, func(a, b string) int { return cmp.Compare(l.p.lines.find(a), l.p.lines.find(b)) })
 	l.checkInline(inline)
+	l.checkWritable()
 
 	c := Default()
 	c.Path = l.p.file
@@ -863,6 +864,22 @@ func unsafeMode(perm fs.FileMode) (what, chmod string) {
 // credentials inline (a source's secrets, an admin token): the file is then
 // as sensitive as a secret file. inline lists the keys holding them, in file
 // order; the problem is reported at the first.
+// checkWritable refuses a config file others may write: whoever can write
+// it chooses the node's secret and token files, its handlers and its data
+// dir. (Its group may: root:oncehook 0660 gives the file to the service's
+// own group.)
+func (l *loader) checkWritable() {
+	fi, err := os.Stat(l.p.file)
+	if err != nil {
+		return
+	}
+	if perm := fi.Mode().Perm(); perm&0o002 != 0 {
+		l.p.list = append(l.p.list, &Error{File: l.p.file, Err: ErrSecretFileMode, Message: fmt.Sprintf(
+			"config file %s has mode %#o: it must not be writable by others, who would choose the node's secret files, handlers and data dir (chmod o-w %s)",
+			l.p.file, perm, l.p.file)})
+	}
+}
+
 func (l *loader) checkInline(inline []string) {
 	if len(inline) == 0 {
 		return

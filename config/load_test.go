@@ -834,3 +834,23 @@ func TestParsePrefix(t *testing.T) {
 		}
 	}
 }
+
+// TestConfigWritableByOthers: a config file others may write is refused,
+// whatever it holds; one its group may write is the operator's business.
+func TestConfigWritableByOthers(t *testing.T) {
+	const src = "[node]\nid = \"n1\"\n"
+	for _, tt := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{{0o600, true}, {0o644, true}, {0o660, true}, {0o666, false}, {0o602, false}} {
+		path := writeFile(t, t.TempDir(), "c.toml", src, tt.mode)
+		_, err := Load(path)
+		if tt.ok != (err == nil) {
+			t.Errorf("mode %#o: %v, want ok %v", tt.mode, err, tt.ok)
+			continue
+		}
+		if !tt.ok && (!errors.Is(err, ErrSecretFileMode) || !strings.Contains(err.Error(), "must not be writable by others") || !strings.Contains(err.Error(), "chmod o-w "+path)) {
+			t.Errorf("mode %#o: %v", tt.mode, err)
+		}
+	}
+}
