@@ -19,6 +19,7 @@ import (
 	"strings"
 	"time"
 
+	"oncehook/cluster"
 	"oncehook/config"
 	"oncehook/intake"
 	"oncehook/providers"
@@ -57,6 +58,12 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 			at += ":" + strconv.Itoa(n)
 		}
 		fmt.Fprintf(stdout, "%s: warning: %s\n", at, w)
+	}
+	// The data dir as serve finds it: what serve refuses, refused here, so
+	// that ExecStartPre fails with the reason. As root (an operator ahead of
+	// the service user) its owner is not judged.
+	if err := cluster.CheckDataDir(cfg.Node.DataDir, os.Geteuid() == 0); err != nil {
+		return fmt.Errorf("%s: node.data_dir: %w", *path, err)
 	}
 	// Compile the sources as serve and a reload do (schemas, verifiers, key
 	// rules, fields): what would refuse the start is refused here.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -137,4 +138,49 @@ secrets = ["github-test-secret"]
 forward = "http://127.0.0.1:9000/gh"
 %s`, filepath.Join(dir, "data"), extra))
 	return path
+}
+
+// TestValidateChecksTheDataDir: validate refuses the data dir serve would
+// refuse, so that ExecStartPre fails with the reason; one that does not
+// exist yet is serve's to make.
+func TestValidateChecksTheDataDir(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		setup func(t *testing.T, data string)
+		want  string // "": ok
+	}{
+		{"missing", func(*testing.T, string) {}, ""},
+		{"private", func(t *testing.T, data string) { mustMkdir(t, data, 0o700) }, ""},
+		{"writable by others", func(t *testing.T, data string) { mustMkdir(t, data, 0o777) }, "node.data_dir: data dir " + "DATA" + ": writable by its group or others (mode 0777)"},
+		{"a file", func(t *testing.T, data string) { mustWrite(t, data, "x") }, "node.data_dir: data dir DATA: not a directory"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			data := filepath.Join(dir, "data")
+			tt.setup(t, data)
+			path := filepath.Join(dir, "oncehook.toml")
+			mustWrite(t, path, fmt.Sprintf("[node]\ndata_dir = %q\n", data))
+			var out, errOut bytes.Buffer
+			err := cmdValidate([]string{"-config", path}, &out, &errOut)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("validate: %v", err)
+				}
+				return
+			}
+			if want := strings.ReplaceAll(tt.want, "DATA", data); err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("validate: %v, want %q", err, want)
+			}
+		})
+	}
+}
+
+func mustMkdir(t *testing.T, p string, mode os.FileMode) {
+	t.Helper()
+	if err := os.Mkdir(p, mode); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, mode); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -62,11 +62,26 @@ func LockDataDir(dir string) (*DataDirLock, error) {
 	return &DataDirLock{f: f}, nil
 }
 
+// CheckDataDir runs LockDataDir's checks on dir without making, locking or
+// changing anything, for `validate`: nil when dir does not exist yet (serve
+// makes it). anyOwner skips the owner checks, for a run as root ahead of the
+// service user's.
+func CheckDataDir(dir string, anyOwner bool) error {
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	uid := os.Geteuid()
+	if anyOwner {
+		uid = -1
+	}
+	return checkDataDir(dir, uid)
+}
+
 // checkDataDir refuses a data dir that is not a directory, is owned by
 // another user than uid or is writable by its group or others, and one
-// holding an entry another user owns. The directory itself may be a link
-// (to another disk); links inside it are checked as links: whoever owns
-// one chose where it points.
+// holding an entry another user owns (uid -1: any owner). The directory
+// itself may be a link (to another disk); links inside it are checked as
+// links: whoever owns one chose where it points.
 func checkDataDir(dir string, uid int) error {
 	info, err := os.Stat(dir)
 	if err != nil {
@@ -75,7 +90,7 @@ func checkDataDir(dir string, uid int) error {
 	if !info.IsDir() {
 		return fmt.Errorf("data dir %s: not a directory", dir)
 	}
-	if owner, ok := ownerOf(info); ok && owner != uid {
+	if owner, ok := ownerOf(info); ok && uid >= 0 && owner != uid {
 		return fmt.Errorf("data dir %s: owned by uid %d, not by this process's user (uid %d): %w; "+
 			"check them, then chown -R it to this user", dir, owner, uid, ErrDataDirUnsafe)
 	}
@@ -99,7 +114,7 @@ func checkDataDir(dir string, uid int) error {
 		} else if err != nil {
 			return fmt.Errorf("data dir: %w", err)
 		}
-		if owner, ok := ownerOf(info); ok && owner != uid {
+		if owner, ok := ownerOf(info); ok && uid >= 0 && owner != uid {
 			return fmt.Errorf("data dir %s: %s is owned by uid %d, not by this process's user (uid %d): %w; "+
 				"check it, then remove it or chown it to this user", dir, p, owner, uid, ErrDataDirUnsafe)
 		}
