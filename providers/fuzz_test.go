@@ -166,12 +166,14 @@ func FuzzTwilio(f *testing.F) {
 }
 
 // FuzzKey derives keys from arbitrary bodies and headers: no panic, and any key
-// is "src:"-prefixed, printable ASCII and at most MaxKeyLen bytes.
+// is "src:"-prefixed, printable ASCII and at most MaxKeyLen bytes; any type a
+// text field reads is printable UTF-8.
 func FuzzKey(f *testing.F) {
 	f.Add([]byte(`{"id":"evt_1","data":{"items":[{"id":"a"},{"id":"b"}]}}`), "hdr")
 	f.Add([]byte(`{"id":"a\u0000b","data":{"items":[1,{"id":"\ud800"}]}}`), "")
 	f.Add([]byte(`[{"id":1e999}]`), "\x00")
 	f.Add([]byte(`{"id":`), "x")
+	f.Add([]byte(`{"type":"commande.cr\u00e9\u00e9e","id":"\u0085"}`), "caf\xe9")
 	f.Add([]byte(`{"id":"`+strings.Repeat("a", 600)+`"}`), "x")
 	var keyers []*Keyer
 	for _, parts := range [][]string{
@@ -185,6 +187,7 @@ func FuzzKey(f *testing.F) {
 		keyers = append(keyers, k)
 	}
 	field, _ := NewField("json:data.items.0.id|json:id")
+	text, _ := NewTextField("json:type|header:X-Id")
 	f.Fuzz(func(t *testing.T, body []byte, h string) {
 		hs := hdrs{{"X-Id", []byte(h)}}
 		for _, k := range keyers {
@@ -198,6 +201,10 @@ func FuzzKey(f *testing.F) {
 		}
 		if v, err := field.Value(hs, body); err == nil {
 			ParseTime(v)
+		}
+		// An event type: printable UTF-8 text, no space at either end.
+		if v, err := text.Value(hs, body); err == nil && (!PrintableText(string(v)) || v[0] == ' ' || v[len(v)-1] == ' ') {
+			t.Fatalf("bad type %q", v)
 		}
 	})
 }
