@@ -83,6 +83,11 @@ func TestIntruderOnClusterPort(t *testing.T) {
 	// The bootstrap configuration (log 1) is committed with the leader's
 	// first entry; wait for it, or it would count as appended meanwhile.
 	waitFor(t, "the bootstrap configuration committed", func() bool { return node.Status().CommitIndex >= 2 })
+	// And the command that names the cluster (identity.go), its own entry.
+	waitFor(t, "the cluster named", func() bool {
+		st := node.Status()
+		return node.clusterID() != "" && st.AppliedIndex >= st.CommitIndex
+	})
 	addr := node.cfg.Bind
 
 	for i, tt := range []struct {
@@ -274,11 +279,6 @@ func TestClusterPortCapsUnauthenticated(t *testing.T) {
 // leaves from 127.0.0.1, and counts as a stranger's. An advertised address
 // that is not this host's (NAT) leaves the choice to the kernel.
 func TestPeersDialFromTheAdvertisedAddress(t *testing.T) {
-	target, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer target.Close()
 	for _, tc := range []struct {
 		advertise string
 		want      string // the source IP the target sees
@@ -287,6 +287,14 @@ func TestPeersDialFromTheAdvertisedAddress(t *testing.T) {
 		{"192.0.2.1", "127.0.0.1"}, // TEST-NET-1: not this host's
 	} {
 		t.Run(tc.advertise, func(t *testing.T) {
+			// A target of its own: the dialer's check that a peer which
+			// closed at the handshake is still up (peerGone) leaves a
+			// connection in its backlog.
+			target, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer target.Close()
 			ln, err := net.Listen("tcp", "127.0.0.1:0")
 			if err != nil {
 				t.Fatal(err)
