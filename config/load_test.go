@@ -781,6 +781,8 @@ func TestRaftTimeouts(t *testing.T) {
 		{"heartbeat_timeout = \"3s\"\nelection_timeout = \"3s\"", 3 * time.Second, 3 * time.Second, ""},
 		{"heartbeat_timeout = \"3s\"", 0, 0, ":5: cluster.election_timeout: 1s (the default) is less than heartbeat_timeout 3s: raft would refuse to start"},
 		{"heartbeat_timeout = \"3s\"\nelection_timeout = \"2s\"", 0, 0, ":6: cluster.election_timeout: 2s is less than heartbeat_timeout 3s"},
+		// Set to the default's value in the file: not called the default.
+		{"heartbeat_timeout = \"3s\"\nelection_timeout = \"1s\"", 0, 0, ":6: cluster.election_timeout: 1s is less than heartbeat_timeout 3s"},
 		{"election_timeout = \"500ms\"", 0, 0, ":5: cluster.election_timeout: 500ms is less than heartbeat_timeout 1s"},
 	} {
 		t.Run(tt.lines, func(t *testing.T) {
@@ -851,6 +853,24 @@ func TestConfigWritableByOthers(t *testing.T) {
 		}
 		if !tt.ok && (!errors.Is(err, ErrSecretFileMode) || !strings.Contains(err.Error(), "must not be writable by others") || !strings.Contains(err.Error(), "chmod o-w "+path)) {
 			t.Errorf("mode %#o: %v", tt.mode, err)
+		}
+	}
+}
+
+// TestForwardTimeoutUnderLease: forward_timeout must be under lease; the
+// error calls a value the default only when the file does not set it.
+func TestForwardTimeoutUnderLease(t *testing.T) {
+	const head = "[[source]]\nname = \"a\"\nprovider = \"github\"\nsecrets = [\"s\"]\nforward = \"http://127.0.0.1:9000/a\"\n"
+	for _, tt := range []struct{ lines, want string }{
+		{"lease = \"5s\"\n", "source[0].forward_timeout: 10s (the default) must be less than lease 5s"},
+		{"lease = \"5s\"\nforward_timeout = \"10s\"\n", "source[0].forward_timeout: 10s must be less than lease 5s"},
+		{"forward_timeout = \"30s\"\n", "source[0].forward_timeout: 30s must be less than lease 30s (the default)"},
+		{"forward_timeout = \"30s\"\nlease = \"30s\"\n", "source[0].forward_timeout: 30s must be less than lease 30s:"},
+	} {
+		path := writeFile(t, t.TempDir(), "c.toml", head+tt.lines, 0o600)
+		_, err := Load(path)
+		if err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: %v, want %q", tt.lines, err, tt.want)
 		}
 	}
 }

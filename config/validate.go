@@ -124,7 +124,7 @@ func (c *Config) validateCluster(p *problems) {
 	// a reload, not by the node's next restart.
 	if !p.has("cluster.heartbeat_timeout") && !p.has("cluster.election_timeout") && cl.ElectionTimeout < cl.HeartbeatTimeout {
 		election := cl.ElectionTimeout.String()
-		if cl.ElectionTimeout == Duration(DefaultRaftTimeout) {
+		if cl.ElectionTimeout == Duration(DefaultRaftTimeout) && !p.lines.has("cluster.election_timeout") {
 			election += " (the default)"
 		}
 		p.add("cluster.election_timeout", nil, fmt.Sprintf(
@@ -586,10 +586,10 @@ func (c *sourceCheck) retry() {
 	if s.ForwardTimeout > 0 && s.Lease > 0 && s.ForwardTimeout >= s.Lease {
 		// The operator may have set only one of the two: say which is the default.
 		ft, lease := s.ForwardTimeout.String(), s.Lease.String()
-		if s.ForwardTimeout == Duration(DefaultForwardTimeout) {
+		if s.ForwardTimeout == Duration(DefaultForwardTimeout) && !p.lines.has(c.k("forward_timeout")) {
 			ft += " (the default)"
 		}
-		if s.Lease == Duration(DefaultLease) {
+		if s.Lease == Duration(DefaultLease) && !p.lines.has(c.k("lease")) {
 			lease += " (the default)"
 		}
 		p.add(c.k("forward_timeout"), nil, fmt.Sprintf(
