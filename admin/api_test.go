@@ -33,6 +33,8 @@ type engineStore struct {
 	transferErr error
 	// joinErr is what Join returns (nil: errNotHere).
 	joinErr error
+	// purged is what Purge reports deleted (nil: errNotHere).
+	purged []string
 
 	mu    sync.Mutex
 	index uint64
@@ -96,6 +98,9 @@ func (s *engineStore) PurgePreview(st engine.State, source string, before time.T
 	return s.eng.PurgePreview(st, source, before.UnixNano(), max)
 }
 func (s *engineStore) Purge(context.Context, engine.State, string, time.Time, string, string) ([]string, error) {
+	if s.purged != nil {
+		return s.purged, nil
+	}
 	return nil, errNotHere
 }
 func (s *engineStore) Join(context.Context, string, string) error {
@@ -671,5 +676,31 @@ func TestEventShapeHasTheContractFields(t *testing.T) {
 				t.Errorf("%s event: no %q in %s", st, k, raw)
 			}
 		}
+	}
+}
+
+// TestPurgeAnswerIsBounded: a purge answers how many it deleted and names
+// the first 1,000 keys, as a dry run does, however many it deleted.
+func TestPurgeAnswerIsBounded(t *testing.T) {
+	store, url := newTestAPI(t)
+	for i := range 1500 {
+		store.purged = append(store.purged, fmt.Sprintf("orders:e%04d", i))
+	}
+	req, _ := http.NewRequest("POST", url+"/v1/purge", strings.NewReader(`{"state":"done","source":"orders","before":"1s","reason":"x"}`))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var ans struct {
+		Purged int      `json:"purged"`
+		Keys   []string `json:"keys"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&ans); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("%d, %v", resp.StatusCode, err)
+	}
+	if ans.Purged != 1500 || len(ans.Keys) != maxPurgePreview || ans.Keys[0] != "orders:e0000" {
+		t.Fatalf("purged %d, %d keys from %q; want 1500, %d from the first", ans.Purged, len(ans.Keys), ans.Keys[0], maxPurgePreview)
 	}
 }

@@ -69,11 +69,14 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 	keys, err := s.store.Purge(ctx, st, req.Source, before, who, req.Reason)
 	s.log.Info("purge requested", "who", who, "reason", req.Reason, "state", req.State, "source", req.Source,
 		"before", before.UTC(), "count", len(keys), "err", err)
+	// keys: the first maxPurgePreview deleted, as a dry run names them; a
+	// purge of millions would otherwise answer tens of megabytes.
+	shown := nonNil(keys[:min(len(keys), maxPurgePreview)])
 	if err != nil {
-		writeJSON(w, clusterWriteStatus(err), map[string]any{"error": err.Error(), "purged": len(keys), "keys": nonNil(keys)})
+		writeJSON(w, clusterWriteStatus(err), map[string]any{"error": err.Error(), "purged": len(keys), "keys": shown})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"purged": len(keys), "keys": nonNil(keys)})
+	writeJSON(w, http.StatusOK, map[string]any{"purged": len(keys), "keys": shown})
 }
 
 // ParseBefore reads a purge's bound: an RFC 3339 time, or a positive
