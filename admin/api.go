@@ -213,6 +213,9 @@ type Event struct {
 	// Latin-1 text), in place of Payload: a JSON string would replace its
 	// bytes with U+FFFD.
 	PayloadBase64 *string `json:"payload_base64,omitempty"`
+	// PayloadDropped: asked for the body, the event has none any more: it
+	// was dropped (with its headers) after its source's payload_retention.
+	PayloadDropped bool `json:"payload_dropped,omitempty"`
 
 	// History is the last failed attempts, oldest first; GET /v1/events/{key}
 	// only (a list leaves it out).
@@ -285,6 +288,7 @@ func toEventJSON(ev engine.Event, withBody bool) Event {
 		if ev.Response != nil {
 			j.Response = &responseJSON{Status: ev.Response.Status, Body: string(ev.Response.Body)}
 		}
+		j.PayloadDropped = ev.Payload == nil
 		if ev.Payload != nil {
 			if utf8.Valid(ev.Payload) {
 				p := string(ev.Payload)

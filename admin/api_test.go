@@ -704,3 +704,21 @@ func TestPurgeAnswerIsBounded(t *testing.T) {
 		t.Fatalf("purged %d, %d keys from %q; want 1500, %d from the first", ans.Purged, len(ans.Keys), ans.Keys[0], maxPurgePreview)
 	}
 }
+
+// TestEventSaysItsPayloadWasDropped: asked for the body of an event whose
+// payload was dropped (payload_retention), the answer says so rather than
+// leaving the fields out as if none were asked for.
+func TestEventSaysItsPayloadWasDropped(t *testing.T) {
+	ev := engine.Event{Key: "orders:e1", Source: "orders", State: engine.StateDone}
+	for _, tc := range []struct {
+		payload  []byte
+		withBody bool
+		dropped  bool
+	}{{nil, true, true}, {[]byte("{}"), true, false}, {nil, false, false}} {
+		ev.Payload = tc.payload
+		raw, _ := json.Marshal(toEventJSON(ev, tc.withBody))
+		if got := strings.Contains(string(raw), `"payload_dropped":true`); got != tc.dropped {
+			t.Errorf("payload %q, body %v: %s", tc.payload, tc.withBody, raw)
+		}
+	}
+}
