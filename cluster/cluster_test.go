@@ -598,3 +598,29 @@ func TestRestoreCutShortRejoins(t *testing.T) {
 		t.Errorf("a kept key claimed again through the rejoined node: %+v %v, want a duplicate", r, err)
 	}
 }
+
+// TestWaitWakesWhenTheEventIsCreated: Wait for a key this node does not hold
+// yet returns once a claim creates it here (a follower's intake waits so
+// for the event its relayed duplicate found on the leader), not only once
+// the event completes or fails.
+func TestWaitWakesWhenTheEventIsCreated(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader(-1)
+	f := c.nodes[c.follower(leader)]
+	type waited struct {
+		ev  engine.Event
+		err error
+	}
+	got := make(chan waited, 1)
+	go func() {
+		ev, err := f.Wait(ctxT(t, 30*time.Second), "src:later", func(engine.Event) bool { return true })
+		got <- waited{ev, err}
+	}()
+	waitFor(t, "the waiter", func() bool { return f.waitedKeys.Load() > 0 })
+	c.mustClaim("src:later", -1)
+	w := <-got
+	if w.err != nil || w.ev.Key != "src:later" || w.ev.State != engine.StatePending {
+		t.Fatalf("Wait: %+v, %v; want the pending event", w.ev, w.err)
+	}
+	waitFor(t, "the waiter gone", func() bool { return f.waitedKeys.Load() == 0 })
+}

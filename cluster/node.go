@@ -184,6 +184,9 @@ type Node struct {
 
 	waitMu  sync.Mutex
 	waiters map[string][]chan struct{}
+	// waitedKeys is len(waiters), set under waitMu: the apply path reads
+	// it to skip the lock when nobody waits, the usual case.
+	waitedKeys atomic.Int64
 
 	leaderMu     sync.Mutex
 	leaderCancel context.CancelFunc
@@ -784,6 +787,11 @@ func (n *Node) afterApply(cmds [][]engine.Command, res [][]engine.Result) {
 				if r.Created && r.State == engine.StatePending {
 					wake = true
 				}
+				if r.Created && n.waitedKeys.Load() > 0 {
+					// A follower's intake waits for an event its relayed
+					// duplicate found on the leader (intake, awaitApplied).
+					n.notifyKey(c.Key)
+				}
 			case engine.OpReplay, engine.OpReclaim, engine.OpResume:
 				if r.N > 0 {
 					wake = true
@@ -807,6 +815,7 @@ func (n *Node) notifyKey(key string) {
 	n.waitMu.Lock()
 	ws := n.waiters[key]
 	delete(n.waiters, key)
+	n.waitedKeys.Store(int64(len(n.waiters)))
 	n.waitMu.Unlock()
 	for _, w := range ws {
 		close(w)

@@ -266,13 +266,17 @@ func (n *Node) Counts() (map[engine.State]int, map[string]int, error) { return n
 // or a reclaim was applied.
 func (n *Node) Wake() <-chan struct{} { return n.wake }
 
-// Wait blocks until key's event is completed or failed on this node's applied
-// state, or ctx ends; it returns the event as applied. Used by sync sources.
+// Wait blocks until final holds of key's event on this node's applied
+// state, or ctx ends; it returns the event as applied. It looks again when
+// the event is created, completed or failed here. Used by sync sources, and
+// by a follower's intake for an event its relayed duplicate found on the
+// leader.
 func (n *Node) Wait(ctx context.Context, key string, final func(engine.Event) bool) (engine.Event, error) {
 	for {
 		ch := make(chan struct{})
 		n.waitMu.Lock()
 		n.waiters[key] = append(n.waiters[key], ch)
+		n.waitedKeys.Store(int64(len(n.waiters)))
 		n.waitMu.Unlock()
 		ev, err := n.eng.Get(key, false)
 		if err == nil && final(ev) {
@@ -307,6 +311,7 @@ func (n *Node) dropWaiter(key string, ch chan struct{}) {
 	} else {
 		n.waiters[key] = ws
 	}
+	n.waitedKeys.Store(int64(len(n.waiters)))
 }
 
 // IsLeader reports whether this node currently believes it leads.

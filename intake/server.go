@@ -882,14 +882,21 @@ func (in *Server) answerDuplicate(ctx *fasthttp.RequestCtx, src *Source, key []b
 	// event's identity), but it is counted: a sender reusing ids, or a forged
 	// body under a valid signature for another event, shows up here.
 	stored, err := in.store.Get(string(key), true)
-	if errors.Is(err, engine.ErrNotFound) {
-		stored, err = in.awaitApplied(key)
-	}
-	if src.sync && err != nil {
+	if src.sync {
 		// A sync duplicate is answered from the stored event, never with a
-		// bare 2xx it cannot back (the handler may have failed).
-		ctx.Response.Header.Set("Retry-After", "1")
-		return writeError(ctx, fasthttp.StatusServiceUnavailable, "duplicate of an event this node has not applied yet, retry")
+		// bare 2xx it cannot back (the handler may have failed): on a
+		// follower that has not applied the event its duplicate found on
+		// the leader, wait for it. The answer then follows this node's copy
+		// throughout, its state included, which may be older than the
+		// leader's (in progress rather than done: the retry gets the rest).
+		if errors.Is(err, engine.ErrNotFound) {
+			stored, err = in.awaitApplied(key)
+		}
+		if err != nil {
+			ctx.Response.Header.Set("Retry-After", "1")
+			return writeError(ctx, fasthttp.StatusServiceUnavailable, "duplicate of an event this node has not applied yet, retry")
+		}
+		st = stored.State
 	}
 	sameBody := err == nil && stored.Payload != nil && bytes.Equal(stored.Payload, body)
 	if own && err == nil && stored.Payload != nil && !sameBody {
