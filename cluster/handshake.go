@@ -122,7 +122,7 @@ func (m *mux) challengePeer(ctx context.Context, c net.Conn, addr string, kind b
 			return context.Cause(ctx)
 		}
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-			if derr := peerGone(ctx, endpoint); derr != nil {
+			if derr := m.peerGone(ctx, endpoint); derr != nil {
 				return fmt.Errorf("it closed the connection at the handshake and takes no new one (it went down): %w", derr)
 			}
 			return fmt.Errorf("%w: it closed the connection at the handshake (another token, an older release, or an address it does not take as its own: its log says which)", ErrPeerUnproven)
@@ -141,17 +141,24 @@ func (m *mux) challengePeer(ctx context.Context, c net.Conn, addr string, kind b
 
 // peerGone tells a peer that closed a connection at the handshake because
 // it refused it from one that went down meanwhile (a killed process resets
-// the connections it had not accepted yet): it dials endpoint once more and
-// returns the dial's error, or nil when the peer still takes connections.
-// Without it, the followers of a killed leader reported for a moment that
-// it refused their credentials, which sends an operator after tokens.
-func peerGone(ctx context.Context, endpoint string) error {
+// the connections it had not accepted yet): it dials endpoint once more, as
+// dial does, and returns the dial's error when the peer's host refuses the
+// connection or cannot be reached, nil otherwise. A dial that times out, or
+// any answer, leaves it a refusal: a peer that refused this node's
+// credentials must not pass for one that is down, or a node whose peers all
+// refused it would take itself for the first of a new cluster
+// (rejoinExisting). Without it, the followers of a killed leader reported
+// for a moment that it refused their credentials, which sends an operator
+// after tokens.
+func (m *mux) peerGone(ctx context.Context, endpoint string) error {
 	ctx, cancel := context.WithTimeout(ctx, peerGoneProbe)
 	defer cancel()
-	var d net.Dialer
-	c, err := d.DialContext(ctx, "tcp", endpoint)
+	c, err := m.dialTCP(ctx, endpoint, peerGoneProbe)
 	if err != nil {
-		return err
+		if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH) {
+			return err
+		}
+		return nil
 	}
 	c.Close()
 	return nil

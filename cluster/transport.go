@@ -285,12 +285,18 @@ func (m *mux) handshake(c net.Conn, authenticated func()) {
 	}
 }
 
+// errClosedEmpty: a connection closed before its first byte.
+var errClosedEmpty = errors.New("closed before its first byte")
+
 // readPreamble authenticates a stream by the preamble its dialer sends: a
 // challenge on the token (handshake.go) or, from TLS peers and from nodes of
 // an older release, the token itself.
 func (m *mux) readPreamble(c net.Conn) (byte, error) {
 	var magic [4]byte
 	if _, err := io.ReadFull(c, magic[:]); err != nil {
+		if err == io.EOF {
+			return 0, errClosedEmpty
+		}
 		return 0, err
 	}
 	switch magic {
@@ -347,6 +353,14 @@ func (m *mux) reject(c net.Conn, what string, err error) {
 	m.rejected++
 	total := m.rejected
 	m.mu.Unlock()
+	if errors.Is(err, errClosedEmpty) {
+		// Closed before its first byte: a port check (a load balancer's, a
+		// dialer's check that this node is up after a refused handshake),
+		// no intruder's attempt.
+		m.log.Debug("cluster connection closed before its first byte", "remote", c.RemoteAddr().String(), "stage", what)
+		c.Close()
+		return
+	}
 	if held, ok := m.quiet.Allow(time.Now()); ok {
 		m.log.Warn("cluster connection rejected", "remote", c.RemoteAddr().String(), "stage", what, "err", err,
 			"rejected_in_all", total, "not_logged_since_last", held)
@@ -418,7 +432,9 @@ func (t *trackedConn) Close() error {
 
 // dial opens an authenticated stream of the given kind to a peer. ctx ends
 // the dial and the TLS handshake early (a relay whose leader changed).
-func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Duration) (net.Conn, error) {
+// dialTCP opens the connection under a dial: from the advertised address
+// when it is this host's (m.source), which the peers recognise members by.
+func (m *mux) dialTCP(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
 	d := net.Dialer{Timeout: timeout}
 	if m.source != nil {
 		d.LocalAddr = m.source
@@ -431,6 +447,11 @@ func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Dur
 		d.LocalAddr = nil
 		c, err = d.DialContext(ctx, "tcp", addr)
 	}
+	return c, err
+}
+
+func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Duration) (net.Conn, error) {
+	c, err := m.dialTCP(ctx, addr, timeout)
 	if err != nil {
 		return nil, err
 	}
