@@ -60,9 +60,8 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "%s: warning: %s\n", at, w)
 	}
 	// The data dir as serve finds it: what serve refuses, refused here, so
-	// that ExecStartPre fails with the reason. As root (an operator ahead of
-	// the service user) its owner is not judged.
-	if err := cluster.CheckDataDir(cfg.Node.DataDir, os.Geteuid() == 0); err != nil {
+	// that ExecStartPre fails with the reason.
+	if err := cluster.CheckDataDir(cfg.Node.DataDir); err != nil {
 		return fmt.Errorf("%s: node.data_dir: %w", *path, err)
 	}
 	// Compile the sources as serve and a reload do (schemas, verifiers, key

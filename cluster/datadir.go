@@ -63,25 +63,29 @@ func LockDataDir(dir string) (*DataDirLock, error) {
 }
 
 // CheckDataDir runs LockDataDir's checks on dir without making, locking or
-// changing anything, for `validate`: nil when dir does not exist yet (serve
-// makes it). anyOwner skips the owner checks, for a run as root ahead of the
-// service user's.
-func CheckDataDir(dir string, anyOwner bool) error {
-	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
+// changing anything, for validate: nil when dir does not exist yet (serve
+// makes it), or when this user may not look into it (serve, as the service
+// user, will). Run as root, ahead of the service user's start, it judges the
+// entries against the directory's own owner instead of this process's user.
+func CheckDataDir(dir string) error {
 	uid := os.Geteuid()
-	if anyOwner {
+	if uid == 0 {
 		uid = -1
 	}
-	return checkDataDir(dir, uid)
+	err := checkDataDir(dir, uid)
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+		return nil
+	}
+	return err
 }
 
-// checkDataDir refuses a data dir that is not a directory, is owned by
-// another user than uid or is writable by its group or others, and one
-// holding an entry another user owns (uid -1: any owner). The directory
-// itself may be a link (to another disk); links inside it are checked as
-// links: whoever owns one chose where it points.
+// checkDataDir refuses a data dir that is not a directory, is writable by
+// its group or others, or is owned by another user than uid, and one
+// holding an entry another user owns. Root counts as no other user: it can
+// write anywhere anyway (and owns lost+found at the top of a file system).
+// uid -1 judges the entries against the directory's owner, and not the
+// directory. The directory itself may be a link (to another disk); links
+// inside it are checked as links: whoever owns one chose where it points.
 func checkDataDir(dir string, uid int) error {
 	info, err := os.Stat(dir)
 	if err != nil {
@@ -90,13 +94,20 @@ func checkDataDir(dir string, uid int) error {
 	if !info.IsDir() {
 		return fmt.Errorf("data dir %s: not a directory", dir)
 	}
-	if owner, ok := ownerOf(info); ok && uid >= 0 && owner != uid {
-		return fmt.Errorf("data dir %s: owned by uid %d, not by this process's user (uid %d): %w; "+
-			"check them, then chown -R it to this user", dir, owner, uid, ErrDataDirUnsafe)
-	}
 	if perm := info.Mode().Perm(); perm&0o022 != 0 {
 		return fmt.Errorf("data dir %s: writable by its group or others (mode %04o): %w; "+
 			"check them, then chmod 700 it", dir, perm, ErrDataDirUnsafe)
+	}
+	owner, known := ownerOf(info)
+	if !known {
+		return nil
+	}
+	who := "this process's user"
+	if uid < 0 {
+		uid, who = owner, "the data dir's owner"
+	} else if owner != uid && owner != 0 {
+		return fmt.Errorf("data dir %s: owned by uid %d, not by this process's user (uid %d): %w; "+
+			"check them, then chown -R it to this user", dir, owner, uid, ErrDataDirUnsafe)
 	}
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -114,9 +125,9 @@ func checkDataDir(dir string, uid int) error {
 		} else if err != nil {
 			return fmt.Errorf("data dir: %w", err)
 		}
-		if owner, ok := ownerOf(info); ok && uid >= 0 && owner != uid {
-			return fmt.Errorf("data dir %s: %s is owned by uid %d, not by this process's user (uid %d): %w; "+
-				"check it, then remove it or chown it to this user", dir, p, owner, uid, ErrDataDirUnsafe)
+		if o, ok := ownerOf(info); ok && o != uid && o != 0 {
+			return fmt.Errorf("data dir %s: %s is owned by uid %d, not by %s (uid %d): %w; "+
+				"check it, then remove it or chown it", dir, p, o, who, uid, ErrDataDirUnsafe)
 		}
 		return nil
 	})

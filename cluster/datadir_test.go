@@ -83,8 +83,17 @@ func TestLockDataDir(t *testing.T) {
 		})
 	}
 
-	// The owner check, for a user other than this process's.
-	if err := checkDataDir(t.TempDir(), os.Geteuid()+1); !errors.Is(err, ErrDataDirUnsafe) || !strings.Contains(err.Error(), "owned by uid") {
+	// The owner check, for a user other than this process's (root counts as
+	// no other user: as root, the dir is given away first).
+	other := t.TempDir()
+	uid := os.Geteuid() + 1
+	if os.Geteuid() == 0 {
+		if err := os.Chown(other, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		uid = 0
+	}
+	if err := checkDataDir(other, uid); !errors.Is(err, ErrDataDirUnsafe) || !strings.Contains(err.Error(), "owned by uid") {
 		t.Errorf("a dir of another user: %v", err)
 	}
 
@@ -144,5 +153,45 @@ func TestTightenTreeLeavesLinks(t *testing.T) {
 		if info, err := os.Stat(p); err != nil || info.Mode().Perm() != want {
 			t.Errorf("%s: %v, %v; want %04o", p, info.Mode().Perm(), err, want)
 		}
+	}
+}
+
+// TestDataDirOwnersAsRoot: root's entries are no other user's (lost+found
+// at the top of a file system), and validate run as root judges the
+// entries against the data dir's owner, the service user, not against root.
+func TestDataDirOwnersAsRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give files away")
+	}
+	const service, stranger = 999, 65534
+	dir := t.TempDir()
+	own := func(p string, uid int) {
+		t.Helper()
+		if err := os.Lchown(p, uid, uid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "lost+found"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	write(t, filepath.Join(dir, "fsm.db"))
+	own(dir, service)
+	own(filepath.Join(dir, "fsm.db"), service)
+	if err := checkDataDir(dir, service); err != nil {
+		t.Errorf("the service user's dir with root's lost+found: %v", err)
+	}
+	if err := CheckDataDir(dir); err != nil {
+		t.Errorf("validate as root of the service user's dir: %v", err)
+	}
+	planted := filepath.Join(dir, "keys")
+	if err := os.Mkdir(planted, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	own(planted, stranger)
+	if err := CheckDataDir(dir); !errors.Is(err, ErrDataDirUnsafe) || !strings.Contains(err.Error(), "not by the data dir's owner (uid 999)") {
+		t.Errorf("validate as root, a stranger's entry: %v", err)
+	}
+	if err := checkDataDir(dir, service); !errors.Is(err, ErrDataDirUnsafe) {
+		t.Errorf("serve as the service user, a stranger's entry: %v", err)
 	}
 }
