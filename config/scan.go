@@ -1,7 +1,6 @@
 package config
 
 import (
-	"slices"
 	"strconv"
 	"strings"
 )
@@ -466,41 +465,19 @@ func (s *scanner) str() bool {
 
 // indexedAt returns the path with ordinals of key ("admin.tokens.token", as
 // the TOML parser names a key inside an inline array of tables) that the
-// file sets on line, or "" when none does. Of several elements on one line,
-// the last: the parser stops at the first error of a line, after the
-// elements before it parsed.
+// file sets on line, when exactly one element sets it there; "" otherwise.
+// Of several on one line it cannot tell which holds the error: this
+// scanner also records the keys of the elements after a syntax error.
 func (kl *keyLines) indexedAt(key string, line int) string {
-	best := ""
-	var bestIdx []int
+	found := ""
 	for p, l := range kl.lines {
 		if l != line || p == key || stripIndexes(p) != key {
 			continue
 		}
-		idx := ordinals(p)
-		if best == "" || slices.Compare(idx, bestIdx) > 0 {
-			best, bestIdx = p, idx
+		if found != "" {
+			return ""
 		}
+		found = p
 	}
-	return best
-}
-
-// ordinals returns the ordinals of a path in order: "a[1].b[3]" -> [1 3].
-func ordinals(p string) []int {
-	var out []int
-	for {
-		i := strings.IndexByte(p, '[')
-		if i < 0 {
-			return out
-		}
-		j := strings.IndexByte(p[i:], ']')
-		if j < 0 {
-			return out
-		}
-		n, err := strconv.Atoi(p[i+1 : i+j])
-		if err != nil {
-			return out
-		}
-		out = append(out, n)
-		p = p[i+j+1:]
-	}
+	return found
 }
