@@ -513,13 +513,13 @@ func (f *Forwarder) waitForLeaseEnd(ctx context.Context, until int64) (reached b
 // failure, so an event a handler failed before keeps that failure there (an
 // operator looking at a retrying event wants the handler's 503, not "rate
 // limited"); the hand-back's own reason is recorded only on an event that
-// has none, and always in the log line.
+// has none, or only an earlier hand-back's, and always in the log line.
 func (f *Forwarder) handBack(ctx context.Context, ev engine.Event, retryIn time.Duration, reason string) {
 	if ctx.Err() != nil {
 		return
 	}
 	recorded := reason
-	if ev.LastError != "" {
+	if ev.LastError != "" && !handBackReason(ev.LastError) {
 		recorded = ev.LastError
 	}
 	err := f.opts.Store.HandBack(ctx, ev.Key, ev.Token, retryIn, recorded)
@@ -532,6 +532,16 @@ func (f *Forwarder) handBack(ctx context.Context, ev engine.Event, retryIn time.
 	default:
 		f.log.Warn("hand-back failed; the lease will expire", "key", ev.Key, "token", ev.Token, "err", err)
 	}
+}
+
+// handBackReason reports whether r is a reason a hand-back records, not a
+// failure: a later hand-back records its own instead.
+func handBackReason(r string) bool {
+	switch r {
+	case ReasonRateLimited, ReasonPaused, ReasonStopping, ReasonLeaseEnded, ReasonNoTarget:
+		return true
+	}
+	return false
 }
 
 // lostLease reports whether a Complete or Fail was refused because the event

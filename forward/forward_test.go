@@ -466,6 +466,9 @@ func TestHandBackKeepsTheHandlersError(t *testing.T) {
 	if ev.State != engine.StatePending || ev.LastError != failed.LastError || ev.Attempts != failed.Attempts {
 		t.Fatalf("after the hand-back: %v %q, %d attempts; want pending, %q, %d", ev.State, ev.LastError, ev.Attempts, failed.LastError, failed.Attempts)
 	}
+	if !handBackReason(ReasonNoTarget) || handBackReason(failed.LastError) {
+		t.Errorf("handBackReason: a hand-back's reason and a failure not told apart")
+	}
 }
 
 // TestNoTargetForSource: the events of a source that is not configured (a
