@@ -33,7 +33,7 @@ func TestAdminTLS(t *testing.T) {
 		{"key of another certificate", ca, key, "admin.tls_cert: unusable certificate and key: ", nil},
 		{"key readable by others", cert, openKey, "admin.tls_key: key file " + openKey + " has mode 0644", ErrSecretFileMode},
 		{"key writable by its group", cert, groupKey, "admin.tls_key: key file " + groupKey + " has mode 0660: it must not be writable by its group (chmod g-w", ErrSecretFileMode},
-		{"cert writable by others", openCert, key, "admin.tls_cert: certificate file " + openCert + " has mode 0666: it must not be writable by its group or by others, who would choose whom the node trusts (chmod go-w", ErrSecretFileMode},
+		{"cert writable by others", openCert, key, "admin.tls_cert: certificate file " + openCert + " has mode 0666: it must not be writable by others, who would choose whom the node trusts (chmod o-w", ErrSecretFileMode},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default()

@@ -860,10 +860,6 @@ func unsafeMode(perm fs.FileMode) (what, chmod string) {
 	return "", ""
 }
 
-// checkInline refuses a config file that is readable by others when it holds
-// credentials inline (a source's secrets, an admin token): the file is then
-// as sensitive as a secret file. inline lists the keys holding them, in file
-// order; the problem is reported at the first.
 // checkWritable refuses a config file others may write: whoever can write
 // it chooses the node's secret and token files, its handlers and its data
 // dir. (Its group may: root:oncehook 0660 gives the file to the service's
@@ -880,6 +876,10 @@ func (l *loader) checkWritable() {
 	}
 }
 
+// checkInline refuses a config file that is readable by others when it holds
+// credentials inline (a source's secrets, an admin token): the file is then
+// as sensitive as a secret file. inline lists the keys holding them, in file
+// order; the problem is reported at the first.
 func (l *loader) checkInline(inline []string) {
 	if len(inline) == 0 {
 		return

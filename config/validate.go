@@ -204,10 +204,11 @@ const MinTokenLen = 32
 const makeToken = "make one with `oncehook keygen -provider hmac` or `head -c 32 /dev/urandom | base64`"
 
 // checkTLSFileModes refuses a TLS key that others may read or write (like a
-// secret file), and a certificate or CA file that its group or others may
-// write: whoever can write the CA chooses which certificates the node takes
-// as a member's, and the file is read again on every reload. An empty path
-// is skipped; one that cannot be read is reported where it is opened.
+// secret file), and a certificate or CA file that others may write: whoever
+// can write the CA chooses which certificates the node takes as a member's,
+// and the file is read again on every reload. Its group may, as it may
+// write the config file that names it. An empty path is skipped; one that
+// cannot be read is reported where it is opened.
 func checkTLSFileModes(p *problems, table, cert, key, ca string) {
 	if fi, err := os.Stat(key); key != "" && err == nil {
 		if what, chmod := unsafeMode(fi.Mode().Perm()); what != "" {
@@ -219,8 +220,8 @@ func checkTLSFileModes(p *problems, table, cert, key, ca string) {
 		if f.path == "" {
 			continue
 		}
-		if fi, err := os.Stat(f.path); err == nil && fi.Mode().Perm()&0o022 != 0 {
-			what, chmod := unsafeMode(fi.Mode().Perm() &^ 0o004) // readable is fine: certificates are public
+		if fi, err := os.Stat(f.path); err == nil && fi.Mode().Perm()&0o002 != 0 {
+			what, chmod := unsafeMode(fi.Mode().Perm() & 0o002) // readable is fine: certificates are public
 			p.add(f.key, ErrSecretFileMode, fmt.Sprintf(
 				"certificate file %s has mode %#o: it must not be %s, who would choose whom the node trusts (chmod %s %s)",
 				f.path, fi.Mode().Perm(), what, chmod, f.path))
