@@ -106,6 +106,8 @@ fuzz:
 # PATH (often without go). Build first as yourself.
 install:
 	@test -x $(BIN) || { echo "make install: no $(BIN): run make build first (as yourself, not root)" >&2; exit 1; }
+	@if [ -n "$$(find . -name '*.go' -newer $(BIN) -not -path './bin/*' | head -n 1)" ]; then \
+		echo "make install: $(BIN) is older than the sources: run make build first (as yourself, not root)" >&2; exit 1; fi
 	install -Dm0755 $(BIN) $(DESTDIR)$(PREFIX)/bin/oncehook
 	install -d $(DESTDIR)/etc/systemd/system
 	sed -e 's#/usr/local/#$(PREFIX)/#g' systemd/oncehook.service > $(DESTDIR)/etc/systemd/system/oncehook.service
