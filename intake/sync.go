@@ -49,8 +49,15 @@ func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 		// event is never answered 2xx.
 		in.log.Info("dead sync event not re-armed: a newer event of its object was claimed", "source", src.name, "key", string(key))
 		return writeClaim(ctx, fasthttp.StatusConflict, "superseded", key, engine.StateDead, true)
-	case errors.Is(err, engine.ErrWrongState), errors.Is(err, errNotDead):
-		// Re-armed already: wait for the same attempt.
+	case errors.Is(err, engine.ErrWrongState):
+		// Re-armed already, on the leader, by another retry (sent to
+		// another node, or through it): wait for the same attempt. This
+		// node's copy may not show the re-arm yet, and its dead state is
+		// no answer: a re-arm always appends an audit entry.
+		fresh = func(ev engine.Event) bool { return !sameLastAudit(ev, before) }
+	case errors.Is(err, errNotDead):
+		// Re-armed already, and this node has applied it: wait for the
+		// same attempt.
 	case errors.Is(err, engine.ErrNotFound):
 		// Expired since the lookup: the next retry claims it anew.
 		ctx.Response.Header.Set("Retry-After", "1")

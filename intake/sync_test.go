@@ -237,6 +237,63 @@ func TestSyncRearmOnAFollower(t *testing.T) {
 	}
 }
 
+// rearmedElsewhere is a follower whose re-arm the leader refuses because
+// another retry, through another node, re-armed the event first: this
+// node's copy is still the dead event until that re-arm arrives (apply).
+type rearmedElsewhere struct {
+	*laggingStore
+}
+
+func (r *rearmedElsewhere) Replay(ctx context.Context, c engine.Command) (engine.Result, error) {
+	close(r.asked)
+	go func() {
+		<-r.apply
+		c.Who, c.Reason = "provider", "provider retry" // the other node's
+		if _, err := r.memStore.Replay(ctx, c); err != nil {
+			r.t.Errorf("the other re-arm: %v", err)
+		}
+	}()
+	return engine.Result{}, fmt.Errorf("replay %s: %w", c.Keys[0], engine.ErrWrongState)
+}
+
+// TestSyncRearmedElsewhere: two retries of a dead sync event at once, one
+// through this follower: the leader re-armed it for the other, and refuses
+// this one's re-arm. This one still waits for the re-armed attempt and
+// answers the handler's new answer, not the dead event's 502 its own copy
+// showed.
+func TestSyncRearmedElsewhere(t *testing.T) {
+	const key = "paid:msg_1"
+	dir := t.TempDir()
+	secret, _ := providers.GenerateSecret("standard")
+	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
+	mem := newMemStore(t)
+	store := &rearmedElsewhere{&laggingStore{memStore: mem, t: t, asked: make(chan struct{}), waited: make(chan struct{}), apply: make(chan struct{})}}
+	f := &intakeFixture{t: t, store: mem, secret: secret, in: New(Options{Store: store, Sources: loadSources(t, dir, syncSources)})}
+	first := request{path: "/in/paid", body: `{"a":1}`, id: "msg_1"}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		mem.deliver(t, key, handlerStep{}) // fails for good: dead
+	}()
+	if a := f.do(first); a.status != 502 {
+		t.Fatalf("first answer %d %q, want 502", a.status, a.body)
+	}
+	<-done
+	done = make(chan struct{})
+	go func() {
+		defer close(done)
+		<-store.asked
+		<-store.waited
+		close(store.apply)
+		mem.deliver(t, key, handlerStep{200, "ok now"})
+	}()
+	a := f.do(first)
+	<-done
+	if a.status != 200 || a.body != "ok now" {
+		t.Fatalf("retry through a follower, re-armed elsewhere: %d %q, want the handler's 200 %q", a.status, a.body, "ok now")
+	}
+}
+
 // laggingFollower is a node that relays its claims to a leader (the
 // memStore) and has not applied the entries of the keys in hidden yet: it
 // does not find them until show is closed. waited is signalled when a Wait
