@@ -201,39 +201,51 @@ func (l *laggingStore) Wait(ctx context.Context, key string, final func(engine.E
 	return l.memStore.Wait(ctx, key, final)
 }
 
-// TestSyncRearmOnAFollower: a re-arm sent through a follower, whose copy of
-// the event is still the dead one when the re-arm is committed, answers
-// the handler's new answer, not the dead event's 502.
+// TestSyncRearmOnAFollower: a retry of a dead sync event sent through a
+// follower answers the handler's new answer, not the dead event's 502 that
+// the follower's copy still shows: when its re-arm is committed before this
+// node applies it, and when the leader refuses its re-arm because another
+// retry, through another node, re-armed the event first.
 func TestSyncRearmOnAFollower(t *testing.T) {
 	const key = "paid:msg_1"
-	dir := t.TempDir()
-	secret, _ := providers.GenerateSecret("standard")
-	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
-	mem := newMemStore(t)
-	store := &laggingStore{memStore: mem, t: t, asked: make(chan struct{}), waited: make(chan struct{}), apply: make(chan struct{})}
-	f := &intakeFixture{t: t, store: mem, secret: secret, in: New(Options{Store: store, Sources: loadSources(t, dir, syncSources)})}
-	first := request{path: "/in/paid", body: `{"a":1}`, id: "msg_1"}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		mem.deliver(t, key, handlerStep{}) // fails for good: dead
-	}()
-	if a := f.do(first); a.status != 502 {
-		t.Fatalf("first answer %d %q, want 502", a.status, a.body)
-	}
-	<-done
-	done = make(chan struct{})
-	go func() {
-		defer close(done)
-		<-store.asked
-		<-store.waited
-		close(store.apply)
-		mem.deliver(t, key, handlerStep{200, "ok now"})
-	}()
-	a := f.do(first)
-	<-done
-	if a.status != 200 || a.body != "ok now" {
-		t.Fatalf("retry through a follower: %d %q, want the handler's 200 %q", a.status, a.body, "ok now")
+	for _, tc := range []struct {
+		name  string
+		store func(*laggingStore) Store
+	}{
+		{"its re-arm applied late", func(l *laggingStore) Store { return l }},
+		{"re-armed elsewhere first", func(l *laggingStore) Store { return &rearmedElsewhere{l} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			secret, _ := providers.GenerateSecret("standard")
+			mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
+			mem := newMemStore(t)
+			l := &laggingStore{memStore: mem, t: t, asked: make(chan struct{}), waited: make(chan struct{}), apply: make(chan struct{})}
+			f := &intakeFixture{t: t, store: mem, secret: secret, in: New(Options{Store: tc.store(l), Sources: loadSources(t, dir, syncSources)})}
+			first := request{path: "/in/paid", body: `{"a":1}`, id: "msg_1"}
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				mem.deliver(t, key, handlerStep{}) // fails for good: dead
+			}()
+			if a := f.do(first); a.status != 502 {
+				t.Fatalf("first answer %d %q, want 502", a.status, a.body)
+			}
+			<-done
+			done = make(chan struct{})
+			go func() {
+				defer close(done)
+				<-l.asked
+				<-l.waited
+				close(l.apply)
+				mem.deliver(t, key, handlerStep{200, "ok now"})
+			}()
+			a := f.do(first)
+			<-done
+			if a.status != 200 || a.body != "ok now" {
+				t.Fatalf("retry through a follower: %d %q, want the handler's 200 %q", a.status, a.body, "ok now")
+			}
+		})
 	}
 }
 
@@ -254,44 +266,6 @@ func (r *rearmedElsewhere) Replay(ctx context.Context, c engine.Command) (engine
 		}
 	}()
 	return engine.Result{}, fmt.Errorf("replay %s: %w", c.Keys[0], engine.ErrWrongState)
-}
-
-// TestSyncRearmedElsewhere: two retries of a dead sync event at once, one
-// through this follower: the leader re-armed it for the other, and refuses
-// this one's re-arm. This one still waits for the re-armed attempt and
-// answers the handler's new answer, not the dead event's 502 its own copy
-// showed.
-func TestSyncRearmedElsewhere(t *testing.T) {
-	const key = "paid:msg_1"
-	dir := t.TempDir()
-	secret, _ := providers.GenerateSecret("standard")
-	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
-	mem := newMemStore(t)
-	store := &rearmedElsewhere{&laggingStore{memStore: mem, t: t, asked: make(chan struct{}), waited: make(chan struct{}), apply: make(chan struct{})}}
-	f := &intakeFixture{t: t, store: mem, secret: secret, in: New(Options{Store: store, Sources: loadSources(t, dir, syncSources)})}
-	first := request{path: "/in/paid", body: `{"a":1}`, id: "msg_1"}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		mem.deliver(t, key, handlerStep{}) // fails for good: dead
-	}()
-	if a := f.do(first); a.status != 502 {
-		t.Fatalf("first answer %d %q, want 502", a.status, a.body)
-	}
-	<-done
-	done = make(chan struct{})
-	go func() {
-		defer close(done)
-		<-store.asked
-		<-store.waited
-		close(store.apply)
-		mem.deliver(t, key, handlerStep{200, "ok now"})
-	}()
-	a := f.do(first)
-	<-done
-	if a.status != 200 || a.body != "ok now" {
-		t.Fatalf("retry through a follower, re-armed elsewhere: %d %q, want the handler's 200 %q", a.status, a.body, "ok now")
-	}
 }
 
 // laggingFollower is a node that relays its claims to a leader (the
