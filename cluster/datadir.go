@@ -114,6 +114,11 @@ func checkDataDir(dir string, uid int) error {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
+			if info, lerr := os.Lstat(p); errors.Is(err, fs.ErrPermission) && lerr == nil && p != dir {
+				if o, ok := ownerOf(info); ok && o == 0 {
+					return fs.SkipDir // root's, closed to this user: lost+found
+				}
+			}
 			return fmt.Errorf("data dir: %w", err)
 		}
 		if p == dir {
