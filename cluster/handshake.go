@@ -121,7 +121,7 @@ func (m *mux) challengePeer(ctx context.Context, c net.Conn, addr string, kind b
 		if ctx.Err() != nil {
 			return context.Cause(ctx)
 		}
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+		if closedAtHandshake(err) {
 			if derr := m.peerGone(ctx, endpoint); derr != nil {
 				return fmt.Errorf("it closed the connection at the handshake and takes no new one (it went down): %w", derr)
 			}
@@ -162,6 +162,13 @@ func (m *mux) peerGone(ctx context.Context, endpoint string) error {
 	}
 	c.Close()
 	return nil
+}
+
+// closedAtHandshake: the peer closed the connection before it answered the
+// handshake (no TLS alert, no wrong proof), as a refusal does and as a
+// process killed meanwhile does; peerGone tells them apart.
+func closedAtHandshake(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // peerGoneProbe bounds peerGone's dial.

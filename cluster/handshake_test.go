@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -306,6 +307,58 @@ func TestHandshakeTellsARefusalFromAPeerGoneDown(t *testing.T) {
 			t.Fatalf("down %v: the handshake passed", down)
 		}
 		if refused := errors.Is(err, ErrPeerUnproven); refused == down || isDialError(err) != down {
+			t.Errorf("down %v: %v (refusal %v, dial error %v)", down, err, refused, isDialError(err))
+		}
+	}
+}
+
+// TestTLSHandshakeTellsARefusalFromAPeerGoneDown: with TLS, a peer that
+// closes the connection during the handshake and still listens refused it
+// (its log says why); one that closed because it went down is a dial error,
+// which lets a starting node go on as at a cluster's first start instead of
+// refusing to start (rejoinExisting).
+func TestTLSHandshakeTellsARefusalFromAPeerGoneDown(t *testing.T) {
+	f := writeCA(t, filepath.Join(t.TempDir(), "ca"), 1)[0]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMux(ln, ln.Addr().String(), nil, &TLSConfig{CertFile: f.cert, KeyFile: f.key, CAFile: f.ca}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.serve()
+	t.Cleanup(m.close)
+	for _, down := range []bool{false, true} {
+		peer, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		served := make(chan struct{})
+		go func() {
+			defer close(served)
+			c, err := peer.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = c.Read(make([]byte, 4096)) // the ClientHello
+			if down {
+				peer.Close()
+			}
+			c.Close()
+		}()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		c, err := m.dial(ctx, peer.Addr().String(), kindRelay, 5*time.Second)
+		cancel()
+		<-served
+		peer.Close()
+		if c != nil {
+			c.Close()
+		}
+		if err == nil {
+			t.Fatalf("down %v: the handshake passed", down)
+		}
+		if refused := peerRefused(err); refused == down || isDialError(err) != down {
 			t.Errorf("down %v: %v (refusal %v, dial error %v)", down, err, refused, isDialError(err))
 		}
 	}

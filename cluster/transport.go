@@ -455,6 +455,7 @@ func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Dur
 	if err != nil {
 		return nil, err
 	}
+	endpoint := c.RemoteAddr().String()
 	if m.wrap != nil {
 		c = m.wrap(c)
 	}
@@ -463,6 +464,13 @@ func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Dur
 		_ = tc.SetDeadline(time.Now().Add(preambleDeadline))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			c.Close()
+			// A peer killed during the handshake closes it the way a refusal
+			// without an alert does; only the refusal may stop a bootstrap.
+			if ctx.Err() == nil && closedAtHandshake(err) {
+				if derr := m.peerGone(ctx, endpoint); derr != nil {
+					return nil, fmt.Errorf("tls handshake with %s: it closed the connection and takes no new one (it went down): %w", addr, derr)
+				}
+			}
 			return nil, fmt.Errorf("tls handshake with %s: %w", addr, err)
 		}
 		_ = tc.SetDeadline(time.Time{})
