@@ -48,6 +48,7 @@ type node struct {
 	intake  *intake.Server
 	keys    *keyset.Manager // keys_url sources' fetched keys
 	targets atomic.Pointer[map[string]forward.Target]
+	limited atomic.Pointer[[]string] // the sources of targets with a max_rate (setTargets)
 	// forwarder delivers while this node leads (lead); nil otherwise.
 	forwarder atomic.Pointer[forward.Forwarder]
 
@@ -230,7 +231,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	if err != nil {
 		return nil, err
 	}
-	n.targets.Store(&targets)
+	n.setTargets(targets)
 	if n.admin, err = n.newAdminServer(cfg); err != nil {
 		return nil, err
 	}
@@ -338,6 +339,13 @@ func (n *node) lead(ctx context.Context) {
 		// With several sources, a slow one never holds the pool's last
 		// eighth: another source's first events start at once.
 		Sources: func() int { return len(*n.targets.Load()) },
+		// A new leader caps a rate-limited backlog from its first lease.
+		LimitedSources: func() []string {
+			if l := n.limited.Load(); l != nil {
+				return *l
+			}
+			return nil
+		},
 		// Requests to handlers at once. A worker is held from its event's
 		// lease (the lease's or the claim's commit) to the handler's answer
 		// (the outcome then commits in the background): at 3,000 events/s
@@ -398,6 +406,20 @@ func (d drainer) DrainLimit() time.Duration {
 		longest = max(longest, t.Timeout)
 	}
 	return longest + time.Second
+}
+
+// setTargets puts the forwarder's targets in force, with the list of the
+// rate-limited sources among them.
+func (n *node) setTargets(targets map[string]forward.Target) {
+	var limited []string
+	for src, t := range targets {
+		if t.MaxRate > 0 {
+			limited = append(limited, src)
+		}
+	}
+	slices.Sort(limited)
+	n.limited.Store(&limited)
+	n.targets.Store(&targets)
 }
 
 func (n *node) target(source string) (forward.Target, bool) {
@@ -465,7 +487,7 @@ func (n *node) reload(path string) {
 	live, _ := config.Diff(old, cfg)
 	_, restart := config.Diff(n.started, cfg)
 	n.intake.SetSources(set)
-	n.targets.Store(&targets)
+	n.setTargets(targets)
 	setLevel(n.level, cfg.Node.LogLevel)
 	// What needs a restart keeps its running value until then: the admin
 	// API reads the node's id and data_dir from here.

@@ -143,6 +143,15 @@ type Options struct {
 	// end (doc.go, "Sharing the workers"). nil: the spare workers are kept
 	// only while two sources are active.
 	Sources func() int
+	// LimitedSources, when set, names the sources configured with a
+	// MaxRate now (a reload may change them); the caller keeps the slice
+	// and must not change it. Their first lease under this leader, or
+	// after a reload turned their rate on, is capped by their bucket's
+	// room like every later one (limiter.room). nil: a source's first
+	// lease is capped only from the lease after its first booking, so a
+	// backlog found by a new leader was leased whole and the events past
+	// the bucket's budget were handed back behind newer ones.
+	LimitedSources func() []string
 	// Client makes the outgoing requests. nil: a client tuned for local
 	// handlers (keep-alives, 64 idle connections per host, no proxy), whose
 	// plain-HTTP requests are written without an http.Request (request.go).
@@ -651,6 +660,9 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 			spareStop = 0
 			if free := f.slots.takeForLease(); free > 0 { // none while draining
 				quotas, share := f.slots.quotas(full)
+				if f.opts.LimitedSources != nil {
+					f.lim.ensure(f.opts.LimitedSources(), f.opts.Targets, now)
+				}
 				quotas = f.lim.room(quotas, now, free, f.slots.waitingNow())
 				spare := min(f.slots.spare(now, f.manySources()), free)
 				evs, waiting, err := f.opts.Store.LeaseFrom(ctx, free, f.opts.DefaultLease, quotas, share, spare)

@@ -184,14 +184,31 @@ func (l *limiter) full(now time.Time) (sources []string, until time.Time) {
 	return sources, until
 }
 
+// ensure makes the buckets of the named sources that have none yet and a
+// rate limit now, so that room caps their first lease too: a new bucket
+// holds one token, and its room is what it can book within its budget.
+func (l *limiter) ensure(sources []string, targets func(string) (Target, bool), now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, src := range sources {
+		if l.b[src] != nil {
+			continue
+		}
+		if tgt, ok := targets(src); ok && tgt.MaxRate > 0 {
+			l.bucketLocked(src, tgt.withDefaults(), now)
+		}
+	}
+}
+
 // room caps quotas (sorted by source, each once) so that a lease takes no
 // more of a rate-limited source's events than can start within its budget:
 // how many slots its bucket can still book no further ahead than that. A
 // lease that took more would book slots past their events' leases, and
 // hand those events back to pending behind newer ones, which took the
 // slots meanwhile: under a steady load above the rate they waited until it
-// stopped. A source without a bucket yet (no event booked since this leader
-// started) is not capped; its first lease books what it took.
+// stopped. A source without a bucket (no event booked since this leader
+// started, and not among Options.LimitedSources: ensure) is not capped;
+// its first lease books what it took.
 //
 // waiting names the sources the last lease left due events of: while one
 // other than a source, and not skipped by quotas, waits, the source's share

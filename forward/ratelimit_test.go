@@ -615,3 +615,39 @@ func TestRateLimitedBacklogOverItsShareSynctest(t *testing.T) {
 		}
 	})
 }
+
+// A new leader that finds a rate-limited source's backlog leases no more of
+// it than its bucket can start within its budget, from its first lease on:
+// a first lease that took the whole backlog booked slots past the events'
+// leases and handed those back behind the others. Every event is delivered
+// in its order, none handed back.
+func TestNewLeaderCapsALimitedBacklogSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &keySink{}
+		var want []string
+		for i := range 30 {
+			key := fmt.Sprintf("slow:%03d", i)
+			l.claim(key, "slow", "x")
+			want = append(want, key)
+		}
+		stop := runInBubble(t, Options{
+			Store:          l,
+			Targets:        targets(map[string]Target{"slow": {URL: "http://handler/s", MaxRate: 1, Burst: 1, Timeout: 2 * time.Second}}),
+			LimitedSources: func() []string { return []string{"slow"} },
+			Client:         &http.Client{Transport: handlerTransport{h}},
+			Workers:        64,
+			PollInterval:   500 * time.Millisecond,
+			DefaultLease:   12 * time.Second,
+		})
+		defer stop()
+		time.Sleep(45 * time.Second) // 30 s of backlog at one a second
+		synctest.Wait()
+		if fails := l.failLog(); len(fails) != 0 {
+			t.Errorf("%d events handed back, the first %+v", len(fails), fails[0])
+		}
+		if got := h.got(); !slices.Equal(got, want) {
+			t.Fatalf("delivered %d of %d, in this order: %v", len(got), len(want), got)
+		}
+	})
+}
