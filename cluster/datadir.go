@@ -98,6 +98,9 @@ func checkDataDir(dir string, uid int) error {
 		return fmt.Errorf("data dir %s: writable by its group or others (mode %04o): %w; "+
 			"check them, then chmod 700 it", dir, perm, ErrDataDirUnsafe)
 	}
+	if err := checkAncestors(dir); err != nil {
+		return err
+	}
 	owner, known := ownerOf(info)
 	if !known {
 		return nil
@@ -145,4 +148,33 @@ func ownerOf(info fs.FileInfo) (int, bool) {
 		return 0, false
 	}
 	return int(st.Uid), true
+}
+
+// checkAncestors refuses a data dir below a directory that anyone may write
+// to without the sticky bit: anyone on the host could rename the data dir
+// and put one of theirs in its place while the node runs, and its next
+// snapshot, keys cache or restore would go there. /tmp (sticky) is fine:
+// only the owner of an entry may move it there. A directory this process
+// may not look at is not judged.
+func checkAncestors(dir string) error {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return nil // judged by the checks of the dir itself
+	}
+	real, err = filepath.Abs(real)
+	if err != nil {
+		return nil
+	}
+	for p := filepath.Dir(real); ; p = filepath.Dir(p) {
+		if info, err := os.Stat(p); err == nil {
+			if m := info.Mode(); m.Perm()&0o002 != 0 && m&fs.ModeSticky == 0 {
+				return fmt.Errorf("data dir %s: %s, above it, is writable by anyone without the sticky bit (mode %04o), "+
+					"so anyone could put a directory of theirs in the data dir's place: %w; chmod o-w (or +t) it",
+					dir, p, m.Perm(), ErrDataDirUnsafe)
+			}
+		}
+		if p == filepath.Dir(p) {
+			return nil
+		}
+	}
 }

@@ -37,6 +37,22 @@ func TestLockDataDir(t *testing.T) {
 			}
 			return link
 		}, ""},
+		{"below a dir anyone can write to", func(t *testing.T, dir string) string {
+			open := filepath.Join(dir, "open")
+			if err := os.Mkdir(open, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			chmod(t, open, 0o777)
+			return filepath.Join(open, "data")
+		}, "is writable by anyone without the sticky bit (mode 0777)"},
+		{"below a sticky dir anyone can write to", func(t *testing.T, dir string) string {
+			open := filepath.Join(dir, "tmp")
+			if err := os.Mkdir(open, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			chmod(t, open, os.ModeSticky|0o777)
+			return filepath.Join(open, "data")
+		}, ""},
 		{"a link of ours inside", func(t *testing.T, dir string) string {
 			if err := os.Symlink("/etc/hostname", filepath.Join(dir, "fsm.db")); err != nil {
 				t.Fatal(err)
