@@ -61,7 +61,8 @@ func (n *Node) Claim(ctx context.Context, c engine.Command) (engine.Result, erro
 
 // Lease, Complete, Fail, Reclaim and Expire belong to the leader's delivery
 // work; on any other node they fail with ErrNotLeader and are never relayed,
-// so a deposed leader cannot act through its successor.
+// and the leader refuses them from a peer (relayable), so a deposed leader
+// cannot act through its successor.
 
 // Lease moves up to max due events to processing under a new fencing token.
 func (n *Node) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error) {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -11,6 +12,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"oncehook/engine"
 )
 
 // freezer stops a node's cluster network the way SIGSTOP stops the process,
@@ -260,4 +263,54 @@ func TestFollowerCatchesUpAfterAFailedLogWrite(t *testing.T) {
 		h, _ := nodes[f].Hash()
 		return h == want
 	})
+}
+
+// TestRelayRefusesTheLeadersOwnWork: the leader takes from a peer only the
+// commands a follower relays for its callers (claims, replays, pauses,
+// purges). A lease, an outcome, a reclaim, an expiry or a payload drop
+// relayed by a peer (a deposed leader's worker, a buggy or hostile member)
+// is refused and changes nothing: relayed, a Complete with the token a
+// follower's copy shows would end an event the leader's worker is still
+// delivering.
+func TestRelayRefusesTheLeadersOwnWork(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	const key = "src:relayed"
+	l := c.mustClaim(key, -1)
+	ctx := ctxT(t, 30*time.Second)
+	evs, err := c.nodes[l].Lease(ctx, 10, time.Hour)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("lease: %v, %d events", err, len(evs))
+	}
+	tok := evs[0].Token
+	far := time.Now().Add(1000 * time.Hour).UnixNano()
+	for _, cmd := range []engine.Command{
+		{Op: engine.OpComplete, Key: key, Token: tok},
+		{Op: engine.OpFail, Key: key, Token: tok, MaxAttempts: 1, Reason: "relayed"},
+		{Op: engine.OpLease, Max: 10, LeaseFor: int64(time.Hour)},
+		{Op: engine.OpReclaim, Now: far},
+		{Op: engine.OpExpire, Now: far},
+		{Op: engine.OpDropPayloads, Before: far},
+		{Op: engine.OpIdentify, Key: "00112233445566778899aabbccddeeff"},
+	} {
+		t.Run(cmd.Op.String(), func(t *testing.T) {
+			applied := c.nodes[l].AppliedIndex()
+			body := engine.EncodeRelayEntry(nil, []engine.Command{{Op: engine.OpClaim, Key: "src:beside", Source: "src", Payload: []byte("x")}, cmd})
+			status, resp := c.nodes[l].handleRPC(ctx, rpcApply, body, nil)
+			if status != rpcBadRequest || !strings.Contains(string(resp), "never relayed") {
+				t.Fatalf("relayed %s: status %d %q, want a refusal", cmd.Op, status, resp)
+			}
+			if got := c.nodes[l].AppliedIndex(); got != applied {
+				t.Errorf("applied index %d -> %d: the refused entry (or part of it) went to the log", applied, got)
+			}
+			ev, err := c.nodes[l].Get(key, true)
+			if err != nil || ev.State != engine.StateProcessing || ev.Token != tok || len(ev.Payload) == 0 {
+				t.Errorf("event after a relayed %s: %v state %s token %d payload %d bytes", cmd.Op, err, ev.State, ev.Token, len(ev.Payload))
+			}
+		})
+	}
+	// What a follower does relay still passes.
+	body := engine.EncodeRelayEntry(nil, []engine.Command{{Op: engine.OpClaim, Key: "src:relayed-claim", Source: "src", Payload: []byte("x")}})
+	if status, resp := c.nodes[l].handleRPC(ctx, rpcApply, body, nil); status != rpcOK {
+		t.Fatalf("relayed claim: status %d %q", status, resp)
+	}
 }

@@ -128,6 +128,11 @@ func (n *Node) handleRPC(ctx context.Context, op byte, body, out []byte) (byte, 
 		if err != nil {
 			return rpcBadRequest, append(out, err.Error()...)
 		}
+		for i := range cmds {
+			if !relayable(cmds[i].Op) {
+				return rpcBadRequest, fmt.Appendf(out, "command %d: %s is the leader's own work and is never relayed", i, cmds[i].Op)
+			}
+		}
 		res, err := n.propose(ctx, cmds, true)
 		if err != nil {
 			return errStatus(err), append(out, err.Error()...)
@@ -150,6 +155,20 @@ func (n *Node) handleRPC(ctx context.Context, op byte, body, out []byte) (byte, 
 		return rpcOK, append(out, b...)
 	}
 	return rpcBadRequest, append(out, "unknown op"...)
+}
+
+// relayable reports whether a follower may hand a command of op to the
+// leader. Leases, outcomes, reclaims, expiry and payload drops are the
+// leader's delivery work under its own term (ops.go): relayed, they would
+// let a deposed leader, or any peer holding the cluster's credentials, mark
+// an event done with the token a follower's copy shows while the leader's
+// worker still delivers it, or make events dead.
+func relayable(op engine.Op) bool {
+	switch op {
+	case engine.OpClaim, engine.OpReplay, engine.OpPause, engine.OpResume, engine.OpPurge, engine.OpNoop:
+		return true
+	}
+	return false
 }
 
 func errStatus(err error) byte {
