@@ -153,8 +153,8 @@ type Engine struct {
 	// open is set while pending is: LeaseDue then answers true without
 	// waiting for wmu or committing what is pending.
 	open atomic.Bool
-	// lost is set, for good, when a commit of applied entries failed
-	// (ErrLostCommit). Whoever triggered that commit (the FSM's timer, or a
+	// lost is set, for good, when a commit of applied entries failed, or a
+	// storage error discarded them (ErrLostCommit). Whoever triggered that commit (the FSM's timer, or a
 	// read that needed the file current) the entries are gone from the
 	// transaction, and applying later ones on top would skip them forever.
 	// Guarded by wmu.
@@ -460,8 +460,15 @@ func (e *Engine) applyLocked(entries []Entry, deferred bool) ([][]Result, error)
 		for j := range en.Cmds {
 			a.pos = uint32(j)
 			if rs[j], err = a.apply(&en.Cmds[j]); err != nil {
+				err = fmt.Errorf("engine: apply index %d: %w", en.Index, err)
+				if p.applied > p.start {
+					// Entries of this transaction were applied and answered
+					// already; the rollback loses them as a failed commit
+					// does, and later entries must not go on top of the gap.
+					e.lost = fmt.Errorf("%w: entries %d..%d: %w", ErrLostCommit, p.start+1, p.applied, err)
+				}
 				e.discardLocked()
-				return nil, fmt.Errorf("engine: apply index %d: %w", en.Index, err)
+				return nil, err
 			}
 		}
 		p.applied = en.Index

@@ -67,3 +67,53 @@ func TestFailedCommitStopsTheEngine(t *testing.T) {
 		t.Fatalf("replay of entries 2 and 3: %+v, %v; want both created", rs, err)
 	}
 }
+
+// TestStorageErrorStopsTheEngine: a storage error while applying (here a
+// damaged index: the lease finds a due entry without its event) rolls back
+// the pending transaction, and with it entries applied and answered before
+// it in that transaction. Applying later entries on top would move the
+// applied index past them, and their replay would be skipped: every later
+// apply fails with ErrLostCommit instead, and a reopened file holds only
+// what was committed.
+func TestStorageErrorStopsTheEngine(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "engine.db")
+	e, err := Open(path, Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ApplyBatch([]Entry{{Index: 1, Cmds: []Command{claimCmd("src:a", t0)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bEvents).Delete([]byte("src:a")) }); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ApplyBatchDeferred([]Entry{{Index: 2, Cmds: []Command{claimCmd("src:b", t0+sec)}}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ApplyBatchDeferred([]Entry{{Index: 3, Cmds: []Command{leaseCmd(t0+2*sec, 10)}}}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("lease over a damaged index: %v; want ErrCorrupt", err)
+	}
+	if _, err := e.ApplyBatchDeferred([]Entry{{Index: 4, Cmds: []Command{claimCmd("src:c", t0+3*sec)}}}); !errors.Is(err, ErrLostCommit) {
+		t.Fatalf("apply after the storage error: %v; want ErrLostCommit (entry 2 was answered and is gone)", err)
+	}
+	if err := e.Flush(); !errors.Is(err, ErrLostCommit) {
+		t.Fatalf("Flush after the storage error: %v; want ErrLostCommit", err)
+	}
+	e.Close()
+	e = mustOpenPath(t, path, Options{NoSync: true})
+	if got := e.LastApplied(); got != 1 {
+		t.Fatalf("last applied after reopen: %d; want 1 (the log replays entry 2 on)", got)
+	}
+	e.Close()
+
+	// The error in the first entry of a transaction loses nothing answered:
+	// the engine goes on (the FSM stops the replica anyway).
+	e = mustOpenPath(t, path, Options{NoSync: true})
+	defer e.Close()
+	if _, err := e.ApplyBatchDeferred([]Entry{{Index: 2, Cmds: []Command{leaseCmd(t0+2*sec, 10)}}}); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("lease over a damaged index: %v; want ErrCorrupt", err)
+	}
+	if _, err := e.ApplyBatchDeferred([]Entry{{Index: 2, Cmds: []Command{claimCmd("src:b", t0+sec)}}}); err != nil {
+		t.Fatalf("apply after an error that lost nothing: %v", err)
+	}
+}
