@@ -624,3 +624,59 @@ func TestWaitWakesWhenTheEventIsCreated(t *testing.T) {
 	}
 	waitFor(t, "the waiter gone", func() bool { return f.waitedKeys.Load() == 0 })
 }
+
+// TestUnconfirmedRestoreAnswersNoDuplicate: while a restore is not yet
+// confirmed by a majority, the state it put in place is the leader's alone;
+// a key found only there is no duplicate (Lookup finds nothing, and the
+// claim decides). Answered 200 from it, the provider would stop retrying an
+// event the cluster never holds once the restore fails and the node sets
+// its state aside.
+func TestUnconfirmedRestoreAnswersNoDuplicate(t *testing.T) {
+	other := newTestCluster(t, 1, nil)
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := other.nodes[0].Claim(ctx, claimCmd("src:foreign")); err != nil {
+		t.Fatal(err)
+	}
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	f, err := os.Create(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := other.nodes[0].Backup(f); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+
+	fatal := make(chan error, 4)
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.onFatal = func(err error) { fatal <- err } })
+	li := c.mustClaim("src:own", -1)
+	l := c.nodes[li]
+	c.waitConverged()
+	c.partition(li)
+	restored := make(chan error, 1)
+	go func() { restored <- l.Restore(ctxT(t, 5*time.Second), backup) }()
+	seen := false
+	for !seen {
+		select {
+		case err := <-restored:
+			if errors.Is(err, ErrNotLeader) {
+				t.Skip("the leader stepped down before the restore began (a very slow machine)")
+			}
+			t.Fatalf("the restore ended (%v) before its state was seen in place", err)
+		default:
+		}
+		if _, ok, _ := l.eng.Exists("src:foreign"); ok {
+			seen = true
+			if _, ok, err := l.Lookup("src:foreign"); ok || err != nil {
+				t.Errorf("Lookup during the unconfirmed restore: found %v, %v; want nothing (no majority holds it)", ok, err)
+			}
+		}
+		time.Sleep(time.Millisecond)
+	}
+	if err := <-restored; !errors.Is(err, ErrRestoreUnconfirmed) {
+		t.Fatalf("restore cut off from the followers: %v, want ErrRestoreUnconfirmed", err)
+	}
+	if ferr := <-fatal; !errors.Is(ferr, ErrRestoreUnconfirmed) {
+		t.Fatalf("the node stopped for %v", ferr)
+	}
+}

@@ -177,6 +177,9 @@ type Node struct {
 	// handshake on a relay (handshake.go): claims here cannot reach it
 	// (readiness.go).
 	refusedBy    atomic.Pointer[relayRefusal]
+	// restoring is set while a restore this node leads is not confirmed:
+	// its state may hold events no majority committed (Lookup).
+	restoring atomic.Bool
 	memberDone   chan struct{}
 	relayTimeout time.Duration
 

@@ -248,7 +248,12 @@ func (n *Node) countCmd(ctx context.Context, c engine.Command, leaderOnly bool) 
 // Lookup reads this node's applied state. A key found here is committed, so
 // the intake may answer a duplicate from it without a Raft round; a key not
 // found here proves nothing (this node may lag), and the claim decides.
+// While a restore this node leads is unconfirmed its state is not yet
+// committed: it finds nothing then, and claims decide.
 func (n *Node) Lookup(key string) (engine.State, bool, error) {
+	if n.restoring.Load() {
+		return 0, false, nil
+	}
 	return n.eng.Exists(key)
 }
 
@@ -996,9 +1001,15 @@ func (n *Node) Restore(ctx context.Context, path string) error {
 	if err != nil {
 		return fmt.Errorf("restore: %w", err)
 	}
+	// Until a majority confirms it, the restored state is this node's
+	// alone: a duplicate answered from it could be of an event the
+	// cluster never holds (the node stops and sets it aside when the
+	// restore does not take). It stays set then: the node stops.
+	n.restoring.Store(true)
 	if err := n.raft.Restore(meta, f, timeout); err != nil {
 		if errors.Is(err, raft.ErrEnqueueTimeout) {
 			_ = done() // never started: nothing was taken
+			n.restoring.Store(false)
 			return fmt.Errorf("restore: %w", translateApplyErr(err))
 		}
 		err = fmt.Errorf("restore: %w: %v", ErrRestoreUnconfirmed, translateApplyErr(err))
@@ -1014,6 +1025,7 @@ func (n *Node) Restore(ctx context.Context, path string) error {
 		n.restoreUnconfirmed(err)
 		return err
 	}
+	n.restoring.Store(false)
 	if err := done(); err != nil {
 		return fmt.Errorf("restore: confirmed, but %w", err)
 	}
