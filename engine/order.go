@@ -167,13 +167,19 @@ func (a *applier) superseded(ev *Event) bool {
 	return k != nil && bytes.HasPrefix(k, a.kbuf)
 }
 
+// afterEveryEntry follows an object's prefix to sort after every entry of
+// its queue: a time and an index of all ones (no entry has that index).
+// One 0xff byte sorted before the entries of times from 2260 on, whose
+// first byte is 0xff too.
+var afterEveryEntry = [16]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+
 // append puts ev (a claim, or a replayed event) at the tail of its object's
 // queue: at this command's index and position, and at the tail's order time
 // when that is newer than ev's. For a claim the tail is never newer while
 // the object's order entry lives (a newer claim makes this one stale), but
 // a replayed event can outlive that entry; so a claim, too, goes after it.
 func (a *applier) append(ev *Event) error {
-	a.kbuf = append(objectPrefix(a.kbuf[:0], ev.OrderObject), 0xff) // after every time (< 2^62)
+	a.kbuf = append(objectPrefix(a.kbuf[:0], ev.OrderObject), afterEveryEntry[:]...)
 	c := a.objPoint().c
 	k, _ := c.Seek(a.kbuf)
 	if k == nil {

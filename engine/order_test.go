@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -120,8 +121,16 @@ func TestOrderTiesByClaimOrder(t *testing.T) {
 // TestOrderReplayRequeues: a replayed dead event re-enters its object's queue
 // at the tail: it waits for the event processing and for the one waiting.
 func TestOrderReplayRequeues(t *testing.T) {
+	// Order times near the end of what nanoseconds hold (2260-2262,
+	// RFC 3339 or 19 digits) must find the tail too.
+	for _, base := range []int64{0, 1<<63 - 1 - 300} {
+		t.Run(fmt.Sprint(base), func(t *testing.T) { testOrderReplayRequeues(t, base) })
+	}
+}
+
+func testOrderReplayRequeues(t *testing.T, base int64) {
 	h := newHarness(t, Options{NoSync: true})
-	h.apply(orderedClaim("src:a1", t0, "A", 100), orderedClaim("src:a2", t0, "A", 200), orderedClaim("src:a3", t0, "A", 300))
+	h.apply(orderedClaim("src:a1", t0, "A", base+100), orderedClaim("src:a2", t0, "A", base+200), orderedClaim("src:a3", t0, "A", base+300))
 	r := h.one(leaseCmd(t0, 100))
 	h.one(failCmd("src:a1", r.Events[0].Token, t0, 1)) // dead: a2 may go
 	r = h.one(leaseCmd(t0, 100))
@@ -131,8 +140,8 @@ func TestOrderReplayRequeues(t *testing.T) {
 	if rr := h.one(Command{Op: OpReplay, Now: t0, Keys: []string{"src:a1"}, Who: "op"}); rr.N != 1 {
 		t.Fatalf("replay = %+v", rr)
 	}
-	if ev := h.get("src:a1"); ev.OrderTime != 300 || ev.OrderIndex != h.idx {
-		t.Fatalf("replayed event's place = %d/%d, want the tail's time 300 at index %d", ev.OrderTime, ev.OrderIndex, h.idx)
+	if ev := h.get("src:a1"); ev.OrderTime != base+300 || ev.OrderIndex != h.idx {
+		t.Fatalf("replayed event's place = %d/%d, want the tail's time %d at index %d", ev.OrderTime, ev.OrderIndex, base+300, h.idx)
 	}
 	if got := sortedLeased(h.one(leaseCmd(t0, 100))); len(got) != 0 {
 		t.Fatalf("while a2 is processing, leased %v", got)
