@@ -20,7 +20,8 @@
 //     attempt limit decided here, on the leader, and carried in the command);
 //   - the sweeper calls Reclaim every SweepInterval (with Options.Limits'
 //     Horizon: schedules stamped by a leader whose clock ran ahead are
-//     repaired), and Expire then DropPayloads every ExpireInterval; each dead
+//     repaired; a reload that lowers it takes effect once the old horizon
+//     has passed, so leases granted under it are not cut), and Expire then DropPayloads every ExpireInterval; each dead
 //     letter Expire deleted is logged at warn with its key and reported to
 //     Options.DeadExpired. Its errors are logged, never fatal. The targets'
 //     DeadRetention and PayloadRetention ride in Fail and Complete.

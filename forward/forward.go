@@ -859,6 +859,7 @@ func (f *Forwarder) sweep(ctx context.Context, kick chan<- struct{}) {
 		defer t.Stop()
 		payloads = t.C
 	}
+	var hz horizon
 	for {
 		select {
 		case <-ctx.Done():
@@ -867,7 +868,7 @@ func (f *Forwarder) sweep(ctx context.Context, kick chan<- struct{}) {
 			if f.endingLeases.Load() > 0 {
 				continue // the next tick reclaims what this one would have
 			}
-			n, err := f.opts.Store.Reclaim(ctx, f.limits().Horizon)
+			n, err := f.opts.Store.Reclaim(ctx, hz.next(f.limits().Horizon, time.Now()))
 			switch {
 			case ctx.Err() != nil:
 				return
@@ -893,6 +894,24 @@ func (f *Forwarder) sweep(ctx context.Context, kick chan<- struct{}) {
 			}
 		}
 	}
+}
+
+// horizon is the schedule horizon a reclaim sends. A reload that lowers
+// Limits.Horizon (a shorter lease or backoff_max) must not cut the leases
+// granted under the longer one while their workers still deliver them: the
+// higher horizon stays in force until it has passed since it last was.
+type horizon struct {
+	d     time.Duration
+	until time.Time
+}
+
+// next returns the horizon to send now, cur being the configured one
+// (0: no bound).
+func (h *horizon) next(cur time.Duration, now time.Time) time.Duration {
+	if cur == 0 || h.d == 0 || cur >= h.d || !now.Before(h.until) {
+		h.d, h.until = cur, now.Add(cur)
+	}
+	return h.d
 }
 
 func (f *Forwarder) limits() Limits {
