@@ -72,6 +72,7 @@ var (
 	errSigEncoding   = newErr(ErrMalformedHeader, "signature is not valid for its encoding")
 	errSigLength     = newErr(ErrMalformedHeader, "signature has the wrong length")
 	errNoEquals      = newErr(ErrMalformedHeader, "entry without '='")
+	errListEntry     = newErr(ErrMalformedHeader, "entry with a space or a second '='")
 	errDupTimestamp  = newErr(ErrMalformedHeader, "timestamp given twice")
 	errNoTimestamp   = newErr(ErrMalformedHeader, "no timestamp")
 	errPrefix        = newErr(ErrMalformedHeader, "signature lacks its version prefix")

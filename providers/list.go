@@ -20,13 +20,20 @@ type listSpec struct {
 // parse reads the list into st (signatures, decoded) and returns the
 // timestamp. Entries with other keys (Stripe's v0, future schemes) are
 // ignored, so that a downgrade to a weaker scheme is impossible. Every entry
-// needs '='; the timestamp must appear exactly once; more than MaxSignatures
-// signatures is an error before any MAC is computed; a signature that does
-// not decode is skipped (its error is returned when no other one decodes).
+// is exactly key=value, with no space and no empty entry (as the providers'
+// own libraries read it: a header they refuse is refused here too, so that
+// a handler that checks the signature header again never fails an event
+// this node acknowledged); the timestamp must appear exactly once; more
+// than MaxSignatures signatures is an error before any MAC is computed; a
+// signature that does not decode is skipped (its error is returned when no
+// other one decodes).
 func (l *listSpec) parse(raw []byte, st *macState) ([]byte, error) {
 	var ts []byte
 	var sigErr error
 	seenTS := false
+	if len(raw) > 0 && raw[len(raw)-1] == l.sep {
+		return nil, errNoEquals // an empty last entry
+	}
 	for len(raw) > 0 {
 		var item []byte
 		if i := indexByte(raw, l.sep); i >= 0 {
@@ -34,15 +41,14 @@ func (l *listSpec) parse(raw []byte, st *macState) ([]byte, error) {
 		} else {
 			item, raw = raw, nil
 		}
-		item = trimSpace(item)
-		if len(item) == 0 {
-			continue
-		}
 		eq := indexByte(item, '=')
 		if eq < 0 {
 			return nil, errNoEquals
 		}
 		k, v := item[:eq], item[eq+1:]
+		if indexByte(v, '=') >= 0 || bytes.ContainsAny(item, " \t") {
+			return nil, errListEntry
+		}
 		switch string(k) {
 		case l.tsKey:
 			if seenTS {
@@ -123,13 +129,3 @@ func (v *listVerifier) Verify(r *Request) error {
 }
 
 func indexByte(b []byte, c byte) int { return bytes.IndexByte(b, c) }
-
-func trimSpace(b []byte) []byte {
-	for len(b) > 0 && (b[0] == ' ' || b[0] == '\t') {
-		b = b[1:]
-	}
-	for len(b) > 0 && (b[len(b)-1] == ' ' || b[len(b)-1] == '\t') {
-		b = b[:len(b)-1]
-	}
-	return b
-}

@@ -192,6 +192,12 @@ func (s *macState) matchKey() (int, bool) {
 	return found, found >= 0
 }
 
+// sigBase64 decodes received signatures: strict, so that a signature has one
+// spelling (the providers' libraries compare the text, and refuse one whose
+// unused last bits are set; a handler checking the header again must not
+// fail a delivery accepted here).
+var sigBase64 = base64.StdEncoding.Strict()
+
 // addSig decodes one received signature into the next slot. It rejects a
 // signature whose length is not the algorithm's, so that match compares
 // equal-length values only.
@@ -215,7 +221,7 @@ func (s *macState) addSig(src []byte, enc encoding, size int) error {
 			return errSigLength
 		}
 		var err error
-		if n, err = base64.StdEncoding.Decode(dst, src); err != nil {
+		if n, err = sigBase64.Decode(dst, src); err != nil {
 			return errSigEncoding
 		}
 	}
@@ -255,9 +261,11 @@ func tolerance(t, def time.Duration) (time.Duration, error) {
 }
 
 // parseUnix parses a unix time in whole seconds: 1 to 11 ASCII digits, nothing
-// else (no sign, no space). It does not allocate.
+// else (no sign, no space, no leading zero: the providers sign the number's
+// own spelling, and a MAC over another would verify here and nowhere else).
+// It does not allocate.
 func parseUnix(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 11 {
+	if len(b) == 0 || len(b) > 11 || len(b) > 1 && b[0] == '0' {
 		return 0, false
 	}
 	var n int64

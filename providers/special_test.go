@@ -256,13 +256,25 @@ func TestStripeDetails(t *testing.T) {
 		"t=1700000000,v1=" + sig + ",v0=" + hex64, // v0 ignored
 		"v1=" + sig + ",t=1700000000",             // order free
 		"t=1700000000,v2=" + hex64 + ",v1=" + sig, // unknown scheme ignored
-		"t=1700000000, v1=" + sig,                 // spaces tolerated
 		"t=1700000000,v1=" + strings.ToUpper(sig), // hex case
-		"t=1700000000,,v1=" + sig + ",",           // empty entries
 		"t=1700000000,v1=,v1=" + sig,              // an undecodable v1 skipped
 		"t=1700000000,v1=abc,v1=" + sig + ",v1=zz" + hex64[2:],
 	} {
 		wantErr(t, h, v.Verify(&Request{Body: body, Header: hdrs{{"Stripe-Signature", []byte(h)}}, Now: now}), nil)
+	}
+	// What stripe-go refuses is refused (a handler that checks the header
+	// again must not fail an event acknowledged here): spaces, empty
+	// entries, a second '=' in an entry.
+	for _, h := range []string{
+		"t=1700000000, v1=" + sig,
+		"t=1700000000,\tv1=" + sig,
+		"t=1700000000,v1=" + sig + " ",
+		"t=1700000000,,v1=" + sig,
+		"t=1700000000,v1=" + sig + ",",
+		"t=1700000000,v1=x=y,v1=" + sig,
+		"t==1700000000,v1=" + sig,
+	} {
+		wantErr(t, h, v.Verify(&Request{Body: body, Header: hdrs{{"Stripe-Signature", []byte(h)}}, Now: now}), ErrMalformedHeader)
 	}
 	// When no v1 decodes, the answer says why.
 	for _, h := range []string{"t=1700000000,v1=abc", "t=1700000000,v1=,v1=zz" + hex64[2:]} {
@@ -399,5 +411,50 @@ func TestConcurrentVerify(t *testing.T) {
 		if err := <-done; err != nil {
 			t.Error(err)
 		}
+	}
+}
+
+// TestSignaturesAreCanonical: a base64 signature whose unused last bits
+// are set decodes to the same bytes, and the providers' libraries refuse
+// it (they compare the encoded text). Refused here too: accepted, a
+// delivery replayed in that spelling would reach a handler that checks
+// the signature header again with them, and fail there for good. The
+// same for a timestamp with a leading zero (the libraries sign the number).
+func TestSignaturesAreCanonical(t *testing.T) {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	now := unix(testT)
+	body := []byte(`{"id":"evt_1"}`)
+	for _, tc := range []struct{ provider, secret, header, prefix string }{
+		{"standard", whsecA, "webhook-signature", "v1,"},
+		{"svix", whsecA, "svix-signature", "v1,"},
+		{"shopify", "shpss_k", "X-Shopify-Hmac-Sha256", ""},
+	} {
+		t.Run(tc.provider, func(t *testing.T) {
+			v := mustVerifier(t, tc.provider, Options{Secrets: secrets(tc.secret)})
+			hs, err := mustLookup(t, tc.provider).Sign(body, []byte(tc.secret), now, "msg_1", nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h := headersOf(hs)
+			good := h.get(tc.header)
+			wantErr(t, "as signed", v.Verify(&Request{Body: body, Header: h, Now: now}), nil)
+			sig := strings.TrimPrefix(good, tc.prefix)
+			if len(sig) != 44 || sig[43] != '=' {
+				t.Fatalf("signature %q: want 44 characters of base64", sig)
+			}
+			c := strings.IndexByte(alphabet, sig[42])
+			odd := tc.prefix + sig[:42] + string(alphabet[c^1]) + "="
+			if err := v.Verify(&Request{Body: body, Header: h.with(tc.header, odd), Now: now}); err == nil {
+				t.Errorf("%s %q (unused bits set) verified", tc.header, odd)
+			}
+		})
+	}
+	for _, ts := range []string{"01700000000", "00", "0"} {
+		if n, ok := parseUnix([]byte(ts)); ok && ts != "0" {
+			t.Errorf("parseUnix(%q) = %d: a leading zero passed", ts, n)
+		}
+	}
+	if n, ok := parseUnix([]byte("0")); !ok || n != 0 {
+		t.Errorf("parseUnix(\"0\") = %d, %v", n, ok)
 	}
 }

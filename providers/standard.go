@@ -387,7 +387,7 @@ func (s *macState) addEd25519(src []byte) error {
 		return errSigLength
 	}
 	var buf [ed25519.SignatureSize + 2]byte
-	n, err := base64.StdEncoding.Decode(buf[:], src)
+	n, err := sigBase64.Decode(buf[:], src)
 	if err != nil {
 		return errSigEncoding
 	}
