@@ -29,6 +29,7 @@ const (
 	DefaultBackoffMax     = 10 * time.Minute
 	DefaultForwardTimeout = 10 * time.Second
 	DefaultKeysRefresh    = 5 * time.Minute
+	MinKeysRefresh        = 10 * time.Second // as often as a fetch may come early (keyset)
 	// DefaultDeadRetention is how long a dead letter is kept after it went
 	// dead; DefaultPayloadRetention how long a done event keeps its payload
 	// (at most the source's retention).

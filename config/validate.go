@@ -628,6 +628,9 @@ func (c *sourceCheck) keysURL() {
 		}
 	}
 	positive(c.p, c.k("keys_refresh"), c.s.KeysRefresh)
+	if d := time.Duration(c.s.KeysRefresh); d > 0 && d < MinKeysRefresh {
+		c.p.add(c.k("keys_refresh"), nil, fmt.Sprintf("%s is under the minimum of %s: the node would fetch the sender's keys endpoint that often", c.s.KeysRefresh, Duration(MinKeysRefresh)))
+	}
 }
 
 // order checks the ordering guard's fields and its missing policy.

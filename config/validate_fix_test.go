@@ -100,3 +100,31 @@ func TestRetentionNotPositiveReportedOnce(t *testing.T) {
 		})
 	}
 }
+
+// TestKeysRefreshHasAFloor: a keys_refresh under MinKeysRefresh (a typo of
+// "5m" as "5ms") would fetch the sender's keys endpoint hundreds of times a
+// second; it is refused, naming the key and line. The floor itself passes.
+func TestKeysRefreshHasAFloor(t *testing.T) {
+	for _, tc := range []struct{ refresh, want string }{
+		{"5ms", `:7: source[0].keys_refresh: 5ms is under the minimum of 10s`},
+		{"9s", `:7: source[0].keys_refresh: 9s is under the minimum of 10s`},
+		{"10s", ""},
+		{"5m", ""},
+	} {
+		t.Run(tc.refresh, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "c.toml")
+			src := "[[source]]\nname = \"s\"\nprovider = \"standard\"\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nforward = \"http://127.0.0.1:9000/\"\n" +
+				"keys_url = \"https://keys.example.com/keys.json\"\nkeys_refresh = \"" + tc.refresh + "\"\n"
+			if err := os.WriteFile(path, []byte(src), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(path)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("Load: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("Load: %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
