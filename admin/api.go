@@ -794,8 +794,11 @@ func (s *Server) adminRemovePeer(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
 	if err := s.store.RemovePeer(r.Context(), id); err != nil {
 		status := clusterStatus(err)
-		if errors.Is(err, cluster.ErrNotMember) {
+		switch {
+		case errors.Is(err, cluster.ErrNotMember):
 			status = http.StatusNotFound
+		case errors.Is(err, cluster.ErrNoQuorumLeft):
+			status = http.StatusConflict
 		}
 		jsonError(w, status, err.Error())
 		return

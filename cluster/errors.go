@@ -31,6 +31,10 @@ var (
 	// ErrStandalone: a node running without a cluster port was asked to
 	// add a member; none could ever reach it.
 	ErrStandalone = errors.New("cluster: this node runs without [cluster]: it has no cluster port for members to reach")
+	// ErrNoQuorumLeft: removing the member would leave a configuration
+	// whose majority does not answer now; the cluster would commit nothing
+	// until it did.
+	ErrNoQuorumLeft = errors.New("cluster: the voters left would be no quorum")
 )
 
 var (

@@ -866,6 +866,14 @@ func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	if !slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool { return s.ID == raft.ServerID(id) }) {
 		return fmt.Errorf("remove %s: %w", id, ErrNotMember)
 	}
+	// raft takes the new configuration as it appends it: without a
+	// majority of it up, the leader steps down at once and nothing commits
+	// until they are back (a mistyped id while another voter is down, or
+	// the last voter).
+	if live, need := n.quorumWithout(ctx, f.Configuration(), raft.ServerID(id)); live < need {
+		return fmt.Errorf("remove %s: %w: %d of the voters left answer, %d needed; removed now, the cluster would commit nothing until more are back. "+
+			"Bring the others back first, or remove the members that are down", id, ErrNoQuorumLeft, live, need)
+	}
 	if err := n.raft.RemoveServer(raft.ServerID(id), 0, 10*time.Second).Error(); err != nil {
 		return fmt.Errorf("remove %s: %w", id, translateApplyErr(err))
 	}

@@ -433,3 +433,42 @@ func (c *testCluster) leadFrom(ctx context.Context, id string) int {
 	}
 	return li
 }
+
+// TestRemovePeerKeepsAQuorum: with one voter of three down, removing
+// another (a mistyped id, or the leader itself) would leave two voters of
+// which one answers: raft takes the new configuration as it appends it,
+// the leader steps down and nothing commits until the lost voter is back.
+// It is refused (ErrNoQuorumLeft) and changes nothing, as is removing the
+// last voter; removing the voter that is down works.
+func TestRemovePeerKeepsAQuorum(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	li := c.waitLeader(-1)
+	l := c.nodes[li]
+	ctx := ctxT(t, 30*time.Second)
+	down := c.follower(li)
+	other := 3 - li - down
+	c.partition(down)
+	for _, victim := range []int{other, li} {
+		if err := l.RemovePeer(ctx, c.nodes[victim].cfg.ID); !errors.Is(err, ErrNoQuorumLeft) {
+			t.Fatalf("remove %s while %s is down: %v, want ErrNoQuorumLeft", c.nodes[victim].cfg.ID, c.nodes[down].cfg.ID, err)
+		}
+	}
+	if !l.IsLeader() {
+		t.Fatal("the leader stepped down after a refused removal")
+	}
+	if _, err := l.Claim(ctx, claimCmd("src:after-refusal")); err != nil {
+		t.Fatalf("claim after the refused removals: %v", err)
+	}
+	if err := l.RemovePeer(ctx, c.nodes[down].cfg.ID); err != nil {
+		t.Fatalf("remove the member that is down: %v", err)
+	}
+	if _, err := l.Claim(ctx, claimCmd("src:after-removal")); err != nil {
+		t.Fatalf("claim after the removal: %v", err)
+	}
+
+	solo := newTestCluster(t, 1, nil)
+	s := solo.nodes[solo.waitLeader(-1)]
+	if err := s.RemovePeer(ctx, s.cfg.ID); !errors.Is(err, ErrNoQuorumLeft) {
+		t.Fatalf("remove the last voter: %v, want ErrNoQuorumLeft", err)
+	}
+}
