@@ -109,6 +109,9 @@ type Config struct {
 	// wrapConn, in tests, wraps every cluster connection this node accepts or
 	// dials (to freeze a node's network the way SIGSTOP does).
 	wrapConn func(net.Conn) net.Conn
+	// dropDial, in tests, fails this node's dials to an address with the
+	// error it returns (a firewall dropping them); nil error: dial.
+	dropDial func(addr string) error
 	// relayKept, in tests, is told the capacity of the buffer a relay stream
 	// keeps after answering each frame (serveRelay).
 	relayKept func(capacity int)
@@ -176,10 +179,10 @@ type Node struct {
 	// refusedBy is the leader whose cluster port last refused this node's
 	// handshake on a relay (handshake.go): claims here cannot reach it
 	// (readiness.go).
-	refusedBy    atomic.Pointer[relayRefusal]
+	refusedBy atomic.Pointer[relayRefusal]
 	// restoring is set while a restore this node leads is not confirmed:
 	// its state may hold events no majority committed (Lookup).
-	restoring atomic.Bool
+	restoring    atomic.Bool
 	memberDone   chan struct{}
 	relayTimeout time.Duration
 
@@ -453,6 +456,7 @@ func (n *Node) openTransport(hl hclog.Logger) error {
 			return err
 		}
 		n.mux.wrap = cfg.wrapConn
+		n.mux.dropDial = cfg.dropDial
 		n.mux.preAuth = connlimit.NewCounter(orLimits(cfg.PreAuth))
 		n.mux.memberAuth = connlimit.NewCounter(orLimits(cfg.PreAuth))
 		n.mux.onRelay = n.serveRelay

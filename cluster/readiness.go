@@ -18,10 +18,15 @@ import (
 // so a load balancer sends the providers elsewhere, and it asks the leader
 // again now and then, so that it is ready again once the leader accepts it.
 
-// relayRefusal is a refused handshake with the leader at addr.
+// relayRefusal is a refused handshake with the leader at addr, or a dial
+// to it that found nobody (unreachable): a firewall that drops this node's
+// connections to the leader while the leader's reach it, so that the node
+// hears the leader and looks caught up while none of its claims can go.
 type relayRefusal struct {
-	addr  string
-	since time.Time // the refusal, or the last check of it
+	addr        string
+	since       time.Time // the refusal, or the last check of it
+	unreachable bool
+	timedOut    bool // unreachable: the dial timed out (a firewall that drops)
 }
 
 // refusalRecheck is how long a refusal stands before a readiness check
@@ -41,11 +46,27 @@ func (n *Node) noteRelayDial(addr string, err error) {
 		}
 	case errors.Is(err, ErrPeerUnproven):
 		n.refusedBy.Store(&relayRefusal{addr: addr, since: time.Now()})
+	case isDialError(err):
+		// Only while addr leads: a dial to a peer not up yet (a first
+		// start) says nothing of the leader it may become.
+		if a, _ := n.raft.LeaderWithID(); string(a) == addr {
+			n.refusedBy.Store(&relayRefusal{addr: addr, since: time.Now(), unreachable: true, timedOut: isTimeout(err)})
+		}
 	}
 }
 
+// unreachableNow reports whether the last dial to the leader at addr timed
+// out less than refusalRecheck ago: a relay then fails at once instead of
+// waiting for another dial to time out (the caller's provider may give up
+// first); after that it dials again.
+func (n *Node) unreachableNow(addr string) bool {
+	r := n.refusedBy.Load()
+	return r != nil && r.timedOut && r.addr == addr && time.Since(r.since) < refusalRecheck
+}
+
 // leaderRefuses returns why this follower cannot serve intake when the
-// leader at addr (id) refused its last handshake, "" when it did not. A
+// leader at addr (id) refused its last handshake, or could not be reached
+// by its last dial, "" when neither. A
 // refusal older than refusalRecheck is checked again first, by one caller
 // at a time, with a dial of at most refusalProbe.
 func (n *Node) leaderRefuses(addr raft.ServerAddress, id raft.ServerID) string {
@@ -54,16 +75,24 @@ func (n *Node) leaderRefuses(addr raft.ServerAddress, id raft.ServerID) string {
 		return ""
 	}
 	if time.Since(r.since) >= refusalRecheck {
-		if next := (&relayRefusal{addr: r.addr, since: time.Now()}); n.refusedBy.CompareAndSwap(r, next) {
+		if next := (&relayRefusal{addr: r.addr, since: time.Now(), unreachable: r.unreachable, timedOut: r.timedOut}); n.refusedBy.CompareAndSwap(r, next) {
 			ctx, cancel := context.WithTimeout(context.Background(), refusalProbe)
 			c, err := n.mux.dial(ctx, r.addr, kindRelay, refusalProbe)
 			cancel()
-			if err == nil {
+			switch {
+			case err == nil:
 				c.Close()
 				n.refusedBy.CompareAndSwap(next, nil)
 				return ""
+			case isDialError(err) != r.unreachable && (isDialError(err) || errors.Is(err, ErrPeerUnproven)):
+				r = &relayRefusal{addr: r.addr, since: next.since, unreachable: isDialError(err), timedOut: isTimeout(err)}
+				n.refusedBy.CompareAndSwap(next, r)
 			}
 		}
+	}
+	if r.unreachable {
+		return "the leader " + string(id) + " cannot be reached on its cluster port from this node, so claims here cannot reach it " +
+			"(a firewall or route between them, one way: the leader's own connections reach this node)"
 	}
 	return "the leader " + string(id) + " refuses this node's cluster handshake, so claims here cannot reach it " +
 		"(its cluster token differs, or it runs an older release: docs/operations.md, Upgrades)"

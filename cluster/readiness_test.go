@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -207,4 +208,48 @@ func TestLeaderFromASnapshotThatCannotCommitIsNotReady(t *testing.T) {
 		return ok || !n.IsLeader()
 	})
 	c.heal()
+}
+
+// TestFollowerThatCannotReachTheLeaderIsNotReady: a firewall that drops the
+// connections a follower opens to the leader, while the leader's reach it,
+// leaves the follower hearing the leader and caught up, and every claim on
+// it waiting for a dial that never answers. It reports itself not ready,
+// saying why; a claim right after a failed dial fails at once instead of
+// dialing again; once the way is open it is ready by itself.
+func TestFollowerThatCannotReachTheLeaderIsNotReady(t *testing.T) {
+	var drop atomic.Pointer[string] // the address the victim's dials fail to
+	var victim atomic.Int32         // its index + 1
+	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
+		cfg.dropDial = func(addr string) error {
+			if p := drop.Load(); p != nil && *p == addr && victim.Load() == int32(i)+1 {
+				return os.ErrDeadlineExceeded // as a dial whose SYN a firewall drops
+			}
+			return nil
+		}
+	})
+	li := leaderOf(t, nodes)
+	fi := (li + 1) % 3
+	victim.Store(int32(fi) + 1)
+	f := nodes[fi]
+	waitFor(t, "the follower is ready", func() bool { ok, _ := f.Ready(); return ok })
+	addr := nodes[li].cfg.Advertise
+	drop.Store(&addr)
+	f.relay.closeAll()
+	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:dropped")); !errors.Is(err, ErrNoLeader) {
+		t.Fatalf("claim through the follower while its dials are dropped: %v, want ErrNoLeader", err)
+	}
+	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:dropped2")); !errors.Is(err, ErrNoLeader) || !strings.Contains(err.Error(), "a moment ago") {
+		t.Fatalf("claim right after: %v, want ErrNoLeader without another dial", err)
+	}
+	if ok, why := f.Ready(); ok || !strings.Contains(why, "cannot be reached on its cluster port from this node") {
+		t.Fatalf("ready %v (%q), want not ready naming the unreachable leader", ok, why)
+	}
+	if ok, why := nodes[li].Ready(); !ok {
+		t.Fatalf("the leader is not ready: %s", why)
+	}
+	drop.Store(nil)
+	waitFor(t, "the follower ready again once it reaches the leader", func() bool { ok, _ := f.Ready(); return ok })
+	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:after")); err != nil {
+		t.Fatalf("claim through the follower afterwards: %v", err)
+	}
 }

@@ -371,8 +371,15 @@ func (f *relayer) get(ctx context.Context, addr string) (*relayConn, error) {
 	if f.n.mux == nil {
 		return nil, fmt.Errorf("relay to %s: %w", addr, ErrNoLeader)
 	}
+	if f.n.unreachableNow(addr) {
+		return nil, fmt.Errorf("relay to %s: the leader's cluster port could not be reached from this node a moment ago: %w", addr, ErrNoLeader)
+	}
 	c, err := f.n.mux.dial(ctx, addr, kindRelay, 5*time.Second)
-	f.n.noteRelayDial(addr, err)
+	if err == nil || ctx.Err() == nil {
+		// A dial its caller gave up on (a leader change) says nothing of
+		// the leader's port.
+		f.n.noteRelayDial(addr, err)
+	}
 	if err != nil {
 		// Nothing was sent: the commands did not reach any leader.
 		return nil, fmt.Errorf("dial leader %s: %w: %w", addr, err, ErrNoLeader)

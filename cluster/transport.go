@@ -85,6 +85,9 @@ type mux struct {
 	log     *slog.Logger
 	onRelay func(net.Conn)
 	wrap    func(net.Conn) net.Conn // tests: see Config.wrapConn
+	// dropDial, in tests, makes a dial to addr fail with its error, as a
+	// connection attempt a firewall drops does (Config.dropDial).
+	dropDial func(addr string) error
 
 	raftConns chan net.Conn
 	closing   chan struct{}
@@ -435,6 +438,11 @@ func (t *trackedConn) Close() error {
 // dialTCP opens the connection under a dial: from the advertised address
 // when it is this host's (m.source), which the peers recognise members by.
 func (m *mux) dialTCP(ctx context.Context, addr string, timeout time.Duration) (net.Conn, error) {
+	if m.dropDial != nil {
+		if err := m.dropDial(addr); err != nil {
+			return nil, &net.OpError{Op: "dial", Net: "tcp", Err: err}
+		}
+	}
 	d := net.Dialer{Timeout: timeout}
 	if m.source != nil {
 		d.LocalAddr = m.source
