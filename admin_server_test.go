@@ -421,6 +421,11 @@ func TestAdminOverTLS(t *testing.T) {
 			t.Fatalf("plain HTTP to the TLS listener: %d", resp.StatusCode)
 		}
 	}
+	// net/http's line about it goes to the node's log, in its format (a
+	// json log stays json), not to stderr.
+	waitUntil(t, "the handshake error in the node's log", func() bool {
+		return strings.Contains(tn.logs(), "TLS handshake error") && strings.Contains(tn.logs(), "client sent an HTTP request to an HTTPS server")
+	})
 	var unknown x509.UnknownAuthorityError
 	if _, err := (&http.Client{Timeout: 10 * time.Second}).Get(tn.admin + "/livez"); !errors.As(err, &unknown) {
 		t.Fatalf("a client without the CA: %v, want an unknown-authority error", err)

@@ -221,3 +221,15 @@ func TestClientCommandsCheckValues(t *testing.T) {
 		})
 	}
 }
+
+// TestSinkRefusesAStatusItCannotAnswer: `sink -status` takes a final
+// status; 99 made every delivery panic in net/http, 700 and 1xx answered
+// what no handler does. Usage errors (exit 2), before it listens.
+func TestSinkRefusesAStatusItCannotAnswer(t *testing.T) {
+	for _, status := range []string{"99", "100", "199", "600", "700", "-1"} {
+		err := cmdSink(t.Context(), []string{"-listen", "127.0.0.1:1", "-status", status}, io.Discard, io.Discard)
+		if msg, code := exitStatus(err); code != 2 || !strings.Contains(msg, "200-599") {
+			t.Errorf("sink -status %s: exit %d %q, want 2 naming 200-599", status, code, msg)
+		}
+	}
+}

@@ -72,6 +72,11 @@ func cmdSink(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := noArgs(fs, ""); err != nil {
 		return err
 	}
+	if *status < 200 || *status > 599 {
+		// 1xx is no final answer (net/http panics on some), and no sender
+		// means anything by a status past 599.
+		return usageError{fmt.Sprintf("sink -status %d: want a final HTTP status, 200-599", *status)}
+	}
 	ln, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("sink listen: %w", err)

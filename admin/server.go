@@ -159,6 +159,9 @@ func New(o Options, cfg *config.Config) (*Server, error) {
 		WriteTimeout:      t.Write,
 		IdleTimeout:       t.Idle,
 		MaxHeaderBytes:    t.MaxHeader,
+		// net/http's own lines (a failed TLS handshake, a panic in a
+		// handler) go to the node's log in its format, not to stderr.
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
 	if !cfg.Admin.TLS() {
 		return s, nil
