@@ -65,7 +65,7 @@ forward = "http://127.0.0.1:9000/fine"
 // not.
 func TestValidateWarnsOfReservedForwardHeaders(t *testing.T) {
 	own := []string{forward.HeaderIdempotencyKey, forward.HeaderEventKey, forward.HeaderSource, forward.HeaderAttempt,
-		forward.HeaderFencingToken, forward.HeaderLastStep, "content-length", "Host"}
+		forward.HeaderFencingToken, forward.HeaderLastStep, "content-length", "Host", "oncehook-verified"}
 	quoted := make([]string, 0, len(own)+1)
 	for _, h := range append([]string{"X-GitHub-Event"}, own...) {
 		quoted = append(quoted, fmt.Sprintf("%q", h))

@@ -100,13 +100,13 @@ func hostAddress(ip netip.Addr) bool {
 	return false
 }
 
-// ownHeaders are the headers the forwarder sets on every delivery, or that
-// describe the connection or the message's framing: a provider's value of
-// one of them is never passed on (the forward package's setHeaders and
-// forwardable decide; this list must follow them).
+// ownHeaders are the headers the forwarder sets on every delivery (all of
+// Oncehook-*: a name ending in '*' is a prefix), or that describe the
+// connection or the message's framing: a provider's value of one of them is
+// never passed on (the forward package's setHeaders and forwardable decide;
+// this list must follow them).
 var ownHeaders = []string{
-	"Idempotency-Key", "Oncehook-Event-Key", "Oncehook-Source", "Oncehook-Attempt",
-	"Oncehook-Fencing-Token", "Oncehook-Last-Step",
+	"Idempotency-Key", "Oncehook-*",
 	"Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
 	"Proxy-Connection", "Te", "Trailer", "Upgrade", "Expect",
 }
@@ -137,7 +137,12 @@ func forwardHeadersNamed(c *Config, names []string, why string) []string {
 	var w []string
 	for i := range c.Sources {
 		for j, h := range c.Sources[i].ForwardHeaders {
-			if slices.ContainsFunc(names, func(n string) bool { return strings.EqualFold(h, n) }) {
+			if slices.ContainsFunc(names, func(n string) bool {
+				if p, ok := strings.CutSuffix(n, "*"); ok { // a prefix
+					return len(h) >= len(p) && strings.EqualFold(h[:len(p)], p)
+				}
+				return strings.EqualFold(h, n)
+			}) {
 				w = append(w, sourceKey(i, "forward_headers")+"["+strconv.Itoa(j)+"]: "+h+" "+why)
 			}
 		}

@@ -322,10 +322,18 @@ func validStep(s string) bool {
 // forwardable reports whether a stored header can be passed on: not one that
 // describes this connection or message framing (the client sets those), and a
 // valid name and value, so that a bad stored header cannot fail every attempt.
+// ownPrefix starts every header oncehook sets on a delivery.
+const ownPrefix = "Oncehook-"
+
 func forwardable(name, value string) bool {
 	switch http.CanonicalHeaderKey(name) {
 	case "Host", "Content-Length", "Transfer-Encoding", "Connection", "Keep-Alive",
 		"Proxy-Connection", "Te", "Trailer", "Upgrade", "Expect":
+		return false
+	}
+	// Oncehook-* is this node's namespace: a handler may take any header
+	// in it for one oncehook set, so none comes from a sender.
+	if len(name) >= len(ownPrefix) && strings.EqualFold(name[:len(ownPrefix)], ownPrefix) {
 		return false
 	}
 	if name == "" {

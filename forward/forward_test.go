@@ -201,6 +201,7 @@ func TestDeliveryHeadersAndBody(t *testing.T) {
 		engine.Header{Name: "Oncehook-Fencing-Token", Value: "999999"},
 		engine.Header{Name: "Content-Length", Value: "1"}, // framing is the client's
 		engine.Header{Name: "X-Bad", Value: "a\r\nInjected: 1"},
+		engine.Header{Name: "oncehook-verified", Value: "yes"}, // our namespace: none from a sender
 	)
 	rec := &recorder{}
 	r := start(t, l, rec, Options{Targets: only(Target{URL: srv.URL + "/hook"})})
@@ -229,6 +230,9 @@ func TestDeliveryHeadersAndBody(t *testing.T) {
 	}
 	if v := got.header.Get("X-Bad"); v != "" || got.header.Get("Injected") != "" {
 		t.Errorf("an invalid stored header was forwarded: X-Bad=%q", v)
+	}
+	if v := got.header.Values("Oncehook-Verified"); len(v) != 0 {
+		t.Errorf("a sender's Oncehook-* header was forwarded: %q", v)
 	}
 	if !bytes.Equal(got.body, []byte(body)) {
 		t.Errorf("body = %q, want %q", got.body, body)
