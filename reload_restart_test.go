@@ -83,3 +83,36 @@ func TestReloadKeepsRestartOnlyValues(t *testing.T) {
 		t.Fatalf("the running config after the reload: node %q, data_dir %q; want node1 and %q", run.Node.ID, run.Node.DataDir, started.Node.DataDir)
 	}
 }
+
+// TestReloadWarnsOfAKeyChange: a reload that changes a source's key makes
+// the retries of events claimed before it new events; the reload says so
+// at warn, naming the source. Other changes do not.
+func TestReloadWarnsOfAKeyChange(t *testing.T) {
+	tn := startTestNode(t, "", "http://127.0.0.1:1")
+	text, err := os.ReadFile(tn.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const at = "[[source]]\n"
+	if !strings.Contains(string(text), at) {
+		t.Fatalf("the test config has no %q", at)
+	}
+	const warning = "keep keys made the old way"
+	mustWrite(t, tn.cfgPath, strings.Replace(string(text), "forward = ", "max_attempts = 7\nforward = ", 1))
+	tn.n.reload(tn.cfgPath)
+	if strings.Contains(tn.logs(), warning) {
+		t.Fatalf("a reload that changed no key warned of one:\n%s", tn.logs())
+	}
+	mustWrite(t, tn.cfgPath, strings.Replace(string(text), "forward = ", "key = [\"json:id\"]\nforward = ", 1))
+	tn.n.reload(tn.cfgPath)
+	logs := tn.logs()
+	i := strings.Index(logs, warning)
+	if i < 0 {
+		t.Fatalf("no warning of the key change:\n%s", logs)
+	}
+	line := logs[strings.LastIndex(logs[:i], "\n")+1:]
+	line, _, _ = strings.Cut(line, "\n")
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "key changed") {
+		t.Fatalf("the warning: %s", line)
+	}
+}

@@ -523,6 +523,9 @@ func (n *node) reload(path string) {
 	for _, w := range cfg.Warnings() {
 		n.log.Warn(w)
 	}
+	for _, w := range keyChanges(live) {
+		n.log.Warn(w)
+	}
 	if len(restart) > 0 {
 		// Warn: at log_level warn or error an Info line would hide that
 		// the file holds changes the node does not run yet.
@@ -530,6 +533,24 @@ func (n *node) reload(path string) {
 		return
 	}
 	n.log.Info("configuration reloaded", "applied", live, "needs_restart", restart)
+}
+
+// keyChanges warns, for each source whose key or provider (and with it the
+// default key) a reload changed, that deduplication starts anew for it: an
+// event claimed before the reload has its key the old way, so a provider's
+// retry of it, keyed the new way, is a new event and reaches the handler
+// again (README.md, Configuration).
+func keyChanges(live []string) []string {
+	var w []string
+	for _, c := range live {
+		name, field, ok := strings.Cut(strings.TrimPrefix(c, "source["), "].")
+		if !ok || !strings.HasPrefix(c, "source[") || field != "key" && field != "provider" {
+			continue
+		}
+		w = append(w, fmt.Sprintf("source %s: %s changed: events claimed before this reload keep keys made the old way, "+
+			"so a provider's retry of one of them is a new event and reaches the handler again", name, field))
+	}
+	return w
 }
 
 // removeStaleUploads deletes the restore uploads (POST /v1/restore spools
