@@ -121,3 +121,28 @@ func TestShopifyGuardWarning(t *testing.T) {
 		}
 	}
 }
+
+// TestIneffectiveKeyWarnings: a key the file sets that does nothing for its
+// source is warned about; the same key where it acts is not.
+func TestIneffectiveKeyWarnings(t *testing.T) {
+	for _, tc := range []struct {
+		name, lines, want string
+	}{
+		{"trusted_proxies off twilio", "provider = \"standard\"\ntrusted_proxies = [\"10.0.0.0/8\"]", "source[0].trusted_proxies: read for twilio sources only"},
+		{"burst without a rate", "provider = \"standard\"\nmax_rate_burst = 5", "source[0].max_rate_burst: has no effect without max_rate"},
+		{"burst with a rate", "provider = \"standard\"\nmax_rate = 2\nmax_rate_burst = 5", ""},
+		{"ack_status on sync", "provider = \"standard\"\nmode = \"sync\"\nack_status = 200", "source[0].ack_status: a sync source answers with its handler's status"},
+		{"ack_status on async", "provider = \"standard\"\nack_status = 200", ""},
+		{"sync by default ack", "provider = \"standard\"\nmode = \"sync\"", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := sourceWarnings(t, tc.lines)
+			switch {
+			case tc.want == "" && len(w) != 0:
+				t.Fatalf("warnings %q, want none", w)
+			case tc.want != "" && (len(w) != 1 || !strings.HasPrefix(w[0], tc.want)):
+				t.Fatalf("warnings %q, want one starting %q", w, tc.want)
+			}
+		})
+	}
+}

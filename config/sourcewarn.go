@@ -85,3 +85,23 @@ func largeBodies(c *Config) []string {
 	}
 	return w
 }
+
+// ineffectiveKeys warns of a key the file sets that does nothing for its
+// source: an operator who set it expects what it does elsewhere.
+func ineffectiveKeys(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		has := func(key string) bool { return c.lines.has(sourceKey(i, key)) }
+		if has("trusted_proxies") && s.Provider != "twilio" {
+			w = append(w, sourceKey(i, "trusted_proxies")+": read for twilio sources only (the URL they sign, behind a proxy): it has no effect on a "+s.Provider+" source")
+		}
+		if has("max_rate_burst") && s.MaxRate <= 0 {
+			w = append(w, sourceKey(i, "max_rate_burst")+": has no effect without max_rate")
+		}
+		if has("ack_status") && s.Mode == "sync" {
+			w = append(w, sourceKey(i, "ack_status")+": a sync source answers with its handler's status: ack_status has no effect")
+		}
+	}
+	return w
+}

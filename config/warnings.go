@@ -51,6 +51,7 @@ var warningChecks = []func(*Config) []string{
 	unsignedKeys, // secretwarn.go
 	unguardedUnsignedKeys,
 	forwardedAdvertise,
+	ineffectiveKeys, // sourcewarn.go
 }
 
 // forwardedAdvertise warns, without TLS, about an advertise address that
