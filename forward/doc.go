@@ -76,7 +76,10 @@
 // A Target's MaxRate caps how many deliveries per second start to its
 // handler, with a token bucket of Burst tokens per source. A Run's bucket
 // starts with one token: a new leader does not know what the previous one sent
-// just before, so it never opens with a whole burst. A 429 or 503 with
+// just before, so it never opens with a whole burst. A reload that changes a
+// source's rate or burst keeps the share of its bucket in use (an idle source
+// keeps its burst), and its parked events are booked again under the new
+// rate, their old slots given back. A 429 or 503 with
 // Retry-After also holds the whole source: no delivery of it starts before
 // that time, capped at MaxHold, and the hold is logged once at info.
 //

@@ -830,13 +830,13 @@ func (f *Forwarder) place(j job, now time.Time, park *parkQueue, send func(job))
 		lease = j.leased.Add(f.opts.DefaultLease)
 	}
 	deadline := lease.Add(-tgt.Timeout)
-	start, ok := f.lim.book(j.ev.Source, tgt, now, deadline)
+	start, gen, ok := f.lim.book(j.ev.Source, tgt, now, deadline)
 	switch {
 	case !ok:
 		j.handBack = max(start.Sub(now), time.Millisecond)
 		send(j)
 	case start.After(now):
-		park.push(parked{job: j, start: start})
+		park.push(parked{job: j, start: start, gen: gen})
 		f.slots.put(1) // a parked event holds no worker
 	default:
 		if f.opts.RateLimited != nil && now.After(j.leased) {

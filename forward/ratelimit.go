@@ -32,6 +32,9 @@ type bucket struct {
 	tat      time.Time
 	hold     time.Time
 	budget   time.Duration // how far ahead slots may be booked before leasing pauses
+	// gen counts the reloads that changed the rate or burst: a parked
+	// event booked under an older gen is booked again (rebookChangedRates).
+	gen uint64
 }
 
 // next is the earliest time a delivery could start, at now.
@@ -64,13 +67,10 @@ type limiter struct {
 	mu    sync.Mutex
 	lease time.Duration // Options.DefaultLease
 	b     map[string]*bucket
-	// changed: the sources whose rate or burst a reload changed since the
-	// last takeChanged (bucketLocked notes them; rebookChangedRates).
-	changed map[string]bool
 }
 
 func newLimiter(lease time.Duration) *limiter {
-	return &limiter{lease: lease, b: make(map[string]*bucket), changed: make(map[string]bool)}
+	return &limiter{lease: lease, b: make(map[string]*bucket)}
 }
 
 // bucketLocked returns src's bucket with tgt's rate, creating or updating it.
@@ -91,18 +91,29 @@ func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
 		burst = max(1, int(math.Ceil(rate)))
 	}
 	if rate != b.rate || burst != b.burst {
-		// A reload changed it: the slots booked at the old rate are
-		// booked again (rebookChangedRates), so the bucket starts anew
-		// from a single token, as a new one does.
+		// A new bucket holds a single token. A reload that changed the
+		// rate or burst keeps the share of the bucket in use: an idle
+		// source keeps its whole burst, one that just spent it waits as
+		// long in proportion. The slots of events parked under the old
+		// rate are given back as they are booked again (refund).
+		used := 1.0 // of the new bucket, a single token left
 		if !fresh {
-			l.changed[src] = true
+			b.gen++
+			used = 0
+			if full := time.Duration(b.burst) * b.interval; full > 0 && b.tat.After(now) {
+				used = min(float64(b.tat.Sub(now))/float64(full), 1)
+			}
 		}
 		b.rate, b.burst = rate, burst
 		b.interval, b.tau = 0, 0
 		if rate > 0 {
 			b.interval = max(time.Duration(float64(time.Second)/rate), time.Nanosecond)
 			b.tau = time.Duration(burst-1) * b.interval
-			b.tat = now.Add(b.tau)
+			if fresh {
+				b.tat = now.Add(b.tau)
+			} else {
+				b.tat = now.Add(time.Duration(used * float64(time.Duration(burst)*b.interval)))
+			}
 		}
 	}
 	b.budget = (l.lease - tgt.Timeout) / 2
@@ -112,17 +123,31 @@ func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
 // book decides when an event of src leased now may start: at start, when that
 // is now or no later than deadline (the slot is then booked), or ok is false
 // and start says when it could have. An event that can start now always
-// does, whatever its deadline: only waiting is refused.
-func (l *limiter) book(src string, tgt Target, now, deadline time.Time) (start time.Time, ok bool) {
+// does, whatever its deadline: only waiting is refused. gen is the bucket's
+// generation the slot was booked under.
+func (l *limiter) book(src string, tgt Target, now, deadline time.Time) (start time.Time, gen uint64, ok bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	b := l.bucketLocked(src, tgt, now)
 	start = b.next(now)
 	if start.After(now) && start.After(deadline) {
-		return start, false
+		return start, b.gen, false
 	}
 	b.take(start)
-	return start, true
+	return start, b.gen, true
+}
+
+// refund gives n slots of src back (its parked events booked under an older
+// rate, about to be booked again), so that they are not counted twice.
+func (l *limiter) refund(src string, n int, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if b := l.b[src]; b != nil && b.interval > 0 {
+		b.tat = b.tat.Add(-time.Duration(n) * b.interval)
+		if b.tat.Before(now) {
+			b.tat = now
+		}
+	}
 }
 
 // held reports whether src is held past t.
@@ -275,28 +300,28 @@ func (l *limiter) throttled(source string, now time.Time) bool {
 }
 
 // parked is a leased event waiting in the dispatcher, not on a worker, for its
-// booked start. rebook: its source's rate changed since; it is booked again
-// under the new one instead of starting.
+// booked start, under its bucket's generation gen. rebook: its source's rate
+// changed since; it is booked again under the new one instead of starting.
 type parked struct {
 	job
 	start  time.Time
+	gen    uint64
 	rebook bool
 }
 
-// takeChanged returns the sources whose rate changed since the last call,
-// after checking those of sources, with their targets (nil: removed), so
-// that a change no booking has met yet counts too.
-func (l *limiter) takeChanged(sources map[string]*Target, now time.Time) map[string]bool {
+// gens returns the generation of each source's bucket, after applying its
+// target's rate (nil: removed; left out), so that a change no booking has
+// met yet counts too.
+func (l *limiter) gens(sources map[string]*Target, now time.Time) map[string]uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	g := make(map[string]uint64, len(sources))
 	for src, tgt := range sources {
 		if tgt != nil && l.b[src] != nil {
-			l.bucketLocked(src, *tgt, now)
+			g[src] = l.bucketLocked(src, *tgt, now).gen
 		}
 	}
-	c := l.changed
-	l.changed = make(map[string]bool)
-	return c
+	return g
 }
 
 // rebookChangedRates makes the parked events of every source whose rate a
@@ -323,18 +348,27 @@ func (f *Forwarder) rebookChangedRates(park *parkQueue, now time.Time) {
 			removed = true
 		}
 	}
-	changed := f.lim.takeChanged(sources, now)
-	if len(changed) == 0 && !removed {
+	gens := f.lim.gens(sources, now)
+	stale := func(p parked) bool {
+		g, ok := gens[p.ev.Source]
+		return sources[p.ev.Source] == nil || ok && g != p.gen && !p.rebook
+	}
+	if !removed && !slices.ContainsFunc(*park, stale) {
 		return
 	}
 	old := *park
 	*park = make(parkQueue, 0, len(old))
+	refunds := map[string]int{}
 	for _, p := range old {
-		if changed[p.ev.Source] || sources[p.ev.Source] == nil {
+		if stale(p) {
 			// Due now, earlier starts first: the order they were booked in.
 			p.rebook, p.start = true, now.Add(p.start.Sub(now)/(1<<20))
+			refunds[p.ev.Source]++
 		}
 		park.push(p)
+	}
+	for src, n := range refunds {
+		f.lim.refund(src, n, now)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -290,7 +291,7 @@ func TestBucket(t *testing.T) {
 	far := t0.Add(time.Hour)
 	var got []time.Duration
 	for range 3 {
-		s, ok := l.book("a", tgt, t0, far)
+		s, _, ok := l.book("a", tgt, t0, far)
 		if !ok {
 			t.Fatal("refused")
 		}
@@ -302,23 +303,23 @@ func TestBucket(t *testing.T) {
 	// An hour later the bucket holds 3 tokens, not more.
 	got = got[:0]
 	for range 4 {
-		s, _ := l.book("a", tgt, far, far.Add(time.Hour))
+		s, _, _ := l.book("a", tgt, far, far.Add(time.Hour))
 		got = append(got, s.Sub(far))
 	}
 	if want := []time.Duration{0, 0, 0, 100 * time.Millisecond}; fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("starts after a quiet hour %v, want %v", got, want)
 	}
-	if s, ok := l.book("a", tgt, far, far.Add(150*time.Millisecond)); ok {
+	if s, _, ok := l.book("a", tgt, far, far.Add(150*time.Millisecond)); ok {
 		t.Errorf("booked %v past the deadline", s.Sub(far))
 	}
 	// Unlimited sources start at once unless held.
-	if s, _ := l.book("b", Target{}, t0, far); !s.Equal(t0) {
+	if s, _, _ := l.book("b", Target{}, t0, far); !s.Equal(t0) {
 		t.Errorf("unlimited source starts %v late", s.Sub(t0))
 	}
 	if !l.setHold("b", t0, t0.Add(2*time.Second)) || l.setHold("b", t0, t0.Add(time.Second)) {
 		t.Error("setHold: want a new hold reported once")
 	}
-	if s, _ := l.book("b", Target{}, t0, far); s.Sub(t0) != 2*time.Second {
+	if s, _, _ := l.book("b", Target{}, t0, far); s.Sub(t0) != 2*time.Second {
 		t.Errorf("held source starts %v after, want 2s", s.Sub(t0))
 	}
 }
@@ -648,6 +649,74 @@ func TestNewLeaderCapsALimitedBacklogSynctest(t *testing.T) {
 		}
 		if got := h.got(); !slices.Equal(got, want) {
 			t.Fatalf("delivered %d of %d, in this order: %v", len(got), len(want), got)
+		}
+	})
+}
+
+// timeSink records when each delivery reached the handler.
+type timeSink struct {
+	mu sync.Mutex
+	at []time.Time
+}
+
+func (s *timeSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	s.at = append(s.at, time.Now())
+	s.mu.Unlock()
+}
+
+// A reload that changes a source's rate keeps its burst: after a quiet
+// spell the source starts max_rate_burst deliveries at once, then one per
+// interval of the new rate. (The bucket was made anew with a single token
+// at the first booking after the reload, and the events parked under it
+// were booked a second time: seven events at 2.5/s with a burst of 3 took
+// 4 s, with a 2 s gap, where they take 1.6 s.)
+func TestReloadedRateKeepsItsBurstSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &timeSink{}
+		var rate atomic.Pointer[Target]
+		rate.Store(&Target{URL: "http://handler/r", MaxRate: 2, Burst: 3, Timeout: 2 * time.Second})
+		wake := make(chan struct{}, 1)
+		stop := runInBubble(t, Options{
+			Store:          l,
+			Targets:        func(string) (Target, bool) { return *rate.Load(), true },
+			LimitedSources: func() []string { return []string{"r"} },
+			Client:         &http.Client{Transport: handlerTransport{h}},
+			Workers:        8,
+			Wake:           wake,
+			PollInterval:   time.Second,
+			DefaultLease:   30 * time.Second,
+		})
+		defer stop()
+		l.claim("r:first", "r", "x") // the bucket is in use before the reload
+		wake <- struct{}{}
+		time.Sleep(5 * time.Second)
+		rate.Store(&Target{URL: "http://handler/r", MaxRate: 2.5, Burst: 3, Timeout: 2 * time.Second})
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		t0 := time.Now()
+		for i := range 7 {
+			l.claim(fmt.Sprintf("r:%d", i), "r", "x")
+		}
+		wake <- struct{}{}
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		if len(h.at) != 8 {
+			t.Fatalf("delivered %d of 8", len(h.at))
+		}
+		var offsets []time.Duration
+		for _, at := range h.at[1:] {
+			offsets = append(offsets, at.Sub(t0))
+		}
+		// Three at once, then one every 400 ms.
+		for i, off := range offsets {
+			want := time.Duration(max(0, i-2)) * 400 * time.Millisecond
+			if off < want || off > want+100*time.Millisecond {
+				t.Fatalf("delivery offsets %v: delivery %d at %v, want about %v", offsets, i, off, want)
+			}
 		}
 	})
 }
