@@ -62,7 +62,11 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	// The data dir as serve finds it: what serve refuses, refused here, so
 	// that ExecStartPre fails with the reason.
 	if err := cluster.CheckDataDir(cfg.Node.DataDir); err != nil {
-		return fmt.Errorf("%s: node.data_dir: %w", *path, err)
+		at := *path
+		if n := cfg.WarningLine("node.data_dir: "); n > 0 {
+			at += ":" + strconv.Itoa(n) // the file sets it (else the default: no line)
+		}
+		return fmt.Errorf("%s: node.data_dir: %w", at, err)
 	}
 	// Compile the sources as serve and a reload do (schemas, verifiers, key
 	// rules, fields): what would refuse the start is refused here.

@@ -151,7 +151,7 @@ func TestValidateChecksTheDataDir(t *testing.T) {
 	}{
 		{"missing", func(*testing.T, string) {}, ""},
 		{"private", func(t *testing.T, data string) { mustMkdir(t, data, 0o700) }, ""},
-		{"writable by others", func(t *testing.T, data string) { mustMkdir(t, data, 0o777) }, "node.data_dir: data dir " + "DATA" + ": writable by its group or others (mode 0777)"},
+		{"writable by others", func(t *testing.T, data string) { mustMkdir(t, data, 0o777) }, "oncehook.toml:2: node.data_dir: data dir " + "DATA" + ": writable by its group or others (mode 0777)"},
 		{"a file", func(t *testing.T, data string) { mustWrite(t, data, "x") }, "node.data_dir: data dir DATA: not a directory"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
