@@ -68,6 +68,10 @@ func TestKeygenAsymmetric(t *testing.T) {
 		t.Fatal("keygen -asymmetric for stripe succeeded")
 	}
 	out.Reset()
+	if err := cmdKeygen([]string{"-provider", "STANDARD"}, &out, &errOut); err != nil || !strings.HasPrefix(out.String(), "whsec_") {
+		t.Fatalf("keygen -provider STANDARD (any case, as the config reads it): %v %q", err, out.String())
+	}
+	out.Reset()
 	if err := cmdKeygen(nil, &out, &errOut); err != nil || !strings.HasPrefix(out.String(), "whsec_") {
 		t.Fatalf("plain keygen: %v %q", err, out.String())
 	}

@@ -114,6 +114,7 @@ func cmdKeygen(args []string, stdout, stderr io.Writer) error {
 	if err := noArgs(fs, ""); err != nil {
 		return err
 	}
+	*provider = strings.ToLower(*provider) // as the config reads provider
 	if _, ok := providers.Lookup(*provider); !ok {
 		return usageError{fmt.Sprintf("unknown provider %q (known: %s)", *provider, strings.Join(providers.Names(), ", "))}
 	}

@@ -707,7 +707,7 @@ func (l *loader) source(i int, r *rawSource) Source {
 		}
 	}
 	if r.Order != nil {
-		s.Order = &Order{Object: r.Order.Object, Time: r.Order.Time, Missing: r.Order.Missing}
+		s.Order = &Order{Object: r.Order.Object, Time: r.Order.Time, Missing: strings.ToLower(r.Order.Missing)}
 	}
 	if r.HMAC != nil {
 		s.HMAC = &providers.HMACSpec{

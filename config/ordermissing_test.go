@@ -12,6 +12,7 @@ func TestOrderMissing(t *testing.T) {
 		{"unset", `order = { ` + fields + ` }`, "", ""},
 		{"reject", `order = { ` + fields + `, missing = "reject" }`, OrderMissingReject, ""},
 		{"unordered", `order = { ` + fields + `, missing = "unordered" }`, OrderMissingUnordered, ""},
+		{"any case, as mode and provider", `order = { ` + fields + `, missing = "Unordered" }`, OrderMissingUnordered, ""},
 		{"unknown", `order = { ` + fields + `, missing = "skip" }`, "",
 			`oncehook.toml:5: source[0].order.missing: invalid missing "skip": want "reject"`},
 	}
