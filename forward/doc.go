@@ -78,8 +78,8 @@
 // starts with one token: a new leader does not know what the previous one sent
 // just before, so it never opens with a whole burst. A reload that changes a
 // source's rate or burst keeps the share of its bucket in use (an idle source
-// keeps its burst), and its parked events are booked again under the new
-// rate, their old slots given back. A 429 or 503 with
+// keeps its burst; one whose rate it turns on starts with one token), and its
+// parked events are booked again under the new rate. A 429 or 503 with
 // Retry-After also holds the whole source: no delivery of it starts before
 // that time, capped at MaxHold, and the hold is logged once at info.
 //

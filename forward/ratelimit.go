@@ -91,17 +91,22 @@ func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
 		burst = max(1, int(math.Ceil(rate)))
 	}
 	if rate != b.rate || burst != b.burst {
-		// A new bucket holds a single token. A reload that changed the
-		// rate or burst keeps the share of the bucket in use: an idle
-		// source keeps its whole burst, one that just spent it waits as
-		// long in proportion. The slots of events parked under the old
-		// rate are given back as they are booked again (refund).
-		used := 1.0 // of the new bucket, a single token left
+		// A new bucket holds a single token, as does one whose rate a
+		// reload turned on (the traffic before, unlimited, says nothing of
+		// its burst). A reload that changed a rate keeps the share of the
+		// bucket in use, capped at all of it, which leaves out the slots
+		// of parked events (each is a further interval past a full
+		// bucket; they are booked again under the new rate,
+		// rebookChangedRates): an idle source keeps its whole burst, one
+		// that just spent it waits as long in proportion.
+		used := -1.0 // a single token
 		if !fresh {
 			b.gen++
-			used = 0
-			if full := time.Duration(b.burst) * b.interval; full > 0 && b.tat.After(now) {
-				used = min(float64(b.tat.Sub(now))/float64(full), 1)
+			if full := time.Duration(b.burst) * b.interval; full > 0 {
+				used = 0
+				if b.tat.After(now) {
+					used = min(float64(b.tat.Sub(now))/float64(full), 1)
+				}
 			}
 		}
 		b.rate, b.burst = rate, burst
@@ -109,7 +114,7 @@ func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
 		if rate > 0 {
 			b.interval = max(time.Duration(float64(time.Second)/rate), time.Nanosecond)
 			b.tau = time.Duration(burst-1) * b.interval
-			if fresh {
+			if used < 0 {
 				b.tat = now.Add(b.tau)
 			} else {
 				b.tat = now.Add(time.Duration(used * float64(time.Duration(burst)*b.interval)))
@@ -135,19 +140,6 @@ func (l *limiter) book(src string, tgt Target, now, deadline time.Time) (start t
 	}
 	b.take(start)
 	return start, b.gen, true
-}
-
-// refund gives n slots of src back (its parked events booked under an older
-// rate, about to be booked again), so that they are not counted twice.
-func (l *limiter) refund(src string, n int, now time.Time) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if b := l.b[src]; b != nil && b.interval > 0 {
-		b.tat = b.tat.Add(-time.Duration(n) * b.interval)
-		if b.tat.Before(now) {
-			b.tat = now
-		}
-	}
 }
 
 // held reports whether src is held past t.
@@ -209,15 +201,16 @@ func (l *limiter) full(now time.Time) (sources []string, until time.Time) {
 	return sources, until
 }
 
-// ensure makes the buckets of the named sources that have none yet and a
-// rate limit now, so that room caps their first lease too: a new bucket
-// holds one token, and its room is what it can book within its budget.
+// ensure makes the buckets of the named sources that have none yet, or one
+// without a rate (a reload turned it on), and a rate limit now, so that room
+// caps their first lease too: such a bucket holds one token, and its room is
+// what it can book within its budget.
 func (l *limiter) ensure(sources []string, targets func(string) (Target, bool), now time.Time) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	for _, src := range sources {
-		if l.b[src] != nil {
-			continue
+		if b := l.b[src]; b != nil && b.interval > 0 {
+			continue // limited already (a reload's change of rate: gens)
 		}
 		if tgt, ok := targets(src); ok && tgt.MaxRate > 0 {
 			l.bucketLocked(src, tgt.withDefaults(), now)
@@ -358,17 +351,12 @@ func (f *Forwarder) rebookChangedRates(park *parkQueue, now time.Time) {
 	}
 	old := *park
 	*park = make(parkQueue, 0, len(old))
-	refunds := map[string]int{}
 	for _, p := range old {
 		if stale(p) {
 			// Due now, earlier starts first: the order they were booked in.
 			p.rebook, p.start = true, now.Add(p.start.Sub(now)/(1<<20))
-			refunds[p.ev.Source]++
 		}
 		park.push(p)
-	}
-	for src, n := range refunds {
-		f.lim.refund(src, n, now)
 	}
 }
 

@@ -1,0 +1,114 @@
+package forward
+
+import (
+	"fmt"
+	"net/http"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// A reload that changes a source's rate while events of it are parked gives
+// it no second burst: the source just spent its burst, so with burst 3 no
+// more than 3 deliveries start in the following second and a half. (The
+// parked events' slots were given back at the new rate after the share in
+// use had left them out already: a whole second burst.)
+func TestReloadWithParkedEventsGivesNoSecondBurstSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &timeSink{}
+		var rate atomic.Pointer[Target]
+		rate.Store(&Target{URL: "http://handler/r", MaxRate: 0.5, Burst: 3, Timeout: 2 * time.Second})
+		wake := make(chan struct{}, 1)
+		stop := runInBubble(t, Options{
+			Store:          l,
+			Targets:        func(string) (Target, bool) { return *rate.Load(), true },
+			LimitedSources: func() []string { return []string{"r"} },
+			Client:         &http.Client{Transport: handlerTransport{h}},
+			Workers:        16,
+			Wake:           wake,
+			PollInterval:   time.Second,
+			DefaultLease:   60 * time.Second,
+		})
+		defer stop()
+		l.claim("r:first", "r", "x")
+		wake <- struct{}{}
+		time.Sleep(20 * time.Second) // idle: the bucket is full again
+		synctest.Wait()
+		t0 := time.Now()
+		for i := range 10 {
+			l.claim(fmt.Sprintf("r:%d", i), "r", "x")
+		}
+		wake <- struct{}{}
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		// 3 started, 7 parked at 2 s intervals. Reload: a slightly lower rate.
+		rate.Store(&Target{URL: "http://handler/r", MaxRate: 0.4, Burst: 3, Timeout: 2 * time.Second})
+		time.Sleep(40 * time.Second)
+		synctest.Wait()
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		var offsets []time.Duration
+		for _, at := range h.at[1:] {
+			offsets = append(offsets, at.Sub(t0))
+		}
+		n := 0
+		for _, off := range offsets {
+			if off < 1500*time.Millisecond {
+				n++
+			}
+		}
+		if n > 3 {
+			t.Errorf("%d deliveries started within 1.5 s with max_rate_burst 3 (a reload while events were parked gave a second burst): %v", n, offsets)
+		}
+	})
+}
+
+// A source's first lease after a reload turned its rate on is capped by its
+// bucket's room, also when it was delivered unlimited before (its bucket
+// then existed without a rate, and ensure left it so); a source never seen
+// is capped as well.
+func TestRateTurnedOnFirstLeaseIsCapped(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	l := newLimiter(30 * time.Second)
+	// Unlimited, one delivery booked: the bucket exists with no rate.
+	if _, _, ok := l.book("a", Target{}.withDefaults(), t0, t0.Add(time.Hour)); !ok {
+		t.Fatal("refused")
+	}
+	limited := Target{MaxRate: 1, Burst: 1, Timeout: 2 * time.Second}
+	targets := func(string) (Target, bool) { return limited, true }
+	now := t0.Add(time.Minute)
+	l.ensure([]string{"a", "b"}, targets, now)
+	q := l.room(nil, now, 100, nil)
+	capped := map[string]bool{}
+	for _, x := range q {
+		capped[x.Source] = x.Hard
+	}
+	if !capped["b"] {
+		t.Fatalf("control: a never-seen limited source b is not capped: %+v", q)
+	}
+	if !capped["a"] {
+		t.Errorf("source a, whose rate a reload turned on, is not capped on its first lease: quotas %+v", q)
+	}
+}
+
+// A bucket whose rate a reload turned on holds a single token, as a new one
+// does (the source's traffic before, unlimited, says nothing of its burst).
+func TestRateTurnedOnHoldsOneToken(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	l := newLimiter(30 * time.Second)
+	far := t0.Add(time.Hour)
+	for range 50 { // busy while unlimited
+		l.book("a", Target{}.withDefaults(), t0, far)
+	}
+	tgt := Target{MaxRate: 1, Burst: 5, Timeout: 2 * time.Second}
+	var starts []time.Duration
+	for range 5 {
+		s, _, _ := l.book("a", tgt, t0, far)
+		starts = append(starts, s.Sub(t0))
+	}
+	if starts[0] != 0 || starts[1] != time.Second {
+		t.Errorf("starts after a reload turned the rate on: %v, want a single token (now, then one a second)", starts)
+	}
+}
