@@ -23,9 +23,13 @@ import (
 )
 
 // Apply proposes commands on behalf of any caller: through the log when this
-// node leads, through the leader otherwise. Results come back in order.
+// node leads, through the leader otherwise. Results come back in order. A
+// command only the leader may propose (relayable) fails with ErrNotLeader
+// on any other node, before it joins a relayed batch: the leader refuses
+// such a batch whole, other callers' claims with it.
 func (n *Node) Apply(ctx context.Context, cmds ...engine.Command) ([]engine.Result, error) {
-	return n.propose(ctx, cmds, false)
+	leaderOnly := slices.ContainsFunc(cmds, func(c engine.Command) bool { return !relayable(c.Op) })
+	return n.propose(ctx, cmds, leaderOnly)
 }
 
 func (n *Node) propose(ctx context.Context, cmds []engine.Command, leaderOnly bool) ([]engine.Result, error) {

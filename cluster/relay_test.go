@@ -314,3 +314,41 @@ func TestRelayRefusesTheLeadersOwnWork(t *testing.T) {
 		t.Fatalf("relayed claim: status %d %q", status, resp)
 	}
 }
+
+// TestFollowerApplyOfALeaderOpFailsAlone: Node.Apply of a command only the
+// leader may propose, on a follower, fails with ErrNotLeader there; it
+// never joins a relayed batch, which the leader would refuse whole, other
+// callers' claims with it.
+func TestFollowerApplyOfALeaderOpFailsAlone(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader(-1)
+	f := c.follower(leader)
+	c.waitConverged()
+	var failed atomic.Int32
+	var firstErr atomic.Value
+	for round := range 5 {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range 40 {
+			wg.Go(func() {
+				<-start
+				_, err := c.nodes[f].Apply(ctxT(t, 10*time.Second), claimCmd(fmt.Sprintf("src:r%d-%d", round, i)))
+				if err != nil && strings.Contains(err.Error(), "never relayed") {
+					failed.Add(1)
+					firstErr.CompareAndSwap(nil, err.Error())
+				}
+			})
+		}
+		wg.Go(func() {
+			<-start
+			if _, err := c.nodes[f].Apply(ctxT(t, 10*time.Second), engine.Command{Op: engine.OpExpire, Max: 10}); !errors.Is(err, ErrNotLeader) {
+				t.Errorf("Apply of an expire on a follower: %v, want ErrNotLeader", err)
+			}
+		})
+		close(start)
+		wg.Wait()
+	}
+	if n := failed.Load(); n > 0 {
+		t.Errorf("%d claims of other callers failed with the refusal of a batched leader-only op: %v", n, firstErr.Load())
+	}
+}
