@@ -157,24 +157,30 @@ func ownerOf(info fs.FileInfo) (int, bool) {
 // only the owner of an entry may move it there. A directory this process
 // may not look at is not judged.
 func checkAncestors(dir string) error {
-	real, err := filepath.EvalSymlinks(dir)
-	if err != nil {
-		return nil // judged by the checks of the dir itself
+	// The path as named (a link in an open directory can be replaced as
+	// a directory there can) and the path it resolves to.
+	var paths []string
+	if abs, err := filepath.Abs(dir); err == nil {
+		paths = append(paths, abs)
 	}
-	real, err = filepath.Abs(real)
-	if err != nil {
-		return nil
+	if real, err := filepath.EvalSymlinks(dir); err == nil {
+		if real, err = filepath.Abs(real); err == nil {
+			paths = append(paths, real)
+		}
 	}
-	for p := filepath.Dir(real); ; p = filepath.Dir(p) {
-		if info, err := os.Stat(p); err == nil {
-			if m := info.Mode(); m.Perm()&0o002 != 0 && m&fs.ModeSticky == 0 {
-				return fmt.Errorf("data dir %s: %s, above it, is writable by anyone without the sticky bit (mode %04o), "+
-					"so anyone could put a directory of theirs in the data dir's place: %w; chmod o-w (or +t) it",
-					dir, p, m.Perm(), ErrDataDirUnsafe)
+	for _, path := range paths {
+		for p := filepath.Dir(path); ; p = filepath.Dir(p) {
+			if info, err := os.Stat(p); err == nil {
+				if m := info.Mode(); m.Perm()&0o002 != 0 && m&fs.ModeSticky == 0 {
+					return fmt.Errorf("data dir %s: %s, above it, is writable by anyone without the sticky bit (mode %04o), "+
+						"so anyone could put a directory of theirs in the data dir's place: %w; chmod o-w (or +t) it",
+						dir, p, m.Perm(), ErrDataDirUnsafe)
+				}
+			}
+			if p == filepath.Dir(p) {
+				break
 			}
 		}
-		if p == filepath.Dir(p) {
-			return nil
-		}
 	}
+	return nil
 }

@@ -45,6 +45,22 @@ func TestLockDataDir(t *testing.T) {
 			chmod(t, open, 0o777)
 			return filepath.Join(open, "data")
 		}, "is writable by anyone without the sticky bit (mode 0777)"},
+		{"a link to a private dir, in a dir anyone can write to", func(t *testing.T, dir string) string {
+			real := filepath.Join(dir, "private", "data")
+			if err := os.MkdirAll(real, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			open := filepath.Join(dir, "open")
+			if err := os.Mkdir(open, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			chmod(t, open, 0o777)
+			link := filepath.Join(open, "data")
+			if err := os.Symlink(real, link); err != nil {
+				t.Fatal(err)
+			}
+			return link
+		}, "is writable by anyone without the sticky bit (mode 0777)"},
 		{"below a sticky dir anyone can write to", func(t *testing.T, dir string) string {
 			open := filepath.Join(dir, "tmp")
 			if err := os.Mkdir(open, 0o700); err != nil {
