@@ -60,11 +60,25 @@ type problems struct {
 	file  string
 	lines *keyLines // nil for a Config built in code
 	list  []*Error
+	// skip: keys whose value did not decode (reported then, left unset):
+	// a later check of the unset value would report the same mistake again.
+	skip map[string]bool
+}
+
+// undecoded records that key's value did not decode.
+func (p *problems) undecoded(key string) {
+	if p.skip == nil {
+		p.skip = map[string]bool{}
+	}
+	p.skip[key] = true
 }
 
 // add records a problem at key. The line is that of the first of key and
 // lineKeys found in the file, else that of the nearest enclosing table.
 func (p *problems) add(key string, cause error, msg string, lineKeys ...string) {
+	if p.skip[key] {
+		return
+	}
 	line := 0
 	if p.lines != nil {
 		line = p.lines.find(append([]string{key}, lineKeys...)...)

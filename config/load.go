@@ -270,6 +270,8 @@ func (l *loader) load(data []byte) *Config {
 // key, in file order, so that every bad value is reported and always in the
 // same order (toml stops at the first error it meets in map order). prefix is
 // the table's path with ordinals ("source[2]"); errors are reported under it.
+// It returns false when the table itself could not be read; a key whose value
+// did not decode is left unset, reported, and not judged again.
 // Keys dst has no field for are left to unknownKeys.
 func (l *loader) decodeTable(prim toml.Primitive, dst any, prefix string) bool {
 	// toml decodes a non-table into a map without complaint (node = 5).
@@ -314,8 +316,10 @@ func (l *loader) decodeTable(prim toml.Primitive, dst any, prefix string) bool {
 			continue
 		}
 		if err := l.md.PrimitiveDecode(m[k], rv.Field(i).Addr().Interface()); err != nil {
+			// The value stays unset, and its error is the answer for it:
+			// the other keys are still judged (validation skips this one).
 			l.decodeError(prefix, err)
-			ok = false
+			l.p.undecoded(prefix + "." + quoteKey(k))
 		}
 	}
 	return ok

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -750,8 +751,8 @@ func TestLoadShapes(t *testing.T) {
 	} {
 		path := writeFile(t, t.TempDir(), "c.toml", tt.src, 0o644)
 		_, err := Load(path)
-		if err == nil || !strings.HasPrefix(err.Error(), path+tt.want) {
-			t.Errorf("%q: %v\nwant prefix %s", tt.src, err, path+tt.want)
+		if err == nil || !slices.ContainsFunc(strings.Split(err.Error(), "\n"), func(l string) bool { return strings.HasPrefix(l, path+tt.want) }) {
+			t.Errorf("%q: %v\nwant a line starting %s", tt.src, err, path+tt.want)
 		}
 	}
 	// The array-of-tables form of admin tokens is the inline form's equal.
@@ -874,5 +875,32 @@ func TestForwardTimeoutUnderLease(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%q: %v, want %q", tt.lines, err, tt.want)
 		}
+	}
+}
+
+// TestLoadReportsEveryProblem: a value that does not decode (a duration,
+// a size, a type) does not hide the file's other problems, and is reported
+// once: its unset value is not judged again.
+func TestLoadReportsEveryProblem(t *testing.T) {
+	src := "[[source]]\nname = \"s\"\nprovider = \"stripe\"\nsecrets = [\"whsec_0123456789abcdef0123456789abcdef\"]\n" +
+		"forward = \"http://127.0.0.1:9000/\"\ntolerance = \"abc\"\nmode = \"bogus\"\nmax_attempts = -3\nretention = 5\n"
+	path := writeFile(t, t.TempDir(), "c.toml", src, 0o600)
+	_, err := Load(path)
+	if err == nil {
+		t.Fatal("Load succeeded")
+	}
+	lines := strings.Split(err.Error(), "\n")
+	for _, want := range []string{
+		":6: source[0].tolerance: invalid duration",
+		":7: source[0].mode: invalid mode",
+		":8: source[0].max_attempts:",
+		":9: source[0].retention:",
+	} {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, path+want) }) {
+			t.Errorf("no problem %q in:\n%v", want, err)
+		}
+	}
+	if len(lines) != 4 {
+		t.Errorf("%d problems, want 4 (an undecoded value judged again?):\n%v", len(lines), err)
 	}
 }
