@@ -224,6 +224,10 @@ func TestUILoginSetsASafeSessionCookie(t *testing.T) {
 	if strings.Contains(page.body, tn.token) {
 		t.Fatal("the page shows the admin token")
 	}
+	// A source neither configured nor holding events is 404, as in the API.
+	if p := u.get("/ui/?state=done&source=nosuch"); p.status != http.StatusNotFound || !strings.Contains(p.body, "Unknown source") {
+		t.Fatalf("list of an unknown source: %d", p.status)
+	}
 	// An open redirect is refused: admin TestSafeNext.
 
 	// Signing out ends the session on the server, not only in the browser.

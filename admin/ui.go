@@ -429,6 +429,11 @@ func (u *adminUI) list(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		u.fail(w, r, s, http.StatusInternalServerError, "Storage error", err.Error())
 		return
 	}
+	if source != "" && !u.s.configuredSource(source) && bySource[source] == 0 {
+		// As the API answers: a typo must not read as a source with no events.
+		u.fail(w, r, s, http.StatusNotFound, "Unknown source", fmt.Sprintf("Unknown source %q: not configured and no events stored.", source))
+		return
+	}
 	evs, err := u.s.store.List(f)
 	if err != nil {
 		u.fail(w, r, s, http.StatusInternalServerError, "Storage error", err.Error())
