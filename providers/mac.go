@@ -265,7 +265,17 @@ func tolerance(t, def time.Duration) (time.Duration, error) {
 // own spelling, and a MAC over another would verify here and nowhere else).
 // It does not allocate.
 func parseUnix(b []byte) (int64, bool) {
-	if len(b) == 0 || len(b) > 11 || len(b) > 1 && b[0] == '0' {
+	if len(b) > 1 && b[0] == '0' {
+		return 0, false
+	}
+	return parseUnixText(b)
+}
+
+// parseUnixText is parseUnix for schemes whose MAC covers the timestamp's
+// text as sent (Slack's v0 and the other templates): a leading zero is then
+// that text, as the providers' libraries take it.
+func parseUnixText(b []byte) (int64, bool) {
+	if len(b) == 0 || len(b) > 11 {
 		return 0, false
 	}
 	var n int64

@@ -457,4 +457,9 @@ func TestSignaturesAreCanonical(t *testing.T) {
 	if n, ok := parseUnix([]byte("0")); !ok || n != 0 {
 		t.Errorf("parseUnix(\"0\") = %d, %v", n, ok)
 	}
+	// Where the MAC covers the text as sent (Slack's v0, the templates),
+	// a leading zero is that text: Slack's own library takes it.
+	if n, ok := parseUnixText([]byte("01700000000")); !ok || n != 1700000000 {
+		t.Errorf("parseUnixText(\"01700000000\") = %d, %v", n, ok)
+	}
 }

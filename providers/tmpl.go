@@ -357,7 +357,7 @@ func (v *macVerifier) checkTimestamp(ts []byte, now time.Time) error {
 		}
 		return checkWindow(now, time.Unix(0, n), v.tol)
 	}
-	n, ok := parseUnix(ts)
+	n, ok := parseUnixText(ts)
 	if !ok {
 		return errTSFormat
 	}
