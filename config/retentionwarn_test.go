@@ -134,6 +134,7 @@ func TestIneffectiveKeyWarnings(t *testing.T) {
 		{"ack_status on sync", "provider = \"standard\"\nmode = \"sync\"\nack_status = 200", "source[0].ack_status: a sync source answers with its handler's status"},
 		{"ack_status on async", "provider = \"standard\"\nack_status = 200", ""},
 		{"sync by default ack", "provider = \"standard\"\nmode = \"sync\"", ""},
+		{"defaults written out", "provider = \"standard\"\nmax_rate_burst = 0\ntrusted_proxies = []", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := sourceWarnings(t, tc.lines)

@@ -86,17 +86,18 @@ func largeBodies(c *Config) []string {
 	return w
 }
 
-// ineffectiveKeys warns of a key the file sets that does nothing for its
-// source: an operator who set it expects what it does elsewhere.
+// ineffectiveKeys warns of a key the file sets to a value that does nothing
+// for its source (the default written out, as in config.example.toml, is
+// not warned about): an operator who set it expects what it does elsewhere.
 func ineffectiveKeys(c *Config) []string {
 	var w []string
 	for i := range c.Sources {
 		s := &c.Sources[i]
 		has := func(key string) bool { return c.lines.has(sourceKey(i, key)) }
-		if has("trusted_proxies") && s.Provider != "twilio" {
+		if len(s.TrustedProxies) > 0 && s.Provider != "twilio" {
 			w = append(w, sourceKey(i, "trusted_proxies")+": read for twilio sources only (the URL they sign, behind a proxy): it has no effect on a "+s.Provider+" source")
 		}
-		if has("max_rate_burst") && s.MaxRate <= 0 {
+		if s.MaxRateBurst > 0 && s.MaxRate <= 0 {
 			w = append(w, sourceKey(i, "max_rate_burst")+": has no effect without max_rate")
 		}
 		if has("ack_status") && s.Mode == "sync" {
