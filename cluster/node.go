@@ -180,6 +180,12 @@ type Node struct {
 	// handshake on a relay (handshake.go): claims here cannot reach it
 	// (readiness.go).
 	refusedBy atomic.Pointer[relayRefusal]
+	// probing is set while probeLeader's dial runs (probes: its
+	// goroutine; probeCtx ends at Close).
+	probing   atomic.Bool
+	probes    sync.WaitGroup
+	probeCtx  context.Context
+	probeStop context.CancelFunc
 	// restoring is set while a restore this node leads is not confirmed:
 	// its state may hold events no majority committed (Lookup).
 	restoring    atomic.Bool
@@ -268,6 +274,7 @@ func Open(cfg Config) (*Node, error) {
 		memberDone:   make(chan struct{}),
 		relayTimeout: orDur(cfg.RelayTimeout, 10*time.Second),
 	}
+	n.probeCtx, n.probeStop = context.WithCancel(context.Background())
 	n.relay = &relayer{n: n}
 	n.leaders = newLeaderWatch(func() (raft.ServerAddress, raft.ServerID) { return n.raft.LeaderWithID() })
 	n.inproc = cfg.inproc
@@ -1042,6 +1049,8 @@ func (n *Node) cleanup() error {
 			n.prop.close()
 		}
 	}
+	n.probeStop()
+	n.probes.Wait()
 	n.relay.closeAll()
 	if n.mux != nil {
 		n.mux.close()

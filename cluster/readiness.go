@@ -55,6 +55,29 @@ func (n *Node) noteRelayDial(addr string, err error) {
 	}
 }
 
+// probeLeader dials the leader at addr once, in the background, after a
+// relay stream to it timed out: a stream opened before a firewall began to
+// drop the leader's answers, or this node's packets, stays open and silent,
+// and only a dial tells the node's readiness (noteRelayDial). One probe at a
+// time; it ends with the node.
+func (n *Node) probeLeader(addr string) {
+	if n.mux == nil || !n.probing.CompareAndSwap(false, true) {
+		return
+	}
+	n.probes.Go(func() {
+		defer n.probing.Store(false)
+		ctx, cancel := context.WithTimeout(n.probeCtx, 5*time.Second)
+		defer cancel()
+		c, err := n.mux.dial(ctx, addr, kindRelay, 5*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		if err == nil || n.probeCtx.Err() == nil {
+			n.noteRelayDial(addr, err)
+		}
+	})
+}
+
 // unreachableNow reports whether the last dial to the leader at addr timed
 // out less than refusalRecheck ago: a relay then fails at once instead of
 // waiting for another dial to time out (the caller's provider may give up
@@ -90,9 +113,13 @@ func (n *Node) leaderRefuses(addr raft.ServerAddress, id raft.ServerID) string {
 			}
 		}
 	}
-	if r.unreachable {
+	switch {
+	case r.timedOut:
 		return "the leader " + string(id) + " cannot be reached on its cluster port from this node, so claims here cannot reach it " +
 			"(a firewall or route between them, one way: the leader's own connections reach this node)"
+	case r.unreachable:
+		return "the leader " + string(id) + "'s cluster port refuses connections from this node, so claims here cannot reach it " +
+			"(it went down, or a firewall rejects them)"
 	}
 	return "the leader " + string(id) + " refuses this node's cluster handshake, so claims here cannot reach it " +
 		"(its cluster token differs, or it runs an older release: docs/operations.md, Upgrades)"

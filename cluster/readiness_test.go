@@ -253,3 +253,67 @@ func TestFollowerThatCannotReachTheLeaderIsNotReady(t *testing.T) {
 		t.Fatalf("claim through the follower afterwards: %v", err)
 	}
 }
+
+// TestFollowerWhoseOpenRelayGoesSilentIsNotReady: a firewall that goes up
+// while a follower holds relay streams to the leader leaves them open and
+// silent; only a new dial would fail. A relay that gets no answer in time
+// makes the follower dial the leader once in the background, so it reports
+// itself not ready without waiting for a claim to open a stream; once the
+// way is open it is ready again by itself.
+func TestFollowerWhoseOpenRelayGoesSilentIsNotReady(t *testing.T) {
+	var drop atomic.Pointer[string]
+	var victim atomic.Int32 // index + 1
+	freezers := make([]*freezer, 3)
+	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
+		freezers[i] = newFreezer()
+		_, bindPort, _ := net.SplitHostPort(cfg.Bind)
+		cfg.wrapConn = func(c net.Conn) net.Conn {
+			if _, local, _ := net.SplitHostPort(c.LocalAddr().String()); local != bindPort {
+				return freezers[i].wrap(c) // a stream this node dialed
+			}
+			return c
+		}
+		cfg.dropDial = func(addr string) error {
+			if p := drop.Load(); p != nil && *p == addr && victim.Load() == int32(i)+1 {
+				return os.ErrDeadlineExceeded
+			}
+			return nil
+		}
+	})
+	t.Cleanup(func() {
+		for _, f := range freezers {
+			f.thaw()
+		}
+	})
+	li := leaderOf(t, nodes)
+	fi := (li + 1) % 3
+	f := nodes[fi]
+	waitFor(t, "the follower is ready", func() bool { ok, _ := f.Ready(); return ok })
+	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:before")); err != nil {
+		t.Fatalf("claim through the follower: %v", err)
+	}
+	// The firewall: the follower's streams to the leader go silent, and
+	// its new dials to it get no answer.
+	addr := nodes[li].cfg.Advertise
+	victim.Store(int32(fi) + 1)
+	drop.Store(&addr)
+	freezers[fi].freeze()
+	if _, err := f.Claim(ctxT(t, 3*time.Second), claimCmd("src:silent")); err == nil {
+		t.Fatal("a claim through a silent relay stream succeeded")
+	}
+	waitFor(t, "the follower not ready, naming the unreachable leader", func() bool {
+		ok, why := f.Ready()
+		return !ok && strings.Contains(why, "cannot be reached on its cluster port from this node")
+	})
+	drop.Store(nil)
+	freezers[fi].thaw()
+	waitFor(t, "the follower ready again", func() bool { ok, _ := f.Ready(); return ok })
+	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:after")); err != nil {
+		t.Fatalf("claim through the follower afterwards: %v", err)
+	}
+	// A dial refused (the leader went down) reads as that, not as a firewall.
+	f.refusedBy.Store(&relayRefusal{addr: addr, since: time.Now(), unreachable: true})
+	if ok, why := f.Ready(); ok || !strings.Contains(why, "refuses connections from this node") || !strings.Contains(why, "it went down") {
+		t.Fatalf("ready %v (%q) after a refused dial", ok, why)
+	}
+}

@@ -440,6 +440,11 @@ func (f *relayer) call(ctx context.Context, addr string, op byte, body []byte) (
 	stop := context.AfterFunc(ctx, func() { fc.c.Close() })
 	fail := func(err error) error {
 		fc.c.Close()
+		if isTimeout(err) || errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+			// No answer in time on a stream that was open: ask with a
+			// dial whether the leader can still be reached from here.
+			f.n.probeLeader(addr)
+		}
 		if ctx.Err() != nil {
 			err = context.Cause(ctx)
 		} else {
