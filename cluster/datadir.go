@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 )
 
@@ -150,37 +151,71 @@ func ownerOf(info fs.FileInfo) (int, bool) {
 	return int(st.Uid), true
 }
 
-// checkAncestors refuses a data dir below a directory that anyone may write
-// to without the sticky bit: anyone on the host could rename the data dir
-// and put one of theirs in its place while the node runs, and its next
-// snapshot, keys cache or restore would go there. /tmp (sticky) is fine:
-// only the owner of an entry may move it there. A directory this process
-// may not look at is not judged.
+// checkAncestors refuses a data dir reached through a directory that anyone
+// may write to without the sticky bit: anyone on the host could rename the
+// data dir, or a link on the way to it, and put one of theirs in its place
+// while the node runs, and its next snapshot, keys cache or restore would go
+// there. /tmp (sticky) is fine: only the owner of an entry may move it
+// there. Every directory the path is looked up in counts, following each
+// link met on the way (physically, as the kernel does). A directory this
+// process may not look at is not judged.
 func checkAncestors(dir string) error {
-	// The path as named (a link in an open directory can be replaced as
-	// a directory there can) and the path it resolves to.
-	var paths []string
-	if abs, err := filepath.Abs(dir); err == nil {
-		paths = append(paths, abs)
-	}
-	if real, err := filepath.EvalSymlinks(dir); err == nil {
-		if real, err = filepath.Abs(real); err == nil {
-			paths = append(paths, real)
+	for _, d := range lookedUpIn(dir) {
+		info, err := os.Stat(d)
+		if err != nil {
+			continue
 		}
-	}
-	for _, path := range paths {
-		for p := filepath.Dir(path); ; p = filepath.Dir(p) {
-			if info, err := os.Stat(p); err == nil {
-				if m := info.Mode(); m.Perm()&0o002 != 0 && m&fs.ModeSticky == 0 {
-					return fmt.Errorf("data dir %s: %s, above it, is writable by anyone without the sticky bit (mode %04o), "+
-						"so anyone could put a directory of theirs in the data dir's place: %w; chmod o-w (or +t) it",
-						dir, p, m.Perm(), ErrDataDirUnsafe)
-				}
-			}
-			if p == filepath.Dir(p) {
-				break
-			}
+		if m := info.Mode(); m.Perm()&0o002 != 0 && m&fs.ModeSticky == 0 {
+			return fmt.Errorf("data dir %s: %s, on the way to it, is writable by anyone without the sticky bit (mode %04o), "+
+				"so anyone could put a directory of theirs in the data dir's place: %w; chmod o-w (or +t) it",
+				dir, d, m.Perm(), ErrDataDirUnsafe)
 		}
 	}
 	return nil
+}
+
+// lookedUpIn returns the directories in which the components of path are
+// looked up, following links (at most 40, as the kernel), in order. It stops
+// at the first component that cannot be read.
+func lookedUpIn(path string) []string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil
+	}
+	var dirs []string
+	pending := strings.Split(abs, "/")
+	cur := "/"
+	for hops := 0; len(pending) > 0; {
+		name := pending[0]
+		pending = pending[1:]
+		switch name {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
+		}
+		dirs = append(dirs, cur)
+		next := filepath.Join(cur, name)
+		info, err := os.Lstat(next)
+		if err != nil {
+			break
+		}
+		if info.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		if hops++; hops > 40 {
+			break
+		}
+		target, err := os.Readlink(next)
+		if err != nil {
+			break
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		pending = append(strings.Split(target, "/"), pending...)
+	}
+	return dirs
 }

@@ -227,3 +227,39 @@ func TestDataDirOwnersAsRoot(t *testing.T) {
 		t.Errorf("serve as the service user, a stranger's entry: %v", err)
 	}
 }
+
+// TestDataDirChainedLinkThroughOpenDir: a data dir named through a link
+// whose target runs through a link in a directory anyone may write to is
+// refused: neither the path as named (safe/data) nor the one it resolves to
+// (private/p/data) passes through the open directory, yet anyone can
+// replace open/l and redirect the data dir.
+func TestDataDirChainedLinkThroughOpenDir(t *testing.T) {
+	root := t.TempDir()
+	private := filepath.Join(root, "private", "p")
+	if err := os.MkdirAll(filepath.Join(private, "data"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	open := filepath.Join(root, "open")
+	if err := os.Mkdir(open, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	chmod(t, open, 0o777)
+	if err := os.Symlink(private, filepath.Join(open, "l")); err != nil { // replaceable by anyone
+		t.Fatal(err)
+	}
+	safe := filepath.Join(root, "safe")
+	if err := os.Mkdir(safe, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	named := filepath.Join(safe, "data")
+	if err := os.Symlink(filepath.Join(open, "l", "data"), named); err != nil {
+		t.Fatal(err)
+	}
+	// Control: named directly through the open dir, it is refused.
+	if err := checkAncestors(filepath.Join(open, "l", "data")); !errors.Is(err, ErrDataDirUnsafe) {
+		t.Fatalf("control: %v", err)
+	}
+	if err := checkAncestors(named); !errors.Is(err, ErrDataDirUnsafe) {
+		t.Errorf("data dir %s -> %s/l/data (l replaceable by anyone) accepted: checkAncestors = %v", named, open, err)
+	}
+}

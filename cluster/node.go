@@ -183,6 +183,7 @@ type Node struct {
 	// probing is set while probeLeader's dial runs (probes: its
 	// goroutine; probeCtx ends at Close).
 	probing   atomic.Bool
+	probeMu   sync.Mutex // orders probes.Go before Close's probes.Wait
 	probes    sync.WaitGroup
 	probeCtx  context.Context
 	probeStop context.CancelFunc
@@ -1049,7 +1050,9 @@ func (n *Node) cleanup() error {
 			n.prop.close()
 		}
 	}
+	n.probeMu.Lock()
 	n.probeStop()
+	n.probeMu.Unlock()
 	n.probes.Wait()
 	n.relay.closeAll()
 	if n.mux != nil {

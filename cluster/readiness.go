@@ -64,6 +64,12 @@ func (n *Node) probeLeader(addr string) {
 	if n.mux == nil || !n.probing.CompareAndSwap(false, true) {
 		return
 	}
+	n.probeMu.Lock()
+	defer n.probeMu.Unlock()
+	if n.probeCtx.Err() != nil { // closing: cleanup waits, or has waited, for the probes
+		n.probing.Store(false)
+		return
+	}
 	n.probes.Go(func() {
 		defer n.probing.Store(false)
 		ctx, cancel := context.WithTimeout(n.probeCtx, 5*time.Second)
@@ -107,7 +113,7 @@ func (n *Node) leaderRefuses(addr raft.ServerAddress, id raft.ServerID) string {
 				c.Close()
 				n.refusedBy.CompareAndSwap(next, nil)
 				return ""
-			case isDialError(err) != r.unreachable && (isDialError(err) || errors.Is(err, ErrPeerUnproven)):
+			case (isDialError(err) != r.unreachable || isTimeout(err) != r.timedOut) && (isDialError(err) || errors.Is(err, ErrPeerUnproven)):
 				r = &relayRefusal{addr: r.addr, since: next.since, unreachable: isDialError(err), timedOut: isTimeout(err)}
 				n.refusedBy.CompareAndSwap(next, r)
 			}

@@ -317,3 +317,49 @@ func TestFollowerWhoseOpenRelayGoesSilentIsNotReady(t *testing.T) {
 		t.Fatalf("ready %v (%q) after a refused dial", ok, why)
 	}
 }
+
+// TestRefusalRecheckTakesTheNewCause: readiness's recheck of a standing
+// refusal takes the cause its new dial meets (refused or timed out), for
+// the reason it gives and for the fail-fast of relays (unreachableNow).
+func TestRefusalRecheckTakesTheNewCause(t *testing.T) {
+	var dropErr atomic.Pointer[error]
+	var victim atomic.Int32
+	var leaderAddr atomic.Pointer[string]
+	nodes := tcpCluster(t, 3, func(i int, cfg *Config) {
+		cfg.dropDial = func(addr string) error {
+			if p := leaderAddr.Load(); p != nil && *p == addr && victim.Load() == int32(i)+1 {
+				if e := dropErr.Load(); e != nil {
+					return *e
+				}
+			}
+			return nil
+		}
+	})
+	li := leaderOf(t, nodes)
+	fi := (li + 1) % 3
+	f := nodes[fi]
+	waitFor(t, "the follower is ready", func() bool { ok, _ := f.Ready(); return ok })
+	addr := nodes[li].cfg.Advertise
+	leaderAddr.Store(&addr)
+	victim.Store(int32(fi) + 1)
+
+	// Case 1: the leader refused connections a while ago (went down, say),
+	// and now a firewall drops them: every dial times out.
+	e1 := error(os.ErrDeadlineExceeded)
+	dropErr.Store(&e1)
+	f.refusedBy.Store(&relayRefusal{addr: addr, since: time.Now().Add(-3 * time.Second), unreachable: true})
+	ok, why := f.Ready() // rechecks: the dial times out
+	if ok || !strings.Contains(why, "cannot be reached on its cluster port") || !f.unreachableNow(addr) {
+		t.Errorf("after a recheck whose dial timed out: ready %v, %q, unreachableNow %v; want the timed-out reason and fail-fast", ok, why, f.unreachableNow(addr))
+	}
+
+	// Case 2: the reverse: it timed out before, and now it is refused.
+	e2 := error(syscall.ECONNREFUSED)
+	dropErr.Store(&e2)
+	f.refusedBy.Store(&relayRefusal{addr: addr, since: time.Now().Add(-3 * time.Second), unreachable: true, timedOut: true})
+	ok, why = f.Ready()
+	if ok || !strings.Contains(why, "refuses connections from this node") {
+		t.Errorf("after a recheck whose dial was refused: ready %v, %q; want the refused reason", ok, why)
+	}
+	dropErr.Store(nil)
+}
