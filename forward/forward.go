@@ -598,6 +598,15 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 	defer timer.Stop()
 
 	var park parkQueue
+	f.lim.parked = func(src string, gen uint64) int {
+		n := 0
+		for _, p := range park {
+			if p.ev.Source == src && p.gen == gen && !p.rebook {
+				n++
+			}
+		}
+		return n
+	}
 	parkCap := max(maxParked, parkFactor*f.opts.Workers)
 	// Workers are counted in f.slots, which claims that carry their lease
 	// share: an event holds one from its lease (or its claim's reservation)

@@ -67,6 +67,12 @@ type limiter struct {
 	mu    sync.Mutex
 	lease time.Duration // Options.DefaultLease
 	b     map[string]*bucket
+	// parked, when set, counts the events of src parked under its
+	// bucket's generation gen (not yet marked for rebooking): a rate
+	// change gives their slots back before it weighs the bucket, as they
+	// are booked again under the new rate. The dispatcher sets it and is
+	// the only caller of bucketLocked.
+	parked func(src string, gen uint64) int
 }
 
 func newLimiter(lease time.Duration) *limiter {
@@ -94,20 +100,24 @@ func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
 		// A new bucket holds a single token, as does one whose rate a
 		// reload turned on (the traffic before, unlimited, says nothing of
 		// its burst). A reload that changed a rate keeps the share of the
-		// bucket in use, capped at all of it, which leaves out the slots
-		// of parked events (each is a further interval past a full
-		// bucket; they are booked again under the new rate,
+		// bucket in use, capped at all of it, without the slots of its
+		// parked events (they are booked again under the new rate,
 		// rebookChangedRates): an idle source keeps its whole burst, one
 		// that just spent it waits as long in proportion.
 		used := -1.0 // a single token
 		if !fresh {
-			b.gen++
 			if full := time.Duration(b.burst) * b.interval; full > 0 {
+				if l.parked != nil {
+					// Their slots, due or not, go back: they are booked
+					// again (rebookChangedRates).
+					b.tat = b.tat.Add(-time.Duration(l.parked(src, b.gen)) * b.interval)
+				}
 				used = 0
 				if b.tat.After(now) {
 					used = min(float64(b.tat.Sub(now))/float64(full), 1)
 				}
 			}
+			b.gen++
 		}
 		b.rate, b.burst = rate, burst
 		b.interval, b.tau = 0, 0

@@ -112,3 +112,51 @@ func TestRateTurnedOnHoldsOneToken(t *testing.T) {
 		t.Errorf("starts after a reload turned the rate on: %v, want a single token (now, then one a second)", starts)
 	}
 }
+
+// TestReloadChargesParkedEventsOnce: a reload while parked events are due
+// but not yet started (every worker busy) gives their old slots back before
+// it weighs the bucket, as they are booked again under the new rate: each
+// is charged once. Burst 3 at 0.5/s: 3 start at t0, 7 park at
+// t0+2s..t0+14s; at t0+14.5s none of the 7 has started and a reload sets
+// 0.4/s. Only 3 deliveries ever started, 14.5 s ago: the bucket is full, and
+// the first 3 rebooked events start at once.
+func TestReloadChargesParkedEventsOnce(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	l := newLimiter(10 * time.Minute)
+	far := t0.Add(time.Hour)
+	old := Target{MaxRate: 0.5, Burst: 3, Timeout: 2 * time.Second}.withDefaults()
+	// One delivery a minute before: the bucket is full again at t0.
+	if _, _, ok := l.book("r", old, t0.Add(-time.Minute), far); !ok {
+		t.Fatal("refused")
+	}
+	var gen uint64
+	for range 10 {
+		_, g, ok := l.book("r", old, t0, far)
+		if !ok {
+			t.Fatal("refused")
+		}
+		gen = g
+	}
+	// The dispatcher's count: 7 of them parked under this generation.
+	l.parked = func(src string, g uint64) int {
+		if src == "r" && g == gen {
+			return 7
+		}
+		return 0
+	}
+	now := t0.Add(14500 * time.Millisecond)
+	nw := Target{MaxRate: 0.4, Burst: 3, Timeout: 2 * time.Second}.withDefaults()
+	// What rebookChangedRates does on its tick: apply the rate, see the gen moved.
+	if g := l.gens(map[string]*Target{"r": &nw}, now)["r"]; g == gen {
+		t.Fatal("control: gen did not move")
+	}
+	// The 7 parked events are popped (rebook) and placed again.
+	var starts []time.Duration
+	for range 7 {
+		s, _, _ := l.book("r", nw, now, far)
+		starts = append(starts, s.Sub(now))
+	}
+	if starts[0] != 0 || starts[2] != 0 || starts[3] == 0 {
+		t.Errorf("rebooked starts after the reload, from now: %v; want the first 3 at once (3 deliveries in 14.5 s, burst 3), then one per interval", starts)
+	}
+}
