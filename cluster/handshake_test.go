@@ -277,6 +277,14 @@ func FuzzReadPreamble(f *testing.F) {
 // followers of a killed leader must not report that it refused them).
 func TestHandshakeTellsARefusalFromAPeerGoneDown(t *testing.T) {
 	m, _ := listeningMux(t, []byte(testToken), nil)
+	checkPeerGone(t, m, func(err error) bool { return errors.Is(err, ErrPeerUnproven) })
+}
+
+// checkPeerGone dials, through m, a peer that reads the first bytes and
+// closes the connection, still listening (a refusal) or gone (down), and
+// checks that refused tells the first and a dial error the second.
+func checkPeerGone(t *testing.T, m *mux, refused func(error) bool) {
+	t.Helper()
 	for _, down := range []bool{false, true} {
 		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -289,7 +297,7 @@ func TestHandshakeTellsARefusalFromAPeerGoneDown(t *testing.T) {
 			if err != nil {
 				return
 			}
-			_, _ = c.Read(make([]byte, 512)) // the hello
+			_, _ = c.Read(make([]byte, 4096)) // the hello, or the ClientHello
 			if down {
 				ln.Close()
 			}
@@ -306,8 +314,8 @@ func TestHandshakeTellsARefusalFromAPeerGoneDown(t *testing.T) {
 		if err == nil {
 			t.Fatalf("down %v: the handshake passed", down)
 		}
-		if refused := errors.Is(err, ErrPeerUnproven); refused == down || isDialError(err) != down {
-			t.Errorf("down %v: %v (refusal %v, dial error %v)", down, err, refused, isDialError(err))
+		if r := refused(err); r == down || isDialError(err) != down {
+			t.Errorf("down %v: %v (refusal %v, dial error %v)", down, err, r, isDialError(err))
 		}
 	}
 }
@@ -329,37 +337,5 @@ func TestTLSHandshakeTellsARefusalFromAPeerGoneDown(t *testing.T) {
 	}
 	m.serve()
 	t.Cleanup(m.close)
-	for _, down := range []bool{false, true} {
-		peer, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		served := make(chan struct{})
-		go func() {
-			defer close(served)
-			c, err := peer.Accept()
-			if err != nil {
-				return
-			}
-			_, _ = c.Read(make([]byte, 4096)) // the ClientHello
-			if down {
-				peer.Close()
-			}
-			c.Close()
-		}()
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		c, err := m.dial(ctx, peer.Addr().String(), kindRelay, 5*time.Second)
-		cancel()
-		<-served
-		peer.Close()
-		if c != nil {
-			c.Close()
-		}
-		if err == nil {
-			t.Fatalf("down %v: the handshake passed", down)
-		}
-		if refused := peerRefused(err); refused == down || isDialError(err) != down {
-			t.Errorf("down %v: %v (refusal %v, dial error %v)", down, err, refused, isDialError(err))
-		}
-	}
+	checkPeerGone(t, m, peerRefused)
 }
