@@ -2,8 +2,6 @@ package forward
 
 import (
 	"fmt"
-	"net/http"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -16,21 +14,7 @@ import (
 // use had left them out already: a whole second burst.)
 func TestReloadWithParkedEventsGivesNoSecondBurstSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newLeader(t)
-		h := &timeSink{}
-		var rate atomic.Pointer[Target]
-		rate.Store(&Target{URL: "http://handler/r", MaxRate: 0.5, Burst: 3, Timeout: 2 * time.Second})
-		wake := make(chan struct{}, 1)
-		stop := runInBubble(t, Options{
-			Store:          l,
-			Targets:        func(string) (Target, bool) { return *rate.Load(), true },
-			LimitedSources: func() []string { return []string{"r"} },
-			Client:         &http.Client{Transport: handlerTransport{h}},
-			Workers:        16,
-			Wake:           wake,
-			PollInterval:   time.Second,
-			DefaultLease:   60 * time.Second,
-		})
+		l, h, rate, wake, stop := runReloadableSource(t, Target{URL: "http://handler/r", MaxRate: 0.5, Burst: 3, Timeout: 2 * time.Second}, 16, time.Minute)
 		defer stop()
 		l.claim("r:first", "r", "x")
 		wake <- struct{}{}

@@ -665,6 +665,25 @@ func (s *timeSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.mu.Unlock()
 }
 
+// runReloadableSource runs, in the current bubble, a Forwarder for source
+// "r" with target tgt (rate-limited; Store a new one in rate to reload it),
+// its deliveries timed by h.
+func runReloadableSource(t *testing.T, tgt Target, workers int, lease time.Duration) (l *leader, h *timeSink, rate *atomic.Pointer[Target], wake chan struct{}, stop func()) {
+	l, h, rate, wake = newLeader(t), &timeSink{}, &atomic.Pointer[Target]{}, make(chan struct{}, 1)
+	rate.Store(&tgt)
+	stop = runInBubble(t, Options{
+		Store:          l,
+		Targets:        func(string) (Target, bool) { return *rate.Load(), true },
+		LimitedSources: func() []string { return []string{"r"} },
+		Client:         &http.Client{Transport: handlerTransport{h}},
+		Workers:        workers,
+		Wake:           wake,
+		PollInterval:   time.Second,
+		DefaultLease:   lease,
+	})
+	return l, h, rate, wake, stop
+}
+
 // A reload that changes a source's rate keeps its burst: after a quiet
 // spell the source starts max_rate_burst deliveries at once, then one per
 // interval of the new rate. (The bucket was made anew with a single token
@@ -673,21 +692,7 @@ func (s *timeSink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // 4 s, with a 2 s gap, where they take 1.6 s.)
 func TestReloadedRateKeepsItsBurstSynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		l := newLeader(t)
-		h := &timeSink{}
-		var rate atomic.Pointer[Target]
-		rate.Store(&Target{URL: "http://handler/r", MaxRate: 2, Burst: 3, Timeout: 2 * time.Second})
-		wake := make(chan struct{}, 1)
-		stop := runInBubble(t, Options{
-			Store:          l,
-			Targets:        func(string) (Target, bool) { return *rate.Load(), true },
-			LimitedSources: func() []string { return []string{"r"} },
-			Client:         &http.Client{Transport: handlerTransport{h}},
-			Workers:        8,
-			Wake:           wake,
-			PollInterval:   time.Second,
-			DefaultLease:   30 * time.Second,
-		})
+		l, h, rate, wake, stop := runReloadableSource(t, Target{URL: "http://handler/r", MaxRate: 2, Burst: 3, Timeout: 2 * time.Second}, 8, 30*time.Second)
 		defer stop()
 		l.claim("r:first", "r", "x") // the bucket is in use before the reload
 		wake <- struct{}{}
