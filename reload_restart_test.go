@@ -112,7 +112,14 @@ func TestReloadWarnsOfAKeyChange(t *testing.T) {
 	}
 	line := logs[strings.LastIndex(logs[:i], "\n")+1:]
 	line, _, _ = strings.Cut(line, "\n")
-	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "key changed") {
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "key changed") || !strings.Contains(line, "-> json:id") {
 		t.Fatalf("the warning: %s", line)
+	}
+	// Reloaded again with the same key (another setting changed): no new
+	// warning.
+	mustWrite(t, tn.cfgPath, strings.Replace(string(text), "forward = ", "key = [\"json:id\"]\nmax_attempts = 9\nforward = ", 1))
+	tn.n.reload(tn.cfgPath)
+	if n := strings.Count(tn.logs(), warning); n != 1 {
+		t.Fatalf("%d key change warnings after a reload that kept the key, want 1:\n%s", n, tn.logs())
 	}
 }

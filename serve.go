@@ -523,7 +523,7 @@ func (n *node) reload(path string) {
 	for _, w := range cfg.Warnings() {
 		n.log.Warn(w)
 	}
-	for _, w := range keyChanges(live) {
+	for _, w := range keyChanges(old, cfg) {
 		n.log.Warn(w)
 	}
 	if len(restart) > 0 {
@@ -535,20 +535,26 @@ func (n *node) reload(path string) {
 	n.log.Info("configuration reloaded", "applied", live, "needs_restart", restart)
 }
 
-// keyChanges warns, for each source whose key or provider (and with it the
-// default key) a reload changed, that deduplication starts anew for it: an
-// event claimed before the reload has its key the old way, so a provider's
-// retry of it, keyed the new way, is a new event and reaches the handler
-// again (README.md, Configuration).
-func keyChanges(live []string) []string {
+// keyChanges warns, for each source whose key a reload changed (its own,
+// or its provider's default it follows), that deduplication starts anew for
+// it: an event claimed before the reload has its key the old way, so a
+// provider's retry of it, keyed the new way, is a new event and reaches the
+// handler again (README.md, Configuration).
+func keyChanges(old, cfg *config.Config) []string {
+	if old == nil {
+		return nil
+	}
+	before := make(map[string][]string, len(old.Sources))
+	for i := range old.Sources {
+		before[old.Sources[i].Name] = old.Sources[i].Key
+	}
 	var w []string
-	for _, c := range live {
-		name, field, ok := strings.Cut(strings.TrimPrefix(c, "source["), "].")
-		if !ok || !strings.HasPrefix(c, "source[") || field != "key" && field != "provider" {
-			continue
+	for i := range cfg.Sources {
+		s := &cfg.Sources[i]
+		if k, ok := before[s.Name]; ok && !slices.Equal(k, s.Key) {
+			w = append(w, fmt.Sprintf("source %s: key changed (%s -> %s): events claimed before this reload keep keys made the old way, "+
+				"so a provider's retry of one of them is a new event and reaches the handler again", s.Name, strings.Join(k, "|"), strings.Join(s.Key, "|")))
 		}
-		w = append(w, fmt.Sprintf("source %s: %s changed: events claimed before this reload keep keys made the old way, "+
-			"so a provider's retry of one of them is a new event and reaches the handler again", name, field))
 	}
 	return w
 }
