@@ -183,6 +183,10 @@ func (s standard) Sign(body, secret []byte, now time.Time, id string, _ *HMACSpe
 	if id == "" {
 		return nil, fmt.Errorf("%w: %s: Sign needs an id", ErrBadConfig, s.Name())
 	}
+	if strings.Contains(id, ".") {
+		// Verify refuses it (errIDDot): say so before anything is sent.
+		return nil, fmt.Errorf("%w: %s: an id may not contain '.' (it separates the signed parts)", ErrBadConfig, s.Name())
+	}
 	h := webhookHeaders
 	if s.svix {
 		h = svixHeaders

@@ -112,16 +112,26 @@ func TestSignatureSplitsOneWay(t *testing.T) {
 }
 
 // Standard Webhooks forbids "." in an id: it separates the signed parts.
+// Verify refuses one, and Sign (`oncehook send`) refuses to make one.
 func TestStandardIDWithADot(t *testing.T) {
 	secret := []byte("whsec_" + base64.StdEncoding.EncodeToString([]byte("0123456789abcdef0123456789abcdef")))
 	for _, name := range []string{"standard", "svix"} {
 		s := mustLookup(t, name)
-		hs, err := s.Sign([]byte("{}"), secret, unix(1700000000), "msg.1", nil)
+		if _, err := s.Sign([]byte("{}"), secret, unix(1700000000), "msg.1", nil); !errors.Is(err, ErrBadConfig) {
+			t.Errorf("%s: Sign with a dotted id: %v, want ErrBadConfig", name, err)
+		}
+		// A delivery whose id holds a dot is refused before its MAC counts.
+		hs, err := s.Sign([]byte("{}"), secret, unix(1700000000), "msg", nil)
 		if err != nil {
 			t.Fatal(err)
 		}
+		h := headersOf(hs)
+		idHeader := "webhook-id"
+		if name == "svix" {
+			idHeader = "svix-id"
+		}
 		v := mustVerifier(t, name, Options{Secrets: [][]byte{secret}})
-		if err := v.Verify(&Request{Header: headersOf(hs), Body: []byte("{}"), Now: unix(1700000000)}); !errors.Is(err, errIDDot) {
+		if err := v.Verify(&Request{Header: h.with(idHeader, "msg.1"), Body: []byte("{}"), Now: unix(1700000000)}); !errors.Is(err, errIDDot) {
 			t.Errorf("%s: id with a dot: %v, want %v", name, err, errIDDot)
 		}
 	}
