@@ -54,7 +54,51 @@ func (s *Server) handler() http.Handler {
 	auth("GET /debug/pprof/symbol", pprof.Symbol)
 	auth("GET /debug/pprof/trace", pprof.Trace)
 	s.registerUI(mux) // the dead-letter page, /ui/ (ui.go)
-	return nosniff(mux)
+	return nosniff(s.unmatched(mux))
+}
+
+// unmatched gives the requests no route takes the token check of every
+// other route before the mux's own 404, 405 or path redirect: a stranger
+// learns no more of which routes exist than a 401. Those answers are JSON
+// like the rest of the API; a 405 keeps its Allow header.
+func (s *Server) unmatched(mux *http.ServeMux) http.Handler {
+	answer := s.requireToken(func(w http.ResponseWriter, r *http.Request) {
+		mux.ServeHTTP(&jsonStatusWriter{ResponseWriter: w}, r)
+	})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, pattern := mux.Handler(r); pattern == "" {
+			answer.ServeHTTP(w, r)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// jsonStatusWriter turns the mux's plain-text 404 and 405 into the API's
+// JSON error; other answers (a redirect) pass as they are.
+type jsonStatusWriter struct {
+	http.ResponseWriter
+	replaced bool
+}
+
+func (w *jsonStatusWriter) WriteHeader(status int) {
+	if status != http.StatusNotFound && status != http.StatusMethodNotAllowed {
+		w.ResponseWriter.WriteHeader(status)
+		return
+	}
+	w.replaced = true
+	msg := "no such route"
+	if status == http.StatusMethodNotAllowed {
+		msg = "method not allowed; allowed: " + w.Header().Get("Allow")
+	}
+	jsonError(w.ResponseWriter, status, msg)
+}
+
+func (w *jsonStatusWriter) Write(b []byte) (int, error) {
+	if w.replaced {
+		return len(b), nil
+	}
+	return w.ResponseWriter.Write(b)
 }
 
 // notFromPageScripts refuses a request a web page made: /metrics needs no

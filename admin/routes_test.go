@@ -1,6 +1,7 @@
 package admin
 
 import (
+	"encoding/json"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -143,6 +144,48 @@ func TestEveryRouteNeedsAToken(t *testing.T) {
 		default:
 			if resp.StatusCode != http.StatusUnauthorized {
 				t.Errorf("%s without a token: %d, want 401", r, resp.StatusCode)
+			}
+		}
+	}
+}
+
+// TestUnmatchedRequestsNeedAToken: a path no route serves, or a route asked
+// with another method, is answered 401 without a token (a stranger cannot
+// map the routes) and, with one, as JSON: 404, or 405 naming the methods.
+func TestUnmatchedRequestsNeedAToken(t *testing.T) {
+	_, base := newTestAPI(t)
+	cases := []struct {
+		method, path string
+		want         int
+		allow        string
+	}{
+		{"GET", "/no/such/route", http.StatusNotFound, ""},
+		{"POST", "/v1/status", http.StatusMethodNotAllowed, "GET, HEAD"},
+		{"DELETE", "/v1/replay", http.StatusMethodNotAllowed, "POST"},
+		{"POST", "/metrics", http.StatusMethodNotAllowed, "GET, HEAD"},
+	}
+	for _, c := range cases {
+		for _, token := range []string{"", testToken} {
+			req, _ := http.NewRequest(c.method, base+c.path, nil)
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var body map[string]string
+			err = json.NewDecoder(resp.Body).Decode(&body)
+			resp.Body.Close()
+			want := c.want
+			if token == "" {
+				want = http.StatusUnauthorized
+			}
+			if resp.StatusCode != want || err != nil || body["error"] == "" || resp.Header.Get("Content-Type") != "application/json" {
+				t.Errorf("%s %s token=%v: %d %q %v %v, want %d with a JSON error", c.method, c.path, token != "", resp.StatusCode, resp.Header.Get("Content-Type"), body, err, want)
+			}
+			if token != "" && resp.Header.Get("Allow") != c.allow {
+				t.Errorf("%s %s: Allow %q, want %q", c.method, c.path, resp.Header.Get("Allow"), c.allow)
 			}
 		}
 	}
