@@ -162,7 +162,8 @@ func TestOrderObjectsAreScopedBySource(t *testing.T) {
 // TestRequestsRefusedBeforeTheHandlerAreCounted: the answers the HTTP layer
 // gives before a source is known (headers over 16 KiB, a malformed request)
 // and the refusals of an Expect: 100-continue head are in
-// oncehook_requests_total, so that header floods and such senders show.
+// oncehook_requests_total, so that header floods and such senders show, and
+// a configured source's refusal in its latency histogram.
 func TestRequestsRefusedBeforeTheHandlerAreCounted(t *testing.T) {
 	tn := startTestNode(t, "", newHandler(t).url)
 	addr := strings.TrimPrefix(tn.intake, "http://")
@@ -194,6 +195,9 @@ func TestRequestsRefusedBeforeTheHandlerAreCounted(t *testing.T) {
 		`oncehook_requests_total{code="431",source=""} 1`,
 		`oncehook_requests_total{code="400",source=""} 1`,
 		`oncehook_requests_total{code="413",source="orders"} 1`,
+		// A configured source's refusal is in the intake latency, as
+		// every answer to a configured source is; the two before are not.
+		"oncehook_claim_duration_seconds_count 1\n",
 	} {
 		if !strings.Contains(m, want) {
 			t.Errorf("metrics lack %s", want)

@@ -166,6 +166,7 @@ type Node struct {
 	// change cancels the relays in flight to the previous one.
 	leaders   *leaderWatch
 	leaderObs *raft.Observer
+	reach     peerReach // the peers the leader's heartbeats fail to reach
 	watchDone chan struct{}
 	// removedBy is the member that said this leaderless node is not in its
 	// configuration (membership.go); nil while that is not known.
@@ -277,7 +278,8 @@ func Open(cfg Config) (*Node, error) {
 	}
 	n.probeCtx, n.probeStop = context.WithCancel(context.Background())
 	n.relay = &relayer{n: n}
-	n.leaders = newLeaderWatch(func() (raft.ServerAddress, raft.ServerID) { return n.raft.LeaderWithID() })
+	n.leaders = newLeaderWatch(func() (raft.ServerAddress, raft.ServerID) { return n.raft.LeaderWithID() },
+		func() uint64 { return n.raft.CurrentTerm() })
 	n.inproc = cfg.inproc
 	if err := n.open(); err != nil {
 		n.cleanup()
@@ -356,8 +358,11 @@ func (n *Node) open() error {
 	// current leader on each, so a dropped one only delays it to the next.
 	obsCh := make(chan raft.Observation, 16)
 	n.leaderObs = raft.NewObserver(obsCh, false, func(o *raft.Observation) bool {
-		_, ok := o.Data.(raft.LeaderObservation)
-		return ok
+		switch o.Data.(type) {
+		case raft.LeaderObservation, raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
+			return true
+		}
+		return false
 	})
 	n.raft.RegisterObserver(n.leaderObs)
 	go n.watchLeader(obsCh)
@@ -866,7 +871,12 @@ func (n *Node) watchLeader(ch <-chan raft.Observation) {
 		select {
 		case <-n.stopObserve:
 			return
-		case <-ch:
+		case o := <-ch:
+			switch o.Data.(type) {
+			case raft.FailedHeartbeatObservation, raft.ResumedHeartbeatObservation:
+				n.reach.observe(o.Data, time.Now())
+				continue
+			}
 			// The watch reads raft's current leader, not the observation's:
 			// after a dropped observation, the next one still brings it up
 			// to date.
@@ -877,6 +887,7 @@ func (n *Node) watchLeader(ch <-chan raft.Observation) {
 
 func (n *Node) startLeaderWork() {
 	n.stopLeaderWork()
+	n.reach.reset()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	n.leaderMu.Lock()

@@ -444,6 +444,9 @@ type Status struct {
 	AppliedIndex  uint64 `json:"applied_index"`
 	LastContact   string `json:"last_contact"`
 	LeaderChanges uint64 `json:"leader_changes"`
+	// Unreachable is, on the leader, the members its heartbeats have
+	// failed to reach in the last minute (peerreach.go); 0 elsewhere.
+	Unreachable int `json:"unreachable_peers"`
 	// ClusterID is the id the cluster named itself with ("": not yet;
 	// identity.go): a node of another cluster reports another one.
 	ClusterID string   `json:"cluster_id"`
@@ -503,6 +506,9 @@ func (n *Node) Status() Status {
 		st.LastContact = "never"
 	}
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		if st.State == "leader" {
+			st.Unreachable = n.reach.unreachable(f.Configuration().Servers, time.Now())
+		}
 		for _, s := range f.Configuration().Servers {
 			role := "follower"
 			switch {

@@ -495,19 +495,24 @@ var errLeaderChanged = errors.New("the leader changed")
 // what cancels the calls in flight when nobody else is asking.
 type leaderWatch struct {
 	leader func() (raft.ServerAddress, raft.ServerID) // raft's view
+	// term is raft's current term. It is read before the leader: raft
+	// clears the leader before it takes a higher term, so a leader read
+	// after a new term is never the one of the term before.
+	term func() uint64
 
-	mu      sync.Mutex
-	addr    raft.ServerAddress
-	id      raft.ServerID
-	known   raft.ServerID // the last leader seen; id is "" between leaders
-	changes uint64        // leaders seen that differ from the one before
-	ctx     context.Context
-	cancel  context.CancelCauseFunc
-	closed  bool
+	mu        sync.Mutex
+	addr      raft.ServerAddress
+	id        raft.ServerID
+	known     raft.ServerID // the last leader seen; id is "" between leaders
+	knownTerm uint64        // the term known was seen in
+	changes   uint64        // leaderships seen: another leader, or the same one elected again
+	ctx       context.Context
+	cancel    context.CancelCauseFunc
+	closed    bool
 }
 
-func newLeaderWatch(leader func() (raft.ServerAddress, raft.ServerID)) *leaderWatch {
-	w := &leaderWatch{leader: leader}
+func newLeaderWatch(leader func() (raft.ServerAddress, raft.ServerID), term func() uint64) *leaderWatch {
+	w := &leaderWatch{leader: leader, term: term}
 	w.ctx, w.cancel = context.WithCancelCause(context.Background())
 	return w
 }
@@ -520,20 +525,26 @@ func (w *leaderWatch) current() (raft.ServerAddress, context.Context) {
 	if w.closed {
 		return "", w.ctx
 	}
-	if addr, id := w.leader(); addr != w.addr || id != w.id {
+	term := w.term()
+	addr, id := w.leader()
+	if addr != w.addr || id != w.id {
 		w.cancel(fmt.Errorf("%w (from %q to %q)", errLeaderChanged, w.id, id))
 		w.addr, w.id = addr, id
 		w.ctx, w.cancel = context.WithCancelCause(context.Background())
-		if id != "" && id != w.known {
-			w.known = id
-			w.changes++
-		}
+	}
+	// A leader that lost its quorum and won the next election is a new
+	// leadership too: the deliveries it had in flight are repeated, as
+	// after a change of node (docs/operations.md, "Timeouts").
+	if id != "" && (id != w.known || term != w.knownTerm) {
+		w.known, w.knownTerm = id, term
+		w.changes++
 	}
 	return w.addr, w.ctx
 }
 
-// leaderChanges is the number of times a leader other than the last one
-// was seen, the first one included: on every node, not only those elected.
+// leaderChanges is the number of leaderships seen, the first one included:
+// a leader other than the last one, or the same one in a new term; on every
+// node, not only those elected.
 func (w *leaderWatch) leaderChanges() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"oncehook/engine"
 )
 
@@ -131,6 +133,41 @@ func TestLeaderChangesCountedOnEveryNode(t *testing.T) {
 	}
 }
 
+// TestLeaderWatchCountsAReelection: a leader that steps down and wins the
+// next election is counted again (its deliveries in flight are repeated as
+// after any change), whether or not the watch saw the moment without a
+// leader; a leader seen again in its own term is not.
+func TestLeaderWatchCountsAReelection(t *testing.T) {
+	type view struct {
+		id   raft.ServerID
+		term uint64
+	}
+	steps := []struct {
+		view
+		want uint64
+	}{
+		{view{"", 1}, 0},
+		{view{"n2", 2}, 1},
+		{view{"n2", 2}, 1}, // read again: the same leadership
+		{view{"", 2}, 1},   // stepped down
+		{view{"n2", 3}, 2}, // and elected again
+		{view{"n2", 4}, 3}, // a re-election the watch saw no gap in
+		{view{"n1", 5}, 4},
+		{view{"", 5}, 4},
+		{view{"n1", 5}, 4}, // a dropped and regained contact in the same term
+	}
+	var cur view
+	w := newLeaderWatch(func() (raft.ServerAddress, raft.ServerID) { return raft.ServerAddress(cur.id), cur.id },
+		func() uint64 { return cur.term })
+	for i, st := range steps {
+		cur = st.view
+		w.current()
+		if got := w.leaderChanges(); got != st.want {
+			t.Errorf("step %d (%v): %d leader changes, want %d", i, st.view, got, st.want)
+		}
+	}
+}
+
 // TestStatusAppliedIndexAfterARestart: a node restarted while cut off from
 // the leader shows the index its persistent state was applied to, not the 0
 // raft counts from until a leader tells it the commit index.
@@ -155,5 +192,60 @@ func TestStatusAppliedIndexAfterARestart(t *testing.T) {
 	c.set(fi, n)
 	if got := n.Status().AppliedIndex; got < applied {
 		t.Fatalf("status after the restart shows applied %d, want at least %d (raft says %d)", got, applied, n.raft.AppliedIndex())
+	}
+}
+
+// TestLeaderCountsUnreachablePeers: with one member of three cut off, the
+// cluster still commits and nothing else says it is one failure from
+// stopping; the leader's status counts the member its heartbeats do not
+// reach, and forgets it once they do again. Followers report none.
+func TestLeaderCountsUnreachablePeers(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	li := c.waitLeader(-1)
+	fi := c.follower(li)
+	if got := c.nodes[li].Status().Unreachable; got != 0 {
+		t.Fatalf("healthy cluster: leader reports %d unreachable", got)
+	}
+	// Whichever node leads (a loaded machine may move leadership) counts
+	// the member it cannot reach; no other node counts any.
+	leaderReports := func(want int) func() bool {
+		return func() bool {
+			found := false
+			for _, n := range c.nodes {
+				st := n.Status()
+				switch {
+				case st.State == "leader" && st.Unreachable == want:
+					found = true
+				case st.State != "leader" && st.Unreachable != 0:
+					t.Errorf("%s, a %s, reports %d unreachable", st.NodeID, st.State, st.Unreachable)
+				}
+			}
+			return found
+		}
+	}
+	c.partition(fi)
+	waitFor(t, "the leader to count the cut-off member", leaderReports(1))
+	c.mustClaim("src:still-commits", fi)
+	c.heal()
+	waitFor(t, "the leader to see the member again", leaderReports(0))
+}
+
+func TestPeerReachForgetsOldFailures(t *testing.T) {
+	var p peerReach
+	t0 := time.Unix(1000, 0)
+	servers := []raft.Server{{ID: "a"}, {ID: "b"}}
+	p.observe(raft.FailedHeartbeatObservation{PeerID: "a"}, t0)
+	p.observe(raft.FailedHeartbeatObservation{PeerID: "gone"}, t0) // no longer a member
+	if got := p.unreachable(servers, t0.Add(time.Second)); got != 1 {
+		t.Errorf("one failing member: %d", got)
+	}
+	if got := p.unreachable(servers, t0.Add(peerReachWindow)); got != 0 {
+		t.Errorf("a failure a window old still counts: %d", got)
+	}
+	p.observe(raft.FailedHeartbeatObservation{PeerID: "b"}, t0)
+	p.observe(raft.ResumedHeartbeatObservation{PeerID: "b"}, t0)
+	p.reset()
+	if got := p.unreachable(servers, t0); got != 0 {
+		t.Errorf("after a resume and a reset: %d", got)
 	}
 }

@@ -152,7 +152,13 @@ func (f *Forwarder) try(ctx context.Context, ev engine.Event) *attempt {
 	}
 	at.took = time.Since(at.start)
 	if ctx.Err() != nil {
-		return nil // cancelled: do not record anything
+		// Cancelled (leadership lost, a stop): nothing is recorded and the
+		// lease decides; a handler call that was made is counted as one
+		// whose outcome could not be committed.
+		if ok {
+			f.cutOff(ev, at.n, at.took)
+		}
+		return nil
 	}
 	if at.a.hold > 0 {
 		now := time.Now()
@@ -409,7 +415,8 @@ func (f *Forwarder) complete(ctx context.Context, ev engine.Event, attempt int, 
 	}
 	err := f.opts.Store.Complete(ctx, ev.Key, ev.Token, resp, a.step, tgt.PayloadRetention)
 	if ctx.Err() != nil {
-		return // unknown whether it committed; the lease decides
+		f.cutOff(ev, attempt, took) // unknown whether it committed; the lease decides
+		return
 	}
 	fin := Finish{Key: ev.Key, Source: ev.Source, Token: ev.Token, Attempt: attempt, Status: a.status}
 	switch {
@@ -455,6 +462,7 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	at := &engine.Attempt{At: start.UnixNano(), Took: int64(took), Status: a.status, Error: a.reason, Body: a.body}
 	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, maxAttempts, a.reason, a.step, tgt.DeadRetention, at)
 	if ctx.Err() != nil {
+		f.cutOff(ev, attempt, took)
 		return
 	}
 	fin := Finish{Key: ev.Key, Source: ev.Source, Token: ev.Token, Attempt: attempt, Status: a.status, Reason: a.reason}
@@ -558,6 +566,18 @@ func handBackReason(r string) bool {
 func lostLease(err error) bool {
 	return errors.Is(err, engine.ErrStaleToken) || errors.Is(err, engine.ErrWrongState) ||
 		errors.Is(err, engine.ErrNotFound)
+}
+
+// cutOff counts a handler call whose outcome was not recorded because the
+// run ended under it (the node lost leadership or quorum, or stops): the
+// lease expires and the event goes out again, so operators see these
+// repeats coming as outcome "error".
+func (f *Forwarder) cutOff(ev engine.Event, attempt int, took time.Duration) {
+	f.log.Info("delivery outcome not recorded: no longer leading; the lease will expire",
+		"key", ev.Key, "token", ev.Token, "attempt", attempt)
+	if f.opts.Observe != nil { // not OnFinish: there is no outcome to hand a waiter
+		f.opts.Observe(ev.Source, OutcomeError, took)
+	}
 }
 
 func (f *Forwarder) finish(fin Finish, took time.Duration) {

@@ -102,7 +102,7 @@ const (
 	OutcomeRetry  = "retry"  // the attempt failed; the event is pending again
 	OutcomeDead   = "dead"   // the attempt failed and was the last one allowed
 	OutcomeFenced = "fenced" // the lease was no longer ours; the result was discarded
-	OutcomeError  = "error"  // the Store call itself failed; the lease will expire and be reclaimed
+	OutcomeError  = "error"  // not recorded (the Store call failed, or the run ended under it); the lease will expire and be reclaimed
 )
 
 // MaxBody is the most of a handler's response body that is read, and cached for
@@ -217,7 +217,8 @@ type Options struct {
 	// (Status, Reason), which the store keeps only as LastError. Waiters on a
 	// follower are not reached by it: the cluster's FSM must wake them when it
 	// applies a Complete or Fail (see doc.go). It is not called for attempts
-	// abandoned because Run's context ended.
+	// abandoned because Run's context ended (Observe counts those as
+	// OutcomeError).
 	OnFinish func(Finish)
 	// RateLimited, when set, is called once per delivery that waited for its
 	// source's rate limit or Retry-After hold before it started, with how long

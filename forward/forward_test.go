@@ -669,9 +669,55 @@ func TestCancelLeavesEventProcessing(t *testing.T) {
 	if ev.State != engine.StateProcessing || ev.Attempts != 1 || ev.LastError != "" {
 		t.Errorf("event %v attempts %d last error %q, want processing, 1, none", ev.State, ev.Attempts, ev.LastError)
 	}
-	if len(l.failLog()) != 0 || len(l.completeLog()) != 0 || len(rec.list()) != 0 {
-		t.Errorf("an abandoned attempt was recorded: fails %v completes %v outcomes %v",
-			l.failLog(), l.completeLog(), rec.list())
+	if len(l.failLog()) != 0 || len(l.completeLog()) != 0 || len(rec.finishes()) != 0 {
+		t.Errorf("an abandoned attempt was recorded: fails %v completes %v finishes %v",
+			l.failLog(), l.completeLog(), rec.finishes())
+	}
+	// The handler was called: the call is counted, as one whose outcome
+	// could not be committed (it will be repeated after the lease).
+	if o := rec.list(); !slices.Equal(o, []string{OutcomeError}) {
+		t.Errorf("outcomes = %v, want [error]", o)
+	}
+}
+
+// completeCutOff is a Store whose Complete waits for the run to end, as a
+// leader's does when it loses its quorum during the commit.
+type completeCutOff struct {
+	*leader
+	entered chan struct{}
+}
+
+func (c completeCutOff) Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string, keep time.Duration) error {
+	close(c.entered)
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// A handler call answered 2xx whose Complete never committed (leadership
+// lost during it) is counted as outcome error: the event goes out again
+// after its lease, and the repeat is expected.
+func TestCutOffCompleteIsCountedAsError(t *testing.T) {
+	l := newLeader(t)
+	h := &sink{}
+	srv := serve(t, h)
+	l.claim("src:c", "src", "x")
+	rec := &recorder{}
+	store := completeCutOff{leader: l, entered: make(chan struct{})}
+	f := New(Options{Store: store, PollInterval: 5 * time.Millisecond, SweepInterval: 5 * time.Millisecond,
+		Observe: rec.observe, OnFinish: rec.finish, Targets: only(Target{URL: srv.URL})})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.Run(ctx) }()
+	<-store.entered
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if h.n() != 1 || l.get("src:c").State != engine.StateProcessing {
+		t.Fatalf("handler calls %d, state %v: want 1 and processing", h.n(), l.get("src:c").State)
+	}
+	if o := rec.list(); !slices.Equal(o, []string{OutcomeError}) || len(rec.finishes()) != 0 {
+		t.Errorf("outcomes %v finishes %v, want [error] and none", o, rec.finishes())
 	}
 }
 

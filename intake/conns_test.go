@@ -340,3 +340,22 @@ func serveTCP(t *testing.T, in *Server) string {
 	})
 	return ln.Addr().String()
 }
+
+// TestServerLogLinesHaveOneMessage: fasthttp's own messages, logged as JSON,
+// carry the record's message once (a second "msg" key is dropped by most
+// JSON readers, which keep the last), with the detail under its own key and
+// without the request bytes fasthttp quotes.
+func TestServerLogLinesHaveOneMessage(t *testing.T) {
+	var buf bytes.Buffer
+	l := fasthttpLogger{slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))}
+	l.Printf("error when serving connection %q<->%q: %v", "a", "b", fmt.Errorf("cannot parse: buffer size=12, contents: \"secret\""))
+	line := buf.String()
+	if n := strings.Count(line, `"msg":`); n != 1 {
+		t.Fatalf("%d msg keys in %s", n, line)
+	}
+	var rec map[string]string
+	if err := json.Unmarshal(buf.Bytes(), &rec); err != nil || rec["msg"] != "http server" ||
+		!strings.Contains(rec["detail"], "error when serving connection") || strings.Contains(line, "secret") {
+		t.Fatalf("log line %s (%v)", line, err)
+	}
+}

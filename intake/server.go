@@ -390,6 +390,9 @@ func (in *Server) expect(ctx *fasthttp.RequestCtx) int {
 			name = src.name
 		}
 		in.metrics.Request(name, status)
+		if src != nil { // a configured source's refusal is a request it answered, as in handleIn
+			in.metrics.ClaimDuration(time.Since(ctx.Time()))
+		}
 		// fasthttp sends the refusal itself, with the response as set here:
 		// the same JSON error serveSource would answer.
 		ctx.Response.Header.SetCanonical(hdrNosniff, valNosniff)
@@ -526,7 +529,7 @@ func (f fasthttpLogger) Printf(format string, args ...any) {
 	if i := strings.Index(msg, "buffer size="); i >= 0 {
 		msg = msg[:i] + "(request bytes not logged)"
 	}
-	f.l.Debug("http server", "msg", msg)
+	f.l.Debug("http server", "detail", msg) // "msg" is the record's own key
 }
 
 // errorWithoutRequestBytes cuts a fasthttp error before the first request

@@ -1,6 +1,7 @@
 package metrics
 
 import (
+	"slices"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -9,9 +10,9 @@ import (
 )
 
 // deadCollector reports oncehook_dead_oldest_age_seconds{source} at scrape
-// time for every configured source (0 when it has no dead letter): a walk of
-// the dead letters oldest first that stops once every configured source was
-// seen (engine.OldestDeadBySource), so at most the number of dead letters.
+// time for every configured source (0 when it has no dead letter) and every
+// other source that has dead letters: a walk of the dead letters
+// (engine.OldestDeadBySource), so the number of dead letters.
 // oncehook_oldest_dead_seconds (raft.go) is the same age over all sources,
 // one seek.
 type deadCollector struct {
@@ -41,12 +42,23 @@ func NewDeadCollector(n DeadSource, sources func() []string) prometheus.Collecto
 func (c *deadCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.oldest }
 
 func (c *deadCollector) Collect(ch chan<- prometheus.Metric) {
-	names := c.sources()
-	at, err := c.node.OldestDeadBySource(names)
+	// Every source's dead letters, configured or not: a source a reload
+	// removed or renamed keeps its dead letters until dead_retention, and
+	// the alert on their age must see them before they are deleted.
+	at, err := c.node.OldestDeadBySource(nil)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.oldest, err)
 		return
 	}
+	names := c.sources()
+	var others []string
+	for name := range at {
+		if !slices.Contains(names, name) {
+			others = append(others, name)
+		}
+	}
+	slices.Sort(others)
+	names = append(slices.Clip(names), others...)
 	now := c.now()
 	for _, name := range names {
 		age := 0.0

@@ -110,7 +110,21 @@ type deadAt struct {
 	err error
 }
 
-func (d deadAt) OldestDeadBySource([]string) (map[string]int64, error) { return d.at, d.err }
+// OldestDeadBySource answers as the engine may: asked for some sources, it
+// stops once it found them and may find no other; asked for none, it walks
+// every dead letter.
+func (d deadAt) OldestDeadBySource(want []string) (map[string]int64, error) {
+	if len(want) == 0 {
+		return d.at, d.err
+	}
+	out := map[string]int64{}
+	for s, t := range d.at {
+		if slices.Contains(want, s) {
+			out[s] = t
+		}
+	}
+	return out, d.err
+}
 
 // TestDeadCollector: one series per configured source, its oldest dead
 // letter's age or 0; a storage error fails the series, not the scrape's
@@ -125,6 +139,9 @@ func TestDeadCollector(t *testing.T) {
 		{"none dead", deadAt{}, map[string]float64{"a": 0, "b": 0}},
 		{"one dead", deadAt{at: map[string]int64{"b": now.Add(-90 * time.Second).UnixNano()}}, map[string]float64{"a": 0, "b": 90}},
 		{"clock behind", deadAt{at: map[string]int64{"a": now.Add(time.Minute).UnixNano()}}, map[string]float64{"a": 0, "b": 0}},
+		// A source a reload removed keeps its dead letters until
+		// dead_retention: their age must be seen before they go.
+		{"a source removed", deadAt{at: map[string]int64{"gone": now.Add(-time.Hour).UnixNano()}}, map[string]float64{"a": 0, "b": 0, "gone": 3600}},
 		{"storage error", deadAt{err: errors.New("disk")}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
