@@ -3,11 +3,13 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -60,5 +62,57 @@ func TestIntakeConnectionCap(t *testing.T) {
 	}
 	for _, l := range []string{"admin", "cluster"} {
 		mustMetric(t, tn.scrape(), `oncehook_connections_refused_total{listener="`+l+`"}`)
+	}
+}
+
+// TestIntakeCapRefusalsAreAllTheDocumentedOne: a client that keeps opening
+// and closing connections at its network's cap is refused only with the
+// documented answer (JSON, Retry-After, counted), never with the HTTP
+// server's own plain-text 429 (it counted the cap a second time, and
+// lagged connlimit when a connection closed).
+func TestIntakeCapRefusalsAreAllTheDocumentedOne(t *testing.T) {
+	h := newHandler(t)
+	tn := startTestNode(t, "", h.url)
+	tn.stop()
+	cfg, err := os.ReadFile(tn.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, tn.cfgPath, strings.Replace(string(cfg), "log_level = \"debug\"\n", "log_level = \"debug\"\nmax_conns_per_ip = 1\n", 1))
+	tn.start()
+	addr := strings.TrimPrefix(tn.intake, "http://")
+	var mu sync.Mutex
+	refused, other := 0, 0
+	for range 400 {
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				c, err := net.Dial("tcp", addr)
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+				fmt.Fprint(c, "GET /livez HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+				resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+				if err != nil {
+					return
+				}
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusTooManyRequests {
+					mu.Lock()
+					if resp.Header.Get("Retry-After") != "" && resp.Header.Get("Content-Type") == "application/json" {
+						refused++
+					} else {
+						other++
+					}
+					mu.Unlock()
+				}
+			})
+		}
+		wg.Wait()
+	}
+	if other > 0 {
+		t.Fatalf("%d refusals were not the documented 429 (%d were)", other, refused)
 	}
 }

@@ -26,6 +26,7 @@ import (
 	"oncehook/cluster"
 	"oncehook/config"
 	"oncehook/connlimit"
+	"oncehook/engine"
 	"oncehook/failpoint"
 	"oncehook/forward"
 	"oncehook/intake"
@@ -48,7 +49,8 @@ type node struct {
 	intake  *intake.Server
 	keys    *keyset.Manager // keys_url sources' fetched keys
 	targets atomic.Pointer[map[string]forward.Target]
-	limited atomic.Pointer[[]string] // the sources of targets with a max_rate (setTargets)
+	limited atomic.Pointer[[]string]             // the sources of targets with a max_rate (setTargets)
+	leases  atomic.Pointer[[]engine.LeaseLength] // every target's lease length, by source (setTargets)
 	// forwarder delivers while this node leads (lead); nil otherwise.
 	forwarder atomic.Pointer[forward.Forwarder]
 
@@ -303,6 +305,12 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	}
 	n.intake = intake.New(iopts)
 	n.httpSrv = n.intake.HTTPServer()
+	// connlimit refuses a network past max_conns_per_ip at accept, with the
+	// JSON 429 and counted. fasthttp's own count of the same cap is lowered
+	// only after a closed connection gave connlimit its slot back, so a
+	// connection accepted in between got fasthttp's plain-text 429, not
+	// counted: one count, connlimit's.
+	n.httpSrv.MaxConnsPerIP = 0
 	go func() {
 		if err := n.httpSrv.Serve(n.httpLn); err != nil {
 			n.served <- fmt.Errorf("intake: %w", err)
@@ -342,6 +350,14 @@ func (n *node) lead(ctx context.Context) {
 		// A new leader caps a rate-limited backlog from its first lease.
 		LimitedSources: func() []string {
 			if l := n.limited.Load(); l != nil {
+				return *l
+			}
+			return nil
+		},
+		// Events claimed before a reload that changed their source's
+		// lease are leased for the new one.
+		Leases: func() []engine.LeaseLength {
+			if l := n.leases.Load(); l != nil {
 				return *l
 			}
 			return nil
@@ -418,8 +434,27 @@ func (n *node) setTargets(targets map[string]forward.Target) {
 		}
 	}
 	slices.Sort(limited)
+	leases := leaseLengths(targets)
 	n.limited.Store(&limited)
+	n.leases.Store(&leases)
 	n.targets.Store(&targets)
+}
+
+// leaseLengths lists the targets' lease lengths as a lease command carries
+// them (engine.Command.Leases): sorted by source, at most engine.MaxQuotas
+// (the sources past it keep the length stored at their events' claim).
+func leaseLengths(targets map[string]forward.Target) []engine.LeaseLength {
+	var leases []engine.LeaseLength
+	for src, t := range targets {
+		if t.Lease > 0 {
+			leases = append(leases, engine.LeaseLength{Source: src, For: int64(t.Lease)})
+		}
+	}
+	slices.SortFunc(leases, func(a, b engine.LeaseLength) int { return strings.Compare(a.Source, b.Source) })
+	if len(leases) > engine.MaxQuotas {
+		leases = leases[:engine.MaxQuotas]
+	}
+	return leases
 }
 
 func (n *node) target(source string) (forward.Target, bool) {
@@ -630,6 +665,7 @@ func compileSources(cfg *config.Config) (*intake.Set, map[string]forward.Target,
 
 			DeadRetention:    time.Duration(s.DeadRetention),
 			PayloadRetention: time.Duration(s.PayloadRetention),
+			Lease:            time.Duration(s.Lease),
 		}
 	}
 	return set, targets, nil

@@ -5,11 +5,13 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -189,4 +191,44 @@ func TestUnmatchedRequestsNeedAToken(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestPauseAndResumeAreLogged: the state keeps who paused a source and why
+// only while it is paused; the log keeps both, and the resume's.
+func TestPauseAndResumeAreLogged(t *testing.T) {
+	var out syncLog
+	_, base := newTestAPI(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&out, nil)) })
+	for _, step := range []struct{ path, reason string }{{"pause", "deploy v42"}, {"resume", "v42 healthy"}} {
+		req, _ := http.NewRequest(http.MethodPost, base+"/v1/sources/orders/"+step.path, strings.NewReader(`{"reason":"`+step.reason+`"}`))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("%s: %d", step.path, resp.StatusCode)
+		}
+		if line := out.String(); !strings.Contains(line, "source "+step.path) || !strings.Contains(line, `reason="`+step.reason+`"`) || !strings.Contains(line, "who=ops") {
+			t.Fatalf("after %s the log holds:\n%s", step.path, line)
+		}
+	}
+}
+
+// syncLog is a log destination the server's goroutines may write to.
+type syncLog struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncLog) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncLog) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -55,11 +55,19 @@ func (s *Server) adminPauseResume(w http.ResponseWriter, r *http.Request, pause 
 		jsonError(w, http.StatusNotFound, "unknown source "+name)
 		return
 	}
-	changed, err := s.setPaused(r.Context(), name, r.Context().Value(whoKey).(string), req.Reason, pause)
+	who := r.Context().Value(whoKey).(string)
+	changed, err := s.setPaused(r.Context(), name, who, req.Reason, pause)
 	if err != nil {
 		jsonError(w, clusterWriteStatus(err), err.Error())
 		return
 	}
+	// The state keeps who paused and why only while paused: the log is the
+	// record of both, and of the resume.
+	action := "resume"
+	if pause {
+		action = "pause"
+	}
+	s.log.Info("source "+action, "source", name, "who", who, "reason", req.Reason, "changed", changed)
 	writeJSON(w, http.StatusOK, map[string]any{"source": name, "paused": pause, "changed": changed})
 }
 

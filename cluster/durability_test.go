@@ -65,7 +65,7 @@ func TestEngineFileIsRebuiltAfterAMachineCrash(t *testing.T) {
 		t.Fatal("the rebuilt engine differs from the one before the crash")
 	}
 	for _, k := range []string{"src:a0", "src:b39"} {
-		if _, ok, _ := n.Lookup(k); !ok {
+		if _, ok, _ := n.eng.Exists(k); !ok {
 			t.Fatalf("%s lost", k)
 		}
 	}
@@ -93,7 +93,7 @@ func TestEngineFileIsKeptAfterAProcessCrash(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "fsm.db.untrusted")); err == nil {
 		t.Fatal("a file from this boot was distrusted")
 	}
-	if _, ok, _ := n.Lookup("src:kept"); !ok {
+	if _, ok, _ := n.eng.Exists("src:kept"); !ok {
 		t.Fatal("claim lost")
 	}
 }

@@ -190,7 +190,11 @@ type Node struct {
 	probeStop context.CancelFunc
 	// restoring is set while a restore this node leads is not confirmed:
 	// its state may hold events no majority committed (Lookup).
-	restoring    atomic.Bool
+	restoring atomic.Bool
+	// current is set once this node's applied state has caught up with the
+	// cluster since the start (current.go): Lookup answers from it only then.
+	current      atomic.Bool
+	currentAt    atomic.Uint64 // the leader's commit index watchCurrent got; 0: not yet
 	memberDone   chan struct{}
 	relayTimeout time.Duration
 
@@ -367,6 +371,7 @@ func (n *Node) open() error {
 	n.raft.RegisterObserver(n.leaderObs)
 	go n.watchLeader(obsCh)
 	go n.watchMembership()
+	n.startWatchCurrent()
 
 	if !existing {
 		if err := n.bootstrap(); err != nil {
@@ -900,6 +905,7 @@ func (n *Node) startLeaderWork() {
 		if !n.caughtUpAsLeader(ctx) {
 			return
 		}
+		n.current.Store(true) // its log holds every committed entry, and it applied them
 		watch.Go(func() { n.endAbandonedEntries(ctx) })
 		watch.Go(func() { n.nameCluster(ctx) })
 		n.log.Info("leading: delivery and sweeping started", "node", n.cfg.ID)

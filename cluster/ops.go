@@ -70,14 +70,14 @@ func (n *Node) Claim(ctx context.Context, c engine.Command) (engine.Result, erro
 
 // Lease moves up to max due events to processing under a new fencing token.
 func (n *Node) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error) {
-	evs, _, err := n.LeaseFrom(ctx, max, leaseFor, nil, 0, 0)
+	evs, _, err := n.LeaseFrom(ctx, max, leaseFor, nil, nil, 0, 0)
 	return evs, err
 }
 
 // LeaseFrom is Lease taking from each source no more than quotas, share and
 // spare allow (engine.Command.Quotas, Share and Spare). It also returns the
 // sources with due events the lease did not take (engine.Result.Waiting).
-func (n *Node) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
+func (n *Node) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, leases []engine.LeaseLength, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
 	// Nothing due (the usual case when idle, and under load when claims
 	// lease their own events): no entry. The forwarder leases on every poll
 	// tick, so an idle cluster would otherwise commit, and fsync on every
@@ -89,7 +89,7 @@ func (n *Node) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, q
 	if due, err := n.eng.LeaseDue(n.now().UnixNano(), quotas); err == nil && !due {
 		return nil, nil, nil
 	}
-	r, err := n.applyOne(ctx, engine.Command{Op: engine.OpLease, Max: max, LeaseFor: int64(leaseFor), Quotas: quotas, Share: share, Spare: spare}, true)
+	r, err := n.applyOne(ctx, engine.Command{Op: engine.OpLease, Max: max, LeaseFor: int64(leaseFor), Leases: leases, Quotas: quotas, Share: share, Spare: spare}, true)
 	if err != nil {
 		return nil, nil, fmt.Errorf("lease: %w", err)
 	}
@@ -253,10 +253,11 @@ func (n *Node) countCmd(ctx context.Context, c engine.Command, leaderOnly bool) 
 // the intake may answer a duplicate from it without a Raft round; a key not
 // found here proves nothing (this node may lag), and the claim decides.
 // While a restore this node leads is unconfirmed its state is not yet
-// committed: it finds nothing then, and claims decide.
+// committed, and after a start it may predate a restore (current.go): it
+// finds nothing then, and claims decide.
 func (n *Node) Lookup(key string) (engine.State, bool, error) {
-	if n.restoring.Load() {
-		return 0, false, nil
+	if n.restoring.Load() || !n.isCurrent() {
+		return 0, false, nil // the claim decides, on the cluster's state (current.go)
 	}
 	return n.eng.Exists(key)
 }

@@ -765,6 +765,8 @@ func (a *applier) lease(c *Command) (Result, error) {
 		return bad("lease for %d", c.LeaseFor)
 	case !validQuotas(c.Quotas) || c.Share < 0 || c.Share > maxQuota || c.Spare < 0 || c.Spare > c.Max:
 		return bad("lease quotas")
+	case !validLeases(c.Leases):
+		return bad("lease lengths")
 	}
 	// The picked events are decoded straight into the result (out); picks
 	// holds what else the moves need.
@@ -816,6 +818,9 @@ func (a *applier) lease(c *Command) (Result, error) {
 		ev := &out[i]
 		if err := a.duep.del(a.dk(ev.Source, p.due, ev.Key)); err != nil {
 			return Result{}, err
+		}
+		if l, ok := leaseLengthOf(c.Leases, ev.Source); ok {
+			ev.LeaseFor = l // the running config's, kept for the next lease too
 		}
 		lf := ev.LeaseFor
 		if lf == 0 {

@@ -479,6 +479,7 @@ const (
 	fieldSpare
 	fieldResponseType // added with the handler's Content-Type of a sync answer
 	fieldRefund       // added with the hand-back's refund: no value, the bit says it
+	fieldLeases       // added with the lease lengths by source
 	numFields
 )
 
@@ -522,6 +523,7 @@ func commandMask(c *Command) uint64 {
 	set(fieldSpare, c.Spare != 0)
 	set(fieldResponseType, c.Response != nil && c.Response.ContentType != "")
 	set(fieldRefund, c.Refund)
+	set(fieldLeases, len(c.Leases) != 0)
 	return m
 }
 
@@ -579,6 +581,9 @@ func commandsSize(cmds []Command) int {
 		}
 		for _, q := range c.Quotas {
 			n += 16 + len(q.Source)
+		}
+		for _, l := range c.Leases {
+			n += 16 + len(l.Source)
 		}
 	}
 	return n
@@ -704,6 +709,13 @@ func appendCommand(dst []byte, c *Command) []byte {
 	}
 	if m&(1<<fieldResponseType) != 0 {
 		dst = appendString(dst, c.Response.ContentType)
+	}
+	if m&(1<<fieldLeases) != 0 {
+		dst = binary.AppendUvarint(dst, uint64(len(c.Leases)))
+		for _, l := range c.Leases {
+			dst = appendString(dst, l.Source)
+			dst = binary.AppendVarint(dst, l.For)
+		}
 	}
 	return dst
 }
@@ -968,6 +980,30 @@ func (d *entryDecoder) command(c *Command) {
 			c.Response.ContentType = t
 		}
 	}
+	if m&(1<<fieldLeases) != 0 {
+		c.Leases = d.leases()
+	}
+}
+
+// leases reads a non-empty list of lease lengths, sorted by source, each
+// source once (so that the list has one encoding).
+func (d *entryDecoder) leases() []LeaseLength {
+	n := d.count("lease length count", 3)
+	if d.err == nil && n == 0 {
+		d.fail("lease lengths: present but empty")
+	}
+	if n <= 0 {
+		return nil
+	}
+	ls := make([]LeaseLength, n)
+	for j := range ls {
+		ls[j].Source = d.string("lease length source", true)
+		ls[j].For = d.nonZeroVarint("lease length")
+		if d.err == nil && j > 0 && ls[j-1].Source >= ls[j].Source {
+			d.fail("lease lengths: not sorted by source")
+		}
+	}
+	return ls
 }
 
 // quotas reads a non-empty list of lease quotas, sorted by source, each

@@ -20,6 +20,7 @@ func sampleCommands() []Command {
 		{Op: OpLease, Now: t0 + 1, Max: 64, LeaseFor: 30 * sec},
 		{Op: OpLease, Now: t0 + 1, Max: 64, LeaseFor: 30 * sec, Share: 32, Spare: 8,
 			Quotas: []Quota{{Source: "github", Max: 3}, {Source: "shopify", Hard: true}, {Source: "stripe-live", Max: 1 << 20, Hard: true}}},
+		{Op: OpLease, Now: t0 + 1, Max: 8, LeaseFor: 30 * sec, Leases: []LeaseLength{{Source: "github", For: 120 * sec}, {Source: "shopify", For: 1}}},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 12345, Response: &Response{Status: 201, Body: []byte("ok")}, Step: "shipped"},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 1, Response: &Response{}},
 		{Op: OpComplete, Now: t0 + 2, Key: "k", Token: 2, Response: &Response{Status: 200, Body: []byte(`{"text":"hi"}`), ContentType: "application/json"}},

@@ -54,6 +54,12 @@ const (
 // it took Max of Source's, it takes Source's only when every other source's
 // due events are taken (Hard: not even then). Max 0 with Hard skips the
 // source; Max 0 without puts it behind every other.
+// LeaseLength is a source's lease length (ns) on a lease command.
+type LeaseLength struct {
+	Source string
+	For    int64
+}
+
 type Quota struct {
 	Source string
 	Max    int
@@ -123,6 +129,13 @@ type Command struct {
 	// than Max-Spare events in all, so that the last Spare free workers stay
 	// for events within their quotas (0 <= Spare <= Max).
 	Spare int
+	// Leases on a lease: the lease length of some sources' events as the
+	// running configuration says now (sorted by Source, each source once).
+	// An event of a named source is leased for that length, which is stored
+	// with it, in place of the one stored at its claim: a reload that
+	// changes a source's lease reaches the events claimed before it. An
+	// event of a source not named keeps its stored length.
+	Leases []LeaseLength
 
 	// Complete, Fail.
 	Token    uint64    // fencing token the worker holds

@@ -296,6 +296,32 @@ func quotaOf(quotas []Quota, source []byte) (Quota, bool) {
 	return quotas[i], true
 }
 
+// validLeases checks a lease's lengths by source: sorted by source, each
+// once, each a valid name with a length a lease may have.
+func validLeases(ls []LeaseLength) bool {
+	if len(ls) > MaxQuotas {
+		return false
+	}
+	for i, l := range ls {
+		if !validKey(l.Source) || l.For <= 0 || l.For > maxDuration {
+			return false
+		}
+		if i > 0 && ls[i-1].Source >= l.Source {
+			return false
+		}
+	}
+	return true
+}
+
+// leaseLengthOf finds source's length in ls (sorted by source).
+func leaseLengthOf(ls []LeaseLength, source string) (int64, bool) {
+	i, ok := slices.BinarySearchFunc(ls, source, func(l LeaseLength, s string) int { return strings.Compare(l.Source, s) })
+	if !ok {
+		return 0, false
+	}
+	return ls[i].For, true
+}
+
 // validQuotas checks a lease's quotas: sorted by source, each once, each a
 // valid name with a quota of at least 0.
 func validQuotas(qs []Quota) bool {

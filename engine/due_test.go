@@ -180,6 +180,71 @@ func TestLeaseQuotasRefused(t *testing.T) {
 	}
 }
 
+// TestLeaseLengthsFromTheRunningConfig: a lease that names a source's
+// length leases that source's events for it, whatever length their claim
+// stored (a reload changed the source's lease since), and stores it for the
+// leases after; a source it does not name keeps its events' stored length.
+func TestLeaseLengthsFromTheRunningConfig(t *testing.T) {
+	h := newHarness(t)
+	for _, c := range []Command{claimFrom("a", "a:1", t0), claimFrom("b", "b:1", t0)} {
+		c.LeaseFor = 30 * sec // the lease when they were claimed
+		h.one(c)
+	}
+	now := t0 + sec
+	r := h.one(Command{Op: OpLease, Now: now, Max: 5, LeaseFor: 10 * sec, Leases: []LeaseLength{{Source: "a", For: 120 * sec}}})
+	if r.Err != nil || len(r.Events) != 2 {
+		t.Fatalf("lease: %+v", r)
+	}
+	for _, ev := range r.Events {
+		want := map[string]int64{"a": 120 * sec, "b": 30 * sec}[ev.Source]
+		if ev.LeaseUntil != now+want || h.get(ev.Key).LeaseFor != want {
+			t.Errorf("%s leased until %d (stored length %d), want %d", ev.Key, ev.LeaseUntil-now, h.get(ev.Key).LeaseFor, want)
+		}
+	}
+	// Failed and leased again by a lease that names no length: a:1 keeps
+	// the one it was last given.
+	a := h.get("a:1")
+	h.one(Command{Op: OpFail, Now: now, Key: "a:1", Token: a.Token, RetryIn: 1})
+	later := now + 2*sec
+	r = h.one(Command{Op: OpLease, Now: later, Max: 5, LeaseFor: 10 * sec})
+	if len(r.Events) != 1 || r.Events[0].LeaseUntil != later+120*sec {
+		t.Fatalf("second lease: %+v, want a:1 until +120s", r)
+	}
+	if err := h.e.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestLeaseLengthsRefused: malformed lengths are a bad command that changes
+// nothing; the decoder refuses a list that is not sorted by source.
+func TestLeaseLengthsRefused(t *testing.T) {
+	h := newHarness(t)
+	h.one(claimFrom("a", "a:1", t0))
+	for _, tt := range []struct {
+		name   string
+		leases []LeaseLength
+	}{
+		{"not sorted", []LeaseLength{{Source: "b", For: sec}, {Source: "a", For: sec}}},
+		{"twice", []LeaseLength{{Source: "a", For: sec}, {Source: "a", For: 2 * sec}}},
+		{"zero", []LeaseLength{{Source: "a"}}},
+		{"negative", []LeaseLength{{Source: "a", For: -sec}}},
+		{"too long", []LeaseLength{{Source: "a", For: maxDuration + 1}}},
+		{"empty source", []LeaseLength{{Source: "", For: sec}}},
+	} {
+		r := h.one(Command{Op: OpLease, Now: t0 + sec, Max: 5, LeaseFor: 30 * sec, Leases: tt.leases})
+		if !errors.Is(r.Err, ErrBadCommand) || len(r.Events) != 0 {
+			t.Errorf("%s: %+v, want ErrBadCommand and nothing leased", tt.name, r)
+		}
+	}
+	if ev := h.get("a:1"); ev.State != StatePending || ev.Attempts != 0 {
+		t.Fatalf("a:1 is %d with %d attempts after refused leases", ev.State, ev.Attempts)
+	}
+	raw := EncodeEntry(nil, []Command{{Op: OpLease, Now: t0, Max: 5, LeaseFor: sec, Leases: []LeaseLength{{Source: "b", For: 1}, {Source: "a", For: 1}}}})
+	if _, err := DecodeEntry(raw); !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("decoding unsorted lease lengths: %v, want ErrCorrupt", err)
+	}
+}
+
 // TestLeaseDueSkipsHardQuotas: LeaseDue looks past the sources a lease
 // would skip (hard quotas of 0), and only those.
 func TestLeaseDueSkipsHardQuotas(t *testing.T) {

@@ -45,6 +45,9 @@ import (
 //	17 an expire with a max visits at most that many entries of the ended
 //	   buckets, deleting each
 //	18 the cluster's id: meta cluster, op identify (identity.go)
+//	19 a lease's lengths by source from the running configuration: entry
+//	   field leases (an event of a named source is leased for, and keeps,
+//	   that length)
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -82,7 +85,7 @@ import (
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 18
+const FormatVersion = 19
 
 // Formats at which the meaning of an existing command changed.
 const (

@@ -156,13 +156,13 @@ type gatedLeases struct {
 	gate chan struct{}
 }
 
-func (g *gatedLeases) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
+func (g *gatedLeases) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, leases []engine.LeaseLength, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
 	select {
 	case g.in <- struct{}{}:
 	default:
 	}
 	<-g.gate
-	return g.leader.LeaseFrom(ctx, max, leaseFor, quotas, share, spare)
+	return g.leader.LeaseFrom(ctx, max, leaseFor, leases, quotas, share, spare)
 }
 
 // TestClaimLeaseDuringLease: while a lease is in flight (it took every free

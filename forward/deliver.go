@@ -32,7 +32,24 @@ const (
 	// HeaderLastStep carries the last stored step on every later attempt
 	// (after a failure, a reclaimed lease or a replay); absent when none.
 	HeaderLastStep = "Oncehook-Last-Step"
+	// HeaderReplayedAt is when the event was last replayed (RFC 3339, UTC):
+	// by an operator, or by a provider's resend that re-armed a dead sync
+	// event; absent on an event never replayed. A handler that records each
+	// key's effect once tells by it a replay, which asks for the effect
+	// again, from a redelivery, which does not.
+	HeaderReplayedAt = "Oncehook-Replayed-At"
 )
+
+// replayedAt returns the time of ev's latest replay as HeaderReplayedAt
+// carries it, "" when it was never replayed.
+func replayedAt(ev *engine.Event) string {
+	for i := len(ev.Audit) - 1; i >= 0; i-- {
+		if ev.Audit[i].Action == "replay" {
+			return time.Unix(0, ev.Audit[i].At).UTC().Format(time.RFC3339Nano)
+		}
+	}
+	return ""
+}
 
 // ReasonNoTarget is the reason an event whose source has no target is
 // handed back with.
@@ -171,7 +188,14 @@ func (f *Forwarder) try(ctx context.Context, ev engine.Event) *attempt {
 }
 
 // record records an attempt's outcome: Complete for a 2xx, Fail otherwise.
+// An event whose source a reload removed between its lease and its start
+// (parked for a rate slot, or queued for a worker) had no attempt: it is
+// handed back and held like the source's other events, not failed.
 func (f *Forwarder) record(ctx context.Context, at *attempt) {
+	if at.a.reason == ReasonNoTarget {
+		f.handBack(ctx, at.ev, f.opts.PollInterval, ReasonNoTarget)
+		return
+	}
 	if at.a.reason == "" {
 		failpoint.Inject(failpoint.AfterHandlerDoneBeforeApply)
 		f.complete(ctx, at.ev, at.n, at.tgt, at.a, at.took)
@@ -307,6 +331,11 @@ func (f *Forwarder) setHeaders(h http.Header, ev engine.Event, attempt int) {
 		h.Set(HeaderLastStep, ev.Step)
 	} else {
 		h.Del(HeaderLastStep) // never a stored provider header's
+	}
+	if at := replayedAt(&ev); at != "" {
+		h.Set(HeaderReplayedAt, at)
+	} else {
+		h.Del(HeaderReplayedAt)
 	}
 }
 

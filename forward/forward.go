@@ -20,12 +20,14 @@ import (
 type Store interface {
 	// LeaseFrom moves up to max due pending events to processing under a new fencing
 	// token and returns them, oldest due first, with Payload and Headers. An
-	// event's lease lasts its own LeaseFor (set at claim) or leaseFor when it has
-	// none. It never returns more than max events.
+	// event's lease lasts its source's length in leases (the running
+	// config's, sorted by source; engine Command.Leases), else its own
+	// LeaseFor (set at claim), else leaseFor. It never returns more than max
+	// events.
 	// quotas, share and spare limit what it takes of each source (engine
 	// Command.Quotas, Share and Spare); waiting names the sources that still have
 	// due events it did not take (engine Result.Waiting).
-	LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, quotas []engine.Quota, share, spare int) (evs []engine.Event, waiting []string, err error)
+	LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, leases []engine.LeaseLength, quotas []engine.Quota, share, spare int) (evs []engine.Event, waiting []string, err error)
 	// Complete marks key done under token, caching resp when it is not nil.
 	// step is the handler's Oncehook-Step ("" keeps the stored one). The
 	// payload is dropped payloadKeep from now (DropPayloads).
@@ -85,6 +87,9 @@ type Target struct {
 	// dropped this long after it completed (0: at the next sweep).
 	DeadRetention    time.Duration
 	PayloadRetention time.Duration
+	// Lease is the source's lease length now; the caller passes it on
+	// through Options.Leases. 0: the length stored at the event's claim.
+	Lease time.Duration
 }
 
 // Defaults for a Target's zero fields and for events whose source has no
@@ -152,6 +157,15 @@ type Options struct {
 	// backlog found by a new leader was leased whole and the events past
 	// the bucket's budget were handed back behind newer ones.
 	LimitedSources func() []string
+	// Leases, when set, gives each configured source's lease length now,
+	// sorted by source; the caller keeps the slice and must not change it.
+	// Every lease carries them, so that an event claimed before a reload
+	// that changed its source's lease is leased for the new length: with
+	// the one stored at its claim, a raised forward_timeout could outlast
+	// the lease (the handler would get the event again while it still ran
+	// it) and a lowered lease could end past the reclaim horizon (reclaimed
+	// at once, again and again). nil: the lengths stored at claim.
+	Leases func() []engine.LeaseLength
 	// Client makes the outgoing requests. nil: a client tuned for local
 	// handlers (keep-alives, 64 idle connections per host, no proxy), whose
 	// plain-HTTP requests are written without an http.Request (request.go).
@@ -675,7 +689,11 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 				}
 				quotas = f.lim.room(quotas, now, free, f.slots.waitingNow())
 				spare := min(f.slots.spare(now, f.manySources()), free)
-				evs, waiting, err := f.opts.Store.LeaseFrom(ctx, free, f.opts.DefaultLease, quotas, share, spare)
+				var leases []engine.LeaseLength
+				if f.opts.Leases != nil {
+					leases = f.opts.Leases()
+				}
+				evs, waiting, err := f.opts.Store.LeaseFrom(ctx, free, f.opts.DefaultLease, leases, quotas, share, spare)
 				f.slots.setWaiting(waiting)
 				switch {
 				case ctx.Err() != nil:

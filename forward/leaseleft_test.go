@@ -102,8 +102,8 @@ type stallLeader struct {
 	once atomic.Bool
 }
 
-func (s *stallLeader) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
-	evs, w, err := s.leader.LeaseFrom(ctx, max, leaseFor, quotas, share, spare)
+func (s *stallLeader) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, leases []engine.LeaseLength, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
+	evs, w, err := s.leader.LeaseFrom(ctx, max, leaseFor, leases, quotas, share, spare)
 	if len(evs) > 0 && s.once.CompareAndSwap(false, true) {
 		time.Sleep(25 * time.Second)
 	}

@@ -103,7 +103,7 @@ type headerLine struct {
 // removes) on every delivery, replacing a stored header of that name.
 func ownHeader(name string) bool {
 	switch name {
-	case HeaderIdempotencyKey, HeaderEventKey, HeaderSource, HeaderAttempt, HeaderFencingToken, HeaderLastStep:
+	case HeaderIdempotencyKey, HeaderEventKey, HeaderSource, HeaderAttempt, HeaderFencingToken, HeaderLastStep, HeaderReplayedAt:
 		return true
 	}
 	return false
@@ -145,6 +145,9 @@ func writeDelivery(w *bufio.Writer, pt *plainTarget, ev *engine.Event, attempt i
 		headerLine{name: HeaderFencingToken, num: ev.Token, isNum: true})
 	if ev.Step != "" {
 		lines = append(lines, headerLine{name: HeaderLastStep, value: ev.Step})
+	}
+	if at := replayedAt(ev); at != "" {
+		lines = append(lines, headerLine{name: HeaderReplayedAt, value: at})
 	}
 	// Header.Write's order: by name, and a name's values in the order added
 	// (an insertion sort is stable, and there are a dozen lines).

@@ -98,6 +98,10 @@ func TestDirectRequestBytes(t *testing.T) {
 			ev.Headers = hdr("Host", "evil", "Content-Length", "1", "Transfer-Encoding", "chunked", "Connection", "close", "Bad Name", "x", "X-Ctl", "a\r\nb")
 		}},
 		{"step", "http://127.0.0.1:9000/x", func(ev *engine.Event) { ev.Step = "charged" }},
+		{"replayed", "http://127.0.0.1:9000/x", func(ev *engine.Event) {
+			ev.Audit = []engine.AuditEntry{{At: 1733360000123456789, Who: "ops", Action: "replay"}, {At: 1733370000000000000, Who: "ops", Action: "replay"}}
+			ev.Headers = hdr("Oncehook-Replayed-At", "spoofed")
+		}},
 		{"headers we set, lower case", "http://127.0.0.1:9000/x", func(ev *engine.Event) {
 			ev.Headers = hdr("idempotency-key", "spoofed", "oncehook-attempt", "9", "oncehook-last-step", "x")
 			ev.Step = "real"

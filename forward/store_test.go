@@ -89,7 +89,7 @@ func (l *leader) apply(cmd engine.Command) (engine.Result, error) {
 	return l.applyLocked(cmd)
 }
 
-func (l *leader) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
+func (l *leader) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, leases []engine.LeaseLength, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
 	l.leases.Add(1)
 	for {
 		old := l.leaseMax.Load()
@@ -103,13 +103,13 @@ func (l *leader) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration,
 	if l.failLease.Load() {
 		return nil, nil, fmt.Errorf("test: no quorum")
 	}
-	res, err := l.apply(engine.Command{Op: engine.OpLease, Max: max, LeaseFor: int64(leaseFor), Quotas: quotas, Share: share, Spare: spare})
+	res, err := l.apply(engine.Command{Op: engine.OpLease, Max: max, LeaseFor: int64(leaseFor), Leases: leases, Quotas: quotas, Share: share, Spare: spare})
 	return res.Events, res.Waiting, err
 }
 
 // Lease is LeaseFrom without quotas.
 func (l *leader) Lease(ctx context.Context, max int, leaseFor time.Duration) ([]engine.Event, error) {
-	evs, _, err := l.LeaseFrom(ctx, max, leaseFor, nil, 0, 0)
+	evs, _, err := l.LeaseFrom(ctx, max, leaseFor, nil, nil, 0, 0)
 	return evs, err
 }
 

@@ -696,12 +696,11 @@ func (km *Manager) Attach(set Sources, cfg *config.Config) error {
 			go ks.run(first)
 			km.sets[s.Name] = ks
 		}
+		// The handshaker is the keyed verifier whatever keys are held now:
+		// it answers with the keys in force at each request (none yet, at a
+		// start whose first fetch failed: "not a handshake" until they come).
 		kv := keyedVerifier{ks}
-		var hs providers.Handshaker
-		if _, ok := ks.current(time.Now()).v.(providers.Handshaker); ok {
-			hs = kv
-		}
-		set.UseVerifier(s.Name, kv, hs)
+		set.UseVerifier(s.Name, kv, kv)
 	}
 	for name, ks := range km.sets {
 		if !keep[name] {
