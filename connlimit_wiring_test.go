@@ -19,16 +19,7 @@ import (
 // is read; the refusal is counted in oncehook_connections_refused_total and
 // the open connections in oncehook_connections_open.
 func TestIntakeConnectionCap(t *testing.T) {
-	h := newHandler(t)
-	tn := startTestNode(t, "", h.url)
-	tn.stop()
-	cfg, err := os.ReadFile(tn.cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWrite(t, tn.cfgPath, strings.Replace(string(cfg), "log_level = \"debug\"\n", "log_level = \"debug\"\nmax_conns_per_ip = 2\n", 1))
-	tn.start()
-	addr := strings.TrimPrefix(tn.intake, "http://")
+	tn, addr := startCappedNode(t, 2)
 
 	for range 2 {
 		c, err := net.Dial("tcp", addr)
@@ -71,16 +62,7 @@ func TestIntakeConnectionCap(t *testing.T) {
 // server's own plain-text 429 (it counted the cap a second time, and
 // lagged connlimit when a connection closed).
 func TestIntakeCapRefusalsAreAllTheDocumentedOne(t *testing.T) {
-	h := newHandler(t)
-	tn := startTestNode(t, "", h.url)
-	tn.stop()
-	cfg, err := os.ReadFile(tn.cfgPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWrite(t, tn.cfgPath, strings.Replace(string(cfg), "log_level = \"debug\"\n", "log_level = \"debug\"\nmax_conns_per_ip = 1\n", 1))
-	tn.start()
-	addr := strings.TrimPrefix(tn.intake, "http://")
+	_, addr := startCappedNode(t, 1)
 	var mu sync.Mutex
 	refused, other := 0, 0
 	for range 400 {
@@ -115,4 +97,20 @@ func TestIntakeCapRefusalsAreAllTheDocumentedOne(t *testing.T) {
 	if other > 0 {
 		t.Fatalf("%d refusals were not the documented 429 (%d were)", other, refused)
 	}
+}
+
+// startCappedNode starts a node whose intake takes at most perNetwork
+// connections from one client network (node.max_conns_per_ip), and returns
+// it with its intake's address.
+func startCappedNode(t *testing.T, perNetwork int) (*testNode, string) {
+	t.Helper()
+	tn := startTestNode(t, "", newHandler(t).url)
+	tn.stop()
+	cfg, err := os.ReadFile(tn.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, tn.cfgPath, strings.Replace(string(cfg), "log_level = \"debug\"\n", fmt.Sprintf("log_level = \"debug\"\nmax_conns_per_ip = %d\n", perNetwork), 1))
+	tn.start()
+	return tn, strings.TrimPrefix(tn.intake, "http://")
 }

@@ -456,15 +456,7 @@ func TestRestoreFromBackupReplacesClusterState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	backup := t.TempDir() + "/backup.db"
-	f, err := os.Create(backup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Backup(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	backup := saveBackup(t, l)
 	for i := 0; i < 20; i++ {
 		if _, err := l.Claim(ctx, claimCmd(fmt.Sprintf("src:later%d", i))); err != nil {
 			t.Fatal(err)
@@ -528,15 +520,7 @@ func TestRestoreCutShortRejoins(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	f, err := os.Create(backup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Backup(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	backup := saveBackup(t, l)
 	for i := range 10 {
 		if _, err := l.Claim(ctx, claimCmd(fmt.Sprintf("src:later%d", i))); err != nil {
 			t.Fatal(err)
@@ -545,7 +529,7 @@ func TestRestoreCutShortRejoins(t *testing.T) {
 	c.waitConverged()
 
 	c.partition(li)
-	err = l.Restore(ctxT(t, 5*time.Second), backup)
+	err := l.Restore(ctxT(t, 5*time.Second), backup)
 	if errors.Is(err, ErrNotLeader) {
 		t.Skip("the leader stepped down before the restore began (a very slow machine)")
 	}
@@ -637,15 +621,7 @@ func TestUnconfirmedRestoreAnswersNoDuplicate(t *testing.T) {
 	if _, err := other.nodes[0].Claim(ctx, claimCmd("src:foreign")); err != nil {
 		t.Fatal(err)
 	}
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	f, err := os.Create(backup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := other.nodes[0].Backup(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	backup := saveBackup(t, other.nodes[0])
 
 	fatal := make(chan error, 4)
 	c := newTestCluster(t, 3, func(cfg *Config) { cfg.onFatal = func(err error) { fatal <- err } })
@@ -691,15 +667,7 @@ func TestNodeDownDuringARestoreAnswersNoStaleDuplicate(t *testing.T) {
 	c := newTestCluster(t, 3, nil)
 	li := c.mustClaim("src:kept", -1)
 	l := c.nodes[li]
-	backup := filepath.Join(t.TempDir(), "backup.db")
-	f, err := os.Create(backup)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := l.Backup(f); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	backup := saveBackup(t, l)
 	c.mustClaim("src:forgotten", -1)
 	c.waitConverged()
 	fi := c.follower(li)
@@ -733,4 +701,20 @@ func TestNodeDownDuringARestoreAnswersNoStaleDuplicate(t *testing.T) {
 	if _, ok, _ := n.Lookup("src:forgotten"); ok {
 		t.Fatal("caught up, the follower still answers the forgotten event")
 	}
+}
+
+// saveBackup writes n's backup (Node.Backup) to a file of the test's and
+// returns its path.
+func saveBackup(t *testing.T, n *Node) string {
+	t.Helper()
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	f, err := os.Create(backup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := n.Backup(f); err != nil {
+		t.Fatal(err)
+	}
+	return backup
 }
