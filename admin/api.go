@@ -66,12 +66,23 @@ func (s *Server) unmatched(mux *http.ServeMux) http.Handler {
 		mux.ServeHTTP(&jsonStatusWriter{ResponseWriter: w}, r)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); pattern == "" {
+		if _, pattern := mux.Handler(r); pattern == "" || subtreeRedirect(pattern, r.URL.Path) {
 			answer.ServeHTTP(w, r)
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// subtreeRedirect reports whether the mux answers path with a redirect to
+// the subtree pattern names (/debug/pprof to /debug/pprof/): that says a
+// route exists as much as a 405 does.
+func subtreeRedirect(pattern, path string) bool {
+	_, p, ok := strings.Cut(pattern, " ")
+	if !ok {
+		p = pattern
+	}
+	return strings.HasSuffix(p, "/") && path+"/" == p
 }
 
 // jsonStatusWriter turns the mux's plain-text 404 and 405 into the API's

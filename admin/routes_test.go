@@ -156,6 +156,7 @@ func TestEveryRouteNeedsAToken(t *testing.T) {
 // map the routes) and, with one, as JSON: 404, or 405 naming the methods.
 func TestUnmatchedRequestsNeedAToken(t *testing.T) {
 	_, base := newTestAPI(t)
+	noRedirects := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	cases := []struct {
 		method, path string
 		want         int
@@ -165,6 +166,8 @@ func TestUnmatchedRequestsNeedAToken(t *testing.T) {
 		{"POST", "/v1/status", http.StatusMethodNotAllowed, "GET, HEAD"},
 		{"DELETE", "/v1/replay", http.StatusMethodNotAllowed, "POST"},
 		{"POST", "/metrics", http.StatusMethodNotAllowed, "GET, HEAD"},
+		// A subtree's redirect says the route exists, as a 405 does.
+		{"GET", "/debug/pprof", http.StatusTemporaryRedirect, ""},
 	}
 	for _, c := range cases {
 		for _, token := range []string{"", testToken} {
@@ -172,7 +175,7 @@ func TestUnmatchedRequestsNeedAToken(t *testing.T) {
 			if token != "" {
 				req.Header.Set("Authorization", "Bearer "+token)
 			}
-			resp, err := http.DefaultClient.Do(req)
+			resp, err := noRedirects.Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -182,6 +185,12 @@ func TestUnmatchedRequestsNeedAToken(t *testing.T) {
 			want := c.want
 			if token == "" {
 				want = http.StatusUnauthorized
+			}
+			if want == http.StatusTemporaryRedirect {
+				if resp.StatusCode != want {
+					t.Errorf("%s %s with a token: %d, want %d", c.method, c.path, resp.StatusCode, want)
+				}
+				continue
 			}
 			if resp.StatusCode != want || err != nil || body["error"] == "" || resp.Header.Get("Content-Type") != "application/json" {
 				t.Errorf("%s %s token=%v: %d %q %v %v, want %d with a JSON error", c.method, c.path, token != "", resp.StatusCode, resp.Header.Get("Content-Type"), body, err, want)

@@ -20,7 +20,8 @@ import (
 // leader's sweeper reclaims it.
 type LeaseSlots interface {
 	// ReserveSlot takes a free worker for a claim of source and returns the
-	// lease length for events stored without their own and a ticket. ok is
+	// source's lease length (the leader's running config's), which the
+	// claim then stores and is leased for, and a ticket. ok is
 	// false when the claim gets none: none is free, delivery is not running
 	// (more is false then: no other claim gets one either), or the source
 	// has its share of the workers or is throttled (more is true).
@@ -82,7 +83,10 @@ func (p *proposer) reserveLeases(cmds []engine.Command) (LeaseSlots, []leaseRese
 			ref = nil
 			continue
 		}
-		c.LeaseNow = int64(lf)
+		// The leader's length, not the one the claim came with: the intake
+		// that took it (a follower's) may run an older config, and the
+		// leader's forward_timeout must end inside the lease.
+		c.LeaseNow, c.LeaseFor = int64(lf), int64(lf)
 		rs = append(rs, leaseReservation{pos: i, ticket: ticket})
 	}
 	if len(rs) == 0 {

@@ -96,6 +96,12 @@ func TestClaimCarriesLeaseOnLeader(t *testing.T) {
 				if err != nil || ev.State != engine.StateProcessing || ev.Token != token || ev.LeaseUntil == 0 {
 					t.Fatalf("%s: %+v %v", n.cfg.ID, ev, err)
 				}
+				// The claim came with the intake's 30 s; it is leased
+				// for, and keeps, the leader's length (its forwarder's).
+				if ev.LeaseFor != int64(time.Minute) || ev.LeaseUntil-ev.UpdatedAt != int64(time.Minute) {
+					t.Fatalf("%s: leased for %v (stored %v), want the leader's %v", n.cfg.ID,
+						time.Duration(ev.LeaseUntil-ev.UpdatedAt), time.Duration(ev.LeaseFor), time.Minute)
+				}
 			}
 			if err := l.Complete(ctx, "src:a", token, nil, "", 0); err != nil {
 				t.Fatalf("complete under the claim's token: %v", err)

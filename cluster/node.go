@@ -125,6 +125,9 @@ type Config struct {
 	wrapLogs func(raft.LogStore) raft.LogStore
 	// onFatal, in tests, replaces the process exit of a fatal storage error.
 	onFatal func(error)
+	// reachWindow, in tests, replaces how long a failed heartbeat counts
+	// against a peer (peerreach.go).
+	reachWindow time.Duration
 	// snapshotFloor, in tests, replaces the state size from which the
 	// snapshot threshold grows with the state (snappolicy.go).
 	snapshotFloor int64
@@ -281,6 +284,7 @@ func Open(cfg Config) (*Node, error) {
 		relayTimeout: orDur(cfg.RelayTimeout, 10*time.Second),
 	}
 	n.probeCtx, n.probeStop = context.WithCancel(context.Background())
+	n.reach.window = cfg.reachWindow
 	n.relay = &relayer{n: n}
 	n.leaders = newLeaderWatch(func() (raft.ServerAddress, raft.ServerID) { return n.raft.LeaderWithID() },
 		func() uint64 { return n.raft.CurrentTerm() })
@@ -498,6 +502,9 @@ func (n *Node) openTransport(hl hclog.Logger) error {
 			// showed no throughput loss.
 			MaxRPCsInFlight: 1,
 		}), patientFor, patientUntil)
+		// A peer whose port refuses is retried here, not failed to raft:
+		// raft observes no failed heartbeat, so the transport says it.
+		n.patient.reach = &n.reach
 		n.trans = n.patient
 	}
 	return nil

@@ -47,6 +47,9 @@ type patientTransport struct {
 
 	halt     chan struct{}
 	haltOnce sync.Once
+	// reach, when set, hears each refused try of a peer and the success
+	// after them: raft sees neither while the transport waits.
+	reach *peerReach
 	// onRefused, in tests, sees every refusal that will be tried again;
 	// stillWanted, in tests, stands for the question asked of raft.
 	onRefused   func()
@@ -90,10 +93,18 @@ func (p *patientTransport) InstallSnapshot(id raft.ServerID, target raft.ServerA
 func (p *patientTransport) patiently(id raft.ServerID, term uint64, send func() error) error {
 	var retry *time.Timer
 	start := time.Now()
+	refused := false
 	for {
 		err := send()
+		if err == nil && refused && p.reach != nil {
+			p.reach.observe(raft.ResumedHeartbeatObservation{PeerID: id}, time.Now())
+		}
 		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || !p.goOn(id, term, time.Since(start)+redialEvery) {
 			return err
+		}
+		refused = true
+		if p.reach != nil {
+			p.reach.observe(raft.FailedHeartbeatObservation{PeerID: id}, time.Now())
 		}
 		if p.onRefused != nil {
 			p.onRefused()

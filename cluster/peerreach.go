@@ -19,6 +19,7 @@ const peerReachWindow = 60 * time.Second
 // member down still answers and every other metric looks healthy, but one
 // more failure stops it (docs/operations.md, "Metrics").
 type peerReach struct {
+	window  time.Duration // how long a failure counts; 0: peerReachWindow
 	mu      sync.Mutex
 	failing map[raft.ServerID]time.Time // last failed heartbeat
 }
@@ -46,13 +47,17 @@ func (p *peerReach) reset() {
 }
 
 // unreachable counts the members of servers whose last heartbeat failed
-// within peerReachWindow before now.
+// within the window before now.
 func (p *peerReach) unreachable(servers []raft.Server, now time.Time) int {
+	window := p.window
+	if window <= 0 {
+		window = peerReachWindow
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	n := 0
 	for id, at := range p.failing {
-		if now.Sub(at) < peerReachWindow && slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == id }) {
+		if now.Sub(at) < window && slices.ContainsFunc(servers, func(s raft.Server) bool { return s.ID == id }) {
 			n++
 		}
 	}

@@ -525,8 +525,15 @@ func (w *leaderWatch) current() (raft.ServerAddress, context.Context) {
 	if w.closed {
 		return "", w.ctx
 	}
+	// The term before and after the leader: an election between the two
+	// reads would pair the new leader with the old term, and count it again
+	// when seen with its own.
 	term := w.term()
 	addr, id := w.leader()
+	for t := w.term(); t != term; t = w.term() {
+		term = t
+		addr, id = w.leader()
+	}
 	if addr != w.addr || id != w.id {
 		w.cancel(fmt.Errorf("%w (from %q to %q)", errLeaderChanged, w.id, id))
 		w.addr, w.id = addr, id

@@ -168,6 +168,28 @@ func TestLeaderWatchCountsAReelection(t *testing.T) {
 	}
 }
 
+// TestLeaderWatchElectionBetweenItsReads: an election that lands between
+// the watch's read of the term and its read of the leader (raft clears the
+// leader, takes the new term, then sets the new leader) counts once.
+func TestLeaderWatchElectionBetweenItsReads(t *testing.T) {
+	term, id := uint64(4), raft.ServerID("n2")
+	var between func()
+	w := newLeaderWatch(func() (raft.ServerAddress, raft.ServerID) {
+		if between != nil {
+			between()
+			between = nil
+		}
+		return raft.ServerAddress(id), id
+	}, func() uint64 { return term })
+	w.current()
+	between = func() { term, id = 5, "n3" }
+	w.current()
+	w.current()
+	if got := w.leaderChanges(); got != 2 {
+		t.Fatalf("n2 (term 4), then n3 (term 5): %d leader changes, want 2", got)
+	}
+}
+
 // TestStatusAppliedIndexAfterARestart: a node restarted while cut off from
 // the leader shows the index its persistent state was applied to, not the 0
 // raft counts from until a leader tells it the commit index.

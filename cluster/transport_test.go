@@ -857,3 +857,37 @@ type nopFSM struct{}
 func (nopFSM) Apply(*raft.Log) any                 { return nil }
 func (nopFSM) Snapshot() (raft.FSMSnapshot, error) { return nil, errors.New("no snapshots") }
 func (nopFSM) Restore(io.ReadCloser) error         { return errors.New("no snapshots") }
+
+// TestStoppedMemberCountsAsUnreachable: the usual way a member is down is
+// its process stopped: its port refuses. The transport tries again in
+// place of failing to raft (patient.go), so raft observes no failed
+// heartbeat; the leader must count the member as unreachable all the same,
+// for as long as it is down, not only after its first failure.
+func TestStoppedMemberCountsAsUnreachable(t *testing.T) {
+	const window = 300 * time.Millisecond
+	nodes := tcpCluster(t, 3, func(i int, cfg *Config) { cfg.reachWindow = window })
+	li := leaderOf(t, nodes)
+	if _, err := nodes[li].Claim(ctxT(t, 10*time.Second), claimCmd("src:a")); err != nil {
+		t.Fatal(err)
+	}
+	fi := (li + 1) % 3
+	if err := nodes[fi].Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[fi] = nil
+	leaderSays := func() int {
+		for _, n := range nodes {
+			if n != nil && n.IsLeader() {
+				return n.Status().Unreachable
+			}
+		}
+		return -1
+	}
+	waitFor(t, "the leader to count the stopped member", func() bool { return leaderSays() == 1 })
+	// Many windows later it still counts it: each refused try renews it.
+	for deadline := time.Now().Add(8 * window); time.Now().Before(deadline); time.Sleep(window / 4) {
+		if got := leaderSays(); got != 1 && got != -1 {
+			t.Fatalf("the leader counts %d unreachable while a member is stopped", got)
+		}
+	}
+}

@@ -363,6 +363,13 @@ func (s *slots) takeHanded(spare []job) []job {
 // sources' due events go first.
 func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket uint64, ok, more bool) {
 	many := f.manySources() // before the lock: it reads the configuration
+	// The running config's lease of the source, as a lease command names
+	// it (Options.Leases): the claim stores it and is leased for it,
+	// whatever length the intake that took the delivery had.
+	leaseFor = f.opts.DefaultLease
+	if t, known := f.opts.Targets(source); known && t.Lease > 0 {
+		leaseFor = t.Lease
+	}
 	s := f.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -378,7 +385,7 @@ func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket u
 		return 0, 0, false, true
 	}
 	s.busy++
-	return f.opts.DefaultLease, s.gen, true, true
+	return leaseFor, s.gen, true, true
 }
 
 // DeliverLeased gives the worker reserved under ticket the event its claim

@@ -44,7 +44,7 @@ func (l *leader) leasingClaim(f *Forwarder, key string) engine.Result {
 		return ok
 	})
 	res, err := l.apply(engine.Command{Op: engine.OpClaim, Key: key, Source: "src", Payload: []byte("body of " + key),
-		Retention: int64(24 * time.Hour), LeaseNow: int64(lf)})
+		Retention: int64(24 * time.Hour), LeaseFor: int64(lf), LeaseNow: int64(lf)})
 	if err != nil || !res.Created {
 		l.t.Fatalf("claim %q: %+v %v", key, res, err)
 	}
@@ -199,5 +199,37 @@ func TestClaimLeaseDuringLease(t *testing.T) {
 	defer mu.Unlock()
 	if most > 2 {
 		t.Errorf("%d deliveries at once with 2 workers", most)
+	}
+}
+
+// TestReservedSlotTakesTheSourcesLease: a worker reserved for a claim comes
+// with the source's lease as the running config says it, which the
+// proposer stamps on the claim, so that a claim taken by an intake with an
+// older config is leased for the length this forwarder's forward_timeout
+// fits in; a source without one gets the default.
+func TestReservedSlotTakesTheSourcesLease(t *testing.T) {
+	l := newLeader(t)
+	targets := func(source string) (Target, bool) {
+		switch source {
+		case "src":
+			return Target{URL: "http://127.0.0.1:1/", Lease: 2 * time.Minute}, true
+		case "plain":
+			return Target{URL: "http://127.0.0.1:1/"}, true
+		}
+		return Target{}, false
+	}
+	r := start(t, l, nil, Options{Targets: targets, DefaultLease: 30 * time.Second})
+	for source, want := range map[string]time.Duration{"src": 2 * time.Minute, "plain": 30 * time.Second, "gone": 30 * time.Second} {
+		var lf time.Duration
+		var ticket uint64
+		waitFor(t, "a free worker", func() bool {
+			var ok bool
+			lf, ticket, ok, _ = r.f.ReserveSlot(source)
+			return ok
+		})
+		r.f.ReleaseSlot(ticket)
+		if lf != want {
+			t.Errorf("%s: reserved with a lease of %v, want %v", source, lf, want)
+		}
 	}
 }

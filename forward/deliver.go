@@ -443,7 +443,7 @@ func (f *Forwarder) complete(ctx context.Context, ev engine.Event, attempt int, 
 		resp = &engine.Response{Status: a.status, Body: a.body, ContentType: a.contentType}
 	}
 	err := f.opts.Store.Complete(ctx, ev.Key, ev.Token, resp, a.step, tgt.PayloadRetention)
-	if ctx.Err() != nil {
+	if err != nil && ctx.Err() != nil {
 		f.cutOff(ev, attempt, took) // unknown whether it committed; the lease decides
 		return
 	}
@@ -490,7 +490,7 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	}
 	at := &engine.Attempt{At: start.UnixNano(), Took: int64(took), Status: a.status, Error: a.reason, Body: a.body}
 	err := f.opts.Store.Fail(ctx, ev.Key, ev.Token, retryIn, maxAttempts, a.reason, a.step, tgt.DeadRetention, at)
-	if ctx.Err() != nil {
+	if err != nil && ctx.Err() != nil {
 		f.cutOff(ev, attempt, took)
 		return
 	}

@@ -900,3 +900,39 @@ func TestHandlerRestartSpendsNoAttempt(t *testing.T) {
 		t.Errorf("the handler saw attempt %q, want 1", got)
 	}
 }
+
+// commitThenLose is a Store whose Complete commits, then the run ends: the
+// node lost leadership right after the commit, before the worker looked.
+type commitThenLose struct {
+	*leader
+	lose func()
+}
+
+func (c commitThenLose) Complete(ctx context.Context, key string, token uint64, resp *engine.Response, step string, keep time.Duration) error {
+	err := c.leader.Complete(ctx, key, token, resp, step, keep)
+	c.lose()
+	<-ctx.Done()
+	return err
+}
+
+// A completion that committed is counted as done even when the run ended
+// right after it: it was recorded, and nothing will repeat it.
+func TestCommittedCompleteIsCountedAsDone(t *testing.T) {
+	l := newLeader(t)
+	h := &sink{}
+	srv := serve(t, h)
+	l.claim("src:a", "src", "x")
+	rec := &recorder{}
+	ctx, cancel := context.WithCancel(context.Background())
+	f := New(Options{Store: commitThenLose{l, cancel}, PollInterval: 5 * time.Millisecond, SweepInterval: time.Hour,
+		Observe: rec.observe, Targets: only(Target{URL: srv.URL})})
+	if err := f.Run(ctx); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if ev := l.get("src:a"); ev.State != engine.StateDone {
+		t.Fatalf("event %v, want done", ev.State)
+	}
+	if o := rec.list(); !slices.Equal(o, []string{OutcomeDone}) {
+		t.Errorf("outcomes %v, want [done]", o)
+	}
+}
