@@ -891,3 +891,20 @@ func TestStoppedMemberCountsAsUnreachable(t *testing.T) {
 		}
 	}
 }
+
+// TestTCPFollowersBecomeCurrent: over the real cluster port, a follower
+// learns the leader's commit index after its start and then answers a
+// committed key from its own state (current.go).
+func TestTCPFollowersBecomeCurrent(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	li := leaderOf(t, nodes)
+	if _, err := nodes[li].Claim(ctxT(t, 10*time.Second), claimCmd("src:seen")); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range nodes {
+		waitFor(t, fmt.Sprintf("node %d to answer the key from its state", i), func() bool {
+			_, ok, _ := n.Lookup("src:seen")
+			return ok
+		})
+	}
+}
