@@ -15,7 +15,8 @@ import (
 const peerReachWindow = 60 * time.Second
 
 // peerReach remembers, on the leader, the peers its heartbeats fail to
-// reach, from raft's heartbeat observations: a cluster of three with one
+// reach, from raft's heartbeat observations and the refused tries the
+// patient transport makes in raft's place (patient.go): a cluster of three with one
 // member down still answers and every other metric looks healthy, but one
 // more failure stops it (docs/operations.md, "Metrics").
 type peerReach struct {
