@@ -831,7 +831,8 @@ func (s *Server) adminJoin(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, http.StatusBadRequest, "join needs JSON {\"id\":..., \"address\":...}")
 		return
 	}
-	if err := s.store.Join(r.Context(), req.ID, req.Address); err != nil {
+	added, err := s.store.Join(r.Context(), req.ID, req.Address)
+	if err != nil {
 		status := clusterStatus(err)
 		switch {
 		case errors.Is(err, cluster.ErrBadMember):
@@ -840,6 +841,12 @@ func (s *Server) adminJoin(w http.ResponseWriter, r *http.Request) {
 			status = http.StatusConflict
 		}
 		jsonError(w, status, err.Error())
+		return
+	}
+	if !added {
+		// An operator's retry, or a script run twice: nothing changed,
+		// and the answer says so rather than reporting a new voter.
+		writeJSON(w, http.StatusOK, map[string]any{"joined": req.ID, "already_member": true})
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"joined": req.ID})

@@ -31,8 +31,10 @@ type engineStore struct {
 	follower bool // LeaderOnly answers as a follower would
 	// transferErr is what TransferLeadership returns (nil: errNotHere).
 	transferErr error
-	// joinErr is what Join returns (nil: errNotHere).
+	// joinErr is what Join returns (nil: errNotHere, unless joined is
+	// set); joined is Join's added when it succeeds.
 	joinErr error
+	joined  *bool
 	// purged is what Purge reports deleted (nil: errNotHere).
 	purged []string
 
@@ -103,11 +105,14 @@ func (s *engineStore) Purge(context.Context, engine.State, string, time.Time, st
 	}
 	return nil, errNotHere
 }
-func (s *engineStore) Join(context.Context, string, string) error {
-	if s.joinErr != nil {
-		return s.joinErr
+func (s *engineStore) Join(context.Context, string, string) (bool, error) {
+	switch {
+	case s.joinErr != nil:
+		return false, s.joinErr
+	case s.joined != nil:
+		return *s.joined, nil
 	}
-	return errNotHere
+	return false, errNotHere
 }
 func (s *engineStore) RemovePeer(context.Context, string) error { return errNotHere }
 func (s *engineStore) TransferLeadership(context.Context, string) (string, error) {
@@ -594,6 +599,32 @@ func TestJoinAnswers(t *testing.T) {
 		{fmt.Errorf("join node5: %w", cluster.ErrStandalone), http.StatusConflict},
 		{fmt.Errorf("join node5: %w", cluster.ErrNoLeader), http.StatusServiceUnavailable},
 	})
+	// A join that changed nothing (id a voter at that address already)
+	// says so; a voter added is a plain "joined".
+	for _, c := range []struct {
+		added bool
+		want  string
+	}{
+		{true, `{"joined":"node5"}`},
+		{false, `{"already_member":true,"joined":"node5"}`},
+	} {
+		store, url := newTestAPI(t)
+		store.joined = &c.added
+		req, _ := http.NewRequest("POST", url+"/v1/cluster/join", strings.NewReader(`{"id":"node5","address":"10.0.0.5:7070"}`))
+		req.Header.Set("Authorization", "Bearer "+testToken)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		raw, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		var got, want map[string]any
+		json.Unmarshal(raw, &got)
+		json.Unmarshal([]byte(c.want), &want)
+		if resp.StatusCode != http.StatusOK || !reflect.DeepEqual(got, want) {
+			t.Errorf("join, added %v: %d %s; want 200 %s", c.added, resp.StatusCode, raw, c.want)
+		}
+	}
 }
 
 // TestMetricsRefusedToPageScripts: /metrics, the one route without a token,

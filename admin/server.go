@@ -80,8 +80,9 @@ type Store interface {
 	// before a time (docs/architecture.md, Event states).
 	PurgePreview(st engine.State, source string, before time.Time, max int) ([]string, int, error)
 	Purge(ctx context.Context, st engine.State, source string, before time.Time, who, reason string) ([]string, error)
-	// Join and RemovePeer change the membership (leader only).
-	Join(ctx context.Context, id, addr string) error
+	// Join and RemovePeer change the membership (leader only); Join's
+	// added is false when id was a voter at addr already.
+	Join(ctx context.Context, id, addr string) (added bool, err error)
 	RemovePeer(ctx context.Context, id string) error
 	// TransferLeadership hands leadership to another voter (to, or any
 	// when ""), after the deliveries in flight finished, and returns the

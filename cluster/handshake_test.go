@@ -89,7 +89,7 @@ func TestTokenNeverCrossesTheWire(t *testing.T) {
 	node := nodes[leaderOf(t, nodes)]
 	waitFor(t, "the node is ready", func() bool { ok, _ := node.Ready(); return ok })
 	jt := newTrap(t)
-	if err := node.Join(ctxT(t, 20*time.Second), "intruder", jt.ln.Addr().String()); err == nil {
+	if _, err := node.Join(ctxT(t, 20*time.Second), "intruder", jt.ln.Addr().String()); err == nil {
 		t.Fatal("a join of a stranger's address succeeded")
 	}
 	waitFor(t, "the join's probe reached the trap", func() bool { _, n := jt.bytes(); return n >= 1 })

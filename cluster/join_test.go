@@ -51,7 +51,7 @@ func TestJoinRefusedOnAStandaloneNode(t *testing.T) {
 	n := openSolo(t, t.TempDir(), nil)
 	defer n.Close()
 	for _, addr := range []string{"127.0.0.1:41999", "notanaddress"} {
-		err := n.Join(ctxT(t, 5*time.Second), "node5", addr)
+		_, err := n.Join(ctxT(t, 5*time.Second), "node5", addr)
 		if !errors.Is(err, ErrStandalone) {
 			t.Errorf("join %s on a standalone node: %v, want ErrStandalone", addr, err)
 		}
@@ -87,7 +87,7 @@ func TestJoinChecksTheMember(t *testing.T) {
 	}
 	for _, tc := range cases {
 		for _, via := range []int{leader, follower} {
-			err := nodes[via].Join(ctxT(t, 10*time.Second), tc.id, tc.addr)
+			_, err := nodes[via].Join(ctxT(t, 10*time.Second), tc.id, tc.addr)
 			if !errors.Is(err, ErrBadMember) {
 				t.Errorf("%s via node %d: %v, want ErrBadMember", tc.name, via, err)
 			}
@@ -102,7 +102,7 @@ func TestJoinChecksTheMember(t *testing.T) {
 	// A running node asked for again under its own id and address is
 	// accepted (TestJoinOfALiveMemberChangesNothing).
 	waitFor(t, "the member knows the cluster's id", func() bool { return other.clusterID() != "" })
-	if err := nodes[follower].Join(ctxT(t, 20*time.Second), other.cfg.ID, other.cfg.Bind); err != nil {
+	if _, err := nodes[follower].Join(ctxT(t, 20*time.Second), other.cfg.ID, other.cfg.Bind); err != nil {
 		t.Fatalf("re-adding %s: %v", other.cfg.ID, err)
 	}
 	waitFor(t, "three voters again", func() bool {
@@ -130,10 +130,10 @@ func TestJoinOfTheLeaderItself(t *testing.T) {
 	follower := (leader + 1) % 3
 	waitFor(t, "the follower knows the leader", func() bool { ok, _ := nodes[follower].Ready(); return ok })
 	l := nodes[leader]
-	if err := nodes[follower].Join(ctxT(t, 10*time.Second), l.cfg.ID, l.cfg.Bind); err != nil {
-		t.Fatalf("join of the leader at its address: %v, want nothing to do", err)
+	if added, err := nodes[follower].Join(ctxT(t, 10*time.Second), l.cfg.ID, l.cfg.Bind); err != nil || added {
+		t.Fatalf("join of the leader at its address: added %v, %v; want nothing to do, and said so", added, err)
 	}
-	if err := nodes[follower].Join(ctxT(t, 10*time.Second), l.cfg.ID, freePort(t)); !errors.Is(err, ErrBadMember) {
+	if _, err := nodes[follower].Join(ctxT(t, 10*time.Second), l.cfg.ID, freePort(t)); !errors.Is(err, ErrBadMember) {
 		t.Fatalf("join of the leader at another address: %v, want ErrBadMember", err)
 	}
 	if !l.IsLeader() || len(members(t, l)) != 3 {
@@ -161,7 +161,7 @@ func TestJoinOfAnotherClustersNode(t *testing.T) {
 	if _, err := b[0].Claim(ctxT(t, 5*time.Second), claimCmd("src:b1")); err != nil {
 		t.Fatal(err)
 	}
-	err := a[0].Join(ctxT(t, 10*time.Second), "w2", b[0].cfg.Bind)
+	_, err := a[0].Join(ctxT(t, 10*time.Second), "w2", b[0].cfg.Bind)
 	if !errors.Is(err, ErrBadMember) || !strings.Contains(err.Error(), "belongs to another cluster") {
 		t.Fatalf("join of another cluster's node: %v, want ErrBadMember naming another cluster", err)
 	}
@@ -236,8 +236,8 @@ func TestJoinOfALiveMemberChangesNothing(t *testing.T) {
 	nodes[g] = nil
 	before := configIndex(t, nodes[leader])
 	for _, via := range []int{leader, f} {
-		if err := nodes[via].Join(ctxT(t, 20*time.Second), nodes[f].cfg.ID, nodes[f].cfg.Bind); err != nil {
-			t.Fatalf("join of a live member via node %d: %v", via, err)
+		if added, err := nodes[via].Join(ctxT(t, 20*time.Second), nodes[f].cfg.ID, nodes[f].cfg.Bind); err != nil || added {
+			t.Fatalf("join of a live member via node %d: added %v, %v; want a member already", via, added, err)
 		}
 	}
 	if after := configIndex(t, nodes[leader]); after != before {
@@ -272,7 +272,7 @@ func TestJoinOfAnotherClusterWithTheSameIDs(t *testing.T) {
 	if !slices.Contains(members(t, other), a[la].cfg.ID) {
 		t.Fatalf("the other cluster's members %v lack %s: the test would not reach the id check", members(t, other), a[la].cfg.ID)
 	}
-	err := a[la].Join(ctxT(t, 10*time.Second), other.cfg.ID, other.cfg.Bind)
+	_, err := a[la].Join(ctxT(t, 10*time.Second), other.cfg.ID, other.cfg.Bind)
 	if !errors.Is(err, ErrBadMember) || !strings.Contains(err.Error(), "another cluster (id "+other.clusterID()) {
 		t.Fatalf("join of a node of another cluster with the same ids: %v, want ErrBadMember naming its cluster id", err)
 	}
@@ -381,7 +381,7 @@ func TestJoinOfAnUnnamedClustersNode(t *testing.T) {
 	if _, err := b[0].Claim(ctxT(t, 5*time.Second), claimCmd("src:b1")); err != nil {
 		t.Fatal(err)
 	}
-	err := a[la].Join(ctxT(t, 10*time.Second), b[1].cfg.ID, b[1].cfg.Bind)
+	_, err := a[la].Join(ctxT(t, 10*time.Second), b[1].cfg.ID, b[1].cfg.Bind)
 	if !errors.Is(err, ErrBadMember) || !strings.Contains(err.Error(), "no cluster id") {
 		t.Fatalf("join of an unnamed cluster's node: %v, want ErrBadMember saying it has no cluster id", err)
 	}
@@ -479,7 +479,7 @@ func TestJoinOfAnOlderBinary(t *testing.T) {
 	})
 	leaderOf(t, a)
 	leaderOf(t, b)
-	err := a[0].Join(ctxT(t, 10*time.Second), "w2", b[0].cfg.Bind)
+	_, err := a[0].Join(ctxT(t, 10*time.Second), "w2", b[0].cfg.Bind)
 	want := fmt.Sprintf("runs data format %d and this cluster's state is format %d", engine.FormatVersion-1, engine.FormatVersion)
 	if !errors.Is(err, ErrBadMember) || !strings.Contains(err.Error(), want) {
 		t.Fatalf("join of an older binary: %v, want ErrBadMember with %q", err, want)

@@ -707,31 +707,37 @@ func stateName(s raft.RaftState) string {
 // A node that comes back with the same id but no data is first removed, so that
 // its lost vote record cannot count in a configuration it is still part of;
 // a voter asked for again at its own address, with its data, is left as it is.
-func (n *Node) Join(ctx context.Context, id, addr string) error {
+// added is false when the configuration was left as it was: id is a voter at
+// addr already (an operator's retry answers so, not as a change).
+func (n *Node) Join(ctx context.Context, id, addr string) (added bool, err error) {
 	if n.mux == nil && n.inproc == nil {
-		return fmt.Errorf("join %s: %w", id, ErrStandalone)
+		return false, fmt.Errorf("join %s: %w", id, ErrStandalone)
 	}
 	if err := n.checkMember(id, addr); err != nil {
-		return fmt.Errorf("join %q: %w", id, err)
+		return false, fmt.Errorf("join %q: %w", id, err)
 	}
 	if n.raft.State() != raft.Leader {
 		laddr, _ := n.raft.LeaderWithID()
 		if laddr == "" {
-			return fmt.Errorf("join %s: %w", id, ErrNoLeader)
+			return false, fmt.Errorf("join %s: %w", id, ErrNoLeader)
 		}
-		_, err := n.relay.call(ctx, string(laddr), rpcJoin, encodeJoin(id, addr))
+		resp, err := n.relay.call(ctx, string(laddr), rpcJoin, encodeJoin(id, addr))
 		if bad, ok := badMemberErr(id, err); ok {
-			return bad
+			return false, bad
 		}
-		return err
+		if err != nil {
+			return false, err
+		}
+		// A leader of an earlier release answers nothing either way.
+		return string(resp) != joinUnchanged, nil
 	}
 	if id == n.cfg.ID {
 		// Removing the leader to add it again would end its leadership
 		// halfway: the join would fail and leave it out of the cluster.
 		if addr == string(n.trans.LocalAddr()) {
-			return nil // it is a member, at that address
+			return false, nil // it is a member, at that address
 		}
-		return fmt.Errorf("join %s: %w: it is this cluster's leader, at %s (move leadership away first to change its address)", id, ErrBadMember, n.trans.LocalAddr())
+		return false, fmt.Errorf("join %s: %w: it is this cluster's leader, at %s (move leadership away first to change its address)", id, ErrBadMember, n.trans.LocalAddr())
 	}
 	// The node must answer at that address as that id before it counts
 	// toward the quorum: a typo, or a node not started yet, would
@@ -741,24 +747,24 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 	ms, err := n.askStats(pctx, addr)
 	cancel()
 	if err != nil {
-		return fmt.Errorf("join %s: %w: no answer on its cluster port at %s (start it first): %v", id, ErrBadMember, addr, err)
+		return false, fmt.Errorf("join %s: %w: no answer on its cluster port at %s (start it first): %v", id, ErrBadMember, addr, err)
 	}
 	if ms.ID != id {
-		return fmt.Errorf("join %s: %w: the node at %s is %q", id, ErrBadMember, addr, ms.ID)
+		return false, fmt.Errorf("join %s: %w: the node at %s is %q", id, ErrBadMember, addr, ms.ID)
 	}
 	// A binary older than this state's format could not install the
 	// snapshot it is sent, nor apply the entries: a voter that never catches
 	// up, and one fault from a lost quorum.
 	if state, err := n.eng.Format(); err == nil && ms.Format < state {
-		return fmt.Errorf("join %s: %w: the node at %s runs data format %d and this cluster's state is format %d, which it cannot read: upgrade its binary first (docs/operations.md, Upgrades)",
+		return false, fmt.Errorf("join %s: %w: the node at %s runs data format %d and this cluster's state is format %d, which it cannot read: upgrade its binary first (docs/operations.md, Upgrades)",
 			id, ErrBadMember, addr, ms.Format, state)
 	}
 	if err := n.sameCluster(ms); err != nil {
-		return fmt.Errorf("join %s: %w: the node at %s %v", id, ErrBadMember, addr, err)
+		return false, fmt.Errorf("join %s: %w: the node at %s %v", id, ErrBadMember, addr, err)
 	}
 	f := n.raft.GetConfiguration()
 	if err := f.Error(); err != nil {
-		return fmt.Errorf("join %s: %w", id, err)
+		return false, fmt.Errorf("join %s: %w", id, err)
 	}
 	if slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
 		return s.ID == raft.ServerID(id) && s.Address == raft.ServerAddress(addr) && s.Suffrage == raft.Voter
@@ -768,7 +774,7 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 			// removing it to add it again would only risk the quorum
 			// while it is out. A node that lost its data asks with
 			// Fresh set, and is removed and added back.
-			return nil
+			return false, nil
 		}
 		if live, need := n.quorumWithout(ctx, f.Configuration(), raft.ServerID(id)); live < need {
 			// Removed, the node would leave a configuration whose
@@ -777,21 +783,21 @@ func (n *Node) Join(ctx context.Context, id, addr string) error {
 			// vote record matters only in the term it was lost in).
 			n.log.Warn("node back with no data kept as a voter without removing it first: the others alone are no quorum",
 				"id", id, "address", addr, "up", live, "quorum", need)
-			return nil
+			return false, nil
 		}
 	}
 	for _, s := range f.Configuration().Servers {
 		if s.ID == raft.ServerID(id) || s.Address == raft.ServerAddress(addr) {
 			if err := n.raft.RemoveServer(s.ID, 0, 10*time.Second).Error(); err != nil {
-				return fmt.Errorf("join %s: remove old entry: %w", id, translateApplyErr(err))
+				return false, fmt.Errorf("join %s: remove old entry: %w", id, translateApplyErr(err))
 			}
 		}
 	}
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 10*time.Second).Error(); err != nil {
-		return fmt.Errorf("join %s: %w", id, translateApplyErr(err))
+		return false, fmt.Errorf("join %s: %w", id, translateApplyErr(err))
 	}
 	n.log.Info("voter added", "id", id, "address", addr)
-	return nil
+	return true, nil
 }
 
 // quorumWithout counts the voters of conf other than id that are up (this

@@ -143,8 +143,12 @@ func (n *Node) handleRPC(ctx context.Context, op byte, body, out []byte) (byte, 
 		if err != nil {
 			return rpcBadRequest, append(out, err.Error()...)
 		}
-		if err := n.Join(ctx, id, addr); err != nil {
+		added, err := n.Join(ctx, id, addr)
+		if err != nil {
 			return errStatus(err), append(out, err.Error()...)
+		}
+		if !added {
+			out = append(out, joinUnchanged...)
 		}
 		return rpcOK, out
 	case rpcStats:
@@ -195,6 +199,10 @@ func statusErr(status byte, msg []byte) error {
 	}
 	return fmt.Errorf("leader: %s", msg)
 }
+
+// joinUnchanged is a join's answer when the node was a voter at that address
+// already; an added voter's answer is empty (as every release's is).
+const joinUnchanged = "member"
 
 func encodeJoin(id, addr string) []byte {
 	b := binary.AppendUvarint(nil, uint64(len(id)))
