@@ -897,7 +897,8 @@ func clusterStatus(err error) int {
 	switch {
 	case errors.Is(err, cluster.ErrNotLeader):
 		return http.StatusMisdirectedRequest
-	case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrIndeterminate), errors.Is(err, cluster.ErrRestoreUnconfirmed):
+	case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrIndeterminate), errors.Is(err, cluster.ErrRestoreUnconfirmed),
+		errors.Is(err, cluster.ErrRestoreNotBegun):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

@@ -753,3 +753,25 @@ func TestEventSaysItsPayloadWasDropped(t *testing.T) {
 		}
 	}
 }
+
+// TestClusterStatus: each cluster outcome a client branches on gets its
+// status: a follower asked is 421; no leader, an outcome not known, a
+// restore unconfirmed or one raft refused before it began are 503 (try
+// again); anything else is 500.
+func TestClusterStatus(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{fmt.Errorf("x: %w", cluster.ErrNotLeader), http.StatusMisdirectedRequest},
+		{fmt.Errorf("x: %w", cluster.ErrNoLeader), http.StatusServiceUnavailable},
+		{fmt.Errorf("x: %w", cluster.ErrIndeterminate), http.StatusServiceUnavailable},
+		{fmt.Errorf("restore: %w", cluster.ErrRestoreUnconfirmed), http.StatusServiceUnavailable},
+		{fmt.Errorf("restore: %w: leadership transfer in progress", cluster.ErrRestoreNotBegun), http.StatusServiceUnavailable},
+		{errors.New("disk on fire"), http.StatusInternalServerError},
+	} {
+		if got := clusterStatus(c.err); got != c.want {
+			t.Errorf("clusterStatus(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}

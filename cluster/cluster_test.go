@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"oncehook/engine"
 	"oncehook/internal/testcluster"
 )
@@ -580,6 +582,61 @@ func TestRestoreCutShortRejoins(t *testing.T) {
 	// A key the cluster holds is a duplicate through the rejoined node too.
 	if r, err := n.Claim(ctx, claimCmd("src:later3")); err != nil || r.Created {
 		t.Errorf("a kept key claimed again through the rejoined node: %+v %v, want a duplicate", r, err)
+	}
+}
+
+// TestRefusedRestoreKeepsTheLeader: a restore raft refuses before taking
+// anything (here a leadership transfer under way; likewise leadership lost
+// since the check, or a configuration change not committed yet) leaves the
+// leader as it was: the error says the restore did not begin, no marker is
+// left for the next start to set the state aside by, the node answers from
+// its state, does not stop, and goes on committing.
+func TestRefusedRestoreKeepsTheLeader(t *testing.T) {
+	fatal := make(chan error, 4)
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		// raft gives a leadership transfer an election timeout to end:
+		// long enough that the restore below surely meets it.
+		cfg.ElectionTimeout = 5 * time.Second
+		cfg.onFatal = func(err error) { fatal <- err }
+	})
+	li := c.waitLeader(-1)
+	l := c.nodes[li]
+	c.mustClaim("src:kept", -1)
+	backup := saveBackup(t, l)
+	target := c.follower(li)
+	c.partition(target) // behind and cut off, it cannot take the leadership
+	c.mustClaim("src:later", target)
+	hash, err := l.Hash()
+	if err != nil {
+		t.Fatal(err)
+	}
+	transfer := make(chan error, 1)
+	go func() {
+		transfer <- l.raft.LeadershipTransferToServer(raft.ServerID(c.ids[target]), raft.ServerAddress(c.ids[target])).Error()
+	}()
+	waitFor(t, "the transfer to be under way", func() bool {
+		return errors.Is(l.raft.Barrier(time.Second).Error(), raft.ErrLeadershipTransferInProgress)
+	})
+	err = l.Restore(ctxT(t, 5*time.Second), backup)
+	if !errors.Is(err, ErrRestoreNotBegun) || errors.Is(err, ErrRestoreUnconfirmed) {
+		t.Fatalf("restore during a leadership transfer: %v, want a restore that did not begin", err)
+	}
+	if _, err := os.Stat(filepath.Join(l.cfg.Dir, restorePending)); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("restore marker after a refused restore: %v; the next start would set the state aside", err)
+	}
+	if after, err := l.Hash(); err != nil || after != hash {
+		t.Fatalf("state after a refused restore: %x %v, want %x", after, err, hash)
+	}
+	if _, ok, err := l.Lookup("src:later"); !ok || err != nil {
+		t.Fatalf("lookup after a refused restore: %v %v; the node answers from its own state", ok, err)
+	}
+	c.heal()
+	<-transfer // it may end either way once the follower catches up
+	c.mustClaim("src:after", -1)
+	select {
+	case err := <-fatal:
+		t.Fatalf("the node stopped after a refused restore: %v", err)
+	default:
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -37,6 +38,11 @@ type fsm struct {
 
 	// restoreAt is eng.RestoreAt; tests replace it to fail a restore.
 	restoreAt func(r io.Reader, index uint64) error
+
+	// restores counts the snapshots restored into the engine: an
+	// operator's restore that raft refused before it got this far took
+	// nothing (Node.Restore).
+	restores atomic.Uint64
 
 	mu      sync.Mutex
 	entries []engine.Entry // reused between batches; only the apply goroutine touches it
@@ -300,6 +306,7 @@ func (f *fsm) Restore(rc io.ReadCloser) error {
 		}
 		return err
 	}
+	f.restores.Add(1)
 	f.mu.Lock()
 	f.joined = nil // fragments before the snapshot's index; a snapshot never falls between them
 	f.mu.Unlock()

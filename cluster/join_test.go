@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"slices"
 	"strings"
@@ -248,6 +249,52 @@ func TestJoinOfALiveMemberChangesNothing(t *testing.T) {
 	}
 	if res, err := nodes[f].Claim(ctxT(t, 5*time.Second), claimCmd("src:after-join")); err != nil || !res.Created {
 		t.Fatalf("claim after the joins with a voter down: %+v %v", res, err)
+	}
+}
+
+// TestJoinOfALiveMemberAtANewAddress: a join naming a running voter, with
+// its history, by another spelling of its address (an operator recording a
+// member by name) moves its address in place: with another voter down, a
+// removal first would leave a configuration without a majority up and stop
+// every commit. The cluster keeps committing, and the voter is reached at
+// the new address.
+func TestJoinOfALiveMemberAtANewAddress(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	leader := leaderOf(t, nodes)
+	f, g := (leader+1)%3, (leader+2)%3
+	waitFor(t, "the follower knows the leader and the cluster's id", func() bool {
+		ok, _ := nodes[f].Ready()
+		return ok && nodes[f].clusterID() != ""
+	})
+	if err := nodes[g].Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[g] = nil
+	_, port, err := net.SplitHostPort(nodes[f].cfg.Bind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	named := net.JoinHostPort("localhost", port)
+	if added, err := nodes[leader].Join(ctxT(t, 20*time.Second), nodes[f].cfg.ID, named); err != nil || !added {
+		t.Fatalf("join of a live member at %s: added %v, %v", named, added, err)
+	}
+	conf := nodes[leader].raft.GetConfiguration()
+	if err := conf.Error(); err != nil {
+		t.Fatal(err)
+	}
+	var at []string
+	for _, s := range conf.Configuration().Servers {
+		if s.ID == raft.ServerID(nodes[f].cfg.ID) {
+			at = append(at, string(s.Address))
+		}
+	}
+	if len(at) != 1 || at[0] != named {
+		t.Fatalf("%s in the configuration at %v, want [%s]", nodes[f].cfg.ID, at, named)
+	}
+	for _, via := range []int{leader, f} {
+		if res, err := nodes[via].Claim(ctxT(t, 10*time.Second), claimCmd(fmt.Sprintf("src:after-%d", via))); err != nil || !res.Created {
+			t.Fatalf("claim via node %d after the address moved, a voter down: %+v %v", via, res, err)
+		}
 	}
 }
 

@@ -766,28 +766,42 @@ func (n *Node) Join(ctx context.Context, id, addr string) (added bool, err error
 	if err := f.Error(); err != nil {
 		return false, fmt.Errorf("join %s: %w", id, err)
 	}
-	if slices.ContainsFunc(f.Configuration().Servers, func(s raft.Server) bool {
-		return s.ID == raft.ServerID(id) && s.Address == raft.ServerAddress(addr) && s.Suffrage == raft.Voter
-	}) {
-		if !ms.Fresh {
-			// A voter with its history, asked again (an operator's retry):
-			// removing it to add it again would only risk the quorum
-			// while it is out. A node that lost its data asks with
-			// Fresh set, and is removed and added back.
-			return false, nil
-		}
-		if live, need := n.quorumWithout(ctx, f.Configuration(), raft.ServerID(id)); live < need {
-			// Removed, the node would leave a configuration whose
-			// majority is not up: no commit, its re-adding included,
-			// until they return. It stays the voter it is (its lost
-			// vote record matters only in the term it was lost in).
-			n.log.Warn("node back with no data kept as a voter without removing it first: the others alone are no quorum",
-				"id", id, "address", addr, "up", live, "quorum", need)
-			return false, nil
+	conf := f.Configuration()
+	var old *raft.Server // id's entry, if it has one
+	for i := range conf.Servers {
+		if conf.Servers[i].ID == raft.ServerID(id) {
+			old = &conf.Servers[i]
 		}
 	}
-	for _, s := range f.Configuration().Servers {
-		if s.ID == raft.ServerID(id) || s.Address == raft.ServerAddress(addr) {
+	sameAddr := old != nil && old.Address == raft.ServerAddress(addr)
+	if old != nil && old.Suffrage == raft.Voter && sameAddr && !ms.Fresh {
+		// A voter with its history, asked again (an operator's retry).
+		return false, nil
+	}
+	// A voter that lost its data (Fresh) is removed before it is added
+	// back. A voter with its history named at another address keeps its
+	// entry: AddVoter moves a voter's address in place, where removing a
+	// live voter first would leave the configuration without a majority
+	// up whenever another voter is down (no commit, its re-adding
+	// included, until that one returns).
+	removeOld := old != nil && old.Suffrage == raft.Voter && ms.Fresh
+	if removeOld {
+		if live, need := n.quorumWithout(ctx, conf, old.ID); live < need {
+			// It stays the voter it is (its lost vote record matters only
+			// in the term it was lost in).
+			n.log.Warn("node back with no data kept as a voter without removing it first: the others alone are no quorum",
+				"id", id, "address", addr, "up", live, "quorum", need)
+			if sameAddr {
+				return false, nil
+			}
+			removeOld = false
+		}
+	}
+	for _, s := range conf.Servers {
+		// Another id at addr is not running there (the node at addr
+		// answered as id): its entry goes, or the configuration would
+		// name one address twice.
+		if (s.ID == raft.ServerID(id) && removeOld) || (s.ID != raft.ServerID(id) && s.Address == raft.ServerAddress(addr)) {
 			if err := n.raft.RemoveServer(s.ID, 0, 10*time.Second).Error(); err != nil {
 				return false, fmt.Errorf("join %s: remove old entry: %w", id, translateApplyErr(err))
 			}
@@ -796,7 +810,11 @@ func (n *Node) Join(ctx context.Context, id, addr string) (added bool, err error
 	if err := n.raft.AddVoter(raft.ServerID(id), raft.ServerAddress(addr), 0, 10*time.Second).Error(); err != nil {
 		return false, fmt.Errorf("join %s: %w", id, translateApplyErr(err))
 	}
-	n.log.Info("voter added", "id", id, "address", addr)
+	if old != nil && old.Suffrage == raft.Voter && !removeOld {
+		n.log.Info("voter's address changed", "id", id, "address", addr, "was", old.Address)
+	} else {
+		n.log.Info("voter added", "id", id, "address", addr)
+	}
 	return true, nil
 }
 
@@ -1031,11 +1049,21 @@ func (n *Node) Restore(ctx context.Context, path string) error {
 	// cluster never holds (the node stops and sets it aside when the
 	// restore does not take). It stays set then: the node stops.
 	n.restoring.Store(true)
+	restored := n.fsm.restores.Load()
 	if err := n.raft.Restore(meta, f, timeout); err != nil {
-		if errors.Is(err, raft.ErrEnqueueTimeout) {
-			_ = done() // never started: nothing was taken
+		// raft refuses a restore before it takes anything (a leadership
+		// transfer under way, leadership lost since the check above, a
+		// configuration change not committed yet, the snapshot not
+		// written) and then the state is this node's own still: the
+		// operator may simply try again. Once the engine holds the backup
+		// (and only then: raft restores the engine last, and a failed
+		// engine restore stops the process) it is unconfirmed. A shutdown
+		// may fall between raft storing the snapshot and the engine
+		// taking it, which the next start would take: unconfirmed too.
+		if n.fsm.restores.Load() == restored && !errors.Is(err, raft.ErrRaftShutdown) {
+			_ = done()
 			n.restoring.Store(false)
-			return fmt.Errorf("restore: %w", translateApplyErr(err))
+			return fmt.Errorf("restore: %w: %v", ErrRestoreNotBegun, err)
 		}
 		err = fmt.Errorf("restore: %w: %v", ErrRestoreUnconfirmed, translateApplyErr(err))
 		n.restoreUnconfirmed(err)

@@ -39,6 +39,11 @@ const restorePending = "restore.pending"
 // confirmed by a majority; the node stops and rejoins from the others.
 var ErrRestoreUnconfirmed = errors.New("restore not confirmed by a majority")
 
+// ErrRestoreNotBegun: raft refused a restore before this leader took
+// anything (a leadership transfer under way, leadership lost, a membership
+// change not committed yet): the state is as it was; try again.
+var ErrRestoreNotBegun = errors.New("restore not begun, nothing changed (try again)")
+
 // beginRestore writes the marker, synced; done removes it.
 func (n *Node) beginRestore() (done func() error, err error) {
 	path := filepath.Join(n.cfg.Dir, restorePending)
