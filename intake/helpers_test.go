@@ -43,6 +43,9 @@ type memStore struct {
 	// for release and fails with err, committing nothing (a claim whose
 	// proposal is in flight, then lost). Later claims apply as usual.
 	holdClaim *heldClaim
+	// notCurrent makes Lookup find nothing, as a node's does until it is
+	// current (after a start, during a restore): the claim decides.
+	notCurrent bool
 }
 
 type heldClaim struct {
@@ -82,7 +85,15 @@ func (m *memStore) apply(c engine.Command) (engine.Result, error) {
 	return rs[0], nil
 }
 
-func (m *memStore) Lookup(key string) (engine.State, bool, error) { return m.eng.Exists(key) }
+func (m *memStore) Lookup(key string) (engine.State, bool, error) {
+	m.mu.Lock()
+	stale := m.notCurrent
+	m.mu.Unlock()
+	if stale {
+		return 0, false, nil
+	}
+	return m.eng.Exists(key)
+}
 
 func (m *memStore) Claim(_ context.Context, c engine.Command) (engine.Result, error) {
 	m.mu.Lock()

@@ -45,6 +45,16 @@ key = ["json:a", "json:b"]
 	if store.index != before {
 		t.Fatal("the resend was claimed again")
 	}
+	store.mu.Lock()
+	store.notCurrent = true
+	store.mu.Unlock()
+	a = f.do(request{path: "/in/comp", body: first, id: "msg_resend2"})
+	if store.index == before {
+		t.Fatalf("resend to a node not current: %d %s answered from its own state, want the claim to decide", a.status, a.body)
+	}
+	store.mu.Lock()
+	store.notCurrent = false
+	store.mu.Unlock()
 	// Another event whose parts joined the same way: its own key.
 	other := `{"a":"x","b":"y:z"}`
 	a = f.do(request{path: "/in/comp", body: other, id: "msg_other"})

@@ -756,6 +756,11 @@ func (in *Server) legacyEvent(key, body []byte) (engine.Event, bool) {
 	if bytes.Equal(legacy, key) {
 		return engine.Event{}, false
 	}
+	// Lookup first: it finds nothing on a node whose state may be stale
+	// (not current after a start, or restoring), where Get would read it.
+	if _, ok, err := in.store.Lookup(string(legacy)); err != nil || !ok {
+		return engine.Event{}, false
+	}
 	ev, err := in.store.Get(string(legacy), true)
 	if err != nil || ev.Payload == nil || !bytes.Equal(ev.Payload, body) {
 		return engine.Event{}, false
