@@ -617,10 +617,32 @@ func (l *loader) admin(a *Admin, r rawAdmin, tokens []rawToken) {
 				tok.Token = sec
 			}
 		case t.Token != nil:
+			l.notAReference(key+".token", *t.Token, "token_file")
 			tok.Token = Secret(*t.Token)
 		}
 		a.Tokens = append(a.Tokens, tok)
 	}
+}
+
+// notAReference refuses an inline secret that reads as a file's path or a
+// variable's name ("/etc/oncehook/github.secret", "${GITHUB_SECRET}"): the
+// file does not expand either, so it would be the key itself, a string a
+// forger can guess, and `oncehook send` signing with the same string would
+// hide the mistake. A secret that truly looks so goes in a file (fileKey).
+func (l *loader) notAReference(key, v, fileKey string) {
+	var looks string
+	switch {
+	case strings.HasPrefix(v, "/"), strings.HasPrefix(v, "./"), strings.HasPrefix(v, "../"), strings.HasPrefix(v, "~/"):
+		looks = "a file's path"
+	case strings.HasPrefix(v, "$"), strings.HasPrefix(v, "%") && strings.HasSuffix(v, "%") && len(v) > 2:
+		looks = "an environment variable"
+	case strings.HasPrefix(strings.ToLower(v), "env:"), strings.HasPrefix(strings.ToLower(v), "file:"):
+		looks = "a reference to another value"
+	default:
+		return
+	}
+	l.p.add(key, nil, fmt.Sprintf("looks like %s, and an inline value is used as it is written, never expanded nor read: "+
+		"put the path in %s (a secret that truly starts so goes in a file too)", looks, fileKey))
 }
 
 func (l *loader) source(i int, r *rawSource) Source {
@@ -641,7 +663,8 @@ func (l *loader) source(i int, r *rawSource) Source {
 			}
 		}
 	default:
-		for _, v := range r.Secrets {
+		for j, v := range r.Secrets {
+			l.notAReference(key+".secrets["+strconv.Itoa(j)+"]", v, "secret_files")
 			s.Secrets = append(s.Secrets, Secret(v))
 		}
 	}

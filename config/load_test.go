@@ -643,6 +643,53 @@ func TestInlineCredentialsMode(t *testing.T) {
 	}
 }
 
+// TestInlineSecretThatNamesAFile: an inline secret or admin token that
+// reads as a path or a variable (copied from secret_files, or meant to be
+// expanded) is refused: it would be the key itself, a string anyone can
+// guess. Secrets that only contain such characters are taken.
+func TestInlineSecretThatNamesAFile(t *testing.T) {
+	const source = "[[source]]\nname = \"a\"\nprovider = \"github\"\nforward = \"http://127.0.0.1:9000/a\"\n"
+	for _, tt := range []struct {
+		name, toml string
+		want       string // "" = accepted; else "line: key"
+	}{
+		{"absolute path", source + "secrets = [\"/etc/oncehook/github.secret\"]\n", "5: source[0].secrets[0]"},
+		{"relative path", source + "secrets = [\"./github.secret\"]\n", "5: source[0].secrets[0]"},
+		{"parent path", source + "secrets = [\"../github.secret\"]\n", "5: source[0].secrets[0]"},
+		{"home path", source + "secrets = [\"~/github.secret\"]\n", "5: source[0].secrets[0]"},
+		{"shell variable", source + "secrets = [\"${GITHUB_WEBHOOK_SECRET}\"]\n", "5: source[0].secrets[0]"},
+		{"bare variable", source + "secrets = [\"$GITHUB_WEBHOOK_SECRET\"]\n", "5: source[0].secrets[0]"},
+		{"windows variable", source + "secrets = [\"%GITHUB_SECRET%\"]\n", "5: source[0].secrets[0]"},
+		{"env: reference", source + "secrets = [\"env:GITHUB_SECRET\"]\n", "5: source[0].secrets[0]"},
+		{"file: reference, second secret", source + "secrets = [\"a-real-secret-value\", \"FILE:/run/secret\"]\n", "5: source[0].secrets[1]"},
+		{"admin token path", "[admin]\ntokens = [{ name = \"ops\", token = \"/etc/oncehook/credentials/admin-ops.token\" }]\n", "2: admin.tokens[0].token"},
+		{"slashes and dollars inside", source + "secrets = [\"a/b$c%d~e\"]\n", ""},
+		{"admin token", "[admin]\ntokens = [{ name = \"ops\", token = \"" + adminToken + "\" }]\n", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := fixtureDir(t)
+			path := writeFile(t, dir, "c.toml", tt.toml, 0o600)
+			_, err := Load(path)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want := fmt.Sprintf("%s:%s: looks like ", path, tt.want)
+			if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "_file") {
+				t.Fatalf("err = %v\nwant %s...", err, want)
+			}
+			if n := len(problemsOf(t, err)); n != 1 {
+				t.Errorf("%d problems, want 1: %v", n, err)
+			}
+			if strings.Contains(err.Error(), "GITHUB") || strings.Contains(err.Error(), "/etc/") {
+				t.Fatal("error shows the value")
+			}
+		})
+	}
+}
+
 // TestVerifierFromLoad: a verifier built from a loaded source's
 // VerifierOptions accepts what the provider signs with the file's secret
 // (trailing newline trimmed).
