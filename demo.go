@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"oncehook/cluster"
 	"oncehook/config"
 	"oncehook/providers"
 )
@@ -28,10 +29,21 @@ type demoSetup struct {
 	sinkSrv    *http.Server
 }
 
+// demoNodeID is the demo node's id.
+const demoNodeID = "demo"
+
 func startDemo(ctx context.Context, dir, listen, adminListen string, stderr io.Writer) (*demoSetup, error) {
 	dir = absPath(dir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("demo data dir: %w", err)
+	}
+	// A real node's data dir (./data is the usual name) is not the demo's:
+	// its files would be written into it, and the node refused on it.
+	if owner, err := cluster.DataDirOwner(dir); err != nil {
+		return nil, fmt.Errorf("demo data dir: %w", err)
+	} else if owner != "" && owner != demoNodeID {
+		return nil, fmt.Errorf("demo data dir %s holds node %q's state: `oncehook serve` without -config runs a demo on it; "+
+			"start %q with `oncehook serve -config FILE`, or run the demo in another directory (or with -data DIR)", dir, owner, owner)
 	}
 	d := &demoSetup{dir: dir, configPath: filepath.Join(dir, "demo.toml")}
 	secretPath := filepath.Join(dir, "demo.secret")
@@ -76,7 +88,7 @@ func startDemo(ctx context.Context, dir, listen, adminListen string, stderr io.W
 	}
 	toml := fmt.Sprintf(`# Written by "oncehook serve" in demo mode; rewritten at every demo start.
 [node]
-id = "demo"
+id = %q
 data_dir = %q
 listen = %q
 
@@ -89,7 +101,7 @@ name = "demo"
 provider = "standard"
 secret_files = ["demo.secret"]
 forward = "http://%s/demo"
-`, dir, listen, adminListen, ln.Addr())
+`, demoNodeID, dir, listen, adminListen, ln.Addr())
 	if err := os.WriteFile(d.configPath, []byte(toml), 0o600); err != nil {
 		d.close()
 		return nil, fmt.Errorf("demo config: %w", err)

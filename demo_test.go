@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,5 +133,27 @@ func TestServeTouchesNoHeldOrUnsafeDataDir(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(dir, "demo.toml")); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: the refused serve wrote its demo files (%v)", dir, err)
 		}
+	}
+}
+
+// TestDemoRefusesANodesDataDir: `serve` without -config in a directory
+// whose data dir is a real node's refuses to run the demo on it, names the
+// node and writes nothing into it.
+func TestDemoRefusesANodesDataDir(t *testing.T) {
+	dir := t.TempDir()
+	n, err := cluster.Open(cluster.Config{ID: "node1", Dir: dir, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadDir(dir)
+	_, err = startDemo(context.Background(), dir, "127.0.0.1:0", "127.0.0.1:0", io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `node "node1"'s state`) {
+		t.Fatalf("demo on node1's data dir: %v, want a refusal naming node1", err)
+	}
+	if after, _ := os.ReadDir(dir); len(after) != len(before) {
+		t.Fatalf("the refused demo wrote into the node's data dir: %d entries, then %d", len(before), len(after))
 	}
 }

@@ -19,6 +19,12 @@ var ErrDataDirUnsafe = errors.New("another user could have placed files in it")
 // dataDirLockName is the lock file under the data dir.
 const dataDirLockName = "oncehook.lock"
 
+// nodeIDName records the id of the node whose state the data dir holds.
+const nodeIDName = "node.id"
+
+// ErrDataDirOtherNode: the data dir holds another node's state.
+var ErrDataDirOtherNode = errors.New("the data dir holds another node's state")
+
 // DataDirLock is the lock a node holds on its data dir while it runs.
 type DataDirLock struct{ f *os.File }
 
@@ -218,4 +224,67 @@ func lookedUpIn(path string) []string {
 		pending = append(strings.Split(target, "/"), pending...)
 	}
 	return dirs
+}
+
+// DataDirOwner returns the id of the node whose state dir holds: "" when
+// it holds no state (none yet, or wiped) or when no node recorded its id
+// (a data dir of an earlier release, until its first start).
+func DataDirOwner(dir string) (string, error) {
+	b, err := os.ReadFile(filepath.Join(dir, nodeIDName))
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("data dir: %w", err)
+	}
+	held := false
+	for _, name := range []string{"fsm.db", filepath.Join("raft", "logs.db")} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err == nil {
+			held = true
+		}
+	}
+	if !held {
+		return "", nil
+	}
+	return strings.TrimSpace(string(b)), nil
+}
+
+// claimDataDir records id as the node whose state dir holds, and refuses a
+// dir that holds another node's: started on it, a node would run under an
+// id its cluster does not count (never ready, every delivery refused), or,
+// at another member's address, vote with that member's log.
+func claimDataDir(dir, id string) error {
+	owner, err := DataDirOwner(dir)
+	if err != nil {
+		return err
+	}
+	switch owner {
+	case id:
+		return nil
+	case "":
+		path := filepath.Join(dir, nodeIDName)
+		tmp := path + ".tmp"
+		f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
+		if err != nil {
+			return fmt.Errorf("data dir: record the node's id: %w", err)
+		}
+		_, err = f.WriteString(id + "\n")
+		if err == nil {
+			err = f.Sync()
+		}
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err == nil {
+			err = os.Rename(tmp, path)
+		}
+		if err != nil {
+			os.Remove(tmp)
+			return fmt.Errorf("data dir: record the node's id: %w", err)
+		}
+		return nil
+	}
+	return fmt.Errorf("data dir %s: %w: node %q's, and this node's id is %q. A node's data dir is its own: "+
+		"start %q with its own config, or give %q an empty data dir (it then joins its cluster as a new node)",
+		dir, ErrDataDirOtherNode, owner, id, owner, id)
 }

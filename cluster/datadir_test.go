@@ -263,3 +263,52 @@ func TestDataDirChainedLinkThroughOpenDir(t *testing.T) {
 		t.Errorf("data dir %s -> %s/l/data (l replaceable by anyone) accepted: checkAncestors = %v", named, open, err)
 	}
 }
+
+// TestDataDirOfAnotherNode: a node refuses a data dir that holds another
+// node's state (it would run under an id its cluster does not count, never
+// ready), names both ids and what to do; a dir whose state was wiped, or
+// one an earlier release left without the record, is taken.
+func TestDataDirOfAnotherNode(t *testing.T) {
+	dir := t.TempDir()
+	as := func(id string) func(*Config) { return func(c *Config) { c.ID = id } }
+	n := openSolo(t, dir, as("node1"))
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Open(Config{ID: "node2", Dir: dir, Logger: quietLogger()})
+	if !errors.Is(err, ErrDataDirOtherNode) || !strings.Contains(err.Error(), `"node1"`) || !strings.Contains(err.Error(), `"node2"`) {
+		t.Fatalf("node2 on node1's data dir: %v, want ErrDataDirOtherNode naming both", err)
+	}
+	if owner, err := DataDirOwner(dir); owner != "node1" || err != nil {
+		t.Fatalf("owner after the refusal: %q %v", owner, err)
+	}
+	// The same node starts again on it.
+	n = openSolo(t, dir, as("node1"))
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	// An earlier release recorded no id: the first start records its own.
+	if err := os.Remove(filepath.Join(dir, nodeIDName)); err != nil {
+		t.Fatal(err)
+	}
+	n = openSolo(t, dir, as("node1"))
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if owner, err := DataDirOwner(dir); owner != "node1" || err != nil {
+		t.Fatalf("owner recorded at the first start: %q %v", owner, err)
+	}
+	// State wiped, the record left behind: another node may start on it.
+	for _, name := range []string{"fsm.db", "raft"} {
+		if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if owner, err := DataDirOwner(dir); owner != "" || err != nil {
+		t.Fatalf("owner of a wiped dir: %q %v", owner, err)
+	}
+	n = openSolo(t, dir, as("node2"))
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -310,6 +310,9 @@ func (n *Node) open() error {
 	if err := os.Chmod(n.cfg.Dir, 0o700); err != nil {
 		return fmt.Errorf("data dir: %w", err)
 	}
+	if err := claimDataDir(n.cfg.Dir, n.cfg.ID); err != nil {
+		return err
+	}
 	if err := n.openEngine(); err != nil {
 		return err
 	}
