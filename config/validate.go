@@ -867,15 +867,26 @@ func checkKeyPart(part string) error {
 
 // checkURL accepts an absolute http or https URL with a host.
 func checkURL(raw string) error {
+	const want = `want "http://HOST:PORT/PATH" or https://, e.g. "http://127.0.0.1:9000/hook"`
+	if strings.TrimSpace(raw) != raw {
+		return fmt.Errorf("invalid URL: a space at its start or end; %s", want)
+	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return fmt.Errorf("invalid URL %s", shownURL(raw))
+		return fmt.Errorf("invalid URL %s; %s", shownURL(raw), want)
 	}
 	if u.Scheme != "http" && u.Scheme != "https" {
-		return fmt.Errorf("invalid URL %s: want http:// or https://", shownURL(raw))
+		return fmt.Errorf("invalid URL %s: %s", shownURL(raw), want)
 	}
 	if u.Host == "" {
 		return fmt.Errorf("invalid URL %s: no host", shownURL(raw))
+	}
+	if port := u.Port(); port != "" {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("invalid URL %s: port must be a number 1..65535", shownURL(raw))
+		}
+	} else if strings.HasSuffix(u.Host, ":") {
+		return fmt.Errorf("invalid URL %s: no port after the ':'", shownURL(raw))
 	}
 	return nil
 }
