@@ -19,7 +19,7 @@ import (
 var clientFlags = adminclient.Flags
 
 func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("status", stderr)
+	fs := newFlags("status", stdout, stderr)
 	mk := clientFlags(fs)
 	asJSON := fs.Bool("json", false, "print JSON")
 	if err := parseFlags(fs, args); err != nil {
@@ -39,7 +39,7 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(args) > 0 && args[0] == "show" {
 		return cmdEventShow(ctx, args[1:], stdout, stderr)
 	}
-	fs := newFlags("events", stderr)
+	fs := newFlags("events", stdout, stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage of oncehook events:\n"+
 			"  oncehook events [flags]            list events\n"+
@@ -77,7 +77,7 @@ func cmdEvents(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 func cmdEventShow(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("events show", stderr)
+	fs := newFlags("events show", stdout, stderr)
 	mk := clientFlags(fs)
 	body := fs.Bool("body", false, "include headers, cached response and payload")
 	// The event is printed as JSON either way; -json is taken so that the
@@ -98,7 +98,7 @@ func cmdEventShow(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("replay", stderr)
+	fs := newFlags("replay", stdout, stderr)
 	mk := clientFlags(fs)
 	var keys multiFlag
 	fs.Var(&keys, "key", "full scoped key to replay (repeatable)")
@@ -149,7 +149,7 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, paus
 	if pause {
 		verb = "pause"
 	}
-	fs := newFlags(verb, stderr)
+	fs := newFlags(verb, stdout, stderr)
 	mk := clientFlags(fs)
 	source := fs.String("source", "", "source name (required)")
 	reason := fs.String("reason", "", "why (recorded with the "+verb+"; required)")
@@ -171,7 +171,7 @@ func cmdPause(ctx context.Context, args []string, stdout, stderr io.Writer, paus
 
 // cmdPurge is oncehook purge: POST /v1/purge.
 func cmdPurge(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("purge", stderr)
+	fs := newFlags("purge", stdout, stderr)
 	mk := clientFlags(fs)
 	state := fs.String("state", "", "delete every event in this state: dead|done|stale (required)")
 	source := fs.String("source", "", "only this source's events")
@@ -204,7 +204,7 @@ func cmdRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(args) == 0 {
 		return usageError{"raft needs list-peers, remove-peer or transfer-leader"}
 	}
-	fs := newFlags("raft "+args[0], stderr)
+	fs := newFlags("raft "+args[0], stdout, stderr)
 	mk := clientFlags(fs)
 	// Each subcommand takes only its own flags; "raft -h" shows them all.
 	var id, to *string
@@ -217,7 +217,8 @@ func cmdRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if isHelp(args[0]) {
 		// "raft -h": the subcommands and their flags, not "unknown raft
 		// command "-h"".
-		fmt.Fprintln(stderr, "Usage: oncehook raft list-peers | remove-peer -id N | transfer-leader [-to N] [flags]")
+		fmt.Fprintln(stdout, "Usage: oncehook raft list-peers | remove-peer -id N | transfer-leader [-to N] [flags]")
+		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 		return flag.ErrHelp
 	}
@@ -249,11 +250,12 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if len(args) == 0 {
 		return usageError{"snapshot needs save FILE or restore FILE"}
 	}
-	fs := newFlags("snapshot "+args[0], stderr)
+	fs := newFlags("snapshot "+args[0], stdout, stderr)
 	mk := clientFlags(fs)
 	if isHelp(args[0]) {
 		// "snapshot -h": as for raft, not "snapshot -h needs one FILE".
-		fmt.Fprintln(stderr, "Usage: oncehook snapshot save FILE | restore FILE [flags]")
+		fmt.Fprintln(stdout, "Usage: oncehook snapshot save FILE | restore FILE [flags]")
+		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 		return flag.ErrHelp
 	}
@@ -267,6 +269,15 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	}
 	if files[0] == "" {
 		return usageError{fmt.Sprintf("snapshot %s needs one FILE, got an empty name", args[0])}
+	}
+	if files[0] == "-" {
+		// A backup is written whole or not at all (a file renamed into
+		// place), and a restore's upload needs its length first.
+		stream := "standard output"
+		if args[0] == "restore" {
+			stream = "standard input"
+		}
+		return usageError{fmt.Sprintf("snapshot %s needs a FILE: \"-\" is not %s here (./- names a file called -)", args[0], stream)}
 	}
 	c, err := mk()
 	if err != nil {

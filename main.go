@@ -127,7 +127,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 // cmdVersion prints the version; it takes no flag but -h.
 func cmdVersion(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("version", stderr)
+	fs := newFlags("version", stdout, stderr)
 	fs.Usage = func() {
 		fmt.Fprint(fs.Output(), "Usage: oncehook version\n\nPrints the release, its commit, the data format it writes and the Go\nversion it was built with.\n")
 	}
@@ -159,12 +159,19 @@ func versionString() string {
 	return fmt.Sprintf("oncehook %s (commit %s, data format %d, %s %s/%s)", version, rev, engine.FormatVersion, runtime.Version(), runtime.GOOS, runtime.GOARCH)
 }
 
-// newFlags makes a FlagSet that reports errors instead of exiting.
-func newFlags(name string, stderr io.Writer) *flag.FlagSet {
+// newFlags makes a FlagSet that reports errors instead of exiting. Its
+// usage goes to stderr after a mistake and to stdout when asked for with
+// -h (parseFlags), as `oncehook --help` does: `oncehook send -h | less`.
+func newFlags(name string, stdout, stderr io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet("oncehook "+name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs.SetOutput(&flagOutput{stdout: stdout, stderr: stderr})
 	return fs
 }
+
+// flagOutput is a FlagSet's output: stderr, and stdout for the usage asked for.
+type flagOutput struct{ stdout, stderr io.Writer }
+
+func (o *flagOutput) Write(p []byte) (int, error) { return o.stderr.Write(p) }
 
 // parseFlags parses args with fs. On -h it prints the usage and returns
 // flag.ErrHelp (exit 0); on a bad flag it prints the usage and returns the
@@ -181,10 +188,17 @@ func parseFlags(fs *flag.FlagSet, args []string) error {
 	if err == nil {
 		return nil
 	}
-	fs.Usage()
 	if errors.Is(err, flag.ErrHelp) {
+		if o, ok := out.(*flagOutput); ok {
+			fs.SetOutput(o.stdout)
+			fs.Usage()
+			fs.SetOutput(out)
+			return err
+		}
+		fs.Usage()
 		return err
 	}
+	fs.Usage()
 	return usageError{err.Error()}
 }
 

@@ -104,7 +104,7 @@ func filesSum(paths ...string) [sha256.Size]byte {
 }
 
 func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("serve", stderr)
+	fs := newFlags("serve", stdout, stderr)
 	cfgPath := fs.String("config", os.Getenv("ONCEHOOK_CONFIG"), "config file; none: demo mode (single node on ./data, demo source and sink)")
 	demoDir := fs.String("data", "./data", "data directory in demo mode")
 	demoListen := fs.String("listen", "127.0.0.1:8080", "demo mode: the intake's address")

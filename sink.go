@@ -62,7 +62,7 @@ func (s *sink) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 func cmdSink(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("sink", stderr)
+	fs := newFlags("sink", stdout, stderr)
 	listen := fs.String("listen", "127.0.0.1:9000", "address to listen on")
 	status := fs.Int("status", 200, "status code to answer every delivery with")
 	quiet := fs.Bool("quiet", false, "do not log each delivery")

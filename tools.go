@@ -26,7 +26,7 @@ import (
 )
 
 func cmdValidate(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("validate", stderr)
+	fs := newFlags("validate", stdout, stderr)
 	path := fs.String("config", os.Getenv("ONCEHOOK_CONFIG"), "config file to check")
 	if err := parseFlags(fs, args); err != nil {
 		return err
@@ -105,7 +105,7 @@ func sourceErrorAt(path string, cfg *config.Config, err error) error {
 }
 
 func cmdKeygen(args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("keygen", stderr)
+	fs := newFlags("keygen", stdout, stderr)
 	provider := fs.String("provider", "standard", "provider whose secret format to use")
 	asymmetric := fs.Bool("asymmetric", false, "standard/svix: print an ed25519 key pair for v1a signatures (whsk_ private, whpk_ public) instead of a whsec_ secret")
 	if err := parseFlags(fs, args); err != nil {
@@ -156,7 +156,7 @@ func keyReadsHeader(key []string) bool {
 // cmdSend signs a file the way the source's provider does and posts it to the
 // node's intake: the quickest way to test a config end to end.
 func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	fs := newFlags("send", stderr)
+	fs := newFlags("send", stdout, stderr)
 	path := fs.String("config", os.Getenv("ONCEHOOK_CONFIG"), "config file that names the source")
 	name := fs.String("source", "", "source name")
 	file := fs.String("file", "", "payload file to send ('-' for stdin)")
