@@ -468,6 +468,10 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	if retryIn <= 0 {
 		retryIn = Backoff(attempt, tgt.BackoffMin, tgt.BackoffMax, f.jitter())
 	}
+	// The source's hold is this leader's alone; the event's own time is
+	// replicated, so it keeps the hold the handler asked for past a change
+	// of leader.
+	retryIn = max(retryIn, a.hold)
 	maxAttempts := tgt.MaxAttempts
 	if a.reason == reasonTimeout && ev.LeaseUntil != 0 {
 		// The handler may still be working on it: the next attempt starts

@@ -69,7 +69,9 @@
 // Any 3xx is a failure (redirects are never followed), as is any non-2xx status,
 // a timeout or a connection error. A handler that answers 429 or 503 with
 // Retry-After in seconds is retried after that delay, kept within the target's
-// [BackoffMin, BackoffMax], and holds its whole source (below).
+// [BackoffMin, max(BackoffMax, MaxHold)], and holds its whole source (below).
+// The hold is this leader's memory; the event's own retry time is replicated,
+// so the event that got the answer waits for it under a new leader too.
 //
 // # Rate limits
 //

@@ -398,6 +398,10 @@ func TestFailureReasons(t *testing.T) {
 	}
 }
 
+// TestRetryAfter: a 429 or 503 with Retry-After is retried after it, at
+// least BackoffMin; past BackoffMax the event keeps the hold of its source
+// (MaxHold at most) as its own retry time, which is replicated: the hold
+// itself is the leader's, and a new leader would retry it at BackoffMax.
 func TestRetryAfter(t *testing.T) {
 	for _, tc := range []struct {
 		status int
@@ -406,9 +410,9 @@ func TestRetryAfter(t *testing.T) {
 	}{
 		{429, "3", 3 * time.Second},
 		{503, "3", 3 * time.Second},
-		{429, "0", time.Second},           // raised to BackoffMin
-		{503, "100000", 10 * time.Second}, // lowered to BackoffMax
-		{500, "3", 0},                     // only 429 and 503 are honoured
+		{429, "0", time.Second},  // raised to BackoffMin
+		{503, "100000", MaxHold}, // over BackoffMax: the source's hold, at most MaxHold, kept in the event's own time (a new leader knows it)
+		{500, "3", 0},            // only 429 and 503 are honoured
 		{429, "Wed, 21 Oct 2015 07:28:00 GMT", 0},
 		{429, "", 0},
 	} {
