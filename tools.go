@@ -35,7 +35,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *path == "" {
-		return usageError{"validate needs -config FILE"}
+		return usageError{"validate needs -config FILE (or ONCEHOOK_CONFIG in the environment)"}
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {

@@ -1,7 +1,9 @@
 package config
 
 import (
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -29,6 +31,14 @@ func TestMaxRateConfig(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			if tt.err != "" && !strings.Contains(tt.lines, "max_rate_burst") {
+				// One mistake, one error: the burst the file never set is
+				// not reported besides.
+				text := "[[source]]\nname = \"s\"\nprovider = \"stripe\"\nforward = \"http://127.0.0.1:9000/\"\nsecrets = [\"0123456789abcdef0123456789abcdef\"]\n" + tt.lines + "\n"
+				if _, err := Load(writeFile(t, t.TempDir(), "oncehook.toml", text, 0o600)); strings.Contains(fmt.Sprint(err), "max_rate_burst") {
+					t.Fatalf("Load: %v; max_rate_burst is not set", err)
+				}
+			}
 			s := loadOneSource(t, tt.lines, tt.err)
 			if s == nil {
 				return

@@ -21,7 +21,7 @@ type Duration time.Duration
 func (d *Duration) UnmarshalText(b []byte) error {
 	v, err := time.ParseDuration(string(b))
 	if err != nil {
-		return fmt.Errorf("invalid duration %q", b)
+		return fmt.Errorf("invalid duration %q (a number and a unit: h, m, s, ms; e.g. \"24h\", \"90m\", \"30s\"; no d)", b)
 	}
 	*d = Duration(v)
 	return nil

@@ -600,7 +600,10 @@ func (c *sourceCheck) retry() {
 	if math.IsNaN(s.MaxRate) || s.MaxRate < 0 || s.MaxRate > maxRate {
 		p.add(c.k("max_rate"), nil, fmt.Sprintf("must be 0 (no limit) or a positive number of deliveries per second up to %g, got %g", float64(maxRate), s.MaxRate))
 	}
-	if s.MaxRate > 0 && s.MaxRateBurst < 1 || s.MaxRateBurst < 0 || s.MaxRateBurst > maxRateBurst {
+	// A burst left unset under a max_rate refused above is that refusal's,
+	// not a second mistake.
+	burstUnset := s.MaxRateBurst == 0 && (math.IsNaN(s.MaxRate) || s.MaxRate > maxRate)
+	if !burstUnset && (s.MaxRate > 0 && s.MaxRateBurst < 1 || s.MaxRateBurst < 0 || s.MaxRateBurst > maxRateBurst) {
 		p.add(c.k("max_rate_burst"), nil, fmt.Sprintf("must be from 1 to %d, got %d", maxRateBurst, s.MaxRateBurst), c.k("max_rate"))
 	}
 }

@@ -8,7 +8,10 @@ package intake
 
 import (
 	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"os"
 	"slices"
 	"strings"
 
@@ -39,6 +42,21 @@ type payloadSchema struct {
 // fetched (the compiler's default loader reads file: URLs only), so a schema
 // never makes a load depend on the network.
 func compileSchema(path string) (*payloadSchema, error) {
+	// A file that is not JSON is refused here, by offset: the JSON
+	// decoder's message quotes the character it stopped at, and a path
+	// mistyped to name a secret's file would print a piece of it.
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("schema_file %s: %w", path, err)
+	}
+	var doc any
+	if err := json.Unmarshal(b, &doc); err != nil {
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, fmt.Errorf("schema_file %s: not JSON (syntax error at byte %d)", path, se.Offset)
+		}
+		return nil, fmt.Errorf("schema_file %s: not JSON", path)
+	}
 	c := jsonschema.NewCompiler()
 	c.DefaultDraft(jsonschema.Draft2020)
 	c.AssertFormat()

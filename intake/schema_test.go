@@ -72,6 +72,13 @@ func TestSchemaValidateMessages(t *testing.T) {
 	if _, err := compileSchema(filepath.Join(dir, "missing.json")); err == nil {
 		t.Error("a missing schema file compiled")
 	}
+	// A file that is not JSON (a secret's, by a mistyped path) is refused
+	// without a character of it in the message.
+	mustWrite(t, path, "dQw4-secret-value\n")
+	if _, err := compileSchema(path); err == nil || strings.Contains(err.Error(), "'d'") || strings.Contains(err.Error(), "dQw") ||
+		!strings.Contains(err.Error(), "not JSON") {
+		t.Errorf("a secret's file as schema: %v, want \"not JSON\" and none of its text", err)
+	}
 }
 
 func BenchmarkSchemaValidate(b *testing.B) {
