@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -136,7 +137,12 @@ func TestWarnClearTextCluster(t *testing.T) {
 					t.Fatalf("a warning is not an error: %v", err)
 				}
 			}
-			w := c.Warnings()
+			var w []string // this check's: two peers are warned of besides (TestWarnClusterShape)
+			for _, line := range c.Warnings() {
+				if strings.HasPrefix(line, "cluster: ") {
+					w = append(w, line)
+				}
+			}
 			if tt.want == "" {
 				if len(w) != 0 {
 					t.Fatalf("warnings %q, want none", w)
@@ -185,5 +191,45 @@ func TestWarnForwardedAdvertise(t *testing.T) {
 		if tt.warn && !strings.HasPrefix(got[0], "cluster.advertise: "+tt.advertise+" is an address of this host") {
 			t.Errorf("warning %q", got[0])
 		}
+	}
+}
+
+// TestWarnClusterShape: an even number of members (no more failures
+// survived than one member fewer) and a cluster token that is also an admin
+// token are warned of; three members with a token of their own are not.
+func TestWarnClusterShape(t *testing.T) {
+	peers := func(n int) []Peer {
+		var ps []Peer
+		for i := range n {
+			ps = append(ps, Peer{fmt.Sprintf("node%d", i+1), fmt.Sprintf("127.0.0.%d:7070", i+1)})
+		}
+		return ps
+	}
+	for _, tt := range []struct {
+		name  string
+		peers int
+		admin string // an admin token's secret
+		want  []string
+	}{
+		{"three", 3, "another-admin-token-0123456789abcdef", nil},
+		{"one", 1, "another-admin-token-0123456789abcdef", nil},
+		{"two", 2, "another-admin-token-0123456789abcdef", []string{"cluster.peers: 2 members need both up to commit"}},
+		{"four", 4, "another-admin-token-0123456789abcdef", []string{"cluster.peers: 4 members need 3 up to commit, so the cluster survives 1 down, as 3 members would"}},
+		{"shared token", 3, clusterToken, []string{`cluster.token_file: the same secret as admin token "ops"`}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			c := Default()
+			c.Cluster = &Cluster{RaftListen: "127.0.0.1:7070", Peers: peers(tt.peers), Token: Secret(clusterToken)}
+			c.Admin.Tokens = []AdminToken{{Name: "ops", Token: Secret(tt.admin)}}
+			w := c.Warnings()
+			if len(w) != len(tt.want) {
+				t.Fatalf("warnings %q, want %d", w, len(tt.want))
+			}
+			for i := range w {
+				if !strings.HasPrefix(w[i], tt.want[i]) {
+					t.Errorf("warning %q, want one starting %q", w[i], tt.want[i])
+				}
+			}
+		})
 	}
 }

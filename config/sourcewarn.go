@@ -86,6 +86,23 @@ func largeBodies(c *Config) []string {
 	return w
 }
 
+// smallBodyWarn: below it a max_body refuses ordinary deliveries; the
+// providers' events are kilobytes (a Stripe event is rarely under 1 KiB).
+const smallBodyWarn = 1 * KiB
+
+// smallBodies warns of a max_body too small for the provider's deliveries:
+// each is answered 413, and the provider retries it until it gives up.
+func smallBodies(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		if b := c.Sources[i].MaxBody; b > 0 && b < smallBodyWarn {
+			w = append(w, fmt.Sprintf("%s: %s refuses (413) every larger delivery, and providers' events are kilobytes: the provider retries each until it gives up; set it near the largest body the provider sends",
+				sourceKey(i, "max_body"), b))
+		}
+	}
+	return w
+}
+
 // ineffectiveKeys warns of a key the file sets to a value that does nothing
 // for its source (the default written out, as in config.example.toml, is
 // not warned about): an operator who set it expects what it does elsewhere.

@@ -42,6 +42,8 @@ func TestSourceWarnings(t *testing.T) {
 	}
 }
 
+// TestLargeBodyWarning: a max_body in the tens of MiB on a cluster, and
+// one under 1 KiB anywhere (every ordinary delivery refused), are warned of.
 func TestLargeBodyWarning(t *testing.T) {
 	three := []Peer{{ID: "a", Addr: "127.0.0.1:1"}, {ID: "b", Addr: "127.0.0.1:2"}, {ID: "c", Addr: "127.0.0.1:3"}}
 	for _, tt := range []struct {
@@ -54,6 +56,9 @@ func TestLargeBodyWarning(t *testing.T) {
 		{"16 MiB on a cluster", three, 16 * MiB, ""},
 		{"32 MiB on a cluster", three, 32 * MiB, "source[0].max_body: 32MiB lets one claim carry that much to every node"},
 		{"64 MiB on one node", nil, MaxMaxBody, ""},
+		{"1 KiB", nil, KiB, ""},
+		{"10 bytes", nil, 10, "source[0].max_body: 10 refuses (413) every larger delivery"},
+		{"1000 bytes on a cluster", three, 1000, "source[0].max_body: 1KB refuses (413)"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			c := Default()
@@ -61,7 +66,7 @@ func TestLargeBodyWarning(t *testing.T) {
 				c.Cluster = &Cluster{Peers: tt.peers}
 			}
 			c.Sources = []Source{{Name: "s", Provider: "stripe", MaxBody: tt.body}}
-			got := largeBodies(c)
+			got := append(largeBodies(c), smallBodies(c)...)
 			if tt.want == "" {
 				if len(got) != 0 {
 					t.Fatalf("warnings %q, want none", got)

@@ -52,6 +52,44 @@ var warningChecks = []func(*Config) []string{
 	unguardedUnsignedKeys,
 	forwardedAdvertise,
 	ineffectiveKeys, // sourcewarn.go
+	smallBodies,     // sourcewarn.go
+	evenCluster,
+	sharedClusterToken,
+}
+
+// evenCluster warns of a peers list of an even size: a majority of 2n
+// members is n+1, so it survives no more failures than 2n-1 members (two
+// members survive none: either one down stops every commit).
+func evenCluster(c *Config) []string {
+	cl := c.Cluster
+	if cl == nil || len(cl.Peers)%2 != 0 {
+		return nil
+	}
+	n := len(cl.Peers)
+	if n == 2 {
+		return []string{"cluster.peers: 2 members need both up to commit: either one down stops every commit, so two survive no more failures than one; add a third"}
+	}
+	return []string{fmt.Sprintf(
+		"cluster.peers: %d members need %d up to commit, so the cluster survives %d down, as %d members would: add or remove one (3 or 5 members)",
+		n, n/2+1, n/2-1, n-1)}
+}
+
+// sharedClusterToken warns of a cluster token that is also an admin token:
+// whoever holds it for the admin API can also speak to the cluster port as
+// a member (and the other way round), and rotating one rotates both.
+func sharedClusterToken(c *Config) []string {
+	cl := c.Cluster
+	if cl == nil || len(cl.Token) == 0 {
+		return nil
+	}
+	for _, t := range c.Admin.Tokens {
+		if len(t.Token) > 0 && string(t.Token) == string(cl.Token) {
+			return []string{fmt.Sprintf(
+				"cluster.token_file: the same secret as admin token %q: whoever holds it for the admin API can speak to the cluster port as a member; give each its own (oncehook keygen -provider hmac)",
+				t.Name)}
+		}
+	}
+	return nil
 }
 
 // forwardedAdvertise warns, without TLS, about an advertise address that
