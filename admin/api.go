@@ -441,7 +441,11 @@ func (s *Server) adminEvent(w http.ResponseWriter, r *http.Request) {
 	withBody := r.URL.Query().Get("body") == "1" || r.URL.Query().Get("body") == "true"
 	ev, err := s.store.Get(key, withBody)
 	if errors.Is(err, engine.ErrNotFound) {
-		jsonError(w, http.StatusNotFound, "no event with key "+strconv.Quote(key))
+		msg := "no event with key " + strconv.Quote(key)
+		if !strings.Contains(key, ":") {
+			msg += ": keys are scoped by their source, SOURCE:ID (e.g. \"github:" + key + "\"), as intake answers them"
+		}
+		jsonError(w, http.StatusNotFound, msg)
 		return
 	}
 	if err != nil {

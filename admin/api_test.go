@@ -199,6 +199,7 @@ func TestAPIAnswers(t *testing.T) {
 		// bytes replaced by U+FFFD in a JSON string.
 		{"event with a binary body", "GET", "/v1/events/orders:x_bin?body=1", "", "", 200, `"payload_base64": "/wDAAQ=="`},
 		{"unknown event", "GET", "/v1/events/orders:nope", "", "", 404, `no event with key \"orders:nope\"`},
+		{"a key without its source", "GET", "/v1/events/msg_1", "", "", 404, `keys are scoped by their source, SOURCE:ID (e.g. \"github:msg_1\")`},
 		{"events by state", "GET", "/v1/events?state=pending", "", "", 200, `"key": "orders:msg_1"`},
 		{"unknown state", "GET", "/v1/events?state=lost", "", "", 400, `unknown state \"lost\"`},
 		{"events of a configured source", "GET", "/v1/events?source=orders", "", "", 200, `"key": "orders:msg_1"`},

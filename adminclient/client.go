@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -194,6 +195,8 @@ func tlsHint(err error) string {
 		return " (the admin certificate does not name this host: use an address it names)"
 	case errors.As(err, &invalid):
 		return " (the admin certificate is not valid now, or not for a server)"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return " (is the node running, and is this its [admin] listen address? give it with -addr or ONCEHOOK_ADDR)"
 	}
 	return ""
 }

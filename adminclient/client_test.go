@@ -6,6 +6,7 @@ import (
 	"flag"
 	"io"
 	"log"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -371,5 +372,21 @@ func TestRestoreOfADirectory(t *testing.T) {
 	}
 	if asked.Load() != 0 {
 		t.Fatal("the node was sent a directory")
+	}
+}
+
+// TestRefusedConnectionHint: a node that refuses the connection (not
+// running, or another address) gets a hint naming -addr and ONCEHOOK_ADDR.
+func TestRefusedConnectionHint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	c := newTestClient(t, "http://"+addr, "tok")
+	err = callStatus(c)
+	if err == nil || !strings.Contains(err.Error(), "connection refused") || !strings.Contains(err.Error(), "-addr or ONCEHOOK_ADDR") {
+		t.Fatalf("status against a closed port: %v, want the refusal and the -addr hint", err)
 	}
 }
