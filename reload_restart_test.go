@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -121,5 +123,36 @@ func TestReloadWarnsOfAKeyChange(t *testing.T) {
 	tn.n.reload(tn.cfgPath)
 	if n := strings.Count(tn.logs(), warning); n != 1 {
 		t.Fatalf("%d key change warnings after a reload that kept the key, want 1:\n%s", n, tn.logs())
+	}
+}
+
+// TestReloadWarningsNameTheirLine: a warning a reload logs names the file
+// and line it is about, as validate prints it.
+func TestReloadWarningsNameTheirLine(t *testing.T) {
+	tn := startTestNode(t, "", "http://127.0.0.1:1")
+	text, err := os.ReadFile(tn.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	edited := regexp.MustCompile(`(?m)^max_body = .*$`).ReplaceAllString(string(text), `max_body = "100B"`)
+	if !strings.Contains(edited, `max_body = "100B"`) {
+		edited = strings.Replace(string(text), "forward = ", "max_body = \"100B\"\nforward = ", 1)
+	}
+	mustWrite(t, tn.cfgPath, edited)
+	tn.n.reload(tn.cfgPath)
+	want := 0
+	for i, l := range strings.Split(edited, "\n") {
+		if strings.HasPrefix(l, "max_body") {
+			want = i + 1
+		}
+	}
+	logs := tn.logs()
+	i := strings.Index(logs, "max_body: 100 refuses (413)")
+	if i < 0 {
+		t.Fatalf("no warning of the small max_body:\n%s", logs)
+	}
+	line, _, _ := strings.Cut(logs[strings.LastIndex(logs[:i], "\n")+1:], "\n")
+	if !strings.Contains(line, "file="+tn.cfgPath) || !strings.Contains(line, fmt.Sprintf("line=%d", want)) {
+		t.Fatalf("the warning: %s; want file=%s line=%d", line, tn.cfgPath, want)
 	}
 }

@@ -158,9 +158,7 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	level := new(slog.LevelVar)
 	log := newLogger(cfg.Node.LogFormat, level, stderr)
 	setLevel(level, cfg.Node.LogLevel)
-	for _, w := range cfg.Warnings() {
-		log.Warn(w)
-	}
+	logWarnings(log, cfg)
 
 	n, err := startNode(cfg, log, level, stderr)
 	if err != nil {
@@ -555,9 +553,7 @@ func (n *node) reload(path string) {
 	// A source the reload added gets its series at 0, as one configured at
 	// start does: an alert on increase() sees its first dead letter expire.
 	n.metrics.ConfiguredSources(n.configuredSourceNames())
-	for _, w := range cfg.Warnings() {
-		n.log.Warn(w)
-	}
+	logWarnings(n.log, cfg)
 	for _, w := range keyChanges(old, cfg) {
 		n.log.Warn(w)
 	}
@@ -715,4 +711,16 @@ func absPath(p string) string {
 		return a
 	}
 	return p
+}
+
+// logWarnings logs the config's warnings, each with the file and line it
+// is about, as validate prints them.
+func logWarnings(log *slog.Logger, cfg *config.Config) {
+	for _, w := range cfg.Warnings() {
+		if n := cfg.WarningLine(w); n > 0 {
+			log.Warn(w, "file", cfg.Path, "line", n)
+			continue
+		}
+		log.Warn(w, "file", cfg.Path)
+	}
 }
