@@ -479,17 +479,10 @@ func TestReplayNamesEventsWithoutPayload(t *testing.T) {
 			store.applyAll(t, []engine.Command{{Op: engine.OpClaim, Key: "orders:pending", Source: "orders",
 				Payload: []byte(`{"a":1}`), Retention: int64(time.Hour), LeaseFor: int64(time.Minute)}})
 
-			req, _ := http.NewRequest("POST", url+"/v1/replay", strings.NewReader(c.body))
-			req.Header.Set("Authorization", "Bearer "+testToken)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
+			status, raw := postAdmin(t, url+"/v1/replay", c.body)
 			var got replayAnswer
-			if err := json.Unmarshal(raw, &got); err != nil || resp.StatusCode != 200 {
-				t.Fatalf("answer %d %s: %v", resp.StatusCode, raw, err)
+			if err := json.Unmarshal(raw, &got); err != nil || status != 200 {
+				t.Fatalf("answer %d %s: %v", status, raw, err)
 			}
 			if !reflect.DeepEqual(got, c.want) {
 				t.Fatalf("answer %s\nwant %+v", raw, c.want)
@@ -561,16 +554,9 @@ func refusalAnswers(t *testing.T, route, body string, fail func(*engineStore, er
 	for _, c := range cases {
 		store, url := newTestAPI(t)
 		fail(store, c.err)
-		req, _ := http.NewRequest("POST", url+route, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != c.status || !strings.Contains(string(raw), c.err.Error()[:20]) {
-			t.Errorf("%v: %d %s, want %d with the reason", c.err, resp.StatusCode, raw, c.status)
+		status, raw := postAdmin(t, url+route, body)
+		if status != c.status || !strings.Contains(string(raw), c.err.Error()[:20]) {
+			t.Errorf("%v: %d %s, want %d with the reason", c.err, status, raw, c.status)
 		}
 	}
 }
@@ -611,19 +597,12 @@ func TestJoinAnswers(t *testing.T) {
 	} {
 		store, url := newTestAPI(t)
 		store.joined = &c.added
-		req, _ := http.NewRequest("POST", url+"/v1/cluster/join", strings.NewReader(`{"id":"node5","address":"10.0.0.5:7070"}`))
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
+		status, raw := postAdmin(t, url+"/v1/cluster/join", `{"id":"node5","address":"10.0.0.5:7070"}`)
 		var got, want map[string]any
 		json.Unmarshal(raw, &got)
 		json.Unmarshal([]byte(c.want), &want)
-		if resp.StatusCode != http.StatusOK || !reflect.DeepEqual(got, want) {
-			t.Errorf("join, added %v: %d %s; want 200 %s", c.added, resp.StatusCode, raw, c.want)
+		if status != http.StatusOK || !reflect.DeepEqual(got, want) {
+			t.Errorf("join, added %v: %d %s; want 200 %s", c.added, status, raw, c.want)
 		}
 	}
 }
@@ -675,16 +654,9 @@ func TestPurgeOfARemovedSource(t *testing.T) {
 	}
 	for source, want := range map[string]int{"gone": http.StatusOK, "gnoe": http.StatusNotFound} {
 		body := `{"state":"dead","source":"` + source + `","before":"1s","reason":"x","dry_run":true}`
-		req, _ := http.NewRequest("POST", url+"/v1/purge", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		if resp.StatusCode != want {
-			t.Errorf("purge of %s: %d %s, want %d", source, resp.StatusCode, raw, want)
+		status, raw := postAdmin(t, url+"/v1/purge", body)
+		if status != want {
+			t.Errorf("purge of %s: %d %s, want %d", source, status, raw, want)
 		}
 	}
 }
@@ -775,4 +747,19 @@ func TestClusterStatus(t *testing.T) {
 			t.Errorf("clusterStatus(%v) = %d, want %d", c.err, got, c.want)
 		}
 	}
+}
+
+// postAdmin posts body to url with the test token and returns the answer's
+// status and body.
+func postAdmin(t *testing.T, url, body string) (int, []byte) {
+	t.Helper()
+	req, _ := http.NewRequest("POST", url, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, raw
 }

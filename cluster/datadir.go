@@ -262,24 +262,7 @@ func claimDataDir(dir, id string) error {
 	case id:
 		return nil
 	case "":
-		path := filepath.Join(dir, nodeIDName)
-		tmp := path + ".tmp"
-		f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
-		if err != nil {
-			return fmt.Errorf("data dir: record the node's id: %w", err)
-		}
-		_, err = f.WriteString(id + "\n")
-		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp, path)
-		}
-		if err != nil {
-			os.Remove(tmp)
+		if err := writeDurably(filepath.Join(dir, nodeIDName), []byte(id+"\n")); err != nil {
 			return fmt.Errorf("data dir: record the node's id: %w", err)
 		}
 		return nil

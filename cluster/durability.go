@@ -70,13 +70,21 @@ func writeMarker(dir, boot, state string) error {
 	if boot == "" {
 		boot = "unknown"
 	}
-	path := filepath.Join(dir, markerName)
+	if err := writeDurably(filepath.Join(dir, markerName), []byte(boot+" "+state+"\n")); err != nil {
+		return fmt.Errorf("engine marker: %w", err)
+	}
+	return nil
+}
+
+// writeDurably replaces the file at path with data, synced, its directory
+// too: after a crash the file holds the old content or the new, whole.
+func writeDurably(path string, data []byte) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return fmt.Errorf("engine marker: %w", err)
+		return err
 	}
-	_, err = f.Write([]byte(boot + " " + state + "\n"))
+	_, err = f.Write(data)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -87,12 +95,12 @@ func writeMarker(dir, boot, state string) error {
 		err = os.Rename(tmp, path)
 	}
 	if err == nil {
-		err = engine.SyncDir(dir)
+		err = engine.SyncDir(filepath.Dir(path))
 	}
 	if err != nil {
-		return fmt.Errorf("engine marker: %w", err)
+		os.Remove(tmp)
 	}
-	return nil
+	return err
 }
 
 // setAside moves an untrusted engine file out of the way, keeping it for

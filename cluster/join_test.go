@@ -218,14 +218,14 @@ func configIndex(t *testing.T, n *Node) uint64 {
 	return f.Index()
 }
 
-// TestJoinOfALiveMemberChangesNothing: a join naming a running voter, with
-// its history, at its own address (an operator's retry) leaves the
-// configuration as it is. Removed to be added back, it would be out of the
-// quorum meanwhile: with another voter down, the removal alone would stop
-// every commit and leave it out.
-func TestJoinOfALiveMemberChangesNothing(t *testing.T) {
-	nodes := tcpCluster(t, 3, nil)
-	leader := leaderOf(t, nodes)
+// threeWithOneDown starts three TCP nodes and stops one follower; it
+// returns the nodes (the stopped one nil), the leader's index and the
+// running follower's, once that follower knows the leader and the
+// cluster's id.
+func threeWithOneDown(t *testing.T) (nodes []*Node, leader, f int) {
+	t.Helper()
+	nodes = tcpCluster(t, 3, nil)
+	leader = leaderOf(t, nodes)
 	f, g := (leader+1)%3, (leader+2)%3
 	waitFor(t, "the follower knows the leader and the cluster's id", func() bool {
 		ok, _ := nodes[f].Ready()
@@ -235,6 +235,16 @@ func TestJoinOfALiveMemberChangesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodes[g] = nil
+	return nodes, leader, f
+}
+
+// TestJoinOfALiveMemberChangesNothing: a join naming a running voter, with
+// its history, at its own address (an operator's retry) leaves the
+// configuration as it is. Removed to be added back, it would be out of the
+// quorum meanwhile: with another voter down, the removal alone would stop
+// every commit and leave it out.
+func TestJoinOfALiveMemberChangesNothing(t *testing.T) {
+	nodes, leader, f := threeWithOneDown(t)
 	before := configIndex(t, nodes[leader])
 	for _, via := range []int{leader, f} {
 		if added, err := nodes[via].Join(ctxT(t, 20*time.Second), nodes[f].cfg.ID, nodes[f].cfg.Bind); err != nil || added {
@@ -259,17 +269,7 @@ func TestJoinOfALiveMemberChangesNothing(t *testing.T) {
 // every commit. The cluster keeps committing, and the voter is reached at
 // the new address.
 func TestJoinOfALiveMemberAtANewAddress(t *testing.T) {
-	nodes := tcpCluster(t, 3, nil)
-	leader := leaderOf(t, nodes)
-	f, g := (leader+1)%3, (leader+2)%3
-	waitFor(t, "the follower knows the leader and the cluster's id", func() bool {
-		ok, _ := nodes[f].Ready()
-		return ok && nodes[f].clusterID() != ""
-	})
-	if err := nodes[g].Close(); err != nil {
-		t.Fatal(err)
-	}
-	nodes[g] = nil
+	nodes, leader, f := threeWithOneDown(t)
 	_, port, err := net.SplitHostPort(nodes[f].cfg.Bind)
 	if err != nil {
 		t.Fatal(err)
