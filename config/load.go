@@ -624,26 +624,36 @@ func (l *loader) admin(a *Admin, r rawAdmin, tokens []rawToken) {
 	}
 }
 
-// notAReference refuses an inline secret that reads as a file's path or a
-// variable's name ("/etc/oncehook/github.secret", "${GITHUB_SECRET}"): the
-// file does not expand either, so it would be the key itself, a string a
-// forger can guess, and `oncehook send` signing with the same string would
-// hide the mistake. A secret that truly looks so goes in a file (fileKey).
+// notAReference refuses an inline secret that is, beyond doubt, a
+// reference to the secret rather than the secret: the path of a file that
+// exists ("/etc/oncehook/github.secret", copied from secret_files) or a
+// variable's name ("${GITHUB_SECRET}", "$GITHUB_SECRET", "env:GITHUB_SECRET").
+// The file does not expand either, so it would be the key itself, a string
+// a forger can guess, and `oncehook send` signing with the same string would
+// hide the mistake. A value that only starts like a path may be a real
+// secret (base64 starts with '/' once in 64): Warnings names one that reads
+// like a path throughout.
 func (l *loader) notAReference(key, v, fileKey string) {
 	var looks string
+	path := strings.TrimPrefix(v, "file:")
 	switch {
-	case strings.HasPrefix(v, "/"), strings.HasPrefix(v, "./"), strings.HasPrefix(v, "../"), strings.HasPrefix(v, "~/"):
-		looks = "a file's path"
-	case strings.HasPrefix(v, "$"), strings.HasPrefix(v, "%") && strings.HasSuffix(v, "%") && len(v) > 2:
-		looks = "an environment variable"
-	case strings.HasPrefix(strings.ToLower(v), "env:"), strings.HasPrefix(strings.ToLower(v), "file:"):
-		looks = "a reference to another value"
+	case variableRef.MatchString(v):
+		looks = "the name of an environment variable"
+	case strings.HasPrefix(path, "/") || strings.HasPrefix(path, "./") || strings.HasPrefix(path, "../"):
+		if _, err := os.Stat(l.resolve(path, false)); err != nil {
+			return
+		}
+		looks = "the path of a file that exists"
 	default:
 		return
 	}
-	l.p.add(key, nil, fmt.Sprintf("looks like %s, and an inline value is used as it is written, never expanded nor read: "+
-		"put the path in %s (a secret that truly starts so goes in a file too)", looks, fileKey))
+	l.p.add(key, nil, fmt.Sprintf("is %s, and an inline value is used as it is written, never expanded nor read: "+
+		"put the file's path in %s, or the secret itself inline", looks, fileKey))
 }
+
+// variableRef matches the ways configs name an environment variable:
+// ${NAME}, $NAME (upper case, as variables are named), %NAME%, env:NAME.
+var variableRef = regexp.MustCompile(`^(\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Z_][A-Z0-9_]*|%[A-Za-z_][A-Za-z0-9_]*%|(?i:env):[A-Za-z_][A-Za-z0-9_]*)$`)
 
 func (l *loader) source(i int, r *rawSource) Source {
 	key := "source[" + strconv.Itoa(i) + "]"

@@ -643,47 +643,59 @@ func TestInlineCredentialsMode(t *testing.T) {
 	}
 }
 
-// TestInlineSecretThatNamesAFile: an inline secret or admin token that
-// reads as a path or a variable (copied from secret_files, or meant to be
-// expanded) is refused: it would be the key itself, a string anyone can
-// guess. Secrets that only contain such characters are taken.
+// TestInlineSecretThatNamesAFile: an inline secret or admin token that is
+// a reference, beyond doubt (the path of a file that exists, a variable's
+// name), is refused: it would be the key itself, a string anyone can guess.
+// One that only reads like a path is warned of; real secrets that start
+// with '/' or '$' (base64, typed tokens) load without a word.
 func TestInlineSecretThatNamesAFile(t *testing.T) {
 	const source = "[[source]]\nname = \"a\"\nprovider = \"github\"\nforward = \"http://127.0.0.1:9000/a\"\n"
 	for _, tt := range []struct {
 		name, toml string
 		want       string // "" = accepted; else "line: key"
+		warn       string // a warning that must be given, when accepted
 	}{
-		{"absolute path", source + "secrets = [\"/etc/oncehook/github.secret\"]\n", "5: source[0].secrets[0]"},
-		{"relative path", source + "secrets = [\"./github.secret\"]\n", "5: source[0].secrets[0]"},
-		{"parent path", source + "secrets = [\"../github.secret\"]\n", "5: source[0].secrets[0]"},
-		{"home path", source + "secrets = [\"~/github.secret\"]\n", "5: source[0].secrets[0]"},
-		{"shell variable", source + "secrets = [\"${GITHUB_WEBHOOK_SECRET}\"]\n", "5: source[0].secrets[0]"},
-		{"bare variable", source + "secrets = [\"$GITHUB_WEBHOOK_SECRET\"]\n", "5: source[0].secrets[0]"},
-		{"windows variable", source + "secrets = [\"%GITHUB_SECRET%\"]\n", "5: source[0].secrets[0]"},
-		{"env: reference", source + "secrets = [\"env:GITHUB_SECRET\"]\n", "5: source[0].secrets[0]"},
-		{"file: reference, second secret", source + "secrets = [\"a-real-secret-value\", \"FILE:/run/secret\"]\n", "5: source[0].secrets[1]"},
-		{"admin token path", "[admin]\ntokens = [{ name = \"ops\", token = \"/etc/oncehook/credentials/admin-ops.token\" }]\n", "2: admin.tokens[0].token"},
-		{"slashes and dollars inside", source + "secrets = [\"a/b$c%d~e\"]\n", ""},
-		{"admin token", "[admin]\ntokens = [{ name = \"ops\", token = \"" + adminToken + "\" }]\n", ""},
+		{"existing file, relative", source + "secrets = [\"./github.secret\"]\n", "5: source[0].secrets[0]", ""},
+		{"existing file, absolute", source + "secrets = [\"DIR/github.secret\"]\n", "5: source[0].secrets[0]", ""},
+		{"file: and an existing file", source + "secrets = [\"a-real-secret-value\", \"file:DIR/github.secret\"]\n", "5: source[0].secrets[1]", ""},
+		{"shell variable", source + "secrets = [\"${GITHUB_WEBHOOK_SECRET}\"]\n", "5: source[0].secrets[0]", ""},
+		{"bare variable", source + "secrets = [\"$GITHUB_WEBHOOK_SECRET\"]\n", "5: source[0].secrets[0]", ""},
+		{"windows variable", source + "secrets = [\"%GITHUB_SECRET%\"]\n", "5: source[0].secrets[0]", ""},
+		{"env: reference", source + "secrets = [\"env:GITHUB_SECRET\"]\n", "5: source[0].secrets[0]", ""},
+		{"admin token, existing file", "[admin]\ntokens = [{ name = \"ops\", token = \"DIR/admin.token\" }]\n", "2: admin.tokens[0].token", ""},
+		{"a path to no file", source + "secrets = [\"/etc/oncehook/github.secret\"]\n", "", "source[0].secrets[0]: reads like a file's path"},
+		{"admin token, a path to no file", "[admin]\ntokens = [{ name = \"ops\", token = \"/etc/oncehook/credentials/admin-ops.token\" }]\n", "", "admin.tokens[0].token: reads like a file's path"},
+		{"base64 starting with a slash", source + "secrets = [\"/x9K+Qa7/Lm0pZr2Tt5Vw8Yb1Nc4De6Fg3Hj9Ik0Lo=\"]\n", "", ""},
+		{"typed token starting with a dollar", source + "secrets = [\"$uperS3cretGitlabToken-2024\"]\n", "", ""},
+		{"slashes and dollars inside", source + "secrets = [\"a/b$c%d~e\"]\n", "", ""},
+		{"admin token", "[admin]\ntokens = [{ name = \"ops\", token = \"" + adminToken + "\" }]\n", "", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := fixtureDir(t)
-			path := writeFile(t, dir, "c.toml", tt.toml, 0o600)
-			_, err := Load(path)
+			path := writeFile(t, dir, "c.toml", strings.ReplaceAll(tt.toml, "DIR", dir), 0o600)
+			c, err := Load(path)
 			if tt.want == "" {
 				if err != nil {
 					t.Fatal(err)
 				}
+				w := c.Warnings()
+				found := slices.ContainsFunc(w, func(s string) bool { return tt.warn != "" && strings.HasPrefix(s, tt.warn) })
+				if tt.warn != "" && !found {
+					t.Fatalf("warnings %q, want one starting %q", w, tt.warn)
+				}
+				if tt.warn == "" && slices.ContainsFunc(w, func(s string) bool { return strings.Contains(s, "reads like a file's path") }) {
+					t.Fatalf("warnings %q for a value that is no path", w)
+				}
 				return
 			}
-			want := fmt.Sprintf("%s:%s: looks like ", path, tt.want)
+			want := fmt.Sprintf("%s:%s: is ", path, tt.want)
 			if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "_file") {
 				t.Fatalf("err = %v\nwant %s...", err, want)
 			}
 			if n := len(problemsOf(t, err)); n != 1 {
 				t.Errorf("%d problems, want 1: %v", n, err)
 			}
-			if strings.Contains(err.Error(), "GITHUB") || strings.Contains(err.Error(), "/etc/") {
+			if strings.Contains(err.Error(), "GITHUB") || strings.Contains(err.Error(), dir+"/github") {
 				t.Fatal("error shows the value")
 			}
 		})

@@ -3,6 +3,7 @@ package config
 import (
 	"bytes"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -130,6 +131,37 @@ func unguardedUnsignedKeys(c *Config) []string {
 			"a captured delivery resent with a new value there is a new event, delivered again; "+
 			"set replay_guard = \"body\" if the source subscribes to one topic (docs/security.md), or replay_guard = \"off\" to keep it off without this warning",
 			sourceKey(i, "replay_guard"), s.Provider, s.Key[j], s.Provider))
+	}
+	return w
+}
+
+// pathLike matches a value made of a path's characters alone, starting as
+// one and naming at least two levels: what a path copied inline looks like,
+// and what a random secret rarely is (base64 of random bytes has '+' or a
+// '=' pad, or no second '/', nearly always).
+var pathLike = regexp.MustCompile(`^(~|\.{1,2})?/[A-Za-z0-9._-]+/[A-Za-z0-9._/-]*$`)
+
+// inlinePaths warns of an inline secret or admin token that reads as a
+// path to a file that does not exist here (Load refuses one that does): an
+// inline value is the secret as written, never read from a file.
+func inlinePaths(c *Config) []string {
+	const why = ": reads like a file's path, and an inline value is the secret as written, never read from a file; if it is a path, put it in %s"
+	var w []string
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		if len(s.SecretFiles) > 0 {
+			continue
+		}
+		for j, v := range s.Secrets {
+			if pathLike.MatchString(string(v)) {
+				w = append(w, fmt.Sprintf(sourceKey(i, "secrets")+"[%d]"+why, j, "secret_files"))
+			}
+		}
+	}
+	for i, t := range c.Admin.Tokens {
+		if t.TokenFile == "" && pathLike.MatchString(string(t.Token)) {
+			w = append(w, fmt.Sprintf("admin.tokens[%d].token"+why, i, "token_file"))
+		}
 	}
 	return w
 }

@@ -870,7 +870,11 @@ func checkKeyPart(part string) error {
 
 // checkURL accepts an absolute http or https URL with a host.
 func checkURL(raw string) error {
-	const want = `want "http://HOST:PORT/PATH" or https://, e.g. "http://127.0.0.1:9000/hook"`
+	return checkURLLike(raw, `want "http://HOST:PORT/PATH" or https://, e.g. "http://127.0.0.1:9000/hook"`)
+}
+
+// checkURLLike is checkURL with want, what the key wants, in its hints.
+func checkURLLike(raw, want string) error {
 	if strings.TrimSpace(raw) != raw {
 		return fmt.Errorf("invalid URL: a space at its start or end; %s", want)
 	}
@@ -922,7 +926,7 @@ func shownURL(raw string) string {
 // loopback address or "localhost": a published key set decides who may sign,
 // so it is never fetched in the clear over a network.
 func checkKeysURL(raw string) error {
-	if err := checkURL(raw); err != nil {
+	if err := checkURLLike(raw, `want "https://HOST/PATH"`); err != nil {
 		return err
 	}
 	u, _ := url.Parse(raw)

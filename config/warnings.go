@@ -48,6 +48,7 @@ var warningChecks = []func(*Config) []string{
 	deadRetentionBelowRetention,
 	largeBodies,  // sourcewarn.go
 	weakSecrets,  // secretwarn.go
+	inlinePaths,  // secretwarn.go
 	unsignedKeys, // secretwarn.go
 	unguardedUnsignedKeys,
 	forwardedAdvertise,
