@@ -640,6 +640,50 @@ func TestRefusedRestoreKeepsTheLeader(t *testing.T) {
 	}
 }
 
+// TestRestoreStoredThenFailedIsUnconfirmed: raft stores the backup as the
+// newest snapshot before its sink's last steps (syncing the directory,
+// removing older snapshots), which can still fail. The restore is then
+// taken as far as the next start goes, whatever the engine holds now: it is
+// unconfirmed (marker kept, the node stops and rejoins), never "not begun".
+func TestRestoreStoredThenFailedIsUnconfirmed(t *testing.T) {
+	var armed atomic.Bool
+	fatal := make(chan error, 4)
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.onFatal = func(err error) { fatal <- err }
+		cfg.sinkClosed = func() error {
+			if armed.Load() {
+				return errors.New("injected: remove older snapshots")
+			}
+			return nil
+		}
+	})
+	li := c.waitLeader(-1)
+	l := c.nodes[li]
+	c.mustClaim("src:kept", -1)
+	backup := saveBackup(t, l)
+	c.mustClaim("src:later", -1)
+	armed.Store(true)
+	err := l.Restore(ctxT(t, 10*time.Second), backup)
+	armed.Store(false)
+	if errors.Is(err, ErrNotLeader) {
+		t.Skip("the leader stepped down before the restore began (a very slow machine)")
+	}
+	if !errors.Is(err, ErrRestoreUnconfirmed) || errors.Is(err, ErrRestoreNotBegun) {
+		t.Fatalf("restore whose snapshot was stored, then failed: %v, want ErrRestoreUnconfirmed", err)
+	}
+	if _, err := os.Stat(filepath.Join(l.cfg.Dir, restorePending)); err != nil {
+		t.Fatalf("the restore marker: %v; the next start would take the stored backup as this node's state", err)
+	}
+	select {
+	case ferr := <-fatal:
+		if !errors.Is(ferr, ErrRestoreUnconfirmed) {
+			t.Fatalf("the node stopped for %v", ferr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node did not stop after an unconfirmed restore")
+	}
+}
+
 // TestWaitWakesWhenTheEventIsCreated: Wait for a key this node does not hold
 // yet returns once a claim creates it here (a follower's intake waits so
 // for the event its relayed duplicate found on the leader), not only once

@@ -162,6 +162,8 @@ type privateSnapshots struct {
 	// disk: a follower's install then fails before the state machine sees
 	// it; Node.storeTrouble); nil in tests.
 	storing func(error)
+	// sinkClosed: Config.sinkClosed (tests).
+	sinkClosed func() error
 }
 
 // Create lets raft make the snapshot's temporary directory and its two files
@@ -182,7 +184,7 @@ func (s privateSnapshots) Create(version raft.SnapshotVersion, index, term uint6
 		return nil, fmt.Errorf("snapshot %s: %w", sink.ID(), err)
 	}
 	fsink := newFlushingSink(sink, filepath.Join(s.dir, sink.ID()+".tmp", "state.bin"))
-	fsink.failed = s.failed
+	fsink.failed, fsink.closed = s.failed, s.sinkClosed
 	return fsink, nil
 }
 
@@ -212,6 +214,7 @@ type flushingSink struct {
 	pending int      // bytes written since the last sync
 	syncs   int      // syncs done (tests)
 	failed  func(error)
+	closed  func() error // privateSnapshots.sinkClosed
 }
 
 func newFlushingSink(sink raft.SnapshotSink, statePath string) *flushingSink {
@@ -243,6 +246,9 @@ func (s *flushingSink) Write(b []byte) (int, error) {
 func (s *flushingSink) Close() error {
 	s.closeFile()
 	err := s.SnapshotSink.Close()
+	if err == nil && s.closed != nil {
+		err = s.closed()
+	}
 	if err != nil {
 		s.fail(err)
 	}

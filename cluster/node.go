@@ -128,6 +128,11 @@ type Config struct {
 	// reachWindow, in tests, replaces how long a failed heartbeat counts
 	// against a peer (peerreach.go).
 	reachWindow time.Duration
+	// sinkClosed, in tests, is called once raft closed a snapshot sink
+	// without an error; an error it returns is the Close's (raft's own can
+	// fail so after the snapshot is in place: syncing the directory,
+	// removing older snapshots).
+	sinkClosed func() error
 	// snapshotFloor, in tests, replaces the state size from which the
 	// snapshot threshold grows with the state (snappolicy.go).
 	snapshotFloor int64
@@ -326,6 +331,11 @@ func (n *Node) open() error {
 	snaps, err := openSnapshots(raftDir, hl, n.storing)
 	if err != nil {
 		return err
+	}
+	if n.cfg.sinkClosed != nil {
+		ps := snaps.(privateSnapshots)
+		ps.sinkClosed = n.cfg.sinkClosed
+		snaps = ps
 	}
 	n.fsm.snaps = snaps
 	// The engine is persistent. raft would restore the newest snapshot over it

@@ -818,6 +818,16 @@ func (n *Node) Join(ctx context.Context, id, addr string) (added bool, err error
 	return true, nil
 }
 
+// newestSnapshot is the id of the newest snapshot in the store ("": none,
+// or the store could not be listed).
+func (n *Node) newestSnapshot() string {
+	list, err := n.fsm.snaps.List()
+	if err != nil || len(list) == 0 {
+		return ""
+	}
+	return list[0].ID
+}
+
 // quorumWithout counts the voters of conf other than id that are up (this
 // leader, and each other voter that answers over the cluster port within
 // memberStatsTimeout) and the quorum of conf without id.
@@ -1049,18 +1059,19 @@ func (n *Node) Restore(ctx context.Context, path string) error {
 	// cluster never holds (the node stops and sets it aside when the
 	// restore does not take). It stays set then: the node stops.
 	n.restoring.Store(true)
-	restored := n.fsm.restores.Load()
+	restored, newest := n.fsm.restores.Load(), n.newestSnapshot()
 	if err := n.raft.Restore(meta, f, timeout); err != nil {
 		// raft refuses a restore before it takes anything (a leadership
 		// transfer under way, leadership lost since the check above, a
 		// configuration change not committed yet, the snapshot not
 		// written) and then the state is this node's own still: the
 		// operator may simply try again. Once the engine holds the backup
-		// (and only then: raft restores the engine last, and a failed
-		// engine restore stops the process) it is unconfirmed. A shutdown
-		// may fall between raft storing the snapshot and the engine
-		// taking it, which the next start would take: unconfirmed too.
-		if n.fsm.restores.Load() == restored && !errors.Is(err, raft.ErrRaftShutdown) {
+		// (raft restores the engine last, and a failed engine restore stops
+		// the process) it is unconfirmed, and so it is once raft has stored
+		// the backup as its newest snapshot (its sink can fail after that,
+		// and the next start would take it), or when a shutdown may have
+		// fallen between the two.
+		if n.fsm.restores.Load() == restored && n.newestSnapshot() == newest && !errors.Is(err, raft.ErrRaftShutdown) {
 			_ = done()
 			n.restoring.Store(false)
 			return fmt.Errorf("restore: %w: %v", ErrRestoreNotBegun, err)
