@@ -539,6 +539,7 @@ const (
 	skipNotFound  = "not found"
 	skipBadKey    = "not a valid key"
 	skipNoPayload = "its payload was dropped after its source's payload_retention; there is nothing to deliver again"
+	skipUnknown   = "outcome unknown, it may have been replayed (see its history: oncehook events show KEY, before replaying it again): "
 )
 
 func skipWrongState(st engine.State) string {
@@ -623,6 +624,14 @@ func (s *Server) replayKeys(ctx context.Context, w http.ResponseWriter, cmd engi
 		case errors.Is(o.err, engine.ErrBadCommand):
 			status = max(status, http.StatusBadRequest)
 			skipped = append(skipped, ReplaySkip{k, skipBadKey})
+		case errors.Is(o.err, cluster.ErrIndeterminate):
+			// The leader changed or the commit timed out while it ran: it
+			// may have committed, and a second replay would run the
+			// handler again.
+			if clusterErr == nil {
+				clusterErr = o.err
+			}
+			skipped = append(skipped, ReplaySkip{k, skipUnknown + o.err.Error()})
 		case o.err != nil:
 			if clusterErr == nil {
 				clusterErr = o.err
@@ -632,9 +641,11 @@ func (s *Server) replayKeys(ctx context.Context, w http.ResponseWriter, cmd engi
 			skipped = append(skipped, ReplaySkip{k, "not replayed"})
 		}
 	}
+	s.log.Info("replay", "keys", len(keys), "replayed", len(replayed), "skipped", len(skipped), "who", cmd.Who, "reason", cmd.Reason)
 	switch {
 	case len(replayed) == 0 && clusterErr != nil:
-		// Nothing committed for want of a leader (or outcome unknown): retry.
+		// Nothing known to be committed, for want of a leader (retry), or
+		// an outcome unknown (each such key says so).
 		writeJSON(w, clusterWriteStatus(clusterErr), map[string]any{"error": clusterErr.Error(), "replayed": 0, "keys": replayed, "skipped": skipped})
 	case len(keys) == 1 && len(skipped) == 1:
 		if status == 0 {
@@ -691,6 +702,7 @@ func (s *Server) replayState(ctx context.Context, w http.ResponseWriter, cmd eng
 		}
 	}
 	slices.SortFunc(skipped, func(a, b ReplaySkip) int { return strings.Compare(a.Key, b.Key) })
+	s.log.Info("replay", "state", cmd.State.String(), "source", cmd.Source, "replayed", res.N, "skipped", len(skipped), "who", cmd.Who, "reason", cmd.Reason)
 	out := map[string]any{"replayed": res.N, "keys": nonNil(res.Keys)}
 	addSkipped(out, skipped, true)
 	writeJSON(w, http.StatusOK, out)
@@ -847,6 +859,7 @@ func (s *Server) adminJoin(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, status, err.Error())
 		return
 	}
+	s.log.Info("join", "id", req.ID, "address", req.Address, "added", added, "who", r.Context().Value(whoKey))
 	if !added {
 		// An operator's retry, or a script run twice: nothing changed,
 		// and the answer says so rather than reporting a new voter.
@@ -869,6 +882,7 @@ func (s *Server) adminRemovePeer(w http.ResponseWriter, r *http.Request) {
 		jsonError(w, status, err.Error())
 		return
 	}
+	s.log.Info("voter removed", "id", id, "who", r.Context().Value(whoKey))
 	writeJSON(w, http.StatusOK, map[string]string{"removed": id})
 }
 

@@ -1,11 +1,13 @@
 package admin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -37,6 +39,8 @@ type engineStore struct {
 	joined  *bool
 	// purged is what Purge reports deleted (nil: errNotHere).
 	purged []string
+	// replayErr, when set, fails the replay of one key with its error.
+	replayErr func(key string) error
 
 	mu    sync.Mutex
 	index uint64
@@ -84,6 +88,11 @@ func (s *engineStore) Get(key string, withPayload bool) (engine.Event, error) {
 }
 func (s *engineStore) Replay(_ context.Context, c engine.Command) (engine.Result, error) {
 	c.Op = engine.OpReplay
+	if len(c.Keys) == 1 && s.replayErr != nil {
+		if err := s.replayErr(c.Keys[0]); err != nil {
+			return engine.Result{}, err
+		}
+	}
 	return s.apply(c)
 }
 func (s *engineStore) Pause(_ context.Context, source, who, reason string) (bool, error) {
@@ -415,6 +424,42 @@ type replayAnswer struct {
 	Keys         []string     `json:"keys"`
 	Skipped      []ReplaySkip `json:"skipped"`
 	SkippedCount int          `json:"skipped_count"`
+}
+
+// TestReplayKeysOutcomeUnknown: a key whose replay ended with the outcome
+// unknown (the leader changed while it committed) is not called "not
+// committed": it may have been replayed, and the answer says to look before
+// replaying it again; a key refused for want of a leader is not committed.
+func TestReplayKeysOutcomeUnknown(t *testing.T) {
+	store, url := newTestAPI(t)
+	store.replayErr = func(key string) error {
+		switch key {
+		case "orders:unknown":
+			return fmt.Errorf("replay: relay to leader: EOF: %w", cluster.ErrIndeterminate)
+		case "orders:noleader":
+			return fmt.Errorf("replay: %w", cluster.ErrNoLeader)
+		}
+		return nil
+	}
+	status, raw := postAdmin(t, url+"/v1/replay", `{"keys":["orders:unknown","orders:noleader"],"reason":"test"}`)
+	var got struct {
+		Skipped []ReplaySkip `json:"skipped"`
+	}
+	if err := json.Unmarshal(raw, &got); err != nil || status != http.StatusServiceUnavailable || len(got.Skipped) != 2 {
+		t.Fatalf("answer %d %s: %v", status, raw, err)
+	}
+	for _, sk := range got.Skipped {
+		switch sk.Key {
+		case "orders:unknown":
+			if strings.Contains(sk.Error, "not committed") || !strings.Contains(sk.Error, "may have been replayed") {
+				t.Errorf("%s: %q, want an outcome unknown that may have replayed it", sk.Key, sk.Error)
+			}
+		case "orders:noleader":
+			if !strings.HasPrefix(sk.Error, "not committed") {
+				t.Errorf("%s: %q, want not committed", sk.Key, sk.Error)
+			}
+		}
+	}
 }
 
 // TestReplayNamesEventsWithoutPayload: done events whose payload was
@@ -762,4 +807,44 @@ func postAdmin(t *testing.T, url, body string) (int, []byte) {
 	defer resp.Body.Close()
 	raw, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, raw
+}
+
+// TestReplayIsLogged: a replay is logged on the node that took it, with
+// who asked, why and how many it moved (the audit record is inside each
+// event only).
+func TestReplayIsLogged(t *testing.T) {
+	var logs syncBuffer
+	store, url := newTestAPI(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
+	doneEvents(t, store, time.Hour, "orders:a")
+	if status, raw := postAdmin(t, url+"/v1/replay", `{"keys":["orders:a"],"reason":"handler fixed"}`); status != http.StatusOK {
+		t.Fatalf("replay: %d %s", status, raw)
+	}
+	if status, raw := postAdmin(t, url+"/v1/replay", `{"state":"dead","reason":"nothing dead"}`); status != http.StatusOK {
+		t.Fatalf("replay by state: %d %s", status, raw)
+	}
+	out := logs.String()
+	for _, want := range []string{`msg=replay keys=1 replayed=1 skipped=0 who=ops reason="handler fixed"`, `msg=replay state=dead source="" replayed=0 skipped=0 who=ops reason="nothing dead"`} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log without %q:\n%s", want, out)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer a logger writes to from the server's
+// goroutines while the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

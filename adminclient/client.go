@@ -178,9 +178,21 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return nil, fmt.Errorf("admin API %s: %w%s", c.base, err, tlsHint(err))
+		hint := tlsHint(err)
+		if hint == "" && req.Method != http.MethodGet && brokenOff(err) {
+			// Sent, then cut off before the answer: the node may have
+			// acted on it (a replay run twice runs the handler twice).
+			hint = " (the connection broke after the request was sent: it may have taken effect; check with oncehook status or events before running it again)"
+		}
+		return nil, fmt.Errorf("admin API %s: %w%s", c.base, err, hint)
 	}
 	return resp, nil
+}
+
+// brokenOff reports whether err is a connection that ended without an
+// answer (closed or reset by the node), as opposed to one never made.
+func brokenOff(err error) bool {
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // tlsHint says what to give for a certificate the client cannot check.

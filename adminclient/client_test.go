@@ -390,3 +390,33 @@ func TestRefusedConnectionHint(t *testing.T) {
 		t.Fatalf("status against a closed port: %v, want the refusal and the -addr hint", err)
 	}
 }
+
+// TestBrokenOffRequestHint: a request the node took and then dropped the
+// connection of (a leader killed mid-request) may have taken effect: the
+// error says so for a change; a read needs no such warning.
+func TestBrokenOffRequestHint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			buf := make([]byte, 4096)
+			conn.Read(buf) // the request, then no answer
+			conn.Close()
+		}
+	}()
+	c := newTestClient(t, "http://"+ln.Addr().String(), "tok")
+	const hint = "it may have taken effect"
+	if err := callPause(c); err == nil || !strings.Contains(err.Error(), hint) {
+		t.Fatalf("pause cut off: %v, want the hint %q", err, hint)
+	}
+	if err := callStatus(c); err == nil || strings.Contains(err.Error(), hint) {
+		t.Fatalf("status cut off: %v, want an error without the hint", err)
+	}
+}

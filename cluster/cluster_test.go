@@ -684,6 +684,54 @@ func TestRestoreStoredThenFailedIsUnconfirmed(t *testing.T) {
 	}
 }
 
+// TestConcurrentRestoreRefused: a second restore while one runs on the
+// leader is refused at once as not begun; the first is confirmed, and the
+// node does not stop (the second used to land inside the first and stop it).
+func TestConcurrentRestoreRefused(t *testing.T) {
+	var hold atomic.Bool
+	inSink, release := make(chan struct{}), make(chan struct{})
+	fatal := make(chan error, 4)
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.onFatal = func(err error) { fatal <- err }
+		cfg.sinkClosed = func() error {
+			if hold.CompareAndSwap(true, false) {
+				close(inSink)
+				<-release
+			}
+			return nil
+		}
+	})
+	li := c.waitLeader(-1)
+	l := c.nodes[li]
+	c.mustClaim("src:kept", -1)
+	backup := saveBackup(t, l)
+	c.mustClaim("src:later", -1)
+	hold.Store(true)
+	first := make(chan error, 1)
+	go func() { first <- l.Restore(ctxT(t, 30*time.Second), backup) }()
+	select {
+	case <-inSink:
+	case err := <-first:
+		t.Fatalf("the first restore ended before raft stored it: %v", err)
+	}
+	err := l.Restore(ctxT(t, 10*time.Second), backup)
+	close(release)
+	if !errors.Is(err, ErrRestoreNotBegun) {
+		t.Fatalf("a second restore while one runs: %v, want ErrRestoreNotBegun", err)
+	}
+	if err := <-first; err != nil {
+		t.Fatalf("the first restore: %v", err)
+	}
+	if _, ok, _ := l.Lookup("src:later"); ok {
+		t.Fatal("the leader still holds an event the backup does not")
+	}
+	select {
+	case err := <-fatal:
+		t.Fatalf("the node stopped: %v", err)
+	default:
+	}
+}
+
 // TestWaitWakesWhenTheEventIsCreated: Wait for a key this node does not hold
 // yet returns once a claim creates it here (a follower's intake waits so
 // for the event its relayed duplicate found on the leader), not only once

@@ -199,6 +199,10 @@ type Node struct {
 	// restoring is set while a restore this node leads is not confirmed:
 	// its state may hold events no majority committed (Lookup).
 	restoring atomic.Bool
+	// restoreBusy is set while Restore runs: a second restore at once
+	// would land inside the first's confirmation (raft aborts what is in
+	// flight when it restores) and stop the node.
+	restoreBusy atomic.Bool
 	// current is set once this node's applied state has caught up with the
 	// cluster since the start (current.go): Lookup answers from it only then.
 	current      atomic.Bool

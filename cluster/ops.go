@@ -1010,6 +1010,16 @@ func (n *Node) Restore(ctx context.Context, path string) error {
 	if n.raft.State() != raft.Leader {
 		return n.notLeader(ctx, "restore")
 	}
+	if !n.restoreBusy.CompareAndSwap(false, true) {
+		return fmt.Errorf("restore: %w: another restore is running on this node; wait for its answer", ErrRestoreNotBegun)
+	}
+	defer func() {
+		// An unconfirmed restore leaves restoring set and the node stops:
+		// no other restore may begin (and clear its marker) meanwhile.
+		if !n.restoring.Load() {
+			n.restoreBusy.Store(false)
+		}
+	}()
 	if err := engine.CheckFile(path); err != nil {
 		return fmt.Errorf("restore: not a usable backup: %w", err)
 	}
