@@ -39,11 +39,18 @@ func startDemo(ctx context.Context, dir, listen, adminListen string, stderr io.W
 	}
 	// A real node's data dir (./data is the usual name) is not the demo's:
 	// its files would be written into it, and the node refused on it.
-	if owner, err := cluster.DataDirOwner(dir); err != nil {
+	// A data dir of an earlier release records no id: one holding state
+	// without the demo's own config is a node's too.
+	owner, err := cluster.DataDirOwner(dir)
+	if err != nil {
 		return nil, fmt.Errorf("demo data dir: %w", err)
-	} else if owner != "" && owner != demoNodeID {
+	}
+	if owner == "" && holdsState(dir) && !exists(filepath.Join(dir, "demo.toml")) {
+		owner = "another"
+	}
+	if owner != "" && owner != demoNodeID {
 		return nil, fmt.Errorf("demo data dir %s holds node %q's state: `oncehook serve` without -config runs a demo on it; "+
-			"start %q with `oncehook serve -config FILE`, or run the demo in another directory (or with -data DIR)", dir, owner, owner)
+			"start that node with `oncehook serve -config FILE`, or run the demo in another directory (or with -data DIR)", dir, owner)
 	}
 	d := &demoSetup{dir: dir, configPath: filepath.Join(dir, "demo.toml")}
 	secretPath := filepath.Join(dir, "demo.secret")
@@ -145,4 +152,15 @@ func trimSpace(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
+}
+
+// holdsState reports whether dir holds a node's state (an engine file or a
+// raft log).
+func holdsState(dir string) bool {
+	return exists(filepath.Join(dir, "fsm.db")) || exists(filepath.Join(dir, "raft", "logs.db"))
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }

@@ -156,4 +156,38 @@ func TestDemoRefusesANodesDataDir(t *testing.T) {
 	if after, _ := os.ReadDir(dir); len(after) != len(before) {
 		t.Fatalf("the refused demo wrote into the node's data dir: %d entries, then %d", len(before), len(after))
 	}
+	// A data dir of an earlier release records no id: its state alone, with
+	// no demo config beside it, says it is a node's.
+	if err := os.Remove(filepath.Join(dir, "node.id")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := startDemo(context.Background(), dir, "127.0.0.1:0", "127.0.0.1:0", io.Discard); err == nil || !strings.Contains(err.Error(), "state") {
+		t.Fatalf("demo on an earlier release's node data dir: %v, want a refusal", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "node.id")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the refused demo recorded an id: %v", err)
+	}
+}
+
+// TestValidateRefusesAnotherNodesDataDir: validate judges the data dir's
+// owner as serve does, so that a config serve refuses is not "ok".
+func TestValidateRefusesAnotherNodesDataDir(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	n, err := cluster.Open(cluster.Config{ID: "node1", Dir: data, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(dir, "s.secret"), "0123456789abcdef0123456789abcdef\n")
+	cfg := filepath.Join(dir, "node2.toml")
+	if err := os.WriteFile(cfg, []byte("[node]\nid = \"node2\"\ndata_dir = \"data\"\n\n[[source]]\nname = \"s\"\nprovider = \"github\"\nsecret_files = [\"s.secret\"]\nforward = \"http://127.0.0.1:9000/s\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = run(t.Context(), []string{"validate", "-config", cfg}, io.Discard, io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `node "node1"'s, and node.id is "node2"`) {
+		t.Fatalf("validate of node2 on node1's data dir: %v, want the refusal serve gives", err)
+	}
 }

@@ -61,7 +61,11 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	}
 	// The data dir as serve finds it: what serve refuses, refused here, so
 	// that ExecStartPre fails with the reason.
-	if err := cluster.CheckDataDir(cfg.Node.DataDir); err != nil {
+	err = cluster.CheckDataDir(cfg.Node.DataDir)
+	if err == nil {
+		err = cluster.CheckDataDirOwner(cfg.Node.DataDir, cfg.Node.ID)
+	}
+	if err != nil {
 		at := *path
 		if n := cfg.WarningLine("node.data_dir: "); n > 0 {
 			at += ":" + strconv.Itoa(n) // the file sets it (else the default: no line)

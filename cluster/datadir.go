@@ -249,6 +249,18 @@ func DataDirOwner(dir string) (string, error) {
 	return strings.TrimSpace(string(b)), nil
 }
 
+// CheckDataDirOwner refuses, without changing anything, a data dir that
+// holds another node's state than id's (for validate: serve would refuse
+// it at its start).
+func CheckDataDirOwner(dir, id string) error {
+	owner, err := DataDirOwner(dir)
+	if err != nil || owner == "" || owner == id {
+		return nil // unreadable here: serve, as the service user, judges it
+	}
+	return fmt.Errorf("data dir %s: %w: node %q's, and node.id is %q (remove %s if that record is wrong)",
+		dir, ErrDataDirOtherNode, owner, id, filepath.Join(dir, nodeIDName))
+}
+
 // claimDataDir records id as the node whose state dir holds, and refuses a
 // dir that holds another node's: started on it, a node would run under an
 // id its cluster does not count (never ready, every delivery refused), or,
@@ -268,6 +280,7 @@ func claimDataDir(dir, id string) error {
 		return nil
 	}
 	return fmt.Errorf("data dir %s: %w: node %q's, and this node's id is %q. A node's data dir is its own: "+
-		"start %q with its own config, or give %q an empty data dir (it then joins its cluster as a new node)",
-		dir, ErrDataDirOtherNode, owner, id, owner, id)
+		"start %q with its own config; if this is %q's own data dir and its id was recorded wrongly, remove %s and start again; "+
+		"to start %q as a new node, give it an empty data dir (a cluster member then rejoins and catches up, a single node starts with no events)",
+		dir, ErrDataDirOtherNode, owner, id, owner, id, filepath.Join(dir, nodeIDName), id)
 }
