@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -225,13 +226,30 @@ func (n *Node) checkFormats(ctx context.Context, to string) error {
 			target = s.Format
 		}
 	}
+	var older, followers []string
+	var format uint64
 	for _, s := range st.Nodes {
 		if s.ID != to && s.Suffrage == "Voter" && s.Format != 0 && target > s.Format {
-			return fmt.Errorf("transfer leadership to %q: %w: format %d, %s format %d; upgrade %s first",
-				to, ErrNewerFormat, target, s.ID, s.Format, s.ID)
+			name := s.ID
+			if s.ID == n.cfg.ID {
+				name += " (this leader)"
+			} else {
+				followers = append(followers, s.ID)
+			}
+			older, format = append(older, name), s.Format
 		}
 	}
-	return nil
+	if len(older) == 0 {
+		return nil
+	}
+	// The leader is upgraded last (docs/operations.md, Upgrades): the
+	// advice names the followers to upgrade first, if any.
+	next := "upgrade " + strings.Join(followers, ", ") + " first, the leader last"
+	if len(followers) == 0 {
+		next = "the followers are upgraded: upgrade this leader now (stop it; the cluster elects another)"
+	}
+	return fmt.Errorf("transfer leadership to %q: %w: it writes format %d, and %s format %d, which would halt on its entries; %s",
+		to, ErrNewerFormat, target, strings.Join(older, ", "), format, next)
 }
 
 // formatSafeTarget names the voter a hand-over without a named target goes

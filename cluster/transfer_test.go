@@ -317,8 +317,13 @@ func TestTransferRefusesANewerFormat(t *testing.T) {
 	d := &recordingDrainer{n: leader}
 	leader.SetDrainer(d)
 	_, err := leader.TransferLeadership(ctx, "n3")
-	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade") {
-		t.Fatalf("transfer to the newer node: %v, want ErrNewerFormat saying what to upgrade", err)
+	// The advice names the older follower to upgrade first, never this
+	// leader: upgrades go followers first, the leader last.
+	n3 := slices.Index(c.ids, "n3")
+	follower := c.ids[3-li-n3]
+	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade "+follower+" first, the leader last") ||
+		!strings.Contains(err.Error(), c.ids[li]+" (this leader)") {
+		t.Fatalf("transfer to the newer node: %v, want ErrNewerFormat naming %s to upgrade first and %s as this leader", err, follower, c.ids[li])
 	}
 	if drains, _, _ := d.counts(); drains != 0 || !leader.IsLeader() {
 		t.Fatalf("a refused transfer drained %d times (leader still: %v)", drains, leader.IsLeader())
