@@ -46,7 +46,8 @@ func startDemo(ctx context.Context, dir, listen, adminListen string, stderr io.W
 		return nil, fmt.Errorf("demo data dir: %w", err)
 	}
 	if owner == "" && holdsState(dir) && !exists(filepath.Join(dir, "demo.toml")) {
-		owner = "another"
+		return nil, fmt.Errorf("demo data dir %s holds a node's state (no demo config beside it): `oncehook serve` without -config runs a demo on it; "+
+			"start that node with `oncehook serve -config FILE`, or run the demo in another directory (or with -data DIR)", dir)
 	}
 	if owner != "" && owner != demoNodeID {
 		return nil, fmt.Errorf("demo data dir %s holds node %q's state: `oncehook serve` without -config runs a demo on it; "+

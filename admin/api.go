@@ -627,8 +627,9 @@ func (s *Server) replayKeys(ctx context.Context, w http.ResponseWriter, cmd engi
 		case errors.Is(o.err, cluster.ErrIndeterminate):
 			// The leader changed or the commit timed out while it ran: it
 			// may have committed, and a second replay would run the
-			// handler again.
-			if clusterErr == nil {
+			// handler again. The answer's error names this one over a
+			// plain "no leader", which would invite a retry of every key.
+			if clusterErr == nil || !errors.Is(clusterErr, cluster.ErrIndeterminate) {
 				clusterErr = o.err
 			}
 			skipped = append(skipped, ReplaySkip{k, skipUnknown + o.err.Error()})

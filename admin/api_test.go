@@ -441,12 +441,18 @@ func TestReplayKeysOutcomeUnknown(t *testing.T) {
 		}
 		return nil
 	}
-	status, raw := postAdmin(t, url+"/v1/replay", `{"keys":["orders:unknown","orders:noleader"],"reason":"test"}`)
+	// The key without a leader first: the answer's error still names the
+	// unknown outcome, which a plain "no leader" would hide.
+	status, raw := postAdmin(t, url+"/v1/replay", `{"keys":["orders:noleader","orders:unknown"],"reason":"test"}`)
 	var got struct {
+		Error   string       `json:"error"`
 		Skipped []ReplaySkip `json:"skipped"`
 	}
 	if err := json.Unmarshal(raw, &got); err != nil || status != http.StatusServiceUnavailable || len(got.Skipped) != 2 {
 		t.Fatalf("answer %d %s: %v", status, raw, err)
+	}
+	if !strings.Contains(got.Error, cluster.ErrIndeterminate.Error()) {
+		t.Errorf("answer's error %q, want the unknown outcome named", got.Error)
 	}
 	for _, sk := range got.Skipped {
 		switch sk.Key {

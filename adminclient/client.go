@@ -11,8 +11,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptrace"
 	"os"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -176,23 +178,22 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 	if req.Body != nil && req.Header.Get("Content-Type") == "" {
 		req.Header.Set("Content-Type", "application/json")
 	}
+	var wrote atomic.Bool
+	req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		WroteRequest: func(i httptrace.WroteRequestInfo) { wrote.Store(i.Err == nil) },
+	}))
 	resp, err := c.http.Do(req)
 	if err != nil {
 		hint := tlsHint(err)
-		if hint == "" && req.Method != http.MethodGet && brokenOff(err) {
-			// Sent, then cut off before the answer: the node may have
-			// acted on it (a replay run twice runs the handler twice).
-			hint = " (the connection broke after the request was sent: it may have taken effect; check with oncehook status or events before running it again)"
+		if hint == "" && req.Method != http.MethodGet && wrote.Load() {
+			// Sent, then no answer (the connection broke, or the wait
+			// ended): the node may have acted on it (a replay run twice
+			// runs the handler twice).
+			hint = " (no answer after the request was sent: it may have taken effect; check with oncehook status or events before running it again)"
 		}
 		return nil, fmt.Errorf("admin API %s: %w%s", c.base, err, hint)
 	}
 	return resp, nil
-}
-
-// brokenOff reports whether err is a connection that ended without an
-// answer (closed or reset by the node), as opposed to one never made.
-func brokenOff(err error) bool {
-	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
 // tlsHint says what to give for a certificate the client cannot check.

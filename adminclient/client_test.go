@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"oncehook/admin"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -418,5 +419,37 @@ func TestBrokenOffRequestHint(t *testing.T) {
 	}
 	if err := callStatus(c); err == nil || strings.Contains(err.Error(), hint) {
 		t.Fatalf("status cut off: %v, want an error without the hint", err)
+	}
+	// Cut off in the TLS handshake, before the request was sent: nothing
+	// can have taken effect.
+	closing, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closing.Close()
+	go func() {
+		for {
+			conn, err := closing.Accept()
+			if err != nil {
+				return
+			}
+			conn.Close()
+		}
+	}()
+	if err := callPause(newTestClient(t, "https://"+closing.Addr().String(), "tok")); err == nil || strings.Contains(err.Error(), hint) {
+		t.Fatalf("pause cut off in the TLS handshake: %v, want an error without the hint", err)
+	}
+}
+
+// TestReplayPrintsWhatMayHaveTaken: a replay answered 503 with its keys'
+// fates (no leader for some, an outcome unknown for others) prints them
+// before the error, so the operator sees which keys may have replayed.
+func TestReplayPrintsWhatMayHaveTaken(t *testing.T) {
+	url := answeringAlways(t, 503, `{"error":"replay: cluster: outcome unknown","replayed":0,"keys":[],"skipped":[{"key":"s:a","error":"outcome unknown, it may have been replayed"}]}`)
+	c := newTestClient(t, url, "tok")
+	var out bytes.Buffer
+	err := c.Replay(context.Background(), &out, admin.ReplayRequest{Keys: []string{"s:a"}, Reason: "r"})
+	if err == nil || !strings.Contains(out.String(), "it may have been replayed") {
+		t.Fatalf("replay answered 503: err %v, printed %q; want the error and the keys' fates printed", err, out.String())
 	}
 }

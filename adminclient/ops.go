@@ -117,6 +117,20 @@ func (c *Client) ShowEvent(ctx context.Context, w io.Writer, key string, body bo
 func (c *Client) Replay(ctx context.Context, w io.Writer, req admin.ReplayRequest) error {
 	var out json.RawMessage
 	if err := c.Do(ctx, http.MethodPost, "/v1/replay", req, &out); err != nil {
+		// A replay of keys that found no leader, or whose outcome is not
+		// known, names each key and what may have happened to it: printed,
+		// so that the operator does not replay again a key that took.
+		var ae *AnswerError
+		if errors.As(err, &ae) {
+			var partial struct {
+				Skipped []admin.ReplaySkip `json:"skipped"`
+			}
+			if json.Unmarshal(ae.Body, &partial) == nil && len(partial.Skipped) > 0 {
+				if perr := printAnswer(w, ae.Body); perr != nil {
+					return perr
+				}
+			}
+		}
 		return err
 	}
 	if err := printAnswer(w, out); err != nil {

@@ -818,14 +818,17 @@ func (n *Node) Join(ctx context.Context, id, addr string) (added bool, err error
 	return true, nil
 }
 
-// newestSnapshot is the id of the newest snapshot in the store ("": none,
-// or the store could not be listed).
-func (n *Node) newestSnapshot() string {
+// storedRestore reports whether the store's newest snapshot is an operator's
+// restore raft stored after the log's index last: raft numbers a restore
+// past the log's end (a snapshot it takes itself never is) and writes the
+// backup's bytes whole. A store that cannot be listed counts as stored: the
+// node then stops rather than risk keeping a restore nobody confirmed.
+func (n *Node) storedRestore(last uint64, size int64) bool {
 	list, err := n.fsm.snaps.List()
-	if err != nil || len(list) == 0 {
-		return ""
+	if err != nil {
+		return true
 	}
-	return list[0].ID
+	return len(list) > 0 && list[0].Index > last && list[0].Size == size
 }
 
 // quorumWithout counts the voters of conf other than id that are up (this
@@ -1069,7 +1072,7 @@ func (n *Node) Restore(ctx context.Context, path string) error {
 	// cluster never holds (the node stops and sets it aside when the
 	// restore does not take). It stays set then: the node stops.
 	n.restoring.Store(true)
-	restored, newest := n.fsm.restores.Load(), n.newestSnapshot()
+	restored, last := n.fsm.restores.Load(), n.raft.LastIndex()
 	if err := n.raft.Restore(meta, f, timeout); err != nil {
 		// raft refuses a restore before it takes anything (a leadership
 		// transfer under way, leadership lost since the check above, a
@@ -1081,7 +1084,7 @@ func (n *Node) Restore(ctx context.Context, path string) error {
 		// the backup as its newest snapshot (its sink can fail after that,
 		// and the next start would take it), or when a shutdown may have
 		// fallen between the two.
-		if n.fsm.restores.Load() == restored && n.newestSnapshot() == newest && !errors.Is(err, raft.ErrRaftShutdown) {
+		if n.fsm.restores.Load() == restored && !n.storedRestore(last, st.Size()) && !errors.Is(err, raft.ErrRaftShutdown) {
 			_ = done()
 			n.restoring.Store(false)
 			return fmt.Errorf("restore: %w: %v", ErrRestoreNotBegun, err)

@@ -227,16 +227,15 @@ func (n *Node) checkFormats(ctx context.Context, to string) error {
 		}
 	}
 	var older, followers []string
-	var format uint64
 	for _, s := range st.Nodes {
 		if s.ID != to && s.Suffrage == "Voter" && s.Format != 0 && target > s.Format {
-			name := s.ID
+			name := fmt.Sprintf("%s (format %d", s.ID, s.Format)
 			if s.ID == n.cfg.ID {
-				name += " (this leader)"
+				name += ", this leader"
 			} else {
 				followers = append(followers, s.ID)
 			}
-			older, format = append(older, name), s.Format
+			older = append(older, name+")")
 		}
 	}
 	if len(older) == 0 {
@@ -248,8 +247,8 @@ func (n *Node) checkFormats(ctx context.Context, to string) error {
 	if len(followers) == 0 {
 		next = "the followers are upgraded: upgrade this leader now (stop it; the cluster elects another)"
 	}
-	return fmt.Errorf("transfer leadership to %q: %w: it writes format %d, and %s format %d, which would halt on its entries; %s",
-		to, ErrNewerFormat, target, strings.Join(older, ", "), format, next)
+	return fmt.Errorf("transfer leadership to %q: %w: it writes format %d, and %s would halt on its entries; %s",
+		to, ErrNewerFormat, target, strings.Join(older, ", "), next)
 }
 
 // formatSafeTarget names the voter a hand-over without a named target goes

@@ -322,7 +322,7 @@ func TestTransferRefusesANewerFormat(t *testing.T) {
 	n3 := slices.Index(c.ids, "n3")
 	follower := c.ids[3-li-n3]
 	if !errors.Is(err, ErrNewerFormat) || !strings.Contains(err.Error(), "upgrade "+follower+" first, the leader last") ||
-		!strings.Contains(err.Error(), c.ids[li]+" (this leader)") {
+		!strings.Contains(err.Error(), fmt.Sprintf("%s (format %d, this leader)", c.ids[li], engine.FormatVersion)) {
 		t.Fatalf("transfer to the newer node: %v, want ErrNewerFormat naming %s to upgrade first and %s as this leader", err, follower, c.ids[li])
 	}
 	if drains, _, _ := d.counts(); drains != 0 || !leader.IsLeader() {

@@ -651,9 +651,10 @@ func (l *loader) notAReference(key, v, fileKey string) {
 		"put the file's path in %s, or the secret itself inline", looks, fileKey))
 }
 
-// variableRef matches the ways configs name an environment variable:
-// ${NAME}, $NAME (upper case, as variables are named), %NAME%, env:NAME.
-var variableRef = regexp.MustCompile(`^(\$\{[A-Za-z_][A-Za-z0-9_]*\}|\$[A-Z_][A-Z0-9_]*|%[A-Za-z_][A-Za-z0-9_]*%|(?i:env):[A-Za-z_][A-Za-z0-9_]*)$`)
+// variableRef matches the ways configs name an environment variable or a
+// command's output: ${NAME} (${NAME:-x} too), $(cmd), $NAME (upper case,
+// as variables are named), %NAME%, env:NAME.
+var variableRef = regexp.MustCompile(`^(\$\{[^{}]*\}|\$\([^()]*\)|\$[A-Z_][A-Z0-9_]*|%[A-Za-z_][A-Za-z0-9_]*%|(?i:env):[A-Za-z_][A-Za-z0-9_]*)$`)
 
 func (l *loader) source(i int, r *rawSource) Source {
 	key := "source[" + strconv.Itoa(i) + "]"

@@ -646,8 +646,8 @@ func TestInlineCredentialsMode(t *testing.T) {
 // TestInlineSecretThatNamesAFile: an inline secret or admin token that is
 // a reference, beyond doubt (the path of a file that exists, a variable's
 // name), is refused: it would be the key itself, a string anyone can guess.
-// One that only reads like a path is warned of; real secrets that start
-// with '/' or '$' (base64, typed tokens) load without a word.
+// One that only reads like a path, or starts with '$', is warned of; a
+// base64 secret that starts with '/' loads without a word.
 func TestInlineSecretThatNamesAFile(t *testing.T) {
 	const source = "[[source]]\nname = \"a\"\nprovider = \"github\"\nforward = \"http://127.0.0.1:9000/a\"\n"
 	for _, tt := range []struct {
@@ -666,7 +666,12 @@ func TestInlineSecretThatNamesAFile(t *testing.T) {
 		{"a path to no file", source + "secrets = [\"/etc/oncehook/github.secret\"]\n", "", "source[0].secrets[0]: reads like a file's path"},
 		{"admin token, a path to no file", "[admin]\ntokens = [{ name = \"ops\", token = \"/etc/oncehook/credentials/admin-ops.token\" }]\n", "", "admin.tokens[0].token: reads like a file's path"},
 		{"base64 starting with a slash", source + "secrets = [\"/x9K+Qa7/Lm0pZr2Tt5Vw8Yb1Nc4De6Fg3Hj9Ik0Lo=\"]\n", "", ""},
-		{"typed token starting with a dollar", source + "secrets = [\"$uperS3cretGitlabToken-2024\"]\n", "", ""},
+		{"typed token starting with a dollar", source + "secrets = [\"$uperS3cretGitlabToken-2024\"]\n", "", "source[0].secrets[0]: starts with $"},
+		{"lower-case variable", source + "secrets = [\"$github_webhook_secret\"]\n", "", "source[0].secrets[0]: starts with $"},
+		{"a command's output", source + "secrets = [\"$(cat /etc/oncehook/github.secret)\"]\n", "5: source[0].secrets[0]", ""},
+		{"variable with a default", source + "secrets = [\"${GITHUB_SECRET:-}\"]\n", "5: source[0].secrets[0]", ""},
+		{"a one-level path to no file", source + "secrets = [\"/github.secret\"]\n", "", "source[0].secrets[0]: reads like a file's path"},
+		{"a home path to no file", source + "secrets = [\"~/github.secret\"]\n", "", "source[0].secrets[0]: reads like a file's path"},
 		{"slashes and dollars inside", source + "secrets = [\"a/b$c%d~e\"]\n", "", ""},
 		{"admin token", "[admin]\ntokens = [{ name = \"ops\", token = \"" + adminToken + "\" }]\n", "", ""},
 	} {
@@ -683,7 +688,7 @@ func TestInlineSecretThatNamesAFile(t *testing.T) {
 				if tt.warn != "" && !found {
 					t.Fatalf("warnings %q, want one starting %q", w, tt.warn)
 				}
-				if tt.warn == "" && slices.ContainsFunc(w, func(s string) bool { return strings.Contains(s, "reads like a file's path") }) {
+				if tt.warn == "" && slices.ContainsFunc(w, func(s string) bool { return strings.Contains(s, "an inline value is the secret as written") }) {
 					t.Fatalf("warnings %q for a value that is no path", w)
 				}
 				return

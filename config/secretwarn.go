@@ -139,13 +139,23 @@ func unguardedUnsignedKeys(c *Config) []string {
 // one and naming at least two levels: what a path copied inline looks like,
 // and what a random secret rarely is (base64 of random bytes has '+' or a
 // '=' pad, or no second '/', nearly always).
-var pathLike = regexp.MustCompile(`^(~|\.{1,2})?/[A-Za-z0-9._-]+/[A-Za-z0-9._/-]*$`)
+var pathLike = regexp.MustCompile(`^(~|\.{1,2})?/([A-Za-z0-9_-]*\.[A-Za-z0-9._/-]*|[A-Za-z0-9._-]+/[A-Za-z0-9._/-]*)$`)
 
 // inlinePaths warns of an inline secret or admin token that reads as a
-// path to a file that does not exist here (Load refuses one that does): an
-// inline value is the secret as written, never read from a file.
+// path to a file that does not exist here, or that starts with '$' as a
+// shell variable does (Load refuses what is one beyond doubt): an inline
+// value is the secret as written, never read from a file nor expanded.
 func inlinePaths(c *Config) []string {
-	const why = ": reads like a file's path, and an inline value is the secret as written, never read from a file; if it is a path, put it in %s"
+	looks := func(v Secret) string {
+		switch {
+		case pathLike.MatchString(string(v)):
+			return "reads like a file's path"
+		case strings.HasPrefix(string(v), "$"):
+			return "starts with $, as a shell variable does"
+		}
+		return ""
+	}
+	const why = ": %s, and an inline value is the secret as written, never read from a file nor expanded; if it is a reference, put the file's path in %s"
 	var w []string
 	for i := range c.Sources {
 		s := &c.Sources[i]
@@ -153,14 +163,14 @@ func inlinePaths(c *Config) []string {
 			continue
 		}
 		for j, v := range s.Secrets {
-			if pathLike.MatchString(string(v)) {
-				w = append(w, fmt.Sprintf(sourceKey(i, "secrets")+"[%d]"+why, j, "secret_files"))
+			if l := looks(v); l != "" {
+				w = append(w, fmt.Sprintf(sourceKey(i, "secrets")+"[%d]"+why, j, l, "secret_files"))
 			}
 		}
 	}
 	for i, t := range c.Admin.Tokens {
-		if t.TokenFile == "" && pathLike.MatchString(string(t.Token)) {
-			w = append(w, fmt.Sprintf("admin.tokens[%d].token"+why, i, "token_file"))
+		if l := looks(t.Token); t.TokenFile == "" && l != "" {
+			w = append(w, fmt.Sprintf("admin.tokens[%d].token"+why, i, l, "token_file"))
 		}
 	}
 	return w
