@@ -1,7 +1,6 @@
 package admin
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -819,7 +818,7 @@ func postAdmin(t *testing.T, url, body string) (int, []byte) {
 // who asked, why and how many it moved (the audit record is inside each
 // event only).
 func TestReplayIsLogged(t *testing.T) {
-	var logs syncBuffer
+	var logs syncLog
 	store, url := newTestAPI(t, func(o *Options) { o.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	doneEvents(t, store, time.Hour, "orders:a")
 	if status, raw := postAdmin(t, url+"/v1/replay", `{"keys":["orders:a"],"reason":"handler fixed"}`); status != http.StatusOK {
@@ -834,23 +833,4 @@ func TestReplayIsLogged(t *testing.T) {
 			t.Errorf("log without %q:\n%s", want, out)
 		}
 	}
-}
-
-// syncBuffer is a bytes.Buffer a logger writes to from the server's
-// goroutines while the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
 }

@@ -538,14 +538,7 @@ func TestRestoreCutShortRejoins(t *testing.T) {
 	if !errors.Is(err, ErrRestoreUnconfirmed) {
 		t.Fatalf("restore cut off from the followers: %v, want ErrRestoreUnconfirmed", err)
 	}
-	select {
-	case ferr := <-fatal:
-		if !errors.Is(ferr, ErrRestoreUnconfirmed) {
-			t.Fatalf("the node stopped for %v", ferr)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the node did not stop after an unconfirmed restore")
-	}
+	awaitUnconfirmedStop(t, fatal)
 	if _, err := os.Stat(filepath.Join(l.cfg.Dir, restorePending)); err != nil {
 		t.Fatalf("the restore marker: %v", err)
 	}
@@ -640,6 +633,41 @@ func TestRefusedRestoreKeepsTheLeader(t *testing.T) {
 	}
 }
 
+// awaitUnconfirmedStop waits for the node to stop on an unconfirmed
+// restore, as the process would (fatal is its onFatal's channel).
+func awaitUnconfirmedStop(t *testing.T, fatal <-chan error) {
+	t.Helper()
+	select {
+	case ferr := <-fatal:
+		if !errors.Is(ferr, ErrRestoreUnconfirmed) {
+			t.Fatalf("the node stopped for %v", ferr)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the node did not stop after an unconfirmed restore")
+	}
+}
+
+// restoreCluster starts three nodes (tune applied to each, after the
+// fatal hook), claims src:kept, saves the leader's backup and claims
+// src:later, which the backup does not hold. It returns the cluster, its
+// leader, the backup's path and the fatal errors the nodes report.
+func restoreCluster(t *testing.T, tune func(*Config)) (c *testCluster, l *Node, backup string, fatal chan error) {
+	t.Helper()
+	fatal = make(chan error, 4)
+	c = newTestCluster(t, 3, func(cfg *Config) {
+		cfg.onFatal = func(err error) { fatal <- err }
+		if tune != nil {
+			tune(cfg)
+		}
+	})
+	li := c.waitLeader(-1)
+	l = c.nodes[li]
+	c.mustClaim("src:kept", -1)
+	backup = saveBackup(t, l)
+	c.mustClaim("src:later", -1)
+	return c, l, backup, fatal
+}
+
 // TestRestoreStoredThenFailedIsUnconfirmed: raft stores the backup as the
 // newest snapshot before its sink's last steps (syncing the directory,
 // removing older snapshots), which can still fail. The restore is then
@@ -647,9 +675,7 @@ func TestRefusedRestoreKeepsTheLeader(t *testing.T) {
 // unconfirmed (marker kept, the node stops and rejoins), never "not begun".
 func TestRestoreStoredThenFailedIsUnconfirmed(t *testing.T) {
 	var armed atomic.Bool
-	fatal := make(chan error, 4)
-	c := newTestCluster(t, 3, func(cfg *Config) {
-		cfg.onFatal = func(err error) { fatal <- err }
+	_, l, backup, fatal := restoreCluster(t, func(cfg *Config) {
 		cfg.sinkClosed = func() error {
 			if armed.Load() {
 				return errors.New("injected: remove older snapshots")
@@ -657,11 +683,6 @@ func TestRestoreStoredThenFailedIsUnconfirmed(t *testing.T) {
 			return nil
 		}
 	})
-	li := c.waitLeader(-1)
-	l := c.nodes[li]
-	c.mustClaim("src:kept", -1)
-	backup := saveBackup(t, l)
-	c.mustClaim("src:later", -1)
 	armed.Store(true)
 	err := l.Restore(ctxT(t, 10*time.Second), backup)
 	armed.Store(false)
@@ -674,14 +695,7 @@ func TestRestoreStoredThenFailedIsUnconfirmed(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(l.cfg.Dir, restorePending)); err != nil {
 		t.Fatalf("the restore marker: %v; the next start would take the stored backup as this node's state", err)
 	}
-	select {
-	case ferr := <-fatal:
-		if !errors.Is(ferr, ErrRestoreUnconfirmed) {
-			t.Fatalf("the node stopped for %v", ferr)
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("the node did not stop after an unconfirmed restore")
-	}
+	awaitUnconfirmedStop(t, fatal)
 }
 
 // TestConcurrentRestoreRefused: a second restore while one runs on the
@@ -690,9 +704,7 @@ func TestRestoreStoredThenFailedIsUnconfirmed(t *testing.T) {
 func TestConcurrentRestoreRefused(t *testing.T) {
 	var hold atomic.Bool
 	inSink, release := make(chan struct{}), make(chan struct{})
-	fatal := make(chan error, 4)
-	c := newTestCluster(t, 3, func(cfg *Config) {
-		cfg.onFatal = func(err error) { fatal <- err }
+	_, l, backup, fatal := restoreCluster(t, func(cfg *Config) {
 		cfg.sinkClosed = func() error {
 			if hold.CompareAndSwap(true, false) {
 				close(inSink)
@@ -701,11 +713,6 @@ func TestConcurrentRestoreRefused(t *testing.T) {
 			return nil
 		}
 	})
-	li := c.waitLeader(-1)
-	l := c.nodes[li]
-	c.mustClaim("src:kept", -1)
-	backup := saveBackup(t, l)
-	c.mustClaim("src:later", -1)
 	hold.Store(true)
 	first := make(chan error, 1)
 	go func() { first <- l.Restore(ctxT(t, 30*time.Second), backup) }()
