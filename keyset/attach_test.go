@@ -1,6 +1,7 @@
 package keyset
 
 import (
+	"crypto/sha256"
 	"testing"
 	"time"
 
@@ -59,5 +60,67 @@ func TestHandshakeOfKeysFetchedAfterAttach(t *testing.T) {
 	}
 	if status, out, _, ok := set.h["zm"].Handshake(req); !ok || status != 200 || len(out) == 0 {
 		t.Fatalf("handshake: ok=%v status=%d %s, want the validation's answer", ok, status, out)
+	}
+}
+
+// TestKeyedVerifierPassesOnAbilities: a keys_url source's verifier has the
+// optional abilities of its scheme's own: twilio's canonical replay form (a
+// captured callback re-encoded is still found by the replay guard), slack's
+// notices; a scheme that signs the raw body has no canonical form.
+func TestKeyedVerifierPassesOnAbilities(t *testing.T) {
+	const token = "twilio-auth-token-0123456789abcdef"
+	srv := newKeysServer(t, keysJSON(t, Key{Kid: "k1", Alg: AlgHMACSHA256, Key: token}))
+	km := NewManager(t.TempDir(), nil, nil, "test")
+	defer km.Close()
+	cfg := &config.Config{Sources: []config.Source{
+		{Name: "tw", Provider: "twilio", KeysURL: srv.url(), KeysRefresh: config.Duration(time.Hour)},
+		{Name: "sl", Provider: "slack", KeysURL: srv.url(), KeysRefresh: config.Duration(time.Hour)},
+		{Name: "gh", Provider: "github", KeysURL: srv.url(), KeysRefresh: config.Duration(time.Hour)},
+	}}
+	set := &sourceSet{v: map[string]providers.Verifier{}, h: map[string]providers.Handshaker{}}
+	if err := km.Attach(set, cfg); err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	const url = "https://hooks.example.com/in/tw"
+	twilio, _ := providers.Lookup("twilio")
+	request := func(body string) *providers.Request {
+		hs, err := providers.SignURL(twilio, url, []byte("MessageSid=SM1&Body=hello+world"), []byte(token), now, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := &fakeHeaders{m: [][2]string{{"Content-Type", "application/x-www-form-urlencoded"}}}
+		for _, x := range hs {
+			h.m = append(h.m, [2]string{x.Name, x.Value})
+		}
+		return &providers.Request{Body: []byte(body), Header: h, URL: url, Now: now}
+	}
+	canonical := func(r *providers.Request) string {
+		if err := set.v["tw"].Verify(r); err != nil {
+			t.Fatalf("verify %s: %v", r.Body, err)
+		}
+		rb, ok := set.v["tw"].(providers.ReplayBodier)
+		if !ok {
+			t.Fatal("the keys_url twilio verifier has no canonical replay form: a re-encoded callback is a new event")
+		}
+		h := sha256.New()
+		if err := rb.WriteReplayBody(h, r); err != nil {
+			t.Fatal(err)
+		}
+		return string(h.Sum(nil))
+	}
+	if a, b := canonical(request("MessageSid=SM1&Body=hello+world")), canonical(request("Body=hello%20world&MessageSid=SM1")); a != b {
+		t.Fatal("a re-encoded callback writes another canonical form")
+	}
+	if rb, ok := set.v["gh"].(providers.ReplayBodier); !ok || rb.WriteReplayBody(sha256.New(), &providers.Request{Now: now}) == nil {
+		t.Fatal("a raw-body scheme behind keys_url claims a canonical form")
+	}
+	n, ok := set.h["sl"].(providers.Noticer)
+	if !ok {
+		t.Fatal("the keys_url slack handshaker passes no notices on")
+	}
+	limited := []byte(`{"token":"x","type":"app_rate_limited","team_id":"T1","minute_rate_limited":1518467820,"api_app_id":"A1"}`)
+	if msg, _ := n.Notice(&providers.Request{Body: limited, Header: &fakeHeaders{}, Now: now}); msg == "" {
+		t.Fatal("the keys_url slack source says nothing of app_rate_limited")
 	}
 }

@@ -30,6 +30,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"log/slog"
 	"net/http"
@@ -251,10 +252,20 @@ type sourceKeys struct {
 // force at the delivery's time, fetching early once when none matches.
 type keyedVerifier struct{ ks *sourceKeys }
 
+// It passes on every optional ability a scheme's verifier has (the intake
+// asks for them by type assertion): without them, a keys_url source would
+// quietly lose what the same source with secrets has, the twilio replay
+// guard's canonical form above all.
 var (
-	_ providers.Verifier   = keyedVerifier{}
-	_ providers.Handshaker = keyedVerifier{}
+	_ providers.Verifier     = keyedVerifier{}
+	_ providers.Handshaker   = keyedVerifier{}
+	_ providers.Noticer      = keyedVerifier{}
+	_ providers.ReplayBodier = keyedVerifier{}
 )
+
+// errNoCanonicalForm: the scheme signs the raw body, whose hash the replay
+// guard takes then.
+var errNoCanonicalForm = errors.New("keyset: the scheme signs the raw body")
 
 func (kv keyedVerifier) Verify(r *providers.Request) error {
 	err := kv.ks.verify(r)
@@ -275,6 +286,24 @@ func (kv keyedVerifier) Handshake(r *providers.Request) (int, []byte, string, bo
 		return h.Handshake(r)
 	}
 	return 0, nil, "", false
+}
+
+// Notice delegates to the current verifier when its scheme has one.
+func (kv keyedVerifier) Notice(r *providers.Request) (string, []any) {
+	if n, ok := kv.ks.current(r.Now).v.(providers.Noticer); ok {
+		return n.Notice(r)
+	}
+	return "", nil
+}
+
+// WriteReplayBody delegates to the current verifier when its scheme signs
+// a canonical form rather than the raw bytes; otherwise it fails, and the
+// replay guard hashes the raw body, as for a source with secrets.
+func (kv keyedVerifier) WriteReplayBody(h hash.Hash, r *providers.Request) error {
+	if rb, ok := kv.ks.current(r.Now).v.(providers.ReplayBodier); ok {
+		return rb.WriteReplayBody(h, r)
+	}
+	return errNoCanonicalForm
 }
 
 func (ks *sourceKeys) verify(r *providers.Request) error {
