@@ -148,7 +148,12 @@ type Engine struct {
 	// wmu guards pending, the write transaction ApplyBatchDeferred keeps
 	// open (nil when none). An open transaction holds mu shared. Lock order:
 	// wmu, then mu.
-	wmu     sync.Mutex
+	wmu sync.Mutex
+	// views are the snapshot views open now (snapview.go); a restore ends
+	// their streams, which would otherwise hold it for as long as a slow
+	// reader takes.
+	viewsMu sync.Mutex
+	views   map[*SnapshotView]struct{}
 	pending *pendingTx
 	// open is set while pending is: LeaseDue then answers true without
 	// waiting for wmu or committing what is pending.
@@ -890,6 +895,11 @@ func (e *Engine) restore(r io.Reader, index uint64) (err error) {
 	if err = e.flushLocked(); err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
+	// The file is about to be replaced: a backup or snapshot still being
+	// written from it ends at its next write (a stalled reader, at its
+	// stream's write deadline), so that its read transaction does not hold
+	// the close below, and every read behind it.
+	e.abortViews()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.db == nil {

@@ -56,7 +56,7 @@ func (s *SnapshotView) WriteStream(w io.Writer) (int64, error) {
 	if err != nil {
 		return 0, fmt.Errorf("engine: write snapshot: %w", err)
 	}
-	n, err := s.tx.WriteTo(enc)
+	n, err := s.tx.WriteTo(abortableWriter{w: enc, abort: &s.abort})
 	if cerr := enc.Close(); err == nil {
 		err = cerr
 	}

@@ -5,6 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
+	"runtime"
 	"testing"
 )
 
@@ -220,4 +222,54 @@ func BenchmarkSnapshotStream(b *testing.B) {
 		b.SetBytes(n)
 	}
 	b.ReportMetric(float64(out), "stream-bytes")
+}
+
+// TestRestoreEndsAStalledView: a restore does not wait for a snapshot view
+// whose reader is slow (an admin backup read a byte at a time): the view's
+// writing ends at its next write with ErrViewAborted, the restore
+// completes, and reads go on, on the restored state.
+func TestRestoreEndsAStalledView(t *testing.T) {
+	h, _, plain := streamOf(t, 2000)
+	view, err := h.e.BeginSnapshot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr, pw := io.Pipe()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := view.WriteTo(pw)
+		view.Close()
+		pw.CloseWithError(err)
+		wrote <- err
+	}()
+	buf := make([]byte, 4096)
+	if _, err := io.ReadFull(pr, buf); err != nil { // the backup has begun
+		t.Fatal(err)
+	}
+	restored := make(chan error, 1)
+	go func() { restored <- h.e.Restore(bytes.NewReader(plain)) }()
+	// The reader stalls until the restore has asked the view to end, then
+	// drips on, a read at a time, until the view gives up.
+	for !view.abort.Load() {
+		runtime.Gosched()
+	}
+	for done := false; !done; {
+		select {
+		case err := <-wrote:
+			if !errors.Is(err, ErrViewAborted) {
+				t.Fatalf("the stalled view ended with %v, want ErrViewAborted", err)
+			}
+			done = true
+		default:
+			if _, err := pr.Read(buf); err != nil && !errors.Is(err, ErrViewAborted) {
+				t.Fatalf("read: %v", err)
+			}
+		}
+	}
+	if err := <-restored; err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	if _, err := h.e.Get(keyN(0), false); err != nil {
+		t.Fatalf("read after the restore: %v", err)
+	}
 }

@@ -1,10 +1,12 @@
 package engine
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -14,9 +16,15 @@ import (
 // be exactly that of the last applied entry) and persists it while applies go
 // on; the view's read transaction is what pins that state.
 type SnapshotView struct {
-	tx   *bolt.Tx
-	once sync.Once
+	tx    *bolt.Tx
+	once  sync.Once
+	e     *Engine
+	abort atomic.Bool // set by a restore: the state is being replaced
 }
+
+// ErrViewAborted: a restore replaced the state while a snapshot view was
+// being written; what was written is not a whole copy.
+var ErrViewAborted = errors.New("engine: snapshot cut short: the state is being replaced by a restore")
 
 // BeginSnapshot opens a SnapshotView. The caller must Close it; until then
 // bbolt cannot reuse the pages the view still sees.
@@ -33,12 +41,41 @@ func (e *Engine) BeginSnapshot() (*SnapshotView, error) {
 	if err != nil {
 		return nil, fmt.Errorf("engine: begin snapshot: %w", err)
 	}
-	return &SnapshotView{tx: tx}, nil
+	v := &SnapshotView{tx: tx, e: e}
+	e.viewsMu.Lock()
+	if e.views == nil {
+		e.views = make(map[*SnapshotView]struct{})
+	}
+	e.views[v] = struct{}{}
+	e.viewsMu.Unlock()
+	return v, nil
+}
+
+// abortViews makes every open view's writing end at its next write.
+func (e *Engine) abortViews() {
+	e.viewsMu.Lock()
+	defer e.viewsMu.Unlock()
+	for v := range e.views {
+		v.abort.Store(true)
+	}
+}
+
+// abortableWriter fails every write once its view is aborted.
+type abortableWriter struct {
+	w     io.Writer
+	abort *atomic.Bool
+}
+
+func (a abortableWriter) Write(p []byte) (int, error) {
+	if a.abort.Load() {
+		return 0, ErrViewAborted
+	}
+	return a.w.Write(p)
 }
 
 // WriteTo writes the view as a bbolt file that Restore and Open accept.
 func (s *SnapshotView) WriteTo(w io.Writer) (int64, error) {
-	n, err := s.tx.WriteTo(w)
+	n, err := s.tx.WriteTo(abortableWriter{w: w, abort: &s.abort})
 	if err != nil {
 		return n, fmt.Errorf("engine: write snapshot: %w", err)
 	}
@@ -48,7 +85,12 @@ func (s *SnapshotView) WriteTo(w io.Writer) (int64, error) {
 // Close releases the view. It is safe to call more than once.
 func (s *SnapshotView) Close() error {
 	var err error
-	s.once.Do(func() { err = s.tx.Rollback() })
+	s.once.Do(func() {
+		err = s.tx.Rollback()
+		s.e.viewsMu.Lock()
+		delete(s.e.views, s)
+		s.e.viewsMu.Unlock()
+	})
 	return err
 }
 
