@@ -24,6 +24,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"oncehook/cluster"
 	"oncehook/engine"
 )
 
@@ -617,6 +618,9 @@ func (u *adminUI) replay(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		flash("Not replayed: only dead, done or stale events can be replayed.", true)
 	case errors.Is(err, engine.ErrNotFound):
 		flash("Not replayed: the event no longer exists.", true)
+	case errors.Is(err, cluster.ErrIndeterminate):
+		// It may have committed: a second click would run the handler again.
+		flash("Outcome unknown: the event may have been replayed; look at its history below before replaying it again ("+err.Error()+").", true)
 	case err != nil:
 		flash("Not replayed: "+err.Error(), true)
 	case res.N == 0:
@@ -661,6 +665,8 @@ func (u *adminUI) pauseSource(w http.ResponseWriter, r *http.Request, s *uiSessi
 	}
 	changed, err := u.s.setPaused(r.Context(), name, s.who, reason, pause)
 	switch {
+	case errors.Is(err, cluster.ErrIndeterminate):
+		flash(fmt.Sprintf("Outcome unknown: %s may have been %s; the sources table shows which (%s).", name, verb, err), true)
 	case err != nil:
 		flash("Not "+verb+": "+err.Error(), true)
 	case !changed:
