@@ -484,6 +484,10 @@ func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
 	case len(req.Keys) > 0 && req.State != "":
 		jsonError(w, http.StatusBadRequest, "give keys or state, not both")
 		return
+	case len(req.Keys) > 0 && (req.Source != "" || req.Since != ""):
+		// They would be ignored: what the body says must be what runs.
+		jsonError(w, http.StatusBadRequest, "source and since go with state; a replay of keys takes each key as given")
+		return
 	case len(req.Keys) > 0:
 		cmd.Keys = req.Keys
 	case req.State != "":
