@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
@@ -54,7 +55,38 @@ func (s *Server) handler() http.Handler {
 	auth("GET /debug/pprof/symbol", pprof.Symbol)
 	auth("GET /debug/pprof/trace", pprof.Trace)
 	s.registerUI(mux) // the dead-letter page, /ui/ (ui.go)
-	return nosniff(s.unmatched(mux))
+	return nosniff(s.loopbackHosts(s.unmatched(mux)))
+}
+
+// loopbackHosts, on a plain-http listener on a loopback address (the
+// default), answers only requests that name an address or localhost: a web
+// page whose name an attacker points at 127.0.0.1 (DNS rebinding) sends its
+// own name, and could otherwise read /metrics as its own origin (browsers
+// send no Sec-Fetch-Site to a plain-http name) and spend the sign-in
+// backoff that locks the operator out. Nothing else sends a name there:
+// the operator's clients use the address or localhost. A listener on a
+// network address, or with TLS (whose names the certificate checks), takes
+// any name.
+func (s *Server) loopbackHosts(h http.Handler) http.Handler {
+	host, _, err := net.SplitHostPort(s.cfg().Admin.Listen)
+	ip, perr := netip.ParseAddr(host)
+	if err != nil || s.cfg().Admin.TLS() || !(host == "localhost" || perr == nil && ip.IsLoopback()) {
+		return h
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		name := r.Host
+		if hn, _, err := net.SplitHostPort(name); err == nil {
+			name = hn
+		}
+		name = strings.TrimSuffix(strings.ToLower(name), ".")
+		_, ipErr := netip.ParseAddr(strings.Trim(name, "[]"))
+		if ipErr != nil && name != "localhost" && !strings.HasSuffix(name, ".localhost") {
+			jsonError(w, http.StatusMisdirectedRequest, "this admin listener is on loopback and answers requests for its address or localhost only, not for "+
+				strconv.Quote(r.Host)+" (a web page pointing its name at this host would send its own)")
+			return
+		}
+		h.ServeHTTP(w, r)
+	})
 }
 
 // unmatched gives the requests no route takes the token check of every

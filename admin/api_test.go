@@ -836,3 +836,46 @@ func TestReplayIsLogged(t *testing.T) {
 		}
 	}
 }
+
+// TestLoopbackListenerRefusesOtherNames: the admin listener on loopback
+// without TLS answers requests that name an address or localhost, and
+// refuses one naming anything else (a web page that rebound its name to
+// this host) before anything else: no metrics, and no failed sign-in
+// counted against the operator.
+func TestLoopbackListenerRefusesOtherNames(t *testing.T) {
+	_, url := newTestAPI(t, func(o *Options) {
+		o.Metrics = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "oncehook_up 1\n") })
+	})
+	do := func(host, path, token string) int {
+		req, _ := http.NewRequest("GET", url+path, nil)
+		req.Host = host
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, host := range []string{"rebind.example:7071", "rebind.example", "127.0.0.1.nip.io:7071", "LOCALHOST.evil.example"} {
+		if got := do(host, "/metrics", ""); got != http.StatusMisdirectedRequest {
+			t.Errorf("/metrics for Host %q: %d, want 421", host, got)
+		}
+	}
+	for range 10 {
+		if got := do("rebind.example:7071", "/v1/status", "wrong"); got != http.StatusMisdirectedRequest {
+			t.Fatalf("a wrong token for Host rebind.example: %d, want 421", got)
+		}
+	}
+	for _, host := range []string{"127.0.0.1:7071", "localhost:7071", "[::1]:7071", "LocalHost", "admin.localhost:7071"} {
+		if got := do(host, "/metrics", ""); got != http.StatusOK {
+			t.Errorf("/metrics for Host %q: %d, want 200", host, got)
+		}
+	}
+	// The refusals above spent no sign-in attempt: the right token works.
+	if got := do("127.0.0.1:7071", "/v1/status", testToken); got != http.StatusOK {
+		t.Fatalf("status with the right token after the refusals: %d, want 200", got)
+	}
+}
