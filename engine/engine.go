@@ -152,9 +152,10 @@ type Engine struct {
 	// views are the snapshot views open now (snapview.go); a restore ends
 	// their streams, which would otherwise hold it for as long as a slow
 	// reader takes.
-	viewsMu sync.Mutex
-	views   map[*SnapshotView]struct{}
-	pending *pendingTx
+	viewsMu   sync.Mutex
+	views     map[*SnapshotView]struct{}
+	replacing bool // a restore is replacing the file: new views begin aborted
+	pending   *pendingTx
 	// open is set while pending is: LeaseDue then answers true without
 	// waiting for wmu or committing what is pending.
 	open atomic.Bool
@@ -900,6 +901,7 @@ func (e *Engine) restore(r io.Reader, index uint64) (err error) {
 	// stream's write deadline), so that its read transaction does not hold
 	// the close below, and every read behind it.
 	e.abortViews()
+	defer e.viewsDone()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.db == nil {

@@ -47,17 +47,27 @@ func (e *Engine) BeginSnapshot() (*SnapshotView, error) {
 		e.views = make(map[*SnapshotView]struct{})
 	}
 	e.views[v] = struct{}{}
+	v.abort.Store(e.replacing) // begun while a restore replaces the file
 	e.viewsMu.Unlock()
 	return v, nil
 }
 
-// abortViews makes every open view's writing end at its next write.
+// abortViews makes every open view's writing end at its next write, and
+// every view begun until viewsDone too.
 func (e *Engine) abortViews() {
 	e.viewsMu.Lock()
 	defer e.viewsMu.Unlock()
+	e.replacing = true
 	for v := range e.views {
 		v.abort.Store(true)
 	}
+}
+
+// viewsDone ends what abortViews began: views begin whole again.
+func (e *Engine) viewsDone() {
+	e.viewsMu.Lock()
+	e.replacing = false
+	e.viewsMu.Unlock()
 }
 
 // abortableWriter fails every write once its view is aborted.
