@@ -648,12 +648,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		clear(handed) // placed: the slice must not keep their payloads alive
 		if f.slots.setParked(len(park)) && len(park) > 0 {
 			// A drain: hand the parked events back (Drain waits for it).
-			for len(park) > 0 && ctx.Err() == nil {
-				p := park.pop()
-				f.handBack(ctx, p.ev, max(p.start.Sub(now), time.Millisecond), ReasonStopping)
-				f.slots.leave(p.ev.Source, now)
-			}
-			park = park[:0]
+			f.handBackParked(ctx, &park, now)
 			f.slots.setParked(0)
 		}
 		// Parked events whose slot came, while there are free workers.
@@ -1007,3 +1002,31 @@ func (f *Forwarder) dropPayloads(ctx context.Context) bool {
 // 1,000 a command put the claim p99.9 of a busy node at 36-38 ms, 250 at
 // 29-32 ms (docs/performance.md, "Payloads dropped every second").
 const DropBatch = 250
+
+// drainHandBacks is how many parked events a drain hands back at once.
+const drainHandBacks = 64
+
+// handBackParked hands every parked event back to pending, soonest slot
+// first, many at a time: each hand-back waits for its commit, and one at a
+// time a thousand parked events (a throttled source's budget) outlast the
+// drain's time, leaving the rest processing with an attempt spent. At once,
+// their commands share log entries.
+func (f *Forwarder) handBackParked(ctx context.Context, park *parkQueue, now time.Time) {
+	sem := make(chan struct{}, drainHandBacks)
+	var wg sync.WaitGroup
+	var sources []string
+	for len(*park) > 0 && ctx.Err() == nil {
+		p := park.pop()
+		sources = append(sources, p.ev.Source)
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			f.handBack(ctx, p.ev, max(p.start.Sub(now), time.Millisecond), ReasonStopping)
+		})
+	}
+	wg.Wait()
+	for _, src := range sources {
+		f.slots.leave(src, now)
+	}
+	*park = (*park)[:0]
+}

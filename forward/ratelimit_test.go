@@ -725,3 +725,65 @@ func TestReloadedRateKeepsItsBurstSynctest(t *testing.T) {
 		}
 	})
 }
+
+// slowHandBack is a store whose hand-backs each wait for a commit of their
+// own, as a Raft commit would for a command sent alone.
+type slowHandBack struct {
+	*leader
+	commit time.Duration
+}
+
+func (s slowHandBack) HandBack(ctx context.Context, key string, token uint64, retryIn time.Duration, reason string) error {
+	time.Sleep(s.commit)
+	return s.leader.HandBack(ctx, key, token, retryIn, reason)
+}
+
+// A drain with a throttled source's whole budget parked (a thousand
+// events) hands them all back within the drain's time: one at a time, each
+// waiting for its commit, it ran out of time and left hundreds processing
+// with an attempt spent.
+func TestDrainHandsBackAFullParkQuicklySynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		h := &keySink{}
+		const n = 1100
+		for i := range n {
+			l.claim(fmt.Sprintf("slow:%04d", i), "slow", "x")
+		}
+		f := New(Options{
+			Store:        slowHandBack{l, 20 * time.Millisecond},
+			Targets:      targets(map[string]Target{"slow": {URL: "http://handler/s", MaxRate: 40, Burst: 1, Timeout: 10 * time.Second}}),
+			Client:       &http.Client{Transport: handlerTransport{h}},
+			Workers:      8,
+			PollInterval: time.Hour,
+			DefaultLease: 60 * time.Second,
+		})
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f.Run(ctx) }()
+		synctest.Wait()
+		dctx, dcancel := context.WithTimeout(context.Background(), 11*time.Second)
+		defer dcancel()
+		if err := f.Drain(dctx); err != nil {
+			t.Fatalf("drain: %v", err)
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
+		processing, handedBack := 0, 0
+		for i := range n {
+			if l.get(fmt.Sprintf("slow:%04d", i)).State == engine.StateProcessing {
+				processing++
+			}
+		}
+		for _, c := range l.failLog() {
+			if c.Reason == ReasonStopping && c.Refund {
+				handedBack++
+			}
+		}
+		if processing != 0 || handedBack < 900 {
+			t.Fatalf("after the drain: %d processing, %d handed back (want 0, and the park's ~1000)", processing, handedBack)
+		}
+	})
+}
