@@ -98,6 +98,9 @@ func printStatus(w io.Writer, st *statusAnswer) {
 		fmt.Fprintf(w, "no answer from %s\n", u)
 	}
 	printFormats(w, st.Nodes)
+	if st.ClockHeld != "" {
+		fmt.Fprintf(w, "retention buckets held (nothing expires, no payload is dropped): %s\n", st.ClockHeld)
+	}
 	if c := st.Counts; c != nil {
 		fmt.Fprintf(w, "events: pending %d, processing %d, done %d, dead %d, stale %d\n",
 			c.Pending, c.Processing, c.Done, c.Dead, c.Stale)

@@ -140,6 +140,9 @@ type Config struct {
 	// clusters: InmemTransport's TimeoutNow call outlives a closed peer by its
 	// 5s RPC timeout, which goleak would report).
 	noTransfer bool
+	// clockEvery, in tests, replaces how long the leader keeps its
+	// comparison of clocks (clockCheckEvery; clockcheck.go).
+	clockEvery time.Duration
 
 	// SyncEngine fsyncs the engine file on every commit as well as the raft
 	// log. Off by default: see durability.go for why the log alone suffices.
@@ -174,7 +177,8 @@ type Node struct {
 	// change cancels the relays in flight to the previous one.
 	leaders   *leaderWatch
 	leaderObs *raft.Observer
-	reach     peerReach // the peers the leader's heartbeats fail to reach
+	reach     peerReach  // the peers the leader's heartbeats fail to reach
+	clock     clockCheck // the leader's clock against the voters' (clockcheck.go)
 	watchDone chan struct{}
 	// removedBy is the member that said this leaderless node is not in its
 	// configuration (membership.go); nil while that is not known.
@@ -264,6 +268,9 @@ func Open(cfg Config) (*Node, error) {
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
+	}
+	if cfg.clockEvery <= 0 {
+		cfg.clockEvery = clockCheckEvery
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 1024

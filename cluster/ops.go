@@ -145,6 +145,9 @@ func (n *Node) Reclaim(ctx context.Context, horizon time.Duration) (int, error) 
 func (n *Node) Expire(ctx context.Context) (int, []engine.Event, error) {
 	var total int
 	var dead []engine.Event
+	if n.raft.State() == raft.Leader && n.clockHeld(ctx) != "" {
+		return 0, nil, nil // logged and shown in Status.ClockHeld
+	}
 	for {
 		r, err := n.applyOne(ctx, engine.Command{Op: engine.OpExpire, Max: ExpireBatch}, true)
 		if err != nil {
@@ -179,6 +182,9 @@ func (n *Node) DropPayloads(ctx context.Context, legacyAge time.Duration, max in
 	if n.raft.State() == raft.Leader {
 		if due, err := n.eng.PayloadsDue(now.UnixNano(), since); err == nil && !due {
 			return 0, nil
+		}
+		if n.clockHeld(ctx) != "" {
+			return 0, nil // logged and shown in Status.ClockHeld
 		}
 	}
 	return n.countCmd(ctx, engine.Command{Op: engine.OpDropPayloads, Before: now.UnixNano(), Since: since, Max: max}, true)
@@ -448,6 +454,10 @@ type Status struct {
 	// Unreachable is, on the leader, the members its heartbeats have
 	// failed to reach in the last minute (peerreach.go); 0 elsewhere.
 	Unreachable int `json:"unreachable_peers"`
+	// ClockHeld is, on the leader, why it does not end retention buckets
+	// nor drop payloads now: its clock lacks a majority of the voters
+	// (clockcheck.go). "" when it does, and on other nodes.
+	ClockHeld string `json:"clock_held,omitempty"`
 	// ClusterID is the id the cluster named itself with ("": not yet;
 	// identity.go): a node of another cluster reports another one.
 	ClusterID string   `json:"cluster_id"`
@@ -501,6 +511,7 @@ func (n *Node) Status() Status {
 	st.LeaderChanges = n.leaders.leaderChanges()
 	if st.State == "leader" {
 		st.LastContact = "0s"
+		st.ClockHeld = n.clock.heldReason()
 	} else if lc := n.raft.LastContact(); !lc.IsZero() {
 		st.LastContact = time.Since(lc).Round(time.Millisecond).String()
 	} else {
@@ -556,6 +567,9 @@ type memberStats struct {
 	// Fresh: the member started with no raft state and is asking to be
 	// added (Node.fresh).
 	Fresh bool `json:"fresh,omitempty"`
+	// Clock is the member's clock as it answered, unix ns (0: a release
+	// that does not say; clockcheck.go).
+	Clock int64 `json:"clock,omitempty"`
 }
 
 // ownStats is this node's memberStats.
@@ -570,6 +584,7 @@ func (n *Node) ownStats() memberStats {
 		Admin:        n.cfg.AdminURL,
 		Cluster:      n.clusterID(),
 		Fresh:        n.fresh.Load(),
+		Clock:        n.now().UnixNano(),
 	}
 	if n.cfg.format != 0 {
 		ms.Format = n.cfg.format

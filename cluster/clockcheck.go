@@ -1,0 +1,155 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// The leader's clock stamps every command (proposer.go), and the engine
+// trusts it: an expire ends the retention buckets that ended by that time,
+// a payload drop drops what was due by it. A leader whose clock runs days
+// ahead (a bad RTC, NTP stepping late) would, at its first sweep, forget
+// keys their providers may still retry and the dead letters kept for
+// dead_retention. Nothing a follower applies can refuse it (apply must not
+// read a clock), so the leader asks first: before it proposes an expire or
+// a payload drop it compares its clock with the voters' (each member's
+// rpcStats answer carries its clock) and holds both while fewer than a
+// majority of the voters, itself included, agree with it within
+// maxClockOffset. Keys kept longer only cost disk; the hold is logged at
+// error and shown in Status.ClockHeld (docs/architecture.md, "Time").
+//
+// A member that cannot be asked does not count as agreeing; one of a
+// release that does not report its clock does (it cannot say, and an
+// upgrade must not stop expiry). A single node has nobody to ask.
+const (
+	maxClockOffset  = time.Minute
+	clockCheckEvery = 30 * time.Second
+	// clockHeldLogEvery spaces the error logged while a hold lasts.
+	clockHeldLogEvery = 10 * time.Minute
+)
+
+// clockCheck caches the leader's last comparison of clocks.
+type clockCheck struct {
+	mu     sync.Mutex // one check at a time
+	at     time.Time  // when the cached verdict was made (local monotonic clock)
+	term   uint64     // the term it was made in: a new leadership asks again
+	logged time.Time  // when the current hold was last logged
+	held   atomic.Pointer[string]
+}
+
+// heldReason is the current hold ("" when none), for Status.
+func (c *clockCheck) heldReason() string {
+	if p := c.held.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
+// clockHeld reports why this leader must not end retention buckets or drop
+// payloads now ("" when its clock agrees with a majority of the voters). It
+// asks the voters at most every clockCheckEvery, each within
+// memberStatsTimeout.
+func (n *Node) clockHeld(ctx context.Context) string {
+	c := &n.clock
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	term := n.raft.CurrentTerm()
+	if !c.at.IsZero() && c.term == term && time.Since(c.at) < n.cfg.clockEvery {
+		return c.heldReason()
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return c.heldReason() // keep the last verdict; asked again next sweep
+	}
+	var peers []raft.Server
+	voters := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		if string(s.ID) != n.cfg.ID {
+			peers = append(peers, s)
+		}
+	}
+	reason := ""
+	if len(peers) > 0 {
+		reason = n.compareClocks(ctx, peers, voters)
+	}
+	c.at, c.term = time.Now(), term
+	prev := c.heldReason()
+	c.held.Store(&reason)
+	switch {
+	case reason != "" && (prev == "" || time.Since(c.logged) >= clockHeldLogEvery):
+		c.logged = time.Now()
+		n.cfg.Logger.Error("leader's clock disagrees with the cluster: retention buckets are not ended and payloads not dropped until it agrees",
+			"reason", reason)
+	case reason == "" && prev != "":
+		n.cfg.Logger.Info("leader's clock agrees with the cluster again: retention buckets end and payloads drop as usual")
+	}
+	return reason
+}
+
+// compareClocks asks peers for their clocks and returns why this node's
+// clock lacks a majority of the voters ("" when it has one).
+func (n *Node) compareClocks(ctx context.Context, peers []raft.Server, voters int) string {
+	ctx, cancel := context.WithTimeout(ctx, memberStatsTimeout)
+	defer cancel()
+	notes := make([]string, len(peers))
+	agrees := make([]bool, len(peers))
+	var wg sync.WaitGroup
+	for i, s := range peers {
+		wg.Go(func() {
+			mine := n.now()
+			start := time.Now()
+			ms, err := n.askStats(ctx, string(s.Address))
+			rtt := time.Since(start)
+			switch {
+			case err != nil:
+				notes[i] = fmt.Sprintf("%s: not asked (%v)", s.ID, err)
+			case ms.ID != string(s.ID):
+				notes[i] = fmt.Sprintf("%s: %s answers as %q", s.ID, s.Address, ms.ID)
+			case ms.Clock == 0:
+				agrees[i] = true // a release that does not report its clock
+			default:
+				// The peer read its clock somewhere in the round trip: its
+				// middle is the best guess, half of it the uncertainty.
+				off := time.Unix(0, ms.Clock).Sub(mine.Add(rtt / 2))
+				if off.Abs() <= maxClockOffset+rtt/2 {
+					agrees[i] = true
+					return
+				}
+				notes[i] = fmt.Sprintf("%s: this leader's clock is %s %s of its", s.ID, off.Abs().Round(time.Second), aheadOrBehind(off))
+			}
+		})
+	}
+	wg.Wait()
+	agree := 1 // this node
+	var why []string
+	for i := range peers {
+		if agrees[i] {
+			agree++
+		} else {
+			why = append(why, notes[i])
+		}
+	}
+	if agree > voters/2 {
+		return ""
+	}
+	return fmt.Sprintf("%d of %d voters agree with this leader's clock within %s (%s)", agree, voters, maxClockOffset, strings.Join(why, "; "))
+}
+
+// aheadOrBehind names the leader's side of a peer's offset off (the peer's
+// clock minus the leader's).
+func aheadOrBehind(off time.Duration) string {
+	if off < 0 {
+		return "ahead"
+	}
+	return "behind"
+}
