@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"net/netip"
+	"path"
 	"os"
 	"slices"
 	"strconv"
@@ -81,6 +82,7 @@ func (s *Server) loopbackHosts(h http.Handler) http.Handler {
 		name = strings.TrimSuffix(strings.ToLower(name), ".")
 		_, ipErr := netip.ParseAddr(strings.Trim(name, "[]"))
 		if ipErr != nil && name != "localhost" && !strings.HasSuffix(name, ".localhost") {
+			closeAfter(w)
 			jsonError(w, http.StatusMisdirectedRequest, "this admin listener is on loopback and answers requests for its address or localhost only, not for "+
 				strconv.Quote(r.Host)+" (a web page pointing its name at this host would send its own)")
 			return
@@ -98,12 +100,26 @@ func (s *Server) unmatched(mux *http.ServeMux) http.Handler {
 		mux.ServeHTTP(&jsonStatusWriter{ResponseWriter: w}, r)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); pattern == "" || subtreeRedirect(pattern, r.URL.Path) {
+		if _, pattern := mux.Handler(r); pattern == "" || subtreeRedirect(pattern, r.URL.Path) || uncleanPath(r.URL.Path) {
 			answer.ServeHTTP(w, r)
 			return
 		}
 		mux.ServeHTTP(w, r)
 	})
+}
+
+// uncleanPath reports whether the mux answers p with a redirect to its
+// cleaned form (//v1/status to /v1/status), whose pattern it reports as the
+// route's: that, too, says the route exists.
+func uncleanPath(p string) bool {
+	if p == "" || p[0] != '/' {
+		return true
+	}
+	c := path.Clean(p)
+	if strings.HasSuffix(p, "/") && c != "/" {
+		c += "/"
+	}
+	return c != p
 }
 
 // subtreeRedirect reports whether the mux answers path with a redirect to
@@ -177,23 +193,27 @@ func (s *Server) requireToken(h http.HandlerFunc) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		client := authKey(r.RemoteAddr)
 		if d := s.authLimit.wait(client); d > 0 {
+			closeAfter(w)
 			tooManyFailures(w, d)
 			return
 		}
 		tokens := s.cfg().Admin.Tokens
 		if len(tokens) == 0 {
+			closeAfter(w)
 			jsonError(w, http.StatusUnauthorized, "no admin tokens configured ([admin] tokens)")
 			return
 		}
 		scheme, got, ok := strings.Cut(r.Header.Get("Authorization"), " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") { // schemes are case-insensitive (RFC 9110, 11.1)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="oncehook"`)
+			closeAfter(w)
 			jsonError(w, http.StatusUnauthorized, "missing bearer token")
 			return
 		}
 		i := matchToken(tokens, []byte(got))
 		if i < 0 {
 			s.authFailed(r, client, "admin api")
+			closeAfter(w)
 			jsonError(w, http.StatusUnauthorized, "invalid bearer token")
 			return
 		}
@@ -215,6 +235,11 @@ func (s *Server) authFailed(r *http.Request, client netip.Prefix, where string) 
 		s.log.Warn(where+": repeated authentication failures; backing off", "remote", r.RemoteAddr, "retry_after", d.String())
 	}
 }
+
+// closeAfter makes the server close the connection after this answer: a
+// refused client keeps no connection, where one request would otherwise
+// hold a slot of the listener's connection caps for its idle timeout.
+func closeAfter(w http.ResponseWriter) { w.Header().Set("Connection", "close") }
 
 func tooManyFailures(w http.ResponseWriter, d time.Duration) {
 	secs := retryAfter(d)

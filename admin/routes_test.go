@@ -151,9 +151,10 @@ func TestEveryRouteNeedsAToken(t *testing.T) {
 	}
 }
 
-// TestUnmatchedRequestsNeedAToken: a path no route serves, or a route asked
-// with another method, is answered 401 without a token (a stranger cannot
-// map the routes) and, with one, as JSON: 404, or 405 naming the methods.
+// TestUnmatchedRequestsNeedAToken: a path no route serves, a route asked
+// with another method, or a path the mux would redirect is answered 401
+// without a token (a stranger cannot map the routes), on a connection
+// closed after it, and, with one, as JSON: 404, or 405 naming the methods.
 func TestUnmatchedRequestsNeedAToken(t *testing.T) {
 	_, base := newTestAPI(t)
 	noRedirects := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
@@ -168,6 +169,10 @@ func TestUnmatchedRequestsNeedAToken(t *testing.T) {
 		{"POST", "/metrics", http.StatusMethodNotAllowed, "GET, HEAD"},
 		// A subtree's redirect says the route exists, as a 405 does.
 		{"GET", "/debug/pprof", http.StatusTemporaryRedirect, ""},
+		// So does the redirect of a path to its cleaned form.
+		{"GET", "//v1/status", http.StatusTemporaryRedirect, ""},
+		{"POST", "//v1/replay", http.StatusTemporaryRedirect, ""},
+		{"GET", "/x/../debug/pprof/profile", http.StatusTemporaryRedirect, ""},
 	}
 	for _, c := range cases {
 		for _, token := range []string{"", testToken} {
@@ -186,8 +191,11 @@ func TestUnmatchedRequestsNeedAToken(t *testing.T) {
 			if token == "" {
 				want = http.StatusUnauthorized
 			}
+			if token == "" && !resp.Close {
+				t.Errorf("%s %s without a token: the connection is kept open after the 401", c.method, c.path)
+			}
 			if want == http.StatusTemporaryRedirect {
-				if resp.StatusCode != want {
+				if resp.StatusCode/100 != 3 {
 					t.Errorf("%s %s with a token: %d, want %d", c.method, c.path, resp.StatusCode, want)
 				}
 				continue

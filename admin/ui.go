@@ -318,6 +318,7 @@ func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 	if d := u.s.authLimit.wait(client); d > 0 {
 		secs := retryAfter(d)
 		w.Header().Set("Retry-After", strconv.Itoa(secs))
+		closeAfter(w)
 		u.showLogin(w, r, http.StatusTooManyRequests, next,
 			fmt.Sprintf("Too many failed sign-ins from your address; try again in %d seconds.", secs))
 		return
@@ -336,6 +337,7 @@ func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 		if len(tokens) == 0 {
 			msg = "No admin tokens are configured ([admin] tokens)."
 		}
+		closeAfter(w)
 		u.showLogin(w, r, http.StatusUnauthorized, next, msg)
 		return
 	}
