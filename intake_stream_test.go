@@ -135,3 +135,31 @@ func TestTruncatedBodyIsRefused(t *testing.T) {
 		t.Fatal("a truncated body was stored")
 	}
 }
+
+// TestChunkedTrailersAreRefused: fields sent in a chunked body's trailer
+// are not headers. A body whose signature comes only in the trailer (a
+// proxy in front that checks or strips headers never sees it) is refused,
+// as is any other trailer field, and nothing is stored.
+func TestChunkedTrailersAreRefused(t *testing.T) {
+	h := newHandler(t)
+	tn := startTestNode(t, "", h.url)
+	body := orderBody("evt_trailer", "obj_trailer", 1)
+	var sig strings.Builder
+	for _, h := range tn.signed(body, "msg_trailer") {
+		fmt.Fprintf(&sig, "%s: %s\r\n", h.Name, h.Value)
+	}
+	head := "POST /in/orders HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked"
+	for _, tc := range []struct{ name, head, trailer string }{
+		{"signature in the trailer", head + "\r\nTrailer: webhook-id, webhook-timestamp, webhook-signature", sig.String()},
+		{"an extra field in the trailer", head + "\r\n" + strings.TrimSuffix(sig.String(), "\r\n"), "X-Extra: 1\r\n"},
+	} {
+		chunked := fmt.Sprintf("%x\r\n%s\r\n0\r\n%s\r\n", len(body), body, tc.trailer)
+		resp := rawRequest(t, tn.intake, tc.head, chunked)
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("%s: status %d, want 400", tc.name, resp.StatusCode)
+		}
+	}
+	if _, err := tn.event("orders:msg_trailer"); err == nil {
+		t.Fatal("a delivery with trailer fields was stored")
+	}
+}

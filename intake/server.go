@@ -642,6 +642,13 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 	if status != 0 {
 		return writeError(ctx, status, msg)
 	}
+	if ctx.Request.Header.ContentLength() < 0 && len(ctx.Request.Header.TrailerHeader()) > len("\r\n") {
+		// fasthttp lets trailer fields answer as headers: a signature, an
+		// id or a forwarded header sent after the body would reach the
+		// verifier, the key and the handler unseen by a proxy in front
+		// that checks or strips headers (RFC 9110, 6.5.1).
+		return writeError(ctx, fasthttp.StatusBadRequest, "trailer fields after a chunked body are not accepted: send every header before the body")
+	}
 	if len(body) == 0 {
 		return writeError(ctx, fasthttp.StatusBadRequest, "empty body")
 	}
