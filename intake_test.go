@@ -466,6 +466,7 @@ func TestClaimNotCommittedNamesTheReason(t *testing.T) {
 		{fmt.Errorf("queue command: %w", cluster.ErrNoLeader), "no leader (election in progress or no quorum)"},
 		{fmt.Errorf("claim: %w", cluster.ErrRemoved), "this node was removed from the cluster (send to another node)"},
 		{fmt.Errorf("dial leader: %w: %w", cluster.ErrPeerUnproven, cluster.ErrNoLeader), "the leader refused this node's cluster handshake"},
+		{fmt.Errorf("dial leader: %w: %w: %w", cluster.ErrPeerUnproven, cluster.ErrPeerBusy, cluster.ErrNoLeader), "the leader takes no more cluster connections from this node's address"},
 		{fmt.Errorf("relay: %w", cluster.ErrNotLeader), "leadership moved"},
 		{fmt.Errorf("claim: %w", cluster.ErrShutdown), "node shutting down"},
 		{errors.New("disk on fire"), ""},

@@ -22,6 +22,8 @@ func claimNotCommitted(err error) string {
 	switch {
 	case errors.Is(err, cluster.ErrIndeterminate):
 		return "commit outcome unknown (leader changed or commit timed out): not acknowledged, retry"
+	case errors.Is(err, cluster.ErrPeerBusy):
+		return "the leader takes no more cluster connections from this node's address (send to another node): not committed, retry"
 	case errors.Is(err, cluster.ErrPeerUnproven):
 		return "the leader refused this node's cluster handshake (send to another node): not committed, retry"
 	case errors.Is(err, cluster.ErrRemoved):

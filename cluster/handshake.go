@@ -61,6 +61,20 @@ const (
 // (docs/operations.md, "Upgrades").
 var ErrPeerUnproven = errors.New("cluster: the peer did not prove the cluster token")
 
+// ErrPeerBusy: the node at a dialed address takes no more connections from
+// this node's address that have not proved the token yet (its cluster port's
+// cap, connlimit): something on this host, or behind the same address,
+// holds them. It comes wrapped with ErrPeerUnproven, since the peer proved
+// nothing either.
+var ErrPeerBusy = errors.New("cluster: the peer takes no more connections from this address (its cap of connections not yet proved is full: something on this host holds connections to its cluster port)")
+
+// busyAnswer is what a listener over its cap answers a hello with, in place
+// of its nonce and proof (refuseBusy): a fixed text no proof matches.
+var busyAnswer = func() (b [nonceLen + macLen]byte) {
+	copy(b[:], "OHK2 busy: over the cap of connections from your address")
+	return b
+}()
+
 // handshakeIterations is the PBKDF2 cost of the handshake's key: about
 // 20 ms of one core at a node's start, and as much for each guess of the
 // token tested against a collected answer.
@@ -128,6 +142,9 @@ func (m *mux) challengePeer(ctx context.Context, c net.Conn, addr string, kind b
 			return fmt.Errorf("%w: it closed the connection at the handshake (another token, an older release, or an address it does not take as its own: its log says which)", ErrPeerUnproven)
 		}
 		return err
+	}
+	if answer == busyAnswer {
+		return fmt.Errorf("%w: %w", ErrPeerUnproven, ErrPeerBusy)
 	}
 	nonceL := answer[:nonceLen]
 	if !hmac.Equal(answer[nonceLen:], tokenMAC(m.hsKey, roleListener, kind, nonceD, nonceL, addr, endpoint)) {

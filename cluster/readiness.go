@@ -27,6 +27,24 @@ type relayRefusal struct {
 	since       time.Time // the refusal, or the last check of it
 	unreachable bool
 	timedOut    bool // unreachable: the dial timed out (a firewall that drops)
+	busy        bool // refused: the leader's cap of connections from here is full (ErrPeerBusy)
+}
+
+// refusalOf is the relayRefusal a failed dial to addr records, and false
+// for an error that is neither a refused handshake nor a failed dial.
+func refusalOf(addr string, err error, at time.Time) (*relayRefusal, bool) {
+	switch {
+	case errors.Is(err, ErrPeerUnproven):
+		return &relayRefusal{addr: addr, since: at, busy: errors.Is(err, ErrPeerBusy)}, true
+	case isDialError(err):
+		return &relayRefusal{addr: addr, since: at, unreachable: true, timedOut: isTimeout(err)}, true
+	}
+	return nil, false
+}
+
+// sameCause reports whether r and o say the same thing of the leader.
+func (r *relayRefusal) sameCause(o *relayRefusal) bool {
+	return r.unreachable == o.unreachable && r.timedOut == o.timedOut && r.busy == o.busy
 }
 
 // refusalRecheck is how long a refusal stands before a readiness check
@@ -45,12 +63,14 @@ func (n *Node) noteRelayDial(addr string, err error) {
 			n.refusedBy.CompareAndSwap(r, nil)
 		}
 	case errors.Is(err, ErrPeerUnproven):
-		n.refusedBy.Store(&relayRefusal{addr: addr, since: time.Now()})
+		r, _ := refusalOf(addr, err, time.Now())
+		n.refusedBy.Store(r)
 	case isDialError(err):
 		// Only while addr leads: a dial to a peer not up yet (a first
 		// start) says nothing of the leader it may become.
 		if a, _ := n.raft.LeaderWithID(); string(a) == addr {
-			n.refusedBy.Store(&relayRefusal{addr: addr, since: time.Now(), unreachable: true, timedOut: isTimeout(err)})
+			r, _ := refusalOf(addr, err, time.Now())
+			n.refusedBy.Store(r)
 		}
 	}
 }
@@ -104,7 +124,7 @@ func (n *Node) leaderRefuses(addr raft.ServerAddress, id raft.ServerID) string {
 		return ""
 	}
 	if time.Since(r.since) >= refusalRecheck {
-		if next := (&relayRefusal{addr: r.addr, since: time.Now(), unreachable: r.unreachable, timedOut: r.timedOut}); n.refusedBy.CompareAndSwap(r, next) {
+		if next := (&relayRefusal{addr: r.addr, since: time.Now(), unreachable: r.unreachable, timedOut: r.timedOut, busy: r.busy}); n.refusedBy.CompareAndSwap(r, next) {
 			ctx, cancel := context.WithTimeout(context.Background(), refusalProbe)
 			c, err := n.mux.dial(ctx, r.addr, kindRelay, refusalProbe)
 			cancel()
@@ -113,9 +133,11 @@ func (n *Node) leaderRefuses(addr raft.ServerAddress, id raft.ServerID) string {
 				c.Close()
 				n.refusedBy.CompareAndSwap(next, nil)
 				return ""
-			case (isDialError(err) != r.unreachable || isTimeout(err) != r.timedOut) && (isDialError(err) || errors.Is(err, ErrPeerUnproven)):
-				r = &relayRefusal{addr: r.addr, since: next.since, unreachable: isDialError(err), timedOut: isTimeout(err)}
-				n.refusedBy.CompareAndSwap(next, r)
+			default:
+				if now, ok := refusalOf(r.addr, err, next.since); ok && !now.sameCause(r) {
+					r = now
+					n.refusedBy.CompareAndSwap(next, r)
+				}
 			}
 		}
 	}
@@ -126,6 +148,9 @@ func (n *Node) leaderRefuses(addr raft.ServerAddress, id raft.ServerID) string {
 	case r.unreachable:
 		return "the leader " + string(id) + "'s cluster port refuses connections from this node, so claims here cannot reach it " +
 			"(it went down, or a firewall rejects them)"
+	case r.busy:
+		return "the leader " + string(id) + " takes no more cluster connections from this node's address, so claims here cannot reach it " +
+			"(its cap of connections not yet authenticated is full: something on this host holds connections to the leader's cluster port; its log names the address)"
 	}
 	return "the leader " + string(id) + " refuses this node's cluster handshake, so claims here cannot reach it " +
 		"(its cluster token differs, or it runs an older release: docs/operations.md, Upgrades)"

@@ -91,6 +91,7 @@ type mux struct {
 
 	raftConns chan net.Conn
 	closing   chan struct{}
+	busy      chan struct{} // busyAnswers slots (refuseBusy)
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
@@ -133,6 +134,7 @@ func newMux(ln net.Listener, advertise string, token []byte, tlsc *TLSConfig, lo
 		log:        log,
 		raftConns:  make(chan net.Conn, 16),
 		closing:    make(chan struct{}),
+		busy:       make(chan struct{}, busyAnswers),
 		open:       make(map[net.Conn]struct{}),
 	}
 	if len(token) > 0 {
@@ -185,7 +187,7 @@ func (m *mux) serve() {
 				counter = m.memberAuth
 			}
 			if over := counter.Acquire(key); over != "" {
-				m.reject(c, "accept", fmt.Errorf("over the cap of unauthenticated connections (%s)", over))
+				m.refuseBusy(c, fmt.Errorf("over the cap of unauthenticated connections (%s)", over))
 				continue
 			}
 			m.accepted.Add(1)
@@ -369,6 +371,40 @@ func (m *mux) reject(c net.Conn, what string, err error) {
 			"rejected_in_all", total, "not_logged_since_last", held)
 	}
 	c.Close()
+}
+
+// busyAnswers bounds the connections over a cap that are told so at once;
+// past it they are closed unanswered.
+const busyAnswers = 16
+
+// refuseBusy refuses a connection over a cap of unauthenticated connections.
+// Without TLS it first answers the dialer's hello with busyAnswer, so that a
+// member whose slots something on its host holds learns why (ErrPeerBusy)
+// instead of reading the close as a refused token. The answer's goroutine
+// reads what the dialer sent until it closes (a close with unread bytes
+// would reset the connection and lose the answer), a second at most.
+func (m *mux) refuseBusy(c net.Conn, err error) {
+	if m.tls.Load() != nil {
+		m.reject(c, "accept", err)
+		return
+	}
+	select {
+	case m.busy <- struct{}{}:
+	default:
+		m.reject(c, "accept", err)
+		return
+	}
+	m.wg.Go(func() {
+		defer func() { <-m.busy }()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		if _, werr := c.Write(busyAnswer[:]); werr == nil {
+			if tc, ok := c.(*net.TCPConn); ok {
+				_ = tc.CloseWrite()
+			}
+			_, _ = io.Copy(io.Discard, io.LimitReader(c, 64<<10))
+		}
+		m.reject(c, "accept", err)
+	})
 }
 
 // openConns is the number of connections accepted and still open.
