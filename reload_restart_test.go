@@ -114,7 +114,7 @@ func TestReloadWarnsOfAKeyChange(t *testing.T) {
 	}
 	line := logs[strings.LastIndex(logs[:i], "\n")+1:]
 	line, _, _ = strings.Cut(line, "\n")
-	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "key changed") || !strings.Contains(line, "-> json:id") {
+	if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "key changed") || !strings.Contains(line, "-> [") || !strings.Contains(line, "json:id") {
 		t.Fatalf("the warning: %s", line)
 	}
 	// Reloaded again with the same key (another setting changed): no new
@@ -154,5 +154,18 @@ func TestReloadWarningsNameTheirLine(t *testing.T) {
 	line, _, _ := strings.Cut(logs[strings.LastIndex(logs[:i], "\n")+1:], "\n")
 	if !strings.Contains(line, "file="+tn.cfgPath) || !strings.Contains(line, fmt.Sprintf("line=%d", want)) {
 		t.Fatalf("the warning: %s; want file=%s line=%d", line, tn.cfgPath, want)
+	}
+}
+
+// TestKeyListTellsPartsFromAlternatives: the key change warning writes a key
+// as the file does, so a key of two parts does not read like one part of two
+// alternatives.
+func TestKeyListTellsPartsFromAlternatives(t *testing.T) {
+	two, alt := keyList([]string{"json:event_id", "json:event_type"}), keyList([]string{"json:event_id|json:event_type"})
+	if two == alt {
+		t.Fatalf("both keys read %s", two)
+	}
+	if want := `["json:event_id", "json:event_type"]`; two != want {
+		t.Fatalf("keyList = %s, want %s", two, want)
 	}
 }

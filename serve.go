@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -584,10 +585,20 @@ func keyChanges(old, cfg *config.Config) []string {
 		s := &cfg.Sources[i]
 		if k, ok := before[s.Name]; ok && !slices.Equal(k, s.Key) {
 			w = append(w, fmt.Sprintf("source %s: key changed (%s -> %s): events claimed before this reload keep keys made the old way, "+
-				"so a provider's retry of one of them is a new event and reaches the handler again", s.Name, strings.Join(k, "|"), strings.Join(s.Key, "|")))
+				"so a provider's retry of one of them is a new event and reaches the handler again", s.Name, keyList(k), keyList(s.Key)))
 		}
 	}
 	return w
+}
+
+// keyList writes a key as the file does: a list of parts, each quoted (a
+// part may itself hold alternatives, a|b).
+func keyList(parts []string) string {
+	q := make([]string, len(parts))
+	for i, p := range parts {
+		q[i] = strconv.Quote(p)
+	}
+	return "[" + strings.Join(q, ", ") + "]"
 }
 
 // removeStaleUploads deletes the restore uploads (POST /v1/restore spools

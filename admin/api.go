@@ -256,7 +256,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.WriteHeader(status)
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	// Keys and reasons as they were sent: "a&b", not "a\u0026b" (the
+	// answers are JSON, never HTML; nosniff keeps browsers from reading
+	// them as such).
+	enc.SetEscapeHTML(false)
 	enc.Encode(v)
+}
+
+// refuseRequest answers a request whose body decodeRequest refused: 413
+// when it was over the route's limit, else 400 with msg.
+func refuseRequest(w http.ResponseWriter, msg string, err error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		jsonError(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("request body over %d bytes, the limit of this route", tooLarge.Limit))
+		return
+	}
+	jsonError(w, http.StatusBadRequest, msg)
 }
 
 func (s *Server) adminReady(w http.ResponseWriter, r *http.Request) {
@@ -529,7 +544,7 @@ type ReplayRequest struct {
 func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
 	var req ReplayRequest
 	if err := decodeRequest(w, r, 1<<20, &req); err != nil {
-		jsonError(w, http.StatusBadRequest, "bad replay request: "+err.Error())
+		refuseRequest(w, "bad replay request: "+err.Error(), err)
 		return
 	}
 	if msg := reasonProblem(req.Reason); msg != "" {
@@ -906,7 +921,7 @@ func (s *Server) adminJoin(w http.ResponseWriter, r *http.Request) {
 		Address string `json:"address"`
 	}
 	if err := decodeRequest(w, r, 1<<16, &req); err != nil || req.ID == "" || req.Address == "" {
-		jsonError(w, http.StatusBadRequest, "join needs JSON {\"id\":..., \"address\":...}")
+		refuseRequest(w, "join needs JSON {\"id\":..., \"address\":...}", err)
 		return
 	}
 	added, err := s.store.Join(r.Context(), req.ID, req.Address)
@@ -955,7 +970,7 @@ func (s *Server) adminTransferLeadership(w http.ResponseWriter, r *http.Request)
 		To string `json:"to"`
 	}
 	if err := decodeRequest(w, r, 1<<16, &req); err != nil && !errors.Is(err, errEmptyBody) {
-		jsonError(w, http.StatusBadRequest, "transfer needs an empty body or JSON {\"to\": id}")
+		refuseRequest(w, "transfer needs an empty body or JSON {\"to\": id}", err)
 		return
 	}
 	leader, err := s.store.TransferLeadership(r.Context(), req.To)

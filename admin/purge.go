@@ -29,7 +29,7 @@ const maxPurgePreview = engine.MaxListLimit
 func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 	var req PurgeRequest
 	if err := decodeRequest(w, r, 1<<20, &req); err != nil {
-		jsonError(w, http.StatusBadRequest, "bad purge request: "+err.Error())
+		refuseRequest(w, "bad purge request: "+err.Error(), err)
 		return
 	}
 	if msg := reasonProblem(req.Reason); msg != "" {

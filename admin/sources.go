@@ -42,7 +42,7 @@ func (s *Server) adminPauseResume(w http.ResponseWriter, r *http.Request, pause 
 	name := r.PathValue("name")
 	var req PauseRequest
 	if err := decodeRequest(w, r, 1<<20, &req); err != nil {
-		jsonError(w, http.StatusBadRequest, "bad request: "+err.Error())
+		refuseRequest(w, "bad request: "+err.Error(), err)
 		return
 	}
 	if msg := reasonProblem(req.Reason); msg != "" {

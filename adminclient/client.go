@@ -214,9 +214,11 @@ func tlsHint(err error) string {
 	return ""
 }
 
-// printJSON prints v as indented JSON.
+// printJSON prints v as indented JSON, keys and text as they are ("a&b",
+// not "a\u0026b": a key copied from it must find the event).
 func printJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
 }

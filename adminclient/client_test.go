@@ -453,3 +453,15 @@ func TestReplayPrintsWhatMayHaveTaken(t *testing.T) {
 		t.Fatalf("replay answered 503: err %v, printed %q; want the error and the keys' fates printed", err, out.String())
 	}
 }
+
+// TestPrintJSONKeepsKeysAsSent: the CLI's JSON prints a key holding &, <
+// or > as it is, so that it can be copied into the next command.
+func TestPrintJSONKeepsKeysAsSent(t *testing.T) {
+	var b strings.Builder
+	if err := printJSON(&b, map[string]string{"key": "stripe:a?q=1&b=<2>"}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"stripe:a?q=1&b=<2>"`) {
+		t.Fatalf("printed %s", b.String())
+	}
+}
