@@ -77,7 +77,7 @@ Usage:
   oncehook version
 
 Client commands find the node with -addr or ONCEHOOK_ADDR and the token with
--token-file, ONCEHOOK_TOKEN or ONCEHOOK_TOKEN_FILE; an https:// address or
+-token-file, ONCEHOOK_TOKEN_FILE or ONCEHOOK_TOKEN (in that order); an https:// address or
 -ca FILE (ONCEHOOK_CA) for a TLS admin listener.
 `
 

@@ -48,8 +48,8 @@ func certificatesExpiring(c *Config) []string {
 				out = append(out, fmt.Sprintf("%s: %s in %s expired on %s; renew it and reload (SIGHUP)",
 					key, what, path, cert.NotAfter.UTC().Format(time.DateOnly)))
 			case cert.NotAfter.Sub(now) < certExpiryNotice:
-				out = append(out, fmt.Sprintf("%s: %s in %s expires in %d days, on %s; renew it and reload (SIGHUP)",
-					key, what, path, int(cert.NotAfter.Sub(now).Hours()/24), cert.NotAfter.UTC().Format(time.DateOnly)))
+				out = append(out, fmt.Sprintf("%s: %s in %s expires in %s, on %s; renew it and reload (SIGHUP)",
+					key, what, path, days(cert.NotAfter.Sub(now)), cert.NotAfter.UTC().Format(time.DateOnly)))
 			case now.Before(cert.NotBefore):
 				out = append(out, fmt.Sprintf("%s: %s in %s is not valid before %s",
 					key, what, path, cert.NotBefore.UTC().Format(time.RFC3339)))
@@ -65,4 +65,16 @@ func certificatesExpiring(c *Config) []string {
 		check("cluster.tls_ca", cl.TLSCA, false)
 	}
 	return out
+}
+
+// days says d in whole days, "less than a day" under one.
+func days(d time.Duration) string {
+	switch n := int(d.Hours() / 24); n {
+	case 0:
+		return "less than a day"
+	case 1:
+		return "1 day"
+	default:
+		return fmt.Sprintf("%d days", n)
+	}
 }

@@ -87,3 +87,17 @@ func readFile(t *testing.T, path string) string {
 	}
 	return string(b)
 }
+
+// TestDaysReadsAsEnglish: the expiry notice counts days the way a person
+// would write them.
+func TestDaysReadsAsEnglish(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		3 * time.Hour:  "less than a day",
+		30 * time.Hour: "1 day",
+		50 * time.Hour: "2 days",
+	} {
+		if got := days(d); got != want {
+			t.Errorf("days(%s) = %q, want %q", d, got, want)
+		}
+	}
+}
