@@ -106,7 +106,7 @@ func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
 		// that just spent it waits as long in proportion.
 		used := -1.0 // a single token
 		if !fresh {
-			if full := time.Duration(b.burst) * b.interval; full > 0 {
+			if full := spanOf(float64(b.burst) * float64(b.interval)); full > 0 {
 				if l.parked != nil {
 					// Their slots, due or not, go back: they are booked
 					// again (rebookChangedRates).
@@ -122,17 +122,31 @@ func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
 		b.rate, b.burst = rate, burst
 		b.interval, b.tau = 0, 0
 		if rate > 0 {
-			b.interval = max(time.Duration(float64(time.Second)/rate), time.Nanosecond)
-			b.tau = time.Duration(burst-1) * b.interval
+			// In floating point, each capped: a rate of one event in
+			// centuries must not wrap around to no limit at all.
+			b.interval = max(spanOf(float64(time.Second)/rate), time.Nanosecond)
+			b.tau = spanOf(float64(burst-1) * float64(b.interval))
 			if used < 0 {
 				b.tat = now.Add(b.tau)
 			} else {
-				b.tat = now.Add(time.Duration(used * float64(time.Duration(burst)*b.interval)))
+				b.tat = now.Add(spanOf(used * float64(burst) * float64(b.interval)))
 			}
 		}
 	}
 	b.budget = (l.lease - tgt.Timeout) / 2
 	return b
+}
+
+// maxSpan caps the token bucket's durations: a hundred years is no limit
+// anyone waits out, and its sums with a time stay far from overflowing.
+const maxSpan = 100 * 365 * 24 * time.Hour
+
+// spanOf is ns as a duration, at most maxSpan.
+func spanOf(ns float64) time.Duration {
+	if !(ns < float64(maxSpan)) { // NaN too
+		return maxSpan
+	}
+	return time.Duration(ns)
 }
 
 // book decides when an event of src leased now may start: at start, when that

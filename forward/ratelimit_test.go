@@ -787,3 +787,23 @@ func TestDrainHandsBackAFullParkQuicklySynctest(t *testing.T) {
 		}
 	})
 }
+
+// TestTinyRateStaysALimit: a rate of one delivery in centuries is a limit,
+// however large its burst: computed in integers, 1e9/rate past the largest
+// duration wrapped around to 1 ns, and the source had no limit at all.
+func TestTinyRateStaysALimit(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	for _, tc := range []struct {
+		rate  float64
+		burst int
+	}{{1e-9, 1}, {1e-10, 1}, {1e-12, 1}, {1e-4, 1_000_000}, {1e-12, 1_000_000}} {
+		l := newLimiter(30 * time.Second)
+		tgt := Target{MaxRate: tc.rate, Burst: tc.burst}
+		if _, _, ok := l.book("a", tgt, t0, t0.Add(time.Hour)); !ok {
+			t.Fatalf("rate %g burst %d: the first delivery waits", tc.rate, tc.burst)
+		}
+		if s, _, ok := l.book("a", tgt, t0, t0.Add(time.Hour)); ok || !s.After(t0.Add(time.Hour)) {
+			t.Errorf("rate %g burst %d: the second delivery may start at %s (ok %v), want a slot far ahead", tc.rate, tc.burst, s.Sub(t0), ok)
+		}
+	}
+}
