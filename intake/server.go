@@ -972,12 +972,20 @@ func (in *Server) awaitApplied(key []byte) (engine.Event, error) {
 func (in *Server) answerSync(ctx *fasthttp.RequestCtx, src *Source, key []byte, fresh func(engine.Event) bool) int {
 	wctx, cancel := context.WithTimeout(context.Background(), src.waitFor)
 	defer cancel()
-	ev, err := in.store.Wait(wctx, string(key), func(ev engine.Event) bool {
+	answered := func(ev engine.Event) bool {
 		if fresh != nil && !fresh(ev) {
 			return false
 		}
 		return ev.State == engine.StateDone || ev.State == engine.StateDead || ev.Attempts > 0 && ev.State == engine.StatePending
-	})
+	}
+	ev, err := in.store.Wait(wctx, string(key), answered)
+	if err != nil {
+		// The answer may have been applied as the wait ended: relay it
+		// rather than call it late.
+		if cur, gerr := in.store.Get(string(key), false); gerr == nil && answered(cur) {
+			ev, err = cur, nil
+		}
+	}
 	switch {
 	case err != nil:
 		// Not answered in time (the handler is slow or the source paused):

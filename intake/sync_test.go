@@ -400,3 +400,32 @@ func TestSyncDuplicateOnALaggingFollower(t *testing.T) {
 		})
 	}
 }
+
+// answeredAtTheDeadline is a store whose wait for the handler's answer
+// ends as the answer is applied: the wait reports its deadline, the event
+// is done.
+type answeredAtTheDeadline struct {
+	*memStore
+	t *testing.T
+}
+
+func (a answeredAtTheDeadline) Wait(ctx context.Context, key string, final func(engine.Event) bool) (engine.Event, error) {
+	if ev, err := a.memStore.Get(key, false); err == nil && ev.State == engine.StatePending && ev.Attempts == 0 {
+		a.memStore.deliver(a.t, key, handlerStep{status: 201, body: "made"})
+		return ev, context.DeadlineExceeded
+	}
+	return a.memStore.Wait(ctx, key, final)
+}
+
+// TestSyncAnswerAppliedAtTheDeadline: a handler's answer applied just as
+// the wait for it ended is relayed, not answered 504 as late.
+func TestSyncAnswerAppliedAtTheDeadline(t *testing.T) {
+	dir := t.TempDir()
+	secret, _ := providers.GenerateSecret("standard")
+	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
+	mem := newMemStore(t)
+	f := &intakeFixture{t: t, store: mem, secret: secret, in: New(Options{Store: answeredAtTheDeadline{mem, t}, Sources: loadSources(t, dir, syncSources)})}
+	if a := f.do(request{path: "/in/paid", body: `{"a":1}`, id: "msg_1"}); a.status != 201 || a.body != "made" {
+		t.Fatalf("answer %d %q, want the handler's 201 made", a.status, a.body)
+	}
+}
