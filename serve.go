@@ -520,8 +520,12 @@ func (n *node) reload(path string) {
 	// pending restart nor claims one for a file put back as it was.
 	live, _ := config.Diff(old, cfg)
 	_, restart := config.Diff(n.started, cfg)
-	n.intake.SetSources(set)
+	// Targets first: a claim of a source this reload adds, taken the
+	// moment the intake knows it, finds its handler (the other way round it
+	// was handed back as unconfigured). A claim of a removed source taken in
+	// between is held like that source's other events.
 	n.setTargets(targets)
+	n.intake.SetSources(set)
 	setLevel(n.level, cfg.Node.LogLevel)
 	// What needs a restart keeps its running value until then: the admin
 	// API reads the node's id and data_dir from here.
