@@ -33,6 +33,28 @@ func retentionBelowRetryWindow(c *Config) []string {
 	return w
 }
 
+// retentionBelowTolerance warns when an hmac source that signs a timestamp
+// forgets its keys sooner than twice its tolerance: a delivery stamped up to
+// tolerance ahead verifies until tolerance after its stamp, so a resend of
+// it (or a captured copy) may still verify once the key is gone, and is
+// claimed again. The providers' own schemes have a retry window, warned of
+// above.
+func retentionBelowTolerance(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		if s.HMAC == nil || !strings.Contains(s.HMAC.Template, "{timestamp}") || s.Tolerance <= 0 {
+			continue
+		}
+		if need := 2 * time.Duration(s.Tolerance); time.Duration(s.Retention) < need {
+			w = append(w, fmt.Sprintf(
+				"%s: %s is shorter than twice tolerance %s: a delivery still inside its signed time's tolerance after its key expired is claimed and delivered again; set at least %s",
+				sourceKey(i, "retention"), s.Retention, s.Tolerance, Duration(need)))
+		}
+	}
+	return w
+}
+
 // retriesOutliveRetention warns when the handler's retry schedule can run
 // past the key's retention: max_attempts attempts wait up to backoff_max
 // before each retry, max_attempts-1 waits in all (one attempt never waits).

@@ -74,6 +74,9 @@ func TestRetentionWarnings(t *testing.T) {
 		{"hmac's own headers", "provider = \"hmac\"\nkey = [\"header:X-Sig\", \"header:x-ts\"]\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\", template = \"{timestamp}.{body}\" }",
 			[]string{"source[0].key[0]: header:X-Sig", "source[0].key[1]: header:x-ts"}},
 		{"the delivery id", "provider = \"github\"\nkey = [\"header:X-GitHub-Delivery\"]", nil},
+		{"hmac retention under twice its tolerance", "provider = \"hmac\"\nkey = [\"header:X-Id\"]\nretention = \"1m\"\nmax_attempts = 1\ntolerance = \"5m\"\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\", template = \"{timestamp}.{body}\" }",
+			[]string{"source[0].retention: 1m is shorter than twice tolerance 5m: a delivery still inside its signed time's tolerance after its key expired is claimed and delivered again; set at least 10m"}},
+		{"hmac without a signed time", "provider = \"hmac\"\nkey = [\"header:X-Id\"]\nretention = \"1m\"\nmax_attempts = 1\nhmac = { header = \"X-Sig\", template = \"{body}\" }", nil},
 		{"all three", "provider = \"stripe\"\nretention = \"1h\"\nkey = [\"header:Stripe-Signature\"]",
 			[]string{"source[0].retention: 1h is shorter", "source[0].max_attempts: max_attempts 8 waits up to backoff_max 10m before each of 7 retries, beyond retention 1h", "source[0].key[0]: header:Stripe-Signature"}},
 	}

@@ -38,6 +38,7 @@ var warningChecks = []func(*Config) []string{
 	clearTextCluster,
 	adminPlaintextWarning,     // admin.go
 	retentionBelowRetryWindow, // retentionwarn.go
+	retentionBelowTolerance,   // retentionwarn.go
 	retriesOutliveRetention,
 	keyPartChangesPerDelivery,
 	reservedForwardHeaders,
