@@ -134,6 +134,10 @@ type answer struct {
 	retryAfter time.Duration // > 0: the handler's Retry-After on 429/503, clamped
 	hold       time.Duration // > 0: the same Retry-After, capped at MaxHold only: holds the source
 	reason     string        // "" for a 2xx; else the short failure reason
+	// timedOut: the attempt outlasted its timeout, the request or the
+	// answer's body (a sync answer cut off mid-body): the handler may still
+	// be working on it.
+	timedOut bool
 	step       string        // the handler's Oncehook-Step, when valid
 	// contentType is a sync target's 2xx Content-Type (answerType), "" when
 	// it sent none or one not kept.
@@ -225,7 +229,8 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 		resp, err = f.client.Do(req)
 	}
 	if err != nil {
-		return answer{reason: errReason(rctx, err)}
+		r := errReason(rctx, err)
+		return answer{reason: r, timedOut: r == reasonTimeout}
 	}
 	a := answer{status: resp.StatusCode}
 	if v, ok := resp.Header[HeaderStep]; ok && len(v) > 0 {
@@ -242,7 +247,8 @@ func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt 
 		if err != nil {
 			// The cached answer would be cut short: try again instead.
 			closeBody(resp.Body)
-			return answer{status: resp.StatusCode, reason: "read body: " + errReason(rctx, err)}
+			r := errReason(rctx, err)
+			return answer{status: resp.StatusCode, reason: "read body: " + r, timedOut: r == reasonTimeout}
 		}
 		if len(a.body) == MaxBody {
 			var one [1]byte
@@ -473,7 +479,7 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	// of leader.
 	retryIn = max(retryIn, a.hold)
 	maxAttempts := tgt.MaxAttempts
-	if a.reason == reasonTimeout && ev.LeaseUntil != 0 {
+	if a.timedOut && ev.LeaseUntil != 0 {
 		// The handler may still be working on it: the next attempt starts
 		// no sooner than the lease's end, which forward_timeout < lease
 		// leaves it, so that one handler never runs the event twice at once.

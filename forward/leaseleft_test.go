@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -264,4 +265,47 @@ func (p *peak) enter() func() {
 	for m := p.most.Load(); n > m && !p.most.CompareAndSwap(m, n); m = p.most.Load() {
 	}
 	return func() { p.now.Add(-1) }
+}
+
+// stalledBodyTransport answers 200 at once and then sends nothing more of
+// the body until the request ends: a sync handler whose answer stalls.
+type stalledBodyTransport struct{}
+
+func (stalledBodyTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return &http.Response{StatusCode: http.StatusOK, Header: http.Header{}, Body: stalledBody{r.Context()}, Request: r}, nil
+}
+
+type stalledBody struct{ ctx context.Context }
+
+func (b stalledBody) Read([]byte) (int, error) { <-b.ctx.Done(); return 0, b.ctx.Err() }
+func (b stalledBody) Close() error             { return nil }
+
+// A sync handler whose 2xx answer stalls mid-body past the timeout timed
+// out like one that never answered: it may still be working, so the retry
+// waits for the lease's end instead of the backoff (which would run the
+// event twice at once).
+func TestSyncBodyTimeoutWaitsForTheLeaseSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		l.claim("src:1", "src", "x")
+		stop := runInBubble(t, Options{
+			Store: l,
+			Targets: only(Target{URL: "http://handler/src", Sync: true, Timeout: time.Second,
+				BackoffMin: 100 * time.Millisecond, BackoffMax: 200 * time.Millisecond, MaxAttempts: 5}),
+			Client:       &http.Client{Transport: stalledBodyTransport{}},
+			Workers:      1,
+			PollInterval: time.Hour,
+			DefaultLease: 10 * time.Second,
+		})
+		time.Sleep(3 * time.Second)
+		synctest.Wait()
+		stop()
+		fails := l.failLog()
+		if len(fails) != 1 {
+			t.Fatalf("%d attempts recorded, want 1", len(fails))
+		}
+		if f := fails[0]; time.Duration(f.RetryIn) < 8*time.Second || !strings.HasSuffix(f.Reason, "timeout") {
+			t.Fatalf("the stalled answer failed with %q, retry in %s: want a timeout retried after the lease's end (about 9 s)", f.Reason, time.Duration(f.RetryIn))
+		}
+	})
 }
