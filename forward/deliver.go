@@ -138,7 +138,7 @@ type answer struct {
 	// answer's body (a sync answer cut off mid-body): the handler may still
 	// be working on it.
 	timedOut bool
-	step       string        // the handler's Oncehook-Step, when valid
+	step     string // the handler's Oncehook-Step, when valid
 	// contentType is a sync target's 2xx Content-Type (answerType), "" when
 	// it sent none or one not kept.
 	contentType string
