@@ -97,7 +97,7 @@
 //   - the dispatcher limits how many events of a throttled source are in
 //     flight instead of handing them back: a lease takes no more of its
 //     events than it can still book slots for within half of
-//     (DefaultLease - Timeout) (a hard quota), none while its slots are
+//     (its Lease, or DefaultLease, - Timeout) (a hard quota), none while its slots are
 //     booked further ahead, when its claims do not carry their leases
 //     either; so a steady load above the rate waits in pending, oldest
 //     first, and other sources' events are leased as usual;

@@ -133,7 +133,15 @@ func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
 			}
 		}
 	}
-	b.budget = (l.lease - tgt.Timeout) / 2
+	// Its events are leased for the source's own lease when it has one
+	// (Options.Leases): with forward_timeout at or past the default lease,
+	// the default would leave no budget, and none of its events would wait
+	// for a slot inside their lease.
+	lease := l.lease
+	if tgt.Lease > 0 {
+		lease = tgt.Lease
+	}
+	b.budget = (lease - tgt.Timeout) / 2
 	return b
 }
 

@@ -807,3 +807,20 @@ func TestTinyRateStaysALimit(t *testing.T) {
 		}
 	}
 }
+
+// TestBudgetFollowsTheSourcesLease: a source with its own lease books slots
+// within half of (its lease - its timeout), not the default lease's: with a
+// timeout at the default lease it had no budget at all.
+func TestBudgetFollowsTheSourcesLease(t *testing.T) {
+	t0 := time.Unix(1_800_000_000, 0)
+	l := newLimiter(30 * time.Second)
+	tgt := Target{MaxRate: 1, Burst: 1, Timeout: 30 * time.Second, Lease: 2 * time.Minute}
+	for i := range 3 {
+		if _, _, ok := l.book("a", tgt, t0, t0.Add(time.Minute)); !ok {
+			t.Fatalf("slot %d refused", i)
+		}
+	}
+	if full, _ := l.full(t0); len(full) != 0 {
+		t.Fatalf("3 s of slots booked counts as over a budget of 45 s: %v", full)
+	}
+}
