@@ -266,6 +266,9 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	}
 	if failpoint.Enabled { // chaos builds only: the test clock offset (S11)
 		ccfg.Now = failpoint.Now
+		// and the test bucket width, for an engine file rebuilt after a
+		// simulated machine restart as for the first one (createTestEngine)
+		ccfg.BucketWidth = failpoint.BucketWidth()
 	}
 	if c := cfg.Cluster; c != nil {
 		clusterSettings(&ccfg, c)

@@ -269,3 +269,32 @@ func TestSnapshotWriteFailureIsHeard(t *testing.T) {
 		t.Fatalf("heard %v; want the write's and the close's failures", heard)
 	}
 }
+
+// A node configured with a bucket width (test builds) rebuilds an
+// untrusted engine file with that width too: replayed from the log alone
+// under the default, its keys would land in other buckets than its peers'.
+func TestRebuiltEngineKeepsTheBucketWidth(t *testing.T) {
+	if bootID() == "" {
+		t.Skip("no /proc/sys/kernel/random/boot_id: the engine syncs every commit here")
+	}
+	dir := t.TempDir()
+	width := func(cfg *Config) { cfg.BucketWidth = 2 * time.Second }
+	n := openSolo(t, dir, width)
+	if _, err := n.Claim(ctxT(t, 10*time.Second), claimCmd("src:a")); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := writeMarker(dir, "an-earlier-boot", "dirty"); err != nil {
+		t.Fatal(err)
+	}
+	n = openSolo(t, dir, width)
+	defer n.Close()
+	if _, err := os.Stat(filepath.Join(dir, "fsm.db.untrusted")); err != nil {
+		t.Fatalf("the untrusted file was not set aside: %v", err)
+	}
+	if got := n.eng.BucketWidth(); got != 2*time.Second {
+		t.Fatalf("rebuilt engine's bucket width %s, want 2s", got)
+	}
+}

@@ -147,6 +147,10 @@ type Config struct {
 	// SyncEngine fsyncs the engine file on every commit as well as the raft
 	// log. Off by default: see durability.go for why the log alone suffices.
 	SyncEngine bool
+	// BucketWidth is the retention bucket width of an engine file this node
+	// creates, a rebuilt one included (0: the engine's default). Test
+	// builds only: every replica must use the same (engine.Options).
+	BucketWidth time.Duration
 
 	// NoSync skips fsync on the log and the engine. Tests only: a crash can
 	// lose acknowledged claims.
@@ -423,7 +427,7 @@ func (n *Node) openEngine() error {
 			return err
 		}
 	}
-	eng, err := engine.Open(filepath.Join(cfg.Dir, "fsm.db"), engine.Options{NoSync: cfg.NoSync || unsynced})
+	eng, err := engine.Open(filepath.Join(cfg.Dir, "fsm.db"), engine.Options{NoSync: cfg.NoSync || unsynced, BucketWidth: cfg.BucketWidth})
 	if err != nil {
 		return fmt.Errorf("open engine: %w", err)
 	}
