@@ -52,6 +52,13 @@ func TestRemovedWhileDownLearnsIt(t *testing.T) {
 	if n.IsLeader() {
 		t.Fatalf("the removed node leads")
 	}
+	// Its status's row for itself says so, though its configuration, which
+	// never got the removal, lists it as a voter.
+	for _, s := range n.ClusterStatus(ctxT(t, 10*time.Second)).Nodes {
+		if s.ID == id && s.Role != "removed" {
+			t.Errorf("the removed node's own row: role %q, want removed", s.Role)
+		}
+	}
 	// A claim sent to it is refused saying why (waiting for a leader, it
 	// would end in the wait's error instead).
 	if _, err := n.Claim(ctxT(t, 10*time.Second), claimCmd("src:to-a-removed-node")); !errors.Is(err, ErrRemoved) || !errors.Is(err, ErrNoLeader) {

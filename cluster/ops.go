@@ -589,6 +589,11 @@ func (n *Node) ownStats() memberStats {
 	if n.cfg.format != 0 {
 		ms.Format = n.cfg.format
 	}
+	if n.removedBy.Load() != nil {
+		// Its own configuration still lists it as a voter (it never got the
+		// entry that removed it): its role says what it is.
+		ms.Role = "removed"
+	}
 	if _, id := n.raft.LeaderWithID(); id != "" {
 		ms.Leader = string(id)
 	}
