@@ -29,7 +29,7 @@ func TestZZDiffTrailers(t *testing.T) {
 	small := `{"a":1}`
 	big := `{"a":"` + strings.Repeat("x", 12000) + `"}`
 	run := func(name, proto, extraHead, body, trailer, id string) {
-		head := "POST /in/orders " + proto + "\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n" + extraHead + sign(body, id) + "\r\n"
+		head := "POST /in/filtered " + proto + "\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n" + extraHead + sign(body, id) + "\r\n"
 		raw := head + fmt.Sprintf("%x\r\n%s\r\n0\r\n%s\r\n", len(body), body, trailer)
 		c := &fuzzConn{in: bytes.NewReader([]byte(raw)), remote: &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 40000}}
 		_ = srv.ServeConn(c)
