@@ -886,26 +886,14 @@ func TestLoopbackListenerRefusesOtherNames(t *testing.T) {
 // route's limit is answered 413, not 400.
 func TestReplayAnswerKeepsKeysAsSent(t *testing.T) {
 	_, url := newTestAPI(t)
-	post := func(body string) (int, string) {
-		t.Helper()
-		req, _ := http.NewRequest("POST", url+"/v1/replay", strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+testToken)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b)
-	}
 	const key = "orders:a?q=1&b=<2>"
-	status, body := post(`{"keys":["` + key + `"],"reason":"test"}`)
-	if status != http.StatusNotFound || !strings.Contains(body, key) {
+	status, body := postAdmin(t, url+"/v1/replay", `{"keys":["`+key+`"],"reason":"test"}`)
+	if status != http.StatusNotFound || !strings.Contains(string(body), key) {
 		t.Fatalf("replay of %s: %d %s, want the key as sent", key, status, body)
 	}
 	keys := strings.Repeat(`"orders:k",`, 1<<20/10)
-	status, body = post(`{"keys":[` + keys + `"orders:k"],"reason":"test"}`)
-	if status != http.StatusRequestEntityTooLarge || !strings.Contains(body, "over 1048576 bytes") {
+	status, body = postAdmin(t, url+"/v1/replay", `{"keys":[`+keys+`"orders:k"],"reason":"test"}`)
+	if status != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "over 1048576 bytes") {
 		t.Fatalf("a 1 MiB replay request: %d %s, want 413", status, body)
 	}
 }

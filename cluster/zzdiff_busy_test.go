@@ -31,6 +31,8 @@ func TestZZDiffBusyCloseWaits(t *testing.T) {
 	_ = busy.SetReadDeadline(time.Now().Add(2 * time.Second))
 	n, err := io.ReadFull(busy, b)
 	t.Logf("read %d %q %v", n, b[:n], err)
+	hold.Close()
+	time.Sleep(20 * time.Millisecond)
 	start := time.Now()
 	m.close()
 	t.Logf("mux close took %s", time.Since(start))
