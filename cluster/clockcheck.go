@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -30,6 +31,10 @@ import (
 const (
 	maxClockOffset  = time.Minute
 	clockCheckEvery = 30 * time.Second
+	// clockStep is how far the clock may move against the monotonic one
+	// since the last comparison before it is made again: a step (NTP, a
+	// VM resumed) right after a comparison that passed must not ride on it.
+	clockStep = 5 * time.Second
 	// clockHeldLogEvery spaces the error logged while a hold lasts.
 	clockHeldLogEvery = 10 * time.Minute
 )
@@ -38,15 +43,23 @@ const (
 type clockCheck struct {
 	mu     sync.Mutex // one check at a time
 	at     time.Time  // when the cached verdict was made (local monotonic clock)
+	wall   int64      // and the node's clock then, unix ns (no monotonic reading)
 	term   uint64     // the term it was made in: a new leadership asks again
 	logged time.Time  // when the current hold was last logged
-	held   atomic.Pointer[string]
+	held   atomic.Pointer[clockVerdict]
 }
 
-// heldReason is the current hold ("" when none), for Status.
-func (c *clockCheck) heldReason() string {
-	if p := c.held.Load(); p != nil {
-		return *p
+// clockVerdict is a comparison's outcome: why expiry is held ("": it is
+// not), in which term.
+type clockVerdict struct {
+	reason string
+	term   uint64
+}
+
+// heldReason is the hold in term ("" when none, or decided in another term).
+func (c *clockCheck) heldReason(term uint64) string {
+	if v := c.held.Load(); v != nil && v.term == term {
+		return v.reason
 	}
 	return ""
 }
@@ -54,37 +67,44 @@ func (c *clockCheck) heldReason() string {
 // clockHeld reports why this leader must not end retention buckets or drop
 // payloads now ("" when its clock agrees with a majority of the voters). It
 // asks the voters at most every clockCheckEvery, each within
-// memberStatsTimeout.
+// memberStatsTimeout, and again at once when its clock stepped since.
 func (n *Node) clockHeld(ctx context.Context) string {
+	if n.mux == nil && n.inproc == nil {
+		return "" // no way to ask a peer (a test's own transport): nothing to compare
+	}
 	c := &n.clock
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	term := n.raft.CurrentTerm()
-	if !c.at.IsZero() && c.term == term && time.Since(c.at) < n.cfg.clockEvery {
-		return c.heldReason()
-	}
-	f := n.raft.GetConfiguration()
-	if err := f.Error(); err != nil {
-		return c.heldReason() // keep the last verdict; asked again next sweep
-	}
-	var peers []raft.Server
-	voters := 0
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage != raft.Voter {
-			continue
-		}
-		voters++
-		if string(s.ID) != n.cfg.ID {
-			peers = append(peers, s)
+	if !c.at.IsZero() && c.term == term {
+		mono := time.Since(c.at)
+		step := time.Duration(n.now().UnixNano()-c.wall) - mono
+		if mono < n.cfg.clockEvery && step.Abs() <= clockStep {
+			return c.heldReason(term)
 		}
 	}
 	reason := ""
-	if len(peers) > 0 {
-		reason = n.compareClocks(ctx, peers, voters)
+	if f := n.raft.GetConfiguration(); f.Error() != nil {
+		reason = "the cluster configuration cannot be read to ask the voters: " + f.Error().Error()
+	} else {
+		var peers []raft.Server
+		voters := 0
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage != raft.Voter {
+				continue
+			}
+			voters++
+			if string(s.ID) != n.cfg.ID {
+				peers = append(peers, s)
+			}
+		}
+		if len(peers) > 0 {
+			reason = n.compareClocks(ctx, peers, voters)
+		}
 	}
-	c.at, c.term = time.Now(), term
-	prev := c.heldReason()
-	c.held.Store(&reason)
+	prev := c.heldReason(c.term)
+	c.at, c.wall, c.term = time.Now(), n.now().UnixNano(), term
+	c.held.Store(&clockVerdict{reason: reason, term: term})
 	switch {
 	case reason != "" && (prev == "" || time.Since(c.logged) >= clockHeldLogEvery):
 		c.logged = time.Now()
@@ -96,15 +116,23 @@ func (n *Node) clockHeld(ctx context.Context) string {
 	return reason
 }
 
+// peerClock is one voter's answer to compareClocks.
+type peerClock struct {
+	agrees bool
+	note   string // why not
+}
+
 // compareClocks asks peers for their clocks and returns why this node's
-// clock lacks a majority of the voters ("" when it has one).
+// clock lacks a majority of the voters ("" when it has one). It stops
+// asking once a majority agrees: a voter that does not answer must not hold
+// the sweeper for the whole timeout every time.
 func (n *Node) compareClocks(ctx context.Context, peers []raft.Server, voters int) string {
 	ctx, cancel := context.WithTimeout(ctx, memberStatsTimeout)
-	defer cancel()
-	notes := make([]string, len(peers))
-	agrees := make([]bool, len(peers))
 	var wg sync.WaitGroup
-	for i, s := range peers {
+	defer wg.Wait() // after cancel: deferred calls run last first
+	defer cancel()
+	results := make(chan peerClock, len(peers))
+	for _, s := range peers {
 		wg.Go(func() {
 			mine := n.now()
 			start := time.Now()
@@ -112,36 +140,36 @@ func (n *Node) compareClocks(ctx context.Context, peers []raft.Server, voters in
 			rtt := time.Since(start)
 			switch {
 			case err != nil:
-				notes[i] = fmt.Sprintf("%s: not asked (%v)", s.ID, err)
+				results <- peerClock{note: fmt.Sprintf("%s: not asked (%v)", s.ID, err)}
 			case ms.ID != string(s.ID):
-				notes[i] = fmt.Sprintf("%s: %s answers as %q", s.ID, s.Address, ms.ID)
+				results <- peerClock{note: fmt.Sprintf("%s: %s answers as %q", s.ID, s.Address, ms.ID)}
 			case ms.Clock == 0:
-				agrees[i] = true // a release that does not report its clock
+				results <- peerClock{agrees: true} // a release that does not report its clock
 			default:
 				// The peer read its clock somewhere in the round trip: its
 				// middle is the best guess, half of it the uncertainty.
 				off := time.Unix(0, ms.Clock).Sub(mine.Add(rtt / 2))
 				if off.Abs() <= maxClockOffset+rtt/2 {
-					agrees[i] = true
+					results <- peerClock{agrees: true}
 					return
 				}
-				notes[i] = fmt.Sprintf("%s: this leader's clock is %s %s of its", s.ID, off.Abs().Round(time.Second), aheadOrBehind(off))
+				results <- peerClock{note: fmt.Sprintf("%s: this leader's clock is %s %s of its", s.ID, off.Abs().Round(time.Second), aheadOrBehind(off))}
 			}
 		})
 	}
-	wg.Wait()
 	agree := 1 // this node
 	var why []string
-	for i := range peers {
-		if agrees[i] {
-			agree++
-		} else {
-			why = append(why, notes[i])
+	for range peers {
+		r := <-results
+		if !r.agrees {
+			why = append(why, r.note)
+			continue
+		}
+		if agree++; agree > voters/2 {
+			return ""
 		}
 	}
-	if agree > voters/2 {
-		return ""
-	}
+	slices.Sort(why)
 	return fmt.Sprintf("%d of %d voters agree with this leader's clock within %s (%s)", agree, voters, maxClockOffset, strings.Join(why, "; "))
 }
 

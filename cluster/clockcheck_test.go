@@ -11,8 +11,9 @@ import (
 // skewedClocks gives each node of a test cluster its own offset from the
 // wall clock.
 type skewedClocks struct {
-	mu  sync.Mutex
-	off map[string]time.Duration
+	mu    sync.Mutex
+	off   map[string]time.Duration
+	every time.Duration // how long a comparison is kept (0: the default)
 }
 
 func (s *skewedClocks) set(id string, d time.Duration) {
@@ -29,7 +30,9 @@ func (s *skewedClocks) tune(logs *lockedBuffer) func(*Config) {
 			defer s.mu.Unlock()
 			return time.Now().Add(s.off[id])
 		}
-		cfg.clockEvery = time.Nanosecond // every sweep asks
+		if s.every != 0 {
+			cfg.clockEvery = s.every
+		}
 		cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	}
 }
@@ -43,7 +46,7 @@ func (s *skewedClocks) tune(logs *lockedBuffer) func(*Config) {
 // asked does not count as agreeing.
 func TestLeaderWithAFarClockHoldsExpiry(t *testing.T) {
 	var logs lockedBuffer
-	clocks := &skewedClocks{off: map[string]time.Duration{}}
+	clocks := &skewedClocks{off: map[string]time.Duration{}, every: time.Nanosecond} // every sweep asks
 	c := newTestCluster(t, 3, clocks.tune(&logs))
 	l := c.waitLeader(-1)
 	leader := c.nodes[l]
@@ -144,4 +147,37 @@ func waitExpire(t *testing.T, expire func() int) int {
 	var n int
 	waitFor(t, "an expire that ends events", func() bool { n = expire(); return n > 0 })
 	return n
+}
+
+// TestClockStepAfterAPassingComparison: the leader keeps a comparison that
+// passed for a while, but not past a step of its own clock: stepped a month
+// ahead right after one (NTP stepping late, a VM resumed), its next sweep
+// asks again and holds, instead of forgetting every key at once.
+func TestClockStepAfterAPassingComparison(t *testing.T) {
+	var logs lockedBuffer
+	clocks := &skewedClocks{off: map[string]time.Duration{}} // the default 30 s
+	c := newTestCluster(t, 3, clocks.tune(&logs))
+	l := c.waitLeader(-1)
+	leader := c.nodes[l]
+	ctx := ctxT(t, 30*time.Second)
+	if _, err := leader.Claim(ctx, claimCmd("src:done")); err != nil {
+		t.Fatal(err)
+	}
+	evs, err := leader.Lease(ctx, 1, time.Hour)
+	if err != nil || len(evs) != 1 {
+		t.Fatalf("lease: %v %v", evs, err)
+	}
+	if err := leader.Complete(ctx, evs[0].Key, evs[0].Token, nil, "", time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if n, _, err := leader.Expire(ctx); err != nil || n != 0 {
+		t.Fatalf("expire with every clock agreeing, nothing due: %d %v", n, err)
+	}
+	clocks.set(c.ids[l], 31*24*time.Hour)
+	if n, _, err := leader.Expire(ctx); err != nil || n != 0 {
+		t.Fatalf("expire right after the leader's clock stepped a month: %d events ended (%v), want a hold", n, err)
+	}
+	if held := leader.Status().ClockHeld; !strings.Contains(held, "1 of 3 voters agree") {
+		t.Fatalf("status clock_held = %q", held)
+	}
 }

@@ -511,7 +511,7 @@ func (n *Node) Status() Status {
 	st.LeaderChanges = n.leaders.leaderChanges()
 	if st.State == "leader" {
 		st.LastContact = "0s"
-		st.ClockHeld = n.clock.heldReason()
+		st.ClockHeld = n.clock.heldReason(st.Term)
 	} else if lc := n.raft.LastContact(); !lc.IsZero() {
 		st.LastContact = time.Since(lc).Round(time.Millisecond).String()
 	} else {

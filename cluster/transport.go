@@ -394,8 +394,14 @@ func (m *mux) refuseBusy(c net.Conn, err error) {
 		m.reject(c, "accept", err)
 		return
 	}
+	if !m.track(c) { // closing: its close ends the answer's wait too
+		m.reject(c, "accept", err)
+		<-m.busy
+		return
+	}
 	m.wg.Go(func() {
 		defer func() { <-m.busy }()
+		defer m.untrack(c)
 		_ = c.SetDeadline(time.Now().Add(time.Second))
 		if _, werr := c.Write(busyAnswer[:]); werr == nil {
 			if tc, ok := c.(*net.TCPConn); ok {

@@ -110,7 +110,7 @@ func (l *limiter) bucketLocked(src string, tgt Target, now time.Time) *bucket {
 				if l.parked != nil {
 					// Their slots, due or not, go back: they are booked
 					// again (rebookChangedRates).
-					b.tat = b.tat.Add(-time.Duration(l.parked(src, b.gen)) * b.interval)
+					b.tat = b.tat.Add(-spanOf(float64(l.parked(src, b.gen)) * float64(b.interval)))
 				}
 				used = 0
 				if b.tat.After(now) {
