@@ -9,6 +9,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -508,10 +509,11 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	switch {
 	case err == nil && maxAttempts > 0 && attempt >= maxAttempts:
 		fin.Outcome = OutcomeDead
-		f.log.Warn("dead letter", "key", ev.Key, "attempts", attempt, "reason", a.reason)
+		f.log.Warn("dead letter", "key", ev.Key, "attempts", attempt, "reason", a.reason, "handler", handlerOrigin(tgt.URL))
 	case err == nil:
 		fin.Outcome = OutcomeRetry
-		f.log.Info("delivery failed; will retry", "key", ev.Key, "attempt", attempt, "reason", a.reason, "retry_in", retryIn)
+		f.log.Info("delivery failed; will retry", "key", ev.Key, "attempt", attempt, "reason", a.reason, "retry_in", retryIn,
+			"handler", handlerOrigin(tgt.URL))
 	case lostLease(err):
 		fin.Outcome = OutcomeFenced
 		f.log.Info("late failure fenced", "key", ev.Key, "token", ev.Token, "attempt", attempt, "err", err)
@@ -636,4 +638,15 @@ func (f *Forwarder) jitter() float64 {
 	f.randMu.Lock()
 	defer f.randMu.Unlock()
 	return f.opts.Rand.Float64()
+}
+
+// handlerOrigin is the scheme and host a delivery went to, for the log: a
+// wrong forward shows where it dialed, while a path or query that may carry
+// a token, and any user:password, stay out of it.
+func handlerOrigin(target string) string {
+	u, err := url.Parse(target)
+	if err != nil || u.Host == "" {
+		return "(unparsable forward URL)"
+	}
+	return u.Scheme + "://" + u.Host
 }

@@ -282,3 +282,17 @@ func BenchmarkDeliveryRequest(b *testing.B) {
 		}
 	})
 }
+
+// TestHandlerOriginKeepsSecretsOut: the failure log names where a delivery
+// went, never a path, query or user:password that may hold a token.
+func TestHandlerOriginKeepsSecretsOut(t *testing.T) {
+	for in, want := range map[string]string{
+		"http://127.0.0.1:9000/hook?token=s3cret": "http://127.0.0.1:9000",
+		"https://user:pw@handler.internal/x":      "https://handler.internal",
+		"::not a url":                             "(unparsable forward URL)",
+	} {
+		if got := handlerOrigin(in); got != want {
+			t.Errorf("handlerOrigin(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
