@@ -65,7 +65,13 @@ func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 	default:
 		in.log.Warn("re-arm not committed", "source", src.name, "key", string(key), "err", err)
 		ctx.Response.Header.Set("Retry-After", "1")
-		return writeError(ctx, fasthttp.StatusServiceUnavailable, "re-arm not committed, retry")
+		msg := "re-arm not committed, retry"
+		if reason := in.notCommitted(err); reason != "" {
+			// The cluster's reason says what is known: an outcome unknown
+			// may have re-armed the event (the retry then finds it so).
+			msg = "re-arm: " + reason
+		}
+		return writeError(ctx, fasthttp.StatusServiceUnavailable, msg)
 	}
 	return in.answerSync(ctx, src, key, fresh)
 }

@@ -2,8 +2,10 @@ package intake
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -427,5 +429,44 @@ func TestSyncAnswerAppliedAtTheDeadline(t *testing.T) {
 	f := &intakeFixture{t: t, store: mem, secret: secret, in: New(Options{Store: answeredAtTheDeadline{mem, t}, Sources: loadSources(t, dir, syncSources)})}
 	if a := f.do(request{path: "/in/paid", body: `{"a":1}`, id: "msg_1"}); a.status != 201 || a.body != "made" {
 		t.Fatalf("answer %d %q, want the handler's 201 made", a.status, a.body)
+	}
+}
+
+// rearmCutOff is a store whose re-arms end with an unknown outcome, as when
+// the leader is killed while committing one.
+type rearmCutOff struct{ *memStore }
+
+var errOutcomeUnknown = errors.New("outcome unknown")
+
+func (r rearmCutOff) Replay(context.Context, engine.Command) (engine.Result, error) {
+	return engine.Result{}, fmt.Errorf("replay: %w", errOutcomeUnknown)
+}
+
+// TestRearmCutOffSaysWhatIsKnown: a re-arm whose commit ended in a kind of
+// failure the store names is answered with that reason (an unknown outcome
+// may have re-armed the event), not "not committed".
+func TestRearmCutOffSaysWhatIsKnown(t *testing.T) {
+	dir := t.TempDir()
+	secret, _ := providers.GenerateSecret("standard")
+	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
+	mem := newMemStore(t)
+	notCommitted := func(err error) string {
+		if errors.Is(err, errOutcomeUnknown) {
+			return "commit outcome unknown: not acknowledged, retry"
+		}
+		return ""
+	}
+	f := &intakeFixture{t: t, store: mem, secret: secret,
+		in: New(Options{Store: rearmCutOff{mem}, Sources: loadSources(t, dir, syncSources), NotCommitted: notCommitted})}
+	first := request{path: "/in/paid", body: `{"a":1}`, id: "msg_1"}
+	done := make(chan struct{})
+	go func() { defer close(done); mem.deliver(t, "paid:msg_1", handlerStep{}) }()
+	if a := f.do(first); a.status != 502 {
+		t.Fatalf("first answer %d %q, want 502", a.status, a.body)
+	}
+	<-done
+	a := f.do(first)
+	if a.status != 503 || !strings.Contains(a.body, "re-arm: commit outcome unknown") {
+		t.Fatalf("the retry whose re-arm was cut off: %d %q, want 503 naming the unknown outcome", a.status, a.body)
 	}
 }
