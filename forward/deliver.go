@@ -485,13 +485,11 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 		// no sooner than the lease's end, which forward_timeout < lease
 		// leaves it, so that one handler never runs the event twice at once.
 		retryIn = max(retryIn, time.Until(time.Unix(0, ev.LeaseUntil)))
-		if maxAttempts > 0 && attempt >= maxAttempts {
-			// Dead, the event may be sent again at once: a sync source's
-			// sender re-arms it with its retry, an operator replays it,
-			// and an ordered source's next event of its object is
-			// released; each would reach the handler while it may still
-			// run this one. So it goes dead only once its lease has ended.
-			// A drain (a hand-over, a stop) does not wait that long: the
+		if ev.OrderObject != "" && maxAttempts > 0 && attempt >= maxAttempts {
+			// Dead, the event releases its object, and the next event of
+			// the object would reach the handler while it may still run
+			// this one; so it goes dead only once its lease has ended. A
+			// drain (a hand-over, a stop) does not wait that long: the
 			// attempt is recorded as not the last, and whichever node leads
 			// then retries the event once more after the lease's end.
 			reached, release := f.waitForLeaseEnd(ctx, ev.LeaseUntil)

@@ -386,8 +386,7 @@ func TestFailureReasons(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := newLeader(t)
 			l.claim("src:e", "src", "x")
-			// A last attempt that timed out goes dead at its lease's end.
-			start(t, l, nil, Options{Targets: only(Target{URL: tc.url, Timeout: 50 * time.Millisecond, MaxAttempts: 1}), DefaultLease: time.Second})
+			start(t, l, nil, Options{Targets: only(Target{URL: tc.url, Timeout: 50 * time.Millisecond, MaxAttempts: 1})})
 			waitFor(t, "dead", stateIs(l, "src:e", engine.StateDead))
 			reason := l.get("src:e").LastError
 			t.Logf("reason %q", reason)

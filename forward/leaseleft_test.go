@@ -309,26 +309,3 @@ func TestSyncBodyTimeoutWaitsForTheLeaseSynctest(t *testing.T) {
 		}
 	})
 }
-
-// An unordered event whose last attempt timed out goes dead only at its
-// lease's end too: dead at once, a sync sender's retry re-armed it (or an
-// operator replayed it) and the handler ran it twice at once.
-func TestLastAttemptTimeoutDeadAtTheLeaseEndSynctest(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := newLeader(t)
-		busy := &peak{}
-		l.claim("src:1", "src", "x")
-		stop := runInBubble(t, orderedTimeoutOptions(l, busy, 6*time.Second))
-		defer stop()
-		time.Sleep(3 * time.Second) // timed out at 1 s; the lease runs to 10 s
-		synctest.Wait()
-		if ev := l.get("src:1"); ev.State != engine.StateProcessing {
-			t.Fatalf("src:1 is %v 2 s after its last attempt timed out, its lease still running; want processing", ev.State)
-		}
-		time.Sleep(10 * time.Second)
-		synctest.Wait()
-		if ev := l.get("src:1"); ev.State != engine.StateDead || ev.Attempts != 1 {
-			t.Fatalf("src:1 is %v after %d attempts once its lease ended; want dead after 1", ev.State, ev.Attempts)
-		}
-	})
-}

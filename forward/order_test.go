@@ -127,8 +127,7 @@ func TestTransportErrorInHistory(t *testing.T) {
 	slow := &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }}
 	srv := serve(t, slow)
 	l.claim("src:t", "src", "x")
-	// A last attempt that timed out goes dead at its lease's end.
-	start(t, l, nil, Options{Targets: only(Target{URL: srv.URL, Timeout: 20 * time.Millisecond, MaxAttempts: 1}), DefaultLease: time.Second})
+	start(t, l, nil, Options{Targets: only(Target{URL: srv.URL, Timeout: 20 * time.Millisecond, MaxAttempts: 1})})
 	waitFor(t, "dead", stateIs(l, "src:t", engine.StateDead))
 	ev, err := l.eng.Get("src:t", false)
 	if err != nil {

@@ -7,11 +7,34 @@ package intake
 import (
 	"context"
 	"errors"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/valyala/fasthttp"
 
 	"oncehook/engine"
 )
+
+// errLastAttemptRunning: the dead event's last attempt timed out less than
+// a lease ago: its handler may still be running it.
+var errLastAttemptRunning = errors.New("the last attempt may still run")
+
+// lastAttemptEnd is when the lease of ev's last attempt ended, unix ns, when
+// that attempt timed out (its handler may have gone on past the timeout); 0
+// when it did not. lease is the source's lease, the one it was leased for.
+// A timeout is the forwarder's reason "timeout", or "read body: timeout"
+// for an answer that stalled.
+func lastAttemptEnd(ev engine.Event, lease int64) int64 {
+	if len(ev.History) == 0 {
+		return 0
+	}
+	last := ev.History[len(ev.History)-1]
+	if last.Error != "timeout" && !strings.HasSuffix(last.Error, ": timeout") {
+		return 0
+	}
+	return last.At + lease
+}
 
 // Audit fields of a re-arm by a provider's retry.
 const (
@@ -33,10 +56,18 @@ const (
 // re-arms of one key also run one at a time (no needless Raft rounds).
 func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 	rctx, cancel := context.WithTimeout(context.Background(), in.timeout)
-	before, err := in.rearmOnce(rctx, string(key))
+	before, err := in.rearmOnce(rctx, string(key), src.leaseFor)
 	cancel()
 	var fresh func(engine.Event) bool
 	switch {
+	case errors.Is(err, errLastAttemptRunning):
+		// Re-armed now, the event would reach the handler beside that
+		// run; the forwarder waits for a timed-out attempt's lease to end
+		// before any retry of its own, and so does this one.
+		wait := time.Duration(lastAttemptEnd(before, src.leaseFor) - in.now().UnixNano())
+		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
+		return writeError(ctx, fasthttp.StatusServiceUnavailable,
+			"the handler may still be running this event's last attempt (it timed out); retry once its lease has ended")
 	case err == nil:
 		in.log.Info("dead sync event re-armed by a provider retry", "source", src.name, "key", string(key))
 		// On a follower the re-arm is committed before this node applies
@@ -90,7 +121,7 @@ var errNotDead = errors.New("event no longer dead")
 
 // rearmOnce replays key's event if it is still dead, one re-arm of a key at
 // a time on this node (see rearm), and returns the event as it was before.
-func (in *Server) rearmOnce(ctx context.Context, key string) (engine.Event, error) {
+func (in *Server) rearmOnce(ctx context.Context, key string, lease int64) (engine.Event, error) {
 	for {
 		in.rearmMu.Lock()
 		busy, ok := in.rearming[key]
@@ -121,6 +152,9 @@ func (in *Server) rearmOnce(ctx context.Context, key string) (engine.Event, erro
 	}
 	if ev.State != engine.StateDead {
 		return ev, errNotDead
+	}
+	if lastAttemptEnd(ev, lease) > in.now().UnixNano() {
+		return ev, errLastAttemptRunning
 	}
 	_, err = in.store.Replay(ctx, engine.Command{
 		Op:       engine.OpReplay,

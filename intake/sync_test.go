@@ -470,3 +470,73 @@ func TestRearmCutOffSaysWhatIsKnown(t *testing.T) {
 		t.Fatalf("the retry whose re-arm was cut off: %d %q, want 503 naming the unknown outcome", a.status, a.body)
 	}
 }
+
+// failTimedOut plays a forwarder whose last attempt of key timed out,
+// started at (its handler may have gone on running it): the event is dead.
+func (m *memStore) failTimedOut(t *testing.T, key string, at time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := m.Wait(ctx, key, func(ev engine.Event) bool { return ev.State == engine.StatePending }); err != nil {
+		t.Errorf("waiting for %s to be pending: %v", key, err)
+		return
+	}
+	r, err := m.apply(engine.Command{Op: engine.OpLease, Max: 1, LeaseFor: int64(30 * time.Second)})
+	if err != nil || len(r.Events) != 1 {
+		t.Errorf("lease: %v %+v", err, r)
+		return
+	}
+	ev := r.Events[0]
+	if _, err := m.apply(engine.Command{Op: engine.OpFail, Key: key, Token: ev.Token, MaxAttempts: int(ev.Attempts), Reason: "timeout",
+		Attempt: &engine.Attempt{At: at.UnixNano(), Took: int64(100 * time.Millisecond), Error: "timeout"}}); err != nil {
+		t.Errorf("fail %s: %v", key, err)
+	}
+}
+
+// TestRearmWaitsForATimedOutAttemptsLease: a provider's retry of a sync
+// event whose last attempt timed out less than a lease ago is not re-armed:
+// the handler may still be running that attempt, and a re-arm would start
+// the event again beside it. It gets 503 with the wait in Retry-After and
+// the event stays dead; once the lease is over, the retry re-arms it.
+func TestRearmWaitsForATimedOutAttemptsLease(t *testing.T) {
+	dir := t.TempDir()
+	secret, _ := providers.GenerateSecret("standard")
+	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
+	mem := newMemStore(t)
+	f := &intakeFixture{t: t, store: mem, secret: secret, in: New(Options{Store: mem, Sources: loadSources(t, dir, syncSources)})}
+	for _, tc := range []struct {
+		id      string
+		started time.Duration // the last attempt's start, before now
+		status  int
+	}{
+		{"msg_recent", time.Second, 503},   // its 30 s lease runs for 29 s more
+		{"msg_old", 31 * time.Second, 200}, // its lease is over: re-armed, delivered again
+	} {
+		req := request{path: "/in/paid", body: `{"a":1}`, id: tc.id}
+		key := "paid:" + tc.id
+		done := make(chan struct{})
+		go func() { defer close(done); mem.failTimedOut(t, key, time.Now().Add(-tc.started)) }()
+		if a := f.do(req); a.status != 502 {
+			t.Fatalf("%s: first answer %d %q, want 502", tc.id, a.status, a.body)
+		}
+		<-done
+		done = make(chan struct{})
+		go func() {
+			defer close(done)
+			if tc.status == 200 {
+				mem.deliver(t, key, handlerStep{200, "ok now"})
+			}
+		}()
+		a := f.do(req)
+		<-done
+		if a.status != tc.status {
+			t.Fatalf("%s: the retry got %d %q, want %d", tc.id, a.status, a.body, tc.status)
+		}
+		ev, _ := mem.Get(key, false)
+		if tc.status == 503 {
+			if ra := a.header["Retry-After"]; ra == "" || ra == "1" || !strings.Contains(a.body, "may still be running") || ev.State != engine.StateDead || len(ev.Audit) != 0 {
+				t.Fatalf("%s: %q Retry-After %q, event %v with %d audit entries; want the wait, dead, not re-armed", tc.id, a.body, ra, ev.State, len(ev.Audit))
+			}
+		}
+	}
+}
