@@ -364,3 +364,27 @@ func TestPeersDialFromTheAdvertisedAddress(t *testing.T) {
 		}
 	})
 }
+
+// TestCloseEndsASilentHandshake: a node that stops closes the connections
+// still proving themselves (one that sends nothing is given 10 s), rather
+// than waiting for them: its close, and the process's exit, took that long.
+func TestCloseEndsASilentHandshake(t *testing.T) {
+	nodes := tcpCluster(t, 1, nil)
+	node := nodes[0]
+	c, err := net.DialTimeout("tcp", node.cfg.Bind, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	waitFor(t, "the connection accepted", func() bool { return node.OpenConns() >= 1 })
+	closed := make(chan error, 1)
+	go func() { closed <- node.Close() }()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second)) // half the handshake's own deadline
+	_, rerr := io.Copy(io.Discard, c)
+	if ne := net.Error(nil); errors.As(rerr, &ne) && ne.Timeout() {
+		t.Fatal("the node's close left a silent connection open until its handshake deadline")
+	}
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+}

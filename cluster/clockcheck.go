@@ -83,6 +83,9 @@ func (n *Node) clockHeld(ctx context.Context) string {
 			return c.heldReason(term)
 		}
 	}
+	// The baseline is taken before the voters are asked: a step while they
+	// answer is then seen at the next call, not built into the verdict.
+	at, wall := time.Now(), n.now().UnixNano()
 	reason := ""
 	if f := n.raft.GetConfiguration(); f.Error() != nil {
 		reason = "the cluster configuration cannot be read to ask the voters: " + f.Error().Error()
@@ -103,7 +106,7 @@ func (n *Node) clockHeld(ctx context.Context) string {
 		}
 	}
 	prev := c.heldReason(c.term)
-	c.at, c.wall, c.term = time.Now(), n.now().UnixNano(), term
+	c.at, c.wall, c.term = at, wall, term
 	c.held.Store(&clockVerdict{reason: reason, term: term})
 	switch {
 	case reason != "" && (prev == "" || time.Since(c.logged) >= clockHeldLogEvery):

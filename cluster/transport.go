@@ -247,6 +247,19 @@ func (m *mux) handshake(c net.Conn, authenticated func()) {
 	var once sync.Once
 	done := func() { once.Do(authenticated) }
 	defer done()
+	// Tracked until it has proved itself, so that the node's close ends a
+	// connection that sends nothing instead of waiting out its deadline.
+	raw := c
+	if !m.track(raw) {
+		raw.Close()
+		return
+	}
+	proved := false
+	defer func() {
+		if !proved {
+			m.untrack(raw)
+		}
+	}()
 	if m.wrap != nil {
 		c = m.wrap(c)
 	}
@@ -265,6 +278,8 @@ func (m *mux) handshake(c net.Conn, authenticated func()) {
 		m.reject(c, "preamble", err)
 		return
 	}
+	m.forget(raw) // tracked again below as what it serves
+	proved = true
 	_ = c.SetDeadline(time.Time{})
 	done()
 	switch kind {
@@ -438,6 +453,13 @@ func (m *mux) track(c net.Conn) bool {
 	}
 	m.open[c] = struct{}{}
 	return true
+}
+
+// forget takes c out of the open streams without closing it.
+func (m *mux) forget(c net.Conn) {
+	m.mu.Lock()
+	delete(m.open, c)
+	m.mu.Unlock()
 }
 
 func (m *mux) untrack(c net.Conn) {
