@@ -23,7 +23,7 @@ import (
 // rpcStats answer carries its clock) and holds both while fewer than a
 // majority of the voters, itself included, agree with it within
 // maxClockOffset. Keys kept longer only cost disk; the hold is logged at
-// error and shown in Status.ClockHeld (docs/architecture.md, "Time").
+// error and shown in Status.ClockHeld (docs/architecture.md, "Delivery").
 //
 // A member that cannot be asked does not count as agreeing; one of a
 // release that does not report its clock does (it cannot say, and an
