@@ -24,6 +24,24 @@ mode = "sync"
 forward_timeout = "100ms"
 `
 
+// leaseWhenPending waits for key to be pending and leases it for lease, as
+// the forwarder does; false (the error reported) when that failed.
+func (m *memStore) leaseWhenPending(t *testing.T, key string, lease time.Duration) (engine.Event, bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := m.Wait(ctx, key, func(ev engine.Event) bool { return ev.State == engine.StatePending }); err != nil {
+		t.Errorf("waiting for %s to be pending: %v", key, err)
+		return engine.Event{}, false
+	}
+	r, err := m.apply(engine.Command{Op: engine.OpLease, Max: 1, LeaseFor: int64(lease)})
+	if err != nil || len(r.Events) != 1 {
+		t.Errorf("lease: %v %+v", err, r)
+		return engine.Event{}, false
+	}
+	return r.Events[0], true
+}
+
 // handlerStep is what the test's stand-in for the forwarder does with the
 // next pending event: answer it (status), or fail it for good (dead).
 type handlerStep struct {
@@ -36,18 +54,11 @@ type handlerStep struct {
 // it at its last attempt.
 func (m *memStore) deliver(t *testing.T, key string, step handlerStep) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := m.Wait(ctx, key, func(ev engine.Event) bool { return ev.State == engine.StatePending }); err != nil {
-		t.Errorf("waiting for %s to be pending: %v", key, err)
+	ev, ok := m.leaseWhenPending(t, key, time.Minute)
+	if !ok {
 		return
 	}
-	r, err := m.apply(engine.Command{Op: engine.OpLease, Max: 1, LeaseFor: int64(time.Minute)})
-	if err != nil || len(r.Events) != 1 {
-		t.Errorf("lease: %v %+v", err, r)
-		return
-	}
-	ev := r.Events[0]
+	var err error
 	if step.status == 0 {
 		_, err = m.apply(engine.Command{Op: engine.OpFail, Key: key, Token: ev.Token, MaxAttempts: int(ev.Attempts), Reason: "handler failed"})
 	} else {
@@ -475,18 +486,10 @@ func TestRearmCutOffSaysWhatIsKnown(t *testing.T) {
 // started at (its handler may have gone on running it): the event is dead.
 func (m *memStore) failTimedOut(t *testing.T, key string, at time.Time) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if _, err := m.Wait(ctx, key, func(ev engine.Event) bool { return ev.State == engine.StatePending }); err != nil {
-		t.Errorf("waiting for %s to be pending: %v", key, err)
+	ev, ok := m.leaseWhenPending(t, key, 30*time.Second)
+	if !ok {
 		return
 	}
-	r, err := m.apply(engine.Command{Op: engine.OpLease, Max: 1, LeaseFor: int64(30 * time.Second)})
-	if err != nil || len(r.Events) != 1 {
-		t.Errorf("lease: %v %+v", err, r)
-		return
-	}
-	ev := r.Events[0]
 	if _, err := m.apply(engine.Command{Op: engine.OpFail, Key: key, Token: ev.Token, MaxAttempts: int(ev.Attempts), Reason: "timeout",
 		Attempt: &engine.Attempt{At: at.UnixNano(), Took: int64(100 * time.Millisecond), Error: "timeout"}}); err != nil {
 		t.Errorf("fail %s: %v", key, err)
