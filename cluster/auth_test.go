@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strings"
@@ -369,7 +370,8 @@ func TestPeersDialFromTheAdvertisedAddress(t *testing.T) {
 // still proving themselves (one that sends nothing is given 10 s), rather
 // than waiting for them: its close, and the process's exit, took that long.
 func TestCloseEndsASilentHandshake(t *testing.T) {
-	nodes := tcpCluster(t, 1, nil)
+	var logs lockedBuffer
+	nodes := tcpCluster(t, 1, func(_ int, cfg *Config) { cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
 	node := nodes[0]
 	c, err := net.DialTimeout("tcp", node.cfg.Bind, 5*time.Second)
 	if err != nil {
@@ -386,5 +388,9 @@ func TestCloseEndsASilentHandshake(t *testing.T) {
 	}
 	if err := <-closed; err != nil {
 		t.Fatal(err)
+	}
+	// Ended by the node's own close, it is no stranger's refused attempt.
+	if strings.Contains(logs.String(), "cluster connection rejected") {
+		t.Fatalf("the close logged its own handshake as rejected:\n%s", logs.String())
 	}
 }

@@ -268,13 +268,18 @@ func (m *mux) handshake(c net.Conn, authenticated func()) {
 	if pair != nil {
 		tc := tls.Server(c, pair.server)
 		if err := tc.Handshake(); err != nil {
-			m.reject(c, "tls handshake", err)
+			if !m.isClosing() {
+				m.reject(c, "tls handshake", err)
+			}
 			return
 		}
 		c = tc
 	}
 	kind, err := m.readPreamble(c)
 	if err != nil {
+		if m.isClosing() {
+			return // the node's close ended it: no stranger to report
+		}
 		m.reject(c, "preamble", err)
 		return
 	}
@@ -453,6 +458,16 @@ func (m *mux) track(c net.Conn) bool {
 	}
 	m.open[c] = struct{}{}
 	return true
+}
+
+// isClosing reports whether the node is closing the mux.
+func (m *mux) isClosing() bool {
+	select {
+	case <-m.closing:
+		return true
+	default:
+		return false
+	}
 }
 
 // forget takes c out of the open streams without closing it.

@@ -20,12 +20,16 @@ import (
 // a lease ago: its handler may still be running it.
 var errLastAttemptRunning = errors.New("the last attempt may still run")
 
-// lastAttemptEnd is when the lease of ev's last attempt ended, unix ns, when
-// that attempt timed out (its handler may have gone on past the timeout); 0
-// when it did not. lease is the source's lease, the one it was leased for.
+// lastAttemptWait is how long the lease of ev's last attempt still runs at
+// now (unix ns, this node's clock), when that attempt timed out (its handler
+// may have gone on past the timeout); 0 when it did not, or its lease is
+// over. The lease is the longer of the one stored with the event and the
+// source's current one (a reload may have changed it since), and the wait
+// is at most that long: a leader whose clock ran ahead stamped the attempt
+// in the future, and a retry must not be refused for longer than a lease.
 // A timeout is the forwarder's reason "timeout", or "read body: timeout"
 // for an answer that stalled.
-func lastAttemptEnd(ev engine.Event, lease int64) int64 {
+func lastAttemptWait(ev engine.Event, srcLease, now int64) time.Duration {
 	if len(ev.History) == 0 {
 		return 0
 	}
@@ -33,7 +37,8 @@ func lastAttemptEnd(ev engine.Event, lease int64) int64 {
 	if last.Error != "timeout" && !strings.HasSuffix(last.Error, ": timeout") {
 		return 0
 	}
-	return last.At + lease
+	lease := max(ev.LeaseFor, srcLease)
+	return time.Duration(min(max(last.At+lease-now, 0), lease))
 }
 
 // Audit fields of a re-arm by a provider's retry.
@@ -64,7 +69,7 @@ func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 		// Re-armed now, the event would reach the handler beside that
 		// run; the forwarder waits for a timed-out attempt's lease to end
 		// before any retry of its own, and so does this one.
-		wait := time.Duration(lastAttemptEnd(before, src.leaseFor) - in.now().UnixNano())
+		wait := lastAttemptWait(before, src.leaseFor, in.now().UnixNano())
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
 		return writeError(ctx, fasthttp.StatusServiceUnavailable,
 			"the handler may still be running this event's last attempt (it timed out); retry once its lease has ended")
@@ -153,7 +158,7 @@ func (in *Server) rearmOnce(ctx context.Context, key string, lease int64) (engin
 	if ev.State != engine.StateDead {
 		return ev, errNotDead
 	}
-	if lastAttemptEnd(ev, lease) > in.now().UnixNano() {
+	if lastAttemptWait(ev, lease, in.now().UnixNano()) > 0 {
 		return ev, errLastAttemptRunning
 	}
 	_, err = in.store.Replay(ctx, engine.Command{

@@ -543,3 +543,33 @@ func TestRearmWaitsForATimedOutAttemptsLease(t *testing.T) {
 		}
 	}
 }
+
+// TestLastAttemptWait: the wait before a re-arm runs on the longer of the
+// event's own lease and the source's current one, counts a stalled answer as
+// a timeout, and never exceeds one lease (an attempt stamped by a leader
+// whose clock ran ahead).
+func TestLastAttemptWait(t *testing.T) {
+	now := time.Unix(1_800_000_000, 0).UnixNano()
+	at := func(ago time.Duration, reason string) engine.Event {
+		return engine.Event{History: []engine.Attempt{{At: now - int64(ago), Error: reason}}}
+	}
+	withLease := func(ev engine.Event, lease time.Duration) engine.Event { ev.LeaseFor = int64(lease); return ev }
+	src := int64(30 * time.Second)
+	for _, tc := range []struct {
+		name string
+		ev   engine.Event
+		want time.Duration
+	}{
+		{"no attempt", engine.Event{}, 0},
+		{"a failure, not a timeout", at(time.Second, "status 500"), 0},
+		{"a timeout a second ago", at(time.Second, "timeout"), 29 * time.Second},
+		{"a stalled answer", at(time.Second, "read body: timeout"), 29 * time.Second},
+		{"its lease is over", at(31*time.Second, "timeout"), 0},
+		{"the event's longer lease", withLease(at(40*time.Second, "timeout"), 2*time.Minute), 80 * time.Second},
+		{"stamped an hour ahead", at(-time.Hour, "timeout"), 30 * time.Second},
+	} {
+		if got := lastAttemptWait(tc.ev, src, now); got != tc.want {
+			t.Errorf("%s: wait %s, want %s", tc.name, got, tc.want)
+		}
+	}
+}
