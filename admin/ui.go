@@ -251,7 +251,11 @@ func (u *adminUI) auth(h uiHandler) http.Handler {
 			return
 		}
 		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
+			if problem, status := readUIForm(w, r, uiFormLimit); problem != "" {
+				closeAfter(w)
+				u.fail(w, r, s, status, "Form refused", problem)
+				return
+			}
 			if subtle.ConstantTimeCompare([]byte(r.PostFormValue("csrf")), []byte(s.csrf)) != 1 {
 				u.fail(w, r, s, http.StatusForbidden, "Form expired", "The form's token does not match this session. Reload the page and try again.")
 				return
@@ -259,6 +263,29 @@ func (u *adminUI) auth(h uiHandler) http.Handler {
 		}
 		h(w, r, s)
 	})
+}
+
+// The forms' own fields are short (a token, a key, a reason of at most
+// uiMaxReason); the limits only keep a stranger's body out of memory.
+const (
+	uiFormLimit      = 64 << 10
+	uiLoginFormLimit = 16 << 10
+)
+
+// readUIForm parses a POSTed form within limit bytes. It says what is wrong
+// (and the status to answer) when the body is too large or not a form, so
+// that such a post is not mistaken for an expired form.
+func readUIForm(w http.ResponseWriter, r *http.Request, limit int64) (problem string, status int) {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	err := r.ParseForm()
+	if err == nil {
+		return "", 0
+	}
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		return fmt.Sprintf("The form is larger than this page accepts (%d KiB); nothing was changed.", limit>>10), http.StatusRequestEntityTooLarge
+	}
+	return "The form could not be read as a URL-encoded form; nothing was changed.", http.StatusBadRequest
 }
 
 // safeNext keeps a post-login redirect on this site's /ui/ pages: a path
@@ -312,7 +339,11 @@ func (u *adminUI) showLogin(w http.ResponseWriter, r *http.Request, status int, 
 // must wait, the form is answered 429 with Retry-After and no token is
 // looked at.
 func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
-	r.Body = http.MaxBytesReader(w, r.Body, 16<<10)
+	if problem, status := readUIForm(w, r, uiLoginFormLimit); problem != "" {
+		closeAfter(w)
+		u.showLogin(w, r, status, "/ui/", problem)
+		return
+	}
 	next := safeNext(r.PostFormValue("next"))
 	client := authKey(r.RemoteAddr)
 	if d := u.s.authLimit.wait(client); d > 0 {

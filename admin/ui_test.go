@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"oncehook/cluster"
+	"oncehook/engine"
 )
 
 // TestSafeNext: an open redirect is refused; the page a sign-in returns to
@@ -56,35 +57,103 @@ func TestUIReplayOutcomeUnknown(t *testing.T) {
 	store.replayErr = func(string) error {
 		return fmt.Errorf("replay: wait for commit: context deadline exceeded: %w", cluster.ErrIndeterminate)
 	}
-	jar, _ := cookiejar.New(nil)
-	c := &http.Client{Jar: jar, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	get := func(p string) string {
-		resp, err := c.Get(base + p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return string(b)
-	}
-	post := func(p string, f url.Values) *http.Response {
-		resp, err := c.PostForm(base+p, f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp.Body.Close()
-		return resp
-	}
-	csrf := regexp.MustCompile(`name="csrf" value="([^"]+)"`)
-	login := get("/ui/login")
-	post("/ui/login", url.Values{"csrf": {csrf.FindStringSubmatch(login)[1]}, "token": {testToken}, "next": {"/ui/"}})
-	page := get(EventURL(key))
-	m := csrf.FindStringSubmatch(page)
-	if m == nil {
-		t.Fatalf("no form on the event page:\n%s", page)
-	}
-	after := get(post("/ui/replay", url.Values{"csrf": {m[1]}, "key": {key}, "reason": {"retry"}}).Header.Get("Location"))
+	u := signIn(t, base)
+	m := u.formToken(EventURL(key))
+	after := u.get(u.post("/ui/replay", url.Values{"csrf": {m}, "key": {key}, "reason": {"retry"}}).Header.Get("Location"))
 	if strings.Contains(after, "Not replayed") || !strings.Contains(after, "may have been replayed") {
 		t.Fatalf("page after a replay of unknown outcome:\n%s", after)
+	}
+}
+
+// uiClient is a browser signed in to the admin UI of a test server.
+type uiClient struct {
+	t    *testing.T
+	base string
+	c    *http.Client
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+func signIn(t *testing.T, base string) *uiClient {
+	t.Helper()
+	jar, _ := cookiejar.New(nil)
+	u := &uiClient{t: t, base: base, c: &http.Client{Jar: jar,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}}
+	if resp := u.post("/ui/login", url.Values{"csrf": {u.formToken("/ui/login")}, "token": {testToken}, "next": {"/ui/"}}); resp.StatusCode != http.StatusSeeOther {
+		t.Fatalf("sign-in: %d, want 303", resp.StatusCode)
+	}
+	return u
+}
+
+func (u *uiClient) get(p string) string {
+	u.t.Helper()
+	resp, err := u.c.Get(u.base + p)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func (u *uiClient) post(p string, f url.Values) *http.Response {
+	u.t.Helper()
+	resp, err := u.c.PostForm(u.base+p, f)
+	if err != nil {
+		u.t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(strings.NewReader(string(b)))
+	return resp
+}
+
+// formToken is the form token on page p.
+func (u *uiClient) formToken(p string) string {
+	u.t.Helper()
+	page := u.get(p)
+	m := csrfField.FindStringSubmatch(page)
+	if m == nil {
+		u.t.Fatalf("no form on %s:\n%s", p, page)
+	}
+	return m[1]
+}
+
+// TestUIFormTooLarge: a form over the size limit is refused as too large
+// (413, saying so), not as an expired form, and changes nothing; a body that
+// is not a form is refused as such.
+func TestUIFormTooLarge(t *testing.T) {
+	store, base := newTestAPI(t)
+	const key = "orders:k1"
+	doneEvents(t, store, time.Hour, key)
+	u := signIn(t, base)
+	csrf := u.formToken(EventURL(key))
+	big := strings.Repeat("r", uiFormLimit)
+
+	resp := u.post("/ui/replay", url.Values{"csrf": {csrf}, "key": {key}, "reason": {big}})
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "larger than this page accepts") {
+		t.Fatalf("replay form over the limit: %d\n%s", resp.StatusCode, body)
+	}
+	if ev, err := store.Get(key, false); err != nil || ev.State != engine.StateDone {
+		t.Fatalf("after the refused form: %+v, %v; want still done", ev, err)
+	}
+
+	resp = u.post("/ui/login", url.Values{"csrf": {"x"}, "token": {big}})
+	body, _ = io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || !strings.Contains(string(body), "larger than this page accepts") {
+		t.Fatalf("sign-in form over the limit: %d\n%s", resp.StatusCode, body)
+	}
+
+	req, _ := http.NewRequest(http.MethodPost, base+"/ui/replay", strings.NewReader("csrf="+csrf+"&key=%zz"))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	r, err := u.c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ = io.ReadAll(r.Body)
+	r.Body.Close()
+	if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "could not be read") {
+		t.Fatalf("a body that is not a form: %d\n%s", r.StatusCode, body)
 	}
 }
