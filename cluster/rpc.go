@@ -226,7 +226,7 @@ var resultErrs = []error{nil, engine.ErrStaleToken, engine.ErrNotFound, engine.E
 // wire: a result carrying one goes as an "other error", its text, which
 // every version reads, and the receiver gives it back its sentinel by that
 // text (a new code would be misread by an older peer during an upgrade).
-var messageErrs = []error{engine.ErrNoPayload, engine.ErrSuperseded}
+var messageErrs = []error{engine.ErrNoPayload, engine.ErrSuperseded, engine.ErrLastAttemptRunning}
 
 // messageErr is the error of an "other error" result, with its sentinel
 // when its text names one of messageErrs.

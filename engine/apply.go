@@ -1101,6 +1101,8 @@ func (a *applier) replay(c *Command) (Result, error) {
 		return bad("replay state %d", c.State)
 	case c.OnlyFrom != 0 && (len(c.Keys) == 0 || !replayable(c.OnlyFrom)):
 		return bad("replay only from %d", c.OnlyFrom)
+	case c.semantics() >= formatRearmWait && !validDuration(c.LeaseFor):
+		return bad("replay lease %d", c.LeaseFor)
 	case len(c.Who) > MaxKeyLen:
 		return bad("replay who length %d", len(c.Who))
 	case len(c.Source) > MaxKeyLen:
@@ -1148,6 +1150,21 @@ func (a *applier) replay(c *Command) (Result, error) {
 				res.Err, res.State = ErrSuperseded, ev.State
 			}
 			continue
+		}
+		if c.OnlyFrom != 0 && flags&flagHistory != 0 && c.semantics() >= formatRearmWait {
+			// A provider's re-arm must not start an attempt beside one the
+			// handler may still be running; an operator's replay may (the
+			// fencing token guards its result).
+			running, err := a.lastAttemptRunning(&ev, c)
+			if err != nil {
+				return Result{}, err
+			}
+			if running {
+				if len(c.Keys) == 1 {
+					res.Err, res.State = ErrLastAttemptRunning, ev.State
+				}
+				continue
+			}
 		}
 		from, oldUpdated := ev.State, ev.UpdatedAt
 		if from == StateDone {

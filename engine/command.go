@@ -1,5 +1,7 @@
 package engine
 
+import "strings"
+
 // This file is the contract between the engine and its callers (cluster, forward,
 // the intake). Names and meanings here are fixed; the encoding and the storage
 // behind them are the engine's own business.
@@ -179,7 +181,10 @@ type Command struct {
 	// others are left as they are (a single key answers ErrWrongState). A
 	// provider's retry re-arms a dead event with it, so that two retries
 	// racing through two nodes cannot replay an event the first one's
-	// delivery has meanwhile completed. 0: any replayable state.
+	// delivery has meanwhile completed. 0: any replayable state. From
+	// format 20 such a re-arm also leaves a dead event whose last attempt
+	// timed out while its lease runs at Now (ErrLastAttemptRunning), the
+	// lease being the longer of the event's and LeaseFor (the source's).
 	OnlyFrom State
 
 	// DropPayloads, Purge. DropPayloads: Before is Now; done events completed
@@ -234,6 +239,33 @@ type Attempt struct {
 	Status int    // the handler's HTTP status; 0 when there was no answer
 	Error  string // the failure: a transport error, or why the answer failed
 	Body   []byte // the first MaxAttemptBody bytes of the handler's answer
+}
+
+// AttemptTimeout is the Error of an attempt the handler did not answer
+// within the forward timeout; an answer whose body stalled past it is
+// recorded as "read body: timeout".
+const AttemptTimeout = "timeout"
+
+// TimedOut reports whether the attempt ended at its timeout rather than at
+// the handler's answer: the handler may have gone on running it.
+func (at *Attempt) TimedOut() bool {
+	return at.Error == AttemptTimeout || strings.HasSuffix(at.Error, ": "+AttemptTimeout)
+}
+
+// LastAttemptWait is how long (ns) after now the lease of an event's last
+// attempt still runs, when that attempt timed out; 0 when it did not, or
+// its lease is over. The lease is the longer of the event's own (evLease)
+// and srcLease (the source's current one: a reload may have changed it).
+// The wait is at most one lease, and an attempt stamped more than a lease
+// after now is not waited for: a leader whose clock ran ahead stamped it,
+// and no lease this clock can time explains it (the fencing token still
+// guards that attempt's result).
+func LastAttemptWait(last Attempt, evLease, srcLease, now int64) int64 {
+	lease := max(evLease, srcLease)
+	if !last.TimedOut() || last.At-now > lease {
+		return 0
+	}
+	return min(max(last.At+lease-now, 0), lease)
 }
 
 // Event is the stored view of one claimed key.

@@ -79,7 +79,7 @@ func attemptOf(now int64) *Attempt {
 	if now%5 == 0 {
 		return nil
 	}
-	return &Attempt{At: now - sec, Took: now % sec, Status: int(now % 3 * 250), Error: fmt.Sprintf("err %d", now%4),
+	return &Attempt{At: now - sec, Took: now % sec, Status: int(now % 3 * 250), Error: []string{"err 0", "err 1", "err 2", AttemptTimeout}[now%4],
 		Body: bytes.Repeat([]byte("b"), int(now%300))}
 }
 
@@ -154,7 +154,8 @@ func randomEntries(t *testing.T, seed uint64, n int) []Entry {
 				c = Command{Op: OpReclaim, Now: now, Horizon: now % 2 * 5 * 60 * sec}
 			case p < 88:
 				if rng.IntN(2) == 0 {
-					c = Command{Op: OpReplay, Now: now, Keys: []string{key(), key()}, Who: "ops", Reason: "r", OnlyFrom: []State{0, StateDead}[now/sec%2]}
+					c = Command{Op: OpReplay, Now: now, Keys: []string{key(), key()}, Who: "ops", Reason: "r", OnlyFrom: []State{0, StateDead}[now/sec%2],
+						LeaseFor: now % 3 * 30 * sec} // from now, so the rng sequence stays as it was
 				} else {
 					c = Command{Op: OpReplay, Now: now, State: []State{StateDone, StateDead, StateStale}[rng.IntN(3)],
 						Source: []string{"", "s0"}[rng.IntN(2)], Since: now - rng.Int64N(hour), Who: "ops"}

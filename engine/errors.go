@@ -27,6 +27,11 @@ var (
 	// stays as it is, since delivering it now would put it after a newer
 	// one (order.go). An operator's replay has no such check.
 	ErrSuperseded = errors.New("engine: a newer event of its order object was claimed")
+	// ErrLastAttemptRunning: a provider's re-arm (a replay with OnlyFrom)
+	// of a dead event whose last attempt timed out less than its lease ago
+	// (LastAttemptWait): the handler may still be running it, and a new
+	// attempt now would run beside it. The event stays dead.
+	ErrLastAttemptRunning = errors.New("engine: the event's last attempt timed out and its lease still runs")
 	// ErrClosed: the engine was closed (or a Restore failed with
 	// ErrRestoreIncomplete).
 	ErrClosed = errors.New("engine: closed")

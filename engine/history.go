@@ -125,6 +125,21 @@ func (a *applier) histPoint() point {
 	return a.histp
 }
 
+// lastAttemptRunning reports whether ev's last attempt timed out and its
+// lease still runs at c.Now (LastAttemptWait, with c.LeaseFor the source's
+// lease). ev is flagged with a history.
+func (a *applier) lastAttemptRunning(ev *Event, c *Command) (bool, error) {
+	v := a.histPoint().get(a.tk(ev.CreatedAt, ev.Key))
+	if v == nil {
+		return false, fmt.Errorf("%w: event %q: flagged with a history, none stored", ErrCorrupt, clip(strBytes(ev.Key)))
+	}
+	h, err := decodeHistory(strBytes(ev.Key), v)
+	if err != nil {
+		return false, err
+	}
+	return LastAttemptWait(h[len(h)-1], ev.LeaseFor, c.LeaseFor, c.Now) > 0, nil
+}
+
 // recordAttempt appends c.Attempt to ev's history (the newest maxHistory
 // kept) and returns the record flags with flagHistory.
 func (a *applier) recordAttempt(ev *Event, flags byte, at *Attempt) (byte, error) {

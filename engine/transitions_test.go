@@ -463,6 +463,7 @@ func TestBadCommands(t *testing.T) {
 		{"replay empty key", Command{Op: OpReplay, Now: t0, Keys: []string{""}}},
 		{"replay only from without keys", Command{Op: OpReplay, Now: t0, State: StateDead, OnlyFrom: StateDead}},
 		{"replay only from pending", Command{Op: OpReplay, Now: t0, Keys: []string{"src:a"}, OnlyFrom: StatePending}},
+		{"replay negative lease", Command{Op: OpReplay, Now: t0, Keys: []string{"src:a"}, OnlyFrom: StateDead, LeaseFor: -1}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

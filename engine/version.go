@@ -48,6 +48,9 @@ import (
 //	19 a lease's lengths by source from the running configuration: entry
 //	   field leases (an event of a named source is leased for, and keeps,
 //	   that length)
+//	20 a provider's re-arm (a keyed replay with onlyFrom, entry field
+//	   leaseFor the source's lease) leaves a dead event whose last attempt
+//	   timed out while that attempt's lease runs (ErrLastAttemptRunning)
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -80,12 +83,14 @@ import (
 //	formatOrderKept       an event whose expiry moves keeps its object's
 //	                      orders entry at least as long (keepOrder)
 //	formatExpireBatched   an expire's Max bounds the entries it visits
+//	formatRearmWait       a replay with OnlyFrom leaves a dead event whose
+//	                      timed-out last attempt's lease runs at Now
 //
 // An entry this binary cannot read (a newer entry version or format, an
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 19
+const FormatVersion = 20
 
 // Formats at which the meaning of an existing command changed.
 const (
@@ -96,6 +101,7 @@ const (
 	formatRearmOrder     = 15
 	formatOrderKept      = 16
 	formatExpireBatched  = 17
+	formatRearmWait      = 20
 )
 
 // ErrNewerFormat: a file, snapshot or log entry was written by a newer binary

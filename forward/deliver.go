@@ -405,7 +405,7 @@ func isTokenChar(c byte) bool {
 
 // reasonTimeout is the failure reason of an attempt that outlasted its
 // target's timeout.
-const reasonTimeout = "timeout"
+const reasonTimeout = engine.AttemptTimeout
 
 // errReason turns a failed request into a short reason: "timeout",
 // "connect: connection refused", "request: EOF". It never includes the URL or

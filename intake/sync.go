@@ -8,7 +8,6 @@ import (
 	"context"
 	"errors"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/valyala/fasthttp"
@@ -16,29 +15,17 @@ import (
 	"oncehook/engine"
 )
 
-// errLastAttemptRunning: the dead event's last attempt timed out less than
-// a lease ago: its handler may still be running it.
-var errLastAttemptRunning = errors.New("the last attempt may still run")
-
 // lastAttemptWait is how long the lease of ev's last attempt still runs at
 // now (unix ns, this node's clock), when that attempt timed out (its handler
-// may have gone on past the timeout); 0 when it did not, or its lease is
-// over. The lease is the longer of the one stored with the event and the
-// source's current one (a reload may have changed it since), and the wait
-// is at most that long: a leader whose clock ran ahead stamped the attempt
-// in the future, and a retry must not be refused for longer than a lease.
-// A timeout is the forwarder's reason "timeout", or "read body: timeout"
-// for an answer that stalled.
+// may have gone on past the timeout): engine.LastAttemptWait. The leader's
+// engine decides the same on its own clock when it applies the re-arm
+// (engine.ErrLastAttemptRunning); asking this node's copy first spares the
+// Raft round, and guards where the leader runs a release without the check.
 func lastAttemptWait(ev engine.Event, srcLease, now int64) time.Duration {
 	if len(ev.History) == 0 {
 		return 0
 	}
-	last := ev.History[len(ev.History)-1]
-	if last.Error != "timeout" && !strings.HasSuffix(last.Error, ": timeout") {
-		return 0
-	}
-	lease := max(ev.LeaseFor, srcLease)
-	return time.Duration(min(max(last.At+lease-now, 0), lease))
+	return time.Duration(engine.LastAttemptWait(ev.History[len(ev.History)-1], ev.LeaseFor, srcLease, now))
 }
 
 // Audit fields of a re-arm by a provider's retry.
@@ -65,7 +52,7 @@ func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 	cancel()
 	var fresh func(engine.Event) bool
 	switch {
-	case errors.Is(err, errLastAttemptRunning):
+	case errors.Is(err, engine.ErrLastAttemptRunning):
 		// Re-armed now, the event would reach the handler beside that
 		// run; the forwarder waits for a timed-out attempt's lease to end
 		// before any retry of its own, and so does this one.
@@ -159,12 +146,13 @@ func (in *Server) rearmOnce(ctx context.Context, key string, lease int64) (engin
 		return ev, errNotDead
 	}
 	if lastAttemptWait(ev, lease, in.now().UnixNano()) > 0 {
-		return ev, errLastAttemptRunning
+		return ev, engine.ErrLastAttemptRunning
 	}
 	_, err = in.store.Replay(ctx, engine.Command{
 		Op:       engine.OpReplay,
 		Keys:     []string{key},
 		OnlyFrom: engine.StateDead, // never a done event another retry re-armed and the handler completed
+		LeaseFor: lease,            // the source's, for the leader's check of a timed-out last attempt
 		Who:      rearmWho,
 		Reason:   rearmReason,
 	})

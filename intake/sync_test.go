@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -500,21 +501,27 @@ func (m *memStore) failTimedOut(t *testing.T, key string, at time.Time) {
 // event whose last attempt timed out less than a lease ago is not re-armed:
 // the handler may still be running that attempt, and a re-arm would start
 // the event again beside it. It gets 503 with the wait in Retry-After and
-// the event stays dead; once the lease is over, the retry re-arms it.
+// the event stays dead; once the lease is over, the retry re-arms it. A
+// receiving node whose clock runs ahead of the leader's sees the lease over
+// too early: the leader's engine refuses the re-arm on its own clock.
 func TestRearmWaitsForATimedOutAttemptsLease(t *testing.T) {
 	dir := t.TempDir()
 	secret, _ := providers.GenerateSecret("standard")
 	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
 	mem := newMemStore(t)
-	f := &intakeFixture{t: t, store: mem, secret: secret, in: New(Options{Store: mem, Sources: loadSources(t, dir, syncSources)})}
+	sources := loadSources(t, dir, syncSources)
 	for _, tc := range []struct {
 		id      string
 		started time.Duration // the last attempt's start, before now
+		ahead   time.Duration // the receiving node's clock ahead of the store's
 		status  int
 	}{
-		{"msg_recent", time.Second, 503},   // its 30 s lease runs for 29 s more
-		{"msg_old", 31 * time.Second, 200}, // its lease is over: re-armed, delivered again
+		{"msg_recent", time.Second, 0, 503},   // its 30 s lease runs for 29 s more
+		{"msg_old", 31 * time.Second, 0, 200}, // its lease is over: re-armed, delivered again
+		{"msg_node_ahead", time.Second, time.Minute, 503},
 	} {
+		f := &intakeFixture{t: t, store: mem, secret: secret, in: New(Options{Store: mem, Sources: sources,
+			Now: func() time.Time { return time.Now().Add(tc.ahead) }})}
 		req := request{path: "/in/paid", body: `{"a":1}`, id: tc.id}
 		key := "paid:" + tc.id
 		done := make(chan struct{})
@@ -537,8 +544,9 @@ func TestRearmWaitsForATimedOutAttemptsLease(t *testing.T) {
 		}
 		ev, _ := mem.Get(key, false)
 		if tc.status == 503 {
-			if ra := a.header["Retry-After"]; ra == "" || ra == "1" || !strings.Contains(a.body, "may still be running") || ev.State != engine.StateDead || len(ev.Audit) != 0 {
-				t.Fatalf("%s: %q Retry-After %q, event %v with %d audit entries; want the wait, dead, not re-armed", tc.id, a.body, ra, ev.State, len(ev.Audit))
+			ra, _ := strconv.Atoi(a.header["Retry-After"])
+			if ra < 1 || tc.ahead == 0 && ra == 1 || !strings.Contains(a.body, "may still be running") || ev.State != engine.StateDead || len(ev.Audit) != 0 {
+				t.Fatalf("%s: %q Retry-After %q, event %v with %d audit entries; want the wait, dead, not re-armed", tc.id, a.body, a.header["Retry-After"], ev.State, len(ev.Audit))
 			}
 		}
 	}
@@ -546,8 +554,8 @@ func TestRearmWaitsForATimedOutAttemptsLease(t *testing.T) {
 
 // TestLastAttemptWait: the wait before a re-arm runs on the longer of the
 // event's own lease and the source's current one, counts a stalled answer as
-// a timeout, and never exceeds one lease (an attempt stamped by a leader
-// whose clock ran ahead).
+// a timeout, never exceeds one lease, and ignores an attempt stamped more
+// than a lease ahead (by a leader whose clock ran ahead).
 func TestLastAttemptWait(t *testing.T) {
 	now := time.Unix(1_800_000_000, 0).UnixNano()
 	at := func(ago time.Duration, reason string) engine.Event {
@@ -566,7 +574,8 @@ func TestLastAttemptWait(t *testing.T) {
 		{"a stalled answer", at(time.Second, "read body: timeout"), 29 * time.Second},
 		{"its lease is over", at(31*time.Second, "timeout"), 0},
 		{"the event's longer lease", withLease(at(40*time.Second, "timeout"), 2*time.Minute), 80 * time.Second},
-		{"stamped an hour ahead", at(-time.Hour, "timeout"), 30 * time.Second},
+		{"stamped less than a lease ahead", at(-20*time.Second, "timeout"), 30 * time.Second},
+		{"stamped an hour ahead", at(-time.Hour, "timeout"), 0},
 	} {
 		if got := lastAttemptWait(tc.ev, src, now); got != tc.want {
 			t.Errorf("%s: wait %s, want %s", tc.name, got, tc.want)
