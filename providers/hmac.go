@@ -1,6 +1,10 @@
 package providers
 
-import "time"
+import (
+	"encoding/binary"
+	"hash"
+	"time"
+)
 
 // generic is the "hmac" scheme: any sender that puts one HMAC of a template
 // over {id}, {timestamp} and {body} in one header, described by Options.HMAC.
@@ -22,7 +26,38 @@ func (generic) NewVerifier(opts Options) (Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return verifier(newMACVerifier(spec, opts))
+	v, err := newMACVerifier(spec, opts)
+	if err != nil {
+		return nil, err
+	}
+	if spec.tsHeader != "" {
+		return timestampedVerifier{v}, nil
+	}
+	return v, nil
+}
+
+// timestampedVerifier is a generic sender whose template signs a
+// timestamp header. Its replay guard holds the timestamp with the body: a
+// captured delivery can only be resent with its own timestamp (within the
+// tolerance), while the sender's later events whose body repeats (a
+// heartbeat, a status ping) carry a new one and are not taken for replays.
+type timestampedVerifier struct{ *macVerifier }
+
+var _ ReplayBodier = timestampedVerifier{}
+
+// WriteReplayBody writes the timestamp header's value as sent (the bytes
+// the signature covers), length-prefixed, then the body.
+func (v timestampedVerifier) WriteReplayBody(h hash.Hash, r *Request) error {
+	ts, err := peekSig(r.Header, v.spec.tsHeader, v.errNoTS)
+	if err != nil {
+		return err
+	}
+	h.Reset()
+	var n [binary.MaxVarintLen64]byte
+	h.Write(binary.AppendUvarint(n[:0], uint64(len(ts))))
+	h.Write(ts)
+	h.Write(r.Body)
+	return nil
 }
 
 // Sign signs per spec; the timestamp header, when the spec has one, carries
