@@ -364,6 +364,14 @@ func (l *loader) decodeError(prefix string, err error) {
 	var pe toml.ParseError
 	if errors.As(err, &pe) {
 		line, key, msg = pe.Position.Line, pe.LastKey, pe.Message
+		if strings.Contains(msg, "table name") || strings.Contains(msg, "table array name") {
+			// A header left unclosed: the parser is past it, on the next
+			// line, and its last key is the table before.
+			key = ""
+			if h := l.p.lines.headerBefore(line); h > 0 {
+				line = h
+			}
+		}
 		if prefix == "" {
 			// The whole file's parse: a syntax error, which may quote a
 			// secret. (A section's decode reports our own types' errors,
@@ -637,6 +645,8 @@ func (l *loader) notAReference(key, v, fileKey string) {
 	var looks string
 	path := strings.TrimPrefix(v, "file:")
 	switch {
+	case strings.HasPrefix(v, "$(") && variableRef.MatchString(v):
+		looks = "a shell command's output"
 	case variableRef.MatchString(v):
 		looks = "the name of an environment variable"
 	case strings.HasPrefix(path, "/") || strings.HasPrefix(path, "./") || strings.HasPrefix(path, "../"):

@@ -25,6 +25,9 @@ import (
 type keyLines struct {
 	lines  map[string]int
 	tables []tableLine // table headers in file order
+	// brackets are the lines that open with '[' (after blanks), in file
+	// order: where a header the scanner could not read may be.
+	brackets []int
 }
 
 type tableLine struct {
@@ -138,7 +141,29 @@ func scanKeyLines(src string) *keyLines {
 		arrays: map[string]int{},
 	}
 	s.document()
+	for i, l := range strings.Split(src, "\n") {
+		if strings.HasPrefix(strings.TrimLeft(l, " \t"), "[") {
+			s.out.brackets = append(s.out.brackets, i+1)
+		}
+	}
 	return s.out
+}
+
+// headerBefore returns the last line at or before line that opens with
+// '[', or 0: the parser reports a table header left unclosed on the line
+// after it, under the table before it.
+func (kl *keyLines) headerBefore(line int) int {
+	if kl == nil {
+		return 0
+	}
+	found := 0
+	for _, l := range kl.brackets {
+		if l > line {
+			break
+		}
+		found = l
+	}
+	return found
 }
 
 func (s *scanner) record(path string, line int) {
