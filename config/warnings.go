@@ -51,7 +51,6 @@ var warningChecks = []func(*Config) []string{
 	weakSecrets,  // secretwarn.go
 	inlinePaths,  // secretwarn.go
 	unsignedKeys, // secretwarn.go
-	unguardedUnsignedKeys,
 	forwardedAdvertise,
 	ineffectiveKeys, // sourcewarn.go
 	smallBodies,     // sourcewarn.go

@@ -79,3 +79,60 @@ forward = "http://127.0.0.1:1/ts"
 		}
 	}
 }
+
+// TestShopifyReplayGuardHoldsTheTopic: Shopify sends one body under several
+// topics at once (orders/create and orders/updated for a new order). With
+// the replay guard on (shopify's default), each topic's delivery is a new
+// event, while the
+// captured body resent under its own topic and a new event id is a
+// duplicate of the original.
+func TestShopifyReplayGuardHoldsTheTopic(t *testing.T) {
+	const secret = "shop-secret-2-0123456789abcdef0123456"
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "shop.secret"), secret+"\n")
+	set := loadSources(t, dir, `
+[[source]]
+name = "shop"
+provider = "shopify"
+secret_files = ["shop.secret"]
+forward = "http://127.0.0.1:1/shop"
+`)
+	scheme, _ := providers.Lookup("shopify")
+	store := newMemStore(t)
+	in := New(Options{Store: store, Sources: set})
+	send := func(id, topic, body string) answer {
+		t.Helper()
+		hs, err := scheme.Sign([]byte(body), []byte(secret), time.Now(), id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var req fasthttp.Request
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURI("/in/shop")
+		for _, h := range hs {
+			req.Header.Set(h.Name, h.Value)
+		}
+		req.Header.Set("X-Shopify-Topic", topic)
+		req.SetBodyString(body)
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 40000}, nil)
+		in.handle(&ctx)
+		return answer{status: ctx.Response.StatusCode(), body: string(ctx.Response.Body())}
+	}
+	const order = `{"id":820982911946154500,"total_price":"10.00"}`
+	for _, step := range []struct {
+		name, id, topic, body string
+		want                  int
+		wantKey               string
+	}{
+		{"orders/create", "e1", "orders/create", order, 202, "shop:e1"},
+		{"orders/updated, the same body", "e2", "orders/updated", order, 202, "shop:e2"},
+		{"orders/create resent under a new id", "e3", "orders/create", order, 200, "shop:e1"},
+		{"orders/updated resent under a new id", "e4", "orders/updated", order, 200, "shop:e2"},
+	} {
+		a := send(step.id, step.topic, step.body)
+		if a.status != step.want || !strings.Contains(a.body, `"key":"`+step.wantKey+`"`) {
+			t.Fatalf("%s: %d %s, want %d naming %s", step.name, a.status, a.body, step.want, step.wantKey)
+		}
+	}
+}
