@@ -144,6 +144,9 @@ func openSnapshots(raftDir string, logger hclog.Logger, storing func(error)) (ra
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open snapshots: %w", err)
 	}
+	if err := removeUnfinishedSnapshots(dir, logger); err != nil {
+		return nil, fmt.Errorf("open snapshots: %w", err)
+	}
 	store, err := raft.NewFileSnapshotStoreWithLogger(raftDir, retainSnapshots, logger)
 	if err != nil {
 		return nil, fmt.Errorf("open snapshots: %w", err)
@@ -152,6 +155,27 @@ func openSnapshots(raftDir string, logger hclog.Logger, storing func(error)) (ra
 		return nil, fmt.Errorf("open snapshots: %w", err)
 	}
 	return privateSnapshots{FileSnapshotStore: store, dir: dir, storing: storing}, nil
+}
+
+// removeUnfinishedSnapshots deletes the temporary directories (NAME.tmp) of
+// snapshots a crash interrupted: raft never lists nor removes them, and each
+// may hold up to a whole copy of the state. Nothing writes a snapshot while
+// the store opens.
+func removeUnfinishedSnapshots(dir string, logger hclog.Logger) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return err
+	}
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasSuffix(e.Name(), ".tmp") {
+			continue
+		}
+		if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+			return err
+		}
+		logger.Warn("removed a snapshot a crash left unfinished", "dir", e.Name())
+	}
+	return nil
 }
 
 // privateSnapshots is raft's file snapshot store with private modes.

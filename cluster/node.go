@@ -427,7 +427,15 @@ func (n *Node) openEngine() error {
 			return err
 		}
 	}
-	eng, err := engine.Open(filepath.Join(cfg.Dir, "fsm.db"), engine.Options{NoSync: cfg.NoSync || unsynced, BucketWidth: cfg.BucketWidth})
+	path := filepath.Join(cfg.Dir, "fsm.db")
+	eng, err := engine.Open(path, engine.Options{NoSync: cfg.NoSync || unsynced, BucketWidth: cfg.BucketWidth})
+	if errors.Is(err, engine.ErrCorrupt) {
+		// The engine file is a product of the snapshot and the log: without
+		// it the node rebuilds it (catchUpFromSnapshot), and checkLogKept
+		// refuses a log the snapshot no longer covers.
+		return fmt.Errorf("open engine: %w; stop the node and move %s away (mv %s %s.damaged): "+
+			"at its next start the node rebuilds it from the newest snapshot and the raft log", err, path, path, path)
+	}
 	if err != nil {
 		return fmt.Errorf("open engine: %w", err)
 	}
@@ -451,9 +459,10 @@ func (n *Node) openEngine() error {
 // a cache of the newest entries.
 func (n *Node) openLog(raftDir string) (raft.LogStore, error) {
 	path := filepath.Join(raftDir, "logs.db")
-	// bbolt would fault on a truncated file (SIGBUS), a crash that names
-	// nothing; the engine's size check refuses it with the file's name.
-	if err := engine.CheckFileSize(path); err != nil {
+	// bbolt would fault on a truncated file (SIGBUS) and panic on a damaged
+	// page, crashes that name nothing; the engine's checks refuse both with
+	// the file's name.
+	if err := engine.CheckPages(path); err != nil {
 		return nil, fmt.Errorf("open raft log: %w; %s", err, rejoinHint)
 	}
 	var err error
@@ -780,6 +789,23 @@ func (n *Node) checkLogKept(snaps raft.SnapshotStore) error {
 		return fmt.Errorf("list snapshots: %w", err)
 	} else if len(list) > 0 {
 		snapIndex = list[0].Index
+	}
+	// Raft applies the entries after its newest snapshot at start: a log
+	// compacted past a snapshot that is gone (deleted, its meta.json
+	// damaged: raft does not list it) would panic raft on the first entry
+	// it lacks.
+	first, err := n.logStore.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("raft log: first index: %w", err)
+	}
+	if first > 1 && first > snapIndex+1 {
+		newest := fmt.Sprintf("the newest snapshot ends at index %d", snapIndex)
+		if snapIndex == 0 {
+			newest = "there is no snapshot raft can read (it lists those whose meta.json reads)"
+		}
+		return fmt.Errorf("raft log %s starts at index %d and %s under %s: the entries before are in no snapshot, "+
+			"and raft cannot start without them; put the snapshot back if it was moved, else %s",
+			filepath.Join(n.cfg.Dir, "raft", "logs.db"), first, newest, filepath.Join(n.cfg.Dir, "raft", "snapshots"), rejoinHint)
 	}
 	if applied == 0 && snapIndex == 0 {
 		return nil // a new node, or one whose whole data directory was emptied

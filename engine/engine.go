@@ -232,11 +232,23 @@ func openFile(path string, opts Options, create bool) (*bolt.DB, int64, uint64, 
 // than its meta pages say. Read-only, bbolt does not rebuild the freelist
 // (a walk of every page) at open: CheckFile walks a file it does not trust
 // itself, where a damaged page can be recovered from.
-func openBolt(path string, opts Options, readOnly bool) (*bolt.DB, error) {
-	if err := CheckFileSize(path); err != nil {
+func openBolt(path string, opts Options, readOnly bool) (db *bolt.DB, err error) {
+	if readOnly {
+		// CheckFile walks the pages itself, first.
+		if err := CheckFileSize(path); err != nil {
+			return nil, fmt.Errorf("engine: open %s: %w", path, err)
+		}
+	} else if err := CheckPages(path); err != nil {
 		return nil, fmt.Errorf("engine: open %s: %w", path, err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{
+	defer func() {
+		// What CheckPages does not see and bbolt's freelist rebuild does
+		// reaches here as bbolt's panic.
+		if r := recover(); r != nil {
+			db, err = nil, fmt.Errorf("engine: open %s: %w: a damaged page (%v)", path, ErrCorrupt, r)
+		}
+	}()
+	db, err = bolt.Open(path, 0o600, &bolt.Options{
 		Timeout: opts.LockTimeout,
 		// The hashmap freelist stays fast on a large, fragmented file; not
 		// syncing it makes commits cheaper and costs a freelist rebuild at Open.

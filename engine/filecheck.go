@@ -27,6 +27,38 @@ const (
 	boltMetaSummed = 56 // the bytes the checksum covers
 )
 
+// CheckPages checks the size and the page structure of the bbolt file at
+// path, reading it without mapping it (checkPages): nil for a missing or
+// empty file, ErrCorrupt naming the file and what it saw for a damaged one.
+// A read-write Open of a damaged file would panic inside bbolt, in a
+// goroutine of its own, which no caller can recover: Open runs this first,
+// and the cluster runs it on raft's log. It reads every reachable page, as
+// the freelist rebuild of bbolt's Open does after it.
+func CheckPages(path string) (err error) {
+	if err := CheckFileSize(path); err != nil {
+		return err
+	}
+	st, err := os.Stat(path)
+	if errors.Is(err, fs.ErrNotExist) || err == nil && st.Size() == 0 {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("%w: %s: a damaged page (%v)", ErrCorrupt, path, r)
+		}
+	}()
+	if err := checkPages(path); err != nil {
+		if !errors.Is(err, ErrCorrupt) {
+			err = fmt.Errorf("%w: %w", ErrCorrupt, err)
+		}
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
 // CheckFileSize returns nil for a missing or empty file (bbolt creates or
 // initialises it) and for a file whose valid meta pages fit in it; ErrCorrupt
 // for a file shorter than one of them says, or with no valid meta page. It

@@ -100,7 +100,8 @@ func openFDCount(t *testing.T) int {
 // memory, a fault that would kill the process) or random bytes flipped in
 // its data pages (bbolt panics on some) is refused with ErrCorrupt or, when
 // the damage is where nothing is checked (a payload's bytes), accepted; it
-// never panics, and every file it opened is closed.
+// never panics, and every file it opened is closed. Open, which a node runs
+// on its own file at start, refuses them the same way.
 func TestDamagedFileIsRefused(t *testing.T) {
 	whole, pageSize := damagedFileFixture(t)
 	m, err := readMeta(bytes.NewReader(whole), 0)
@@ -134,6 +135,13 @@ func TestDamagedFileIsRefused(t *testing.T) {
 	if err := CheckFile(write(far)); !errors.Is(err, ErrCorrupt) {
 		t.Errorf("a child page far past the file (%d branch pages): %v, want ErrCorrupt", branches, err)
 	}
+	// A node's own file damaged on its disk meets Open, not CheckFile.
+	if e, err := Open(write(far), Options{NoSync: true}); !errors.Is(err, ErrCorrupt) {
+		if err == nil {
+			e.Close()
+		}
+		t.Errorf("Open with a child page far past the file: %v, want ErrCorrupt", err)
+	}
 
 	// Random flips, as a damaged disk or a bad copy would make them.
 	rng := rand.New(rand.NewPCG(7, 12))
@@ -148,13 +156,23 @@ func TestDamagedFileIsRefused(t *testing.T) {
 			off := 2*pageSize + rng.IntN(int(m.pgid)*pageSize-2*pageSize)
 			b[off] ^= byte(1 + rng.IntN(255))
 		}
-		switch err := CheckFile(write(b)); {
-		case err == nil:
+		p := write(b)
+		checked := CheckFile(p)
+		switch {
+		case checked == nil:
 			accepted++
-		case errors.Is(err, ErrCorrupt):
+		case errors.Is(checked, ErrCorrupt):
 			refused++
 		default:
-			t.Errorf("flips %d: %v, want nil or ErrCorrupt", i, err)
+			t.Errorf("flips %d: %v, want nil or ErrCorrupt", i, checked)
+		}
+		// Open, as a node opens its own file: refused without a panic,
+		// or opened.
+		e, err := Open(p, Options{NoSync: true})
+		if err == nil {
+			e.Close()
+		} else if !errors.Is(err, ErrCorrupt) {
+			t.Errorf("flips %d: Open: %v, want nil or ErrCorrupt", i, err)
 		}
 	}
 	t.Logf("%d damaged copies: %d refused, %d accepted (damage in unchecked bytes)", n, refused, accepted)
