@@ -98,6 +98,9 @@ func printStatus(w io.Writer, st *statusAnswer) {
 		fmt.Fprintf(w, "no answer from %s\n", u)
 	}
 	printFormats(w, st.Nodes)
+	if st.StoreFailing != "" {
+		fmt.Fprintf(w, "this node cannot store what raft writes (a full or read-only disk?): %s\n", st.StoreFailing)
+	}
 	if st.ClockHeld != "" {
 		fmt.Fprintf(w, "retention buckets held (nothing expires, no payload is dropped): %s\n", st.ClockHeld)
 	}

@@ -170,6 +170,10 @@ func TestFollowerThatCannotAppendIsNotReady(t *testing.T) {
 		ok, why := c.nodes[f].Ready()
 		return !ok && strings.Contains(why, "cannot store what the leader sends") && strings.Contains(why, "no space left on device")
 	})
+	// Its status says so too, for the metrics and their alert.
+	if st := c.nodes[f].Status(); !strings.Contains(st.StoreFailing, "no space left on device") || st.StoreErrors == 0 {
+		t.Fatalf("status of the full follower: store_failing %q, store_errors %d", st.StoreFailing, st.StoreErrors)
+	}
 	full.fail.Store(0)
 	commit := c.nodes[l].raft.CommitIndex()
 	waitFor(t, "the follower ready and caught up once it can append", func() bool {
@@ -178,6 +182,9 @@ func TestFollowerThatCannotAppendIsNotReady(t *testing.T) {
 	})
 	if _, found, err := c.nodes[f].Lookup("src:while-full-4"); err != nil || !found {
 		t.Fatalf("the last claim on the caught-up follower: found %v, %v", found, err)
+	}
+	if st := c.nodes[f].Status(); st.StoreFailing != "" || st.StoreErrors == 0 {
+		t.Fatalf("status once it stores again: store_failing %q, store_errors %d; want none failing, the errors counted", st.StoreFailing, st.StoreErrors)
 	}
 }
 

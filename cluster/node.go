@@ -193,6 +193,10 @@ type Node struct {
 	// is behind the cluster without knowing by how much (its commit index
 	// stops where its log does), so it is not ready. nil once one succeeds.
 	storeTrouble atomic.Pointer[string]
+	// storeErrors counts the failures storing hears: a snapshot that failed
+	// is cleared from storeTrouble by the next append that succeeds, and
+	// only this count keeps it.
+	storeErrors atomic.Uint64
 	// refusedBy is the leader whose cluster port last refused this node's
 	// handshake on a relay (handshake.go): claims here cannot reach it
 	// (readiness.go).
@@ -843,6 +847,7 @@ func (n *Node) storing(err error) {
 	}
 	msg := err.Error()
 	n.storeTrouble.Store(&msg)
+	n.storeErrors.Add(1)
 }
 
 // fatal stops the process (exit status 2) after one ERROR line saying why:

@@ -458,6 +458,11 @@ type Status struct {
 	// nor drop payloads now: its clock lacks a majority of the voters
 	// (clockcheck.go). "" when it does, and on other nodes.
 	ClockHeld string `json:"clock_held,omitempty"`
+	// StoreFailing is why this node's last raft log append, snapshot or
+	// snapshot install failed, while no append has succeeded since (a full
+	// disk); "" otherwise. StoreErrors counts such failures since start.
+	StoreFailing string `json:"store_failing,omitempty"`
+	StoreErrors  uint64 `json:"store_errors"`
 	// ClusterID is the id the cluster named itself with ("": not yet;
 	// identity.go): a node of another cluster reports another one.
 	ClusterID string   `json:"cluster_id"`
@@ -509,6 +514,10 @@ func (n *Node) Status() Status {
 	st.Relayed = BatchStats{n.prop.relays.Load(), n.prop.relayed.Load()}
 	st.ClaimLeases = ClaimLeaseStats{n.prop.claimLeases.Load(), n.prop.claimLeased.Load()}
 	st.LeaderChanges = n.leaders.leaderChanges()
+	if why := n.storeTrouble.Load(); why != nil {
+		st.StoreFailing = *why
+	}
+	st.StoreErrors = n.storeErrors.Load()
 	if st.State == "leader" {
 		st.LastContact = "0s"
 		st.ClockHeld = n.clock.heldReason(st.Term)
