@@ -47,7 +47,8 @@ func (l *DataDirLock) Close() error { return l.f.Close() }
 // The lock comes before any clean-up a start does (abandoned restores and
 // uploads): a second process started on the directory by mistake must not
 // remove the running node's files before the engine's own lock stops it.
-func LockDataDir(dir string) (*DataDirLock, error) {
+func LockDataDir(dir string) (lock *DataDirLock, err error) {
+	defer func() { err = dataDirHint(dir, err) }()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("data dir: %w", err)
 	}
@@ -67,6 +68,23 @@ func LockDataDir(dir string) (*DataDirLock, error) {
 		return nil, fmt.Errorf("data dir: lock %s: %w", path, err)
 	}
 	return &DataDirLock{f: f}, nil
+}
+
+// dataDirHint adds to an error about the data dir what the operator can
+// do about the two a wrong path or owner causes: a path through a file, and
+// a file under it this process may not open (a permission error about
+// another file, a TLS key, is left as it is).
+func dataDirHint(dir string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, syscall.ENOTDIR):
+		return fmt.Errorf("%w; data_dir %s, or a directory on its way, is a file: name a directory", err, dir)
+	case errors.Is(err, fs.ErrPermission) && strings.Contains(err.Error(), dir):
+		return fmt.Errorf("%w; this process runs as uid %d: make the data dir %s and everything in it this user's "+
+			"(chown -R), or run the node as the user that owns it", err, os.Geteuid(), dir)
+	}
+	return err
 }
 
 // CheckDataDir runs LockDataDir's checks on dir without making, locking or

@@ -2,6 +2,8 @@ package cluster
 
 import (
 	"errors"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,7 +27,12 @@ func TestLockDataDir(t *testing.T) {
 			p := filepath.Join(dir, "f")
 			write(t, p)
 			return p
-		}, "not a directory"},
+		}, "is a file: name a directory"},
+		{"below a file", func(t *testing.T, dir string) string {
+			p := filepath.Join(dir, "f")
+			write(t, p)
+			return filepath.Join(p, "data")
+		}, "or a directory on its way, is a file: name a directory"},
 		{"a link to a private dir", func(t *testing.T, dir string) string {
 			real := filepath.Join(dir, "real")
 			if err := os.Mkdir(real, 0o700); err != nil {
@@ -310,5 +317,27 @@ func TestDataDirOfAnotherNode(t *testing.T) {
 	n = openSolo(t, dir, as("node2"))
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDataDirPermissionHint: a permission error about a file in the data
+// dir (the node runs as a user that does not own it; the tests run as root,
+// which no mode stops) says what to do; one about another file does not
+// get the data dir's advice.
+func TestDataDirPermissionHint(t *testing.T) {
+	dir := "/var/lib/oncehook"
+	inside := fmt.Errorf("open engine: %w", &fs.PathError{Op: "open", Path: dir + "/fsm.db", Err: fs.ErrPermission})
+	if got := dataDirHint(dir, inside).Error(); !strings.Contains(got, "chown -R") || !strings.Contains(got, "this process runs as uid") {
+		t.Errorf("permission error in the data dir: %q, want the chown advice", got)
+	}
+	if !errors.Is(dataDirHint(dir, inside), fs.ErrPermission) {
+		t.Error("the hint lost the error it wraps")
+	}
+	outside := &fs.PathError{Op: "open", Path: "/etc/oncehook/cluster.key", Err: fs.ErrPermission}
+	if got := dataDirHint(dir, outside).Error(); strings.Contains(got, "chown") {
+		t.Errorf("permission error outside the data dir: %q, want no data dir advice", got)
+	}
+	if dataDirHint(dir, nil) != nil {
+		t.Error("a nil error got a hint")
 	}
 }

@@ -315,7 +315,7 @@ func Open(cfg Config) (*Node, error) {
 	n.inproc = cfg.inproc
 	if err := n.open(); err != nil {
 		n.cleanup()
-		return nil, err
+		return nil, dataDirHint(cfg.Dir, err)
 	}
 	return n, nil
 }
