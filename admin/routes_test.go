@@ -6,6 +6,7 @@ import (
 	"go/parser"
 	"go/token"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -98,7 +99,11 @@ func wrapsRequireToken(e ast.Expr) bool {
 // TestEveryRouteNeedsAToken: every route the admin mux serves, but the open
 // ones, refuses a request without credentials: the API with 401, the
 // dead-letter pages by sending the browser to sign in. The routes come from
-// the source, so a route registered without auth fails here.
+// the source, so a route registered without auth fails here. The API also
+// refuses a token that is empty, a prefix of a real one, a real one with a
+// byte more, or one byte changed: each route is asked from an address of
+// its own (127.0.x.y), so that the refusals of one do not put the next
+// behind the address's backoff.
 func TestEveryRouteNeedsAToken(t *testing.T) {
 	routes := registeredRoutes(t)
 	seen := map[string]bool{}
@@ -117,8 +122,11 @@ func TestEveryRouteNeedsAToken(t *testing.T) {
 	}
 	_, base := newTestAPI(t)
 	fill := strings.NewReplacer("{key...}", "orders:x", "{name}", "orders", "{id}", "node2", "{$}", "")
-	client := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	for _, r := range routes {
+	changed := []byte(testToken)
+	changed[len(changed)-1] ^= 1
+	wrong := []string{"Bearer ", "Bearer " + testToken[:len(testToken)-1], "Bearer " + testToken + "x", "Bearer " + string(changed)}
+	for i, r := range routes {
+		client := clientFrom(t, net.IPv4(127, 0, byte(1+i/250), byte(1+i%250)))
 		if openRoutes[r] {
 			continue
 		}
@@ -147,8 +155,29 @@ func TestEveryRouteNeedsAToken(t *testing.T) {
 			if resp.StatusCode != http.StatusUnauthorized {
 				t.Errorf("%s without a token: %d, want 401", r, resp.StatusCode)
 			}
+			for _, auth := range wrong {
+				req, _ := http.NewRequest(method, base+fill.Replace(path), strings.NewReader("{}"))
+				req.Header.Set("Authorization", auth)
+				resp, err := client.Do(req)
+				if err != nil {
+					t.Fatalf("%s: %v", r, err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusUnauthorized {
+					t.Errorf("%s with %d bytes of token not one of the tokens: %d, want 401", r, len(auth)-len("Bearer "), resp.StatusCode)
+				}
+			}
 		}
 	}
+}
+
+// clientFrom is an HTTP client whose connections leave from ip (an address
+// of the loopback net), following no redirect.
+func clientFrom(t *testing.T, ip net.IP) *http.Client {
+	d := &net.Dialer{LocalAddr: &net.TCPAddr{IP: ip}}
+	tr := &http.Transport{DialContext: d.DialContext, DisableKeepAlives: true}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 }
 
 // TestUnmatchedRequestsNeedAToken: a path no route serves, a route asked
