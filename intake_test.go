@@ -409,19 +409,39 @@ func TestAdminNeedsAToken(t *testing.T) {
 	}
 }
 
+// TestSecretsNeverLeak: no output of the node (its answers to forged
+// deliveries and to wrong admin tokens, the admin API, the metrics and its
+// log) holds any 8 bytes of a secret, of an admin token (the current one or
+// the one a reload replaced), of the hex of the secret's key, or of the
+// signature the secret makes for a forged delivery (which would let the
+// forger send it signed).
 func TestSecretsNeverLeak(t *testing.T) {
 	h := newHandler(t)
 	tn := startTestNode(t, "", h.url)
+	var seen []string
 	body := orderBody("evt_leak", "obj_leak", 1)
-	tn.post("orders", body, tn.signed(body, "msg_leak"))
-	tn.post("orders", body, signStandard(t, "whsec_"+strings.Repeat("QkJC", 8), body, "msg_leak2", time.Now()))
+	seen = append(seen, tn.post("orders", body, tn.signed(body, "msg_leak")).Raw)
+	forgedAt := time.Now()
+	seen = append(seen, tn.post("orders", body, signStandard(t, "whsec_"+strings.Repeat("QkJC", 8), body, "msg_leak2", forgedAt)).Raw)
 	tn.waitState("orders:msg_leak", engine.StateDone)
 	// A random admin token, so that any 8 bytes of it in the output are a
-	// leak and not a word the output uses anyway.
+	// leak and not a word the output uses anyway; the one it replaces is
+	// presented after the reload, and so are near misses of the new one.
+	oldToken := tn.token
 	tn.token = rand.Text() + rand.Text()
 	mustWrite(t, filepath.Join(tn.dir, "admin.token"), tn.token+"\n")
 	tn.n.reload(tn.cfgPath)
-	var seen []string
+	near := []byte(tn.token)
+	near[len(near)-1] ^= 1
+	for _, wrong := range []string{oldToken, string(near), tn.token[:len(tn.token)-1]} {
+		req, _ := http.NewRequest(http.MethodGet, tn.admin+"/v1/status", nil)
+		req.Header.Set("Authorization", "Bearer "+wrong)
+		a := tn.do(req)
+		if a.Status != http.StatusUnauthorized {
+			t.Fatalf("a wrong token: %d %s", a.Status, a.Raw)
+		}
+		seen = append(seen, a.Raw)
+	}
 	for _, p := range []string{"/v1/status", "/v1/events", "/v1/events/orders:msg_leak?body=1", "/metrics", "/readyz"} {
 		req, _ := http.NewRequest(http.MethodGet, tn.admin+p, nil)
 		req.Header.Set("Authorization", "Bearer "+tn.token)
@@ -438,8 +458,21 @@ func TestSecretsNeverLeak(t *testing.T) {
 	}
 	// Any 8 bytes of the random secret or token, as written or as the hex
 	// of the secret's key: a prefix logged "to tell tokens apart" leaks too.
+	var realSig string
+	for _, hd := range signStandard(t, tn.secret, body, "msg_leak2", forgedAt) {
+		if hd.Name == "webhook-signature" {
+			realSig = strings.TrimPrefix(hd.Value, "v1,")
+		}
+	}
+	if realSig == "" {
+		t.Fatal("no webhook-signature from the signer")
+	}
+	realSum, err := base64.StdEncoding.DecodeString(realSig)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var needles []string
-	for _, s := range []string{tn.secret, tn.token, hex.EncodeToString(raw)} {
+	for _, s := range []string{tn.secret, tn.token, oldToken, hex.EncodeToString(raw), realSig, hex.EncodeToString(realSum)} {
 		for i := 0; i+8 <= len(s); i++ {
 			needles = append(needles, s[i:i+8])
 		}
