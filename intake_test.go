@@ -95,7 +95,11 @@ func TestConcurrentDuplicatesCreateOneEvent(t *testing.T) {
 	}
 }
 
-func TestCrashMidProcessingDeliversAfterRestart(t *testing.T) {
+// TestStopMidProcessingDeliversAfterRestart: a node stopped while its
+// handler hangs on an event (a graceful stop: the attempt is recorded on the
+// way out) delivers the event again after its restart. A crash, which
+// records nothing, is systest's TestKillMidDeliveryDeliversAfterRestart.
+func TestStopMidProcessingDeliversAfterRestart(t *testing.T) {
 	h := newHandler(t)
 	release := make(chan struct{})
 	h.setAnswer(func(delivery) (int, string) {
@@ -183,7 +187,8 @@ func TestBadInputGetsAClearErrorAndStoresNothing(t *testing.T) {
 	// runs; its ErrorHandler must still say 413, not "malformed" (400).
 	huge := bytes.Repeat([]byte("a"), 1<<20+1)
 	hugeSigned := tn.signed(huge, "msg_bad_input")
-	notJSON := []byte(`{"id":`)
+	// Its key is readable: only the JSON check refuses it.
+	notJSON := []byte(`{"id":"evt_not_json",`)
 	stripeSign := func(b []byte) []providers.Header {
 		s, _ := providers.Lookup("stripe")
 		hs, _ := s.Sign(b, []byte("whsec_stripe_test_secret"), time.Now(), "", nil)
@@ -200,23 +205,24 @@ func TestBadInputGetsAClearErrorAndStoresNothing(t *testing.T) {
 		headers []providers.Header
 		extra   map[string]string
 		status  int
+		want    string // in the error, when set: the refusal's own reason
 	}{
-		{"wrong signature", "POST", "orders", body, wrongSecret, nil, 401},
-		{"missing signature header", "POST", "orders", body, without("webhook-signature"), nil, 401},
-		{"missing id header", "POST", "orders", body, without("webhook-id"), nil, 401},
-		{"stale timestamp", "POST", "orders", body, stale, nil, 401},
-		{"future timestamp", "POST", "orders", body, future, nil, 401},
-		{"body changed after signing", "POST", "orders", append([]byte(nil), append(body, ' ')...), good, nil, 401},
-		{"body over max_body", "POST", "orders", big, bigSigned, nil, 413},
-		{"body over the server limit", "POST", "orders", huge, hugeSigned, nil, 413},
-		{"unknown source", "POST", "nope", body, good, nil, 404},
-		{"GET", "GET", "orders", nil, good, nil, 405},
-		{"PUT", "PUT", "orders", body, good, nil, 405},
-		{"empty body", "POST", "orders", []byte{}, tn.signed([]byte{}, "msg_bad_input"), nil, 400},
-		{"invalid JSON for a json-keyed source", "POST", "stripe", notJSON, stripeSign(notJSON), nil, 400},
-		{"key over 512 bytes", "POST", "stripe", longBody, stripeSign(longBody), nil, 400},
-		{"gzip content encoding", "POST", "orders", body, good, map[string]string{"Content-Encoding": "gzip"}, 415},
-		{"64 KiB header", "POST", "orders", body, good, map[string]string{"X-Huge": strings.Repeat("h", 64<<10)}, 431},
+		{"wrong signature", "POST", "orders", body, wrongSecret, nil, 401, ""},
+		{"missing signature header", "POST", "orders", body, without("webhook-signature"), nil, 401, ""},
+		{"missing id header", "POST", "orders", body, without("webhook-id"), nil, 401, ""},
+		{"stale timestamp", "POST", "orders", body, stale, nil, 401, ""},
+		{"future timestamp", "POST", "orders", body, future, nil, 401, ""},
+		{"body changed after signing", "POST", "orders", append([]byte(nil), append(body, ' ')...), good, nil, 401, ""},
+		{"body over max_body", "POST", "orders", big, bigSigned, nil, 413, ""},
+		{"body over the server limit", "POST", "orders", huge, hugeSigned, nil, 413, ""},
+		{"unknown source", "POST", "nope", body, good, nil, 404, ""},
+		{"GET", "GET", "orders", nil, good, nil, 405, ""},
+		{"PUT", "PUT", "orders", body, good, nil, 405, ""},
+		{"empty body", "POST", "orders", []byte{}, tn.signed([]byte{}, "msg_bad_input"), nil, 400, "empty body"},
+		{"invalid JSON for a json-keyed source", "POST", "stripe", notJSON, stripeSign(notJSON), nil, 400, "not valid JSON"},
+		{"key over 512 bytes", "POST", "stripe", longBody, stripeSign(longBody), nil, 400, "512"},
+		{"gzip content encoding", "POST", "orders", body, good, map[string]string{"Content-Encoding": "gzip"}, 415, ""},
+		{"64 KiB header", "POST", "orders", body, good, map[string]string{"X-Huge": strings.Repeat("h", 64<<10)}, 431, ""},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -250,6 +256,9 @@ func TestBadInputGetsAClearErrorAndStoresNothing(t *testing.T) {
 			}
 			if a.Status != 431 && !strings.Contains(a.Raw, `"error"`) {
 				t.Fatalf("answer without an error message: %q", a.Raw)
+			}
+			if !strings.Contains(a.Raw, tc.want) {
+				t.Fatalf("answer %q does not say %q", a.Raw, tc.want)
 			}
 		})
 	}
