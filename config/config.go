@@ -314,8 +314,8 @@ func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet, toleranceSet
 		// A key of the operator's that reads what the signature does not
 		// cover (a header the sender writes) lets a captured delivery be
 		// resent as a new event: the body then decides (secretwarn.go's
-		// neighbour, keyWarnings, says so). A provider's own unsigned
-		// default key (shopify's) is covered by its own default.
+		// neighbour, keyWarnings, says so). Shopify's own key is unsigned
+		// and its guard off by choice (docs/security.md).
 		if keySet && unsignedKeyPart(s) >= 0 && !defaultKeyUnsigned(s.Provider, d.Key) {
 			s.ReplayGuard = ReplayGuardBody
 		}

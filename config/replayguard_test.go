@@ -17,7 +17,7 @@ func TestReplayGuardDefaults(t *testing.T) {
 		{"linear", `provider = "linear"`, "body", ""},
 		{"twilio", `provider = "twilio"`, "body", ""},
 		{"stripe", `provider = "stripe"`, "off", ""},
-		{"shopify", `provider = "shopify"`, "body", ""},
+		{"shopify", `provider = "shopify"`, "off", ""},
 		{"standard", `provider = "standard"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]", "off", ""},
 		{"slack", `provider = "slack"`, "off", ""},
 		{"hmac body only", `provider = "hmac"` + "\nkey = [\"header:X-Id\"]\nhmac = { header = \"X-Sig\" }", "body", ""},
@@ -29,7 +29,7 @@ func TestReplayGuardDefaults(t *testing.T) {
 		{"standard keyed on the signed id and the body", `provider = "standard"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:Webhook-Id\", \"json:data.id\"]", "off", ""},
 		{"svix keyed on svix-id", `provider = "svix"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:svix-id\"]", "off", ""},
 		{"stripe keyed on a header", `provider = "stripe"` + "\nkey = [\"header:X-Request-Id\"]", "body", ""},
-		{"shopify keyed on its own header", `provider = "shopify"` + "\nkey = [\"header:X-Shopify-Webhook-Id\"]", "body", ""},
+		{"shopify keyed on its own header", `provider = "shopify"` + "\nkey = [\"header:X-Shopify-Webhook-Id\"]", "off", ""},
 		{"hmac signs an id, keyed on another header", `provider = "hmac"` + "\nkey = [\"header:X-Other\"]\nhmac = { header = \"X-Sig\", id_header = \"X-Id\", template = \"{id}.{body}\" }", "body", ""},
 		{"github off", `provider = "github"` + "\nreplay_guard = \"off\"", "off", ""},
 		{"stripe on", `provider = "stripe"` + "\nreplay_guard = \"Body\"", "body", ""},
@@ -81,7 +81,8 @@ func TestMaxConnsPerIP(t *testing.T) {
 
 // TestUnsignedKeyWarnings: a key of the operator's that reads a header the
 // scheme does not sign is warned about, saying what the guard does; keys
-// on signed data and providers whose guard is on anyway are not.
+// on signed data, providers whose guard is on anyway, and shopify's
+// deliberate choice are not.
 func TestUnsignedKeyWarnings(t *testing.T) {
 	const whsec = "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]"
 	for _, tt := range []struct {
@@ -105,7 +106,6 @@ func TestUnsignedKeyWarnings(t *testing.T) {
 		{"gitlab by default, guard off", `provider = "gitlab"` + "\nreplay_guard = \"off\"", "gitlab signs no event id"},
 		{"linear by default, guard off", `provider = "linear"` + "\nreplay_guard = \"off\"", "linear signs no event id"},
 		{"twilio by default, guard off", `provider = "twilio"` + "\nreplay_guard = \"off\"", "twilio signs no event id"},
-		{"shopify by default, guard off", `provider = "shopify"` + "\nreplay_guard = \"off\"", "shopify signs no event id"},
 		{"github on its own header, guard off", `provider = "github"` + "\nkey = [\"header:X-Custom\"]\nreplay_guard = \"off\"", "github signs no event id"},
 		{"hmac signs an id, keyed on another", `provider = "hmac"` + "\nkey = [\"header:X-Other\"]\nhmac = { header = \"X-Sig\", id_header = \"X-Id\", template = \"{id}.{body}\" }",
 			"source[0].key[0]: header:X-Other is not covered by hmac's signature"},

@@ -38,6 +38,9 @@ func TestNoRetentionWarningOnDefaults(t *testing.T) {
 			lines += "\nkey = [\"header:X-Id\"]\nhmac = { header = \"X-Sig\", timestamp_header = \"X-Ts\", template = \"{timestamp}.{body}\" }"
 		}
 		w := sourceWarnings(t, lines)
+		if name == "shopify" && len(w) == 1 && strings.HasPrefix(w[0], "source[0].replay_guard: ") {
+			continue // the guard it lacks by default (TestShopifyGuardWarning)
+		}
 		if len(w) != 0 {
 			t.Errorf("%s with its defaults: %q", name, w)
 		}
@@ -54,7 +57,7 @@ func TestRetentionWarnings(t *testing.T) {
 	}{
 		{"retention below the window", "provider = \"stripe\"\nretention = \"24h\"",
 			[]string{"source[0].retention: 24h is shorter than stripe's documented retry window of 72h: a resend after the key expired is claimed and delivered again; set at least 84h"}},
-		{"retention at the window", "provider = \"shopify\"\nretention = \"48h\"", nil},
+		{"retention at the window", "provider = \"shopify\"\nretention = \"48h\"\nreplay_guard = \"off\"", nil},
 		{"retries outlive the key", "provider = \"twilio\"\nretention = \"5h\"\nmax_attempts = 10\nbackoff_max = \"1h\"",
 			[]string{"source[0].max_attempts: max_attempts 10 waits up to backoff_max 1h before each of 9 retries, beyond retention 5h: an event still retrying is kept past its retention (an unfinished key never expires)"}},
 		// Ten attempts wait before nine retries: nine hours.
@@ -95,6 +98,30 @@ func TestRetentionWarnings(t *testing.T) {
 				t.Error("a warning shows the secret")
 			}
 		})
+	}
+}
+
+// TestShopifyGuardWarning: a shopify source left with its default replay
+// guard (off) is told what a captured delivery can do; one whose file sets
+// replay_guard, either way, is not.
+func TestShopifyGuardWarning(t *testing.T) {
+	for _, tt := range []struct {
+		lines string
+		warn  bool
+	}{
+		{"provider = \"shopify\"", true},
+		{"provider = \"shopify\"\nkey = [\"header:X-Shopify-Event-Id\"]", true},
+		{"provider = \"shopify\"\nreplay_guard = \"off\"", false},
+		{"provider = \"shopify\"\nreplay_guard = \"body\"", false},
+		{"provider = \"github\"", false},
+		{"provider = \"stripe\"", false},
+	} {
+		w := sourceWarnings(t, tt.lines)
+		got := len(w) == 1 && strings.HasPrefix(w[0], "source[0].replay_guard: ") &&
+			strings.Contains(w[0], "a captured delivery resent with a new value there is a new event")
+		if got != tt.warn || (!tt.warn && len(w) != 0) {
+			t.Errorf("%q: warnings %q, want the guard warning: %v", tt.lines, w, tt.warn)
+		}
 	}
 }
 

@@ -110,6 +110,31 @@ func unsignedKeys(c *Config) []string {
 	return w
 }
 
+// unguardedUnsignedKeys warns about a shopify source whose key shopify does
+// not sign and whose replay guard is off because that is shopify's default
+// (it sends several topics with one body, which the guard would take for
+// one event). A captured delivery resent under a new id there is a
+// new event; the operator decides, and setting replay_guard either way
+// silences this.
+func unguardedUnsignedKeys(c *Config) []string {
+	var w []string
+	for i := range c.Sources {
+		s := &c.Sources[i]
+		if s.Provider != "shopify" || s.ReplayGuard != ReplayGuardOff || c.lines.has(sourceKey(i, "replay_guard")) {
+			continue
+		}
+		j := unsignedKeyPart(s)
+		if j < 0 {
+			continue
+		}
+		w = append(w, fmt.Sprintf("%s: %s's signature covers the body, not %s, and the replay guard is off by default for %s: "+
+			"a captured delivery resent with a new value there is a new event, delivered again; "+
+			"set replay_guard = \"body\" if the source subscribes to one topic (docs/security.md), or replay_guard = \"off\" to keep it off without this warning",
+			sourceKey(i, "replay_guard"), s.Provider, s.Key[j], s.Provider))
+	}
+	return w
+}
+
 // pathLike matches a value made of a path's characters alone, starting as
 // one and naming at least two levels: what a path copied inline looks like,
 // and what a random secret rarely is (base64 of random bytes has '+' or a

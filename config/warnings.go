@@ -51,6 +51,7 @@ var warningChecks = []func(*Config) []string{
 	weakSecrets,  // secretwarn.go
 	inlinePaths,  // secretwarn.go
 	unsignedKeys, // secretwarn.go
+	unguardedUnsignedKeys,
 	forwardedAdvertise,
 	ineffectiveKeys, // sourcewarn.go
 	smallBodies,     // sourcewarn.go
