@@ -129,7 +129,7 @@ func unguardedUnsignedKeys(c *Config) []string {
 		}
 		w = append(w, fmt.Sprintf("%s: %s's signature covers the body, not %s, and the replay guard is off by default for %s: "+
 			"a captured delivery resent with a new value there is a new event, delivered again; "+
-			"set replay_guard = \"body\" if the source subscribes to one topic (docs/security.md), or replay_guard = \"off\" to keep it off without this warning",
+			"set replay_guard = \"body\" if the source subscribes to one topic or lists its topics in accept_types (the guard then keeps each listed topic's delivery apart; docs/security.md), or replay_guard = \"off\" to keep it off without this warning",
 			sourceKey(i, "replay_guard"), s.Provider, s.Key[j], s.Provider))
 	}
 	return w

@@ -87,6 +87,9 @@ func CompileSource(s config.Source) (*Source, error) {
 	if err := src.compileTypeFilter(&s); err != nil {
 		return nil, settingError{"type", fmt.Errorf("source %s: type: %w", s.Name, err)}
 	}
+	if sch, ok := providers.Lookup(s.Provider); ok && sch.Defaults().GuardByType {
+		src.guardType = src.guardBody && src.acceptTypes
+	}
 	src.checkJSON = keyer.ReadsJSON() || src.schema != nil ||
 		src.orderObject != nil && (src.orderObject.ReadsJSON() || src.orderTime.ReadsJSON()) ||
 		src.typeField != nil && src.typeField.ReadsJSON()

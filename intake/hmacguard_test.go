@@ -79,3 +79,74 @@ forward = "http://127.0.0.1:1/ts"
 		}
 	}
 }
+
+// TestShopifyReplayGuardByListedTopic: Shopify sends one body under several
+// topics at once (orders/create and orders/updated of a new order). On a
+// source with the guard on that lists its topics (accept_types), the guard
+// holds the topic with the body: each listed topic's delivery is a new
+// event, and the captured body resent under a listed topic and a new event
+// id is a duplicate; a topic not listed is filtered, so a captured body
+// gives at most one new event per listed topic. Without the list the topic,
+// unsigned, could be anything: the guard holds the body alone.
+func TestShopifyReplayGuardByListedTopic(t *testing.T) {
+	const secret = "shop-secret-2-0123456789abcdef0123456"
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "shop.secret"), secret+"\n")
+	set := loadSources(t, dir, `
+[[source]]
+name = "listed"
+provider = "shopify"
+secret_files = ["shop.secret"]
+replay_guard = "body"
+accept_types = ["orders/create", "orders/updated"]
+forward = "http://127.0.0.1:1/listed"
+
+[[source]]
+name = "unlisted"
+provider = "shopify"
+secret_files = ["shop.secret"]
+replay_guard = "body"
+forward = "http://127.0.0.1:1/unlisted"
+`)
+	scheme, _ := providers.Lookup("shopify")
+	store := newMemStore(t)
+	in := New(Options{Store: store, Sources: set})
+	send := func(source, id, topic, body string) answer {
+		t.Helper()
+		hs, err := scheme.Sign([]byte(body), []byte(secret), time.Now(), id, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var req fasthttp.Request
+		req.Header.SetMethod(fasthttp.MethodPost)
+		req.SetRequestURI("/in/" + source)
+		for _, h := range hs {
+			req.Header.Set(h.Name, h.Value)
+		}
+		req.Header.Set("X-Shopify-Topic", topic)
+		req.SetBodyString(body)
+		var ctx fasthttp.RequestCtx
+		ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 40000}, nil)
+		in.handle(&ctx)
+		return answer{status: ctx.Response.StatusCode(), body: string(ctx.Response.Body())}
+	}
+	const order = `{"id":820982911946154500,"total_price":"10.00"}`
+	for _, step := range []struct {
+		name, source, id, topic string
+		want                    int
+		wantBody                string
+	}{
+		{"orders/create", "listed", "e1", "orders/create", 202, `"key":"listed:e1"`},
+		{"orders/updated, the same body", "listed", "e2", "orders/updated", 202, `"key":"listed:e2"`},
+		{"orders/create resent under a new id", "listed", "e3", "orders/create", 200, `"key":"listed:e1"`},
+		{"orders/updated resent under a new id", "listed", "e4", "orders/updated", 200, `"key":"listed:e2"`},
+		{"resent under a topic not listed", "listed", "e5", "anything/5", 200, `"status":"filtered"`},
+		{"no list: orders/create", "unlisted", "u1", "orders/create", 202, `"key":"unlisted:u1"`},
+		{"no list: another topic, the same body", "unlisted", "u2", "anything/2", 200, `"key":"unlisted:u1"`},
+	} {
+		a := send(step.source, step.id, step.topic, order)
+		if a.status != step.want || !strings.Contains(a.body, step.wantBody) {
+			t.Fatalf("%s: %d %s, want %d with %s", step.name, a.status, a.body, step.want, step.wantBody)
+		}
+	}
+}

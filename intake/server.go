@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -112,8 +113,10 @@ type Source struct {
 	leaseFor    int64
 	waitFor     time.Duration // sync mode: how long the intake waits for the handler
 	// guardBody: the replay guard is on (docs/security.md); each claim carries
-	// the source-scoped hash of its verified body.
-	guardBody bool
+	// the source-scoped hash of its verified body. guardType: the hash also
+	// covers the event type, one of accept_types (providers.Defaults'
+	// GuardByType).
+	guardBody, guardType bool
 }
 
 // UseVerifier replaces the source's verifier and handshaker (nil: none);
@@ -1018,6 +1021,17 @@ func bodyKey(src *Source, req *providers.Request, body []byte) string {
 		if signed = rb.WriteReplayBody(h, req) == nil; signed {
 			h.Sum(sum[:0])
 		}
+	}
+	if !signed && src.guardType {
+		// The filter let it through: its type is one of accept_types.
+		typ, _ := src.typeField.Value(req.Header, body)
+		h := sha256.New()
+		var n [binary.MaxVarintLen64]byte
+		h.Write(binary.AppendUvarint(n[:0], uint64(len(typ))))
+		h.Write(typ)
+		h.Write(body)
+		h.Sum(sum[:0])
+		signed = true
 	}
 	if !signed { // not a ReplayBodier, or (never after Verify) it failed
 		sum = sha256.Sum256(body)

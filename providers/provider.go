@@ -75,6 +75,14 @@ type Defaults struct {
 	// Tolerance is the scheme's timestamp window when the source sets none;
 	// 0: DefaultTolerance. Linear's is its recommended 60 s.
 	Tolerance time.Duration
+	// GuardByType: the provider sends one body under several event types at
+	// once (shopify: orders/create and orders/updated of a new order), so
+	// on a source that lists its types (accept_types) the replay guard
+	// holds the type with the body: each listed type's delivery is its own
+	// event, and a captured body can be resent at most once per listed
+	// type. The type is not signed, so without such a list the guard holds
+	// the body alone.
+	GuardByType bool
 	// SecretHeader names the header that carries the source's secret itself
 	// (a shared token, gitlab and asaas), "" for a signature scheme. It is
 	// never stored with an event: config refuses it in forward_headers.

@@ -27,6 +27,7 @@ func (shopify) Defaults() Defaults {
 		RetryWindow: 48 * time.Hour,
 		AckStatus:   ackAccepted,
 		Type:        "header:X-Shopify-Topic",
+		GuardByType: true,
 	}
 }
 
