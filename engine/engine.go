@@ -198,7 +198,7 @@ type pendingTx struct {
 func Open(path string, opts Options) (*Engine, error) {
 	opts = opts.withDefaults()
 	e := &Engine{path: path, opts: opts, commit: (*bolt.Tx).Commit}
-	db, width, applied, err := openFile(path, opts, true)
+	db, width, applied, err := openFile(path, opts, true, true)
 	if err != nil {
 		return nil, err
 	}
@@ -214,9 +214,10 @@ func Open(path string, opts Options) (*Engine, error) {
 // openFile opens a bbolt file, checks the layout version and returns the
 // stored width and last applied index. With create, it first creates the
 // buckets and meta keys a new file needs; without, a file that lacks them is
-// refused (Restore checks a snapshot this way).
-func openFile(path string, opts Options, create bool) (*bolt.DB, int64, uint64, error) {
-	db, err := openBolt(path, opts, false)
+// refused (Restore checks a snapshot this way). check walks the file's pages
+// first (CheckPages); a file this process checked or wrote since need not be.
+func openFile(path string, opts Options, create, check bool) (*bolt.DB, int64, uint64, error) {
+	db, err := openBolt(path, opts, false, check)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -232,9 +233,10 @@ func openFile(path string, opts Options, create bool) (*bolt.DB, int64, uint64, 
 // than its meta pages say. Read-only, bbolt does not rebuild the freelist
 // (a walk of every page) at open: CheckFile walks a file it does not trust
 // itself, where a damaged page can be recovered from.
-func openBolt(path string, opts Options, readOnly bool) (db *bolt.DB, err error) {
-	if readOnly {
-		// CheckFile walks the pages itself, first.
+func openBolt(path string, opts Options, readOnly, check bool) (db *bolt.DB, err error) {
+	if readOnly || !check {
+		// CheckFile walks the pages itself, first; a restore's files were
+		// walked before.
 		if err := CheckFileSize(path); err != nil {
 			return nil, fmt.Errorf("engine: open %s: %w", path, err)
 		}
@@ -243,7 +245,9 @@ func openBolt(path string, opts Options, readOnly bool) (db *bolt.DB, err error)
 	}
 	defer func() {
 		// What CheckPages does not see and bbolt's freelist rebuild does
-		// reaches here as bbolt's panic.
+		// reaches here as bbolt's panic. The file bbolt opened is not
+		// closed then (bbolt gives no handle): rare after CheckPages, and
+		// at a start the process ends anyway.
 		if r := recover(); r != nil {
 			db, err = nil, fmt.Errorf("engine: open %s: %w: a damaged page (%v)", path, ErrCorrupt, r)
 		}
@@ -883,7 +887,7 @@ func (e *Engine) restore(r io.Reader, index uint64) (err error) {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
 	// Check it is an engine file before touching the live one.
-	db, _, _, err := openFile(tmp, e.opts, false)
+	db, _, _, err := openFile(tmp, e.opts, false, true)
 	if err != nil {
 		return fmt.Errorf("engine: restore: %w", err)
 	}
@@ -925,7 +929,7 @@ func (e *Engine) restore(r io.Reader, index uint64) (err error) {
 	e.db = nil
 	if err = os.Rename(tmp, e.path); err != nil {
 		// The old file is intact: reopen it.
-		if db, width, applied, oerr := openFile(e.path, e.opts, false); oerr == nil {
+		if db, width, applied, oerr := openFile(e.path, e.opts, false, false); oerr == nil {
 			e.db, e.width = db, width
 			e.applied.Store(applied)
 		}
@@ -938,7 +942,8 @@ func (e *Engine) restore(r io.Reader, index uint64) (err error) {
 		return fmt.Errorf("%w: sync %s: %w", ErrRestoreIncomplete, dir, err)
 	}
 	// create: a snapshot written before a bucket was added gets it empty.
-	db, width, applied, err := openFile(e.path, e.opts, true)
+	// The pages were walked as tmp, above, while no read waited.
+	db, width, applied, err := openFile(e.path, e.opts, true, false)
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrRestoreIncomplete, err)
 	}

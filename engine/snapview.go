@@ -148,7 +148,7 @@ func CheckFile(path string) (err error) {
 	if err := checkPages(path); err != nil {
 		return fmt.Errorf("engine: check %s: %w", path, err)
 	}
-	db, err = openBolt(path, Options{}.withDefaults(), true)
+	db, err = openBolt(path, Options{}.withDefaults(), true, false)
 	if err != nil {
 		return err
 	}

@@ -37,7 +37,7 @@ func PrepareRestore(path string, issued uint64, cluster string) error {
 	if len(cluster) > MaxClusterIDLen {
 		return fmt.Errorf("engine: prepare restore: cluster id length %d", len(cluster))
 	}
-	db, _, applied, err := openFile(path, Options{}, true)
+	db, _, applied, err := openFile(path, Options{}, true, true)
 	if err != nil {
 		return fmt.Errorf("engine: prepare restore: %w", err)
 	}

@@ -57,6 +57,11 @@ func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 		// run; the forwarder waits for a timed-out attempt's lease to end
 		// before any retry of its own, and so does this one.
 		wait := lastAttemptWait(before, src.leaseFor, in.now().UnixNano())
+		if wait <= 0 {
+			// The leader refused on its clock, behind this node's: how
+			// long is its to know; a lease is as long as it can be.
+			wait = time.Duration(max(before.LeaseFor, src.leaseFor))
+		}
 		ctx.Response.Header.Set("Retry-After", strconv.Itoa(max(1, int((wait+time.Second-1)/time.Second))))
 		return writeError(ctx, fasthttp.StatusServiceUnavailable,
 			"the handler may still be running this event's last attempt (it timed out); retry once its lease has ended")

@@ -60,7 +60,7 @@ func NewRaftCollector(n RaftSource, version string) prometheus.Collector {
 		lastContact:   desc("oncehook_raft_last_contact_seconds", "Seconds since this follower heard from the leader; 0 on the leader, -1 if never."),
 		unreachable:   desc("oncehook_raft_peers_unreachable", "On the leader, the members its heartbeats failed to reach in the last minute; 0 on other nodes."),
 		storeFailing:  desc("oncehook_raft_store_failing", "1 while this node cannot store raft log entries or snapshots (its last attempt failed: a full or read-only disk); 0 otherwise."),
-		storeErrors:   desc("oncehook_raft_store_errors_total", "Failed raft log appends, snapshots and snapshot installs on this node since it started."),
+		storeErrors:   desc("oncehook_raft_store_errors_total", "Failed raft log appends, snapshot writes and snapshot installs on this node since it started: a full or read-only disk, or a snapshot from the leader that would not install."),
 		clockHeld:     desc("oncehook_raft_clock_held", "1 on a leader whose clock disagrees with a majority of the voters by more than a minute: it ends no retention bucket and drops no payload until it agrees; 0 otherwise."),
 		leaderChanges: desc("oncehook_raft_leader_changes_total", "Leader changes this process has seen: another leader, or the same one elected again in a new term."),
 		events:        desc("oncehook_events", "Events in the replicated state, by state.", "state"),
