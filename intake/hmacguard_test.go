@@ -42,18 +42,7 @@ forward = "http://127.0.0.1:1/ts"
 		if err != nil {
 			t.Fatal(err)
 		}
-		var req fasthttp.Request
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.SetRequestURI("/in/ts")
-		for _, h := range hs {
-			req.Header.Set(h.Name, h.Value)
-		}
-		req.Header.Set("X-Request-Id", id)
-		req.SetBodyString(body)
-		var ctx fasthttp.RequestCtx
-		ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 40000}, nil)
-		in.handle(&ctx)
-		return answer{status: ctx.Response.StatusCode(), body: string(ctx.Response.Body())}
+		return postSigned(in, "/in/ts", append(hs, providers.Header{Name: "X-Request-Id", Value: id}), body)
 	}
 	now := time.Now()
 	const ping = `{"ping":1}`
@@ -117,18 +106,7 @@ forward = "http://127.0.0.1:1/unlisted"
 		if err != nil {
 			t.Fatal(err)
 		}
-		var req fasthttp.Request
-		req.Header.SetMethod(fasthttp.MethodPost)
-		req.SetRequestURI("/in/" + source)
-		for _, h := range hs {
-			req.Header.Set(h.Name, h.Value)
-		}
-		req.Header.Set("X-Shopify-Topic", topic)
-		req.SetBodyString(body)
-		var ctx fasthttp.RequestCtx
-		ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 40000}, nil)
-		in.handle(&ctx)
-		return answer{status: ctx.Response.StatusCode(), body: string(ctx.Response.Body())}
+		return postSigned(in, "/in/"+source, append(hs, providers.Header{Name: "X-Shopify-Topic", Value: topic}), body)
 	}
 	const order = `{"id":820982911946154500,"total_price":"10.00"}`
 	for _, step := range []struct {
@@ -149,4 +127,20 @@ forward = "http://127.0.0.1:1/unlisted"
 			t.Fatalf("%s: %d %s, want %d with %s", step.name, a.status, a.body, step.want, step.wantBody)
 		}
 	}
+}
+
+// postSigned runs a POST of body to path with headers through the intake's
+// handler, from 127.0.0.1.
+func postSigned(in *Server, path string, headers []providers.Header, body string) answer {
+	var req fasthttp.Request
+	req.Header.SetMethod(fasthttp.MethodPost)
+	req.SetRequestURI(path)
+	for _, h := range headers {
+		req.Header.Set(h.Name, h.Value)
+	}
+	req.SetBodyString(body)
+	var ctx fasthttp.RequestCtx
+	ctx.Init(&req, &net.TCPAddr{IP: net.ParseIP("127.0.0.1"), Port: 40000}, nil)
+	in.handle(&ctx)
+	return answer{status: ctx.Response.StatusCode(), body: string(ctx.Response.Body())}
 }
