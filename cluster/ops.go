@@ -334,22 +334,9 @@ func (n *Node) dropWaiter(key string, ch chan struct{}) {
 // IsLeader reports whether this node currently believes it leads.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
-// readyLag is how many committed entries a ready node may not have applied
-// yet: under load the apply runs a few entries behind the commit on every
-// node, and a probe that met that moment read a healthy node as not ready (a
-// load balancer then takes it out for a probe interval). A node replaying
-// its log after a start, or one that fell behind, is thousands of entries
-// behind; a claim is not answered from the applied state anyway.
-const readyLag = 64
-
-// caughtUp reports whether a node that applied up to applied, and knows
-// commit to be committed, is close enough to serve.
-func caughtUp(applied, commit uint64) bool { return applied+readyLag >= commit }
-
 // Ready reports whether the node can serve intake: it knows a leader, has
-// applied what it knows to be committed (but for the last readyLag entries)
-// and, when it leads, has committed an entry of its own term. The reason
-// says why not.
+// applied everything it knows to be committed and, when it leads, has
+// committed an entry of its own term. The reason says why not.
 func (n *Node) Ready() (bool, string) {
 	if why := n.foreign.Load(); why != nil {
 		return false, *why
@@ -378,7 +365,7 @@ func (n *Node) Ready() (bool, string) {
 		// of a new cluster): applied = commit = 0 would read as caught up.
 		return false, fmt.Sprintf("no entry committed yet (leader %s)", id)
 	}
-	if !caughtUp(applied, commit) {
+	if applied < commit {
 		return false, fmt.Sprintf("catching up: applied %d of %d (leader %s)", applied, commit, id)
 	}
 	if why := n.leaderCannotCommit(commit); why != "" {

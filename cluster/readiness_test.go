@@ -363,23 +363,3 @@ func TestRefusalRecheckTakesTheNewCause(t *testing.T) {
 	}
 	dropErr.Store(nil)
 }
-
-// TestCaughtUpAllowsTheApplyInFlight: a node whose apply runs a few entries
-// behind the commit, as every node's does under load, is caught up; one
-// replaying its log, or behind by more than readyLag, is not.
-func TestCaughtUpAllowsTheApplyInFlight(t *testing.T) {
-	for _, tc := range []struct {
-		applied, commit uint64
-		want            bool
-	}{
-		{100, 100, true},
-		{100, 103, true},
-		{100, 100 + readyLag, true},
-		{100, 101 + readyLag, false},
-		{0, 31823, false},
-	} {
-		if got := caughtUp(tc.applied, tc.commit); got != tc.want {
-			t.Errorf("caughtUp(%d, %d) = %v, want %v", tc.applied, tc.commit, got, tc.want)
-		}
-	}
-}
