@@ -929,7 +929,7 @@ func (e *Engine) restore(r io.Reader, index uint64) (err error) {
 	e.db = nil
 	if err = os.Rename(tmp, e.path); err != nil {
 		// The old file is intact: reopen it.
-		if db, width, applied, oerr := openFile(e.path, e.opts, false, false); oerr == nil {
+		if db, width, applied, oerr := openFile(e.path, e.opts, false, true); oerr == nil {
 			e.db, e.width = db, width
 			e.applied.Store(applied)
 		}

@@ -48,7 +48,7 @@ const (
 // re-arms of one key also run one at a time (no needless Raft rounds).
 func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 	rctx, cancel := context.WithTimeout(context.Background(), in.timeout)
-	before, err := in.rearmOnce(rctx, string(key), src.leaseFor)
+	before, wait, err := in.rearmOnce(rctx, string(key), src.leaseFor)
 	cancel()
 	var fresh func(engine.Event) bool
 	switch {
@@ -56,7 +56,6 @@ func (in *Server) rearm(ctx *fasthttp.RequestCtx, src *Source, key []byte) int {
 		// Re-armed now, the event would reach the handler beside that
 		// run; the forwarder waits for a timed-out attempt's lease to end
 		// before any retry of its own, and so does this one.
-		wait := lastAttemptWait(before, src.leaseFor, in.now().UnixNano())
 		if wait <= 0 {
 			// The leader refused on its clock, behind this node's: how
 			// long is its to know; a lease is as long as it can be.
@@ -117,8 +116,10 @@ func sameLastAudit(a, b engine.Event) bool {
 var errNotDead = errors.New("event no longer dead")
 
 // rearmOnce replays key's event if it is still dead, one re-arm of a key at
-// a time on this node (see rearm), and returns the event as it was before.
-func (in *Server) rearmOnce(ctx context.Context, key string, lease int64) (engine.Event, error) {
+// a time on this node (see rearm), and returns the event as it was before,
+// with the wait this node's own check of a timed-out last attempt found (0
+// when it let the re-arm through).
+func (in *Server) rearmOnce(ctx context.Context, key string, lease int64) (engine.Event, time.Duration, error) {
 	for {
 		in.rearmMu.Lock()
 		busy, ok := in.rearming[key]
@@ -134,7 +135,7 @@ func (in *Server) rearmOnce(ctx context.Context, key string, lease int64) (engin
 		select {
 		case <-busy:
 		case <-ctx.Done():
-			return engine.Event{}, ctx.Err()
+			return engine.Event{}, 0, ctx.Err()
 		}
 	}
 	defer func() {
@@ -145,13 +146,13 @@ func (in *Server) rearmOnce(ctx context.Context, key string, lease int64) (engin
 	}()
 	ev, err := in.store.Get(key, false)
 	if err != nil {
-		return ev, err
+		return ev, 0, err
 	}
 	if ev.State != engine.StateDead {
-		return ev, errNotDead
+		return ev, 0, errNotDead
 	}
-	if lastAttemptWait(ev, lease, in.now().UnixNano()) > 0 {
-		return ev, engine.ErrLastAttemptRunning
+	if wait := lastAttemptWait(ev, lease, in.now().UnixNano()); wait > 0 {
+		return ev, wait, engine.ErrLastAttemptRunning
 	}
 	_, err = in.store.Replay(ctx, engine.Command{
 		Op:       engine.OpReplay,
@@ -161,5 +162,5 @@ func (in *Server) rearmOnce(ctx context.Context, key string, lease int64) (engin
 		Who:      rearmWho,
 		Reason:   rearmReason,
 	})
-	return ev, err
+	return ev, 0, err
 }
