@@ -3,7 +3,6 @@ package systest
 import (
 	"context"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"sync"
@@ -55,14 +54,7 @@ func (h *holdingHandler) deliveries() []delivered {
 func startHoldingHandler(t *testing.T) *holdingHandler {
 	t.Helper()
 	h := &holdingHandler{arrived: make(chan struct{})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: h}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
-	h.url = "http://" + ln.Addr().String()
+	h.url = serveHandler(t, h)
 	return h
 }
 

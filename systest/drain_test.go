@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
@@ -91,14 +90,7 @@ func TestTransferLeaderFinishesDeliveries(t *testing.T) {
 func startSlowHandler(t *testing.T) (*slowHandler, string) {
 	t.Helper()
 	h := &slowHandler{took: 300 * time.Millisecond, runs: map[string]int{}}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	hs := &http.Server{Handler: h}
-	go hs.Serve(ln)
-	t.Cleanup(func() { hs.Close() })
-	return h, "http://" + ln.Addr().String()
+	return h, serveHandler(t, h)
 }
 
 // handOverUnderLoad sends 40 events through a slow handler over three

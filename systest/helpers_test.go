@@ -88,15 +88,22 @@ type recorder struct {
 
 func newRecorder(t *testing.T) *recorder {
 	r := &recorder{runs: map[string]int{}}
+	r.url = serveHandler(t, r)
+	return r
+}
+
+// serveHandler serves h on a loopback port until the test ends and returns
+// its base URL: the nodes' forward target.
+func serveHandler(t *testing.T, h http.Handler) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := &http.Server{Handler: r}
+	srv := &http.Server{Handler: h}
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
-	r.url = "http://" + ln.Addr().String()
-	return r
+	return "http://" + ln.Addr().String()
 }
 
 func (r *recorder) ServeHTTP(w http.ResponseWriter, req *http.Request) {
