@@ -32,6 +32,9 @@ type fsm struct {
 	// (snappolicy.go); nil in tests that build an fsm by hand.
 	policy *snapshotPolicy
 
+	// hold, in tests, runs before each batch is applied.
+	hold func()
+
 	// notify is called after each applied batch with the commands and their
 	// results (final; the engine may commit them a little later).
 	notify func(cmds [][]engine.Command, res [][]engine.Result)
@@ -94,6 +97,9 @@ type applied struct {
 }
 
 func (f *fsm) ApplyBatch(logs []*raft.Log) []interface{} {
+	if f.hold != nil {
+		f.hold()
+	}
 	out := make([]interface{}, len(logs))
 	if f.policy != nil {
 		f.policy.applied(logs)

@@ -143,6 +143,13 @@ type Config struct {
 	// clockEvery, in tests, replaces how long the leader keeps its
 	// comparison of clocks (clockCheckEvery; clockcheck.go).
 	clockEvery time.Duration
+	// holdApply, in tests, runs before the state machine applies each
+	// batch (blocking in it stalls the apply as a slow engine would).
+	holdApply func()
+	// readyWait, in tests, replaces readyApplyWait; readyWaiting is told
+	// when Ready starts waiting for the apply.
+	readyWait    time.Duration
+	readyWaiting func()
 
 	// SyncEngine fsyncs the engine file on every commit as well as the raft
 	// log. Off by default: see durability.go for why the log alone suffices.
@@ -279,6 +286,9 @@ func Open(cfg Config) (*Node, error) {
 	}
 	if cfg.clockEvery <= 0 {
 		cfg.clockEvery = clockCheckEvery
+	}
+	if cfg.readyWait <= 0 {
+		cfg.readyWait = readyApplyWait
 	}
 	if cfg.MaxBatch <= 0 {
 		cfg.MaxBatch = 1024
@@ -455,7 +465,7 @@ func (n *Node) openEngine() error {
 		floor = snapshotFloor
 	}
 	policy := newSnapshotPolicy(orU64(n.cfg.SnapshotThreshold, defaultSnapshotThreshold), floor, n.log)
-	n.fsm = &fsm{eng: eng, fatal: n.fatal, storing: n.storing, notify: n.afterApply, policy: policy}
+	n.fsm = &fsm{eng: eng, fatal: n.fatal, storing: n.storing, notify: n.afterApply, policy: policy, hold: n.cfg.holdApply}
 	return nil
 }
 

@@ -365,8 +365,8 @@ func (n *Node) Ready() (bool, string) {
 		// of a new cluster): applied = commit = 0 would read as caught up.
 		return false, fmt.Sprintf("no entry committed yet (leader %s)", id)
 	}
-	if applied < commit {
-		return false, fmt.Sprintf("catching up: applied %d of %d (leader %s)", applied, commit, id)
+	if applied < commit && !n.awaitApplied(commit) {
+		return false, fmt.Sprintf("catching up: applied %d of %d (leader %s)", n.raft.AppliedIndex(), commit, id)
 	}
 	if why := n.leaderCannotCommit(commit); why != "" {
 		return false, why
@@ -375,6 +375,43 @@ func (n *Node) Ready() (bool, string) {
 		return false, why
 	}
 	return true, "leader " + string(id)
+}
+
+// readyApplyWait is how long Ready waits for the apply to reach the commit
+// index it read. Under load every node applies a little behind its commit:
+// raft hands committed entries to the state machine through a queue, and
+// counts them applied only once they are in it, so while an engine commit
+// holds the state machine (tens of milliseconds) a full queue leaves the
+// applied index behind. A probe meeting that moment read a healthy node as
+// not ready and a load balancer took it out of rotation. A node replaying its
+// log, or one whose state machine is stuck, does not reach the index in
+// that time and stays not ready; the bound is by time, not by a count of
+// entries, so a node far behind is never taken for caught up.
+const readyApplyWait = 250 * time.Millisecond
+
+// awaitApplied reports whether raft's applied index reaches index within
+// the ready wait. Raft has no notification for it; a probe is rare enough
+// to poll.
+func (n *Node) awaitApplied(index uint64) bool {
+	if n.cfg.readyWaiting != nil {
+		n.cfg.readyWaiting()
+	}
+	deadline := time.NewTimer(n.cfg.readyWait)
+	defer deadline.Stop()
+	tick := time.NewTicker(time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-deadline.C:
+			return n.raft.AppliedIndex() >= index
+		case <-n.probeCtx.Done():
+			return false
+		case <-tick.C:
+			if n.raft.AppliedIndex() >= index {
+				return true
+			}
+		}
+	}
 }
 
 // leaderCannotCommit says why a leader is not ready until an entry of its own

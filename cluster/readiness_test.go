@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -362,4 +363,94 @@ func TestRefusalRecheckTakesTheNewCause(t *testing.T) {
 		t.Errorf("after a recheck whose dial was refused: ready %v, %q; want the refused reason", ok, why)
 	}
 	dropErr.Store(nil)
+}
+
+// TestReadyWaitsOutAnApplyInFlight: raft counts an entry applied only once
+// the state machine's queue took it, so under load a probe could meet the
+// applied index behind the commit for a moment and read a healthy node as
+// not ready. Ready waits a short while for the apply to reach the commit it
+// read: a lag that clears meanwhile is ready, one that does not (a state
+// machine that is stuck, a node replaying its log) is not.
+func TestReadyWaitsOutAnApplyInFlight(t *testing.T) {
+	var held atomic.Bool
+	release := make(chan struct{})
+	waiting := make(chan struct{}, 1)
+	n := openSolo(t, t.TempDir(), func(cfg *Config) {
+		cfg.NoSync = true
+		cfg.Inflight = 1024 // every claim its own entry, none waiting for the apply
+		cfg.holdApply = func() {
+			if held.Load() {
+				<-release
+			}
+		}
+		cfg.readyWait = time.Second
+		cfg.readyWaiting = func() {
+			select {
+			case waiting <- struct{}{}:
+			default:
+			}
+		}
+	})
+	defer n.Close()
+	var unhold sync.Once
+	resume := func() { unhold.Do(func() { held.Store(false); close(release) }) }
+	defer resume() // before the Close: a failed test leaves nothing stuck
+	if ok, why := n.Ready(); !ok {
+		t.Fatalf("idle node not ready: %s", why)
+	}
+
+	// Stall the state machine and commit entries one by one until raft's
+	// queue to it is full: the commit index then runs ahead of the applied.
+	held.Store(true)
+	ctx := ctxT(t, time.Minute)
+	errs := make(chan error, 1024)
+	claims := 0
+	for n.raft.AppliedIndex() >= n.raft.CommitIndex() {
+		if claims == cap(errs) {
+			t.Fatalf("applied index still at the commit (%d) after %d claims with the apply held", n.raft.CommitIndex(), claims)
+		}
+		before := n.raft.CommitIndex()
+		claims++
+		go func(key string) {
+			_, err := n.Claim(ctx, claimCmd(key))
+			errs <- err
+		}(fmt.Sprintf("src:lag-%d", claims))
+		waitFor(t, "the claim commits", func() bool { return n.raft.CommitIndex() > before })
+	}
+
+	// Stuck for longer than the wait: not ready, and says so.
+	ok, why := n.Ready()
+	if ok || !strings.Contains(why, "catching up") {
+		t.Fatalf("node with a stuck apply: Ready() = %v, %q; want not ready, catching up", ok, why)
+	}
+	waitedFor := func() {
+		t.Helper()
+		select {
+		case <-waiting:
+		case <-time.After(30 * time.Second):
+			t.Fatal("Ready never waited for the apply")
+		}
+	}
+	waitedFor() // that call's wait
+
+	// Behind when the probe reads the indexes, caught up within the wait.
+	type answer struct {
+		ok  bool
+		why string
+	}
+	got := make(chan answer, 1)
+	go func() {
+		ok, why := n.Ready()
+		got <- answer{ok, why}
+	}()
+	waitedFor()
+	resume()
+	if a := <-got; !a.ok {
+		t.Fatalf("node whose apply caught up within the wait: not ready: %s", a.why)
+	}
+	for i := 0; i < claims; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("claim: %v", err)
+		}
+	}
 }
