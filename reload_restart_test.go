@@ -169,3 +169,62 @@ func TestKeyListTellsPartsFromAlternatives(t *testing.T) {
 		t.Fatalf("keyList = %s, want %s", two, want)
 	}
 }
+
+// TestReloadWarnsOfAGuardChange: a reload that keeps a source's replay
+// guard on but changes what it hashes with the body (a shopify source
+// gaining accept_types, then its topic read elsewhere) leaves the bodies
+// held before unmatched; the reload says so at warn. A reload that turns
+// the guard off, or changes nothing it hashes, does not.
+func TestReloadWarnsOfAGuardChange(t *testing.T) {
+	const shop = `
+[[source]]
+name = "shop"
+provider = "shopify"
+secrets = ["shpss_reload_guard_test_secret_0123456789"]
+replay_guard = "body"
+forward = "%[1]s"
+`
+	tn := startNodeWithSources(t, "", "http://127.0.0.1:1", shop)
+	text, err := os.ReadFile(tn.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const warning = "replay guard now holds"
+	steps := []struct {
+		name, from, to string
+		warns          bool
+	}{
+		{"another setting", `replay_guard = "body"`, `replay_guard = "body"` + "\nmax_attempts = 7", false},
+		{"accept_types added", `replay_guard = "body"`, `replay_guard = "body"` + "\naccept_types = [\"orders/create\"]", true},
+		{"the list changed", `replay_guard = "body"`, `replay_guard = "body"` + "\naccept_types = [\"orders/create\", \"orders/paid\"]", false},
+		{"the topic read elsewhere", `replay_guard = "body"`, `replay_guard = "body"` + "\naccept_types = [\"orders/create\", \"orders/paid\"]\ntype = \"json:topic\"", true},
+		{"the guard turned off", `replay_guard = "body"`, `replay_guard = "off"`, false},
+	}
+	seen := 0
+	for k, st := range steps {
+		if !strings.Contains(string(text), st.from) {
+			t.Fatalf("%s: the config has no %q", st.name, st.from)
+		}
+		mustWrite(t, tn.cfgPath, strings.Replace(string(text), st.from, st.to, 1))
+		tn.n.reload(tn.cfgPath)
+		logs := tn.logs()
+		if strings.Count(logs, "configuration reloaded") != k+1 {
+			t.Fatalf("%s: the reload was rejected:\n%s", st.name, logs)
+		}
+		n := strings.Count(logs, warning)
+		if st.warns {
+			seen++
+		}
+		if n != seen {
+			t.Fatalf("%s: %d guard change warnings, want %d:\n%s", st.name, n, seen, logs)
+		}
+		if st.warns {
+			i := strings.LastIndex(logs, warning)
+			line := logs[strings.LastIndex(logs[:i], "\n")+1:]
+			line, _, _ = strings.Cut(line, "\n")
+			if !strings.Contains(line, "level=WARN") || !strings.Contains(line, "source shop") || !strings.Contains(line, "topic") {
+				t.Fatalf("%s: the warning: %s", st.name, line)
+			}
+		}
+	}
+}

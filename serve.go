@@ -33,6 +33,7 @@ import (
 	"oncehook/intake"
 	"oncehook/keyset"
 	"oncehook/metrics"
+	"oncehook/providers"
 )
 
 // node is one running oncehook process: the intake, the admin API, the cluster
@@ -565,6 +566,9 @@ func (n *node) reload(path string) {
 	for _, w := range keyChanges(old, cfg) {
 		n.log.Warn(w)
 	}
+	for _, w := range guardChanges(old, cfg) {
+		n.log.Warn(w)
+	}
 	if len(restart) > 0 {
 		// Warn: at log_level warn or error an Info line would hide that
 		// the file holds changes the node does not run yet.
@@ -572,6 +576,48 @@ func (n *node) reload(path string) {
 		return
 	}
 	n.log.Info("configuration reloaded", "applied", live, "needs_restart", restart)
+}
+
+// guardChanges warns, for each source whose replay guard stays on across a
+// reload but now hashes other fields with the body (a shopify source that
+// gains or loses accept_types, or reads its topic elsewhere), that the
+// bodies held before the reload are not matched by the new hash: a captured
+// delivery resent afterwards can make one more new event (docs/operations.md,
+// Upgrades).
+func guardChanges(old, cfg *config.Config) []string {
+	if old == nil {
+		return nil
+	}
+	before := make(map[string]string, len(old.Sources))
+	for i := range old.Sources {
+		before[old.Sources[i].Name] = guardForm(&old.Sources[i])
+	}
+	var w []string
+	for i := range cfg.Sources {
+		s := &cfg.Sources[i]
+		prev, ok := before[s.Name]
+		now := guardForm(s)
+		if ok && prev != "" && now != "" && prev != now {
+			w = append(w, fmt.Sprintf("source %s: replay guard now holds %s (before: %s): the bodies it held before this reload are not matched, "+
+				"so a captured delivery resent within their retention can be claimed as a new event", s.Name, now, prev))
+		}
+	}
+	return w
+}
+
+// guardForm names what a source's replay guard hashes, "" when it is off;
+// it mirrors intake.compileSource's choice.
+func guardForm(s *config.Source) string {
+	if s.ReplayGuard != config.ReplayGuardBody {
+		return ""
+	}
+	if sch, ok := providers.Lookup(s.Provider); ok && sch.Defaults().GuardByType && len(s.AcceptTypes) > 0 {
+		return "the body with the topic (" + s.Type + ")"
+	}
+	if s.HMAC != nil && s.HMAC.TimestampHeader != "" {
+		return "the body with the signed timestamp (" + s.HMAC.TimestampHeader + ")"
+	}
+	return "the body"
 }
 
 // keyChanges warns, for each source whose key a reload changed (its own,
