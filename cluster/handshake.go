@@ -1,11 +1,13 @@
 package cluster
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/pbkdf2"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -74,6 +76,14 @@ var busyAnswer = func() (b [nonceLen + macLen]byte) {
 	copy(b[:], "OHK2 busy: over the cap of connections from your address")
 	return b
 }()
+
+// busyRecord reports whether a TLS handshake failed on busyAnswer: a peer
+// over its cap answers the ClientHello with it in the clear, and crypto/tls
+// reads its first bytes as a record header that is not one.
+func busyRecord(err error) bool {
+	var rh tls.RecordHeaderError
+	return errors.As(err, &rh) && bytes.Equal(rh.RecordHeader[:], busyAnswer[:len(rh.RecordHeader)])
+}
 
 // handshakeIterations is the PBKDF2 cost of the handshake's key: about
 // 20 ms of one core at a node's start, and as much for each guess of the

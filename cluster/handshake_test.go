@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"oncehook/connlimit"
 )
 
 // trap listens on loopback and keeps every byte its connections send, as a
@@ -338,4 +340,44 @@ func TestTLSHandshakeTellsARefusalFromAPeerGoneDown(t *testing.T) {
 	m.serve()
 	t.Cleanup(m.close)
 	checkPeerGone(t, m, peerRefused)
+}
+
+// TestTLSHandshakeOverTheCapSaysBusy: with TLS, a member whose connections
+// are over the peer's cap of connections not yet proved learns that
+// (ErrPeerBusy, which readiness and the intake's 503 name), as it does
+// without TLS, not a TLS failure that reads like a certificate problem.
+func TestTLSHandshakeOverTheCapSaysBusy(t *testing.T) {
+	f := writeCA(t, filepath.Join(t.TempDir(), "ca"), 1)[0]
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := newMux(ln, ln.Addr().String(), nil, &TLSConfig{CertFile: f.cert, KeyFile: f.key, CAFile: f.ca}, quietLogger())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.preAuth = connlimit.NewCounter(connlimit.Limits{Total: 1, PerNetwork: 1})
+	m.memberAuth = connlimit.NewCounter(connlimit.Limits{Total: 1, PerNetwork: 1})
+	m.onRelay = func(c net.Conn) { _, _ = io.Copy(io.Discard, c) }
+	m.serve()
+	t.Cleanup(m.close)
+	ctx := ctxT(t, 10*time.Second)
+
+	c, err := m.dial(ctx, ln.Addr().String(), kindRelay, 5*time.Second)
+	if err != nil {
+		t.Fatalf("dial under the cap: %v", err)
+	}
+	c.Close()
+	waitFor(t, "the connection closed", func() bool { return m.openConns() == 0 })
+
+	held, err := net.Dial("tcp", ln.Addr().String()) // silent: holds the one slot
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Close()
+	waitFor(t, "the silent connection counted", func() bool { return m.openConns() == 1 })
+	_, err = m.dial(ctx, ln.Addr().String(), kindRelay, 5*time.Second)
+	if !errors.Is(err, ErrPeerBusy) || !errors.Is(err, ErrPeerUnproven) {
+		t.Fatalf("TLS handshake over the cap: %v, want ErrPeerBusy", err)
+	}
 }

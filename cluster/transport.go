@@ -398,16 +398,14 @@ func (m *mux) reject(c net.Conn, what string, err error) {
 const busyAnswers = 16
 
 // refuseBusy refuses a connection over a cap of unauthenticated connections.
-// Without TLS it first answers the dialer's hello with busyAnswer, so that a
-// member whose slots something on its host holds learns why (ErrPeerBusy)
-// instead of reading the close as a refused token. The answer's goroutine
-// reads what the dialer sent until it closes (a close with unread bytes
-// would reset the connection and lose the answer), a second at most.
+// It first answers the dialer's hello with busyAnswer, so that a member
+// whose slots something on its host holds learns why (ErrPeerBusy) instead
+// of reading the close as a refused token or a failed TLS handshake (with
+// TLS the answer goes in the clear, in place of the server's first record:
+// a fixed text, nothing secret). The answer's goroutine reads what the
+// dialer sent until it closes (a close with unread bytes would reset the
+// connection and lose the answer), a second at most.
 func (m *mux) refuseBusy(c net.Conn, err error) {
-	if m.tls.Load() != nil {
-		m.reject(c, "accept", err)
-		return
-	}
 	select {
 	case m.busy <- struct{}{}:
 	default:
@@ -551,6 +549,9 @@ func (m *mux) dial(ctx context.Context, addr string, kind byte, timeout time.Dur
 		_ = tc.SetDeadline(time.Now().Add(preambleDeadline))
 		if err := tc.HandshakeContext(ctx); err != nil {
 			c.Close()
+			if busyRecord(err) {
+				return nil, fmt.Errorf("tls handshake with %s: %w: %w", addr, ErrPeerUnproven, ErrPeerBusy)
+			}
 			// A peer killed during the handshake closes it the way a refusal
 			// without an alert does; only the refusal may stop a bootstrap.
 			if ctx.Err() == nil && closedAtHandshake(err) {
