@@ -182,13 +182,22 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, a
 		}
 		return nil, unanswered, err
 	}
-	if err := write(c.bw); err != nil {
-		return fail(true, err)
+	werr := write(c.bw)
+	if werr == nil {
+		werr = c.bw.Flush()
 	}
-	if err := c.bw.Flush(); err != nil {
-		return fail(true, err)
-	}
-	if _, err := c.br.Peek(1); err != nil {
+	broken := false
+	if werr != nil {
+		// A handler may answer before it has read the whole body (a 2xx
+		// on the headers alone, a 413) and close, and the writes then fail
+		// on the reset; its answer is already in the receive buffer, and
+		// is the attempt's outcome, as net/http's client takes it. The
+		// connection is not used again.
+		if ctx.Err() != nil || isTimeout(werr) || !answerWaiting(c, deadline) || ctx.Err() != nil {
+			return fail(true, werr)
+		}
+		broken = true
+	} else if _, err := c.br.Peek(1); err != nil {
 		return fail(true, err)
 	}
 	// The heads of the answer, informational ones included, are read
@@ -221,11 +230,33 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, a
 			continue
 		}
 		// A 101's connection now speaks another protocol: never reused.
-		keep := !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
+		keep := !broken && !resp.Close && !req.Close && resp.StatusCode != http.StatusSwitchingProtocols
 		resp.Body = &body{ReadCloser: resp.Body, t: t, c: c, addr: addr, keep: keep, stop: stop}
 		return resp, false, nil
 	}
 }
+
+// answerWaiting reports whether an answer's first byte can be read from c
+// after its request's write failed: one already received, or one arriving
+// within earlyAnswerWait (never past deadline).
+func answerWaiting(c *conn, deadline time.Time) bool {
+	wait := time.Now().Add(earlyAnswerWait)
+	if !deadline.IsZero() && deadline.Before(wait) {
+		wait = deadline
+	}
+	if err := c.nc.SetReadDeadline(wait); err != nil {
+		return false
+	}
+	_, err := c.br.Peek(1)
+	// ctx's cancel sets a deadline in the past: the caller checks ctx after.
+	_ = c.nc.SetReadDeadline(deadline)
+	return err == nil
+}
+
+// earlyAnswerWait bounds the wait for an answer after a failed write: a
+// handler that answered before the reset sent it before, so it is there or
+// on its way.
+const earlyAnswerWait = 100 * time.Millisecond
 
 // maxAnswerHead bounds the bytes of a handler's answer heads (status lines
 // and headers, informational answers included), as net/http's client
