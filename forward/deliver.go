@@ -76,15 +76,18 @@ const ReasonLeaseEnded = "lease ended before the attempt could start"
 // and the event leased again, here or on a newer leader, or will be before
 // the answer comes: the handler would hold it twice, and on an ordered
 // source could get it after a newer event of its object.
+//
+// A reload can raise a source's forward_timeout past the length of a lease
+// taken before it (config keeps a timeout under the lease it sets, and the
+// next lease has the new length): such an event is handed back, to be leased
+// again for the new length, rather than started with a deadline its lease
+// does not cover.
 func (f *Forwarder) leaseLeft(ev *engine.Event, leased, now time.Time) bool {
 	tgt, ok := f.opts.Targets(ev.Source)
 	if !ok {
 		return true // try hands it back as ReasonNoTarget
 	}
-	end := time.Unix(0, ev.LeaseUntil)
-	if ev.LeaseUntil == 0 {
-		end = leased.Add(f.opts.DefaultLease)
-	}
+	end := f.leaseEnd(ev, leased)
 	length := f.opts.DefaultLease
 	if ev.LeaseFor > 0 {
 		length = time.Duration(ev.LeaseFor)
@@ -92,11 +95,34 @@ func (f *Forwarder) leaseLeft(ev *engine.Event, leased, now time.Time) bool {
 	timeout := tgt.withDefaults().Timeout
 	last := end.Add(-timeout)
 	if timeout >= length {
-		// A timeout as long as the lease (config refuses it; tests and a
-		// per-event lease may not): the lease's end is the limit.
+		if f.opts.Leases != nil {
+			return false
+		}
+		// Without lease lengths by source (tests) every lease has the
+		// default length, so handing back would not help: the lease's end
+		// is the limit, and try cuts the attempt there.
 		last = end
 	}
 	return !now.After(last)
+}
+
+// leaseMargin is how long before its lease's end an attempt is cut: a
+// tenth of the lease, at most a second. Only an attempt whose timeout its
+// lease does not cover (see leaseLeft) is cut by it.
+func (f *Forwarder) leaseMargin(ev *engine.Event) time.Duration {
+	length := f.opts.DefaultLease
+	if ev.LeaseFor > 0 {
+		length = time.Duration(ev.LeaseFor)
+	}
+	return min(time.Second, length/10)
+}
+
+// leaseEnd is when ev's lease, taken at leased, ends.
+func (f *Forwarder) leaseEnd(ev *engine.Event, leased time.Time) time.Time {
+	if ev.LeaseUntil == 0 {
+		return leased.Add(f.opts.DefaultLease)
+	}
+	return time.Unix(0, ev.LeaseUntil)
 }
 
 // maxReason bounds a failure reason kept with the event.
@@ -160,7 +186,7 @@ type attempt struct {
 // when ctx ended first (then the event is left processing for its lease to
 // expire). A handler's Retry-After hold takes effect here, before the worker
 // is free, so that the dispatcher leases no more of its source meanwhile.
-func (f *Forwarder) try(ctx context.Context, ev engine.Event) *attempt {
+func (f *Forwarder) try(ctx context.Context, ev engine.Event, leased time.Time) *attempt {
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -168,7 +194,15 @@ func (f *Forwarder) try(ctx context.Context, ev engine.Event) *attempt {
 	tgt, ok := f.opts.Targets(ev.Source)
 	at.tgt = tgt.withDefaults()
 	if ok {
-		at.a = f.post(ctx, ev, at.n, at.tgt)
+		// An attempt never outlives its lease: past its end the event may
+		// be leased again and the handler would hold it twice. It is cut a
+		// little before, so that the handler sees its connection close
+		// before a reclaim can send the event again.
+		deadline := at.start.Add(at.tgt.Timeout)
+		if end := f.leaseEnd(&ev, leased).Add(-f.leaseMargin(&ev)); end.Before(deadline) {
+			deadline = end
+		}
+		at.a = f.post(ctx, ev, at.n, at.tgt, deadline)
 	} else {
 		at.a.reason = ReasonNoTarget
 	}
@@ -210,17 +244,17 @@ func (f *Forwarder) record(ctx context.Context, at *attempt) {
 }
 
 // post sends ev to tgt and reads what it needs of the answer.
-func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt Target) answer {
+func (f *Forwarder) post(ctx context.Context, ev engine.Event, attempt int, tgt Target, deadline time.Time) answer {
 	var resp *http.Response
 	var err error
 	rctx := ctx
 	if pt := f.plainTarget(tgt.URL); pt != nil {
-		resp, err = f.direct.post(ctx, time.Now().Add(tgt.Timeout), pt.addr, tgt.Sync, func(w *bufio.Writer) error {
+		resp, err = f.direct.post(ctx, deadline, pt.addr, tgt.Sync, func(w *bufio.Writer) error {
 			return writeDelivery(w, pt, &ev, attempt)
 		})
 	} else {
 		var cancel context.CancelFunc
-		rctx, cancel = context.WithTimeout(ctx, tgt.Timeout)
+		rctx, cancel = context.WithDeadline(ctx, deadline)
 		defer cancel()
 		req, rerr := http.NewRequestWithContext(rctx, http.MethodPost, tgt.URL, bytes.NewReader(ev.Payload))
 		if rerr != nil {
@@ -411,6 +445,17 @@ const reasonTimeout = engine.AttemptTimeout
 // "connect: connection refused", "request: EOF". It never includes the URL or
 // anything of a body.
 func errReason(rctx context.Context, err error) string {
+	// A connection that was never made first: the handler got nothing, so
+	// a dial that timed out (a host that drops SYNs) is not a timeout of
+	// the handler, which may still be at work (fail waits for the lease's
+	// end after one).
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		if op.Timeout() {
+			return reasonConnectTimeout
+		}
+		return clip("connect: " + innermost(op.Err).Error())
+	}
 	if errors.Is(rctx.Err(), context.DeadlineExceeded) || errors.Is(err, context.DeadlineExceeded) {
 		return reasonTimeout
 	}
@@ -418,12 +463,12 @@ func errReason(rctx context.Context, err error) string {
 	if errors.As(err, &ne) && ne.Timeout() {
 		return reasonTimeout
 	}
-	var op *net.OpError
-	if errors.As(err, &op) && op.Op == "dial" {
-		return clip("connect: " + innermost(op.Err).Error())
-	}
 	return clip("request: " + innermost(err).Error())
 }
+
+// reasonConnectTimeout is the reason of an attempt whose connection to the
+// handler was not made in time.
+const reasonConnectTimeout = "connect: timeout"
 
 // innermost unwraps err down to its root cause (a single chain).
 func innermost(err error) error {

@@ -46,6 +46,8 @@
 //	                         a restore raises: it only grows)
 //	Oncehook-Last-Step       the last Oncehook-Step the handler answered for this
 //	                         event (absent until it answers one)
+//	Oncehook-Replayed-At     when the event was last replayed (RFC 3339, UTC; absent
+//	                         on an event never replayed)
 //
 // and every other header stored with the event (the source's forward_headers).
 // The Oncehook headers and Idempotency-Key always override a stored header of
@@ -104,11 +106,9 @@
 //   - holds do not stop leasing (a five-minute hold must not stop other
 //     sources). An event that cannot start inside its lease in any case (a
 //     hold longer than the lease, a per-event lease shorter than the default,
-//     a rate lowered by a reload) is handed back with Fail, reason
-//     ReasonRateLimited and the wait as its retry delay: that spends the
-//     attempt the lease counted, but its maxAttempts is raised so that a
-//     hand-back never makes the event dead. Without the hold it would have been
-//     delivered and refused, spending the attempt anyway.
+//     a rate lowered by a reload) is handed back (Store.HandBack), reason
+//     ReasonRateLimited and the wait as its retry delay: the attempt the
+//     lease counted is refunded, so a hand-back never makes the event dead.
 //
 // Options.RateLimited reports every delivery that waited, with how long.
 //

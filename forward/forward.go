@@ -460,7 +460,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		}
 		f.attempts.Add(1)
 		f.bodyBytes.Add(int64(len(j.ev.Payload)))
-		at := f.try(ctx, j.ev)
+		at := f.try(ctx, j.ev, j.leased)
 		if at != nil && at.a.reason == "" {
 			f.delivered.Add(1)
 		}
@@ -604,8 +604,7 @@ func (f *Forwarder) onWorkers(n int) {
 // lease is made while maxParked events are parked. Only an event
 // that cannot start inside its lease in any case (a Retry-After hold longer
 // than the lease, a per-event lease shorter than the default, a rate lowered
-// by a reload) is handed back with Fail, which spends the attempt but never
-// makes it the last one.
+// by a reload) is handed back (Store.HandBack), its attempt refunded.
 func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan bool, kick <-chan struct{}, size func(saturated bool)) {
 	tick := time.NewTicker(f.opts.PollInterval)
 	defer tick.Stop()

@@ -113,15 +113,19 @@ func TestBackoffScheduleSynctest(t *testing.T) {
 	})
 }
 
-// A handler that hangs past its lease: the sweeper reclaims the event after
-// the lease ends, it is delivered again under a newer token and completes, and
-// the first attempt's late failure (its timeout) is fenced.
+// A handler that hangs past its lease (here a per-event lease shorter than
+// the timeout): the attempt is cut before the lease's end, so the handler
+// sees its connection close before the event can be sent again; the
+// failure (a timeout) holds the retry until the lease's end, and the event
+// is delivered again under a newer token and completes.
 func TestLeaseExpirySynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLeader(t)
+		var cut time.Time
 		h := &timedSink{answer: func(n int, w http.ResponseWriter, r *http.Request) {
 			if n == 1 {
-				<-r.Context().Done() // until the 30 s timeout
+				<-r.Context().Done()
+				cut = time.Now()
 			}
 		}}
 		rec := &recorder{}
@@ -129,10 +133,10 @@ func TestLeaseExpirySynctest(t *testing.T) {
 		t0 := time.Now()
 		bubbleRun(t, Options{
 			Store:         l,
-			Targets:       only(Target{URL: "http://handler/l", Timeout: 30 * time.Second}),
+			Targets:       only(Target{URL: "http://handler/l", Timeout: 30 * time.Second, BackoffMin: time.Second, BackoffMax: time.Second}),
 			Client:        &http.Client{Transport: handlerTransport{h}},
 			SweepInterval: time.Second,
-			PollInterval:  time.Hour, // only the sweeper's kick can re-lease
+			PollInterval:  time.Second,
 			Observe:       rec.observe,
 			OnFinish:      rec.finish,
 		}, time.Minute, nil)
@@ -141,19 +145,19 @@ func TestLeaseExpirySynctest(t *testing.T) {
 		if len(at) != 2 {
 			t.Fatalf("%d requests, want 2", len(at))
 		}
-		if d := at[1].Sub(t0); d < 5*time.Second || d > 6*time.Second {
-			t.Errorf("redelivered %v after the claim, want within a sweep of the 5s lease", d)
+		if d := cut.Sub(t0); d >= 5*time.Second || d < 4*time.Second {
+			t.Errorf("first attempt cut %v after the claim, want within a second before the 5s lease's end", d)
+		}
+		if d := at[1].Sub(t0); d < 5*time.Second || d > 7*time.Second {
+			t.Errorf("redelivered %v after the claim, want after the 5s lease's end, within a backoff and a poll", d)
 		}
 		if ev := l.get("src:l"); ev.State != engine.StateDone || ev.Attempts != 2 {
 			t.Errorf("event %v attempts %d, want done after 2", ev.State, ev.Attempts)
 		}
 		fins := rec.finishes()
-		if len(fins) != 2 || fins[0].Outcome != OutcomeDone || fins[1].Outcome != OutcomeFenced ||
-			fins[1].Token >= fins[0].Token || fins[1].Attempt != 1 || fins[0].Attempt != 2 {
-			t.Errorf("finishes = %+v, want done (attempt 2) then fenced (attempt 1, older token)", fins)
-		}
-		if len(l.failLog()) != 0 {
-			t.Errorf("the fenced failure changed the event: %+v", l.failLog())
+		if len(fins) != 2 || fins[0].Outcome != OutcomeRetry || fins[0].Reason != reasonTimeout || fins[1].Outcome != OutcomeDone ||
+			fins[1].Token <= fins[0].Token || fins[0].Attempt != 1 || fins[1].Attempt != 2 {
+			t.Errorf("finishes = %+v, want retry (attempt 1, timeout) then done (attempt 2, newer token)", fins)
 		}
 	})
 }
