@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -472,9 +473,11 @@ func readBody(ctx *fasthttp.RequestCtx, dst []byte, limit int, hold *bodyHold) (
 			break
 		}
 		if err != nil {
-			var netErr net.Error
-			if errors.As(err, &netErr) && netErr.Timeout() {
+			switch {
+			case readTimedOut(err):
 				return refuse(fasthttp.StatusRequestTimeout, "request body not received in time")
+			case trailerRefused(err):
+				return refuse(fasthttp.StatusBadRequest, errTrailers)
 			}
 			return refuse(fasthttp.StatusBadRequest, "malformed or truncated request body")
 		}
@@ -486,6 +489,30 @@ func readBody(ctx *fasthttp.RequestCtx, dst []byte, limit int, hold *bodyHold) (
 		return refuse(fasthttp.StatusBadRequest, "truncated request body")
 	}
 	return dst, 0, ""
+}
+
+// errTrailers is the answer to a chunked body followed by trailer fields.
+const errTrailers = "trailer fields after a chunked body are not accepted: send every header before the body"
+
+// readTimedOut reports whether a body read failed on the read deadline.
+// fasthttp wraps a timeout met inside a chunk's framing (its CRLF, its size
+// line) in ErrBrokenChunk, which does not unwrap; its text still says so.
+func readTimedOut(err error) bool {
+	var netErr net.Error
+	if errors.As(err, &netErr) && netErr.Timeout() {
+		return true
+	}
+	var broken fasthttp.ErrBrokenChunk
+	return errors.As(err, &broken) && strings.Contains(broken.Error(), os.ErrDeadlineExceeded.Error())
+}
+
+// trailerRefused reports whether fasthttp refused a trailer field while it
+// read a chunked body (a name it forbids there, such as Authorization or
+// Host, or a value it cannot take): trailers are refused anyway, and the
+// sender gets the same answer for every one.
+func trailerRefused(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "forbidden trailer key") || strings.Contains(msg, "invalid trailer value")
 }
 
 // requestError answers requests fasthttp rejects before our handler runs.
@@ -650,7 +677,7 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 		// id or a forwarded header sent after the body would reach the
 		// verifier, the key and the handler unseen by a proxy in front
 		// that checks or strips headers (RFC 9110, 6.5.1).
-		return writeError(ctx, fasthttp.StatusBadRequest, "trailer fields after a chunked body are not accepted: send every header before the body")
+		return writeError(ctx, fasthttp.StatusBadRequest, errTrailers)
 	}
 	if len(body) == 0 {
 		return writeError(ctx, fasthttp.StatusBadRequest, "empty body")
