@@ -106,17 +106,6 @@ func (f *Forwarder) leaseLeft(ev *engine.Event, leased, now time.Time) bool {
 	return !now.After(last)
 }
 
-// leaseMargin is how long before its lease's end an attempt is cut: a
-// tenth of the lease, at most a second. Only an attempt whose timeout its
-// lease does not cover (see leaseLeft) is cut by it.
-func (f *Forwarder) leaseMargin(ev *engine.Event) time.Duration {
-	length := f.opts.DefaultLease
-	if ev.LeaseFor > 0 {
-		length = time.Duration(ev.LeaseFor)
-	}
-	return min(time.Second, length/10)
-}
-
 // leaseEnd is when ev's lease, taken at leased, ends.
 func (f *Forwarder) leaseEnd(ev *engine.Event, leased time.Time) time.Time {
 	if ev.LeaseUntil == 0 {
@@ -195,11 +184,11 @@ func (f *Forwarder) try(ctx context.Context, ev engine.Event, leased time.Time) 
 	at.tgt = tgt.withDefaults()
 	if ok {
 		// An attempt never outlives its lease: past its end the event may
-		// be leased again and the handler would hold it twice. It is cut a
-		// little before, so that the handler sees its connection close
-		// before a reclaim can send the event again.
+		// be leased again and the handler would hold it twice. leaseLeft
+		// starts only attempts whose timeout the lease covers, so this
+		// binds only where it could not tell (see there).
 		deadline := at.start.Add(at.tgt.Timeout)
-		if end := f.leaseEnd(&ev, leased).Add(-f.leaseMargin(&ev)); end.Before(deadline) {
+		if end := f.leaseEnd(&ev, leased); end.Before(deadline) {
 			deadline = end
 		}
 		at.a = f.post(ctx, ev, at.n, at.tgt, deadline)

@@ -117,33 +117,40 @@ func (ct ctxTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 // TestAttemptEndsWithItsLease: an attempt whose timeout runs past its
 // lease's end (here without lease lengths by source, so the event cannot be
 // handed back for a longer one) is cut at the lease's end: past it the
-// event may be leased again, and the handler would hold it twice.
+// event may be leased again, and the handler would hold it twice. (The
+// sweeps fall between whole seconds, so that the reclaim never meets the
+// cut at one instant of the bubble's clock.)
 func TestAttemptEndsWithItsLease(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLeader(t)
 		var held peak
+		var mu sync.Mutex
+		var cuts []time.Duration
+		t0 := time.Now()
 		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			done := held.enter()
 			defer done()
 			select {
 			case <-time.After(50 * time.Second):
 			case <-r.Context().Done():
+				mu.Lock()
+				cuts = append(cuts, time.Since(t0))
+				mu.Unlock()
 			}
 		})
 		l.claim("src:1", "src", "a")
 		stop := runInBubble(t, Options{Store: l, Targets: only(Target{URL: "http://handler/src", Timeout: time.Minute,
 			BackoffMin: time.Second, BackoffMax: time.Second, MaxAttempts: 3}),
 			DefaultLease: 30 * time.Second, Client: &http.Client{Transport: ctxTransport{h}}, Workers: 4,
-			PollInterval: time.Second, SweepInterval: time.Second})
+			PollInterval: 700 * time.Millisecond, SweepInterval: 700 * time.Millisecond})
 		time.Sleep(3 * time.Minute)
 		stop()
 		synctest.Wait()
 		if m := held.most.Load(); m != 1 {
 			t.Errorf("the handler held the event %d times at once, want 1", m)
 		}
-		fails := l.failLog()
-		if len(fails) == 0 || fails[0].Reason != reasonTimeout {
-			t.Fatalf("attempts failed: %+v; want the first cut at its lease's end (timeout)", fails)
+		if len(cuts) == 0 || cuts[0] > 31*time.Second {
+			t.Errorf("attempts cut at %v after the claim, want the first at its lease's end (30s)", cuts)
 		}
 	})
 }

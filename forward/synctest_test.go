@@ -114,10 +114,11 @@ func TestBackoffScheduleSynctest(t *testing.T) {
 }
 
 // A handler that hangs past its lease (here a per-event lease shorter than
-// the timeout): the attempt is cut before the lease's end, so the handler
-// sees its connection close before the event can be sent again; the
-// failure (a timeout) holds the retry until the lease's end, and the event
-// is delivered again under a newer token and completes.
+// the timeout): the attempt is cut at the lease's end, so the handler sees
+// its connection close before the event can be reclaimed and sent again,
+// and the event is delivered again under a newer token and completes. (The
+// sweeps fall between whole seconds, so that the reclaim never meets the
+// cut at one instant of the bubble's clock.)
 func TestLeaseExpirySynctest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newLeader(t)
@@ -135,8 +136,8 @@ func TestLeaseExpirySynctest(t *testing.T) {
 			Store:         l,
 			Targets:       only(Target{URL: "http://handler/l", Timeout: 30 * time.Second, BackoffMin: time.Second, BackoffMax: time.Second}),
 			Client:        &http.Client{Transport: handlerTransport{h}},
-			SweepInterval: time.Second,
-			PollInterval:  time.Second,
+			SweepInterval: 700 * time.Millisecond,
+			PollInterval:  700 * time.Millisecond,
 			Observe:       rec.observe,
 			OnFinish:      rec.finish,
 		}, time.Minute, nil)
@@ -145,8 +146,8 @@ func TestLeaseExpirySynctest(t *testing.T) {
 		if len(at) != 2 {
 			t.Fatalf("%d requests, want 2", len(at))
 		}
-		if d := cut.Sub(t0); d >= 5*time.Second || d < 4*time.Second {
-			t.Errorf("first attempt cut %v after the claim, want within a second before the 5s lease's end", d)
+		if d := cut.Sub(t0); d != 5*time.Second {
+			t.Errorf("first attempt cut %v after the claim, want at the 5s lease's end", d)
 		}
 		if d := at[1].Sub(t0); d < 5*time.Second || d > 7*time.Second {
 			t.Errorf("redelivered %v after the claim, want after the 5s lease's end, within a backoff and a poll", d)

@@ -93,7 +93,7 @@ func (t *transport) RoundTrip(req *http.Request) (*http.Response, error) {
 			closeReqBody(req)
 			return nil, err
 		}
-		resp, unanswered, err := t.exchange(ctx, deadline, c, addr, func(w *bufio.Writer) error { return req.Write(w) }, req)
+		resp, unanswered, err := t.exchange(ctx, deadline, c, reused, addr, func(w *bufio.Writer) error { return req.Write(w) }, req)
 		if err == nil {
 			return resp, nil
 		}
@@ -135,7 +135,7 @@ func (t *transport) post(ctx context.Context, deadline time.Time, addr string, w
 		if err != nil {
 			return nil, err
 		}
-		resp, unanswered, err := t.exchange(ctx, deadline, c, addr, write, req)
+		resp, unanswered, err := t.exchange(ctx, deadline, c, reused, addr, write, req)
 		if err == nil {
 			return resp, nil
 		}
@@ -170,7 +170,7 @@ func isTimeout(err error) bool {
 // unanswered reports a failure before any byte of an answer arrived. The
 // connection's deadline is deadline (none when zero); cancelling ctx
 // interrupts the write, the read and the body's reads.
-func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, addr string, write func(*bufio.Writer) error, req *http.Request) (resp *http.Response, unanswered bool, err error) {
+func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, reused bool, addr string, write func(*bufio.Writer) error, req *http.Request) (resp *http.Response, unanswered bool, err error) {
 	if err := c.nc.SetDeadline(deadline); err != nil {
 		return nil, true, err
 	}
@@ -192,8 +192,11 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, a
 		// on the headers alone, a 413) and close, and the writes then fail
 		// on the reset; its answer is already in the receive buffer, and
 		// is the attempt's outcome, as net/http's client takes it. The
-		// connection is not used again.
-		if ctx.Err() != nil || isTimeout(werr) || !answerWaiting(c, deadline) || ctx.Err() != nil {
+		// connection is not used again. Only on a new connection: on a
+		// kept-alive one the bytes may be what the server sent as it closed
+		// the idle connection (a 408), no answer to this request, which is
+		// sent again on a new connection instead (post).
+		if reused || ctx.Err() != nil || isTimeout(werr) || !answerWaiting(c, deadline) || ctx.Err() != nil {
 			return fail(true, werr)
 		}
 		broken = true
