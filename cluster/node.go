@@ -215,6 +215,9 @@ type Node struct {
 	probes    sync.WaitGroup
 	probeCtx  context.Context
 	probeStop context.CancelFunc
+	// readyWaits counts the readiness probes waiting for the apply
+	// (awaitApplied).
+	readyWaits atomic.Int32
 	// restoring is set while a restore this node leads is not confirmed:
 	// its state may hold events no majority committed (Lookup).
 	restoring atomic.Bool

@@ -389,10 +389,21 @@ func (n *Node) Ready() (bool, string) {
 // entries, so a node far behind is never taken for caught up.
 const readyApplyWait = 250 * time.Millisecond
 
+// readyWaiters bounds the probes waiting for the apply at once. The intake's
+// /readyz answers anyone: a flood of probes while the node is behind would
+// otherwise hold a goroutine and a poll each, taking CPU from the apply they
+// wait for. A probe over the bound answers from the indexes as they are.
+const readyWaiters = 8
+
 // awaitApplied reports whether raft's applied index reaches index within
-// the ready wait. Raft has no notification for it; a probe is rare enough
-// to poll.
+// the ready wait. Raft has no notification for it; the waits are few
+// (readyWaiters) and short, so they poll.
 func (n *Node) awaitApplied(index uint64) bool {
+	if n.readyWaits.Add(1) > readyWaiters {
+		n.readyWaits.Add(-1)
+		return false
+	}
+	defer n.readyWaits.Add(-1)
 	if n.cfg.readyWaiting != nil {
 		n.cfg.readyWaiting()
 	}

@@ -454,3 +454,83 @@ func TestReadyWaitsOutAnApplyInFlight(t *testing.T) {
 		}
 	}
 }
+
+// TestReadyWaitsAreBounded: probes waiting for the apply are bounded
+// (readyWaiters): one over the bound answers at once from the indexes, so
+// that a flood of /readyz probes while the node is behind holds no more
+// goroutines or polls than that.
+func TestReadyWaitsAreBounded(t *testing.T) {
+	var held atomic.Bool
+	release := make(chan struct{})
+	waiting := make(chan struct{}, readyWaiters+1)
+	n := openSolo(t, t.TempDir(), func(cfg *Config) {
+		cfg.NoSync = true
+		cfg.Inflight = 1024
+		cfg.holdApply = func() {
+			if held.Load() {
+				<-release
+			}
+		}
+		cfg.readyWait = time.Minute
+		cfg.readyWaiting = func() { waiting <- struct{}{} }
+	})
+	defer n.Close()
+	var unhold sync.Once
+	resume := func() { unhold.Do(func() { held.Store(false); close(release) }) }
+	defer resume()
+
+	held.Store(true)
+	ctx := ctxT(t, time.Minute)
+	errs := make(chan error, 1024)
+	claims := 0
+	for n.raft.AppliedIndex() >= n.raft.CommitIndex() {
+		if claims == cap(errs) {
+			t.Fatalf("applied index still at the commit after %d claims with the apply held", claims)
+		}
+		before := n.raft.CommitIndex()
+		claims++
+		go func(key string) {
+			_, err := n.Claim(ctx, claimCmd(key))
+			errs <- err
+		}(fmt.Sprintf("src:bound-%d", claims))
+		waitFor(t, "the claim commits", func() bool { return n.raft.CommitIndex() > before })
+	}
+
+	answers := make(chan bool, readyWaiters)
+	for i := 0; i < readyWaiters; i++ {
+		go func() { ok, _ := n.Ready(); answers <- ok }()
+	}
+	for i := 0; i < readyWaiters; i++ {
+		select {
+		case <-waiting:
+		case <-ctx.Done():
+			t.Fatal("the probes never waited")
+		}
+	}
+	// Every wait is taken: the next probe answers at once, not ready.
+	type answer struct {
+		ok  bool
+		why string
+	}
+	over := make(chan answer, 1)
+	go func() { ok, why := n.Ready(); over <- answer{ok, why} }()
+	select {
+	case a := <-over:
+		if a.ok || !strings.Contains(a.why, "catching up") {
+			t.Fatalf("probe over the bound: Ready() = %v, %q; want not ready", a.ok, a.why)
+		}
+	case <-waiting:
+		t.Fatal("a probe over the bound waited for the apply")
+	}
+	resume()
+	for i := 0; i < readyWaiters; i++ {
+		if !<-answers {
+			t.Error("a waiting probe was not ready once the apply caught up")
+		}
+	}
+	for i := 0; i < claims; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("claim: %v", err)
+		}
+	}
+}
