@@ -197,6 +197,7 @@ forward = "%[1]s"
 		{"another setting", `replay_guard = "body"`, `replay_guard = "body"` + "\nmax_attempts = 7", false},
 		{"accept_types added", `replay_guard = "body"`, `replay_guard = "body"` + "\naccept_types = [\"orders/create\"]", true},
 		{"the list changed", `replay_guard = "body"`, `replay_guard = "body"` + "\naccept_types = [\"orders/create\", \"orders/paid\"]", false},
+		{"the topic header spelt another way", `replay_guard = "body"`, `replay_guard = "body"` + "\naccept_types = [\"orders/create\", \"orders/paid\"]\ntype = \"header:x-shopify-topic\"", false},
 		{"the topic read elsewhere", `replay_guard = "body"`, `replay_guard = "body"` + "\naccept_types = [\"orders/create\", \"orders/paid\"]\ntype = \"json:topic\"", true},
 		{"the guard turned off", `replay_guard = "body"`, `replay_guard = "off"`, false},
 	}

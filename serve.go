@@ -598,7 +598,7 @@ func guardChanges(old, cfg *config.Config) []string {
 		prev, ok := before[s.Name]
 		now := guardForm(s)
 		if ok && prev != "" && now != "" && prev != now {
-			w = append(w, fmt.Sprintf("source %s: replay guard now holds %s (before: %s): the bodies it held before this reload are not matched, "+
+			w = append(w, fmt.Sprintf("source %s: replay guard now holds %s (before: %s): the bodies it held before this reload may no longer be matched, "+
 				"so a captured delivery resent within their retention can be claimed as a new event", s.Name, now, prev))
 		}
 	}
@@ -612,10 +612,15 @@ func guardForm(s *config.Source) string {
 		return ""
 	}
 	if sch, ok := providers.Lookup(s.Provider); ok && sch.Defaults().GuardByType && len(s.AcceptTypes) > 0 {
-		return "the body with the topic (" + s.Type + ")"
+		typ := s.Type
+		if name, ok := strings.CutPrefix(typ, "header:"); ok {
+			typ = "header:" + http.CanonicalHeaderKey(name) // header names are read regardless of case
+		}
+		return "the body with the topic (" + typ + ")"
 	}
 	if s.HMAC != nil && s.HMAC.TimestampHeader != "" {
-		return "the body with the signed timestamp (" + s.HMAC.TimestampHeader + ")"
+		// Only the header's value is hashed: renaming the header keeps it.
+		return "the body with the signed timestamp"
 	}
 	return "the body"
 }
