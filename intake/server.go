@@ -942,6 +942,14 @@ func (in *Server) answerDuplicate(ctx *fasthttp.RequestCtx, src *Source, key []b
 			return writeError(ctx, fasthttp.StatusServiceUnavailable, "duplicate of an event this node has not applied yet, retry")
 		}
 		st = stored.State
+	} else if own && errors.Is(err, engine.ErrNotFound) {
+		// A follower that relayed the claim may not have applied the
+		// event the leader found yet (a few milliseconds): give it that,
+		// so that a different body is counted and logged wherever the
+		// duplicate arrives. The answer does not depend on it.
+		if ev, werr := in.awaitAppliedWithin(key, mismatchWait); werr == nil {
+			stored, err = ev, nil
+		}
 	}
 	sameBody := err == nil && stored.Payload != nil && bytes.Equal(stored.Payload, body)
 	if own && err == nil && stored.Payload != nil && !sameBody {
@@ -988,7 +996,16 @@ func (in *Server) answerDuplicate(ctx *fasthttp.RequestCtx, src *Source, key []b
 // the stored event (the body to compare; a sync source's cached answer or
 // state), so it waits for it, a claim's timeout at most.
 func (in *Server) awaitApplied(key []byte) (engine.Event, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), in.timeout)
+	return in.awaitAppliedWithin(key, in.timeout)
+}
+
+// mismatchWait bounds how long a duplicate's answer waits for this node to
+// apply the event, only to compare the bodies (answerDuplicate).
+const mismatchWait = 100 * time.Millisecond
+
+// awaitAppliedWithin is awaitApplied with its own bound.
+func (in *Server) awaitAppliedWithin(key []byte, d time.Duration) (engine.Event, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
 	defer cancel()
 	if _, err := in.store.Wait(ctx, string(key), func(engine.Event) bool { return true }); err != nil {
 		return engine.Event{}, fmt.Errorf("await %s: %w", key, err)

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -584,5 +585,51 @@ func TestLastAttemptWait(t *testing.T) {
 		if got := lastAttemptWait(tc.ev, src, now); got != tc.want {
 			t.Errorf("%s: wait %s, want %s", tc.name, got, tc.want)
 		}
+	}
+}
+
+// mismatchMetrics counts the duplicates whose body differs.
+type mismatchMetrics struct {
+	noMetrics
+	n atomic.Int32
+}
+
+func (m *mismatchMetrics) DuplicateBodyChanged(string) { m.n.Add(1) }
+
+// TestDuplicateBodyCountedOnALaggingFollower: a duplicate with another body
+// that reaches a follower which has not applied the event yet (the leader
+// found it; the entry is on its way) is still counted, as it is where the
+// event is applied: the answer waits a moment for the event to compare.
+func TestDuplicateBodyCountedOnALaggingFollower(t *testing.T) {
+	const key = "orders:msg_m"
+	dir := t.TempDir()
+	secret, _ := providers.GenerateSecret("standard")
+	mustWrite(t, filepath.Join(dir, "orders.secret"), secret+"\n")
+	leader := newMemStore(t)
+	sources := loadSources(t, dir, tableSources)
+	if _, err := leader.Claim(context.Background(), engine.Command{Key: key, Source: "orders", Payload: []byte(`{"a":1}`)}); err != nil {
+		t.Fatal(err)
+	}
+	follower := &laggingFollower{memStore: leader, hidden: map[string]bool{key: true},
+		show: make(chan struct{}), waited: make(chan struct{}, 1)}
+	m := &mismatchMetrics{}
+	ff := &intakeFixture{t: t, store: leader, secret: secret, in: New(Options{Store: follower, Sources: sources, Metrics: m})}
+	answered, caught := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(caught)
+		select {
+		case <-follower.waited:
+			close(follower.show)
+		case <-answered:
+		}
+	}()
+	a := ff.do(request{path: "/in/orders", body: `{"a":2}`, id: "msg_m"})
+	close(answered)
+	<-caught
+	if a.status != 200 || !strings.Contains(a.body, `"duplicate"`) {
+		t.Fatalf("answer %d %q, want 200 duplicate", a.status, a.body)
+	}
+	if got := m.n.Load(); got != 1 {
+		t.Fatalf("%d duplicates counted with another body, want 1", got)
 	}
 }
