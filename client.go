@@ -131,7 +131,7 @@ func cmdReplay(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if *since != "" {
-		if _, err := admin.ParseSince(*since); err != nil {
+		if err := admin.CheckSince(*since); err != nil {
 			return usageError{"replay -" + err.Error()}
 		}
 	}

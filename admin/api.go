@@ -906,11 +906,18 @@ func (s *Server) whyNotReplayed(key string) string {
 }
 
 // ParseSince reads a replay's since: an RFC 3339 time between 1970 and
-// 2262, or a positive duration meaning that long before now.
+// 2262, or a positive duration meaning that long before now. A time ahead
+// of now (more than the clock skew purges allow) is refused: it selects
+// nothing, and is more likely a mistyped year than meant.
 func ParseSince(s string) (int64, error) {
-	t, err := parseBound("since", s, time.Now())
+	now := time.Now()
+	t, err := parseBound("since", s, now)
 	if err != nil {
 		return 0, err
+	}
+	if t.After(now.Add(maxAhead)) {
+		return 0, fmt.Errorf("since %q is ahead of this node's clock (%s): it would select nothing; give a past time or a duration back from now",
+			s, now.UTC().Format(time.RFC3339))
 	}
 	return t.UnixNano(), nil
 }

@@ -104,6 +104,12 @@ func CheckBefore(v string) error {
 	return err
 }
 
+// CheckSince is CheckBefore for a replay's since.
+func CheckSince(v string) error {
+	_, err := parseBound("since", v, time.Now())
+	return err
+}
+
 // maxAhead is how far ahead of the node's clock a purge's bound may be: the
 // clock skew between an operator's machine and the node.
 const maxAhead = time.Minute

@@ -50,16 +50,24 @@ func TestParseBefore(t *testing.T) {
 	}
 }
 
-// TestParseSince: a replay's since takes what a purge's before takes, the
-// future aside (it selects nothing), and never wraps around.
+// TestParseSince: a replay's since takes what a purge's before takes, and
+// never wraps around; a time ahead of the node's clock is refused like a
+// purge's (it would select nothing: a mistyped year, most likely), while
+// the client's check leaves that to the node.
 func TestParseSince(t *testing.T) {
+	ahead := time.Now().Add(2 * time.Minute).UTC().Format(time.RFC3339)
+	if err := CheckSince(ahead); err != nil {
+		t.Errorf("the client's check refused %s, a time for the node's clock to judge: %v", ahead, err)
+	}
 	for _, tt := range []struct {
 		in  string
 		err string
 	}{
 		{"24h", ""},
 		{"2026-11-01T00:00:00Z", ""},
-		{"2099-01-01T00:00:00Z", ""},
+		{time.Now().Add(30 * time.Second).UTC().Format(time.RFC3339), ""}, // within the skew allowed
+		{"2099-01-01T00:00:00Z", "ahead of this node's clock"},
+		{ahead, "ahead of this node's clock"},
 		{"-5h", "must be positive"},
 		{"0s", "must be positive"},
 		{"3026-12-03T00:00:00Z", "out of range"},
