@@ -75,7 +75,7 @@ func (c *Client) Events(ctx context.Context, stdout, stderr io.Writer, eq Events
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
 	// The last failure stays on an event that was delivered after it: the
 	// column is named for what it holds, not read as a current error.
-	fmt.Fprintln(tw, "KEY\tSTATE\tATTEMPTS\tSTEP\tUPDATED\tLAST FAILURE")
+	fmt.Fprintln(tw, "KEY\tSTATE\tATTEMPTS\tSTEP\tUPDATED\tLAST ERROR")
 	for _, e := range out.Events {
 		step := e.Step
 		if step == "" {
