@@ -328,6 +328,14 @@ func checkPeerGone(t *testing.T, m *mux, refused func(error) bool) {
 // which lets a starting node go on as at a cluster's first start instead of
 // refusing to start (rejoinExisting).
 func TestTLSHandshakeTellsARefusalFromAPeerGoneDown(t *testing.T) {
+	m, _ := tlsMux(t, nil)
+	checkPeerGone(t, m, peerRefused)
+}
+
+// tlsMux serves a cluster port with TLS on a loopback address, tune's
+// changes made before it serves, and returns it with its address.
+func tlsMux(t *testing.T, tune func(*mux)) (*mux, string) {
+	t.Helper()
 	f := writeCA(t, filepath.Join(t.TempDir(), "ca"), 1)[0]
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -337,9 +345,12 @@ func TestTLSHandshakeTellsARefusalFromAPeerGoneDown(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if tune != nil {
+		tune(m)
+	}
 	m.serve()
 	t.Cleanup(m.close)
-	checkPeerGone(t, m, peerRefused)
+	return m, ln.Addr().String()
 }
 
 // TestTLSHandshakeOverTheCapSaysBusy: with TLS, a member whose connections
@@ -347,36 +358,27 @@ func TestTLSHandshakeTellsARefusalFromAPeerGoneDown(t *testing.T) {
 // (ErrPeerBusy, which readiness and the intake's 503 name), as it does
 // without TLS, not a TLS failure that reads like a certificate problem.
 func TestTLSHandshakeOverTheCapSaysBusy(t *testing.T) {
-	f := writeCA(t, filepath.Join(t.TempDir(), "ca"), 1)[0]
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := newMux(ln, ln.Addr().String(), nil, &TLSConfig{CertFile: f.cert, KeyFile: f.key, CAFile: f.ca}, quietLogger())
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.preAuth = connlimit.NewCounter(connlimit.Limits{Total: 1, PerNetwork: 1})
-	m.memberAuth = connlimit.NewCounter(connlimit.Limits{Total: 1, PerNetwork: 1})
-	m.onRelay = func(c net.Conn) { _, _ = io.Copy(io.Discard, c) }
-	m.serve()
-	t.Cleanup(m.close)
+	m, addr := tlsMux(t, func(m *mux) {
+		m.preAuth = connlimit.NewCounter(connlimit.Limits{Total: 1, PerNetwork: 1})
+		m.memberAuth = connlimit.NewCounter(connlimit.Limits{Total: 1, PerNetwork: 1})
+		m.onRelay = func(c net.Conn) { _, _ = io.Copy(io.Discard, c) }
+	})
 	ctx := ctxT(t, 10*time.Second)
 
-	c, err := m.dial(ctx, ln.Addr().String(), kindRelay, 5*time.Second)
+	c, err := m.dial(ctx, addr, kindRelay, 5*time.Second)
 	if err != nil {
 		t.Fatalf("dial under the cap: %v", err)
 	}
 	c.Close()
 	waitFor(t, "the connection closed", func() bool { return m.openConns() == 0 })
 
-	held, err := net.Dial("tcp", ln.Addr().String()) // silent: holds the one slot
+	held, err := net.Dial("tcp", addr) // silent: holds the one slot
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer held.Close()
 	waitFor(t, "the silent connection counted", func() bool { return m.openConns() == 1 })
-	_, err = m.dial(ctx, ln.Addr().String(), kindRelay, 5*time.Second)
+	_, err = m.dial(ctx, addr, kindRelay, 5*time.Second)
 	if !errors.Is(err, ErrPeerBusy) || !errors.Is(err, ErrPeerUnproven) {
 		t.Fatalf("TLS handshake over the cap: %v, want ErrPeerBusy", err)
 	}

@@ -365,6 +365,88 @@ func TestRefusalRecheckTakesTheNewCause(t *testing.T) {
 	dropErr.Store(nil)
 }
 
+// laggingApply is a single node whose state machine can be stalled:
+// behind() holds the apply and commits claims one by one until raft's queue
+// to it is full, so that the commit index runs ahead of the applied one;
+// resume() lets it catch up and checks the claims. waiting hears every
+// Ready that starts waiting for the apply; the wait lasts readyWait.
+type laggingApply struct {
+	t       *testing.T
+	n       *Node
+	held    atomic.Bool
+	release chan struct{}
+	unhold  sync.Once
+	waiting chan struct{}
+	errs    chan error
+	claims  int
+}
+
+func newLaggingApply(t *testing.T, readyWait time.Duration) *laggingApply {
+	l := &laggingApply{t: t, release: make(chan struct{}), waiting: make(chan struct{}, readyWaiters+1), errs: make(chan error, 1024)}
+	l.n = openSolo(t, t.TempDir(), func(cfg *Config) {
+		cfg.NoSync = true
+		cfg.Inflight = 1024 // every claim its own entry, none waiting for the apply
+		cfg.holdApply = func() {
+			if l.held.Load() {
+				<-l.release
+			}
+		}
+		cfg.readyWait = readyWait
+		cfg.readyWaiting = func() {
+			select {
+			case l.waiting <- struct{}{}:
+			default: // more waits than a test counts
+			}
+		}
+	})
+	// Resumed before the Close: a failed test leaves nothing stuck.
+	t.Cleanup(func() { l.resume(); l.n.Close() })
+	return l
+}
+
+func (l *laggingApply) behind() {
+	t, n := l.t, l.n
+	t.Helper()
+	l.held.Store(true)
+	ctx := ctxT(t, time.Minute)
+	for n.raft.AppliedIndex() >= n.raft.CommitIndex() {
+		if l.claims == cap(l.errs) {
+			t.Fatalf("applied index still at the commit (%d) after %d claims with the apply held", n.raft.CommitIndex(), l.claims)
+		}
+		before := n.raft.CommitIndex()
+		l.claims++
+		go func(key string) {
+			_, err := n.Claim(ctx, claimCmd(key))
+			l.errs <- err
+		}(fmt.Sprintf("src:lag-%d", l.claims))
+		waitFor(t, "the claim commits", func() bool { return n.raft.CommitIndex() > before })
+	}
+}
+
+func (l *laggingApply) resume() {
+	l.unhold.Do(func() { l.held.Store(false); close(l.release) })
+}
+
+// claimsApplied checks that every claim made while behind was applied.
+func (l *laggingApply) claimsApplied() {
+	l.t.Helper()
+	for i := 0; i < l.claims; i++ {
+		if err := <-l.errs; err != nil {
+			l.t.Errorf("claim: %v", err)
+		}
+	}
+}
+
+// waited waits for a Ready to start waiting for the apply.
+func (l *laggingApply) waited() {
+	l.t.Helper()
+	select {
+	case <-l.waiting:
+	case <-time.After(30 * time.Second):
+		l.t.Fatal("Ready never waited for the apply")
+	}
+}
+
 // TestReadyWaitsOutAnApplyInFlight: raft counts an entry applied only once
 // the state machine's queue took it, so under load a probe could meet the
 // applied index behind the commit for a moment and read a healthy node as
@@ -372,66 +454,18 @@ func TestRefusalRecheckTakesTheNewCause(t *testing.T) {
 // read: a lag that clears meanwhile is ready, one that does not (a state
 // machine that is stuck, a node replaying its log) is not.
 func TestReadyWaitsOutAnApplyInFlight(t *testing.T) {
-	var held atomic.Bool
-	release := make(chan struct{})
-	waiting := make(chan struct{}, 1)
-	n := openSolo(t, t.TempDir(), func(cfg *Config) {
-		cfg.NoSync = true
-		cfg.Inflight = 1024 // every claim its own entry, none waiting for the apply
-		cfg.holdApply = func() {
-			if held.Load() {
-				<-release
-			}
-		}
-		cfg.readyWait = time.Second
-		cfg.readyWaiting = func() {
-			select {
-			case waiting <- struct{}{}:
-			default:
-			}
-		}
-	})
-	defer n.Close()
-	var unhold sync.Once
-	resume := func() { unhold.Do(func() { held.Store(false); close(release) }) }
-	defer resume() // before the Close: a failed test leaves nothing stuck
-	if ok, why := n.Ready(); !ok {
+	l := newLaggingApply(t, time.Second)
+	if ok, why := l.n.Ready(); !ok {
 		t.Fatalf("idle node not ready: %s", why)
 	}
-
-	// Stall the state machine and commit entries one by one until raft's
-	// queue to it is full: the commit index then runs ahead of the applied.
-	held.Store(true)
-	ctx := ctxT(t, time.Minute)
-	errs := make(chan error, 1024)
-	claims := 0
-	for n.raft.AppliedIndex() >= n.raft.CommitIndex() {
-		if claims == cap(errs) {
-			t.Fatalf("applied index still at the commit (%d) after %d claims with the apply held", n.raft.CommitIndex(), claims)
-		}
-		before := n.raft.CommitIndex()
-		claims++
-		go func(key string) {
-			_, err := n.Claim(ctx, claimCmd(key))
-			errs <- err
-		}(fmt.Sprintf("src:lag-%d", claims))
-		waitFor(t, "the claim commits", func() bool { return n.raft.CommitIndex() > before })
-	}
+	l.behind()
 
 	// Stuck for longer than the wait: not ready, and says so.
-	ok, why := n.Ready()
+	ok, why := l.n.Ready()
 	if ok || !strings.Contains(why, "catching up") {
 		t.Fatalf("node with a stuck apply: Ready() = %v, %q; want not ready, catching up", ok, why)
 	}
-	waitedFor := func() {
-		t.Helper()
-		select {
-		case <-waiting:
-		case <-time.After(30 * time.Second):
-			t.Fatal("Ready never waited for the apply")
-		}
-	}
-	waitedFor() // that call's wait
+	l.waited() // that call's wait
 
 	// Behind when the probe reads the indexes, caught up within the wait.
 	type answer struct {
@@ -440,19 +474,15 @@ func TestReadyWaitsOutAnApplyInFlight(t *testing.T) {
 	}
 	got := make(chan answer, 1)
 	go func() {
-		ok, why := n.Ready()
+		ok, why := l.n.Ready()
 		got <- answer{ok, why}
 	}()
-	waitedFor()
-	resume()
+	l.waited()
+	l.resume()
 	if a := <-got; !a.ok {
 		t.Fatalf("node whose apply caught up within the wait: not ready: %s", a.why)
 	}
-	for i := 0; i < claims; i++ {
-		if err := <-errs; err != nil {
-			t.Errorf("claim: %v", err)
-		}
-	}
+	l.claimsApplied()
 }
 
 // TestReadyWaitsAreBounded: probes waiting for the apply are bounded
@@ -460,52 +490,14 @@ func TestReadyWaitsOutAnApplyInFlight(t *testing.T) {
 // that a flood of /readyz probes while the node is behind holds no more
 // goroutines or polls than that.
 func TestReadyWaitsAreBounded(t *testing.T) {
-	var held atomic.Bool
-	release := make(chan struct{})
-	waiting := make(chan struct{}, readyWaiters+1)
-	n := openSolo(t, t.TempDir(), func(cfg *Config) {
-		cfg.NoSync = true
-		cfg.Inflight = 1024
-		cfg.holdApply = func() {
-			if held.Load() {
-				<-release
-			}
-		}
-		cfg.readyWait = time.Minute
-		cfg.readyWaiting = func() { waiting <- struct{}{} }
-	})
-	defer n.Close()
-	var unhold sync.Once
-	resume := func() { unhold.Do(func() { held.Store(false); close(release) }) }
-	defer resume()
-
-	held.Store(true)
-	ctx := ctxT(t, time.Minute)
-	errs := make(chan error, 1024)
-	claims := 0
-	for n.raft.AppliedIndex() >= n.raft.CommitIndex() {
-		if claims == cap(errs) {
-			t.Fatalf("applied index still at the commit after %d claims with the apply held", claims)
-		}
-		before := n.raft.CommitIndex()
-		claims++
-		go func(key string) {
-			_, err := n.Claim(ctx, claimCmd(key))
-			errs <- err
-		}(fmt.Sprintf("src:bound-%d", claims))
-		waitFor(t, "the claim commits", func() bool { return n.raft.CommitIndex() > before })
-	}
-
+	l := newLaggingApply(t, time.Minute)
+	l.behind()
 	answers := make(chan bool, readyWaiters)
 	for i := 0; i < readyWaiters; i++ {
-		go func() { ok, _ := n.Ready(); answers <- ok }()
+		go func() { ok, _ := l.n.Ready(); answers <- ok }()
 	}
 	for i := 0; i < readyWaiters; i++ {
-		select {
-		case <-waiting:
-		case <-ctx.Done():
-			t.Fatal("the probes never waited")
-		}
+		l.waited()
 	}
 	// Every wait is taken: the next probe answers at once, not ready.
 	type answer struct {
@@ -513,24 +505,20 @@ func TestReadyWaitsAreBounded(t *testing.T) {
 		why string
 	}
 	over := make(chan answer, 1)
-	go func() { ok, why := n.Ready(); over <- answer{ok, why} }()
+	go func() { ok, why := l.n.Ready(); over <- answer{ok, why} }()
 	select {
 	case a := <-over:
 		if a.ok || !strings.Contains(a.why, "catching up") {
 			t.Fatalf("probe over the bound: Ready() = %v, %q; want not ready", a.ok, a.why)
 		}
-	case <-waiting:
+	case <-l.waiting:
 		t.Fatal("a probe over the bound waited for the apply")
 	}
-	resume()
+	l.resume()
 	for i := 0; i < readyWaiters; i++ {
 		if !<-answers {
 			t.Error("a waiting probe was not ready once the apply caught up")
 		}
 	}
-	for i := 0; i < claims; i++ {
-		if err := <-errs; err != nil {
-			t.Errorf("claim: %v", err)
-		}
-	}
+	l.claimsApplied()
 }
