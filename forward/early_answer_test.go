@@ -164,3 +164,44 @@ func TestIdleCloseAnswerIsNotTheOutcome(t *testing.T) {
 		t.Fatalf("src:big %s (%q); the handler got %v", ev.State, ev.LastError, got)
 	}
 }
+
+// TestEarlyAnswerOnAKeptAliveConnection: a handler's answer on the headers
+// alone counts on a kept-alive connection too; the request is not sent
+// again on a new connection (which ran the handler twice in one attempt).
+func TestEarlyAnswerOnAKeptAliveConnection(t *testing.T) {
+	l := newLeader(t)
+	var big, conns atomic.Int32
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.ContentLength > 1<<20 {
+				big.Add(1)
+				w.WriteHeader(http.StatusOK) // the body stays unread
+				return
+			}
+			_, _ = io.Copy(io.Discard, r.Body)
+		}),
+		ConnState: func(c net.Conn, s http.ConnState) {
+			if s == http.StateNew {
+				conns.Add(1)
+			}
+		},
+	}
+	served := make(chan struct{})
+	go func() { defer close(served); _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); <-served })
+	start(t, l, &recorder{}, Options{Targets: only(Target{URL: "http://" + ln.Addr().String() + "/hook", MaxAttempts: 1}), Workers: 1})
+	l.claim("src:small", "src", "a")
+	waitFor(t, "the small event done", func() bool { return l.get("src:small").State == engine.StateDone })
+	l.claim("src:big", "src", strings.Repeat("x", 16<<20))
+	waitFor(t, "the big event finished", func() bool {
+		st := l.get("src:big").State
+		return st == engine.StateDone || st == engine.StateDead
+	})
+	if ev := l.get("src:big"); ev.State != engine.StateDone || big.Load() != 1 {
+		t.Fatalf("src:big %s (%q); the handler ran it %d times over %d connections, want done after once", ev.State, ev.LastError, big.Load(), conns.Load())
+	}
+}

@@ -192,11 +192,8 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, r
 		// on the headers alone, a 413) and close, and the writes then fail
 		// on the reset; its answer is already in the receive buffer, and
 		// is the attempt's outcome, as net/http's client takes it. The
-		// connection is not used again. Only on a new connection: on a
-		// kept-alive one the bytes may be what the server sent as it closed
-		// the idle connection (a 408), no answer to this request, which is
-		// sent again on a new connection instead (post).
-		if reused || ctx.Err() != nil || isTimeout(werr) || !answerWaiting(c, deadline) || ctx.Err() != nil {
+		// connection is not used again.
+		if ctx.Err() != nil || isTimeout(werr) || !answerWaiting(c, deadline) || ctx.Err() != nil {
 			return fail(true, werr)
 		}
 		broken = true
@@ -228,6 +225,15 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, r
 			}
 			return fail(false, err)
 		}
+		if reused && resp.StatusCode == http.StatusRequestTimeout {
+			// A server closing a kept-alive connection it found idle may
+			// say 408 as it goes: no answer to this request, whether the
+			// request's writes went through or failed on the close. It is
+			// sent again on a new connection (post), as net/http's client
+			// does.
+			resp.Body.Close()
+			return fail(true, errIdleClosed)
+		}
 		// Informational answers (103 Early Hints...) precede the real one.
 		if resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
 			continue
@@ -238,6 +244,9 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, r
 		return resp, false, nil
 	}
 }
+
+// errIdleClosed fails a request that a kept-alive connection answered 408.
+var errIdleClosed = errors.New("the kept-alive connection answered 408 (closed as idle)")
 
 // answerWaiting reports whether an answer's first byte can be read from c
 // after its request's write failed: one already received, or one arriving
