@@ -68,8 +68,14 @@ const ReasonStopping = "handed back while its slot waited: the leader stopped"
 // lease no longer leaves its timeout by the time a worker has it (leaseLeft).
 const ReasonLeaseEnded = "lease ended before the attempt could start"
 
+// ReasonLeaseTooShort is the reason an event is handed back with when its
+// lease is shorter than its source's forward_timeout (a reload lengthened
+// both): the next lease has the new length.
+const ReasonLeaseTooShort = "lease shorter than forward_timeout (a reload changed them): leased again"
+
 // leaseLeft reports whether ev's lease, taken at leased, still lasts past
-// an attempt started now: its end minus its target's timeout. Events are
+// an attempt started now: its end minus its target's timeout; when it does
+// not, the reason to hand the event back with. Events are
 // leased, parked and queued so that they start well before that; an event
 // that did not (the process was stopped, or the machine stalled, between
 // its lease and now) must not go out. Its lease may have been reclaimed
@@ -82,10 +88,10 @@ const ReasonLeaseEnded = "lease ended before the attempt could start"
 // next lease has the new length): such an event is handed back, to be leased
 // again for the new length, rather than started with a deadline its lease
 // does not cover.
-func (f *Forwarder) leaseLeft(ev *engine.Event, leased, now time.Time) bool {
+func (f *Forwarder) leaseLeft(ev *engine.Event, leased, now time.Time) (bool, string) {
 	tgt, ok := f.opts.Targets(ev.Source)
 	if !ok {
-		return true // try hands it back as ReasonNoTarget
+		return true, "" // try hands it back as ReasonNoTarget
 	}
 	end := f.leaseEnd(ev, leased)
 	length := f.opts.DefaultLease
@@ -95,15 +101,35 @@ func (f *Forwarder) leaseLeft(ev *engine.Event, leased, now time.Time) bool {
 	timeout := tgt.withDefaults().Timeout
 	last := end.Add(-timeout)
 	if timeout >= length {
-		if f.opts.Leases != nil {
-			return false
+		if f.leasedBySource(ev.Source) {
+			return false, ReasonLeaseTooShort
 		}
-		// Without lease lengths by source (tests) every lease has the
-		// default length, so handing back would not help: the lease's end
-		// is the limit, and try cuts the attempt there.
+		// A source whose leases are not given by source (past the engine's
+		// limit on how many it keeps, or in tests) is leased for the
+		// default length again, so a hand-back would come back the same:
+		// the lease's end is the limit, and try cuts the attempt there.
 		last = end
 	}
-	return !now.After(last)
+	if now.After(last) {
+		return false, ReasonLeaseEnded
+	}
+	return true, ""
+}
+
+// leasedBySource reports whether the next lease of source's events has the
+// length the running config gives it (Options.Leases lists it). Called only
+// for an event whose lease no longer covers its timeout: rare enough to
+// look through the list.
+func (f *Forwarder) leasedBySource(source string) bool {
+	if f.opts.Leases == nil {
+		return false
+	}
+	for _, l := range f.opts.Leases() {
+		if l.Source == source {
+			return true
+		}
+	}
+	return false
 }
 
 // leaseEnd is when ev's lease, taken at leased, ends.
@@ -629,7 +655,7 @@ func (f *Forwarder) handBack(ctx context.Context, ev engine.Event, retryIn time.
 // failure: a later hand-back records its own instead.
 func handBackReason(r string) bool {
 	switch r {
-	case ReasonRateLimited, ReasonPaused, ReasonStopping, ReasonLeaseEnded, ReasonNoTarget:
+	case ReasonRateLimited, ReasonPaused, ReasonStopping, ReasonLeaseEnded, ReasonLeaseTooShort, ReasonNoTarget:
 		return true
 	}
 	return false

@@ -452,9 +452,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			freed <- ordered
 			return
 		}
-		if !f.leaseLeft(&j.ev, j.leased, time.Now()) {
+		if ok, reason := f.leaseLeft(&j.ev, j.leased, time.Now()); !ok {
 			// The attempt is refunded; a newer lease fences the hand-back.
-			f.handBack(ctx, j.ev, f.opts.PollInterval, ReasonLeaseEnded)
+			f.handBack(ctx, j.ev, f.opts.PollInterval, reason)
 			f.slots.leave(j.ev.Source, time.Now())
 			freed <- ordered
 			return

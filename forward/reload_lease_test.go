@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -66,6 +67,13 @@ func TestReloadRaisingTheTimeoutPastALease(t *testing.T) {
 		}
 		if ev := l.get("src:2"); ev.State != engine.StateDone {
 			t.Errorf("src:2: %s after %d attempts (%q), want done", ev.State, ev.Attempts, ev.LastError)
+		}
+		handedBack := false
+		for _, c := range l.failLog() {
+			handedBack = handedBack || c.Key == "src:2" && c.Reason == ReasonLeaseTooShort
+		}
+		if !handedBack {
+			t.Errorf("src:2 was not handed back as %q: %+v", ReasonLeaseTooShort, l.failLog())
 		}
 	})
 }
@@ -151,6 +159,29 @@ func TestAttemptEndsWithItsLease(t *testing.T) {
 		}
 		if len(cuts) == 0 || cuts[0] > 31*time.Second {
 			t.Errorf("attempts cut at %v after the claim, want the first at its lease's end (30s)", cuts)
+		}
+	})
+}
+
+// TestUnlistedSourceIsNotHandedBackForEver: a source the lease lengths by
+// source do not list (the engine keeps a bounded number of them) is leased
+// for the default length again after a hand-back; an event whose lease no
+// longer covers its timeout is then delivered and cut at the lease's end,
+// not handed back on every poll without end.
+func TestUnlistedSourceIsNotHandedBackForEver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newLeader(t)
+		l.claimLease("src:1", "src", "a", 30*time.Second)
+		var calls atomic.Int32
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) })
+		stop := runInBubble(t, Options{Store: l, Targets: only(Target{URL: "http://handler/src", Timeout: time.Minute, Lease: 2 * time.Minute}),
+			Leases: func() []engine.LeaseLength { return []engine.LeaseLength{{Source: "other", For: int64(time.Minute)}} },
+			Client: &http.Client{Transport: asyncTransport{h}}, PollInterval: time.Second, SweepInterval: time.Second})
+		time.Sleep(10 * time.Minute)
+		stop()
+		synctest.Wait()
+		if ev := l.get("src:1"); calls.Load() == 0 || ev.State != engine.StateDone {
+			t.Fatalf("src:1 %s (%q) after %d hand-backs and %d deliveries; want delivered", ev.State, ev.LastError, len(l.failLog()), calls.Load())
 		}
 	})
 }
