@@ -215,9 +215,10 @@ type Node struct {
 	probes    sync.WaitGroup
 	probeCtx  context.Context
 	probeStop context.CancelFunc
-	// readyWaits counts the readiness probes waiting for the apply
-	// (awaitApplied).
-	readyWaits atomic.Int32
+	// applyWaiting is the readiness probes' shared wait for the apply while
+	// one runs (awaitApplied); readyMu guards it.
+	readyMu      sync.Mutex
+	applyWaiting *applyWait
 	// restoring is set while a restore this node leads is not confirmed:
 	// its state may hold events no majority committed (Lookup).
 	restoring atomic.Bool

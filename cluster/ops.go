@@ -14,6 +14,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -389,38 +390,66 @@ func (n *Node) Ready() (bool, string) {
 // entries, so a node far behind is never taken for caught up.
 const readyApplyWait = 250 * time.Millisecond
 
-// readyWaiters bounds the probes waiting for the apply at once. The intake's
-// /readyz answers anyone: a flood of probes while the node is behind would
-// otherwise hold a goroutine and a poll each, taking CPU from the apply they
-// wait for. A probe over the bound answers from the indexes as they are.
-const readyWaiters = 8
+// applyWait is the one wait for the apply that every readiness probe meeting
+// the node behind shares: the intake's /readyz answers anyone, and a flood
+// of probes each with its own poll would take CPU from the apply they wait
+// for. The first probe polls until the applied index reaches the highest
+// commit index any of them read (target), or the wait ends; done closes
+// then, and each answers by its own index.
+type applyWait struct {
+	target atomic.Uint64
+	joined atomic.Int32 // probes that joined the first one's wait
+	done   chan struct{}
+}
 
 // awaitApplied reports whether raft's applied index reaches index within
-// the ready wait. Raft has no notification for it; the waits are few
-// (readyWaiters) and short, so they poll.
+// the ready wait (shared: applyWait). Raft has no notification for it; one
+// poll per node is cheap.
 func (n *Node) awaitApplied(index uint64) bool {
-	if n.readyWaits.Add(1) > readyWaiters {
-		n.readyWaits.Add(-1)
-		return false
+	n.readyMu.Lock()
+	w := n.applyWaiting
+	first := w == nil
+	if first {
+		w = &applyWait{done: make(chan struct{})}
+		n.applyWaiting = w
 	}
-	defer n.readyWaits.Add(-1)
-	if n.cfg.readyWaiting != nil {
-		n.cfg.readyWaiting()
+	for t := w.target.Load(); t < index && !w.target.CompareAndSwap(t, index); t = w.target.Load() {
 	}
+	n.readyMu.Unlock()
+	if first {
+		if n.cfg.readyWaiting != nil {
+			n.cfg.readyWaiting()
+		}
+		n.pollApplied(&w.target)
+		n.readyMu.Lock()
+		n.applyWaiting = nil
+		n.readyMu.Unlock()
+		close(w.done)
+	} else {
+		w.joined.Add(1)
+		select {
+		case <-w.done:
+		case <-n.probeCtx.Done():
+			return false
+		}
+	}
+	return n.raft.AppliedIndex() >= index
+}
+
+// pollApplied waits, the ready wait at most, until raft's applied index
+// reaches target (which may rise meanwhile).
+func (n *Node) pollApplied(target *atomic.Uint64) {
 	deadline := time.NewTimer(n.cfg.readyWait)
 	defer deadline.Stop()
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	for {
+	for n.raft.AppliedIndex() < target.Load() {
 		select {
 		case <-deadline.C:
-			return n.raft.AppliedIndex() >= index
+			return
 		case <-n.probeCtx.Done():
-			return false
+			return
 		case <-tick.C:
-			if n.raft.AppliedIndex() >= index {
-				return true
-			}
 		}
 	}
 }
