@@ -236,9 +236,8 @@ type Options struct {
 	OnFinish func(Finish)
 	// RateLimited, when set, is called once per delivery that waited for its
 	// source's rate limit or Retry-After hold before it started, with how long
-	// it waited since it was leased; an event whose wait its lease cannot
-	// hold is counted as it is handed back, with the wait ahead of it. It
-	// runs on the dispatcher and must not block.
+	// it waited since it was leased. It runs on the dispatcher and must not
+	// block.
 	RateLimited func(source string, waited time.Duration)
 	// Paused, when set, reports whether a source is paused in the
 	// replicated state. Leases skip a paused source already; an event leased
@@ -857,12 +856,6 @@ func (f *Forwarder) place(j job, now time.Time, park *parkQueue, send func(job))
 	switch {
 	case !ok:
 		j.handBack = max(start.Sub(now), time.Millisecond)
-		if f.opts.RateLimited != nil {
-			// Its wait is counted now, with what is ahead of it: leased
-			// again after the hand-back it starts at once, uncounted, and
-			// a source stalled by a long hold would show in no metric.
-			f.opts.RateLimited(j.ev.Source, now.Sub(j.leased)+j.handBack)
-		}
 		send(j)
 	case start.After(now):
 		park.push(parked{job: j, start: start, gen: gen})
