@@ -73,8 +73,9 @@ func (c *Client) Events(ctx context.Context, stdout, stderr io.Writer, eq Events
 		return printJSON(stdout, out)
 	}
 	tw := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', 0)
-	// The last failure stays on an event that was delivered after it: the
-	// column is named for what it holds, not read as a current error.
+	// The column shows the event's last_error, named for that field: its
+	// last failure (which stays on an event delivered after it), or why an
+	// event that never failed was handed back without a delivery.
 	fmt.Fprintln(tw, "KEY\tSTATE\tATTEMPTS\tSTEP\tUPDATED\tLAST ERROR")
 	for _, e := range out.Events {
 		step := e.Step
