@@ -225,12 +225,13 @@ func (t *transport) exchange(ctx context.Context, deadline time.Time, c *conn, r
 			}
 			return fail(false, err)
 		}
-		if reused && resp.StatusCode == http.StatusRequestTimeout {
+		if reused && broken && resp.StatusCode == http.StatusRequestTimeout {
 			// A server closing a kept-alive connection it found idle may
-			// say 408 as it goes: no answer to this request, whether the
-			// request's writes went through or failed on the close. It is
-			// sent again on a new connection (post), as net/http's client
-			// does.
+			// say 408 as it goes, and the request's writes then fail on
+			// the close: no answer to this request, which is sent again on
+			// a new connection (post). A 408 to a request written whole is
+			// its answer, as net/http's client takes it.
+			c.nc.Close() // the body is not read: it may drip
 			resp.Body.Close()
 			return fail(true, errIdleClosed)
 		}
