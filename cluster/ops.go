@@ -14,7 +14,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -394,11 +393,13 @@ const readyApplyWait = 250 * time.Millisecond
 // the node behind shares: the intake's /readyz answers anyone, and a flood
 // of probes each with its own poll would take CPU from the apply they wait
 // for. The first probe polls until the applied index reaches the highest
-// commit index any of them read (target), or the wait ends; done closes
-// then, and each answers by its own index.
+// commit index any of them read (target) or the last of their waits ends
+// (until); done closes then, and each answers by its own index. Its fields
+// are guarded by Node.readyMu, under which probes join and the poll ends.
 type applyWait struct {
-	target atomic.Uint64
-	joined atomic.Int32 // probes that joined the first one's wait
+	target uint64
+	until  time.Time
+	joined int // probes that joined the first one's wait
 	done   chan struct{}
 }
 
@@ -406,27 +407,27 @@ type applyWait struct {
 // the ready wait (shared: applyWait). Raft has no notification for it; one
 // poll per node is cheap.
 func (n *Node) awaitApplied(index uint64) bool {
+	until := n.cfg.Now().Add(n.cfg.readyWait)
 	n.readyMu.Lock()
 	w := n.applyWaiting
 	first := w == nil
 	if first {
 		w = &applyWait{done: make(chan struct{})}
 		n.applyWaiting = w
+	} else {
+		w.joined++
 	}
-	for t := w.target.Load(); t < index && !w.target.CompareAndSwap(t, index); t = w.target.Load() {
+	w.target = max(w.target, index)
+	if until.After(w.until) {
+		w.until = until
 	}
 	n.readyMu.Unlock()
 	if first {
 		if n.cfg.readyWaiting != nil {
 			n.cfg.readyWaiting()
 		}
-		n.pollApplied(&w.target)
-		n.readyMu.Lock()
-		n.applyWaiting = nil
-		n.readyMu.Unlock()
-		close(w.done)
+		n.pollApplied(w)
 	} else {
-		w.joined.Add(1)
 		select {
 		case <-w.done:
 		case <-n.probeCtx.Done():
@@ -436,20 +437,24 @@ func (n *Node) awaitApplied(index uint64) bool {
 	return n.raft.AppliedIndex() >= index
 }
 
-// pollApplied waits, the ready wait at most, until raft's applied index
-// reaches target (which may rise meanwhile).
-func (n *Node) pollApplied(target *atomic.Uint64) {
-	deadline := time.NewTimer(n.cfg.readyWait)
-	defer deadline.Stop()
+// pollApplied polls until w's target is applied or its wait ends, and ends
+// the wait. The check and the end are under readyMu, where probes join: a
+// probe that raised the target or the wait's end is never left out.
+func (n *Node) pollApplied(w *applyWait) {
 	tick := time.NewTicker(time.Millisecond)
 	defer tick.Stop()
-	for n.raft.AppliedIndex() < target.Load() {
+	for {
+		n.readyMu.Lock()
+		if n.raft.AppliedIndex() >= w.target || !n.cfg.Now().Before(w.until) || n.probeCtx.Err() != nil {
+			n.applyWaiting = nil
+			close(w.done)
+			n.readyMu.Unlock()
+			return
+		}
+		n.readyMu.Unlock()
 		select {
-		case <-deadline.C:
-			return
-		case <-n.probeCtx.Done():
-			return
 		case <-tick.C:
+		case <-n.probeCtx.Done():
 		}
 	}
 }

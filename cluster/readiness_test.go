@@ -373,6 +373,7 @@ func TestRefusalRecheckTakesTheNewCause(t *testing.T) {
 type laggingApply struct {
 	t       *testing.T
 	n       *Node
+	clock   *testClock // the node's clock, which times the ready wait
 	held    atomic.Bool
 	release chan struct{}
 	unhold  sync.Once
@@ -382,8 +383,9 @@ type laggingApply struct {
 }
 
 func newLaggingApply(t *testing.T, readyWait time.Duration) *laggingApply {
-	l := &laggingApply{t: t, release: make(chan struct{}), waiting: make(chan struct{}, 16), errs: make(chan error, 1024)}
+	l := &laggingApply{t: t, clock: &testClock{}, release: make(chan struct{}), waiting: make(chan struct{}, 16), errs: make(chan error, 1024)}
 	l.n = openSolo(t, t.TempDir(), func(cfg *Config) {
+		cfg.Now = l.clock.now
 		cfg.NoSync = true
 		cfg.Inflight = 1024 // every claim its own entry, none waiting for the apply
 		cfg.holdApply = func() {
@@ -407,9 +409,14 @@ func newLaggingApply(t *testing.T, readyWait time.Duration) *laggingApply {
 func (l *laggingApply) behind() {
 	t, n := l.t, l.n
 	t.Helper()
+	// A node just opened may still apply its first entries: a lag that
+	// clears with the apply held would not be the test's.
+	waitFor(t, "the node applied its log", func() bool { return n.raft.AppliedIndex() >= n.raft.CommitIndex() })
 	l.held.Store(true)
 	ctx := ctxT(t, time.Minute)
-	for n.raft.AppliedIndex() >= n.raft.CommitIndex() {
+	// The lag must be the full queue's, not the moment between raft's
+	// commit and its hand-over of the entry, which clears by itself.
+	for !queueFull(n) || n.raft.AppliedIndex() >= n.raft.CommitIndex() {
 		if l.claims == cap(l.errs) {
 			t.Fatalf("applied index still at the commit (%d) after %d claims with the apply held", n.raft.CommitIndex(), l.claims)
 		}
@@ -422,6 +429,9 @@ func (l *laggingApply) behind() {
 		waitFor(t, "the claim commits", func() bool { return n.raft.CommitIndex() > before })
 	}
 }
+
+// queueFull reports whether raft's queue to the state machine is full.
+func queueFull(n *Node) bool { return n.raft.Stats()["fsm_pending"] == "128" }
 
 func (l *laggingApply) resume() {
 	l.unhold.Do(func() { l.held.Store(false); close(l.release) })
@@ -503,7 +513,7 @@ func TestReadyProbesShareOneWait(t *testing.T) {
 	waitFor(t, "every probe joined the wait", func() bool {
 		l.n.readyMu.Lock()
 		defer l.n.readyMu.Unlock()
-		return l.n.applyWaiting != nil && l.n.applyWaiting.joined.Load() == probes-1
+		return l.n.applyWaiting != nil && l.n.applyWaiting.joined == probes-1
 	})
 	select {
 	case <-l.waiting:
@@ -517,4 +527,40 @@ func TestReadyProbesShareOneWait(t *testing.T) {
 		}
 	}
 	l.claimsApplied()
+}
+
+// TestReadyWaitLastsForEachProbe: a probe that joins the shared wait late,
+// with a higher commit index than the first read, gets its own whole wait:
+// the wait ends at the last probe's end, not the first's, and each answers
+// by its own index (with the first's end, the late one answered not ready
+// a moment before its index was applied).
+func TestReadyWaitLastsForEachProbe(t *testing.T) {
+	l := newLaggingApply(t, time.Minute)
+	l.behind()
+	c := l.n.raft.CommitIndex()
+	first, late := make(chan bool, 1), make(chan bool, 1)
+	go func() { first <- l.n.awaitApplied(c) }()
+	l.waited()
+	l.clock.advance(50 * time.Second)
+	go func() { late <- l.n.awaitApplied(c + 1) }() // an entry still to come
+	joined := func() bool {
+		l.n.readyMu.Lock()
+		defer l.n.readyMu.Unlock()
+		return l.n.applyWaiting != nil && l.n.applyWaiting.joined == 1
+	}
+	waitFor(t, "the late probe joined", joined)
+	l.clock.advance(20 * time.Second) // past the first probe's wait, within the late one's
+	// Absence of an end: a few of the poll's ticks.
+	time.Sleep(20 * time.Millisecond)
+	if !joined() {
+		t.Fatal("the wait ended with the first probe's, the late probe's still running")
+	}
+	l.resume()
+	l.claimsApplied()
+	if _, err := l.n.Claim(ctxT(t, time.Minute), claimCmd("src:after")); err != nil {
+		t.Fatal(err)
+	}
+	if !<-first || !<-late {
+		t.Fatal("a probe was not ready once its index was applied within its wait")
+	}
 }
