@@ -4,7 +4,6 @@ import (
 	"context"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -109,19 +108,6 @@ func (dialTimeout) Error() string   { return "i/o timeout" }
 func (dialTimeout) Timeout() bool   { return true }
 func (dialTimeout) Temporary() bool { return true }
 
-// ctxTransport serves a request with its own context, as a handler sees
-// its connection close when the forwarder gives up on it.
-type ctxTransport struct{ h http.Handler }
-
-func (ct ctxTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	rec := httptest.NewRecorder()
-	ct.h.ServeHTTP(rec, r)
-	if err := r.Context().Err(); err != nil {
-		return nil, err
-	}
-	return rec.Result(), nil
-}
-
 // TestAttemptEndsWithItsLease: an attempt whose timeout runs past its
 // lease's end (here without lease lengths by source, so the event cannot be
 // handed back for a longer one) is cut at the lease's end: past it the
@@ -149,7 +135,7 @@ func TestAttemptEndsWithItsLease(t *testing.T) {
 		l.claim("src:1", "src", "a")
 		stop := runInBubble(t, Options{Store: l, Targets: only(Target{URL: "http://handler/src", Timeout: time.Minute,
 			BackoffMin: time.Second, BackoffMax: time.Second, MaxAttempts: 3}),
-			DefaultLease: 30 * time.Second, Client: &http.Client{Transport: ctxTransport{h}}, Workers: 4,
+			DefaultLease: 30 * time.Second, Client: &http.Client{Transport: handlerTransport{h}}, Workers: 4,
 			PollInterval: 700 * time.Millisecond, SweepInterval: 700 * time.Millisecond})
 		time.Sleep(3 * time.Minute)
 		stop()
