@@ -87,6 +87,11 @@ func (a abortableWriter) Write(p []byte) (int, error) {
 func (s *SnapshotView) WriteTo(w io.Writer) (int64, error) {
 	n, err := s.tx.WriteTo(abortableWriter{w: w, abort: &s.abort})
 	if err != nil {
+		if s.abort.Load() {
+			// bbolt words a failed write of a meta page with %s, which
+			// drops the sentinel a caller tells a restore's abort by.
+			err = ErrViewAborted
+		}
 		return n, fmt.Errorf("engine: write snapshot: %w", err)
 	}
 	return n, nil
