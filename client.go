@@ -228,6 +228,12 @@ func cmdRaft(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if err := noArgs(fs, ""); err != nil {
 		return err
 	}
+	switch args[0] {
+	case "list-peers", "remove-peer", "transfer-leader":
+	default:
+		// Before the client's own checks: a typo is no token problem.
+		return usageError{fmt.Sprintf("unknown raft command %q", args[0])}
+	}
 	c, err := mk()
 	if err != nil {
 		return err
@@ -258,6 +264,9 @@ func cmdSnapshot(ctx context.Context, args []string, stdout, stderr io.Writer) e
 		fs.SetOutput(stdout)
 		fs.PrintDefaults()
 		return flag.ErrHelp
+	}
+	if args[0] != "save" && args[0] != "restore" {
+		return usageError{fmt.Sprintf("unknown snapshot command %q", args[0])}
 	}
 	// Flags go before or after FILE, as the usage line shows them.
 	files, err := parseInterspersed(fs, args[1:])

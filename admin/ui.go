@@ -14,6 +14,7 @@ import (
 	"html/template"
 	"io/fs"
 	"maps"
+	"mime"
 	"net/http"
 	"net/url"
 	"path"
@@ -276,6 +277,11 @@ const (
 // (and the status to answer) when the body is too large or not a form, so
 // that such a post is not mistaken for an expired form.
 func readUIForm(w http.ResponseWriter, r *http.Request, limit int64) (problem string, status int) {
+	// ParseForm reads nothing from a body of another type and says
+	// nothing of it: the missing fields would read as an expired form.
+	if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/x-www-form-urlencoded" {
+		return "The form was not sent URL-encoded (Content-Type application/x-www-form-urlencoded); nothing was changed.", http.StatusBadRequest
+	}
 	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	err := r.ParseForm()
 	if err == nil {
@@ -584,7 +590,7 @@ func (u *adminUI) event(w http.ResponseWriter, r *http.Request, s *uiSession) {
 		v.Body = showBody(ev.Payload)
 		v.BodyNote = fmt.Sprintf("%d bytes as received", len(ev.Payload))
 		if len(ev.Payload) > uiMaxBodyShown {
-			v.BodyNote += fmt.Sprintf("; the first %d shown (oncehook events show -body prints it whole, as text: bytes that are not UTF-8 come out as U+FFFD)", uiMaxBodyShown)
+			v.BodyNote += fmt.Sprintf("; the first %d shown (oncehook events show -body prints it whole: as text, or as payload_base64 when it is not UTF-8)", uiMaxBodyShown)
 		} else if json.Valid(ev.Payload) {
 			v.BodyNote += "; JSON, indented here"
 		}

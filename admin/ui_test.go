@@ -3,6 +3,7 @@ package admin
 import (
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -155,5 +156,67 @@ func TestUIFormTooLarge(t *testing.T) {
 	r.Body.Close()
 	if r.StatusCode != http.StatusBadRequest || !strings.Contains(string(body), "could not be read") {
 		t.Fatalf("a body that is not a form: %d\n%s", r.StatusCode, body)
+	}
+}
+
+// TestUIEventKeyWithSlashes: the event pages are linked as
+// /ui/event/<the key, path-escaped>, "/" as %2F. A key holding "//", "/./"
+// or "/../" (a URL as the idempotency key) opens for a signed-in operator:
+// the check that sends an unclean path to the token check reads the escaped
+// path, as the mux cleans it, not the decoded one.
+func TestUIEventKeyWithSlashes(t *testing.T) {
+	store, base := newTestAPI(t)
+	keys := []string{"orders:https://shop.example/o/1", "orders:a/../b", "orders:a/./b"}
+	doneEvents(t, store, time.Hour, keys...)
+	u := signIn(t, base)
+	for _, key := range keys {
+		resp, err := u.c.Get(base + EventURL(key))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), `id="key"`) {
+			t.Errorf("signed in, GET %s (the list's own link for %q): %d\n%s", EventURL(key), key, resp.StatusCode, body)
+		}
+	}
+}
+
+// TestUIFormOfAnotherTypeIs400: a /ui/ form posted as another type
+// (multipart, text/plain, JSON), which ParseForm reads nothing from without
+// an error, is 400 and changes nothing, not read as an expired form (403).
+func TestUIFormOfAnotherTypeIs400(t *testing.T) {
+	store, base := newTestAPI(t)
+	const key = "orders:k1"
+	doneEvents(t, store, time.Hour, key)
+	u := signIn(t, base)
+	csrf := u.formToken(EventURL(key))
+
+	var mp strings.Builder
+	mw := multipart.NewWriter(&mp)
+	for k, v := range map[string]string{"csrf": csrf, "key": key, "reason": "r"} {
+		mw.WriteField(k, v)
+	}
+	mw.Close()
+	form := url.Values{"csrf": {csrf}, "key": {key}, "reason": {"r"}}.Encode()
+	for _, c := range []struct{ ctype, body string }{
+		{mw.FormDataContentType(), mp.String()},
+		{"text/plain", form},
+		{"application/json", `{"csrf":"` + csrf + `"}`},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, base+"/ui/replay", strings.NewReader(c.body))
+		req.Header.Set("Content-Type", c.ctype)
+		resp, err := u.c.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("replay form as %s: %d, want 400 (docs: a form that is not URL-encoded is 400)\n%s", c.ctype, resp.StatusCode, body)
+		}
+	}
+	if ev, err := store.Get(key, false); err != nil || ev.State != engine.StateDone {
+		t.Fatalf("after the refused forms: %+v, %v; want still done", ev, err)
 	}
 }

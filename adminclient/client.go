@@ -102,15 +102,30 @@ func (c *Client) Do(ctx context.Context, method, path string, body any, out any)
 		return err
 	}
 	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	data, err := io.ReadAll(io.LimitReader(resp.Body, maxAnswer+1))
 	if resp.StatusCode/100 != 2 {
 		return c.statusError(method+" "+path, resp.StatusCode, data)
+	}
+	if err != nil {
+		return fmt.Errorf("%s %s at %s: reading the answer: %w", method, path, c.base, err)
+	}
+	if len(data) > maxAnswer {
+		return fmt.Errorf("%s %s at %s: the answer is larger than %d MiB, more than the admin API sends", method, path, c.base, maxAnswer>>20)
 	}
 	if out == nil {
 		return nil
 	}
-	return json.Unmarshal(data, out)
+	if err := json.Unmarshal(data, out); err != nil {
+		return fmt.Errorf("%s %s at %s: the answer (Content-Type %q) is not the admin API's JSON; is this the admin address? %w",
+			method, path, c.base, resp.Header.Get("Content-Type"), err)
+	}
+	return nil
 }
+
+// maxAnswer bounds what Do reads of an answer. The largest the admin API
+// sends is an event with its payload: up to 64 MiB (the largest max_body),
+// which JSON's escapes (\u003c for "<") can make six times as long.
+const maxAnswer = 6*64<<20 + 1<<20
 
 // statusError is the error for an answer that is not a success: what was
 // asked, the status and the API's error text, with a hint on what to change
