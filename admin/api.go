@@ -100,7 +100,7 @@ func (s *Server) unmatched(mux *http.ServeMux) http.Handler {
 		mux.ServeHTTP(&jsonStatusWriter{ResponseWriter: w}, r)
 	})
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, pattern := mux.Handler(r); pattern == "" || subtreeRedirect(pattern, r.URL.Path) || uncleanPath(r.URL.Path) {
+		if _, pattern := mux.Handler(r); pattern == "" || subtreeRedirect(pattern, r.URL.Path) || uncleanPath(r.URL.EscapedPath()) {
 			answer.ServeHTTP(w, r)
 			return
 		}
@@ -110,7 +110,8 @@ func (s *Server) unmatched(mux *http.ServeMux) http.Handler {
 
 // uncleanPath reports whether the mux answers p with a redirect to its
 // cleaned form (//v1/status to /v1/status), whose pattern it reports as the
-// route's: that, too, says the route exists.
+// route's: that, too, says the route exists. p is the escaped path, as the
+// mux cleans it: a key's escaped "/" (%2F%2F) is no double slash.
 func uncleanPath(p string) bool {
 	if p == "" || p[0] != '/' {
 		return true
@@ -210,6 +211,8 @@ func (s *Server) requireToken(h http.HandlerFunc) http.Handler {
 			jsonError(w, http.StatusUnauthorized, "missing bearer token")
 			return
 		}
+		// RFC 6750 allows more than one space after the scheme.
+		got = strings.TrimLeft(got, " \t")
 		i := matchToken(tokens, []byte(got))
 		if i < 0 {
 			s.authFailed(r, client, "admin api")
@@ -595,12 +598,15 @@ func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, out)
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
-	defer cancel()
 	if len(cmd.Keys) > 0 {
+		ctx, cancel := context.WithTimeout(r.Context(), 15*time.Second)
+		defer cancel()
 		s.replayKeys(ctx, w, cmd)
 		return
 	}
+	// A purge's minute: one command per replayBatch entries.
+	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
+	defer cancel()
 	s.replayState(ctx, w, cmd)
 }
 
@@ -753,16 +759,40 @@ func nonNil(s []string) []string {
 // a fresh read; what the plan would skip and the engine replayed is not.
 // Any skipped event makes `oncehook replay` exit 1.
 func (s *Server) replayState(ctx context.Context, w http.ResponseWriter, cmd engine.Command) {
+	// Events updated from now on (an event this replay delivers that dies
+	// again) are not this replay's: a bound the commands keep as they go
+	// on from one another's cursor.
+	cmd.Before = time.Now().UnixNano()
 	plan, err := s.replayPlan(cmd)
 	if err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	res, err := s.store.Replay(ctx, cmd)
-	if err != nil {
-		jsonError(w, clusterWriteStatus(err), err.Error())
-		return
+	// In commands of replayBatch entries of the state's index each, so that
+	// a replay of millions does not hold every replica's apply loop (and
+	// the claims behind it) for as long as it takes. A leader older than
+	// format 21 replays them all in the first.
+	cmd.Max = replayBatch
+	var res engine.Result
+	for {
+		r, err := s.store.Replay(ctx, cmd)
+		if err != nil {
+			msg := err.Error()
+			if res.N > 0 {
+				msg = fmt.Sprintf("replay cut short after %d events were replayed (they are pending now; the same request goes on with the rest): %s", res.N, msg)
+			}
+			s.log.Warn("replay cut short", "state", cmd.State.String(), "source", cmd.Source, "replayed", res.N, "who", cmd.Who, "err", err)
+			jsonError(w, clusterWriteStatus(err), msg)
+			return
+		}
+		res.N += r.N
+		res.Keys = append(res.Keys, r.Keys...)
+		if !r.More {
+			break
+		}
+		cmd.Since, cmd.Key = r.AfterTime, r.After
 	}
+	slices.Sort(res.Keys)
 	moved := make(map[string]bool, len(res.Keys))
 	for _, k := range res.Keys {
 		moved[k] = true
@@ -784,6 +814,10 @@ func (s *Server) replayState(ctx context.Context, w http.ResponseWriter, cmd eng
 	addSkipped(out, skipped, true)
 	writeJSON(w, http.StatusOK, out)
 }
+
+// replayBatch is the entries of the state's index one command of a replay
+// by state visits, as many as an expire's.
+const replayBatch = 2000
 
 // replayPlanned is what a replay would do, read from this node's applied
 // state: the keys it would move and those it would not, with why.
@@ -841,7 +875,7 @@ func (s *Server) replayPlan(cmd engine.Command) (replayPlanned, error) {
 		}
 		for i := range evs {
 			ev := &evs[i]
-			if ev.UpdatedAt < cmd.Since {
+			if ev.UpdatedAt < cmd.Since || cmd.Before != 0 && ev.UpdatedAt >= cmd.Before {
 				continue
 			}
 			gone, err := s.payloadDropped(ev)

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +41,10 @@ type engineStore struct {
 	purged []string
 	// replayErr, when set, fails the replay of one key with its error.
 	replayErr func(key string) error
+	// replayCalls counts Replay's calls; from the replayCutAt-th (> 0) on,
+	// Replay fails with cluster.ErrNoLeader, as when the leader is lost.
+	replayCalls atomic.Int64
+	replayCutAt int64
 
 	mu    sync.Mutex
 	index uint64
@@ -87,6 +92,9 @@ func (s *engineStore) Get(key string, withPayload bool) (engine.Event, error) {
 }
 func (s *engineStore) Replay(_ context.Context, c engine.Command) (engine.Result, error) {
 	c.Op = engine.OpReplay
+	if n := s.replayCalls.Add(1); s.replayCutAt > 0 && n >= s.replayCutAt {
+		return engine.Result{}, fmt.Errorf("replay: %w", cluster.ErrNoLeader)
+	}
 	if len(c.Keys) == 1 && s.replayErr != nil {
 		if err := s.replayErr(c.Keys[0]); err != nil {
 			return engine.Result{}, err
@@ -345,8 +353,8 @@ func TestReplayKeysSaysWhatWasSkipped(t *testing.T) {
 	}
 }
 
-// TestBearerSchemeAnyCase: the auth scheme is case-insensitive; the token
-// itself is not.
+// TestBearerSchemeAnyCase: the auth scheme is case-insensitive, and more
+// than one space may follow it (RFC 6750); the token itself is as it is.
 func TestBearerSchemeAnyCase(t *testing.T) {
 	_, url := newTestAPI(t)
 	for _, c := range []struct {
@@ -356,6 +364,9 @@ func TestBearerSchemeAnyCase(t *testing.T) {
 		{"Bearer " + testToken, 200},
 		{"bearer " + testToken, 200},
 		{"BEARER " + testToken, 200},
+		{"Bearer  " + testToken, 200},
+		{"Bearer \t" + testToken, 200},
+		{"Bearer   ", 401},
 		{"Bearer " + strings.ToUpper(testToken), 401},
 		{"Basic " + testToken, 401},
 		{testToken, 401},
@@ -549,6 +560,66 @@ func TestReplayNamesEventsWithoutPayload(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestReplayByStateGoesOnInBatches: a replay by state goes to the cluster
+// as commands of replayBatch entries each (a replay of millions must not be
+// one entry that holds every replica's apply loop); the answer is the
+// whole replay's. Cut short (the leader lost after the first command), the
+// answer says how many were replayed, and the same request replays the
+// rest, not those again.
+func TestReplayByStateGoesOnInBatches(t *testing.T) {
+	var keys []string
+	for i := range 2*replayBatch + 10 {
+		keys = append(keys, fmt.Sprintf("orders:k%05d", i))
+	}
+	pending := func(store *engineStore) int {
+		n := 0
+		for _, k := range keys {
+			if ev, err := store.Get(k, false); err == nil && ev.State == engine.StatePending {
+				n++
+			}
+		}
+		return n
+	}
+	const body = `{"state":"done","source":"orders","reason":"bulk"}`
+
+	store, url := newTestAPI(t)
+	doneEvents(t, store, time.Hour, keys...)
+	status, raw := postAdmin(t, url+"/v1/replay", body)
+	var got replayAnswer
+	if err := json.Unmarshal(raw, &got); err != nil || status != 200 {
+		t.Fatalf("answer %d %.300s: %v", status, raw, err)
+	}
+	if got.Replayed != len(keys) || !slices.Equal(got.Keys, keys) || len(got.Skipped) != 0 {
+		t.Fatalf("replayed %d (%d keys, %d skipped), want all %d", got.Replayed, len(got.Keys), len(got.Skipped), len(keys))
+	}
+	if n := store.replayCalls.Load(); n != 3 {
+		t.Errorf("%d replay commands for %d events at %d a command, want 3", n, len(keys), replayBatch)
+	}
+	if n := pending(store); n != len(keys) {
+		t.Errorf("%d pending after the replay, want %d", n, len(keys))
+	}
+
+	store, url = newTestAPI(t)
+	doneEvents(t, store, time.Hour, keys...)
+	store.replayCutAt = 2
+	status, raw = postAdmin(t, url+"/v1/replay", body)
+	if want := fmt.Sprintf("cut short after %d events were replayed", replayBatch); status != http.StatusServiceUnavailable || !strings.Contains(string(raw), want) {
+		t.Fatalf("cut short: %d %s, want 503 saying %q", status, raw, want)
+	}
+	if n := pending(store); n != replayBatch {
+		t.Fatalf("%d pending after the cut, want %d", n, replayBatch)
+	}
+	store.replayCutAt = 0
+	status, raw = postAdmin(t, url+"/v1/replay", body)
+	got = replayAnswer{}
+	if err := json.Unmarshal(raw, &got); err != nil || status != 200 || got.Replayed != len(keys)-replayBatch {
+		t.Fatalf("the same request again: %d %.300s (%v), want the other %d replayed", status, raw, err, len(keys)-replayBatch)
+	}
+	if n := pending(store); n != len(keys) {
+		t.Errorf("%d pending after the second request, want %d", n, len(keys))
 	}
 }
 

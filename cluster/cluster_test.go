@@ -237,6 +237,59 @@ func TestLeaseCompleteFencingThroughRaft(t *testing.T) {
 	}
 }
 
+// TestReplayByStateInBatchesFromAFollower: a replay by state with a max,
+// sent through a follower, comes back with the cursor where the next
+// command goes on (relayed results carry it); looped, it replays each done
+// event once, and the replicas agree.
+func TestReplayByStateInBatchesFromAFollower(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader(-1)
+	l, f := c.nodes[leader], c.nodes[c.follower(leader)]
+	ctx := ctxT(t, 10*time.Second)
+	const n = 7
+	for i := range n {
+		if _, err := l.Claim(ctx, claimCmd(fmt.Sprintf("src:k%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evs, err := l.Lease(ctx, n, time.Minute)
+	if err != nil || len(evs) != n {
+		t.Fatalf("lease: %d %v", len(evs), err)
+	}
+	for _, ev := range evs {
+		if err := l.Complete(ctx, ev.Key, ev.Token, nil, "", time.Hour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := engine.Command{State: engine.StateDone, Max: 3, Before: c.clock.now().Add(time.Second).UnixNano(), Who: "ops", Reason: "again"}
+	replayed := map[string]int{}
+	for commands := 1; ; commands++ {
+		r, err := f.Replay(ctx, cmd)
+		if err != nil {
+			t.Fatalf("command %d: %v", commands, err)
+		}
+		for _, k := range r.Keys {
+			replayed[k]++
+		}
+		if !r.More {
+			break
+		}
+		if commands > n {
+			t.Fatalf("no end after %d commands of %d for %d events", commands, cmd.Max, n)
+		}
+		if r.After == "" {
+			t.Fatal("More without a cursor: the relay lost it")
+		}
+		cmd.Since, cmd.Key = r.AfterTime, r.After
+	}
+	for _, ev := range evs {
+		if replayed[ev.Key] != 1 {
+			t.Errorf("%s replayed %d times, want once", ev.Key, replayed[ev.Key])
+		}
+	}
+	c.waitConverged()
+}
+
 func TestRestartKeepsStateAndDoesNotReapply(t *testing.T) {
 	dir := t.TempDir()
 	open := func() *Node { return openSolo(t, dir, nil) }
@@ -427,6 +480,8 @@ func TestResultsCodecRoundTrip(t *testing.T) {
 		// answers 409, not 500.
 		{Err: fmt.Errorf("replay src:k: %w", engine.ErrNoPayload)},
 		{Err: engine.ErrNoPayload},
+		// A batched replay by state says where the next one goes on.
+		{N: 2, Keys: []string{"a:1", "a:2"}, More: true, AfterTime: -5, After: "b:9"},
 	}
 	b := appendResults(nil, in)
 	if code := b[bytes.Index(b, []byte("replay src:k"))-2]; int(code) != len(resultErrs) {
@@ -440,7 +495,8 @@ func TestResultsCodecRoundTrip(t *testing.T) {
 		t.Fatalf("%d results, want %d", len(out), len(in))
 	}
 	for i := range in {
-		if in[i].Created != out[i].Created || in[i].State != out[i].State || in[i].N != out[i].N || len(in[i].Keys) != len(out[i].Keys) {
+		if in[i].Created != out[i].Created || in[i].State != out[i].State || in[i].N != out[i].N || len(in[i].Keys) != len(out[i].Keys) ||
+			in[i].More != out[i].More || in[i].After != out[i].After || in[i].AfterTime != out[i].AfterTime {
 			t.Fatalf("result %d: %+v != %+v", i, out[i], in[i])
 		}
 		if (in[i].Err == nil) != (out[i].Err == nil) || in[i].Err != nil && in[i].Err.Error() != out[i].Err.Error() {
@@ -457,6 +513,7 @@ func TestResultsCodecRoundTrip(t *testing.T) {
 
 func FuzzDecodeResults(f *testing.F) {
 	f.Add(appendResults(nil, []engine.Result{{Created: true, State: 1}, {N: 3, Keys: []string{"x"}}}))
+	f.Add(appendResults(nil, []engine.Result{{N: 1, Keys: []string{"x"}, More: true, AfterTime: 7, After: "y"}}))
 	f.Add([]byte{})
 	f.Add([]byte{0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -218,6 +218,14 @@ func decodeJoin(b []byte) (string, string, error) {
 	return string(b[k : k+int(n)]), string(b[k+int(n):]), nil
 }
 
+// A result's flags. resultMore (and the cursor after the keys) is set only
+// on the answer to a replay by state with a max, which a peer older than
+// format 21 never sends: it reads the flag of Created alone.
+const (
+	resultCreated = 1 << iota
+	resultMore
+)
+
 // Results travel back without lease events: leases run on the leader only.
 var resultErrs = []error{nil, engine.ErrStaleToken, engine.ErrNotFound, engine.ErrWrongState,
 	engine.ErrAlreadyApplied, engine.ErrCorrupt, engine.ErrBadCommand}
@@ -247,7 +255,10 @@ func appendResults(b []byte, res []engine.Result) []byte {
 	for _, r := range res {
 		var flags byte
 		if r.Created {
-			flags = 1
+			flags = resultCreated
+		}
+		if r.More {
+			flags |= resultMore
 		}
 		code := byte(len(resultErrs)) // other error
 		for i, e := range resultErrs {
@@ -267,6 +278,11 @@ func appendResults(b []byte, res []engine.Result) []byte {
 		for _, k := range r.Keys {
 			b = binary.AppendUvarint(b, uint64(len(k)))
 			b = append(b, k...)
+		}
+		if r.More {
+			b = binary.AppendVarint(b, r.AfterTime)
+			b = binary.AppendUvarint(b, uint64(len(r.After)))
+			b = append(b, r.After...)
 		}
 	}
 	return b
@@ -300,7 +316,8 @@ func decodeResults(b []byte) ([]engine.Result, error) {
 		if len(b) < 3 {
 			return nil, bad
 		}
-		res[i].Created = b[0]&1 != 0
+		flags := b[0]
+		res[i].Created = flags&resultCreated != 0
 		res[i].State = engine.State(b[1])
 		code := int(b[2])
 		b = b[3:]
@@ -331,6 +348,18 @@ func decodeResults(b []byte) ([]engine.Result, error) {
 				return nil, bad
 			}
 			res[i].Keys = append(res[i].Keys, k)
+		}
+		if flags&resultMore != 0 {
+			t, k := binary.Varint(b)
+			if k <= 0 {
+				return nil, bad
+			}
+			b = b[k:]
+			after, ok := str()
+			if !ok {
+				return nil, bad
+			}
+			res[i].More, res[i].AfterTime, res[i].After = true, t, after
 		}
 	}
 	return res, nil

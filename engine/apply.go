@@ -370,19 +370,24 @@ func (a *applier) paused(source string) bool {
 	return a.srcp.get(strBytes(source)) != nil
 }
 
-// putPending indexes a pending event due at t: in due, or in held when its
-// source is paused. Every transition into pending goes through it.
-func (a *applier) putPending(source string, t int64, key string) error {
-	if a.paused(source) {
+// putPending indexes a pending event due at t: in due, or, for a command
+// older than formatPauseInPlace, in held when its source is paused (pause.go).
+// Every transition into pending goes through it.
+func (a *applier) putPending(c *Command, source string, t int64, key string) error {
+	if c.semantics() < formatPauseInPlace && a.paused(source) {
 		return a.held.Put(a.hk(source, t, key), empty)
 	}
 	return a.due.Put(a.dk(source, t, key), empty)
 }
 
-// delPending removes a pending event's due or held entry.
+// delPending removes a pending event's due or held entry. An event of a
+// paused source may have either: held from a pause or a transition of an
+// older format, due from one of formatPauseInPlace.
 func (a *applier) delPending(source string, t int64, key string) error {
 	if a.paused(source) {
-		return a.held.Delete(a.hk(source, t, key))
+		if err := a.held.Delete(a.hk(source, t, key)); err != nil {
+			return err
+		}
 	}
 	return a.duep.del(a.dk(source, t, key))
 }
@@ -634,7 +639,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 		}
 		st = ev.State
 		if !leased {
-			if err := a.putPending(c.Source, c.Now, c.Key); err != nil {
+			if err := a.putPending(c, c.Source, c.Now, c.Key); err != nil {
 				return Result{}, err
 			}
 		}
@@ -776,7 +781,7 @@ func (a *applier) lease(c *Command) (Result, error) {
 	}
 	var out []Event
 	var picks []pick
-	waiting, err := dueMerge(a.due, c.Now, leaseLimits{max: c.Max, share: c.Share, spare: c.Spare, quotas: c.Quotas}, func(src []byte, t int64, key []byte) (bool, error) {
+	waiting, err := dueMerge(a.due, c.Now, leaseLimits{max: c.Max, share: c.Share, spare: c.Spare, quotas: c.Quotas, paused: a.sources}, func(src []byte, t int64, key []byte) (bool, error) {
 		v := a.evp.get(key)
 		if v == nil {
 			return false, fmt.Errorf("%w: due index names missing event %q", ErrCorrupt, clip(key))
@@ -1009,7 +1014,7 @@ func (a *applier) fail(c *Command) (Result, error) {
 	} else {
 		ev.State = StatePending
 		ev.NextAttemptAt = c.Now + c.RetryIn
-		if err := a.putPending(ev.Source, ev.NextAttemptAt, ev.Key); err != nil {
+		if err := a.putPending(c, ev.Source, ev.NextAttemptAt, ev.Key); err != nil {
 			return Result{}, err
 		}
 	}
@@ -1072,7 +1077,7 @@ func (a *applier) reclaim(c *Command) (Result, error) {
 		ev.NextAttemptAt = c.Now
 		ev.UpdatedAt = c.Now
 		ev.LastError = reclaimReason
-		if err := a.putPending(ev.Source, c.Now, it.key); err != nil {
+		if err := a.putPending(c, ev.Source, c.Now, it.key); err != nil {
 			return Result{}, err
 		}
 		if err := a.setState(&ev, StateProcessing, oldUpdated); err != nil {
@@ -1113,14 +1118,26 @@ func (a *applier) replay(c *Command) (Result, error) {
 			return bad("replay key length %d", len(k))
 		}
 	}
-	keys := c.Keys
-	if len(keys) == 0 {
-		var err error
-		if keys, err = a.replaySelect(c); err != nil {
-			return Result{}, err
+	if c.semantics() >= formatReplayBatched && len(c.Keys) == 0 {
+		switch {
+		case c.Max < 0 || c.Max > MaxReplayBatch:
+			return bad("replay max %d", c.Max)
+		case c.Max == 0 && (c.Key != "" || c.Before != 0):
+			return bad("replay cursor or before without a max")
+		case c.Key != "" && !validKey(c.Key):
+			return bad("replay cursor key length %d", len(c.Key))
+		case c.Before < 0:
+			return bad("replay before %d", c.Before)
 		}
 	}
 	var res Result
+	keys := c.Keys
+	if len(keys) == 0 {
+		var err error
+		if keys, err = a.replaySelect(c, &res); err != nil {
+			return Result{}, err
+		}
+	}
 	for _, key := range keys {
 		var ev Event
 		flags, found, err := a.load(key, &ev)
@@ -1190,7 +1207,7 @@ func (a *applier) replay(c *Command) (Result, error) {
 			ev.Audit = ev.Audit[len(ev.Audit)-maxAudit+1:]
 		}
 		ev.Audit = append(ev.Audit, AuditEntry{At: c.Now, Who: c.Who, Action: "replay", Reason: clipText(c.Reason), From: from})
-		if err := a.putPending(ev.Source, c.Now, key); err != nil {
+		if err := a.putPending(c, ev.Source, c.Now, key); err != nil {
 			return Result{}, err
 		}
 		if ev.OrderObject != "" {
@@ -1216,17 +1233,50 @@ func (a *applier) replay(c *Command) (Result, error) {
 // replaySelect is the keys of the events a replay by state selects: in
 // state c.State, updated at c.Since or later, of c.Source when it is set; in
 // key order (see keyOrder).
-func (a *applier) replaySelect(c *Command) ([]string, error) {
+//
+// From formatReplayBatched, a Max visits at most that many entries of the
+// state's index (every source's: the bound is the command's cost), in
+// (UpdatedAt, key) order from (Since, Key) exclusive when Key is set, and
+// only those updated before Before when it is set; res.More and the cursor
+// (res.After, res.AfterTime: the last entry visited) tell the caller where
+// the next command goes on. So a replay of millions of dead letters is many
+// short entries, not one that holds every replica's apply loop for as long
+// as it takes; an event replayed (its UpdatedAt now) or one that died again
+// since is past Before and not visited twice.
+func (a *applier) replaySelect(c *Command, res *Result) ([]string, error) {
 	var keys []string
+	limit := 0
+	if c.Max > 0 && c.semantics() >= formatReplayBatched {
+		limit = c.Max
+	}
 	// The states index is ordered by UpdatedAt within a state: seek to Since.
 	seek := []byte{byte(c.State)}
-	if c.Since != 0 {
+	cursor := limit > 0 && c.Key != ""
+	switch {
+	case cursor:
+		seek = bytes.Clone(a.ptk(byte(c.State), c.Since, c.Key))
+	case c.Since != 0:
 		seek = a.ptk(byte(c.State), c.Since, "")
 	}
+	visited := 0
 	cur := a.states.Cursor()
 	for k, src := cur.Seek(seek); k != nil && k[0] == byte(c.State); k, src = cur.Next() {
 		if len(k) < 10 {
 			return nil, fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+		}
+		if cursor && bytes.Equal(k, seek) {
+			continue // the cursor: visited by the command before
+		}
+		if limit > 0 && c.Before != 0 && timeOf(k[1:9]) >= c.Before {
+			break
+		}
+		if limit > 0 && visited == limit {
+			res.More = true
+			break
+		}
+		visited++
+		if limit > 0 {
+			res.AfterTime, res.After = timeOf(k[1:9]), string(k[9:])
 		}
 		if c.Source != "" && string(src) != c.Source {
 			continue

@@ -173,15 +173,20 @@ func (ck *checker) checkEventIndexes(k []byte, flags byte, ev *Event) {
 	if src := ck.states.Get(prefixedTimeKey(byte(ev.State), ev.UpdatedAt, k)); src == nil || string(src) != ev.Source {
 		ck.bad("event %q: no states entry for %d/%q", k, ev.State, ev.Source)
 	}
+	// A pending event is in due, or, of a paused source, in due or held
+	// (pause.go: held only by entries of formats before formatPauseInPlace);
+	// never both, and no other event is in either.
 	isPaused := ck.paused[ev.Source]
-	if (ev.State == StatePending && !isPaused) != (ck.due.Get(appendDueKey(nil, ev.Source, ev.NextAttemptAt, k)) != nil) {
-		ck.bad("event %q (state %d, paused %v): due index disagrees", k, ev.State, isPaused)
+	inDue := ck.due.Get(appendDueKey(nil, ev.Source, ev.NextAttemptAt, k)) != nil
+	inHeld := isPaused && ck.held.Get(heldKey(ev.Source, ev.NextAttemptAt, k)) != nil
+	switch {
+	case ev.State != StatePending && inDue:
+		ck.bad("event %q (state %d): in the due index", k, ev.State)
+	case ev.State == StatePending && inDue == inHeld:
+		ck.bad("event %q (pending, paused %v): in the due index %v, in the held index %v", k, isPaused, inDue, inHeld)
 	}
-	if ev.State == StatePending && isPaused {
+	if inHeld {
 		ck.nHeldPending++
-		if ck.held.Get(heldKey(ev.Source, ev.NextAttemptAt, k)) == nil {
-			ck.bad("event %q: pending on paused source %q but not in the held index", k, ev.Source)
-		}
 	}
 	if ev.State != StatePending && ev.NextAttemptAt != 0 {
 		ck.bad("event %q (state %d): next attempt %d", k, ev.State, ev.NextAttemptAt)
@@ -250,7 +255,7 @@ func (ck *checker) checkHeld() {
 		}
 	}
 	if nHeldEntries != ck.nHeldPending {
-		ck.bad("%d held entries for %d pending events of paused sources", nHeldEntries, ck.nHeldPending)
+		ck.bad("%d held entries for %d pending events of paused sources held", nHeldEntries, ck.nHeldPending)
 	}
 }
 

@@ -172,7 +172,11 @@ type Command struct {
 	DeadRetention int64
 
 	// Replay: either Keys, or State (done, dead or stale; + optional Source) with
-	// UpdatedAt >= Since (0: no bound).
+	// UpdatedAt >= Since (0: no bound). From format 21 a replay by state
+	// with a Max (1..MaxReplayBatch) visits at most Max entries of the
+	// state, from the cursor (Since, Key) exclusive when Key is set, of
+	// events updated before Before when it is set; Result.More and its
+	// cursor say where the next command goes on.
 	Keys  []string
 	State State
 	Since int64
@@ -340,10 +344,18 @@ type Result struct {
 	// body; the duplicate is of that event.
 	Keys []string
 	// Expire with a Max: entries of ended buckets remain for the next
-	// command. (Not relayed: expire runs on the leader.)
-	More bool
-	Err  error
+	// command. (Not relayed: expire runs on the leader.) Replay by state
+	// with a Max: entries remain past the cursor, the last entry it
+	// visited (After, updated at AfterTime), where the next one goes on.
+	More      bool
+	After     string
+	AfterTime int64
+	Err       error
 }
+
+// MaxReplayBatch bounds the entries one replay by state visits (format 21);
+// the caller loops on Result.More.
+const MaxReplayBatch = 10000
 
 // Entry is one Raft log entry's worth of commands, applied under its index.
 type Entry struct {

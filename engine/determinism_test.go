@@ -320,7 +320,7 @@ func TestRandomSequenceCoversOutcomes(t *testing.T) {
 			t.Fatal(err)
 		}
 		rs = append(rs, r...)
-		if n, err := heldEntries(e); err != nil {
+		if n, err := pausedPending(e); err != nil {
 			t.Fatal(err)
 		} else if n > 0 {
 			seen["held"]++

@@ -60,13 +60,15 @@
 //     of Now+DeadRetention and flags it; a replay moves it to the bucket of
 //     Now+RetentionWindow and clears the flag. The window is the claim's
 //     ExpiresAt-CreatedAt, stored in the record (flagLife) once it moved.
-//   - Paused sources. While a source is paused its pending events are in
-//     held, not due, so Lease (which walks due) leases none of them and
-//     spends none of their attempts; every transition into pending picks the
-//     index by the source's state. OpPause moves the source's due entries to
-//     held (one walk of the source's run of due); OpResume
-//     moves them back at their own times, so they go out oldest first.
-//     Leases already out are unaffected; a Fail while paused goes to held.
+//   - Paused sources. While a source is paused its pending events wait in
+//     its run of due, which Lease and LeaseDue pass over (one lookup in
+//     sources a run), so none is leased and none of their attempts is
+//     spent; OpPause and OpResume move nothing (format 21). Entries of older
+//     formats moved the source's due entries to held at a pause, indexed a
+//     paused source's transitions into pending there, and moved them back
+//     at a resume; OpResume still moves what they left in held back to due,
+//     at their own times, so they go out oldest first. Leases already out
+//     are unaffected (pause.go).
 //   - Ordered delivery. Every unfinished (pending or processing) event
 //     claimed with an order object is in its object's queue (objects),
 //     oldest order time first, ties in claim order (entry index, then
@@ -79,8 +81,8 @@
 //     MaxAttemptBody bytes) to the event's history, the newest 10 kept;
 //     nothing else writes it; deleting the event deletes it (history.go).
 //   - Indexes agree with records: every event has one states entry; a
-//     pending event has a due entry xor a held entry, by its source's paused
-//     state; a lease entry iff processing, a done entry while done
+//     pending event has a due entry, or, of a paused source, a due entry
+//     xor a held entry; a lease entry iff processing, a done entry while done
 //     with its payload (at doneTime: PayloadDropAt, or UpdatedAt without
 //     one); one expiry entry, at ExpiresAt; flagDeadKept only on dead
 //     events, PayloadDropAt only on done ones; an objects entry iff ordered
@@ -145,9 +147,9 @@
 //	           without it is read as empty)
 //	sources    source -> paused record (paused at, who, reason; codec in
 //	           pause.go); present iff the source is paused (OpPause, OpResume)
-//	held       source 0x00 time(NextAttemptAt) key -> ""  (every pending event
-//	           of a paused source, instead of due; a paused source name never
-//	           holds 0x00)
+//	held       source 0x00 time(NextAttemptAt) key -> ""  (a pending event
+//	           of a paused source that an entry older than format 21 indexed
+//	           here instead of due; a paused source name never holds 0x00)
 //	objects    len(object) object time(OrderTime) index(8) pos(4) key -> ""
 //	           (every unfinished event claimed with an order object; the
 //	           2-byte length keeps objects apart; order.go)

@@ -178,6 +178,9 @@ func (h *runHeap) pop() *dueRun {
 type leaseLimits struct {
 	max, share, spare int
 	quotas            []Quota
+	// paused holds a record for each paused source, whose run is passed
+	// over (pause.go); nil: none is.
+	paused *bolt.Bucket
 }
 
 // dueMerge walks the due index's runs oldest first, by (time, key), up to
@@ -195,6 +198,9 @@ func dueMerge(b *bolt.Bucket, now int64, l leaseLimits, take func(src []byte, t 
 	var h, aside, hard runHeap
 	err := dueRuns(b.Cursor(), func(first []byte) error {
 		src, _, _, _ := splitDueKey(first)
+		if l.paused != nil && l.paused.Get(src) != nil {
+			return nil // a paused source's events wait in its run
+		}
 		r := &dueRun{c: b.Cursor(), prefix: dueRunPrefix(src), quota: -1}
 		if share > 0 {
 			r.quota = share
@@ -340,14 +346,18 @@ func validQuotas(qs []Quota) bool {
 }
 
 // firstDue returns the time of the oldest due entry of the sources not
-// skipped (hard quotas of 0), and whether there is one. A malformed key
-// counts as due at the earliest time: the lease reports it.
-func firstDue(b *bolt.Bucket, skip []Quota) (int64, bool) {
+// skipped (hard quotas of 0, and those with a record in paused), and whether
+// there is one. A malformed key counts as due at the earliest time: the
+// lease reports it.
+func firstDue(b, paused *bolt.Bucket, skip []Quota) (int64, bool) {
 	var first int64
 	found := false
 	err := dueRuns(b.Cursor(), func(k []byte) error {
 		src, t, _, _ := splitDueKey(k)
 		if q, ok := quotaOf(skip, src); ok && q.Hard && q.Max == 0 {
+			return nil
+		}
+		if paused != nil && paused.Get(src) != nil {
 			return nil
 		}
 		if !found || t < first {

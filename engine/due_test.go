@@ -293,7 +293,8 @@ func TestOpenMigratesDueIndex(t *testing.T) {
 	}
 	ev := h.one(leaseCmd(t0+hour, 1)).Events[0]
 	h.one(failCmd(ev.Key, ev.Token, t0+hour, 5)) // due again 10 s later
-	h.one(Command{Op: OpPause, Now: t0 + hour, Source: "shop", Who: "ops"})
+	// Paused as format 8 paused: its events moved to the held index.
+	h.one(Command{Op: OpPause, Now: t0 + hour, Source: "shop", Who: "ops", format: formatPauseInPlace - 1})
 	want := mustHash(t, e)
 	if err := e.Close(); err != nil {
 		t.Fatal(err)

@@ -247,7 +247,10 @@ func openBolt(path string, opts Options, readOnly, check bool) (db *bolt.DB, err
 		// What CheckPages does not see and bbolt's freelist rebuild does
 		// reaches here as bbolt's panic. The file bbolt opened is not
 		// closed then (bbolt gives no handle): rare after CheckPages, and
-		// at a start the process ends anyway.
+		// at a start the process ends anyway. Best effort only: bbolt's
+		// checking goroutine goes on after the first problem it reports,
+		// over a transaction its caller's panic rolls back, and may fault
+		// the process; CheckPages, first, is what keeps damage from here.
 		if r := recover(); r != nil {
 			db, err = nil, fmt.Errorf("engine: open %s: %w: a damaged page (%v)", path, ErrCorrupt, r)
 		}

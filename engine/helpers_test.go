@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -59,6 +60,9 @@ type harness struct {
 	tb  testing.TB
 	e   *Engine
 	idx uint64
+	// format, when set, is the writer's format of every command applied
+	// that names none: the meanings of an older leader's entries.
+	format uint8
 }
 
 func newHarness(tb testing.TB, opts ...Options) *harness {
@@ -70,6 +74,14 @@ func newHarness(tb testing.TB, opts ...Options) *harness {
 func (h *harness) apply(cmds ...Command) []Result {
 	h.tb.Helper()
 	h.idx++
+	if h.format != 0 {
+		cmds = slices.Clone(cmds)
+		for i := range cmds {
+			if cmds[i].format == 0 {
+				cmds[i].format = h.format
+			}
+		}
+	}
 	rs, err := h.e.Apply(h.idx, cmds...)
 	if err != nil {
 		h.tb.Fatalf("Apply(%d): %v", h.idx, err)
@@ -145,6 +157,25 @@ func mustHash(tb testing.TB, e *Engine) [32]byte {
 }
 
 func removeAllQuiet(dir string) { _ = os.RemoveAll(dir) }
+
+// pausedPending counts the pending events a pause holds: the held index's
+// entries and the due entries of paused sources (pause.go).
+func pausedPending(e *Engine) (int, error) {
+	n := 0
+	err := e.view(func(tx *bolt.Tx) error {
+		sources := tx.Bucket(bSources)
+		if err := tx.Bucket(bHeld).ForEach(func(k, v []byte) error { n++; return nil }); err != nil {
+			return err
+		}
+		return tx.Bucket(bDue).ForEach(func(k, v []byte) error {
+			if src, _, _, ok := splitDueKey(k); ok && sources.Get(src) != nil {
+				n++
+			}
+			return nil
+		})
+	})
+	return n, err
+}
 
 // heldEntries counts the entries of the held index.
 func heldEntries(e *Engine) (int, error) {

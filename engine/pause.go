@@ -10,11 +10,17 @@ import (
 )
 
 // Pausing a source (OpPause, OpResume). A paused source has a record in the
-// sources bucket; its pending events are indexed in held instead of due, so
-// Lease, which walks due from its start, never sees them and its cost stays
-// that of the events it leases. Every transition into pending (claim, fail
-// with a retry, reclaim, replay) picks the index by the source's state
-// (putPending). Leases already out are unaffected.
+// sources bucket. From formatPauseInPlace its pending events stay in the due
+// index, in its source's run, and every reader of due that leases or says
+// what is due (dueMerge, firstDue) passes over the runs of paused sources:
+// one lookup a source, so a pause and a resume cost the same however large
+// the source's backlog (a day's pause held millions of events, and a resume
+// that moved them all was one entry that held every replica's apply loop
+// for as long). Older formats moved the source's due events to the held
+// index at the pause and back at the resume, and indexed a paused source's
+// transitions into pending there; their entries still do (putPending), and
+// a resume moves what they left in held back to due. Leases already out are
+// unaffected.
 
 // The sources record, stored in the sources bucket under the source name:
 //
@@ -57,9 +63,9 @@ type pendingEntry struct {
 	key string
 }
 
-// pause records c.Source as paused and moves its due events to held. They
-// are the source's run of the due index (due.go), so the cost is the
-// source's own pending events, once per pause.
+// pause records c.Source as paused. An older format's pause also moves its
+// due events to held: the source's run of the due index (due.go), so the
+// cost was the source's own pending events, once per pause.
 func (a *applier) pause(c *Command) (Result, error) {
 	switch {
 	case !validSource(c.Source):
@@ -69,6 +75,9 @@ func (a *applier) pause(c *Command) (Result, error) {
 	}
 	if a.paused(c.Source) {
 		return Result{}, nil
+	}
+	if c.semantics() >= formatPauseInPlace {
+		return a.putSourceRecord(c)
 	}
 	prefix := dueRunPrefix(strBytes(c.Source))
 	var items []pendingEntry
@@ -97,6 +106,11 @@ func (a *applier) pause(c *Command) (Result, error) {
 			return Result{}, err
 		}
 	}
+	return a.putSourceRecord(c)
+}
+
+// putSourceRecord records c.Source as paused by c.Who at c.Now.
+func (a *applier) putSourceRecord(c *Command) (Result, error) {
 	rec := SourceState{Since: c.Now, Who: c.Who, Reason: clipText(c.Reason)}
 	v := appendSourceRecord(a.arena.make(1+3*binary.MaxVarintLen64+len(rec.Who)+len(rec.Reason)), &rec)
 	if err := a.sources.Put(strBytes(c.Source), v); err != nil {
@@ -107,7 +121,8 @@ func (a *applier) pause(c *Command) (Result, error) {
 
 // resume deletes c.Source's paused record and moves its held events back to
 // due at their own times, so that they go out oldest first. Its cost is the
-// source's held events.
+// source's held events: from formatPauseInPlace only those an older
+// format's entries left there, none once every node runs this one.
 func (a *applier) resume(c *Command) (Result, error) {
 	switch {
 	case !validSource(c.Source):

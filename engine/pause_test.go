@@ -2,6 +2,7 @@ package engine
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 )
@@ -34,16 +35,25 @@ func leasedKeys(keys ...string) func(t *testing.T, h *harness, r Result) {
 	}
 }
 
-// wantHeld checks the number of held index entries.
+// wantHeld checks the number of pending events a pause holds, and where:
+// in the held index under the meanings of a format before
+// formatPauseInPlace, in their sources' due runs from it.
 func wantHeld(n int) func(t *testing.T, h *harness, r Result) {
 	return func(t *testing.T, h *harness, r Result) {
 		t.Helper()
-		got, err := heldEntries(h.e)
+		got, err := pausedPending(h.e)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got != n {
-			t.Errorf("held entries = %d, want %d", got, n)
+			t.Errorf("pending events held by a pause = %d, want %d", got, n)
+		}
+		inHeld, err := heldEntries(h.e)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if old := h.format != 0 && h.format < formatPauseInPlace; old && inHeld != n || !old && inHeld != 0 {
+			t.Errorf("held index entries = %d with format %d, of %d held", inHeld, h.format, n)
 		}
 		if err := h.e.Check(); err != nil {
 			t.Errorf("Check: %v", err)
@@ -157,9 +167,15 @@ func TestPauseTransitions(t *testing.T) {
 		}},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			runSteps(t, newHarness(t, Options{NoSync: true}), tt.steps)
-		})
+		// The meanings of today's entries, and of an older leader's, which
+		// moved a paused source's events to the held index.
+		for _, format := range []uint8{0, formatPauseInPlace - 1} {
+			t.Run(fmt.Sprintf("%s/format %d", tt.name, format), func(t *testing.T) {
+				h := newHarness(t, Options{NoSync: true})
+				h.format = format
+				runSteps(t, h, tt.steps)
+			})
+		}
 	}
 }
 
@@ -209,5 +225,50 @@ func TestRestoreSnapshotWithoutSourcesBuckets(t *testing.T) {
 	}
 	if r := h.one(leaseCmd(t0+2*sec, 10)); r.N != 0 {
 		t.Fatalf("lease of a paused source after restore: %+v", r)
+	}
+}
+
+// TestPauseAcrossTheUpgrade: a source paused by an older leader's entry
+// (its events moved to the held index) and then claimed under today's
+// meanings (the new event stays in the due index) holds both; nothing of
+// it is leased, LeaseDue does not call it due, and today's resume brings
+// every one back, oldest first.
+func TestPauseAcrossTheUpgrade(t *testing.T) {
+	h := newHarness(t, Options{NoSync: true})
+	a, b, c := keyN(1), keyN(2), keyN(3)
+	h.apply(claimCmd(a, t0), claimCmd(b, t0+sec))
+	old := pauseCmd("src", t0+2*sec)
+	old.format = formatPauseInPlace - 1
+	if r := h.one(old); r.N != 1 {
+		t.Fatalf("pause: %+v", r)
+	}
+	h.one(claimCmd(c, t0+3*sec))
+	if held, _ := heldEntries(h.e); held != 2 {
+		t.Fatalf("held index entries = %d, want the 2 the old pause moved", held)
+	}
+	if n, _ := pausedPending(h.e); n != 3 {
+		t.Fatalf("pending events held by the pause = %d, want 3", n)
+	}
+	if err := h.e.Check(); err != nil {
+		t.Fatal(err)
+	}
+	if due, err := h.e.LeaseDue(t0+hour, nil); err != nil || due {
+		t.Errorf("LeaseDue with only a paused source's events: %v, %v; want false", due, err)
+	}
+	if r := h.one(leaseCmd(t0+hour, 10)); len(r.Events) != 0 {
+		t.Fatalf("a paused source's events leased: %v", r.Events)
+	}
+	if r := h.one(resumeCmd("src", t0+hour)); r.N != 1 {
+		t.Fatalf("resume: %+v", r)
+	}
+	if held, _ := heldEntries(h.e); held != 0 {
+		t.Errorf("held index entries after the resume = %d", held)
+	}
+	if due, err := h.e.LeaseDue(t0+hour, nil); err != nil || !due {
+		t.Errorf("LeaseDue after the resume: %v, %v; want true", due, err)
+	}
+	leasedKeys(a, b, c)(t, h, h.one(leaseCmd(t0+hour, 10)))
+	if err := h.e.Check(); err != nil {
+		t.Fatal(err)
 	}
 }

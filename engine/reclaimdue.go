@@ -48,7 +48,7 @@ func (e *Engine) LeaseDue(now int64, quotas []Quota) (bool, error) {
 	var due bool
 	err := e.viewCommitted(func(tx *bolt.Tx) error {
 		// A malformed index key counts as work: the lease reports it.
-		t, ok := firstDue(tx.Bucket(bDue), quotas)
+		t, ok := firstDue(tx.Bucket(bDue), tx.Bucket(bSources), quotas)
 		due = ok && t <= now
 		return nil
 	})

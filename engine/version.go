@@ -51,6 +51,10 @@ import (
 //	20 a provider's re-arm (a keyed replay with onlyFrom, entry field
 //	   leaseFor the source's lease) leaves a dead event whose last attempt
 //	   timed out while that attempt's lease runs (ErrLastAttemptRunning)
+//	21 a replay by state with a max visits at most that many entries of
+//	   the state's index, from a cursor (entry fields since and key), of
+//	   events updated before before; a paused source's pending events stay
+//	   in the due index (leases pass over its run), a pause moves nothing
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -85,12 +89,17 @@ import (
 //	formatExpireBatched   an expire's Max bounds the entries it visits
 //	formatRearmWait       a replay with OnlyFrom leaves a dead event whose
 //	                      timed-out last attempt's lease runs at Now
+//	formatReplayBatched   a replay by state's Max bounds the entries it
+//	                      visits, from its cursor, before Before
+//	formatPauseInPlace    a pause leaves the source's due events in due,
+//	                      and a transition into pending of a paused
+//	                      source's event indexes it in due, not held
 //
 // An entry this binary cannot read (a newer entry version or format, an
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 20
+const FormatVersion = 21
 
 // Formats at which the meaning of an existing command changed.
 const (
@@ -102,6 +111,8 @@ const (
 	formatOrderKept      = 16
 	formatExpireBatched  = 17
 	formatRearmWait      = 20
+	formatReplayBatched  = 21
+	formatPauseInPlace   = 21
 )
 
 // ErrNewerFormat: a file, snapshot or log entry was written by a newer binary
