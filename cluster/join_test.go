@@ -442,7 +442,8 @@ func TestJoinOfAnUnnamedClustersNode(t *testing.T) {
 // leader (it lost its quorum) but holds the cluster's history; the wiped
 // node must not bootstrap beside it (two such nodes would form a second
 // majority of the configuration and acknowledge events the survivor never
-// sees). It waits, gives the survivor its vote, and is added back by it:
+// sees). It waits, gives the survivor its vote once the third has been
+// silent for the vote guard's grace (voteguard.go), and is added back by it:
 // the configuration changes, and the event acknowledged before is there.
 func TestWipedNodeWaitsForASurvivorWithoutQuorum(t *testing.T) {
 	nodes := tcpCluster(t, 3, nil)
@@ -466,6 +467,7 @@ func TestWipedNodeWaitsForASurvivorWithoutQuorum(t *testing.T) {
 		return addr == ""
 	})
 	cfg.rejoinPatience = 20 * time.Second
+	cfg.voteGraceFor = 2 * time.Second
 	var out lockedBuffer
 	cfg.Logger = slog.New(slog.NewTextHandler(&out, nil))
 	var err error
@@ -474,6 +476,9 @@ func TestWipedNodeWaitsForASurvivorWithoutQuorum(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "joined the running cluster") {
 		t.Fatalf("the wiped node did not join the survivor's cluster; its log:\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "votes released without hearing from every peer") {
+		t.Errorf("the wiped node did not say it voted without hearing from the silent peer; its log:\n%s", out.String())
 	}
 	waitFor(t, "the wiped node holds the survivor's state", func() bool {
 		_, ok, _ := nodes[f].Lookup("src:before")

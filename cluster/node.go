@@ -103,6 +103,8 @@ type Config struct {
 	answering func(*Node)
 	// rejoinPatience, in tests, replaces rejoinPatience.
 	rejoinPatience time.Duration
+	// voteGraceFor replaces voteGrace (0: voteGrace; voteguard.go).
+	voteGraceFor time.Duration
 	// unnamed, in tests, keeps the cluster from naming itself, as a
 	// cluster of an older release.
 	unnamed bool
@@ -175,10 +177,16 @@ type Node struct {
 	logs     raft.LogStore // what raft reads and writes: logStore behind the cache and guards
 	trans    raft.Transport
 	patient  *patientTransport // n.trans over TCP; nil in process
-	mux      *mux
-	prop     *proposer
-	relay    *relayer
-	drainer  atomic.Pointer[drainerRef] // the leader's deliveries (transfer.go)
+	// votes and guarded hold the votes of a node that started with no raft
+	// state (voteguard.go); nil otherwise. votesStop ends its watch.
+	votes     *voteGuard
+	guarded   *guardedTransport
+	votesStop chan struct{}
+	votesDone chan struct{}
+	mux       *mux
+	prop      *proposer
+	relay     *relayer
+	drainer   atomic.Pointer[drainerRef] // the leader's deliveries (transfer.go)
 	// handoverUntil (unix ns): until then this node is handing its
 	// leadership over, and raft's logger drops the ERROR that causes.
 	handoverUntil atomic.Int64
@@ -319,6 +327,8 @@ func Open(cfg Config) (*Node, error) {
 		observeDone:  make(chan struct{}),
 		watchDone:    make(chan struct{}),
 		memberDone:   make(chan struct{}),
+		votesStop:    make(chan struct{}),
+		votesDone:    make(chan struct{}),
 		relayTimeout: orDur(cfg.RelayTimeout, 10*time.Second),
 	}
 	n.probeCtx, n.probeStop = context.WithCancel(context.Background())
@@ -394,9 +404,25 @@ func (n *Node) open() error {
 	if rc.SnapshotThreshold, err = n.fsm.policy.resume(snaps, logs); err != nil {
 		return fmt.Errorf("snapshot threshold: %w", err)
 	}
-	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logStore, snaps, n.trans)
+	trans := n.trans
+	if !existing && len(n.cfg.Peers) > 1 {
+		// No raft state: its votes wait until it knows how far the
+		// cluster's history reaches (voteguard.go).
+		n.votes = newVoteGuard()
+		n.guarded = newGuardedTransport(n.trans, n.votes, n.cfg.ID)
+		trans = n.guarded
+	}
+	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logStore, snaps, trans)
 	if err != nil {
 		return fmt.Errorf("start raft: %w", err)
+	}
+	if n.votes != nil {
+		go func() {
+			defer close(n.votesDone)
+			n.watchVotes(n.votes, n.votesStop)
+		}()
+	} else {
+		close(n.votesDone)
 	}
 	if n.patient != nil {
 		n.patient.raft.Store(n.raft)
@@ -1124,6 +1150,8 @@ func (n *Node) handOver() raft.Future {
 func (n *Node) cleanup() error {
 	var errs []error
 	if n.raft != nil {
+		close(n.votesStop)
+		<-n.votesDone
 		close(n.stopObserve)
 		<-n.observeDone
 		<-n.watchDone
@@ -1142,6 +1170,9 @@ func (n *Node) cleanup() error {
 		}
 		if err := n.raft.Shutdown().Error(); err != nil {
 			errs = append(errs, fmt.Errorf("raft shutdown: %w", err))
+		}
+		if n.guarded != nil {
+			n.guarded.stop()
 		}
 		if n.prop != nil {
 			n.prop.close()

@@ -644,6 +644,9 @@ type memberStats struct {
 	Term         uint64 `json:"term"`
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
+	// LastLogIndex is the member's last raft log index (0: a release that
+	// does not say); a node with no data holds its vote below it (voteguard.go).
+	LastLogIndex uint64 `json:"last_log_index,omitempty"`
 	LastContact  string `json:"last_contact"`
 	Format       uint64 `json:"format,omitempty"`
 	Admin        string `json:"admin,omitempty"`
@@ -671,6 +674,7 @@ func (n *Node) ownStats() memberStats {
 		Term:         n.raft.CurrentTerm(),
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.appliedIndex(),
+		LastLogIndex: n.raft.LastIndex(),
 		Format:       engine.FormatVersion,
 		Admin:        n.cfg.AdminURL,
 		Cluster:      n.clusterID(),
