@@ -331,6 +331,30 @@ func (n *Node) dropWaiter(key string, ch chan struct{}) {
 	n.waitedKeys.Store(int64(len(n.waiters)))
 }
 
+// raftRefusalsSaid names the peers whose cluster handshake refused this
+// node's raft connections lately ("" for none): a node whose token differs
+// from the others' otherwise reads only as waiting for a quorum.
+func (n *Node) raftRefusalsSaid() string {
+	if n.mux == nil {
+		return ""
+	}
+	addrs := n.mux.refusedRaft(30 * time.Second)
+	if len(addrs) == 0 {
+		return ""
+	}
+	names := make([]string, 0, len(addrs))
+	for _, a := range addrs {
+		name := a
+		for _, p := range n.cfg.Peers {
+			if p.Addr == a {
+				name = p.ID + " (" + a + ")"
+			}
+		}
+		names = append(names, name)
+	}
+	return "; " + strings.Join(names, ", ") + " refused this node's cluster handshake: its cluster token_file or certificates differ from theirs, or they run an older release (see their log)"
+}
+
 // IsLeader reports whether this node currently believes it leads.
 func (n *Node) IsLeader() bool { return n.raft.State() == raft.Leader }
 
@@ -355,7 +379,7 @@ func (n *Node) Ready() (bool, string) {
 	}
 	if addr == "" {
 		if n.voters() > 1 {
-			return false, "no leader: waiting for a quorum of peers"
+			return false, "no leader: waiting for a quorum of peers" + n.raftRefusalsSaid()
 		}
 		return false, "no leader yet"
 	}

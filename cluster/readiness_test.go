@@ -564,3 +564,31 @@ func TestReadyWaitLastsForEachProbe(t *testing.T) {
 		t.Fatal("a probe was not ready once its index was applied within its wait")
 	}
 }
+
+// TestReadyNamesAPeerRefusingTheToken: a node started again with another
+// cluster token than its peers' hears no one; its readiness names the peers
+// that refuse its handshake and the likely cause, not only the missing
+// quorum.
+func TestReadyNamesAPeerRefusingTheToken(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	leader := leaderOf(t, nodes)
+	f := (leader + 1) % 3
+	cfg := nodes[f].cfg
+	if err := nodes[f].Close(); err != nil {
+		t.Fatal(err)
+	}
+	nodes[f] = nil
+	cfg.Token = bytes.Repeat([]byte("z"), MinTokenLen)
+	n, err := Open(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodes[f] = n
+	waitFor(t, "the node names the peers that refuse its token", func() bool {
+		_, why := n.Ready()
+		return strings.Contains(why, "refused this node's cluster handshake") && strings.Contains(why, nodes[leader].cfg.ID+" (")
+	})
+	if ok, why := n.Ready(); ok || !strings.HasPrefix(why, "no leader: waiting for a quorum of peers; ") {
+		t.Fatalf("ready %v %q", ok, why)
+	}
+}

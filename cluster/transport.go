@@ -14,6 +14,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,10 +91,14 @@ type mux struct {
 	dropDial func(addr string) error
 
 	raftConns chan net.Conn
-	closing   chan struct{}
-	busy      chan struct{} // busyAnswers slots (refuseBusy)
-	closeOnce sync.Once
-	wg        sync.WaitGroup
+	// raftRefusals: raft address -> when its handshake last refused this
+	// node's raft dial (a peer with another token or certificate); a dial
+	// that passes deletes it. Readiness names them (Node.Ready).
+	raftRefusals sync.Map
+	closing      chan struct{}
+	busy         chan struct{} // busyAnswers slots (refuseBusy)
+	closeOnce    sync.Once
+	wg           sync.WaitGroup
 
 	// preAuth counts the connections still proving membership (TLS
 	// handshake, preamble): a flood of them is capped before it takes
@@ -634,7 +639,28 @@ func (a advertisedAddr) Network() string { return "tcp" }
 func (a advertisedAddr) String() string  { return string(a) }
 
 func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Conn, error) {
-	return l.m.dial(context.Background(), string(addr), kindRaft, timeout)
+	c, err := l.m.dial(context.Background(), string(addr), kindRaft, timeout)
+	switch {
+	case err == nil:
+		l.m.raftRefusals.Delete(string(addr))
+	case errors.Is(err, ErrPeerUnproven):
+		l.m.raftRefusals.Store(string(addr), time.Now())
+	}
+	return c, err
+}
+
+// refusedRaft lists the addresses whose raft handshake refused this node
+// within the last d (and has not passed since).
+func (m *mux) refusedRaft(d time.Duration) []string {
+	var addrs []string
+	m.raftRefusals.Range(func(k, v any) bool {
+		if time.Since(v.(time.Time)) <= d {
+			addrs = append(addrs, k.(string))
+		}
+		return true
+	})
+	slices.Sort(addrs)
+	return addrs
 }
 
 // TLSConfig names the PEM files for mutual TLS between nodes. Every node
