@@ -604,8 +604,10 @@ func (s *Server) adminReplay(w http.ResponseWriter, r *http.Request) {
 		s.replayKeys(ctx, w, cmd)
 		return
 	}
-	// A purge's minute: one command per replayBatch entries.
-	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
+	// One command per replayBatch entries, the plan read first, all within
+	// the CLI's 60 s wait for an answer, so that it reads a replay cut short
+	// as such (and does not cancel it by hanging up).
+	ctx, cancel := context.WithTimeout(r.Context(), 50*time.Second)
 	defer cancel()
 	s.replayState(ctx, w, cmd)
 }
@@ -759,10 +761,6 @@ func nonNil(s []string) []string {
 // a fresh read; what the plan would skip and the engine replayed is not.
 // Any skipped event makes `oncehook replay` exit 1.
 func (s *Server) replayState(ctx context.Context, w http.ResponseWriter, cmd engine.Command) {
-	// Events updated from now on (an event this replay delivers that dies
-	// again) are not this replay's: a bound the commands keep as they go
-	// on from one another's cursor.
-	cmd.Before = time.Now().UnixNano()
 	plan, err := s.replayPlan(cmd)
 	if err != nil {
 		jsonError(w, http.StatusInternalServerError, err.Error())
@@ -770,8 +768,10 @@ func (s *Server) replayState(ctx context.Context, w http.ResponseWriter, cmd eng
 	}
 	// In commands of replayBatch entries of the state's index each, so that
 	// a replay of millions does not hold every replica's apply loop (and
-	// the claims behind it) for as long as it takes. A leader older than
-	// format 21 replays them all in the first.
+	// the claims behind it) for as long as it takes. The first command's
+	// time, the leader's, bounds the events the next ones take (an event
+	// this replay delivers that dies again is not this replay's). A leader
+	// older than format 21 replays them all in the first.
 	cmd.Max = replayBatch
 	var res engine.Result
 	for {
@@ -782,7 +782,11 @@ func (s *Server) replayState(ctx context.Context, w http.ResponseWriter, cmd eng
 				msg = fmt.Sprintf("replay cut short after %d events were replayed (they are pending now; the same request goes on with the rest): %s", res.N, msg)
 			}
 			s.log.Warn("replay cut short", "state", cmd.State.String(), "source", cmd.Source, "replayed", res.N, "who", cmd.Who, "err", err)
-			jsonError(w, clusterWriteStatus(err), msg)
+			status := clusterWriteStatus(err)
+			if errors.Is(err, context.DeadlineExceeded) {
+				status = http.StatusServiceUnavailable // the same request goes on
+			}
+			jsonError(w, status, msg)
 			return
 		}
 		res.N += r.N
@@ -790,7 +794,7 @@ func (s *Server) replayState(ctx context.Context, w http.ResponseWriter, cmd eng
 		if !r.More {
 			break
 		}
-		cmd.Since, cmd.Key = r.AfterTime, r.After
+		cmd.Since, cmd.Key, cmd.Before = r.AfterTime, r.After, r.Before
 	}
 	slices.Sort(res.Keys)
 	moved := make(map[string]bool, len(res.Keys))
@@ -875,7 +879,7 @@ func (s *Server) replayPlan(cmd engine.Command) (replayPlanned, error) {
 		}
 		for i := range evs {
 			ev := &evs[i]
-			if ev.UpdatedAt < cmd.Since || cmd.Before != 0 && ev.UpdatedAt >= cmd.Before {
+			if ev.UpdatedAt < cmd.Since {
 				continue
 			}
 			gone, err := s.payloadDropped(ev)

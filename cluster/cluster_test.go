@@ -261,7 +261,7 @@ func TestReplayByStateInBatchesFromAFollower(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := engine.Command{State: engine.StateDone, Max: 3, Before: c.clock.now().Add(time.Second).UnixNano(), Who: "ops", Reason: "again"}
+	cmd := engine.Command{State: engine.StateDone, Max: 3, Who: "ops", Reason: "again"}
 	replayed := map[string]int{}
 	for commands := 1; ; commands++ {
 		r, err := f.Replay(ctx, cmd)
@@ -280,7 +280,10 @@ func TestReplayByStateInBatchesFromAFollower(t *testing.T) {
 		if r.After == "" {
 			t.Fatal("More without a cursor: the relay lost it")
 		}
-		cmd.Since, cmd.Key = r.AfterTime, r.After
+		if r.Before == 0 {
+			t.Fatal("More without the replay's bound: the relay lost it")
+		}
+		cmd.Since, cmd.Key, cmd.Before = r.AfterTime, r.After, r.Before
 	}
 	for _, ev := range evs {
 		if replayed[ev.Key] != 1 {
@@ -481,7 +484,7 @@ func TestResultsCodecRoundTrip(t *testing.T) {
 		{Err: fmt.Errorf("replay src:k: %w", engine.ErrNoPayload)},
 		{Err: engine.ErrNoPayload},
 		// A batched replay by state says where the next one goes on.
-		{N: 2, Keys: []string{"a:1", "a:2"}, More: true, AfterTime: -5, After: "b:9"},
+		{N: 2, Keys: []string{"a:1", "a:2"}, More: true, Before: 1 << 60, AfterTime: -5, After: "b:9"},
 	}
 	b := appendResults(nil, in)
 	if code := b[bytes.Index(b, []byte("replay src:k"))-2]; int(code) != len(resultErrs) {
@@ -496,7 +499,7 @@ func TestResultsCodecRoundTrip(t *testing.T) {
 	}
 	for i := range in {
 		if in[i].Created != out[i].Created || in[i].State != out[i].State || in[i].N != out[i].N || len(in[i].Keys) != len(out[i].Keys) ||
-			in[i].More != out[i].More || in[i].After != out[i].After || in[i].AfterTime != out[i].AfterTime {
+			in[i].More != out[i].More || in[i].After != out[i].After || in[i].AfterTime != out[i].AfterTime || in[i].Before != out[i].Before {
 			t.Fatalf("result %d: %+v != %+v", i, out[i], in[i])
 		}
 		if (in[i].Err == nil) != (out[i].Err == nil) || in[i].Err != nil && in[i].Err.Error() != out[i].Err.Error() {

@@ -405,12 +405,15 @@ func (n *Node) open() error {
 		return fmt.Errorf("snapshot threshold: %w", err)
 	}
 	trans := n.trans
-	if !existing && len(n.cfg.Peers) > 1 {
-		// No raft state: its votes wait until it knows how far the
-		// cluster's history reaches (voteguard.go).
+	if guard, err := n.guardVotes(existing); err != nil {
+		return err
+	} else if guard {
+		// No raft state (or none caught up yet since it had none): its
+		// votes wait until it knows how far the cluster's history reaches
+		// (voteguard.go).
 		n.votes = newVoteGuard()
 		n.guarded = newGuardedTransport(n.trans, n.votes, n.cfg.ID)
-		trans = n.guarded
+		trans = n.guarded.forRaft()
 	}
 	n.raft, err = raft.NewRaft(rc, n.fsm, logs, n.logStore, snaps, trans)
 	if err != nil {

@@ -668,8 +668,10 @@ type memberStats struct {
 	Term         uint64 `json:"term"`
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
-	// LastLogIndex is the member's last raft log index (0: a release that
-	// does not say); a node with no data holds its vote below it (voteguard.go).
+	// LastLogTerm and LastLogIndex end the member's raft log (0: a release
+	// that does not say); a node with no data gives its vote to no candidate
+	// less up-to-date (voteguard.go).
+	LastLogTerm  uint64 `json:"last_log_term,omitempty"`
 	LastLogIndex uint64 `json:"last_log_index,omitempty"`
 	LastContact  string `json:"last_contact"`
 	Format       uint64 `json:"format,omitempty"`
@@ -698,16 +700,18 @@ func (n *Node) ownStats() memberStats {
 		Term:         n.raft.CurrentTerm(),
 		CommitIndex:  n.raft.CommitIndex(),
 		AppliedIndex: n.appliedIndex(),
-		LastLogIndex: n.raft.LastIndex(),
-		Format:       engine.FormatVersion,
-		Admin:        n.cfg.AdminURL,
-		Cluster:      n.clusterID(),
-		Fresh:        n.fresh.Load(),
-		Clock:        n.now().UnixNano(),
+
+		Format:  engine.FormatVersion,
+		Admin:   n.cfg.AdminURL,
+		Cluster: n.clusterID(),
+		Fresh:   n.fresh.Load(),
+		Clock:   n.now().UnixNano(),
 	}
 	if n.cfg.format != 0 {
 		ms.Format = n.cfg.format
 	}
+	end := n.ownLogEnd()
+	ms.LastLogTerm, ms.LastLogIndex = end.term, end.index
 	if n.removedBy.Load() != nil {
 		// Its own configuration still lists it as a voter (it never got the
 		// entry that removed it): its role says what it is.

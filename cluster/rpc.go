@@ -280,6 +280,7 @@ func appendResults(b []byte, res []engine.Result) []byte {
 			b = append(b, k...)
 		}
 		if r.More {
+			b = binary.AppendVarint(b, r.Before)
 			b = binary.AppendVarint(b, r.AfterTime)
 			b = binary.AppendUvarint(b, uint64(len(r.After)))
 			b = append(b, r.After...)
@@ -350,16 +351,19 @@ func decodeResults(b []byte) ([]engine.Result, error) {
 			res[i].Keys = append(res[i].Keys, k)
 		}
 		if flags&resultMore != 0 {
-			t, k := binary.Varint(b)
-			if k <= 0 {
-				return nil, bad
+			var ts [2]int64
+			for j := range ts {
+				t, k := binary.Varint(b)
+				if k <= 0 {
+					return nil, bad
+				}
+				ts[j], b = t, b[k:]
 			}
-			b = b[k:]
 			after, ok := str()
 			if !ok {
 				return nil, bad
 			}
-			res[i].More, res[i].AfterTime, res[i].After = true, t, after
+			res[i].More, res[i].Before, res[i].AfterTime, res[i].After = true, ts[0], ts[1], after
 		}
 	}
 	return res, nil

@@ -3,6 +3,11 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -23,8 +28,9 @@ import (
 //
 // So a node that starts with no raft state votes for no one until it knows
 // how far the cluster's history reaches, and then only for a candidate
-// whose log reaches that far: every candidate that holds all committed
-// entries does. It knows once
+// whose log is at least as up-to-date (raft's order: last term, then last
+// index) as the most up-to-date log a peer told it of: every candidate
+// that holds all committed entries is. It knows once
 //   - every other peer has told it its last log and commit index (the floor
 //     is the highest of them), or
 //   - enough peers to make a majority with it said they hold no history (a
@@ -41,33 +47,41 @@ import (
 // elected without it does not have them. The node says so in its log. Until
 // then, the answering peers' floor keeps a lagging candidate out.
 
+// logPos is the end of a raft log: its last entry's term and index.
+type logPos struct{ term, index uint64 }
+
+// atLeast is raft's "at least as up-to-date": a later last term, or the
+// same and a last index as high.
+func (p logPos) atLeast(q logPos) bool {
+	return p.term > q.term || p.term == q.term && p.index >= q.index
+}
+
 // voteGuard holds a fresh node's votes (held) until it knows the floor a
-// candidate's last log index must reach.
+// candidate's log must reach, then refuses a candidate below it.
 type voteGuard struct {
-	held  atomic.Bool
-	floor atomic.Uint64
+	mu    sync.Mutex
+	held  bool
+	floor logPos
 }
 
-func newVoteGuard() *voteGuard {
-	g := &voteGuard{}
-	g.held.Store(true)
-	return g
+func newVoteGuard() *voteGuard { return &voteGuard{held: true} }
+
+func (g *voteGuard) refuses(candidate logPos) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held || !candidate.atLeast(g.floor)
 }
 
-// raise lifts the floor to i when it is higher.
-func (g *voteGuard) raise(i uint64) {
-	for {
-		f := g.floor.Load()
-		if i <= f || g.floor.CompareAndSwap(f, i) {
-			return
-		}
-	}
+func (g *voteGuard) set(held bool, floor logPos) {
+	g.mu.Lock()
+	g.held, g.floor = held, floor
+	g.mu.Unlock()
 }
 
-// refuses reports whether a candidate whose log ends at lastLogIndex must
-// not get this node's vote.
-func (g *voteGuard) refuses(lastLogIndex uint64) bool {
-	return g.held.Load() || lastLogIndex < g.floor.Load()
+func (g *voteGuard) state() (bool, logPos) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.held, g.floor
 }
 
 // guardedTransport passes raft its RPCs but the votes the guard refuses,
@@ -128,13 +142,13 @@ func (t *guardedTransport) forward(in <-chan raft.RPC) {
 func (t *guardedTransport) answered(rpc raft.RPC) bool {
 	switch req := rpc.Command.(type) {
 	case *raft.RequestVoteRequest:
-		if t.guard.refuses(req.LastLogIndex) {
+		if t.guard.refuses(logPos{req.LastLogTerm, req.LastLogIndex}) {
 			t.refused.Add(1)
 			rpc.Respond(&raft.RequestVoteResponse{RPCHeader: t.self, Term: req.Term}, nil)
 			return true
 		}
 	case *raft.RequestPreVoteRequest:
-		if t.guard.refuses(req.LastLogIndex) {
+		if t.guard.refuses(logPos{req.LastLogTerm, req.LastLogIndex}) {
 			t.refused.Add(1)
 			rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: t.self, Term: req.Term}, nil)
 			return true
@@ -143,14 +157,25 @@ func (t *guardedTransport) answered(rpc raft.RPC) bool {
 	return false
 }
 
-// RequestPreVote keeps the wrapped transport's pre-vote (raft asks the
-// transport it is given whether it has one).
-func (t *guardedTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	pv, ok := t.Transport.(raft.WithPreVote)
-	if !ok {
-		return errors.New("transport has no pre-vote")
+// preVoteTransport is a guardedTransport over a transport with pre-vote:
+// raft asks the transport it is given whether it has one, and a guard over
+// one without must not say it does.
+type preVoteTransport struct {
+	*guardedTransport
+	pv raft.WithPreVote
+}
+
+func (t preVoteTransport) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	return t.pv.RequestPreVote(id, target, args, resp)
+}
+
+// forRaft is the transport raft is given: g, with pre-vote when the wrapped
+// transport has it.
+func (t *guardedTransport) forRaft() raft.Transport {
+	if pv, ok := t.Transport.(raft.WithPreVote); ok {
+		return preVoteTransport{t, pv}
 	}
-	return pv.RequestPreVote(id, target, args, resp)
+	return t
 }
 
 // stop ends the forwarding and waits for it.
@@ -170,11 +195,12 @@ func (t *guardedTransport) Close() error {
 	return nil
 }
 
-// voteGuardPoll is how often a node whose votes are held asks its peers.
+// voteGuardPoll is how often a node whose votes are guarded asks its peers.
 const voteGuardPoll = 200 * time.Millisecond
 
 // voteGrace is how long a node with no data waits to hear from every peer
-// before it votes by what the peers that answered told it.
+// before it votes by what the peers that answered told it; a peer silent
+// that long no longer counts toward the floor.
 const voteGrace = 10 * time.Second
 
 func (c *Config) voteGrace() time.Duration {
@@ -184,9 +210,36 @@ func (c *Config) voteGrace() time.Duration {
 	return voteGrace
 }
 
-// watchVotes releases the guard once the node knows the floor (see above),
-// asking the peers every voteGuardPoll; it ends then, or when stop closes.
+// votesHeldFile marks a data dir whose node guards its votes: written
+// before raft first writes there, removed once the node's own log reaches
+// the floor. A restart in between (its log holds a bootstrap entry, or a
+// heartbeat's term, so raft reads it as a node with a history) guards the
+// votes again instead of letting that short log vote.
+const votesHeldFile = "votes-held"
+
+// peerHeard is what watchVotes last heard from a peer.
+type peerHeard struct {
+	end     logPos
+	at      time.Time
+	history bool
+}
+
+// watchVotes guards the node's votes (see above), asking the peers every
+// voteGuardPoll. It releases them once the floor is known, keeps the floor
+// to the peers heard within voteGrace (so that a peer lost after it
+// answered cannot hold the vote from the others for good), and ends once
+// the node's own log reaches the floor (raft's own rule covers the rest:
+// it removes votesHeldFile then), or when stop closes.
 func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	others := 0
 	for _, p := range n.cfg.Peers {
 		if p.ID != n.cfg.ID {
@@ -194,50 +247,76 @@ func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
 		}
 	}
 	majority := (others+1)/2 + 1
-	heard := map[string]bool{}
-	history := false
+	grace := n.cfg.voteGrace()
+	heard := map[string]peerHeard{}
 	start := time.Now()
 	tick := time.NewTicker(voteGuardPoll)
 	defer tick.Stop()
 	for {
+		held, _ := g.state()
+		leaderCommit, leaderTerm := uint64(0), uint64(0)
 		for _, p := range n.cfg.Peers {
 			if p.ID == n.cfg.ID {
 				continue
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), memberStatsTimeout)
-			ms, err := n.askStats(ctx, p.Addr)
-			cancel()
+			pctx, pcancel := context.WithTimeout(ctx, memberStatsTimeout)
+			ms, err := n.askStats(pctx, p.Addr)
+			pcancel()
 			if err != nil {
 				continue
 			}
-			heard[p.ID] = true
-			if ms.Cluster != "" || ms.CommitIndex > 1 {
-				history = true
+			end := logPos{ms.LastLogTerm, ms.LastLogIndex}
+			if end.index == 0 {
+				end.index = ms.CommitIndex // a release that does not say
 			}
-			if ms.Role == "leader" && ms.CommitIndex > 0 && n.raft.LastIndex() >= ms.CommitIndex {
-				g.raise(ms.CommitIndex)
-				n.releaseVotes(g, "caught up with the leader", len(heard))
-				return
+			heard[p.ID] = peerHeard{end: end, at: time.Now(), history: ms.Cluster != "" || ms.CommitIndex > 1}
+			if ms.Role == "leader" {
+				leaderCommit, leaderTerm = ms.CommitIndex, ms.Term
 			}
-			g.raise(max(ms.CommitIndex, ms.LastLogIndex))
 		}
-		switch {
-		case len(heard) == others:
-			n.releaseVotes(g, "every peer told its history", len(heard))
+		if ctx.Err() != nil {
 			return
-		case !history && len(heard)+1 >= majority:
-			n.releaseVotes(g, "a majority starts afresh", len(heard))
-			return
-		case history && time.Since(start) >= n.cfg.voteGrace():
-			var silent []string
-			for _, p := range n.cfg.Peers {
-				if p.ID != n.cfg.ID && !heard[p.ID] {
-					silent = append(silent, p.ID)
-				}
+		}
+		var floor logPos
+		history := false
+		for _, h := range heard {
+			history = history || h.history
+			if time.Since(h.at) <= grace && h.end.atLeast(floor) {
+				floor = h.end
 			}
-			n.log.Warn("votes released without hearing from every peer: a leader elected now lacks what only they hold, if anything",
-				"silent", silent, "waited", time.Since(start).Round(time.Second))
-			n.releaseVotes(g, "the silent peers are taken for lost", len(heard))
+		}
+		own := n.ownLogEnd()
+		if held {
+			why := ""
+			switch {
+			case len(heard) == others:
+				why = "every peer told its log"
+			case !history && len(heard)+1 >= majority:
+				why = "a majority starts afresh"
+			case leaderCommit > 0 && own.term == leaderTerm && own.index >= leaderCommit:
+				why = "caught up with the leader"
+				floor = own
+			case history && time.Since(start) >= grace:
+				var silent []string
+				for _, p := range n.cfg.Peers {
+					if _, ok := heard[p.ID]; p.ID != n.cfg.ID && !ok {
+						silent = append(silent, p.ID)
+					}
+				}
+				n.log.Warn("votes released without hearing from every peer: a leader elected now lacks what only they hold, if anything",
+					"silent", silent, "waited", time.Since(start).Round(time.Second))
+				why = "the silent peers are taken for lost"
+			}
+			if why != "" {
+				held = false
+				n.log.Info("votes released", "why", why, "floor_term", floor.term, "floor_index", floor.index, "peers_heard", len(heard))
+			}
+		}
+		g.set(held, floor)
+		if !held && own.atLeast(floor) {
+			if err := os.Remove(filepath.Join(n.cfg.Dir, votesHeldFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				n.log.Warn("could not remove the vote guard's marker; the next start guards the votes again", "err", err)
+			}
 			return
 		}
 		select {
@@ -248,7 +327,31 @@ func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
 	}
 }
 
-func (n *Node) releaseVotes(g *voteGuard, why string, heard int) {
-	g.held.Store(false)
-	n.log.Info("votes released", "why", why, "floor", g.floor.Load(), "peers_heard", heard)
+// ownLogEnd is the term and index of this node's last log entry.
+func (n *Node) ownLogEnd() logPos {
+	st := n.raft.Stats()
+	term, _ := strconv.ParseUint(st["last_log_term"], 10, 64)
+	index, _ := strconv.ParseUint(st["last_log_index"], 10, 64)
+	return logPos{term, index}
+}
+
+// guardVotes reports whether this start guards the node's votes: it has
+// peers, and no raft state (the marker is written first, durably) or the
+// marker of a start that had none and has not caught up since.
+func (n *Node) guardVotes(existing bool) (bool, error) {
+	marker := filepath.Join(n.cfg.Dir, votesHeldFile)
+	if len(n.cfg.Peers) <= 1 {
+		if err := os.Remove(marker); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("vote guard: %w", err)
+		}
+		return false, nil
+	}
+	if existing {
+		_, err := os.Stat(marker)
+		return err == nil, nil
+	}
+	if err := writeDurably(marker, nil); err != nil {
+		return false, fmt.Errorf("vote guard: %w", err)
+	}
+	return true, nil
 }

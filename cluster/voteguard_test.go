@@ -2,8 +2,11 @@ package cluster
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -110,8 +113,139 @@ func TestFirstStartWithAPeerMissing(t *testing.T) {
 		t.Fatalf("claim with two of three started: %+v %v", res, err)
 	}
 	for i := range 2 {
-		if c.nodes[i].votes.held.Load() {
+		if held, _ := c.nodes[i].votes.state(); held {
 			t.Errorf("%s still holds its votes", c.ids[i])
 		}
+	}
+}
+
+// TestWipedMemberRestartedStillGuardsItsVote: as above, but the wiped node
+// starts while both peers are down (nobody to ask: it bootstraps, and raft
+// then holds a state for it) and is restarted before any peer answered. Its
+// one-entry log would vote for the lagging follower; the guard's marker,
+// written before raft's first write, arms it again, and it is removed only
+// once the node's log reaches what its peers hold.
+func TestWipedMemberRestartedStillGuardsItsVote(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	l := c.waitLeader(-1)
+	up, lag := (l+1)%3, (l+2)%3
+	peers := c.peers()
+	stop := func(i int) {
+		t.Helper()
+		if err := c.nodes[i].Close(); err != nil {
+			t.Fatal(err)
+		}
+		c.set(i, nil)
+	}
+	stop(lag)
+	ctx := ctxT(t, 10*time.Second)
+	var keys []string
+	for i := range 20 {
+		k := fmt.Sprintf("src:acked%02d", i)
+		if res, err := c.nodes[l].Claim(ctx, claimCmd(k)); err != nil || !res.Created {
+			t.Fatalf("claim %s: %+v %v", k, res, err)
+		}
+		keys = append(keys, k)
+	}
+	stop(up)
+	dir := c.nodes[l].cfg.Dir
+	stop(l)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	c.connectAll()
+	c.set(l, c.open(l, peers, nil)) // alone: it bootstraps
+	stop(l)
+	marker := filepath.Join(dir, votesHeldFile)
+	if _, err := os.Stat(marker); err != nil {
+		t.Fatalf("the vote guard's marker after a start that released nothing: %v", err)
+	}
+	c.connectAll()
+	c.set(l, c.open(l, peers, nil))
+	if c.nodes[l].guarded == nil {
+		t.Fatal("the restarted node, its log one bootstrap entry, guards no vote")
+	}
+	c.set(lag, c.open(lag, peers, nil))
+	waitFor(t, "the wiped node refused votes, or the lagging one leads", func() bool {
+		return c.nodes[l].guarded.refused.Load() >= 3 || c.nodes[lag].IsLeader()
+	})
+	if c.nodes[lag].IsLeader() {
+		t.Fatal("the lagging follower leads with the restarted wiped node's vote")
+	}
+	c.set(up, c.open(up, peers, nil))
+	if leader := c.waitLeader(-1); leader == lag {
+		t.Fatal("the lagging follower leads")
+	}
+	c.waitConverged()
+	for _, i := range []int{up, lag, l} {
+		for _, k := range keys {
+			if _, ok, err := c.nodes[i].Lookup(k); err != nil || !ok {
+				t.Fatalf("%s on %s: found %v, %v", k, c.ids[i], ok, err)
+			}
+		}
+	}
+	waitFor(t, "the marker removed once the node caught up", func() bool {
+		_, err := os.Stat(marker)
+		return errors.Is(err, fs.ErrNotExist)
+	})
+}
+
+// TestVoteGuardRefuses: held, the guard refuses every candidate; released,
+// one whose log is less up-to-date than the floor by raft's order (last
+// term first: a longer log of an older term is less up-to-date), and a
+// guarded transport answers such a request itself, not granted, in the
+// candidate's term, passing the others to raft.
+func TestVoteGuardRefuses(t *testing.T) {
+	g := newVoteGuard()
+	if !g.refuses(logPos{99, 99}) {
+		t.Fatal("a held guard granted a vote")
+	}
+	g.set(false, logPos{term: 5, index: 100})
+	for _, c := range []struct {
+		cand    logPos
+		refused bool
+	}{
+		{logPos{5, 100}, false},
+		{logPos{5, 101}, false},
+		{logPos{6, 3}, false},
+		{logPos{5, 99}, true},
+		{logPos{4, 500}, true}, // a deposed leader's longer, older tail
+	} {
+		if got := g.refuses(c.cand); got != c.refused {
+			t.Errorf("candidate %+v against floor {5 100}: refused %v, want %v", c.cand, got, c.refused)
+		}
+	}
+
+	_, inner := raft.NewInmemTransport("w")
+	tr := newGuardedTransport(inner, g, "w")
+	defer tr.stop()
+	resp := make(chan raft.RPCResponse, 1)
+	low := &raft.RequestVoteRequest{Term: 7, LastLogTerm: 4, LastLogIndex: 500}
+	if !tr.answered(raft.RPC{Command: low, RespChan: resp}) {
+		t.Fatal("a vote below the floor went to raft")
+	}
+	r := (<-resp).Response.(*raft.RequestVoteResponse)
+	if r.Granted || r.Term != 7 {
+		t.Errorf("refusal %+v: want not granted, in the candidate's term 7", r)
+	}
+	pre := &raft.RequestPreVoteRequest{Term: 7, LastLogTerm: 5, LastLogIndex: 99}
+	if !tr.answered(raft.RPC{Command: pre, RespChan: resp}) {
+		t.Fatal("a pre-vote below the floor went to raft")
+	}
+	if r := (<-resp).Response.(*raft.RequestPreVoteResponse); r.Granted {
+		t.Errorf("pre-vote refusal granted: %+v", r)
+	}
+	ok := &raft.RequestVoteRequest{Term: 7, LastLogTerm: 5, LastLogIndex: 100}
+	if tr.answered(raft.RPC{Command: ok, RespChan: resp}) {
+		t.Error("a vote at the floor was answered by the guard, not raft")
+	}
+	if tr.answered(raft.RPC{Command: &raft.AppendEntriesRequest{}, RespChan: resp}) {
+		t.Error("an append was answered by the guard")
+	}
+	if _, ok := tr.forRaft().(raft.WithPreVote); !ok {
+		t.Error("the guard over a transport with pre-vote hides it")
+	}
+	if tr.refused.Load() != 2 {
+		t.Errorf("%d refusals counted, want 2", tr.refused.Load())
 	}
 }

@@ -1237,12 +1237,15 @@ func (a *applier) replay(c *Command) (Result, error) {
 // From formatReplayBatched, a Max visits at most that many entries of the
 // state's index (every source's: the bound is the command's cost), in
 // (UpdatedAt, key) order from (Since, Key) exclusive when Key is set, and
-// only those updated before Before when it is set; res.More and the cursor
-// (res.After, res.AfterTime: the last entry visited) tell the caller where
-// the next command goes on. So a replay of millions of dead letters is many
-// short entries, not one that holds every replica's apply loop for as long
-// as it takes; an event replayed (its UpdatedAt now) or one that died again
-// since is past Before and not visited twice.
+// only those updated before Before, or, when it is 0 (the first command of
+// a replay), before Now; res.Before is that bound, for the next commands,
+// and res.More and the cursor (res.After, res.AfterTime: the last entry
+// visited) tell the caller where the next command goes on. So a replay of
+// millions of dead letters is many short entries, not one that holds every
+// replica's apply loop for as long as it takes; an event replayed (its
+// UpdatedAt now) or one that died again since is past the bound and not
+// visited twice. The bound is the leader's time, as every UpdatedAt is: a
+// caller's own clock, ahead of it, would take those events again.
 func (a *applier) replaySelect(c *Command, res *Result) ([]string, error) {
 	var keys []string
 	limit := 0
@@ -1258,6 +1261,13 @@ func (a *applier) replaySelect(c *Command, res *Result) ([]string, error) {
 	case c.Since != 0:
 		seek = a.ptk(byte(c.State), c.Since, "")
 	}
+	before := c.Before
+	if limit > 0 {
+		if before == 0 {
+			before = c.Now
+		}
+		res.Before = before
+	}
 	visited := 0
 	cur := a.states.Cursor()
 	for k, src := cur.Seek(seek); k != nil && k[0] == byte(c.State); k, src = cur.Next() {
@@ -1267,7 +1277,7 @@ func (a *applier) replaySelect(c *Command, res *Result) ([]string, error) {
 		if cursor && bytes.Equal(k, seek) {
 			continue // the cursor: visited by the command before
 		}
-		if limit > 0 && c.Before != 0 && timeOf(k[1:9]) >= c.Before {
+		if limit > 0 && timeOf(k[1:9]) >= before {
 			break
 		}
 		if limit > 0 && visited == limit {

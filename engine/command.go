@@ -33,13 +33,16 @@ const (
 	OpExpire       Op = 7 // end every retention bucket that ended by Now (docs/architecture.md, Event states: expiry)
 	OpDropPayloads Op = 8 // drop payloads of done events due for it before Before (at most Max; 0: all)
 	OpNoop         Op = 9 // does nothing; used as a barrier and in tests
-	// OpPause holds Source: its pending events leave the due index (Lease
-	// skips them) for the held index until OpResume. Who and Reason are
-	// recorded. N is 1 when the source was not paused, else 0 (no change).
+	// OpPause holds Source: Lease leases none of its pending events until
+	// OpResume (from format 21 they stay in the due index, whose paused
+	// runs Lease passes over; before, they moved to the held index). Who
+	// and Reason are recorded. N is 1 when the source was not paused, else
+	// 0 (no change).
 	OpPause Op = 10
-	// OpResume releases a paused Source: its held events return to the due
-	// index at their own times, so they go out oldest first. N is 1 when the
-	// source was paused, else 0 (no change).
+	// OpResume releases a paused Source: its events go out at their own
+	// times, oldest first (held ones, from an older format's pause, return
+	// to the due index). N is 1 when the source was paused, else 0 (no
+	// change).
 	OpResume Op = 11
 	// OpPurge deletes up to Max events in State (dead, done or stale) whose
 	// UpdatedAt is before Before, of Source when set, with everything they
@@ -175,8 +178,9 @@ type Command struct {
 	// UpdatedAt >= Since (0: no bound). From format 21 a replay by state
 	// with a Max (1..MaxReplayBatch) visits at most Max entries of the
 	// state, from the cursor (Since, Key) exclusive when Key is set, of
-	// events updated before Before when it is set; Result.More and its
-	// cursor say where the next command goes on.
+	// events updated before Before (0: before Now, the first command's);
+	// Result.More, its cursor and Result.Before say where and how far the
+	// next command goes on.
 	Keys  []string
 	State State
 	Since int64
@@ -350,7 +354,10 @@ type Result struct {
 	More      bool
 	After     string
 	AfterTime int64
-	Err       error
+	// Before on a replay by state with a Max: the bound its batches keep
+	// (the first one's Now), for the next command.
+	Before int64
+	Err    error
 }
 
 // MaxReplayBatch bounds the entries one replay by state visits (format 21);

@@ -53,8 +53,10 @@ func replayInBatches(t *testing.T, max int) {
 	deadEvents(h, "src", mine, t0)
 	deadEvents(h, "other", others, t0)
 
-	before := t0 + sec
-	cmd := Command{Op: OpReplay, State: StateDead, Source: "src", Max: max, Before: before, Who: "ops", Reason: "outage over"}
+	// No Before: the first command's Now bounds the replay, and each
+	// result hands it on.
+	cmd := Command{Op: OpReplay, State: StateDead, Source: "src", Max: max, Who: "ops", Reason: "outage over"}
+	first := int64(0)
 	replayed := map[string]int{}
 	commands, redied := 0, 0
 	for now := t0 + 2*sec; ; now += sec {
@@ -82,13 +84,19 @@ func replayInBatches(t *testing.T, max int) {
 			h.apply(fails...)
 			redied = len(fails)
 		}
+		if commands == 1 {
+			first = now
+		}
+		if r.Before != first {
+			t.Fatalf("command %d: bound %d, want the first command's Now %d", commands, r.Before, first)
+		}
 		if !r.More {
 			break
 		}
 		if commands > 100 {
 			t.Fatal("no end after 100 commands")
 		}
-		cmd.Since, cmd.Key = r.AfterTime, r.After
+		cmd.Since, cmd.Key, cmd.Before = r.AfterTime, r.After, r.Before
 	}
 	// Max entries of the dead state a command, and perhaps one that finds
 	// nothing more.
