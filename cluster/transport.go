@@ -643,6 +643,9 @@ func (l raftLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.Con
 	switch {
 	case err == nil:
 		l.m.raftRefusals.Delete(string(addr))
+	case errors.Is(err, ErrPeerBusy):
+		// Its cap of connections not yet proved is full: no verdict on
+		// this node's credentials (readiness.go says busy on its own).
 	case errors.Is(err, ErrPeerUnproven):
 		l.m.raftRefusals.Store(string(addr), time.Now())
 	}

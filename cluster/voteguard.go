@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -58,10 +59,16 @@ func (p logPos) atLeast(q logPos) bool {
 
 // voteGuard holds a fresh node's votes (held) until it knows the floor a
 // candidate's log must reach, then refuses a candidate below it.
+//
+// Beside the floor it keeps the highest commit index a peer told it
+// (committed): a candidate's log must reach that index too. A peer of an
+// earlier release tells no log end, only its commit index, and every
+// candidate holding all committed entries reaches it.
 type voteGuard struct {
-	mu    sync.Mutex
-	held  bool
-	floor logPos
+	mu        sync.Mutex
+	held      bool
+	floor     logPos
+	committed uint64
 }
 
 func newVoteGuard() *voteGuard { return &voteGuard{held: true} }
@@ -69,12 +76,12 @@ func newVoteGuard() *voteGuard { return &voteGuard{held: true} }
 func (g *voteGuard) refuses(candidate logPos) bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.held || !candidate.atLeast(g.floor)
+	return g.held || !candidate.atLeast(g.floor) || candidate.index < g.committed
 }
 
-func (g *voteGuard) set(held bool, floor logPos) {
+func (g *voteGuard) set(held bool, floor logPos, committed uint64) {
 	g.mu.Lock()
-	g.held, g.floor = held, floor
+	g.held, g.floor, g.committed = held, floor, committed
 	g.mu.Unlock()
 }
 
@@ -219,9 +226,33 @@ const votesHeldFile = "votes-held"
 
 // peerHeard is what watchVotes last heard from a peer.
 type peerHeard struct {
-	end     logPos
-	at      time.Time
-	history bool
+	end       logPos // {0 0} from a release that does not say
+	committed uint64
+	at        time.Time
+	history   bool
+}
+
+// guardPeers is whom watchVotes asks: the configured peers, and the
+// members of the node's own latest raft configuration (a restart's list may
+// name members replaced since), but itself.
+func (n *Node) guardPeers() []Peer {
+	var peers []Peer
+	seen := map[string]bool{n.cfg.ID: true}
+	for _, p := range n.cfg.Peers {
+		if !seen[p.ID] {
+			seen[p.ID] = true
+			peers = append(peers, p)
+		}
+	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if id := string(s.ID); !seen[id] {
+				seen[id] = true
+				peers = append(peers, Peer{ID: id, Addr: string(s.Address)})
+			}
+		}
+	}
+	return peers
 }
 
 // watchVotes guards the node's votes (see above), asking the peers every
@@ -240,36 +271,31 @@ func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
 		case <-ctx.Done():
 		}
 	}()
-	others := 0
-	for _, p := range n.cfg.Peers {
-		if p.ID != n.cfg.ID {
-			others++
-		}
-	}
-	majority := (others+1)/2 + 1
 	grace := n.cfg.voteGrace()
 	heard := map[string]peerHeard{}
 	start := time.Now()
 	tick := time.NewTicker(voteGuardPoll)
 	defer tick.Stop()
 	for {
+		if n.removed() || n.removedBy.Load() != nil {
+			return // out of the cluster: no vote of its own counts
+		}
+		peers := n.guardPeers()
+		majority := (len(peers)+1)/2 + 1
 		held, _ := g.state()
 		leaderCommit, leaderTerm := uint64(0), uint64(0)
-		for _, p := range n.cfg.Peers {
-			if p.ID == n.cfg.ID {
-				continue
-			}
+		for _, p := range peers {
 			pctx, pcancel := context.WithTimeout(ctx, memberStatsTimeout)
 			ms, err := n.askStats(pctx, p.Addr)
 			pcancel()
 			if err != nil {
 				continue
 			}
-			end := logPos{ms.LastLogTerm, ms.LastLogIndex}
-			if end.index == 0 {
-				end.index = ms.CommitIndex // a release that does not say
+			if ms.Leader != "" && len(ms.Members) > 0 && !slices.Contains(ms.Members, n.cfg.ID) {
+				return // removed, says a member that knows a leader: no vote of its own counts
 			}
-			heard[p.ID] = peerHeard{end: end, at: time.Now(), history: ms.Cluster != "" || ms.CommitIndex > 1}
+			heard[p.ID] = peerHeard{end: logPos{ms.LastLogTerm, ms.LastLogIndex}, committed: ms.CommitIndex,
+				at: time.Now(), history: ms.Cluster != "" || ms.CommitIndex > 1}
 			if ms.Role == "leader" {
 				leaderCommit, leaderTerm = ms.CommitIndex, ms.Term
 			}
@@ -278,18 +304,24 @@ func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
 			return
 		}
 		var floor logPos
-		history := false
-		for _, h := range heard {
+		var committed uint64
+		history, all := false, true
+		for _, p := range peers {
+			h, ok := heard[p.ID]
+			all = all && ok
 			history = history || h.history
-			if time.Since(h.at) <= grace && h.end.atLeast(floor) {
-				floor = h.end
+			if ok && time.Since(h.at) <= grace {
+				if h.end.atLeast(floor) {
+					floor = h.end
+				}
+				committed = max(committed, h.committed)
 			}
 		}
 		own := n.ownLogEnd()
 		if held {
 			why := ""
 			switch {
-			case len(heard) == others:
+			case all:
 				why = "every peer told its log"
 			case !history && len(heard)+1 >= majority:
 				why = "a majority starts afresh"
@@ -298,8 +330,8 @@ func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
 				floor = own
 			case history && time.Since(start) >= grace:
 				var silent []string
-				for _, p := range n.cfg.Peers {
-					if _, ok := heard[p.ID]; p.ID != n.cfg.ID && !ok {
+				for _, p := range peers {
+					if _, ok := heard[p.ID]; !ok {
 						silent = append(silent, p.ID)
 					}
 				}
@@ -312,8 +344,8 @@ func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
 				n.log.Info("votes released", "why", why, "floor_term", floor.term, "floor_index", floor.index, "peers_heard", len(heard))
 			}
 		}
-		g.set(held, floor)
-		if !held && own.atLeast(floor) {
+		g.set(held, floor, committed)
+		if !held && own.atLeast(floor) && own.index >= committed {
 			if err := os.Remove(filepath.Join(n.cfg.Dir, votesHeldFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				n.log.Warn("could not remove the vote guard's marker; the next start guards the votes again", "err", err)
 			}
@@ -327,12 +359,17 @@ func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
 	}
 }
 
-// ownLogEnd is the term and index of this node's last log entry.
+// ownLogEnd is the end of this node's log as raft's vote compares it: the
+// last entry's term and index, or the newest snapshot's when later (a
+// snapshot install does not move the log's end).
 func (n *Node) ownLogEnd() logPos {
 	st := n.raft.Stats()
-	term, _ := strconv.ParseUint(st["last_log_term"], 10, 64)
-	index, _ := strconv.ParseUint(st["last_log_index"], 10, 64)
-	return logPos{term, index}
+	num := func(k string) uint64 { v, _ := strconv.ParseUint(st[k], 10, 64); return v }
+	end := logPos{num("last_log_term"), num("last_log_index")}
+	if snap := (logPos{num("last_snapshot_term"), num("last_snapshot_index")}); snap.index > end.index {
+		end = snap
+	}
+	return end
 }
 
 // guardVotes reports whether this start guards the node's votes: it has

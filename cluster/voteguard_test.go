@@ -13,6 +13,61 @@ import (
 	"github.com/hashicorp/raft"
 )
 
+// wipedLeader is the start of the wiped-member tests: a cluster of three
+// whose leader (l) commits keys with one follower (up) while the other
+// (lag) is down; then up and l stop too, and l's data dir is wiped. Every
+// node is down when it returns.
+type wipedLeader struct {
+	c          *testCluster
+	l, up, lag int
+	keys       []string
+	dir        string // l's, wiped
+	peers      []Peer
+}
+
+func newWipedLeader(t *testing.T) *wipedLeader {
+	c := newTestCluster(t, 3, nil)
+	l := c.waitLeader(-1)
+	w := &wipedLeader{c: c, l: l, up: (l + 1) % 3, lag: (l + 2) % 3, dir: c.nodes[l].cfg.Dir, peers: c.peers()}
+	w.stop(t, w.lag)
+	ctx := ctxT(t, 10*time.Second)
+	for i := range 20 {
+		k := fmt.Sprintf("src:acked%02d", i)
+		if res, err := c.nodes[l].Claim(ctx, claimCmd(k)); err != nil || !res.Created {
+			t.Fatalf("claim %s: %+v %v", k, res, err)
+		}
+		w.keys = append(w.keys, k)
+	}
+	w.stop(t, w.up)
+	w.stop(t, l)
+	if err := os.RemoveAll(w.dir); err != nil {
+		t.Fatal(err)
+	}
+	c.connectAll()
+	return w
+}
+
+func (w *wipedLeader) stop(t *testing.T, i int) {
+	t.Helper()
+	if err := w.c.nodes[i].Close(); err != nil {
+		t.Fatal(err)
+	}
+	w.c.set(i, nil)
+}
+
+// holdsEverything checks that every node holds every acknowledged key.
+func (w *wipedLeader) holdsEverything(t *testing.T) {
+	t.Helper()
+	w.c.waitConverged()
+	for _, i := range []int{w.up, w.lag, w.l} {
+		for _, k := range w.keys {
+			if _, ok, err := w.c.nodes[i].Lookup(k); err != nil || !ok {
+				t.Fatalf("%s on %s after the wiped leader came back: found %v, %v", k, w.c.ids[i], ok, err)
+			}
+		}
+	}
+}
+
 // TestWipedMemberDoesNotElectALaggingOne: the leader commits events with
 // one follower while the other is down (it lags), then that follower goes
 // down too and the leader loses its data dir. The lagging follower and the
@@ -23,39 +78,12 @@ import (
 // its vote until it knows how far the history reaches, so no one leads
 // until the up-to-date follower is back, and it leads with every event.
 func TestWipedMemberDoesNotElectALaggingOne(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
-	l := c.waitLeader(-1)
-	up, lag := (l+1)%3, (l+2)%3
-	peers := c.peers()
-	stop := func(i int) {
-		t.Helper()
-		if err := c.nodes[i].Close(); err != nil {
-			t.Fatal(err)
-		}
-		c.set(i, nil)
-	}
-	stop(lag)
-	ctx := ctxT(t, 10*time.Second)
-	var keys []string
-	for i := range 20 {
-		k := fmt.Sprintf("src:acked%02d", i)
-		if res, err := c.nodes[l].Claim(ctx, claimCmd(k)); err != nil || !res.Created {
-			t.Fatalf("claim %s: %+v %v", k, res, err)
-		}
-		keys = append(keys, k)
-	}
-	stop(up)
-	wiped := c.nodes[l].cfg.Dir
-	stop(l)
-	if err := os.RemoveAll(wiped); err != nil {
-		t.Fatal(err)
-	}
-	c.connectAll()
-
-	c.set(lag, c.open(lag, peers, nil))
+	w := newWipedLeader(t)
+	c, l, up, lag := w.c, w.l, w.up, w.lag
+	c.set(lag, c.open(lag, w.peers, nil))
 	opened := make(chan error, 1)
 	go func() {
-		n, err := Open(c.config(l, peers, func(cfg *Config) { cfg.rejoinPatience = 30 * time.Second }))
+		n, err := Open(c.config(l, w.peers, func(cfg *Config) { cfg.rejoinPatience = 30 * time.Second }))
 		if err == nil {
 			c.set(l, n)
 		}
@@ -72,22 +100,14 @@ func TestWipedMemberDoesNotElectALaggingOne(t *testing.T) {
 	if c.nodes[lag].IsLeader() {
 		t.Fatal("the lagging follower leads with the wiped node's vote")
 	}
-	c.set(up, c.open(up, peers, nil))
+	c.set(up, c.open(up, w.peers, nil))
 	if err := <-opened; err != nil {
 		t.Fatalf("open of the wiped node: %v", err)
 	}
-	leader := c.waitLeader(-1)
-	if leader == lag {
-		t.Fatal("the lagging follower leads")
-	}
-	c.waitConverged()
-	for _, i := range []int{up, lag, l} {
-		for _, k := range keys {
-			if _, ok, err := c.nodes[i].Lookup(k); err != nil || !ok {
-				t.Fatalf("%s on %s after the wiped leader came back: found %v, %v", k, c.ids[i], ok, err)
-			}
-		}
-	}
+	// Whoever leads now holds every entry (the lagging one too, if the
+	// old leader's appends queued in its transport reached it).
+	c.waitLeader(-1)
+	w.holdsEverything(t)
 }
 
 // TestFirstStartWithAPeerMissing: a new cluster of three whose third node
@@ -126,64 +146,31 @@ func TestFirstStartWithAPeerMissing(t *testing.T) {
 // written before raft's first write, arms it again, and it is removed only
 // once the node's log reaches what its peers hold.
 func TestWipedMemberRestartedStillGuardsItsVote(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
-	l := c.waitLeader(-1)
-	up, lag := (l+1)%3, (l+2)%3
-	peers := c.peers()
-	stop := func(i int) {
-		t.Helper()
-		if err := c.nodes[i].Close(); err != nil {
-			t.Fatal(err)
-		}
-		c.set(i, nil)
-	}
-	stop(lag)
-	ctx := ctxT(t, 10*time.Second)
-	var keys []string
-	for i := range 20 {
-		k := fmt.Sprintf("src:acked%02d", i)
-		if res, err := c.nodes[l].Claim(ctx, claimCmd(k)); err != nil || !res.Created {
-			t.Fatalf("claim %s: %+v %v", k, res, err)
-		}
-		keys = append(keys, k)
-	}
-	stop(up)
-	dir := c.nodes[l].cfg.Dir
-	stop(l)
-	if err := os.RemoveAll(dir); err != nil {
-		t.Fatal(err)
-	}
-	c.connectAll()
-	c.set(l, c.open(l, peers, nil)) // alone: it bootstraps
-	stop(l)
-	marker := filepath.Join(dir, votesHeldFile)
+	w := newWipedLeader(t)
+	c, l, up, lag := w.c, w.l, w.up, w.lag
+	c.set(l, c.open(l, w.peers, nil)) // alone: it bootstraps
+	w.stop(t, l)
+	marker := filepath.Join(w.dir, votesHeldFile)
 	if _, err := os.Stat(marker); err != nil {
 		t.Fatalf("the vote guard's marker after a start that released nothing: %v", err)
 	}
 	c.connectAll()
-	c.set(l, c.open(l, peers, nil))
+	c.set(l, c.open(l, w.peers, nil))
 	if c.nodes[l].guarded == nil {
 		t.Fatal("the restarted node, its log one bootstrap entry, guards no vote")
 	}
-	c.set(lag, c.open(lag, peers, nil))
+	c.set(lag, c.open(lag, w.peers, nil))
 	waitFor(t, "the wiped node refused votes, or the lagging one leads", func() bool {
 		return c.nodes[l].guarded.refused.Load() >= 3 || c.nodes[lag].IsLeader()
 	})
 	if c.nodes[lag].IsLeader() {
 		t.Fatal("the lagging follower leads with the restarted wiped node's vote")
 	}
-	c.set(up, c.open(up, peers, nil))
-	if leader := c.waitLeader(-1); leader == lag {
-		t.Fatal("the lagging follower leads")
-	}
-	c.waitConverged()
-	for _, i := range []int{up, lag, l} {
-		for _, k := range keys {
-			if _, ok, err := c.nodes[i].Lookup(k); err != nil || !ok {
-				t.Fatalf("%s on %s: found %v, %v", k, c.ids[i], ok, err)
-			}
-		}
-	}
+	c.set(up, c.open(up, w.peers, nil))
+	// Whoever leads now holds every entry (the lagging one too, if the
+	// old leader's appends queued in its transport reached it).
+	c.waitLeader(-1)
+	w.holdsEverything(t)
 	waitFor(t, "the marker removed once the node caught up", func() bool {
 		_, err := os.Stat(marker)
 		return errors.Is(err, fs.ErrNotExist)
@@ -200,7 +187,7 @@ func TestVoteGuardRefuses(t *testing.T) {
 	if !g.refuses(logPos{99, 99}) {
 		t.Fatal("a held guard granted a vote")
 	}
-	g.set(false, logPos{term: 5, index: 100})
+	g.set(false, logPos{term: 5, index: 100}, 0)
 	for _, c := range []struct {
 		cand    logPos
 		refused bool
@@ -215,6 +202,14 @@ func TestVoteGuardRefuses(t *testing.T) {
 			t.Errorf("candidate %+v against floor {5 100}: refused %v, want %v", c.cand, got, c.refused)
 		}
 	}
+
+	// A peer of an earlier release tells only its commit index: a candidate
+	// whose log ends below it lacks committed entries.
+	g.set(false, logPos{}, 5000)
+	if !g.refuses(logPos{7, 4000}) || g.refuses(logPos{7, 5000}) {
+		t.Error("the commit index a peer told does not bound the candidates")
+	}
+	g.set(false, logPos{term: 5, index: 100}, 0)
 
 	_, inner := raft.NewInmemTransport("w")
 	tr := newGuardedTransport(inner, g, "w")
@@ -248,4 +243,80 @@ func TestVoteGuardRefuses(t *testing.T) {
 	if tr.refused.Load() != 2 {
 		t.Errorf("%d refusals counted, want 2", tr.refused.Load())
 	}
+}
+
+// TestMarkerWithStalePeersAsksTheMembers: a follower whose data dir holds
+// the vote guard's marker starts again with a peers list naming none of the
+// live members (the list is read at a first start; its members were
+// replaced since). It asks the members of its own raft configuration too,
+// so the live member holding every entry is elected, the third being down.
+func TestMarkerWithStalePeersAsksTheMembers(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	l := c.waitLeader(-1)
+	f := c.follower(l)
+	o := 3 - l - f
+	c.partition(f)
+	for i := range 5 {
+		l = c.mustClaim(fmt.Sprintf("src:k%d", i), f)
+	}
+	dir := c.nodes[f].cfg.Dir
+	if err := c.nodes[f].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.set(f, nil)
+	if err := writeDurably(filepath.Join(dir, votesHeldFile), nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.nodes[l].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.set(l, nil)
+	c.heal()
+	stale := []Peer{{ID: c.ids[f], Addr: c.ids[f]}, {ID: "old1", Addr: "old1"}, {ID: "old2", Addr: "old2"}}
+	c.set(f, c.open(f, stale, func(cfg *Config) { cfg.voteGraceFor = 500 * time.Millisecond }))
+	if c.nodes[f].guarded == nil {
+		t.Fatal("the marker did not arm the guard")
+	}
+	waitFor(t, "the member with every entry leads", c.nodes[o].IsLeader)
+}
+
+// TestRemovedNodeStopsWatchingVotes: a wiped node that rejoins and is
+// removed before its log caught up stops asking its former peers (every
+// 200 ms, a dial each over TCP) once it knows it was removed.
+func TestRemovedNodeStopsWatchingVotes(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	l := c.waitLeader(-1)
+	f := c.follower(l)
+	dir := c.nodes[f].cfg.Dir
+	if err := c.nodes[f].Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.set(f, nil)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	// Raft cannot reach f (the internal channel can): it rejoins, but its
+	// log does not catch up before it is removed.
+	for j := range c.trans {
+		if j != f {
+			c.trans[f].Disconnect(raft.ServerAddress(c.ids[j]))
+			c.trans[j].Disconnect(raft.ServerAddress(c.ids[f]))
+		}
+	}
+	n := c.open(f, c.peers(), nil)
+	c.set(f, n)
+	waitFor(t, "the rejoined node released its votes", func() bool { held, _ := n.votes.state(); return !held })
+	l = c.waitLeader(f)
+	if err := c.nodes[l].raft.RemoveServer(raft.ServerID(c.ids[f]), 0, 0).Error(); err != nil {
+		t.Fatal(err)
+	}
+	c.connectAll()
+	waitFor(t, "the removed node's vote watch ends", func() bool {
+		select {
+		case <-n.votesDone:
+			return true
+		default:
+			return false
+		}
+	})
 }
