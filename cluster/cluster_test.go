@@ -393,6 +393,17 @@ func TestLaggingFollowerCatchesUpBySnapshot(t *testing.T) {
 		t.Fatalf("snapshot of %d bytes holds a file of %d bytes (%v): want a compressed stream", list[0].Size, size, err)
 	}
 	c.heal()
+	waitFor(t, "the lagging follower installs the snapshot", func() bool {
+		return c.nodes[lag].raft.LastIndex() >= c.nodes[leader].raft.LastIndex()
+	})
+	// Nothing appended since: its log's end is the snapshot's, as raft's
+	// vote compares it (raft.Stats' last_log_* still reads the log's old
+	// end), in what it tells a peer guarding its votes (voteguard.go).
+	last := c.nodes[lag].raft.LastIndex()
+	if own, ms := c.nodes[lag].ownLogEnd(), c.nodes[lag].ownStats(); own.index < last || ms.LastLogIndex < last {
+		t.Fatalf("after the snapshot install raft's last index is %d, but ownLogEnd says %+v and memberStats %d/%d",
+			last, own, ms.LastLogTerm, ms.LastLogIndex)
+	}
 	c.mustClaim("src:last", -1)
 	c.waitConverged()
 	if _, ok, _ := c.nodes[lag].Lookup("src:s0"); !ok {

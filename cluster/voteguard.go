@@ -274,6 +274,7 @@ func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
 	grace := n.cfg.voteGrace()
 	heard := map[string]peerHeard{}
 	start := time.Now()
+	var outSince time.Time // when a member first said this node is not one
 	tick := time.NewTicker(voteGuardPoll)
 	defer tick.Stop()
 	for {
@@ -291,8 +292,18 @@ func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
 			if err != nil {
 				continue
 			}
-			if ms.Leader != "" && len(ms.Members) > 0 && !slices.Contains(ms.Members, n.cfg.ID) {
-				return // removed, says a member that knows a leader: no vote of its own counts
+			if ms.Leader != "" && len(ms.Members) > 0 {
+				// Not a member, says one that knows a leader, for a grace
+				// on end (a rejoin removes and adds it back within
+				// moments): removed, no vote of its own counts.
+				switch {
+				case slices.Contains(ms.Members, n.cfg.ID):
+					outSince = time.Time{}
+				case outSince.IsZero():
+					outSince = time.Now()
+				case time.Since(outSince) >= grace:
+					return
+				}
 			}
 			heard[p.ID] = peerHeard{end: logPos{ms.LastLogTerm, ms.LastLogIndex}, committed: ms.CommitIndex,
 				at: time.Now(), history: ms.Cluster != "" || ms.CommitIndex > 1}
@@ -346,6 +357,9 @@ func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
 		}
 		g.set(held, floor, committed)
 		if !held && own.atLeast(floor) && own.index >= committed {
+			// Its own log reaches the floor: raft's own rule refuses all
+			// the guard would, and every request goes to raft again.
+			g.set(false, logPos{}, 0)
 			if err := os.Remove(filepath.Join(n.cfg.Dir, votesHeldFile)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 				n.log.Warn("could not remove the vote guard's marker; the next start guards the votes again", "err", err)
 			}
