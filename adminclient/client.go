@@ -72,6 +72,12 @@ func Flags(fs *flag.FlagSet) func() (*Client, error) {
 			if err != nil {
 				return nil, fmt.Errorf("token file: %w", err)
 			}
+			// The node refuses its own token files when others can read
+			// them; the CLI only warns, as the token is already out.
+			if fi, err := os.Stat(*tokenFile); err == nil && fi.Mode().Perm()&0o004 != 0 {
+				fmt.Fprintf(fs.Output(), "warning: token file %s has mode %#o: anyone on this machine can read the admin token (chmod o-rwx %s)\n",
+					*tokenFile, fi.Mode().Perm(), *tokenFile)
+			}
 			// A token file saved by Notepad starts with a byte order mark:
 			// it is not part of the token (config reads its token files so).
 			tok, from = strings.TrimSpace(strings.TrimPrefix(string(b), "\ufeff")), "token file "+*tokenFile

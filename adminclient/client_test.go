@@ -93,14 +93,18 @@ func TestTokenSources(t *testing.T) {
 		name      string
 		env, file string // file: the token file's content; "-": no file
 		sent, err string
+		mode      os.FileMode // 0o600 when 0
+		warn      string      // what the CLI says on stderr
 	}{
-		{"plain file", "", "s3cret-token\n", "Bearer s3cret-token", ""},
-		{"bom", "", "\ufeffs3cret-token\n", "Bearer s3cret-token", ""},
-		{"bom crlf", "", "\ufeffs3cret-token\r\n", "Bearer s3cret-token", ""},
-		{"env with a newline", "s3cret-token\n", "-", "Bearer s3cret-token", ""},
-		{"an empty file", "", "\n", "", " is empty"},
-		{"a binary file", "", "\x8f\x01abc\x1b", "", " holds control bytes"},
-		{"control bytes in the env", "s3cret\x01token", "-", "", "ONCEHOOK_TOKEN holds control bytes"},
+		{"plain file", "", "s3cret-token\n", "Bearer s3cret-token", "", 0, ""},
+		{"a file others can read", "", "s3cret-token\n", "Bearer s3cret-token", "", 0o644, "has mode 0644: anyone on this machine can read the admin token (chmod o-rwx "},
+		{"a file its group can read", "", "s3cret-token\n", "Bearer s3cret-token", "", 0o640, ""},
+		{"bom", "", "\ufeffs3cret-token\n", "Bearer s3cret-token", "", 0, ""},
+		{"bom crlf", "", "\ufeffs3cret-token\r\n", "Bearer s3cret-token", "", 0, ""},
+		{"env with a newline", "s3cret-token\n", "-", "Bearer s3cret-token", "", 0, ""},
+		{"an empty file", "", "\n", "", " is empty", 0, ""},
+		{"a binary file", "", "\x8f\x01abc\x1b", "", " holds control bytes", 0, ""},
+		{"control bytes in the env", "s3cret\x01token", "-", "", "ONCEHOOK_TOKEN holds control bytes", 0, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var sent string
@@ -115,16 +119,29 @@ func TestTokenSources(t *testing.T) {
 				if err := os.WriteFile(path, []byte(tc.file), 0o600); err != nil {
 					t.Fatal(err)
 				}
+				if tc.mode != 0 {
+					if err := os.Chmod(path, tc.mode); err != nil {
+						t.Fatal(err)
+					}
+				}
 			}
 			t.Setenv("ONCEHOOK_TOKEN", tc.env)
 			t.Setenv("ONCEHOOK_TOKEN_FILE", path)
 			t.Setenv("ONCEHOOK_CA", "")
 			fs := flag.NewFlagSet("test", flag.ContinueOnError)
+			var stderr strings.Builder
+			fs.SetOutput(&stderr)
 			mk := Flags(fs)
 			if err := fs.Parse([]string{"-addr", srv.URL}); err != nil {
 				t.Fatal(err)
 			}
 			c, err := mk()
+			if tc.warn == "" && stderr.Len() > 0 || tc.warn != "" && !strings.Contains(stderr.String(), tc.warn+path) {
+				t.Errorf("stderr %q, want %q", stderr.String(), tc.warn)
+			}
+			if strings.Contains(stderr.String(), "s3cret") {
+				t.Errorf("the warning shows the token: %q", stderr.String())
+			}
 			if tc.err != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.err) || path != "" && !strings.Contains(err.Error(), path) {
 					t.Fatalf("err %v, want %q naming where the token came from", err, tc.err)
