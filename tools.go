@@ -169,7 +169,7 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	contentType := fs.String("content-type", "", "Content-Type (default: application/json, or application/x-www-form-urlencoded for a .form file)")
 	keyFile := fs.String("key-file", "", "sign with the secret in this file instead of the source's first secret (e.g. a whsk_ private key for a source that holds only its whpk_ public key)")
 	var extra multiFlag
-	fs.Var(&extra, "header", "add the header \"Name: value\" (repeatable; e.g. the one an hmac source's key reads); a header the signing sets is refused (give the delivery id with -id)")
+	fs.Var(&extra, "header", "add the header \"Name: value\" (repeatable; e.g. the one an hmac source's key reads); a header the signing sets, with another value, is refused (give the delivery id with -id)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}

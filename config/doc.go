@@ -14,7 +14,8 @@
 //     Source.VerifierOptions) only so that a malformed secret is a config
 //     error naming its key, and drops it.
 //   - Diff tells a SIGHUP handler which changes it can apply live (sources,
-//     secrets, admin tokens, log level) and which need a restart.
+//     secrets, admin tokens, log level, max_restore, the admin and cluster
+//     TLS files) and which need a restart.
 //
 // A Config is plain data: it holds no verifier, key rule or compiled schema.
 // intake.CompileSource turns a Source into what serves it, the same for
@@ -33,7 +34,8 @@
 //   - Secret, token and TLS key files readable by others (mode & 0o004) or
 //     writable by group or others (mode & 0o022) are refused, the way ssh
 //     refuses an unprotected private key; so is a config file readable by
-//     others that holds secrets or tokens inline.
+//     others that holds secrets or tokens inline, and any config file
+//     writable by others (who would choose the node's secret files).
 //   - Cluster and admin tokens are at least MinTokenLen (32) bytes, and a
 //     [cluster] table needs token_file or mutual TLS.
 //   - Load has no side effects; a failed Load returns no Config, so a reload

@@ -29,7 +29,8 @@
 //
 // A 2xx for a new event is written only from the result of Store.Claim,
 // which returns once the claim is committed; every Claim error is 503 with
-// Retry-After (docs/architecture.md, Invariants 1). A refused request stores
+// Retry-After but a command the engine refuses as malformed, 400
+// (docs/architecture.md, Invariants 1). A refused request stores
 // nothing (Invariants 8). The duplicate shortcut reads applied, hence
 // committed, state only.
 //
@@ -40,6 +41,7 @@
 // quorum reach it through Options.NotCommitted, given by package main. So it
 // imports none of cluster, forward, raft, bbolt or net/http's server side
 // (the admin API lives elsewhere). Of ours it imports engine (types and
-// errors), providers (verifiers, keys, fields) and config (to compile
-// sources). TestDependencyRule keeps it so.
+// errors), providers (verifiers, keys, fields), config (to compile
+// sources) and connlimit (a client's network, for the body budget).
+// TestDependencyRule keeps it so.
 package intake
