@@ -56,15 +56,29 @@ forward = "%[1]s/st"
 		return out.String() + errOut.String(), err
 	}
 	const note = "-id does not make the key"
+	const guardNote = `has replay_guard = "body": this body was seen before under `
 	for _, source := range []string{"shop", "svx", "gl"} {
 		out, err := send(source, "evt-"+source)
 		if err != nil || !strings.Contains(out, "202") || !strings.Contains(out, `"key":"`+source+`:evt-`+source+`"`) || strings.Contains(out, note) {
 			t.Errorf("send -source %s -id evt-%s: %v\n%s", source, source, err, out)
 			continue
 		}
-		if out, err := send(source, "evt-"+source); err != nil || !strings.Contains(out, `"status":"duplicate"`) {
+		if out, err := send(source, "evt-"+source); err != nil || !strings.Contains(out, `"status":"duplicate"`) || strings.Contains(out, guardNote) {
 			t.Errorf("second send to %s: %v\n%s", source, err, out)
 		}
+	}
+	// gitlab's replay guard is on: the same body under a new -id is a
+	// duplicate of the first id's event, and send says why.
+	if out, err := send("gl", "evt-gl-2"); err != nil || !strings.Contains(out, `"key":"gl:evt-gl"`) || !strings.Contains(out, guardNote+"gl:evt-gl") {
+		t.Errorf("send -source gl -id evt-gl-2: %v; want a duplicate of gl:evt-gl and the note %q\n%s", err, guardNote, out)
+	}
+	// The admin address given for the intake's: the 401 asks for a bearer
+	// token, and send says which listener that is.
+	var out, errOut bytes.Buffer
+	err := run(context.Background(), []string{"send", "-config", tn.cfgPath, "-source", "gl", "-id", "evt-gl-3",
+		"-file", filepath.Join(dir, "event.json"), "-url", tn.admin + "/in/gl"}, &out, &errOut)
+	if err == nil || !strings.Contains(err.Error(), "is the admin listener, not the intake") {
+		t.Errorf("send to the admin listener: %v, want it named\n%s", err, out.String())
 	}
 	// The key is the file's "id": a second -id is the same event, and send
 	// says why.

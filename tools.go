@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -303,7 +304,20 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(answer) > 0 && answer[len(answer)-1] != '\n' {
 		fmt.Fprintln(stdout)
 	}
+	if resp.StatusCode == http.StatusOK && src.ReplayGuard == config.ReplayGuardBody && keyReadsHeader(src.Key) {
+		// The replay guard answers a body seen before under another id
+		// as a duplicate of that id's key: say why a new -id did not
+		// make a new event.
+		var a struct{ Status, Key string }
+		if json.Unmarshal(answer, &a) == nil && a.Status == "duplicate" && !strings.Contains(a.Key, *id) {
+			fmt.Fprintf(stderr, "note: source %q has replay_guard = \"body\": this body was seen before under %s, so it is a duplicate of that event whatever -id says; change the body to send another event\n",
+				src.Name, a.Key)
+		}
+	}
 	if resp.StatusCode/100 != 2 {
+		if resp.StatusCode == http.StatusUnauthorized && bytes.Contains(answer, []byte("bearer token")) {
+			return fmt.Errorf("intake answered %d, asking for a bearer token: %s is the admin listener, not the intake ([node] listen)", resp.StatusCode, url)
+		}
 		return fmt.Errorf("intake answered %d", resp.StatusCode)
 	}
 	return nil

@@ -511,16 +511,21 @@ func parseCursor(after string, f *engine.ListFilter) error {
 	return nil
 }
 
+// unscoped says, for a key not found that names no source, how keys are
+// written: an operator copies the provider's event id first.
+func unscoped(key string) string {
+	if strings.Contains(key, ":") {
+		return ""
+	}
+	return ": keys are scoped by their source, SOURCE:ID (e.g. \"github:" + key + "\"), as intake answers them"
+}
+
 func (s *Server) adminEvent(w http.ResponseWriter, r *http.Request) {
 	key := r.PathValue("key")
 	withBody := r.URL.Query().Get("body") == "1" || r.URL.Query().Get("body") == "true"
 	ev, err := s.store.Get(key, withBody)
 	if errors.Is(err, engine.ErrNotFound) {
-		msg := "no event with key " + strconv.Quote(key)
-		if !strings.Contains(key, ":") {
-			msg += ": keys are scoped by their source, SOURCE:ID (e.g. \"github:" + key + "\"), as intake answers them"
-		}
-		jsonError(w, http.StatusNotFound, msg)
+		jsonError(w, http.StatusNotFound, "no event with key "+strconv.Quote(key)+unscoped(key))
 		return
 	}
 	if err != nil {
@@ -736,7 +741,11 @@ func (s *Server) replayKeys(ctx context.Context, w http.ResponseWriter, cmd engi
 		if status == 0 {
 			status = http.StatusConflict
 		}
-		jsonError(w, status, fmt.Sprintf("event %s: %s", keys[0], skipped[0].Error))
+		msg := fmt.Sprintf("event %s: %s", keys[0], skipped[0].Error)
+		if status == http.StatusNotFound {
+			msg += unscoped(keys[0])
+		}
+		jsonError(w, status, msg)
 	default:
 		out := map[string]any{"replayed": len(replayed), "keys": replayed}
 		addSkipped(out, skipped, false)

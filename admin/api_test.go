@@ -234,6 +234,7 @@ func TestAPIAnswers(t *testing.T) {
 		{"replay without a reason", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"]}`, 400, "reason is required"},
 		{"replay of a pending event", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"reason":"test"}`, 409, `event orders:msg_1: event is pending: only dead, done and stale events are replayed`},
 		{"replay of an unknown key", "POST", "/v1/replay", "", `{"keys":["orders:nope"],"reason":"test"}`, 404, `event orders:nope: not found`},
+		{"replay of a key without its source", "POST", "/v1/replay", "", `{"keys":["msg_1"],"reason":"test"}`, 404, `event msg_1: not found: keys are scoped by their source, SOURCE:ID (e.g. \"github:msg_1\")`},
 		{"replay of keys with a source", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"source":"other","reason":"test"}`, 400, "source and since go with state"},
 		{"replay of keys with a since", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"since":"1h","reason":"test"}`, 400, "source and since go with state"},
 		{"replay of a state in flight", "POST", "/v1/replay", "", `{"state":"pending","reason":"test"}`, 400, "state must be dead, done or stale"},

@@ -171,6 +171,8 @@ func (c *Client) hint(status int, text string) string {
 		hint = fmt.Sprintf(" (the admin listener speaks TLS: use https:// in the address, and -ca or ONCEHOOK_CA for its CA; the address was %s)", c.base)
 	case status == http.StatusNotFound && text == "not found":
 		hint = fmt.Sprintf(" (is %s the admin listener ([admin] listen)? this looks like the intake's answer)", c.base)
+	case status == http.StatusNotFound && strings.HasPrefix(text, "no such route") && hasPath(c.base):
+		hint = fmt.Sprintf(" (the address %s has a path: give the listener's address alone, the client adds /v1/...)", c.base)
 	}
 	return hint
 }
@@ -206,6 +208,11 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 	resp, err := c.http.Do(req)
 	if err != nil {
 		hint := tlsHint(err)
+		if hint == "" && errors.Is(err, syscall.ECONNRESET) && (req.Method == http.MethodGet || !wrote.Load()) {
+			// What the cluster port does to an HTTP request; nothing was
+			// asked of the node that could have taken effect.
+			hint = " (the connection was reset without an answer: is this the [admin] listen address, not the cluster port? give it with -addr or ONCEHOOK_ADDR)"
+		}
 		if hint == "" && req.Method != http.MethodGet && wrote.Load() {
 			// Sent, then no answer (the connection broke, or the wait
 			// ended): the node may have acted on it (a replay run twice
@@ -215,6 +222,13 @@ func (c *Client) send(req *http.Request) (*http.Response, error) {
 		return nil, fmt.Errorf("admin API %s: %w%s", c.base, err, hint)
 	}
 	return resp, nil
+}
+
+// hasPath reports whether an address holds a path past its host.
+func hasPath(base string) bool {
+	_, rest, _ := strings.Cut(base, "://")
+	_, path, ok := strings.Cut(rest, "/")
+	return ok && path != ""
 }
 
 // tlsHint says what to give for a certificate the client cannot check.

@@ -3,6 +3,7 @@ package adminclient
 import (
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"io"
 	"log"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 )
 
@@ -480,5 +482,54 @@ func TestPrintJSONKeepsKeysAsSent(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), `"stripe:a?q=1&b=<2>"`) {
 		t.Fatalf("printed %s", b.String())
+	}
+}
+
+// TestResetConnectionHint: an address that resets the connection without
+// an answer (the cluster port given for the admin one) gets a hint naming
+// -addr; a change cut off that way still says it may have taken effect.
+func TestResetConnectionHint(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { ln.Close(); <-done })
+	go func() {
+		defer close(done)
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			conn.Read(make([]byte, 4096))
+			conn.(*net.TCPConn).SetLinger(0) // close with a reset
+			conn.Close()
+		}
+	}()
+	c := newTestClient(t, "http://"+ln.Addr().String(), "tok")
+	const hint = "is this the [admin] listen address, not the cluster port?"
+	err = callStatus(c)
+	if err == nil || !errors.Is(err, syscall.ECONNRESET) {
+		t.Skipf("no reset seen: %v", err)
+	}
+	if !strings.Contains(err.Error(), hint) {
+		t.Fatalf("status reset: %v, want the hint %q", err, hint)
+	}
+	if err := callPause(c); err == nil || !strings.Contains(err.Error(), "it may have taken effect") {
+		t.Fatalf("pause reset: %v, want the may-have-taken-effect hint", err)
+	}
+}
+
+// TestAddressWithAPathHint: an admin address given with a path (…/v1)
+// answers the API's "no such route"; the error says to drop the path.
+func TestAddressWithAPathHint(t *testing.T) {
+	url := answeringAlways(t, 404, `{"error":"no such route"}`)
+	const hint = "has a path: give the listener's address alone"
+	if err := callStatus(newTestClient(t, url+"/v1", "tok")); err == nil || !strings.Contains(err.Error(), hint) {
+		t.Fatalf("status at %s/v1: %v, want the hint %q", url, err, hint)
+	}
+	if err := callStatus(newTestClient(t, url, "tok")); err == nil || strings.Contains(err.Error(), hint) {
+		t.Fatalf("status at %s: %v, want no path hint", url, err)
 	}
 }
