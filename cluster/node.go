@@ -715,7 +715,8 @@ func (n *Node) rejoinExisting() (bool, error) {
 		if unsure == nil {
 			if len(refused) > 0 && !answered {
 				return false, fmt.Errorf("bootstrap: %w: %s refused this node's token or TLS handshake; "+
-					"its cluster token_file or certificates differ from theirs (or they run an older release: docs/operations.md, Upgrades). Not starting a cluster of its own: fix them and start again",
+					"its cluster token_file or certificates differ from theirs (or they run an older release: docs/operations.md, Upgrades; "+
+					"or what answers at an address in peers is not an oncehook cluster port and closed the connection). Not starting a cluster of its own: fix them and start again",
 					ErrUnauthorized, strings.Join(refused, ", "))
 			}
 			return false, nil
