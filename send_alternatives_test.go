@@ -45,6 +45,13 @@ name = "st"
 provider = "stripe"
 secret_files = ["stripe.secret"]
 forward = "%[1]s/st"
+
+[[source]]
+name = "twj"
+provider = "twilio"
+twilio_body = "json"
+secret_files = ["gitlab.secret"]
+forward = "%[1]s/twj"
 `)
 	mustWrite(t, filepath.Join(dir, "event.json"), `{"id":"x","type":"order"}`)
 	send := func(source, id string) (string, error) {
@@ -66,6 +73,11 @@ forward = "%[1]s/st"
 		if out, err := send(source, "evt-"+source); err != nil || !strings.Contains(out, `"status":"duplicate"`) || strings.Contains(out, guardNote) {
 			t.Errorf("second send to %s: %v\n%s", source, err, out)
 		}
+	}
+	// A twilio source of JSON bodies: send puts the body's hash in the
+	// URL's bodySHA256 and signs the URL, as Twilio does.
+	if out, err := send("twj", "evt-twj"); err != nil || !strings.Contains(out, `"key":"twj:evt-twj"`) {
+		t.Errorf("send -source twj: %v\n%s", err, out)
 	}
 	// gitlab's replay guard is on: the same body under a new -id is a
 	// duplicate of the first id's event, and send says why.

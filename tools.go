@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -242,6 +243,15 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	url := *target
 	if url == "" {
 		url = "http://" + dialable(cfg.Node.Listen) + "/in/" + src.Name
+	}
+	if src.TwilioBody == config.TwilioBodyJSON && !strings.Contains(url, "bodySHA256=") {
+		// As Twilio sends a JSON body: its hash in the URL, which is signed.
+		sum := sha256.Sum256(body)
+		sep := "?"
+		if strings.Contains(url, "?") {
+			sep = "&"
+		}
+		url += sep + "bodySHA256=" + hex.EncodeToString(sum[:])
 	}
 	// SignURL covers schemes that sign the URL too (twilio) and is Sign otherwise.
 	headers, err := providers.SignURL(scheme, url, body, signWith, time.Now(), *id, src.HMAC)

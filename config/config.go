@@ -44,6 +44,8 @@ const (
 	DemoSourceName       = "demo"
 	ReplayGuardBody      = "body" // replay_guard: a body seen under another key is a duplicate
 	ReplayGuardOff       = "off"
+	TwilioBodyForm       = "form" // twilio_body: form parameters signed with the URL
+	TwilioBodyJSON       = "json" // twilio_body: a JSON body hashed into the URL's bodySHA256
 	// order.missing: a delivery without the order fields is refused (400),
 	// or claimed without the guard.
 	OrderMissingReject    = "reject"
@@ -190,6 +192,12 @@ type Source struct {
 	SchemaFile     string              `json:"schema_file,omitempty"` // resolved path
 	Order          *Order              `json:"order,omitempty"`
 	HMAC           *providers.HMACSpec `json:"hmac,omitempty"` // provider "hmac" only
+	// TwilioBody is what a twilio source's deliveries carry: "form" (the
+	// default: parameters Twilio signs with the URL) or "json" (a body
+	// whose SHA-256 Twilio puts in the URL's bodySHA256 and signs the URL
+	// alone). One source takes one: a form delivery's signed string can
+	// be read as a JSON delivery's URL (docs/security.md, Twilio).
+	TwilioBody string `json:"twilio_body,omitempty"`
 	// ReplayGuard is "body" (a verified body seen before under another key
 	// is a duplicate of that key's event) or "off"; the default is the
 	// provider's (docs/security.md).
@@ -322,6 +330,9 @@ func applyProviderDefaults(s *Source, keySet, retentionSet, ackSet, toleranceSet
 	}
 	if s.Type == "" {
 		s.Type = d.Type
+	}
+	if s.TwilioBody == "" && s.Provider == "twilio" {
+		s.TwilioBody = TwilioBodyForm
 	}
 	if !toleranceSet && d.Tolerance > 0 {
 		s.Tolerance = Duration(d.Tolerance) // linear: 60 s, not the general 5m

@@ -31,6 +31,7 @@ var sourceKeys = []struct{ field, key string }{
 	{"MaxRateBurst", "max_rate_burst"},
 	{"AllowIPs", "allow_ips"},
 	{"TrustedProxies", "trusted_proxies"},
+	{"TwilioBody", "twilio_body"},
 	{"KeysURL", "keys_url"},
 	{"KeysRefresh", "keys_refresh"},
 	{"SchemaFile", "schema_file"},

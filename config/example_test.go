@@ -100,6 +100,7 @@ func TestExampleDocumentsEveryKey(t *testing.T) {
 		"source.order.time":    `, time = "json:created", `,
 		"source.order.missing": `, missing = "reject" }`,
 		"source.drop_types":    "\n# drop_types = [",
+		"source.twilio_body":   "\n# twilio_body = \"form\"",
 	}
 	keys := schemaKeys(reflect.TypeFor[rawFile](), "")
 	if len(keys) < 45 {

@@ -93,6 +93,7 @@ type rawSource struct {
 	MaxRateBurst   int       `toml:"max_rate_burst"`
 	AllowIPs       []string  `toml:"allow_ips"`
 	TrustedProxies []string  `toml:"trusted_proxies"`
+	TwilioBody     string    `toml:"twilio_body"`
 	KeysURL        string    `toml:"keys_url"`
 	KeysRefresh    Duration  `toml:"keys_refresh"`
 	SchemaFile     string    `toml:"schema_file"`
@@ -770,6 +771,7 @@ func (l *loader) source(i int, r *rawSource) Source {
 		normaliseHMAC(s.HMAC)
 	}
 	s.ReplayGuard = strings.ToLower(r.ReplayGuard)
+	s.TwilioBody = strings.ToLower(r.TwilioBody)
 	s.Type = r.Type
 	s.AcceptTypes = r.AcceptTypes
 	s.DropTypes = r.DropTypes

@@ -142,3 +142,32 @@ func TestTypeIsNotABodyHash(t *testing.T) {
 		t.Fatalf("type = %q", s.Type)
 	}
 }
+
+// TestTwilioBody: a twilio source takes form bodies unless it says
+// "json"; the verifier options follow; another value, or the key on
+// another provider, is refused.
+func TestTwilioBody(t *testing.T) {
+	for _, tt := range []struct {
+		name, source, want, err string
+	}{
+		{"default", `provider = "twilio"`, "form", ""},
+		{"json", `provider = "twilio"` + "\ntwilio_body = \"JSON\"", "json", ""},
+		{"form", `provider = "twilio"` + "\ntwilio_body = \"form\"", "form", ""},
+		{"other", `provider = "twilio"` + "\ntwilio_body = \"xml\"", "", `twilio_body: invalid twilio_body "xml"`},
+		{"another provider", `provider = "github"` + "\ntwilio_body = \"json\"", "", "twilio_body: for twilio sources only"},
+		{"another provider, none", `provider = "github"`, "", ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := loadOneSource(t, tt.source, tt.err)
+			if s == nil {
+				return
+			}
+			if s.TwilioBody != tt.want {
+				t.Fatalf("twilio_body = %q, want %q", s.TwilioBody, tt.want)
+			}
+			if got := s.VerifierOptions().TwilioJSON; got != (tt.want == "json") {
+				t.Fatalf("verifier options TwilioJSON = %v for twilio_body %q", got, tt.want)
+			}
+		})
+	}
+}

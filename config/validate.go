@@ -445,6 +445,13 @@ func (c *sourceCheck) signature() {
 	default:
 		c.p.add(c.k("replay_guard"), nil, fmt.Sprintf("invalid replay_guard %q: want \"body\" or \"off\"", c.s.ReplayGuard))
 	}
+	switch {
+	case c.s.TwilioBody == "":
+	case c.s.Provider != "twilio":
+		c.p.add(c.k("twilio_body"), nil, "for twilio sources only", c.k("provider"))
+	case c.s.TwilioBody != TwilioBodyForm && c.s.TwilioBody != TwilioBodyJSON:
+		c.p.add(c.k("twilio_body"), nil, fmt.Sprintf("invalid twilio_body %q: want \"form\" (SMS, voice and other form callbacks) or \"json\" (JSON bodies with bodySHA256 in the URL)", c.s.TwilioBody))
+	}
 	positive(c.p, c.k("tolerance"), c.s.Tolerance)
 }
 
@@ -707,7 +714,7 @@ func (s *Source) VerifierOptions() providers.Options { return s.options(s.Secret
 
 // options are the verifier options for secrets.
 func (s *Source) options(secrets []Secret) providers.Options {
-	o := providers.Options{Tolerance: time.Duration(s.Tolerance)}
+	o := providers.Options{Tolerance: time.Duration(s.Tolerance), TwilioJSON: s.TwilioBody == TwilioBodyJSON}
 	if s.HMAC != nil {
 		h := *s.HMAC
 		normaliseHMAC(&h)

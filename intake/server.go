@@ -685,6 +685,13 @@ func (in *Server) serveSource(ctx *fasthttp.RequestCtx, src *Source, start time.
 
 	req := providers.Request{Body: body, Header: &ctx.Request.Header, Now: in.now()}
 	if src.provider == "twilio" {
+		if !pathAsRouted(ctx) {
+			// The signature is checked over the URL as sent, the source
+			// found by its normal form: "/in/tw/../tw2" would check one
+			// URL's signature for another source.
+			in.metrics.SignatureFailure(src.name, "bad_signature")
+			return writeError(ctx, fasthttp.StatusUnauthorized, errPathNotNormal)
+		}
 		req.URL = publicURL(ctx, src.trusted)
 	}
 	if err := src.verifier.Verify(&req); err != nil {
@@ -1133,6 +1140,20 @@ func allowed(prefixes []netip.Prefix, ip net.IP) bool {
 		}
 	}
 	return false
+}
+
+// errPathNotNormal answers a URL-signing source's request whose path is not
+// the one it was routed by.
+const errPathNotNormal = "bad signature: the request path is not in normal form (dot segments, repeated slashes or escapes), and the signature covers the URL as sent"
+
+// pathAsRouted reports whether the path of the request line, as sent, is
+// the path the source was found by (fasthttp's decoded, normalised Path).
+func pathAsRouted(ctx *fasthttp.RequestCtx) bool {
+	raw := ctx.RequestURI()
+	if i := bytes.IndexByte(raw, '?'); i >= 0 {
+		raw = raw[:i]
+	}
+	return bytes.Equal(raw, ctx.Path())
 }
 
 // publicURL rebuilds the URL the sender signed (twilio): the listener's

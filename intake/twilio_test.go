@@ -1,10 +1,14 @@
 package intake
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net"
 	"net/netip"
+	"net/url"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -244,5 +248,111 @@ func TestTwilioPublicURLProxyLine(t *testing.T) {
 	ctx.Request.Header.Add("X-Forwarded-Host", "hooks.example.com")
 	if got, want := publicURL(ctx, trusted), "https://hooks.example.com/in/tw?acct=1"; got != want {
 		t.Fatalf("publicURL = %q, want %q", got, want)
+	}
+}
+
+// TestTwilioCapturedFormCannotCarryABody: a captured form callback whose
+// parameters the replayer partly wrote (an SMS text holding
+// "/../tw2?&bodySHA256=<hex>&" or, when the configured URL has a query,
+// "&bodySHA256=<hex>&") sent with its whole signed string as the request
+// URI, and a body of the replayer's choosing hashed into that bodySHA256:
+// refused, at a sibling form source, at a JSON source sharing the token,
+// and at the original source; the real server routes by the normalised
+// path. A JSON source takes its own deliveries; a form source refuses them.
+func TestTwilioCapturedFormCannotCarryABody(t *testing.T) {
+	const token = "twilio-auth-token"
+	dir := t.TempDir()
+	mustWrite(t, filepath.Join(dir, "tw.secret"), token+"\n")
+	set := loadSources(t, dir, `
+[[source]]
+name = "tw"
+provider = "twilio"
+secret_files = ["tw.secret"]
+forward = "http://127.0.0.1:1/tw"
+
+[[source]]
+name = "tw2"
+provider = "twilio"
+secret_files = ["tw.secret"]
+forward = "http://127.0.0.1:1/tw2"
+
+[[source]]
+name = "twjson"
+provider = "twilio"
+twilio_body = "json"
+secret_files = ["tw.secret"]
+forward = "http://127.0.0.1:1/twjson"
+`)
+	store := newMemStore(t)
+	addr := serveTCP(t, New(Options{Store: store, Sources: set}))
+	const host = "hooks.example.com"
+	scheme, _ := providers.Lookup("twilio")
+	sign := func(url, body string) string {
+		t.Helper()
+		hs, err := providers.SignURL(scheme, url, []byte(body), []byte(token), time.Now(), "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range hs {
+			if h.Name == "X-Twilio-Signature" {
+				return h.Value
+			}
+		}
+		t.Fatal("no signature")
+		return ""
+	}
+	post := func(uri, ct, sig, id, body string) int {
+		t.Helper()
+		head := "POST " + uri + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: " + ct +
+			"\r\nX-Twilio-Signature: " + sig + "\r\nI-Twilio-Idempotency-Token: " + id +
+			"\r\nContent-Length: " + strconv.Itoa(len(body)) + "\r\nConnection: close"
+		return rawRequest(t, addr, head, body).StatusCode
+	}
+	const formCT, jsonCT = "application/x-www-form-urlencoded", "application/json"
+	forged := `{"event":"refund","amount":1000000}`
+	sum := sha256.Sum256([]byte(forged))
+	hash := hex.EncodeToString(sum[:])
+
+	for i, tc := range []struct {
+		name, path, text string
+	}{
+		{"to a sibling source by dot segments", "/in/tw", "/../tw2?&bodySHA256=" + hash + "&x="},
+		{"to a JSON source by dot segments", "/in/tw", "/../twjson?&bodySHA256=" + hash + "&x="},
+		{"to its own source, the configured URL with a query", "/in/tw?acct=1", "&bodySHA256=" + hash + "&x="},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The callback Twilio signed: its URL, then each name and
+			// value, sorted, nothing between them.
+			form := "AccountSid=AC1&Body=" + url.QueryEscape(tc.text) + "&From=%2B15551234567"
+			signedURL := "http://" + host + tc.path
+			sig := sign(signedURL, form)
+			id := "orig-" + strconv.Itoa(i)
+			if got := post(tc.path, formCT, sig, id, form); got != 202 {
+				t.Fatalf("the captured callback itself: %d, want 202", got)
+			}
+			drawn := signedURL + "AccountSidAC1" + "Body" + tc.text + "From+15551234567"
+			uri := strings.TrimPrefix(drawn, "http://"+host)
+			if got := post(uri, jsonCT, sig, "forged-"+id, forged); got != 401 {
+				t.Errorf("its signed string as the URI, with a body of the replayer's: %d, want 401", got)
+			}
+			for _, src := range []string{"tw", "tw2", "twjson"} {
+				if _, ok, _ := store.Lookup(src + ":forged-" + id); ok {
+					t.Errorf("stored %s:forged-%s", src, id)
+				}
+			}
+		})
+	}
+
+	// A JSON source's own delivery, and the same at a form source.
+	jbody := `{"CallSid":"CA1"}`
+	jsum := sha256.Sum256([]byte(jbody))
+	for _, tc := range []struct {
+		source string
+		want   int
+	}{{"twjson", 202}, {"tw", 401}} {
+		uri := "/in/" + tc.source + "?bodySHA256=" + hex.EncodeToString(jsum[:])
+		if got := post(uri, jsonCT, sign("http://"+host+uri, jbody), "json-"+tc.source, jbody); got != tc.want {
+			t.Errorf("a JSON delivery to %s: %d, want %d", tc.source, got, tc.want)
+		}
 	}
 }

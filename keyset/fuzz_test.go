@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+
+	"oncehook/providers"
 )
 
 // FuzzParseKeysDoc: a keys document is fetched from keys_url, so its bytes
@@ -19,7 +21,7 @@ func FuzzParseKeysDoc(f *testing.F) {
 	f.Add([]byte(`{"keys":null}`), "standard")
 	f.Add([]byte(`[]`), "nope")
 	f.Fuzz(func(t *testing.T, doc []byte, provider string) {
-		keys, skipped, err := parseKeysDoc(doc, provider, fuzzNow)
+		keys, skipped, err := parseKeysDoc(doc, provider, providers.Options{}, fuzzNow)
 		if err != nil {
 			if keys != nil || skipped != nil {
 				t.Fatalf("refused with keys %d and skipped %d", len(keys), len(skipped))

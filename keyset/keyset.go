@@ -87,10 +87,12 @@ func (k *Key) inForce(now int64) bool {
 	return (k.Nbf == 0 || k.Nbf <= now) && (k.Exp == 0 || now < k.Exp)
 }
 
-// parseKeysDoc reads and checks a keys document for a source of provider at
-// unix second now. It returns the usable keys and the kids skipped for an
-// unknown alg. Errors never quote key material.
-func parseKeysDoc(b []byte, provider string, now int64) (keys []Key, skipped []string, err error) {
+// parseKeysDoc reads and checks a keys document for a source of provider,
+// whose verifiers are built from base with the keys as secrets (an hmac
+// source's table, a twilio source's kind of body), at unix second now. It
+// returns the usable keys and the kids skipped for an unknown alg. Errors
+// never quote key material.
+func parseKeysDoc(b []byte, provider string, base providers.Options, now int64) (keys []Key, skipped []string, err error) {
 	var doc Document
 	if err := json.Unmarshal(b, &doc); err != nil {
 		return nil, nil, fmt.Errorf("keys document is not JSON of the expected shape: %w", err)
@@ -139,7 +141,9 @@ func parseKeysDoc(b []byte, provider string, now int64) (keys []Key, skipped []s
 		// The scheme decides whether the material is usable (a whsec_ that is
 		// not base64, a public key of the wrong length); its errors never
 		// quote the key.
-		if _, err := scheme.NewVerifier(providers.Options{Secrets: [][]byte{[]byte(k.Key)}}); err != nil {
+		o := base
+		o.Secrets = [][]byte{[]byte(k.Key)}
+		if _, err := scheme.NewVerifier(o); err != nil {
 			return nil, nil, fmt.Errorf("key %q: %w", k.Kid, err)
 		}
 		keys = append(keys, k)
@@ -436,9 +440,9 @@ func (ks *sourceKeys) fetch(ctx context.Context, why string) (changed bool, err 
 	var skipped []string
 	if err == nil {
 		ks.mu.Lock()
-		provider := ks.provider
+		provider, opts := ks.provider, ks.opts
 		ks.mu.Unlock()
-		keys, skipped, err = parseKeysDoc(raw, provider, time.Now().Unix())
+		keys, skipped, err = parseKeysDoc(raw, provider, opts, time.Now().Unix())
 	}
 	if err != nil {
 		ks.m.FetchFailure(ks.source)
@@ -557,9 +561,9 @@ func (ks *sourceKeys) loadCache() bool {
 		return false
 	}
 	ks.mu.Lock()
-	provider := ks.provider
+	provider, opts := ks.provider, ks.opts
 	ks.mu.Unlock()
-	keys, _, err := parseKeysDoc(c.Document, provider, time.Now().Unix())
+	keys, _, err := parseKeysDoc(c.Document, provider, opts, time.Now().Unix())
 	if err != nil {
 		ks.log.Warn("keys_url: cached document refused; ignored", "source", ks.source, "err", err)
 		return false

@@ -79,11 +79,11 @@ func TestParseKeysDoc(t *testing.T) {
 		{"kid":"a","alg":"ed25519","key":%q,"nbf":1700000000,"exp":1800000000,"use":"sig"},
 		{"kid":"b","alg":"hmac-sha256","key":%q},
 		{"kid":"c","alg":"es256","key":"whatever"}],"extra":true}`, pub, whsec)
-	keys, skipped, err := parseKeysDoc([]byte(good), "standard", 1750000000)
+	keys, skipped, err := parseKeysDoc([]byte(good), "standard", providers.Options{}, 1750000000)
 	if err != nil || len(keys) != 2 || keys[0].Kid != "a" || keys[0].Exp != 1800000000 || len(skipped) != 1 || skipped[0] != "c" {
 		t.Fatalf("good document: %+v %v %v", keys, skipped, err)
 	}
-	if keys, _, err := parseKeysDoc([]byte(`{"keys":[]}`), "standard", 1750000000); err != nil || len(keys) != 0 {
+	if keys, _, err := parseKeysDoc([]byte(`{"keys":[]}`), "standard", providers.Options{}, 1750000000); err != nil || len(keys) != 0 {
 		t.Fatalf("empty key list: %v %v", keys, err)
 	}
 	bad := map[string]string{
@@ -104,18 +104,24 @@ func TestParseKeysDoc(t *testing.T) {
 		"private key in hmac": `{"keys":[{"kid":"a","alg":"hmac-sha256","key":"whsk_AAAA"}]}`,
 	}
 	for name, doc := range bad {
-		if _, _, err := parseKeysDoc([]byte(doc), "standard", 1750000000); err == nil {
+		if _, _, err := parseKeysDoc([]byte(doc), "standard", providers.Options{}, 1750000000); err == nil {
 			t.Errorf("%s: accepted", name)
 		} else if strings.Contains(err.Error(), strings.TrimPrefix(whsec, "whsec_")) || strings.Contains(err.Error(), strings.TrimPrefix(pub, "whpk_")) {
 			t.Errorf("%s: error quotes key material: %v", name, err)
 		}
 	}
 	// ed25519 keys only make sense for standard and svix.
-	if _, _, err := parseKeysDoc([]byte(fmt.Sprintf(`{"keys":[{"kid":"a","alg":"ed25519","key":%q}]}`, pub)), "stripe", 1750000000); err == nil {
+	if _, _, err := parseKeysDoc([]byte(fmt.Sprintf(`{"keys":[{"kid":"a","alg":"ed25519","key":%q}]}`, pub)), "stripe", providers.Options{}, 1750000000); err == nil {
 		t.Error("an ed25519 key for a stripe source was accepted")
 	}
-	if keys, _, err := parseKeysDoc([]byte(`{"keys":[{"kid":"a","alg":"hmac-sha256","key":"whsec_stripe"}]}`), "stripe", 1750000000); err != nil || len(keys) != 1 {
+	if keys, _, err := parseKeysDoc([]byte(`{"keys":[{"kid":"a","alg":"hmac-sha256","key":"whsec_stripe"}]}`), "stripe", providers.Options{}, 1750000000); err != nil || len(keys) != 1 {
 		t.Errorf("a stripe hmac key: %v", err)
+	}
+	// An hmac source's keys are checked with its own table: the scheme
+	// builds no verifier without one.
+	hmacDoc := []byte(`{"keys":[{"kid":"a","alg":"hmac-sha256","key":"0123456789abcdef0123456789abcdef"}]}`)
+	if keys, _, err := parseKeysDoc(hmacDoc, "hmac", providers.Options{HMAC: &providers.HMACSpec{Header: "X-Signature"}}, 1750000000); err != nil || len(keys) != 1 {
+		t.Errorf("an hmac source's key: %v", err)
 	}
 }
 
@@ -153,7 +159,7 @@ func TestKeysInForceCap(t *testing.T) {
 		{"a later key replaces one that expires first", append(repeat(always, maxKeysInForce-1), [2]int64{0, now + 100}, later), true},
 		{"later keys over the cap together", repeat(later, maxKeysInForce+1), false},
 	} {
-		_, _, err := parseKeysDoc([]byte(doc(tc.windows...)), "standard", now)
+		_, _, err := parseKeysDoc([]byte(doc(tc.windows...)), "standard", providers.Options{}, now)
 		if (err == nil) != tc.ok {
 			t.Errorf("%s: err %v, want ok %v", tc.name, err, tc.ok)
 		}

@@ -1,6 +1,7 @@
 package providers
 
 import (
+	"crypto/sha256"
 	"strings"
 	"testing"
 )
@@ -159,9 +160,15 @@ func FuzzTwilio(f *testing.F) {
 	f.Add(url, seedValue(f, "twilio", "X-Twilio-Signature", body, nil), []byte(body))
 	f.Add("https://[::1]:99/x?bodySHA256=00&a#b", "AAAAAAAAAAAAAAAAAAAAAAAAAAA=", []byte("{}"))
 	f.Add("http://@:/", "", []byte("a=%&b=%2&=&&+"))
-	v := fuzzVerifier(f, "twilio", nil)
+	form := fuzzVerifier(f, "twilio", nil)
+	json := mustVerifier(f, "twilio", Options{Secrets: secrets("fuzz-secret", "fuzz-secret-2"), TwilioJSON: true})
 	f.Fuzz(func(t *testing.T, url, sig string, body []byte) {
-		mustFail(t, v.Verify(&Request{Body: body, URL: url, Now: unix(testT), Header: hdrs{{"X-Twilio-Signature", []byte(sig)}}}))
+		for _, v := range []Verifier{form, json} {
+			r := &Request{Body: body, URL: url, Now: unix(testT), Header: hdrs{{"X-Twilio-Signature", []byte(sig)}}}
+			mustFail(t, v.Verify(r))
+			h := sha256.New()
+			_ = v.(ReplayBodier).WriteReplayBody(h, r) // answers, never panics
+		}
 	})
 }
 

@@ -36,6 +36,12 @@ type Options struct {
 	Tolerance time.Duration
 	// HMAC describes the generic "hmac" scheme; nil for every other scheme.
 	HMAC *HMACSpec
+	// TwilioJSON makes a twilio verifier take JSON bodies, whose SHA-256
+	// the URL's bodySHA256 carries, instead of form bodies. A verifier
+	// takes one kind only: a form delivery's signed string (URL and
+	// parameters, with nothing between them) can be sent as a URL that
+	// holds a bodySHA256 of the sender's choosing.
+	TwilioJSON bool
 }
 
 // HMACSpec is the operator's description of a generic HMAC sender.

@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"strings"
 	"testing"
 	"time"
@@ -191,20 +192,42 @@ func TestTwilio(t *testing.T) {
 	wantErr(t, "another path",
 		verify("https://example.com/hook", "a=1", twilioSig("12345", "https://example.com/hoo/a1")), ErrBadSignature)
 
-	// JSON bodies: bodySHA256 in the URL, the URL alone signed, the body checked.
+	// JSON bodies (a source with twilio_body = "json"): bodySHA256 in the
+	// URL, the URL alone signed, the body checked.
+	vj := mustVerifier(t, "twilio", Options{Secrets: secrets("12345"), TwilioJSON: true})
+	verifyJSON := func(url, body, sig string) error {
+		return vj.Verify(&Request{Body: []byte(body), Header: hdrs{{"X-Twilio-Signature", []byte(sig)}}, URL: url, Now: now})
+	}
 	jbody := `{"CallSid":"CA1234567890ABCDE","Caller":"+12349013030"}`
 	sum := sha256.Sum256([]byte(jbody))
 	jurl := "https://example.com/myapp?bodySHA256=" + hex.EncodeToString(sum[:])
 	jsig := twilioSig("12345", jurl)
-	wantErr(t, "JSON body", verify(jurl, jbody, jsig), nil)
-	wantErr(t, "JSON body changed", verify(jurl, jbody+" ", jsig), ErrBadSignature)
-	wantErr(t, "JSON body, bad bodySHA256", verify(jurl[:len(jurl)-1]+"x", jbody, twilioSig("12345", jurl[:len(jurl)-1]+"x")), ErrBadSignature)
+	wantErr(t, "JSON body", verifyJSON(jurl, jbody, jsig), nil)
+	wantErr(t, "JSON body changed", verifyJSON(jurl, jbody+" ", jsig), ErrBadSignature)
+	wantErr(t, "JSON body, bad bodySHA256", verifyJSON(jurl[:len(jurl)-1]+"x", jbody, twilioSig("12345", jurl[:len(jurl)-1]+"x")), ErrBadSignature)
 	hs, err := SignURL(mustLookup(t, "twilio"), jurl, []byte(jbody), []byte("12345"), now, "", nil)
 	if err != nil || headersOf(hs).get("X-Twilio-Signature") != jsig {
 		t.Errorf("SignURL for a JSON body: %v %v", hs, err)
 	}
 	// Twilio's own ruby snippet: bodySHA256 given, wrong body.
-	wantErr(t, "JSON body with another body's hash", verify(jurl, `{"x":1}`, jsig), ErrBadSignature)
+	wantErr(t, "JSON body with another body's hash", verifyJSON(jurl, `{"x":1}`, jsig), ErrBadSignature)
+	// One kind of body a source: a form source refuses a JSON delivery,
+	// a JSON source a form one.
+	wantErr(t, "JSON body at a form source", verify(jurl, jbody, jsig), ErrBadSignature)
+	wantErr(t, "form body at a JSON source", verifyJSON("https://example.com/hook", "a=1", twilioSig("12345", "https://example.com/hooka1")), ErrBadSignature)
+
+	// A captured form delivery whose text holds "&bodySHA256=<hash of a
+	// body of the replayer's choosing>&", replayed with its whole signed
+	// string as the URL: a form source reads the URL's bodySHA256 as
+	// nothing but query (the forged body is no form of that string).
+	forged := `{"event":"refund","amount":1000000}`
+	fsum := sha256.Sum256([]byte(forged))
+	sms := "https://example.com/hook?x=1"
+	text := "&bodySHA256=" + hex.EncodeToString(fsum[:]) + "&y="
+	captured := sms + "AccountSidAC1" + "Body" + text + "FromX"
+	capSig := twilioSig("12345", captured)
+	wantErr(t, "the captured form delivery", verify(sms, "AccountSid=AC1&Body="+url.QueryEscape(text)+"&From=X", capSig), nil)
+	wantErr(t, "its signed string replayed as a JSON delivery's URL", verify(captured, forged, capSig), ErrBadSignature)
 
 	// A body that is not form data, without bodySHA256, cannot be covered.
 	wantErr(t, "bad escape", verify("https://example.com/hook", "a=%zz", twilioSig("12345", "https://example.com/hook")), ErrBadSignature)

@@ -22,6 +22,13 @@ import (
 // absent, removed when present). No timestamp; the key is
 // I-Twilio-Idempotency-Token.
 //
+// A verifier takes form bodies, or JSON bodies (Options.TwilioJSON), never
+// both: the form string has nothing between the URL and the parameters, so
+// a captured form delivery whose parameter values the sender partly wrote
+// (an SMS text holding "?&bodySHA256=<hex>&") can be replayed with that
+// whole string as its URL, which then names the hash of a body of the
+// replayer's choosing and verifies as a JSON delivery.
+//
 // Caveat of the scheme itself: the MAC covers the decoded, sorted parameters,
 // not the raw body, so a re-ordered or re-encoded body with the same
 // parameters verifies too. The verifier is therefore a ReplayBodier: the
@@ -39,6 +46,7 @@ var (
 	errTwilioNoSig  = missingHeader(twilioHeader)
 	errTwilioNoURL  = newErr(ErrBadSignature, "request URL unknown, cannot check a URL signature")
 	errTwilioForm   = newErr(ErrBadSignature, "body is not form data and the URL has no bodySHA256")
+	errTwilioNoHash = newErr(ErrBadSignature, "the URL has no bodySHA256, which this source's JSON deliveries carry (twilio_body = \"json\")")
 	errTwilioBody   = newErr(ErrBadSignature, "body does not match the URL's bodySHA256")
 	errTwilioSignID = newErr(ErrBadConfig, "twilio signs the request URL: use SignURL")
 )
@@ -58,7 +66,7 @@ func (twilio) NewVerifier(opts Options) (Verifier, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &twilioVerifier{ring: ring}, nil
+	return &twilioVerifier{ring: ring, json: opts.TwilioJSON}, nil
 }
 
 // Sign fails: the signature covers the URL. Use SignURL.
@@ -93,6 +101,21 @@ func (twilio) SignURL(url string, body, secret []byte, _ time.Time, id string) (
 
 type twilioVerifier struct {
 	ring *keyring
+	json bool // JSON bodies hashed into the URL's bodySHA256; else form bodies
+}
+
+// signsBodyHash reports whether the signature of url covers the URL alone,
+// with the body's hash in its bodySHA256, and returns that hash: only for
+// a verifier of JSON bodies.
+func (v *twilioVerifier) signsBodyHash(url string) (string, bool, error) {
+	if !v.json {
+		return "", false, nil
+	}
+	want, ok := queryParam(url, bodySHA256Name)
+	if !ok {
+		return "", false, errTwilioNoHash
+	}
+	return want, true, nil
 }
 
 func (v *twilioVerifier) Verify(r *Request) error {
@@ -108,7 +131,10 @@ func (v *twilioVerifier) Verify(r *Request) error {
 	if err := st.addSig(raw, encBase64, algSHA1.size); err != nil {
 		return err
 	}
-	want, jsonBody := queryParam(r.URL, bodySHA256Name)
+	want, jsonBody, err := v.signsBodyHash(r.URL)
+	if err != nil {
+		return err
+	}
 	st.form, st.pairs = st.form[:0], st.pairs[:0]
 	if !jsonBody {
 		if err := st.parseForm(r.Body); err != nil {
@@ -171,7 +197,11 @@ func (v *twilioVerifier) WriteReplayBody(h hash.Hash, r *Request) error {
 	st := v.ring.get()
 	defer v.ring.put(st)
 	st.form, st.pairs = st.form[:0], st.pairs[:0]
-	if _, jsonBody := queryParam(r.URL, bodySHA256Name); !jsonBody {
+	_, jsonBody, err := v.signsBodyHash(r.URL)
+	if err != nil {
+		return err
+	}
+	if !jsonBody {
 		if err := st.parseForm(r.Body); err != nil {
 			return err
 		}
