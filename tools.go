@@ -314,12 +314,12 @@ func cmdSend(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if len(answer) > 0 && answer[len(answer)-1] != '\n' {
 		fmt.Fprintln(stdout)
 	}
-	if resp.StatusCode == http.StatusOK && src.ReplayGuard == config.ReplayGuardBody && keyReadsHeader(src.Key) {
+	if resp.StatusCode == http.StatusOK && src.ReplayGuard == config.ReplayGuardBody && len(src.Key) == 1 && keyReadsHeader(src.Key) {
 		// The replay guard answers a body seen before under another id
 		// as a duplicate of that id's key: say why a new -id did not
-		// make a new event.
+		// make a new event. (A key of one part is its value as it is.)
 		var a struct{ Status, Key string }
-		if json.Unmarshal(answer, &a) == nil && a.Status == "duplicate" && !strings.Contains(a.Key, *id) {
+		if json.Unmarshal(answer, &a) == nil && a.Status == "duplicate" && a.Key != src.Name+":"+*id {
 			fmt.Fprintf(stderr, "note: source %q has replay_guard = \"body\": this body was seen before under %s, so it is a duplicate of that event whatever -id says; change the body to send another event\n",
 				src.Name, a.Key)
 		}

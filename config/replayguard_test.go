@@ -171,3 +171,30 @@ func TestTwilioBody(t *testing.T) {
 		})
 	}
 }
+
+// TestTwilioNamesDoNotBeginEachOther: two twilio sources whose names
+// begin one another are refused (a callback signed for the longer one's
+// URL verifies at the shorter one's); other providers' names may.
+func TestTwilioNamesDoNotBeginEachOther(t *testing.T) {
+	src := func(name, provider string) string {
+		return "[[source]]\nname = \"" + name + "\"\nprovider = \"" + provider + "\"\nsecrets = [\"0123456789abcdef0123456789abcdef\"]\nforward = \"http://127.0.0.1:9000/\"\n"
+	}
+	for _, tt := range []struct {
+		name, text, err string
+	}{
+		{"a prefix", src("twilio", "twilio") + src("twilio-sms", "twilio"), `source[0].name: twilio source "twilio" begins the name of twilio source "twilio-sms" (source[1])`},
+		{"a prefix, listed after", src("twilio-events", "twilio") + src("twilio", "twilio"), `source[1].name: twilio source "twilio" begins the name of twilio source "twilio-events" (source[0])`},
+		{"apart", src("twilio-sms", "twilio") + src("twilio-events", "twilio"), ""},
+		{"one not twilio", src("hook", "github") + src("hook-twilio", "twilio") + src("tw", "twilio") + src("twx", "github"), ""},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Load(writeFile(t, t.TempDir(), "oncehook.toml", tt.text, 0o600))
+			switch {
+			case tt.err == "" && err != nil:
+				t.Fatalf("Load: %v", err)
+			case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
+				t.Fatalf("Load: %v, want %q", err, tt.err)
+			}
+		})
+	}
+}

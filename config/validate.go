@@ -64,6 +64,28 @@ func (c *Config) validate(p *problems) {
 		}
 		validateSource(p, key, s)
 	}
+	twilioNames(p, c.Sources)
+}
+
+// twilioNames refuses a twilio source whose name begins another's. Twilio
+// signs a URL followed by its parameters with nothing between them, so the
+// string signed for /in/twilio-sms is also /in/twilio followed by a form
+// field "-sms..." of the resender's making: a captured callback of one
+// source would verify at the other, as another event (the replay guard is
+// per source). Source names are lower case and Twilio's parameter names
+// start upper case, so only a name that begins another's is reachable.
+func twilioNames(p *problems, sources []Source) {
+	for i := range sources {
+		for j := range sources {
+			a, b := &sources[i], &sources[j]
+			if i == j || a.Provider != "twilio" || b.Provider != "twilio" || a.Name == "" || a.Name == b.Name || !strings.HasPrefix(b.Name, a.Name) {
+				continue
+			}
+			p.add("source["+strconv.Itoa(i)+"].name", nil, fmt.Sprintf(
+				"twilio source %q begins the name of twilio source %q (source[%d]): Twilio's signature has no separator after the URL, so a callback signed for /in/%s would also verify at /in/%s; rename one (e.g. %q)",
+				a.Name, b.Name, j, b.Name, a.Name, a.Name+"-main"))
+		}
+	}
 }
 
 func (c *Config) validateNode(p *problems) {

@@ -133,10 +133,10 @@ secret_files = ["tw.secret"]
 forward = "http://127.0.0.1:1/tw"
 
 [[source]]
-name = "twsha"
+name = "shatw"
 provider = "twilio"
 secret_files = ["tw.secret"]
-forward = "http://127.0.0.1:1/twsha"
+forward = "http://127.0.0.1:1/shatw"
 key = ["body:sha256"]
 `)
 	s, _ := providers.Lookup("twilio")
@@ -184,9 +184,9 @@ key = ["body:sha256"]
 		{"Host without the port", "tw", "oncehook.internal", "Body=hello+world&MessageSid=SM1&From=%2B15551234567", false},
 		{"another value", "tw", "", "MessageSid=SM2&Body=hello+world&From=%2B15551234567", true},
 		{"another status", "tw", "", original + "&SmsStatus=delivered", true},
-		{"body:sha256 key, re-ordered", "twsha", "", "From=%2B15551234567&MessageSid=SM1&Body=hello+world", false},
-		{"body:sha256 key, re-encoded", "twsha", "", "MessageSid=SM1&Body=hello%20world&From=%2b15551234567", false},
-		{"body:sha256 key, another value", "twsha", "", "MessageSid=SM2&Body=hello+world&From=%2B15551234567", true},
+		{"body:sha256 key, re-ordered", "shatw", "", "From=%2B15551234567&MessageSid=SM1&Body=hello+world", false},
+		{"body:sha256 key, re-encoded", "shatw", "", "MessageSid=SM1&Body=hello%20world&From=%2b15551234567", false},
+		{"body:sha256 key, another value", "shatw", "", "MessageSid=SM2&Body=hello+world&From=%2B15551234567", true},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -197,7 +197,7 @@ key = ["body:sha256"]
 				t.Fatalf("original: %d %s", first.status, first.body)
 			}
 			origKey := c.source + ":tok1"
-			if c.source == "twsha" {
+			if c.source == "shatw" {
 				// The key is the raw body's hash: read it from the answer.
 				origKey = strings.TrimSuffix(strings.TrimPrefix(first.body, `{"status":"accepted","key":"`), "\"}\n")
 			}
@@ -210,7 +210,7 @@ key = ["body:sha256"]
 			}
 			a := send(in, c.source, c.host, "tok10", c.body, signedAs)
 			newKey := c.source + ":tok10"
-			if c.source == "twsha" {
+			if c.source == "shatw" {
 				newKey = strings.TrimSuffix(strings.TrimPrefix(a.body, `{"status":"accepted","key":"`), "\"}\n")
 			}
 			if c.new {
@@ -265,10 +265,10 @@ func TestTwilioCapturedFormCannotCarryABody(t *testing.T) {
 	mustWrite(t, filepath.Join(dir, "tw.secret"), token+"\n")
 	set := loadSources(t, dir, `
 [[source]]
-name = "tw"
+name = "tw1"
 provider = "twilio"
 secret_files = ["tw.secret"]
-forward = "http://127.0.0.1:1/tw"
+forward = "http://127.0.0.1:1/tw1"
 
 [[source]]
 name = "tw2"
@@ -277,11 +277,11 @@ secret_files = ["tw.secret"]
 forward = "http://127.0.0.1:1/tw2"
 
 [[source]]
-name = "twjson"
+name = "twj"
 provider = "twilio"
 twilio_body = "json"
 secret_files = ["tw.secret"]
-forward = "http://127.0.0.1:1/twjson"
+forward = "http://127.0.0.1:1/twj"
 `)
 	store := newMemStore(t)
 	addr := serveTCP(t, New(Options{Store: store, Sources: set}))
@@ -316,9 +316,9 @@ forward = "http://127.0.0.1:1/twjson"
 	for i, tc := range []struct {
 		name, path, text string
 	}{
-		{"to a sibling source by dot segments", "/in/tw", "/../tw2?&bodySHA256=" + hash + "&x="},
-		{"to a JSON source by dot segments", "/in/tw", "/../twjson?&bodySHA256=" + hash + "&x="},
-		{"to its own source, the configured URL with a query", "/in/tw?acct=1", "&bodySHA256=" + hash + "&x="},
+		{"to a sibling source by dot segments", "/in/tw1", "/../tw2?&bodySHA256=" + hash + "&x="},
+		{"to a JSON source by dot segments", "/in/tw1", "/../twj?&bodySHA256=" + hash + "&x="},
+		{"to its own source, the configured URL with a query", "/in/tw1?acct=1", "&bodySHA256=" + hash + "&x="},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The callback Twilio signed: its URL, then each name and
@@ -335,12 +335,31 @@ forward = "http://127.0.0.1:1/twjson"
 			if got := post(uri, jsonCT, sig, "forged-"+id, forged); got != 401 {
 				t.Errorf("its signed string as the URI, with a body of the replayer's: %d, want 401", got)
 			}
-			for _, src := range []string{"tw", "tw2", "twjson"} {
+			for _, src := range []string{"tw1", "tw2", "twj"} {
 				if _, ok, _ := store.Lookup(src + ":forged-" + id); ok {
 					t.Errorf("stored %s:forged-%s", src, id)
 				}
 			}
 		})
+	}
+
+	// Form to form: the text "/../tw2?x=" in a callback signed for /in/tw1,
+	// resent with the signed string up to the last parameter as the URI
+	// and that parameter as the form: the URI routes to tw2 and the form
+	// string is the one Twilio signed.
+	{
+		text := "/../tw2?x="
+		form := "AccountSid=AC1&Body=" + url.QueryEscape(text) + "&From=%2B15551234567"
+		sig := sign("http://"+host+"/in/tw1", form)
+		if got := post("/in/tw1", formCT, sig, "orig-ff", form); got != 202 {
+			t.Fatalf("the captured callback itself: %d, want 202", got)
+		}
+		if got := post("/in/tw1AccountSidAC1Body"+text, formCT, sig, "forged-ff", "From=%2B15551234567"); got != 401 {
+			t.Errorf("resent to tw2 through dot segments: %d, want 401", got)
+		}
+		if _, ok, _ := store.Lookup("tw2:forged-ff"); ok {
+			t.Error("stored tw2:forged-ff")
+		}
 	}
 
 	// A JSON source's own delivery, and the same at a form source.
@@ -349,7 +368,7 @@ forward = "http://127.0.0.1:1/twjson"
 	for _, tc := range []struct {
 		source string
 		want   int
-	}{{"twjson", 202}, {"tw", 401}} {
+	}{{"twj", 202}, {"tw1", 401}} {
 		uri := "/in/" + tc.source + "?bodySHA256=" + hex.EncodeToString(jsum[:])
 		if got := post(uri, jsonCT, sign("http://"+host+uri, jbody), "json-"+tc.source, jbody); got != tc.want {
 			t.Errorf("a JSON delivery to %s: %d, want %d", tc.source, got, tc.want)
