@@ -66,7 +66,7 @@ chaos:
 # Every power-cut scenario of systest/powercut (docs/reliability.md, "Power
 # cuts"): the leader, a follower, all three at once. As root, with /dev/fuse and
 # the fuse3 package. `go test ./systest/powercut` (and so `make test`) runs the
-# leader cut only; -short or ONCEHOOK_POWERCUT=0 skips it.
+# leader cut and the cut of all three; -short or ONCEHOOK_POWERCUT=0 skips them.
 powercut:
 	ONCEHOOK_POWERCUT=1 $(GO) test -count=1 -timeout 20m -run 'TestPowerCut' -v ./systest/powercut
 

@@ -115,7 +115,8 @@ type Options struct {
 	Version string
 	// Timeouts; the zero value: DefaultTimeouts.
 	Timeouts Timeouts
-	// Now is the clock of the authentication backoff; nil: time.Now.
+	// Now is the clock of the authentication backoff and of the /ui/
+	// sessions' lifetime; nil: time.Now.
 	Now func() time.Time
 }
 
@@ -129,6 +130,7 @@ type Server struct {
 	version   string
 	timeouts  Timeouts
 	authLimit *authLimiter
+	now       func() time.Time                // Options.Now
 	cert      atomic.Pointer[tls.Certificate] // nil without TLS
 	srv       *http.Server
 }
@@ -147,11 +149,11 @@ func New(o Options, cfg *config.Config) (*Server, error) {
 	if s.timeouts == (Timeouts{}) {
 		s.timeouts = DefaultTimeouts
 	}
-	now := o.Now
-	if now == nil {
-		now = time.Now
+	s.now = o.Now
+	if s.now == nil {
+		s.now = time.Now
 	}
-	s.authLimit = newAuthLimiter(now)
+	s.authLimit = newAuthLimiter(s.now)
 	t := s.timeouts
 	s.srv = &http.Server{
 		Handler:           s.handler(),

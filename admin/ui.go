@@ -191,7 +191,7 @@ func (u *adminUI) session(r *http.Request) *uiSession {
 	}
 	u.mu.Lock()
 	s := u.sessions[c.Value]
-	if s != nil && time.Now().After(s.expires) {
+	if s != nil && u.s.now().After(s.expires) {
 		delete(u.sessions, c.Value)
 		s = nil
 	}
@@ -381,7 +381,7 @@ func (u *adminUI) login(w http.ResponseWriter, r *http.Request) {
 	u.s.authLimit.success(client)
 	who, sum := tokens[i].Name, sha256.Sum256(tokens[i].Token)
 	id := randomToken()
-	now := time.Now()
+	now := u.s.now()
 	u.mu.Lock()
 	if len(u.sessions) >= uiMaxSessions {
 		for k, s := range u.sessions {

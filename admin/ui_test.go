@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -218,5 +219,38 @@ func TestUIFormOfAnotherTypeIs400(t *testing.T) {
 	}
 	if ev, err := store.Get(key, false); err != nil || ev.State != engine.StateDone {
 		t.Fatalf("after the refused forms: %+v, %v; want still done", ev, err)
+	}
+}
+
+// TestUISessionExpires: a /ui/ session ends uiSessionTTL after its sign-in
+// (a copied cookie is not good for ever): the page then asks to sign in
+// again, and the session is forgotten.
+func TestUISessionExpires(t *testing.T) {
+	var clock atomic.Int64
+	clock.Store(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC).UnixNano())
+	_, base := newTestAPI(t, func(o *Options) { o.Now = func() time.Time { return time.Unix(0, clock.Load()) } })
+	u := signIn(t, base)
+	page := func() int {
+		resp, err := u.c.Get(base + "/ui/")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	if got := page(); got != http.StatusOK {
+		t.Fatalf("signed in: GET /ui/ %d, want 200", got)
+	}
+	clock.Add(int64(uiSessionTTL - time.Second))
+	if got := page(); got != http.StatusOK {
+		t.Fatalf("a second before the session's end: GET /ui/ %d, want 200", got)
+	}
+	clock.Add(int64(2 * time.Second))
+	if got := page(); got != http.StatusSeeOther {
+		t.Fatalf("after the session's end: GET /ui/ %d, want 303 to the sign-in", got)
+	}
+	clock.Add(-int64(2 * time.Second)) // the session was forgotten, not only held back
+	if got := page(); got != http.StatusSeeOther {
+		t.Fatalf("the clock set back: GET /ui/ %d, want 303 (the session is gone)", got)
 	}
 }

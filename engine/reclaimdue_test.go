@@ -43,6 +43,13 @@ func TestReclaimDue(t *testing.T) {
 		t.Fatalf("retry after the repair at %ds, want 43s", (got-t0)/sec)
 	}
 	check("after the repair", t0+33*sec, 10*sec, false)
+
+	// Under load a later lease is always running: the oldest one that
+	// ended (a worker gone with a killed leader) is what is due.
+	h.apply(claimCmd("src:b", t0+40*sec), claimCmd("src:c", t0+40*sec))
+	h.one(leaseCmd(t0+50*sec, 1)) // one of them, until 80s
+	h.one(leaseCmd(t0+70*sec, 1)) // the other, until 100s
+	check("a lease ended, a later one running", t0+80*sec, 0, true)
 }
 
 // TestLeaseDue: LeaseDue is true exactly while the due index holds an event

@@ -1,11 +1,13 @@
 package keyset
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
@@ -344,4 +346,55 @@ func TestKeysActiveFollowsExpiry(t *testing.T) {
 	if time.Now().Unix() < exp {
 		t.Fatalf("the key counted out of force before its exp")
 	}
+}
+
+// TestFetchFailureHidesTheURLsCredentials: a keys_url may carry a
+// credential (user and password, a token in the query); a fetch that
+// fails on the connection neither returns nor logs it.
+func TestFetchFailureHidesTheURLsCredentials(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there: the fetch fails on the connection
+	var buf bytes.Buffer
+	var mu sync.Mutex
+	ks := &sourceKeys{source: "pub", url: "http://keyuser:keypass@" + addr + "/k.json?token=s3cret",
+		cache:  filepath.Join(t.TempDir(), "keys", "pub.json"),
+		client: NewManager(t.TempDir(), nil, nil, "test").client, m: &countingMetrics{},
+		log:        slog.New(slog.NewTextHandler(&lockedWriter{w: &buf, mu: &mu}, nil)),
+		earlyEvery: time.Hour, earlyWait: 5 * time.Second}
+	ks.ctx, ks.cancel = context.WithCancel(context.Background())
+	t.Cleanup(ks.stop)
+	if err := ks.configure(&config.Source{Provider: "standard", KeysRefresh: config.Duration(time.Hour)}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = ks.fetch(ks.ctx, "test")
+	if err == nil {
+		t.Fatal("a fetch from a closed port succeeded")
+	}
+	mu.Lock()
+	logged := buf.String()
+	mu.Unlock()
+	if !strings.Contains(logged, "keys_url fetch failed") {
+		t.Fatalf("no log line for the failed fetch: %q", logged)
+	}
+	for _, secret := range []string{"keyuser", "keypass", "s3cret", "token="} {
+		if strings.Contains(err.Error(), secret) || strings.Contains(logged, secret) {
+			t.Errorf("%q shown: error %q, log %q", secret, err, logged)
+		}
+	}
+}
+
+// lockedWriter serialises writes to w.
+type lockedWriter struct {
+	w  io.Writer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }

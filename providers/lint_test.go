@@ -43,7 +43,7 @@ func TestConstantTimeOnly(t *testing.T) {
 	}
 }
 
-// lintCompares reports bytes.Equal and reflect.DeepEqual calls, and == or !=
+// lintCompares reports bytes.Equal, slices.Equal and reflect.DeepEqual calls, and == or !=
 // where a side's names look like a signature and neither side is a presence or
 // length check.
 func lintCompares(f *ast.File, report func(token.Pos, string)) {
@@ -53,7 +53,7 @@ func lintCompares(f *ast.File, report func(token.Pos, string)) {
 			if sel, ok := n.Fun.(*ast.SelectorExpr); ok {
 				if x, ok := sel.X.(*ast.Ident); ok {
 					switch x.Name + "." + sel.Sel.Name {
-					case "bytes.Equal", "reflect.DeepEqual", "strings.EqualFold":
+					case "bytes.Equal", "slices.Equal", "reflect.DeepEqual", "strings.EqualFold":
 						report(n.Pos(), x.Name+"."+sel.Sel.Name+": use hmac.Equal or subtle.ConstantTimeCompare")
 					}
 				}
@@ -112,6 +112,7 @@ func TestConstantTimeCheckerCatches(t *testing.T) {
 	src := `package x
 func f(sig, sum []byte, token string, a, b []byte) bool {
 	_ = bytes.Equal(a, b)
+	_ = slices.Equal(sig, sum)
 	_ = string(sig) == string(sum)
 	_ = token != "x"
 	return len(sig) == 0 && sum != nil && a == nil && token == ""
@@ -122,8 +123,8 @@ func f(sig, sum []byte, token string, a, b []byte) bool {
 	}
 	var found []string
 	lintCompares(f, func(_ token.Pos, msg string) { found = append(found, msg) })
-	if len(found) != 3 {
-		t.Errorf("checker found %d problems, want 3: %q", len(found), found)
+	if len(found) != 4 {
+		t.Errorf("checker found %d problems, want 4: %q", len(found), found)
 	}
 }
 
