@@ -51,6 +51,7 @@ type memStore struct {
 type heldClaim struct {
 	held, release chan struct{}
 	err           error
+	cmd           engine.Command // the command held, as the intake passed it
 }
 
 var _ Store = (*memStore)(nil)
@@ -101,6 +102,7 @@ func (m *memStore) Claim(_ context.Context, c engine.Command) (engine.Result, er
 	m.holdClaim = nil
 	m.mu.Unlock()
 	if h != nil {
+		h.cmd = c
 		close(h.held)
 		<-h.release
 		return engine.Result{}, fmt.Errorf("claim %s: %w", c.Key, h.err)

@@ -320,6 +320,34 @@ func TestDuplicateOfAClaimInFlight(t *testing.T) {
 	}
 }
 
+// TestLateCommitKeepsItsBody: a claim whose commit outcome is unknown when
+// the request ends (503) may still be encoded and committed afterwards (the
+// proposer holds it): its payload must be the request's own bytes, not the
+// pooled buffer the next request reads its body into.
+func TestLateCommitKeepsItsBody(t *testing.T) {
+	f := newIntakeFixture(t)
+	h := &heldClaim{held: make(chan struct{}), release: make(chan struct{}), err: errNoQuorum}
+	f.store.mu.Lock()
+	f.store.holdClaim = h
+	f.store.mu.Unlock()
+	const body = `{"a":"the first request's body"}`
+	first := make(chan answer, 1)
+	go func() { first <- f.do(request{path: "/in/orders", body: body, id: "msg_1"}) }()
+	<-h.held
+	close(h.release)
+	if a := <-first; a.status != 503 {
+		t.Fatalf("the held claim: %d %s, want 503", a.status, a.body)
+	}
+	for i := range 4 { // the next requests take the pooled buffers
+		if a := f.do(request{path: "/in/orders", body: `{"b":"another request's body, as long"}`, id: fmt.Sprintf("msg_%d", i+2)}); a.status != 202 {
+			t.Fatalf("request %d: %d %s", i+2, a.status, a.body)
+		}
+	}
+	if got := string(h.cmd.Payload); got != body {
+		t.Fatalf("the held claim's payload now reads %q, want %q", got, body)
+	}
+}
+
 func TestIntakeClaimNotCommitted(t *testing.T) {
 	for _, c := range []struct {
 		name string
