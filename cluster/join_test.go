@@ -6,8 +6,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -538,5 +540,53 @@ func TestJoinOfAnOlderBinary(t *testing.T) {
 	}
 	if got := members(t, a[0]); len(got) != 1 {
 		t.Fatalf("members after the refused join: %v", got)
+	}
+}
+
+// TestRejoinWhilePeersAreBusy: a new node whose peers answer that their
+// cap of unproved connections from its address is full (something on its
+// host holds them) learns nothing of its credentials nor of a cluster: it
+// asks again for its patience, then stops without a cluster of its own,
+// saying the peers were busy, not that they refused its token.
+func TestRejoinWhilePeersAreBusy(t *testing.T) {
+	var peers []Peer
+	for i := range 2 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		t.Cleanup(func() { ln.Close(); wg.Wait() })
+		wg.Go(func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				wg.Go(func() {
+					defer c.Close()
+					c.SetDeadline(time.Now().Add(5 * time.Second))
+					c.Read(make([]byte, 512)) // the hello
+					c.Write(busyAnswer[:])
+				})
+			}
+		})
+		peers = append(peers, Peer{ID: fmt.Sprintf("busy%d", i+1), Addr: ln.Addr().String()})
+	}
+	bind := freePort(t)
+	peers = append(peers, Peer{ID: "t4", Addr: bind})
+	cfg := Config{
+		ID: "t4", Dir: filepath.Join(t.TempDir(), "t4"), Bind: bind, Peers: peers,
+		Token: []byte(testToken), Logger: quietLogger(), RaftLogLevel: "off",
+		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
+		LeaderLeaseTimeout: 300 * time.Millisecond, NoSync: true, rejoinPatience: time.Second,
+	}
+	n, err := Open(cfg)
+	if err == nil {
+		n.Close()
+		t.Fatal("a node whose peers were all busy started a cluster of its own")
+	}
+	if !errors.Is(err, ErrPeerBusy) || errors.Is(err, ErrUnauthorized) || !strings.Contains(err.Error(), "Not starting a cluster of its own") {
+		t.Fatalf("open: %v, want ErrPeerBusy, not ErrUnauthorized, and no cluster of its own", err)
 	}
 }

@@ -678,6 +678,7 @@ func (n *Node) rejoinExisting() (bool, error) {
 		var unsure error
 		joining := false // a peer took the request to add this node
 		answered := false
+		busy := false // a peer's cap of unproved connections is full
 		for _, p := range n.cfg.Peers {
 			if p.ID == n.cfg.ID {
 				continue
@@ -690,6 +691,12 @@ func (n *Node) rejoinExisting() (bool, error) {
 			case err == nil:
 				n.log.Info("joined the running cluster", "via", p.ID)
 				return true, nil
+			case errors.Is(err, ErrPeerBusy):
+				// It said nothing of this node's credentials, nor of a
+				// cluster: something on this host holds its connections.
+				// Ask again, and never bootstrap beside it.
+				answered, busy = true, true
+				unsure = fmt.Errorf("%s: %w", p.ID, err)
 			case peerRefused(err):
 				n.log.Error("peer refused this node's cluster credentials", "peer", p.ID, "address", p.Addr, "err", err)
 				refused = append(refused, p.ID)
@@ -722,12 +729,23 @@ func (n *Node) rejoinExisting() (bool, error) {
 			return false, nil
 		}
 		if time.Now().After(deadline) {
+			if busy && !joining {
+				also := ""
+				if len(refused) > 0 {
+					also = fmt.Sprintf("; %s refused this node's token or TLS handshake", strings.Join(refused, ", "))
+				}
+				return false, fmt.Errorf("bootstrap: for %v a peer would take no connection from this address (last: %w%s). "+
+					"Not starting a cluster of its own: find what on this host holds connections to the peers' cluster ports (their logs name the address), and start again", patience, unsure, also)
+			}
 			return false, fmt.Errorf("bootstrap: the running cluster took the request to add this node but did not confirm it within %v (last: %v). "+
 				"Not starting a cluster of its own: start again, or check the leader's log", patience, unsure)
 		}
-		if joining {
+		switch {
+		case joining:
 			n.log.Warn("the running cluster has not confirmed adding this node yet; asking again", "err", unsure)
-		} else {
+		case busy:
+			n.log.Warn("a peer takes no more cluster connections from this address; asking again", "err", unsure)
+		default:
 			// Peers starting at the same time as this node, the usual first
 			// start of a cluster: nothing is wrong yet.
 			n.log.Info("waiting for the peers to say whether a cluster already runs; asking again", "why", unsure)
