@@ -229,3 +229,34 @@ forward = "%[1]s"
 		}
 	}
 }
+
+// TestReloadRefusesWhatTheNextStartWould: a reload whose file names a node
+// id the data dir does not hold (validate and the next start refuse it) is
+// rejected now, the running configuration kept and the metric at 0, rather
+// than accepted as "needs a restart" and failing at the next one.
+func TestReloadRefusesWhatTheNextStartWould(t *testing.T) {
+	tn := startTestNode(t, "", "http://127.0.0.1:1")
+	text, err := os.ReadFile(tn.cfgPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	changed := strings.Replace(string(text), `id = "node1"`, `id = "node3x"`, 1)
+	if changed == string(text) {
+		t.Fatal("the test config has no node id to change")
+	}
+	mustWrite(t, tn.cfgPath, changed)
+	tn.n.reload(tn.cfgPath)
+	logs := tn.logs()
+	if !strings.Contains(logs, "reload rejected") || !strings.Contains(logs, "another node") {
+		t.Fatalf("the reload was not rejected for the data dir's owner:\n%s", logs)
+	}
+	if strings.Contains(logs, "configuration reloaded") {
+		t.Fatalf("the reload was also applied:\n%s", logs)
+	}
+	if got, ok := metricValue(tn.metricsText(), "oncehook_config_last_reload_successful"); !ok || got != 0 {
+		t.Fatalf("oncehook_config_last_reload_successful = %v (%v), want 0", got, ok)
+	}
+	if id := tn.n.cfg.Load().Node.ID; id != "node1" {
+		t.Fatalf("running node id %q, want node1", id)
+	}
+}

@@ -499,9 +499,24 @@ func (n *node) reload(path string) {
 		n.log.Error("reload rejected; keeping the running configuration", "err", err)
 		return
 	}
-	set, targets, err := compileSources(cfg)
+	// The data dir as the next start will find it: a file that start (and
+	// validate) would refuse is refused now, while the operator is at it,
+	// not at the next restart (a node id whose data dir holds another
+	// node's state, a data_dir others may write).
+	err = cluster.CheckDataDir(cfg.Node.DataDir)
+	if err == nil {
+		err = cluster.CheckDataDirOwner(cfg.Node.DataDir, cfg.Node.ID)
+	}
 	if err != nil {
-		err = sourceErrorAt(path, cfg, err)
+		err = fmt.Errorf("%s: node.data_dir: %w", path, err)
+	}
+	var set *intake.Set
+	var targets map[string]forward.Target
+	if err == nil {
+		set, targets, err = compileSources(cfg)
+		if err != nil {
+			err = sourceErrorAt(path, cfg, err)
+		}
 	}
 	var cert *tls.Certificate
 	if err == nil {
