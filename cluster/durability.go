@@ -200,6 +200,13 @@ func (s privateSnapshots) Create(version raft.SnapshotVersion, index, term uint6
 	configuration raft.Configuration, configurationIndex uint64, trans raft.Transport) (raft.SnapshotSink, error) {
 	sink, err := s.FileSnapshotStore.Create(version, index, term, configuration, configurationIndex, trans)
 	if err != nil {
+		// raft made the directory, then failed to write its meta file (a
+		// full disk) and left it: its name is term-index-milliseconds.
+		if left, _ := filepath.Glob(filepath.Join(s.dir, fmt.Sprintf("%d-%d-*.tmp", term, index))); len(left) > 0 {
+			for _, dir := range left {
+				_ = os.RemoveAll(dir)
+			}
+		}
 		s.failed(err)
 		return nil, err
 	}
@@ -234,6 +241,7 @@ const snapshotFlushEvery = 16 << 20
 // opened (a future raft names it differently) it only passes writes on.
 type flushingSink struct {
 	raft.SnapshotSink
+	tmpDir  string   // the snapshot's temporary directory
 	f       *os.File // nil: no flushing
 	pending int      // bytes written since the last sync
 	syncs   int      // syncs done (tests)
@@ -246,7 +254,7 @@ func newFlushingSink(sink raft.SnapshotSink, statePath string) *flushingSink {
 	if err != nil {
 		f = nil
 	}
-	return &flushingSink{SnapshotSink: sink, f: f}
+	return &flushingSink{SnapshotSink: sink, tmpDir: filepath.Dir(statePath), f: f}
 }
 
 func (s *flushingSink) Write(b []byte) (int, error) {
@@ -275,8 +283,21 @@ func (s *flushingSink) Close() error {
 	}
 	if err != nil {
 		s.fail(err)
+		s.removeTmp()
 	}
 	return err
+}
+
+// removeTmp removes what a failed snapshot left. raft's sink removes its
+// temporary directory when its last write fails, but not when its meta
+// file cannot be written, nor on a Cancel whose flush fails: on a full disk
+// every failed snapshot would leave its partial copy, holding the space
+// the node needs to recover. Once the snapshot was moved into place the
+// directory is gone and this does nothing.
+func (s *flushingSink) removeTmp() {
+	if s.tmpDir != "" && strings.HasSuffix(s.tmpDir, ".tmp") {
+		_ = os.RemoveAll(s.tmpDir)
+	}
 }
 
 func (s *flushingSink) fail(err error) {
@@ -287,7 +308,11 @@ func (s *flushingSink) fail(err error) {
 
 func (s *flushingSink) Cancel() error {
 	s.closeFile()
-	return s.SnapshotSink.Cancel()
+	err := s.SnapshotSink.Cancel()
+	if err != nil {
+		s.removeTmp()
+	}
+	return err
 }
 
 func (s *flushingSink) closeFile() {

@@ -270,6 +270,45 @@ func TestSnapshotWriteFailureIsHeard(t *testing.T) {
 	}
 }
 
+// leavingSink fails the way raft's file sink does on a full disk: a Cancel
+// whose flush fails, or a Close whose meta file cannot be written, returns
+// the error and leaves the temporary directory.
+type leavingSink struct{ raft.SnapshotSink }
+
+func (leavingSink) Cancel() error { return fmt.Errorf("flush state.bin: %w", syscall.ENOSPC) }
+func (leavingSink) Close() error  { return fmt.Errorf("write meta.json: %w", syscall.ENOSPC) }
+
+// TestFailedSnapshotLeavesNothing: a snapshot that fails on a full disk
+// leaves no partial copy behind (each would hold the space the node needs
+// to recover), whether it is cancelled or its close fails.
+func TestFailedSnapshotLeavesNothing(t *testing.T) {
+	for _, end := range []string{"cancel", "close"} {
+		t.Run(end, func(t *testing.T) {
+			tmp := filepath.Join(t.TempDir(), "snapshots", "2-10-1733400000000.tmp")
+			if err := os.MkdirAll(tmp, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			state := filepath.Join(tmp, "state.bin")
+			if err := os.WriteFile(state, make([]byte, 64<<10), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s := newFlushingSink(leavingSink{}, state)
+			var err error
+			if end == "cancel" {
+				err = s.Cancel()
+			} else {
+				err = s.Close()
+			}
+			if !errors.Is(err, syscall.ENOSPC) {
+				t.Fatalf("%s = %v, want the sink's ENOSPC", end, err)
+			}
+			if _, err := os.Stat(tmp); !errors.Is(err, fs.ErrNotExist) {
+				t.Fatalf("after a failed %s the temporary directory is still there (%v)", end, err)
+			}
+		})
+	}
+}
+
 // A node configured with a bucket width (test builds) rebuilds an
 // untrusted engine file with that width too: replayed from the log alone
 // under the default, its keys would land in other buckets than its peers'.
