@@ -575,12 +575,8 @@ func TestRejoinWhilePeersAreBusy(t *testing.T) {
 	}
 	bind := freePort(t)
 	peers = append(peers, Peer{ID: "t4", Addr: bind})
-	cfg := Config{
-		ID: "t4", Dir: filepath.Join(t.TempDir(), "t4"), Bind: bind, Peers: peers,
-		Token: []byte(testToken), Logger: quietLogger(), RaftLogLevel: "off",
-		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
-		LeaderLeaseTimeout: 300 * time.Millisecond, NoSync: true, rejoinPatience: time.Second,
-	}
+	cfg := tcpNodeConfig("t4", filepath.Join(t.TempDir(), "t4"), bind, peers)
+	cfg.rejoinPatience = time.Second
 	n, err := Open(cfg)
 	if err == nil {
 		n.Close()

@@ -33,6 +33,17 @@ import (
 // testToken is the cluster token of tcpCluster's nodes.
 const testToken = "cluster-token-for-tests-0123456789abcdef"
 
+// tcpNodeConfig is a node of a test cluster over TCP: the cluster token,
+// short raft timeouts, no sync.
+func tcpNodeConfig(id, dir, bind string, peers []Peer) Config {
+	return Config{
+		ID: id, Dir: dir, Bind: bind, Peers: peers,
+		Token: []byte(testToken), Logger: quietLogger(), RaftLogLevel: "off",
+		HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
+		LeaderLeaseTimeout: 300 * time.Millisecond, NoSync: true,
+	}
+}
+
 // tcpCluster starts n nodes on real loopback TCP ports.
 func tcpCluster(t *testing.T, n int, tune func(i int, cfg *Config)) []*Node {
 	t.Helper()
@@ -82,12 +93,7 @@ func openTCPCluster(dir string, n int, tune func(i int, cfg *Config)) ([]*Node, 
 	}
 	nodes := make([]*Node, 0, n)
 	for i := range n {
-		cfg := Config{
-			ID: peers[i].ID, Dir: filepath.Join(dir, peers[i].ID), Bind: peers[i].Addr, Peers: peers,
-			Token: []byte(testToken), Logger: quietLogger(), RaftLogLevel: "off",
-			HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
-			LeaderLeaseTimeout: 300 * time.Millisecond, NoSync: true,
-		}
+		cfg := tcpNodeConfig(peers[i].ID, filepath.Join(dir, peers[i].ID), peers[i].Addr, peers)
 		if tune != nil {
 			tune(i, &cfg)
 		}
@@ -254,12 +260,7 @@ func TestNewNodeWithWrongCredentialsDoesNotBootstrap(t *testing.T) {
 			peers := append([]Peer(nil), nodes[0].cfg.Peers...)
 			bind := freePort(t)
 			peers = append(peers, Peer{ID: "t4", Addr: bind})
-			cfg := Config{
-				ID: "t4", Dir: filepath.Join(t.TempDir(), "t4"), Bind: bind, Peers: peers,
-				Token: []byte(testToken), Logger: quietLogger(), RaftLogLevel: "off",
-				HeartbeatTimeout: 300 * time.Millisecond, ElectionTimeout: 300 * time.Millisecond,
-				LeaderLeaseTimeout: 300 * time.Millisecond, NoSync: true,
-			}
+			cfg := tcpNodeConfig("t4", filepath.Join(t.TempDir(), "t4"), bind, peers)
 			wrong := cfg
 			c.wrong(&wrong)
 			n, err := Open(wrong)
