@@ -45,7 +45,7 @@ const (
 var (
 	errTwilioNoSig  = missingHeader(twilioHeader)
 	errTwilioNoURL  = newErr(ErrBadSignature, "request URL unknown, cannot check a URL signature")
-	errTwilioForm   = newErr(ErrBadSignature, "body is not form data and the URL has no bodySHA256")
+	errTwilioForm   = newErr(ErrBadSignature, "body is not form data (a source of JSON deliveries says twilio_body = \"json\")")
 	errTwilioNoHash = newErr(ErrBadSignature, "the URL has no bodySHA256, which this source's JSON deliveries carry (twilio_body = \"json\")")
 	errTwilioBody   = newErr(ErrBadSignature, "body does not match the URL's bodySHA256")
 	errTwilioSignID = newErr(ErrBadConfig, "twilio signs the request URL: use SignURL")
