@@ -18,6 +18,24 @@ import (
 	"oncehook/providers"
 )
 
+// twilioSignature is the X-Twilio-Signature Twilio sends for body posted
+// to url, signed with token.
+func twilioSignature(t *testing.T, url, body, token string) string {
+	t.Helper()
+	s, _ := providers.Lookup("twilio")
+	hs, err := providers.SignURL(s, url, []byte(body), []byte(token), time.Now(), "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range hs {
+		if h.Name == "X-Twilio-Signature" {
+			return h.Value
+		}
+	}
+	t.Fatal("no X-Twilio-Signature")
+	return ""
+}
+
 // twilioCtx is a request as the intake receives it: from peer, to Host
 // "oncehook.internal:8080", with the given extra headers.
 func twilioCtx(peer string, headers map[string]string, body []byte, sig string) *fasthttp.RequestCtx {
@@ -139,7 +157,6 @@ secret_files = ["tw.secret"]
 forward = "http://127.0.0.1:1/shatw"
 key = ["body:sha256"]
 `)
-	s, _ := providers.Lookup("twilio")
 	const original = "MessageSid=SM1&Body=hello+world&From=%2B15551234567"
 	// send posts body to source as Twilio would have signed it: over the
 	// portless public URL (the Host header carries ":8080": the verifier
@@ -150,16 +167,7 @@ key = ["body:sha256"]
 		if signedAs == "" {
 			signedAs = body
 		}
-		hs, err := providers.SignURL(s, "http://oncehook.internal/in/"+source+"?acct=1", []byte(signedAs), []byte(token), time.Now(), "", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var sig string
-		for _, h := range hs {
-			if h.Name == "X-Twilio-Signature" {
-				sig = h.Value
-			}
-		}
+		sig := twilioSignature(t, "http://oncehook.internal/in/"+source+"?acct=1", signedAs, token)
 		ctx := twilioCtx("127.0.0.1", map[string]string{"I-Twilio-Idempotency-Token": id}, []byte(body), sig)
 		ctx.Request.SetRequestURI("/in/" + source + "?acct=1")
 		if host != "" {
@@ -286,21 +294,7 @@ forward = "http://127.0.0.1:1/twj"
 	store := newMemStore(t)
 	addr := serveTCP(t, New(Options{Store: store, Sources: set}))
 	const host = "hooks.example.com"
-	scheme, _ := providers.Lookup("twilio")
-	sign := func(url, body string) string {
-		t.Helper()
-		hs, err := providers.SignURL(scheme, url, []byte(body), []byte(token), time.Now(), "", nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, h := range hs {
-			if h.Name == "X-Twilio-Signature" {
-				return h.Value
-			}
-		}
-		t.Fatal("no signature")
-		return ""
-	}
+	sign := func(url, body string) string { return twilioSignature(t, url, body, token) }
 	post := func(uri, ct, sig, id, body string) int {
 		t.Helper()
 		head := "POST " + uri + " HTTP/1.1\r\nHost: " + host + "\r\nContent-Type: " + ct +
