@@ -1038,7 +1038,7 @@ func (a *applier) reclaim(c *Command) (Result, error) {
 		return bad("reclaim horizon %d", c.Horizon)
 	}
 	if c.Horizon > 0 {
-		if err := a.rescheduleAhead(c.Now, c.Horizon); err != nil {
+		if err := a.rescheduleAhead(c, c.Horizon); err != nil {
 			return Result{}, err
 		}
 	}

@@ -202,9 +202,13 @@ type Command struct {
 
 	// Reclaim: Horizon bounds how far ahead of Now a schedule may be (the
 	// longest backoff_max and lease of any source): a due entry later than
-	// Now+Horizon is rescheduled to Now+Horizon, a lease ending later is
-	// reclaimed now. It repairs what a leader stamped while its clock ran
-	// ahead. 0: no bound.
+	// Now+Horizon is rescheduled to Now+Horizon, a lease ending later is cut
+	// to end at Now plus the event's lease length (LeaseFor; the horizon when
+	// it has none or a longer one). It repairs what a leader stamped while
+	// its clock ran ahead, or before its clock stepped back: the attempt
+	// under such a lease may have started a moment ago, and keeps its whole
+	// length (before format 22 the lease was cut to Now, and the event
+	// leased again while that attempt could still run). 0: no bound.
 	Horizon int64
 
 	// LeaseNow on a claim: when the new event may go at once (pending, its

@@ -117,6 +117,13 @@ func claimCmd(key string, now int64) Command {
 	}
 }
 
+// withLeaseFor gives a claim the event's own lease length, as the leader's
+// leases by source do.
+func withLeaseFor(c Command, d int64) Command {
+	c.LeaseFor = d
+	return c
+}
+
 func leaseCmd(now int64, max int) Command {
 	return Command{Op: OpLease, Now: now, Max: max, LeaseFor: 30 * sec}
 }

@@ -311,12 +311,14 @@ func (e *Engine) OldestDeadBySource(want []string) (map[string]int64, error) {
 
 // rescheduleAhead enforces the schedule horizon (Command.Horizon): a due
 // entry later than now+h is moved to now+h, and a lease ending later than
-// now+h is cut to end at now, so the reclaim that follows returns it to
-// pending. Both indexes are walked from their end backwards and only while
+// now+h is cut to end a lease length after now (Command.Horizon says why;
+// an older format's reclaim cuts it to now, so the reclaim that follows
+// returns it to pending). Both indexes are walked from their end backwards and only while
 // the time is beyond the horizon, so the cost is the entries repaired. The
 // held index is not walked: a paused source's events are not leased, and
 // OpResume returns them to due, where the next reclaim repairs them.
-func (a *applier) rescheduleAhead(now, h int64) error {
+func (a *applier) rescheduleAhead(c *Command, h int64) error {
+	now := c.Now
 	limit := now + h
 	type item struct {
 		t   int64
@@ -380,7 +382,14 @@ func (a *applier) rescheduleAhead(now, h int64) error {
 			return err
 		}
 		ev.LeaseUntil = now
-		if err := a.leases.Put(a.tk(now, it.key), empty); err != nil {
+		if c.semantics() >= formatLeaseKeptAhead {
+			length := ev.LeaseFor
+			if length <= 0 || length > h {
+				length = h
+			}
+			ev.LeaseUntil = now + length
+		}
+		if err := a.leases.Put(a.tk(ev.LeaseUntil, it.key), empty); err != nil {
 			return err
 		}
 		if err := a.store(&ev, flags); err != nil {

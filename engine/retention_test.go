@@ -178,14 +178,37 @@ func TestRetentionRules(t *testing.T) {
 				}},
 			{cmd: leaseCmd(t0+21*60*sec, 10), n: 1},
 		}},
-		{"a lease ending beyond the horizon is reclaimed now", []step{
+		{"before format 22 a lease ending beyond the horizon is reclaimed now", []step{
 			{cmd: claimCmd(a, t0), created: true},
 			{cmd: claimCmd(b, t0), created: true},
 			{cmd: leaseCmd(t0+hour, 1), n: 1},                    // a, stamped an hour ahead
 			{cmd: leaseCmd(t0+2*sec, 1), n: 1},                   // b, in time
 			{cmd: Command{Op: OpReclaim, Now: t0 + 3*sec}, n: 0}, // no horizon: nothing
-			{cmd: Command{Op: OpReclaim, Now: t0 + 3*sec, Horizon: 10 * 60 * sec}, n: 1, key: a, keyState: StatePending, attempts: 1},
+			{cmd: Command{Op: OpReclaim, Now: t0 + 3*sec, Horizon: 10 * 60 * sec, format: formatLeaseKeptAhead - 1}, n: 1, key: a, keyState: StatePending, attempts: 1},
 			{cmd: completeCmd(b, 0, t0+4*sec), tok: 1, state: StateDone},
+		}},
+		// A leader whose clock stepped back an hour (or a new leader an hour
+		// behind the one that leased): the attempt under the lease may have
+		// started a moment ago, so the lease keeps its length from now
+		// instead of ending at once (and the event going out again while
+		// that attempt runs).
+		{"a lease ending beyond the horizon keeps its length from now", []step{
+			{cmd: withLeaseFor(claimCmd(a, t0), 30*sec), created: true},
+			{cmd: claimCmd(b, t0), created: true}, // no lease length of its own
+			{cmd: leaseCmd(t0+hour, 2), n: 2},     // both stamped an hour ahead
+			{cmd: Command{Op: OpReclaim, Now: t0 + 3*sec, Horizon: 10 * 60 * sec}, n: 0, key: a, keyState: StateProcessing, attempts: 1,
+				check: func(t *testing.T, h *harness, r Result) {
+					if got := h.get(a).LeaseUntil; got != t0+33*sec {
+						t.Errorf("a's lease ends at t0%+ds, want t0+33s (its 30s from now)", (got-t0)/sec)
+					}
+					if got := h.get(b).LeaseUntil; got != t0+3*sec+10*60*sec {
+						t.Errorf("b's lease ends at t0%+ds, want t0+603s (the horizon from now)", (got-t0)/sec)
+					}
+				}},
+			// The attempt that was running completes under its token.
+			{cmd: completeCmd(a, 0, t0+20*sec), tok: 1, state: StateDone},
+			{cmd: Command{Op: OpReclaim, Now: t0 + 602*sec, Horizon: 10 * 60 * sec}, n: 0, key: b, keyState: StateProcessing, attempts: 1},
+			{cmd: Command{Op: OpReclaim, Now: t0 + 603*sec, Horizon: 10 * 60 * sec}, n: 1, key: b, keyState: StatePending, attempts: 1},
 		}},
 		{"a held due entry beyond the horizon is repaired after resume", []step{
 			{cmd: claimCmd(a, t0), created: true},

@@ -55,6 +55,8 @@ import (
 //	   the state's index, from a cursor (entry fields since and key), of
 //	   events updated before before; a paused source's pending events stay
 //	   in the due index (leases pass over its run), a pause moves nothing
+//	22 a reclaim's horizon cuts a lease ending beyond it to Now plus the
+//	   event's lease length, no longer to Now (a clock stepped back)
 //
 // A file records the highest format that has written to it (meta "format";
 // files written before the stamp existed have none and read as format 0). Open
@@ -94,12 +96,15 @@ import (
 //	formatPauseInPlace    a pause leaves the source's due events in due,
 //	                      and a transition into pending of a paused
 //	                      source's event indexes it in due, not held
+//	formatLeaseKeptAhead  a reclaim's horizon cuts a lease ending beyond it
+//	                      to Now plus the event's lease length (at most the
+//	                      horizon), where it cut it to Now
 //
 // An entry this binary cannot read (a newer entry version or format, an
 // unknown field-mask bit or an unknown op) fails
 // to decode with ErrNewerFormat rather than ErrCorrupt, and the cluster stops
 // applying instead of skipping it (docs/operations.md, Upgrades).
-const FormatVersion = 21
+const FormatVersion = 22
 
 // Formats at which the meaning of an existing command changed.
 const (
@@ -113,6 +118,7 @@ const (
 	formatRearmWait      = 20
 	formatReplayBatched  = 21
 	formatPauseInPlace   = 21
+	formatLeaseKeptAhead = 22
 )
 
 // ErrNewerFormat: a file, snapshot or log entry was written by a newer binary
