@@ -254,6 +254,8 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	n.httpLn, n.adminLn = intakeLn, adminLn
 	n.metrics.Listener("intake", intakeLn.Open, intakeLn.Refused)
 	n.metrics.Listener("admin", adminLn.Open, adminLn.Refused)
+	n.metrics.IdleClosed("intake", intakeLn.Reaped)
+	n.metrics.IdleClosed("admin", adminLn.Reaped)
 
 	removeStaleUploads(cfg.Node.DataDir, log)
 
@@ -314,6 +316,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	// connection accepted in between got fasthttp's plain-text 429, not
 	// counted: one count, connlimit's.
 	n.httpSrv.MaxConnsPerIP = 0
+	n.httpSrv.ConnState = intakeIdleHook(intakeLn)
 	go func() {
 		if err := n.httpSrv.Serve(n.httpLn); err != nil {
 			n.served <- fmt.Errorf("intake: %w", err)
@@ -330,6 +333,13 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 
 // deliveryInFlight is, per source, the events holding a delivery worker
 // (oncehook_delivery_in_flight); nil when this node does not lead.
+// intakeIdleHook tells the intake's listener which of its connections wait
+// between requests: a full intake closes the one idle longest to take a new
+// one (connlimit.Listener.ConnState).
+func intakeIdleHook(ln *connlimit.Listener) func(net.Conn, fasthttp.ConnState) {
+	return func(c net.Conn, st fasthttp.ConnState) { ln.ConnState(c, st == fasthttp.StateIdle) }
+}
+
 func (n *node) deliveryInFlight() map[string]int {
 	if f := n.forwarder.Load(); f != nil {
 		return f.InFlight()

@@ -152,6 +152,15 @@ const testToken = "admin-token-for-tests-0123456789abcdef"
 // ("orders") and one token (named "ops"), served by httptest.
 func newTestAPI(t *testing.T, tune ...func(*Options)) (*engineStore, string) {
 	t.Helper()
+	store, s := newTestServer(t, tune...)
+	srv := httptest.NewServer(s.srv.Handler)
+	t.Cleanup(srv.Close)
+	return store, srv.URL
+}
+
+// newTestServer is newTestAPI's admin server, not yet serving.
+func newTestServer(t *testing.T, tune ...func(*Options)) (*engineStore, *Server) {
+	t.Helper()
 	dir := t.TempDir()
 	write := func(name, content string) {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o600); err != nil {
@@ -188,9 +197,7 @@ forward = "http://127.0.0.1:1/orders"
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(s.srv.Handler)
-	t.Cleanup(srv.Close)
-	return store, srv.URL
+	return store, s
 }
 
 // TestAPIAnswers: the /v1 API's answers over a bare engine, without a node

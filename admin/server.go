@@ -189,10 +189,20 @@ func (s *Server) UseStore(st Store) { s.store = st }
 // Serve serves the admin API on ln, over TLS when New set it up. It returns
 // http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
+	if t, ok := ln.(idleTracker); ok {
+		s.srv.ConnState = func(c net.Conn, st http.ConnState) { t.ConnState(c, st == http.StateIdle) }
+	}
 	if s.srv.TLSConfig != nil {
 		return s.srv.ServeTLS(ln, "", "")
 	}
 	return s.srv.Serve(ln)
+}
+
+// idleTracker is a listener that wants to know which of its connections
+// wait between requests, to close the one idle longest when it is full
+// (connlimit.Listener).
+type idleTracker interface {
+	ConnState(c net.Conn, idle bool)
 }
 
 // Shutdown stops the listener and waits for the requests in flight, until

@@ -15,9 +15,10 @@ type Caps struct {
 // snapshots, the engine, outgoing deliveries and relays); the admin
 // listener and the cluster port's unauthenticated connections get an eighth
 // each of the rest, at most 256; the intake the remainder. perNetwork is the
-// intake's per-network cap (node.max_conns_per_ip); the admin listener and
-// the cluster port allow 64 per network, so that one client cannot take
-// them whole. fds <= 0 (unknown) is taken as 65,536, what the systemd unit
+// intake's per-network cap (node.max_conns_per_ip); the admin listener
+// allows 16 per network (a browser opens six, Prometheus and the CLI one
+// each) and the cluster port 64 (a member's pools), so that a few clients
+// cannot take them whole. fds <= 0 (unknown) is taken as 65,536, what the systemd unit
 // sets.
 func CapsFor(fds, perNetwork int) Caps {
 	if fds <= 0 {
@@ -28,7 +29,7 @@ func CapsFor(fds, perNetwork int) Caps {
 	side := min(avail/8, 256)
 	return Caps{
 		Intake:                 Limits{Total: avail - 2*side, PerNetwork: perNetwork},
-		Admin:                  Limits{Total: side, PerNetwork: min(64, side)},
+		Admin:                  Limits{Total: side, PerNetwork: min(16, side)},
 		ClusterUnauthenticated: Limits{Total: side, PerNetwork: min(64, side)},
 	}
 }

@@ -26,6 +26,11 @@ type Options struct {
 	// it is closed; it is given a write deadline of a second. Over is
 	// "total" or "network".
 	Refuse func(c net.Conn, over string)
+	// MinIdle is how long a connection must have waited between requests
+	// before a new one over the total cap may take its place (ConnState);
+	// less, and its client may be sending its next request already.
+	// Default DefaultMinIdle.
+	MinIdle time.Duration
 }
 
 // Listener wraps a net.Listener with the caps and the accept backoff.
@@ -35,14 +40,27 @@ type Listener struct {
 	log     *slog.Logger
 	count   *Counter
 	refused atomic.Uint64
+	reaped  atomic.Uint64
 	quiet   Sampler
+
+	// The connections waiting between requests (ConnState), oldest idle
+	// first: a connection over the total cap takes the place of the one
+	// idle longest (reapIdle).
+	idleMu             sync.Mutex
+	idleHead, idleTail *conn
 }
+
+// DefaultMinIdle is Options.MinIdle's default.
+const DefaultMinIdle = time.Second
 
 // Wrap returns ln with the caps of l.
 func Wrap(ln net.Listener, l Limits, opts Options) *Listener {
 	log := opts.Logger
 	if log == nil {
 		log = slog.Default()
+	}
+	if opts.MinIdle <= 0 {
+		opts.MinIdle = DefaultMinIdle
 	}
 	return &Listener{Listener: ln, opts: opts, log: log, count: NewCounter(l)}
 }
@@ -74,12 +92,101 @@ func (l *Listener) Accept() (net.Conn, error) {
 		backoff = 0
 		key := Network(c.RemoteAddr())
 		over := l.count.Acquire(key)
+		if over == "total" && l.reapIdle(time.Now()) {
+			over = l.count.Acquire(key)
+		}
 		if over != "" {
 			l.refuse(c, over)
 			continue
 		}
-		return &conn{Conn: c, release: func() { l.count.Release(key) }}, nil
+		wc := &conn{Conn: c, l: l}
+		wc.release = func() { l.unidle(wc); l.count.Release(key) }
+		return wc, nil
 	}
+}
+
+// Reaped is the number of idle connections closed to make room for new ones.
+func (l *Listener) Reaped() uint64 { return l.reaped.Load() }
+
+// ConnState tells the listener that c, a connection it accepted (or a TLS
+// connection over one), waits for its next request (idle true) or serves one;
+// an HTTP server's connection-state hook calls it. Without it nothing is
+// idle: a connection held open between requests, thousands of them from a
+// few client networks, would fill the total cap, and every other client be
+// refused until the server's idle timeout closed them.
+func (l *Listener) ConnState(c net.Conn, idle bool) {
+	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
+		c = nc.NetConn()
+	}
+	wc, ok := c.(*conn)
+	if !ok || wc.l != l {
+		return
+	}
+	if !idle {
+		l.unidle(wc)
+		return
+	}
+	l.idleMu.Lock()
+	defer l.idleMu.Unlock()
+	if wc.closed || wc.idle {
+		return
+	}
+	wc.idle, wc.idleAt = true, time.Now()
+	wc.prev, wc.next = l.idleTail, nil
+	if l.idleTail != nil {
+		l.idleTail.next = wc
+	} else {
+		l.idleHead = wc
+	}
+	l.idleTail = wc
+}
+
+// unidle takes c off the idle list.
+func (l *Listener) unidle(c *conn) {
+	l.idleMu.Lock()
+	defer l.idleMu.Unlock()
+	l.unlink(c)
+}
+
+// unlink takes c off the idle list; idleMu is held.
+func (l *Listener) unlink(c *conn) {
+	if !c.idle {
+		return
+	}
+	if c.prev != nil {
+		c.prev.next = c.next
+	} else {
+		l.idleHead = c.next
+	}
+	if c.next != nil {
+		c.next.prev = c.prev
+	} else {
+		l.idleTail = c.prev
+	}
+	c.prev, c.next, c.idle = nil, nil, false
+}
+
+// reapIdle closes the connection idle longest, when it has been for
+// Options.MinIdle, and reports whether it did: its place under the caps is free
+// when it returns. The server reading it sees a keep-alive connection
+// closed between requests, as at its idle timeout.
+func (l *Listener) reapIdle(now time.Time) bool {
+	l.idleMu.Lock()
+	c := l.idleHead
+	if c == nil || now.Sub(c.idleAt) < l.opts.MinIdle {
+		l.idleMu.Unlock()
+		return false
+	}
+	l.unlink(c)
+	c.closed = true // no ConnState puts it back
+	l.idleMu.Unlock()
+	c.Close()
+	l.reaped.Add(1)
+	if n, ok := l.quiet.Allow(now); ok {
+		l.log.Warn("idle connection closed: the listener is at its cap", "listener", l.opts.Name,
+			"remote", c.RemoteAddr().String(), "reaped_in_all", l.reaped.Load(), "since_last_line", n)
+	}
+	return true
 }
 
 func (l *Listener) refuse(c net.Conn, over string) {
@@ -100,10 +207,22 @@ type conn struct {
 	net.Conn
 	once    sync.Once
 	release func()
+	l       *Listener
+
+	// On the listener's idle list; guarded by its idleMu.
+	idle       bool
+	closed     bool
+	idleAt     time.Time
+	prev, next *conn
 }
 
 func (c *conn) Close() error {
-	c.once.Do(c.release)
+	c.once.Do(func() {
+		c.l.idleMu.Lock()
+		c.closed = true
+		c.l.idleMu.Unlock()
+		c.release()
+	})
 	return c.Conn.Close()
 }
 

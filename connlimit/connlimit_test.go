@@ -245,10 +245,10 @@ func TestCapsFor(t *testing.T) {
 		fds  int
 		want Caps
 	}{
-		{65536, Caps{Intake: Limits{60928, 512}, Admin: Limits{256, 64}, ClusterUnauthenticated: Limits{256, 64}}},
-		{0, Caps{Intake: Limits{60928, 512}, Admin: Limits{256, 64}, ClusterUnauthenticated: Limits{256, 64}}},
-		{1024, Caps{Intake: Limits{576, 512}, Admin: Limits{96, 64}, ClusterUnauthenticated: Limits{96, 64}}},
-		{20000, Caps{Intake: Limits{15392, 512}, Admin: Limits{256, 64}, ClusterUnauthenticated: Limits{256, 64}}},
+		{65536, Caps{Intake: Limits{60928, 512}, Admin: Limits{256, 16}, ClusterUnauthenticated: Limits{256, 64}}},
+		{0, Caps{Intake: Limits{60928, 512}, Admin: Limits{256, 16}, ClusterUnauthenticated: Limits{256, 64}}},
+		{1024, Caps{Intake: Limits{576, 512}, Admin: Limits{96, 16}, ClusterUnauthenticated: Limits{96, 64}}},
+		{20000, Caps{Intake: Limits{15392, 512}, Admin: Limits{256, 16}, ClusterUnauthenticated: Limits{256, 64}}},
 		{64, Caps{Intake: Limits{36, 512}, Admin: Limits{6, 6}, ClusterUnauthenticated: Limits{6, 6}}},
 	} {
 		got := CapsFor(tt.fds, 512)

@@ -11,7 +11,12 @@
 //   - Connections are capped in total and per client network (an IPv4
 //     address, an IPv6 /64, since one holder of a /64 has 2^64 addresses); a
 //     connection over a cap is closed at once, after an optional refusal
-//     (the intake writes a 503 or 429), and counted.
+//     (the intake writes a 503 or 429), and counted. Over the total cap, a
+//     new connection first takes the place of the one that has waited
+//     longest between requests (an HTTP server reports which do through
+//     Listener.ConnState): idle keep-alive connections cost their holder
+//     nothing, and thousands of them must not keep every other client out
+//     until the server's idle timeout.
 //   - Caps derives the caps from the process's file descriptor limit, so
 //     that a flood on one listener leaves descriptors for the others, the
 //     Raft log, the engine and outgoing deliveries.

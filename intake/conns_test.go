@@ -210,14 +210,14 @@ func TestBodyMemoryIsCapped(t *testing.T) {
 	waitFor(t, "the cap to be free", func() bool { return f.in.bodies.Load() == 0 })
 }
 
-// TestBodyMemoryShareOfANetwork: one client network holds at most a
-// quarter of the body memory cap (or one largest body): connections from
+// TestBodyMemoryShareOfANetwork: one client network holds at most an
+// eighth of the body memory cap (or one largest body): connections from
 // 127.0.0.1 that declare bodies and send them slowly are refused 503 once
 // they hold their share, while a body from 127.0.0.2 is still read; a body
 // declared but not sent holds only the first step.
 func TestBodyMemoryShareOfANetwork(t *testing.T) {
 	f := newIntakeFixture(t)
-	f.in.bodyMemory = 8 << 20 // share: 2 MiB
+	f.in.bodyMemory = 16 << 20 // share: 2 MiB
 	addr := serveTCP(t, f.in)
 	head := func(n int) string {
 		return fmt.Sprintf("POST /in/jsonkey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
@@ -242,7 +242,7 @@ func TestBodyMemoryShareOfANetwork(t *testing.T) {
 	fmt.Fprint(big, head(1<<20)+strings.Repeat("x", 600<<10))
 	waitFor(t, "a large body to hold a megabyte", func() bool { return f.in.bodies.Load() == 16<<10+1<<20 })
 	// A third would pass the network's 2 MiB: refused, though the cap
-	// (8 MiB) has room.
+	// (16 MiB) has room.
 	same := dialFrom("127.0.0.1")
 	fmt.Fprint(same, head(1<<20)+strings.Repeat("x", 1<<20))
 	if code := answerStatus(t, same); code != http.StatusServiceUnavailable {
@@ -258,6 +258,46 @@ func TestBodyMemoryShareOfANetwork(t *testing.T) {
 	waitFor(t, "the cap to be free", func() bool { return f.in.bodies.Load() == 0 })
 }
 
+// TestLargeBodiesLeaveRoomForSmallOnes: bodies past 64 KiB, from as many
+// networks as it takes, hold at most three quarters of the body memory
+// cap; the next large one is refused 503, while a small body (most
+// webhooks) from yet another network is still read.
+func TestLargeBodiesLeaveRoomForSmallOnes(t *testing.T) {
+	f := newIntakeFixture(t)
+	f.in.bodyMemory = 4 << 20 // room for large bodies: 3 MiB; a network's share: one largest body (1 MiB)
+	addr := serveTCP(t, f.in)
+	head := func(n int) string {
+		return fmt.Sprintf("POST /in/jsonkey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
+	}
+	dialFrom := func(ip string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// Three networks each send 600 KiB of a declared megabyte: each holds
+	// a megabyte, the large bodies' room is full.
+	for i, ip := range []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"} {
+		c := dialFrom(ip)
+		fmt.Fprint(c, head(1<<20)+strings.Repeat("x", 600<<10))
+		waitFor(t, fmt.Sprintf("large body %d to hold a megabyte", i+1), func() bool { return f.in.bodies.Load() == int64(i+1)<<20 })
+	}
+	large := dialFrom("127.0.0.4")
+	fmt.Fprint(large, head(1<<20)+strings.Repeat("x", 600<<10))
+	if code := answerStatus(t, large); code != http.StatusServiceUnavailable {
+		t.Fatalf("a fourth large body: %d, want 503 (the large bodies' room is full)", code)
+	}
+	small := dialFrom("127.0.0.5")
+	fmt.Fprint(small, head(40000)+strings.Repeat("x", 40000))
+	if code := answerStatus(t, small); code != http.StatusUnauthorized {
+		t.Fatalf("a small body beside them: %d, want 401 (read, then refused unsigned)", code)
+	}
+}
+
 // TestBodyMemoryShareFitsTheLargestBody: a client network's share always
 // holds one largest body read whole, the byte a chunked body is read past
 // max_body included: a chunked body of exactly max_body is read (here 401,
@@ -266,7 +306,7 @@ func TestBodyMemoryShareOfANetwork(t *testing.T) {
 // bodies in a row each get their share back.
 func TestBodyMemoryShareFitsTheLargestBody(t *testing.T) {
 	f := newIntakeFixture(t)
-	f.in.bodyMemory = 2 << 20 // a quarter is under max_body (1 MiB): the share is one largest body
+	f.in.bodyMemory = 2 << 20 // an eighth is under max_body (1 MiB): the share is one largest body
 	addr := serveTCP(t, f.in)
 	chunked := func(n int) int {
 		t.Helper()

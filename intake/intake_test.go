@@ -406,6 +406,35 @@ func TestClaimNotCommittedIsLoggedSampled(t *testing.T) {
 	}
 }
 
+// TestChangedDuplicateIsLoggedSampled: a captured delivery sent again and
+// again under another stored event's id (a scheme that signs no timestamp
+// never lets it expire) is a duplicate each time; the log gets the first
+// ten "duplicate with a different body" lines, then ten a second, each
+// saying how many it stands for.
+func TestChangedDuplicateIsLoggedSampled(t *testing.T) {
+	f := newIntakeFixture(t)
+	var logs bytes.Buffer
+	f.in.log = slog.New(slog.NewTextHandler(&logs, nil))
+	now := time.Now() // the signatures are checked against it too
+	f.in.now = func() time.Time { return now }
+	if a := f.do(request{path: "/in/orders", body: `{"a":1}`, id: "msg_1"}); a.status != 202 {
+		t.Fatalf("first delivery: %d %s", a.status, a.body)
+	}
+	for i := range 50 {
+		if a := f.do(request{path: "/in/orders", body: `{"a":2}`, id: "msg_1"}); a.status != 200 {
+			t.Fatalf("changed duplicate %d: %d %s, want 200", i, a.status, a.body)
+		}
+	}
+	if n := strings.Count(logs.String(), "duplicate with a different body"); n != 10 {
+		t.Fatalf("%d lines for 50 changed duplicates at one moment, want the burst of 10:\n%s", n, logs.String())
+	}
+	now = now.Add(time.Second)
+	f.do(request{path: "/in/orders", body: `{"a":2}`, id: "msg_1"})
+	if !strings.Contains(logs.String(), "not_logged_since_last=40") {
+		t.Fatalf("the next line does not count the 40 held back:\n%s", logs.String())
+	}
+}
+
 // TestHandshakesStoreNothing: Slack's and Zoom's verified handshakes get
 // their challenge's answer, one without its challenge a 400, and neither is
 // stored as an event, even with an id a key could be read from.

@@ -209,6 +209,10 @@ type Server struct {
 	// unsettled samples the "claim not committed" lines: an election turns
 	// every claim in flight into one, hundreds a second.
 	unsettled connlimit.Sampler
+	// changedLog samples the "duplicate with a different body" lines: a
+	// signature that covers no timestamp lets one captured delivery be
+	// sent under another stored event's id, as often as its sender likes.
+	changedLog connlimit.Sampler
 
 	keyBufs  sync.Pool
 	bodyBufs sync.Pool // bodies read by readBody, returned when the request ends
@@ -248,12 +252,15 @@ func New(o Options) *Server {
 }
 
 // reserveBody takes n bytes of the body memory cap for a body from client
-// network from, or reports that they would pass the cap or from's share of
-// it: a quarter, or one largest body when that is more. Without a share,
-// one client opening connections that declare bodies and send them slowly
-// (or not at all) could hold the whole cap, and every source would answer
-// 503 to everyone else.
-func (in *Server) reserveBody(from netip.Prefix, n int64) bool {
+// network from that will then hold total, or reports that they would pass
+// the cap or from's share of it: an eighth, or one largest body when that
+// is more. Without a share, a few clients opening connections that declare
+// bodies and send them slowly (or not at all) could hold the whole cap, and
+// every source would answer 503 to everyone else. A body past smallBody
+// may take only three quarters of the cap (or one largest body): the rest
+// stays for the small bodies most webhooks are, so that a flood of large
+// ones, from however many networks, leaves them room.
+func (in *Server) reserveBody(from netip.Prefix, n, total int64) bool {
 	limit, largest := in.bodyMemory, int64(0)
 	if set := in.sources.Load(); set != nil {
 		largest = int64(set.maxBody)
@@ -261,13 +268,17 @@ func (in *Server) reserveBody(from netip.Prefix, n int64) bool {
 	if limit <= 0 {
 		limit = max(DefaultBodyMemory, 2*largest)
 	}
-	if in.bodies.Add(n) > limit {
+	// largest+1: a chunked body is read one byte past max_body, to tell
+	// one over it (413) from one of exactly max_body.
+	room := limit
+	if total > smallBody {
+		room = max(limit-limit/4, largest+1)
+	}
+	if in.bodies.Add(n) > room {
 		in.bodies.Add(-n)
 		return false
 	}
-	// largest+1: a chunked body is read one byte past max_body, to tell
-	// one over it (413) from one of exactly max_body.
-	share := max(limit/4, largest+1)
+	share := max(limit/8, largest+1)
 	in.bodyMu.Lock()
 	held := in.bodyNets[from] + n
 	ok := held <= share
@@ -312,13 +323,17 @@ type bodyHold struct {
 // bodyStep is the first hold of a body: most webhooks fit in it.
 const bodyStep = 16 << 10
 
+// smallBody is the largest hold of a small body (reserveBody): 16 KiB, then
+// 32 KiB, then 64 KiB.
+const smallBody = 64 << 10
+
 // grow holds at least n bytes, or reports that the cap or the client's
 // share is reached.
 func (h *bodyHold) grow(n int64) bool {
 	if n <= h.held {
 		return true
 	}
-	if !h.in.reserveBody(h.from, n-h.held) {
+	if !h.in.reserveBody(h.from, n-h.held, n) {
 		return false
 	}
 	h.held = n
@@ -963,7 +978,9 @@ func (in *Server) answerDuplicate(ctx *fasthttp.RequestCtx, src *Source, key []b
 		// (A body the replay guard matched under another key is counted
 		// as a replay instead: its bytes differ by design, re-encoded.)
 		in.metrics.DuplicateBodyChanged(src.name)
-		in.log.Warn("duplicate with a different body", "source", src.name, "key", string(key))
+		if held, ok := in.changedLog.Allow(in.now()); ok {
+			in.log.Warn("duplicate with a different body", "source", src.name, "key", string(key), "not_logged_since_last", held)
+		}
 	}
 	if src.sync && !sameBody {
 		// A sync answer is the handler's answer to one body. Whoever holds

@@ -361,3 +361,12 @@ func (m *Metrics) Listener(name string, open func() int, refused func() uint64) 
 		}, func() float64 { return float64(refused()) }),
 	)
 }
+
+// IdleClosed reports the connections an HTTP listener closed while they
+// waited between requests, to take a new one when full (connlimit).
+func (m *Metrics) IdleClosed(name string, closed func() uint64) {
+	m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "oncehook_connections_idle_closed_total", Help: "Connections idle between requests that a full listener (intake, admin) closed to take a new one.",
+		ConstLabels: prometheus.Labels{"listener": name},
+	}, func() float64 { return float64(closed()) }))
+}

@@ -1,0 +1,168 @@
+package connlimit
+
+import (
+	"bufio"
+	"crypto/tls"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+)
+
+// idleCount is the length of l's idle list.
+func (l *Listener) idleCount() int {
+	l.idleMu.Lock()
+	defer l.idleMu.Unlock()
+	n := 0
+	for c := l.idleHead; c != nil; c = c.next {
+		n++
+	}
+	return n
+}
+
+// serveIdle serves 200s on a listener of total cap limit over a real
+// net/http server whose connection-state hook tells the listener which
+// connections are idle.
+func serveIdle(t *testing.T, total int, minIdle time.Duration) (*Listener, string) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := Wrap(ln, Limits{Total: total}, Options{Name: "test", Logger: slog.New(slog.DiscardHandler), MinIdle: minIdle,
+		Refuse: func(c net.Conn, over string) {
+			io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
+		}})
+	srv := &http.Server{
+		Handler:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}),
+		ConnState: func(c net.Conn, st http.ConnState) { wl.ConnState(c, st == http.StateIdle) },
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(wl) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	return wl, ln.Addr().String()
+}
+
+// get sends one keep-alive request on c and returns its status (0 when the
+// connection answered nothing: closed).
+func get(t *testing.T, c net.Conn, br *bufio.Reader) int {
+	t.Helper()
+	_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+	if _, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n"); err != nil {
+		return 0
+	}
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
+}
+
+// TestIdleConnectionGivesWay: at the total cap, a new connection takes the
+// place of the one idle longest between requests, which its server sees
+// closed; a connection in the middle of a request, or idle for less than
+// MinIdle, keeps its place and the new one is refused.
+func TestIdleConnectionGivesWay(t *testing.T) {
+	t.Run("the oldest idle goes", func(t *testing.T) {
+		wl, addr := serveIdle(t, 2, time.Nanosecond)
+		a, b := dialFrom(t, "127.0.0.1", addr), dialFrom(t, "127.0.0.2", addr)
+		ab, bb := bufio.NewReader(a), bufio.NewReader(b)
+		if get(t, a, ab) != 200 || get(t, b, bb) != 200 {
+			t.Fatal("first requests failed")
+		}
+		waitFor(t, "both connections idle", func() bool { return wl.idleCount() == 2 })
+		c := dialFrom(t, "127.0.0.3", addr)
+		if st := get(t, c, bufio.NewReader(c)); st != 200 {
+			t.Fatalf("a connection over the cap with two idle answered %d, want 200", st)
+		}
+		// a went idle first: closed, so it reads EOF; b still serves.
+		_ = a.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := ab.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("the oldest idle connection read %v, want EOF (closed)", err)
+		}
+		if st := get(t, b, bb); st != 200 {
+			t.Errorf("the younger idle connection answered %d, want 200", st)
+		}
+		if n := wl.Reaped(); n != 1 {
+			t.Errorf("reaped %d, want 1", n)
+		}
+		if n := wl.Refused(); n != 0 {
+			t.Errorf("refused %d, want 0", n)
+		}
+	})
+	t.Run("a request in progress stays", func(t *testing.T) {
+		wl, addr := serveIdle(t, 1, time.Nanosecond)
+		a := dialFrom(t, "127.0.0.1", addr)
+		io.WriteString(a, "GET / HTTP/1.1\r\nHost:") // the head, cut short
+		waitFor(t, "the connection to be accepted", func() bool { return wl.Open() == 1 })
+		b := dialFrom(t, "127.0.0.2", addr)
+		if st := get(t, b, bufio.NewReader(b)); st != 503 {
+			t.Errorf("over the cap beside a request in progress: %d, want the 503 refusal", st)
+		}
+		if n := wl.Reaped(); n != 0 {
+			t.Errorf("reaped %d, want 0", n)
+		}
+	})
+	t.Run("idle for less than MinIdle stays", func(t *testing.T) {
+		wl, addr := serveIdle(t, 1, time.Hour)
+		a := dialFrom(t, "127.0.0.1", addr)
+		ab := bufio.NewReader(a)
+		if get(t, a, ab) != 200 {
+			t.Fatal("first request failed")
+		}
+		waitFor(t, "the connection idle", func() bool { return wl.idleCount() == 1 })
+		b := dialFrom(t, "127.0.0.2", addr)
+		if st := get(t, b, bufio.NewReader(b)); st != 503 {
+			t.Errorf("over the cap beside a connection idle a moment: %d, want the 503 refusal", st)
+		}
+		if st := get(t, a, ab); st != 200 {
+			t.Errorf("the idle connection answered %d after the refusal, want 200", st)
+		}
+	})
+}
+
+// TestConnStateTakesTLS: a TLS server's hook gives the TLS connection; the
+// listener finds its own beneath it, and ignores a connection it did not
+// accept.
+func TestConnStateTakesTLS(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl := Wrap(ln, Limits{}, Options{Name: "test", Logger: slog.New(slog.DiscardHandler)})
+	defer wl.Close()
+	dialFrom(t, "127.0.0.1", ln.Addr().String())
+	c, err := wl.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tc := tls.Server(c, &tls.Config{})
+	wl.ConnState(tc, true)
+	if n := wl.idleCount(); n != 1 {
+		t.Fatalf("idle after the TLS connection's hook: %d, want 1", n)
+	}
+	wl.ConnState(tc, false)
+	if n := wl.idleCount(); n != 0 {
+		t.Fatalf("idle after it went active: %d, want 0", n)
+	}
+	other, peer := net.Pipe()
+	defer other.Close()
+	defer peer.Close()
+	wl.ConnState(tls.Server(other, &tls.Config{}), true)
+	wl.ConnState(other, true)
+	if n := wl.idleCount(); n != 0 {
+		t.Fatalf("a connection the listener did not accept went on its idle list (%d)", n)
+	}
+	// A closed connection never goes back on the list.
+	wl.ConnState(c, true)
+	c.Close()
+	wl.ConnState(c, true)
+	if n := wl.idleCount(); n != 0 {
+		t.Fatalf("a closed connection is on the idle list (%d)", n)
+	}
+}
