@@ -141,7 +141,7 @@ func TestBuildResult(t *testing.T) {
 	dlat := newHist()
 	recordValue(dlat, 2000)
 	dr := &drainResult{waited: 500 * time.Millisecond, snap: sinkSnapshot{
-		lat: dlat, unique: 690, deliveries: 691, repeats: 1, perSec: []int64{300, 300, 90},
+		lat: dlat, unique: 690, claimed: 700, delivered: 690, deliveries: 691, repeats: 1, perSec: []int64{300, 300, 90},
 	}}
 	o := &options{spawn: 1, source: "bench", provider: "standard", clients: 64, duration: 2 * time.Second, size: 1024, dup: 0.25, storm: 1}
 	res := buildResult(o, nil, lr, dr, CPU{Nodes: []float64{1.5}, Bench: 0.4})

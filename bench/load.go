@@ -57,6 +57,7 @@ type generator struct {
 	acked  ackRing
 	lat    latRecorder
 	match  *ackMatcher // nil: delivery latency after the 2xx not measured
+	ledger *keyLedger  // the keys claimed, against the sink's receipts; nil: no sink
 
 	seq     atomic.Int64 // last event sequence number handed out
 	tickets atomic.Int64 // operations handed out (including refused tickets)
@@ -155,7 +156,7 @@ func (g *generator) begin() {
 			// Steady state: from the end of the load's first third on.
 			g.match = newAckMatcher(g.start.UnixNano(), g.start.Add(g.o.duration/3).UnixNano())
 		}
-		g.env.sink.begin(g.start, g.body.run, g.match)
+		g.ledger = g.env.sink.begin(g.start, g.body.run, g.match)
 	}
 }
 
@@ -335,7 +336,7 @@ func (w *worker) single(k kind, seq int64, node int, origin time.Time) {
 	} else {
 		out = w.send(node, hdrs)
 	}
-	w.record(k, origin, out)
+	w.record(k, seq, origin, out)
 	if k == kindNew && out.code == fasthttp.StatusAccepted {
 		w.g.acked.add(seq)
 		if w.g.match != nil {
@@ -360,27 +361,41 @@ func (w *worker) storm(seq int64, node int, origin time.Time) {
 		}
 		wg.Wait()
 	}
-	accepted, dups := 0, 0
+	accepted := false
 	for _, out := range outs {
-		w.record(kindStorm, origin, out)
-		switch out.code {
-		case fasthttp.StatusAccepted:
-			if accepted == 0 && g.match != nil {
+		w.record(kindStorm, seq, origin, out)
+		if out.code == fasthttp.StatusAccepted && !accepted {
+			accepted = true
+			if g.match != nil {
 				g.match.acked(seq, out.end.UnixNano())
 			}
+		}
+	}
+	w.rec.storms++
+	if stormBad(outs) {
+		w.rec.stormBad++
+	}
+	if accepted {
+		g.acked.add(seq)
+	}
+}
+
+// stormBad reports whether the answers to one storm's copies break
+// exactly-once: more than one 202 is a double claim, and every copy answered
+// 200 means the key was not new. No 202 among answers some of which failed
+// is not a violation: the 202 may be the failed one's (each failure counts
+// as unexpected on its own).
+func stormBad(outs []outcome) bool {
+	accepted, dups := 0, 0
+	for _, out := range outs {
+		switch out.code {
+		case fasthttp.StatusAccepted:
 			accepted++
 		case fasthttp.StatusOK:
 			dups++
 		}
 	}
-	w.rec.storms++
-	// More than one 202 is a double claim; all-200 means the key was not new.
-	if accepted > 1 || (accepted == 0 && dups == len(outs)) {
-		w.rec.stormBad++
-	}
-	if accepted >= 1 {
-		g.acked.add(seq)
-	}
+	return accepted > 1 || (accepted == 0 && dups == len(outs))
 }
 
 // outcome is one request's answer.
@@ -468,8 +483,10 @@ func errClass(err error) string {
 	return s
 }
 
-// record counts one answer against what its kind expected.
-func (w *worker) record(k kind, origin time.Time, out outcome) {
+// record counts one answer to a request for event seq against what its kind
+// expected. A 2xx, whatever the kind, says the node holds the key: the key
+// is claimed and the sink must receive it.
+func (w *worker) record(k kind, seq int64, origin time.Time, out outcome) {
 	r := w.rec
 	lat := out.end.Sub(origin)
 	sec := int(out.end.Sub(w.g.start) / time.Second)
@@ -499,12 +516,14 @@ func (w *worker) record(k kind, origin time.Time, out outcome) {
 	r.addCode(out.code)
 	switch out.code {
 	case fasthttp.StatusAccepted:
+		w.g.ledger.claim(seq)
 		r.accepted++
 		b.Accepted++
 		if k == kindDup {
 			r.dupAsNew++
 		}
 	case fasthttp.StatusOK:
+		w.g.ledger.claim(seq)
 		r.duplicates++
 		b.Duplicate++
 		switch k {

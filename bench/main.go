@@ -223,13 +223,13 @@ func measure(ctx context.Context, o *options, e *env, stderr io.Writer) (res *Re
 	bar.stop()
 	profErr = prof.wait()
 
-	drained := e.drain(ctx, lr.claims(), o.drain)
+	drained := e.drain(ctx, o.drain)
 	metric := scr.stop()
 	if drained != nil {
 		drained.metric = metric
 	}
 	cpu := cpuUsage(before, after)
-	if drained != nil && drained.snap.unique >= lr.claims() {
+	if drained != nil && drained.snap.pending() == 0 {
 		cpu.perClaim(before, e.cpuSample(), lr.claims())
 	}
 	res = buildResult(o, e, lr, drained, cpu)

@@ -127,10 +127,14 @@ type Storms struct {
 
 // Delivery is what the sink saw: each claimed event should arrive once.
 type Delivery struct {
-	Claimed      int64   `json:"claimed"`
-	Delivered    int64   `json:"delivered"` // distinct keys received
-	Pending      int64   `json:"pending"`   // claimed but not received by the end of the drain
-	Repeated     int64   `json:"repeated"`  // deliveries of a key already received
+	Claimed   int64 `json:"claimed"`   // distinct keys answered 2xx (202 as new, or 200 as held)
+	Delivered int64 `json:"delivered"` // distinct claimed keys received
+	Pending   int64 `json:"pending"`   // claimed but not received by the end of the drain
+	// Unclaimed is the distinct keys received that this run did not claim:
+	// a request the node committed though its answer failed (a restart),
+	// or another bench process's run. They do not make up for a pending one.
+	Unclaimed    int64   `json:"unclaimed,omitempty"`
+	Repeated     int64   `json:"repeated"` // deliveries of a key already received
 	PerSec       float64 `json:"per_sec"`
 	DrainS       float64 `json:"drain_s"`
 	Latency      Latency `json:"latency_us"` // send time -> handler received
@@ -372,7 +376,7 @@ func buildResult(o *options, e *env, lr *loadResult, dr *drainResult, cpu CPU) *
 		at(i).ClaimP50, at(i).ClaimP99 = l.P50, l.P99
 	}
 	if dr != nil {
-		res.Delivery = deliveryOf(r.accepted, lr.elapsed, dr)
+		res.Delivery = deliveryOf(lr.elapsed, dr)
 		for i, n := range dr.snap.perSec {
 			at(i).Delivered = n
 		}
@@ -402,14 +406,18 @@ func buildResult(o *options, e *env, lr *loadResult, dr *drainResult, cpu CPU) *
 	return res
 }
 
-func deliveryOf(claimed int64, elapsed time.Duration, dr *drainResult) *Delivery {
+// deliveryOf counts the keys claimed and received from the run's ledger
+// (keyLedger): a key received that the run did not claim is Unclaimed, not
+// a delivery of a claimed one.
+func deliveryOf(elapsed time.Duration, dr *drainResult) *Delivery {
 	s := dr.snap
 	return &Delivery{
-		Claimed:      claimed,
-		Delivered:    s.unique,
-		Pending:      max(0, claimed-s.unique),
+		Claimed:      s.claimed,
+		Delivered:    s.delivered,
+		Pending:      s.pending(),
+		Unclaimed:    max(0, s.unique-s.delivered),
 		Repeated:     s.repeats,
-		PerSec:       perSecond(s.unique, elapsed+dr.waited),
+		PerSec:       perSecond(s.delivered, elapsed+dr.waited),
 		DrainS:       dr.waited.Seconds(),
 		Latency:      summarize(s.lat),
 		Percentiles:  percentileCurve(s.lat),
@@ -562,10 +570,14 @@ func formatTimeline(tl []Second) string {
 }
 
 func pendingNote(d *Delivery) string {
-	if d.Pending == 0 {
-		return ""
+	var s string
+	if d.Pending > 0 {
+		s = fmt.Sprintf("; %d claimed but not delivered when it ended: raise -drain", d.Pending)
 	}
-	return fmt.Sprintf("; %d claimed but not delivered when it ended: raise -drain", d.Pending)
+	if d.Unclaimed > 0 {
+		s += fmt.Sprintf("; %d keys received that this run did not claim", d.Unclaimed)
+	}
+	return s
 }
 
 func loadLabel(res *Result) string {

@@ -26,11 +26,11 @@ type sink struct {
 	mu         sync.Mutex // guards the fields below
 	lat        *hdrhistogram.Histogram
 	match      *ackMatcher       // nil: no pairing with the generator's 2xx
-	runKey     []byte            // "evt_<run>_": keys of this run are counted in seqs
+	runKey     []byte            // "evt_<run>_": keys of this run are counted in ledger
 	oldRuns    [][]byte          // runKeys of earlier runs (-sustain steps): their late deliveries are stale
 	stale      int64             // deliveries of an earlier run's keys
-	seqs       []uint8           // event number -> times received (saturating), for this run's keys
-	uniqSeqs   int64             // entries of seqs above zero
+	ledger     *keyLedger        // this run's keys: claimed by the generator, received here
+	uniqSeqs   int64             // distinct keys of this run received, claimed or not
 	keys       map[string]uint32 // any other Idempotency-Key -> times received
 	deliveries int64
 	repeats    int64 // deliveries of a key already received
@@ -42,7 +42,9 @@ type sink struct {
 // sinkSnapshot is a copy of the sink's counters.
 type sinkSnapshot struct {
 	lat        *hdrhistogram.Histogram
-	unique     int64
+	unique     int64 // distinct keys received, claimed or not, of this run or of none
+	claimed    int64 // keys of this run the node claimed (keyLedger)
+	delivered  int64 // of them, the keys received
 	deliveries int64
 	repeats    int64
 	noSentNs   int64
@@ -77,14 +79,16 @@ func startSink(addr string, delay time.Duration) (*sink, error) {
 func (s *sink) url() string { return "http://" + s.ln.Addr().String() }
 
 // begin sets the time the per-second buckets count from and the run whose
-// keys ("<source>:evt_<run>_<seq>") the sink counts by event number: an
-// array index per delivery instead of a map of strings, which would cost
-// this process (the machine the nodes run on) an allocation per delivery and
-// a growing map for its garbage collector to scan. It starts every count
-// afresh (a -sustain step is a run of its own); deliveries of an earlier
-// run's keys that arrive later are counted as stale only. match, when not
-// nil, is told of each key's first delivery.
-func (s *sink) begin(t time.Time, run string, match *ackMatcher) {
+// keys ("<source>:evt_<run>_<seq>") the sink counts by event number, in the
+// run's keyLedger: two bits per event instead of a map of strings, which
+// would cost this process (the machine the nodes run on) an allocation per
+// delivery and a growing map for its garbage collector to scan. It starts
+// every count afresh (a -sustain step is a run of its own); deliveries of an
+// earlier run's keys that arrive later are counted as stale only. match,
+// when not nil, is told of each key's first delivery. It returns the run's
+// ledger, where the generator notes the keys the node claimed.
+func (s *sink) begin(t time.Time, run string, match *ackMatcher) *keyLedger {
+	l := newKeyLedger()
 	s.mu.Lock()
 	if len(s.runKey) > 0 {
 		s.oldRuns = append(s.oldRuns, s.runKey)
@@ -92,11 +96,12 @@ func (s *sink) begin(t time.Time, run string, match *ackMatcher) {
 	s.runKey = []byte("evt_" + run + "_")
 	s.match = match
 	s.lat = newHist()
-	s.seqs, s.uniqSeqs, s.keys = nil, 0, make(map[string]uint32)
+	s.ledger, s.uniqSeqs, s.keys = l, 0, make(map[string]uint32)
 	s.deliveries, s.repeats, s.noSentNs, s.stale = 0, 0, 0, 0
 	s.perSec, s.perSecNew = nil, nil
 	s.origin.Store(t.UnixNano())
 	s.mu.Unlock()
+	return l
 }
 
 // staleKey reports whether key belongs to an earlier run.
@@ -125,7 +130,7 @@ func (s *sink) runSeq(key []byte) (int, bool) {
 		}
 		v = v*10 + int(c-'0')
 	}
-	return v, v < 1<<30
+	return v, v < maxSeq
 }
 
 var sentNsField = []byte(`"sent_ns":`)
@@ -145,13 +150,8 @@ func (s *sink) handle(ctx *fasthttp.RequestCtx) {
 	}
 	s.deliveries++
 	if seq, ok := s.runSeq(key); ok {
-		if seq >= len(s.seqs) {
-			s.seqs = append(s.seqs, make([]uint8, seq+1-len(s.seqs)+len(s.seqs)/2)...)
-		}
-		switch n := s.seqs[seq]; {
-		case n == 0:
+		if s.ledger.receive(int64(seq)) {
 			s.uniqSeqs++
-			s.seqs[seq] = 1
 			if s.match != nil {
 				s.match.received(int64(seq), now)
 			}
@@ -162,10 +162,7 @@ func (s *sink) handle(ctx *fasthttp.RequestCtx) {
 				}
 				s.perSecNew[sec]++
 			}
-		case n < 255:
-			s.repeats++
-			s.seqs[seq] = n + 1
-		default:
+		} else {
 			s.repeats++
 		}
 	} else if n := s.keys[string(key)]; n > 0 {
@@ -213,18 +210,24 @@ func parseSentNs(body []byte) (int64, bool) {
 	return v, n > 0 && n <= 19
 }
 
-func (s *sink) unique() int64 {
+// pending is the number of keys the node claimed in this run that the sink
+// has not received.
+func (s *sink) pending() int64 {
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.uniqSeqs + int64(len(s.keys))
+	l := s.ledger
+	s.mu.Unlock()
+	return l.pending()
 }
 
 func (s *sink) snapshot() sinkSnapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	claimed, delivered := s.ledger.counts()
 	return sinkSnapshot{
 		lat:        hdrhistogram.Import(s.lat.Export()),
 		unique:     s.uniqSeqs + int64(len(s.keys)),
+		claimed:    claimed,
+		delivered:  delivered,
 		deliveries: s.deliveries,
 		repeats:    s.repeats,
 		noSentNs:   s.noSentNs,
@@ -233,6 +236,9 @@ func (s *sink) snapshot() sinkSnapshot {
 		stale:      s.stale,
 	}
 }
+
+// pending is the number of claimed keys not received when s was taken.
+func (s sinkSnapshot) pending() int64 { return max(0, s.claimed-s.delivered) }
 
 func (s *sink) close() error {
 	err := s.srv.Shutdown()

@@ -285,7 +285,7 @@ func soak(ctx context.Context, o *options, e *env, stderr io.Writer) (*Soak, err
 	after := e.cpuSample()
 	close(stop)
 	wg.Wait()
-	drained := e.drain(ctx, lr.claims(), o.drain)
+	drained := e.drain(ctx, o.drain)
 	sk.fold(1 << 30)
 	res := buildResult(o, e, lr, drained, cpuUsage(before, after))
 
