@@ -173,9 +173,6 @@ func TestBodyMemoryIsCapped(t *testing.T) {
 	// runs: these are larger, read by the handler as they come.
 	f.in.bodyMemory = 60000
 	addr := serveTCP(t, f.in)
-	head := func(n int) string {
-		return fmt.Sprintf("POST /in/jsonkey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
-	}
 	// The slow sender: 40,000 bytes declared, 20,000 sent: it holds the
 	// 16 KiB first step, then twice that once it sent more.
 	slow, err := net.Dial("tcp", addr)
@@ -183,7 +180,7 @@ func TestBodyMemoryIsCapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer slow.Close()
-	fmt.Fprint(slow, head(40000)+strings.Repeat("x", 20000))
+	fmt.Fprint(slow, jsonPost(40000)+strings.Repeat("x", 20000))
 	waitFor(t, "the slow body to hold what it sent", func() bool { return f.in.bodies.Load() == 32<<10 })
 
 	other, err := net.Dial("tcp", addr)
@@ -191,7 +188,7 @@ func TestBodyMemoryIsCapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer other.Close()
-	fmt.Fprint(other, head(40000)+strings.Repeat("x", 20000))
+	fmt.Fprint(other, jsonPost(40000)+strings.Repeat("x", 20000))
 	_ = other.SetReadDeadline(time.Now().Add(10 * time.Second))
 	resp, err := http.ReadResponse(bufio.NewReader(other), nil)
 	if err != nil {
@@ -219,37 +216,24 @@ func TestBodyMemoryShareOfANetwork(t *testing.T) {
 	f := newIntakeFixture(t)
 	f.in.bodyMemory = 16 << 20 // share: 2 MiB
 	addr := serveTCP(t, f.in)
-	head := func(n int) string {
-		return fmt.Sprintf("POST /in/jsonkey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
-	}
-	dialFrom := func(ip string) net.Conn {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-		c, err := d.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
 	// A megabyte declared, 9 KB sent: the first step is held, not the
 	// declared megabyte.
-	idle := dialFrom("127.0.0.1")
-	fmt.Fprint(idle, head(1<<20)+strings.Repeat("x", 9000))
+	idle := dialFrom(t, addr, "127.0.0.1")
+	fmt.Fprint(idle, jsonPost(1<<20)+strings.Repeat("x", 9000))
 	waitFor(t, "a declared body to hold the first step", func() bool { return f.in.bodies.Load() == 16<<10 })
 	// A body past half a megabyte holds a megabyte.
-	big := dialFrom("127.0.0.1")
-	fmt.Fprint(big, head(1<<20)+strings.Repeat("x", 600<<10))
+	big := dialFrom(t, addr, "127.0.0.1")
+	fmt.Fprint(big, jsonPost(1<<20)+strings.Repeat("x", 600<<10))
 	waitFor(t, "a large body to hold a megabyte", func() bool { return f.in.bodies.Load() == 16<<10+1<<20 })
 	// A third would pass the network's 2 MiB: refused, though the cap
 	// (16 MiB) has room.
-	same := dialFrom("127.0.0.1")
-	fmt.Fprint(same, head(1<<20)+strings.Repeat("x", 1<<20))
+	same := dialFrom(t, addr, "127.0.0.1")
+	fmt.Fprint(same, jsonPost(1<<20)+strings.Repeat("x", 1<<20))
 	if code := answerStatus(t, same); code != http.StatusServiceUnavailable {
 		t.Fatalf("a third body from the same network: %d, want 503", code)
 	}
-	other := dialFrom("127.0.0.2")
-	fmt.Fprint(other, head(1<<20)+strings.Repeat("x", 1<<20))
+	other := dialFrom(t, addr, "127.0.0.2")
+	fmt.Fprint(other, jsonPost(1<<20)+strings.Repeat("x", 1<<20))
 	if code := answerStatus(t, other); code != http.StatusUnauthorized {
 		t.Fatalf("a body from another network: %d, want 401 (read, then refused unsigned)", code)
 	}
@@ -266,33 +250,20 @@ func TestLargeBodiesLeaveRoomForSmallOnes(t *testing.T) {
 	f := newIntakeFixture(t)
 	f.in.bodyMemory = 4 << 20 // room for large bodies: 3 MiB; a network's share: one largest body (1 MiB)
 	addr := serveTCP(t, f.in)
-	head := func(n int) string {
-		return fmt.Sprintf("POST /in/jsonkey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
-	}
-	dialFrom := func(ip string) net.Conn {
-		t.Helper()
-		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
-		c, err := d.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
 	// Three networks each send 600 KiB of a declared megabyte: each holds
 	// a megabyte, the large bodies' room is full.
 	for i, ip := range []string{"127.0.0.1", "127.0.0.2", "127.0.0.3"} {
-		c := dialFrom(ip)
-		fmt.Fprint(c, head(1<<20)+strings.Repeat("x", 600<<10))
+		c := dialFrom(t, addr, ip)
+		fmt.Fprint(c, jsonPost(1<<20)+strings.Repeat("x", 600<<10))
 		waitFor(t, fmt.Sprintf("large body %d to hold a megabyte", i+1), func() bool { return f.in.bodies.Load() == int64(i+1)<<20 })
 	}
-	large := dialFrom("127.0.0.4")
-	fmt.Fprint(large, head(1<<20)+strings.Repeat("x", 600<<10))
+	large := dialFrom(t, addr, "127.0.0.4")
+	fmt.Fprint(large, jsonPost(1<<20)+strings.Repeat("x", 600<<10))
 	if code := answerStatus(t, large); code != http.StatusServiceUnavailable {
 		t.Fatalf("a fourth large body: %d, want 503 (the large bodies' room is full)", code)
 	}
-	small := dialFrom("127.0.0.5")
-	fmt.Fprint(small, head(40000)+strings.Repeat("x", 40000))
+	small := dialFrom(t, addr, "127.0.0.5")
+	fmt.Fprint(small, jsonPost(40000)+strings.Repeat("x", 40000))
 	if code := answerStatus(t, small); code != http.StatusUnauthorized {
 		t.Fatalf("a small body beside them: %d, want 401 (read, then refused unsigned)", code)
 	}
@@ -398,4 +369,23 @@ func TestServerLogLinesHaveOneMessage(t *testing.T) {
 		!strings.Contains(rec["detail"], "error when serving connection") || strings.Contains(line, "secret") {
 		t.Fatalf("log line %s (%v)", line, err)
 	}
+}
+
+// jsonPost is the head of a JSON POST to the jsonkey source declaring a
+// body of n bytes.
+func jsonPost(n int) string {
+	return fmt.Sprintf("POST /in/jsonkey HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", n)
+}
+
+// dialFrom connects to addr from the loopback address ip, a client network
+// of its own.
+func dialFrom(t *testing.T, addr, ip string) net.Conn {
+	t.Helper()
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(ip)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
 }
