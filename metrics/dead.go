@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,13 +15,23 @@ import (
 // other source that has dead letters: a walk of the dead letters
 // (engine.OldestDeadBySource), so the number of dead letters.
 // oncehook_oldest_dead_seconds (raft.go) is the same age over all sources,
-// one seek.
+// one seek. /metrics needs no token, so the walk is made at most once every
+// deadWalkEvery however often the route is asked (with millions of dead
+// letters a walk takes a tenth of a second and holds a read transaction);
+// the ages are computed at each scrape from the times the last walk found.
 type deadCollector struct {
 	node    DeadSource
 	sources func() []string // the configured source names
 	now     func() time.Time
 	oldest  *prometheus.Desc
+
+	mu     sync.Mutex // held across a walk: scrapes meanwhile wait for it
+	walked time.Time  // when at was read; zero: never
+	at     map[string]int64
 }
+
+// deadWalkEvery is the longest a walk's result of the dead letters is used.
+const deadWalkEvery = 5 * time.Second
 
 // DeadSource is what the dead-letter age collector needs from the cluster
 // node.
@@ -45,7 +56,8 @@ func (c *deadCollector) Collect(ch chan<- prometheus.Metric) {
 	// Every source's dead letters, configured or not: a source a reload
 	// removed or renamed keeps its dead letters until dead_retention, and
 	// the alert on their age must see them before they are deleted.
-	at, err := c.node.OldestDeadBySource(nil)
+	now := c.now()
+	at, err := c.oldestDead(now)
 	if err != nil {
 		ch <- prometheus.NewInvalidMetric(c.oldest, err)
 		return
@@ -59,7 +71,6 @@ func (c *deadCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	slices.Sort(others)
 	names = append(slices.Clip(names), others...)
-	now := c.now()
 	for _, name := range names {
 		age := 0.0
 		if t, ok := at[name]; ok {
@@ -67,4 +78,20 @@ func (c *deadCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.oldest, prometheus.GaugeValue, age, name)
 	}
+}
+
+// oldestDead returns the last walk's result when it is younger than
+// deadWalkEvery by now, else walks again. A failed walk is not kept.
+func (c *deadCollector) oldestDead(now time.Time) (map[string]int64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if age := now.Sub(c.walked); !c.walked.IsZero() && age >= 0 && age < deadWalkEvery {
+		return c.at, nil
+	}
+	at, err := c.node.OldestDeadBySource(nil)
+	if err != nil {
+		return nil, err
+	}
+	c.at, c.walked = at, now
+	return at, nil
 }

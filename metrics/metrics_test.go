@@ -167,6 +167,66 @@ func TestDeadCollector(t *testing.T) {
 	}
 }
 
+// countedDead is deadAt counting its walks.
+type countedDead struct {
+	deadAt
+	walks *int
+}
+
+func (d countedDead) OldestDeadBySource(want []string) (map[string]int64, error) {
+	*d.walks++
+	return d.deadAt.OldestDeadBySource(want)
+}
+
+// TestDeadCollectorWalksAtMostEvery: however often /metrics is asked (it
+// needs no token), the dead letters are walked at most once every
+// deadWalkEvery; the ages still move with each scrape's clock, and a failed
+// walk is not kept.
+func TestDeadCollectorWalksAtMostEvery(t *testing.T) {
+	now := time.Unix(1000, 0)
+	walks := 0
+	src := countedDead{deadAt{at: map[string]int64{"a": now.Add(-10 * time.Second).UnixNano()}}, &walks}
+	c := NewDeadCollector(src, func() []string { return []string{"a"} })
+	c.(*deadCollector).now = func() time.Time { return now }
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	age := func(want string) {
+		t.Helper()
+		text, code := scrape(t, reg)
+		if miss := missing(text, `oncehook_dead_oldest_age_seconds{source="a"} `+want); code != http.StatusOK || len(miss) > 0 {
+			t.Fatalf("scrape %d lacks %q:\n%s", code, miss, text)
+		}
+	}
+	for range 5 {
+		age("10")
+	}
+	now = now.Add(deadWalkEvery - time.Second)
+	age("14")
+	if walks != 1 {
+		t.Fatalf("%d walks for six scrapes within %s, want 1", walks, deadWalkEvery)
+	}
+	now = now.Add(time.Second)
+	age("15")
+	if walks != 2 {
+		t.Fatalf("%d walks once %s passed, want 2", walks, deadWalkEvery)
+	}
+
+	failing := countedDead{deadAt{err: errors.New("disk")}, &walks}
+	c2 := NewDeadCollector(failing, func() []string { return []string{"a"} })
+	c2.(*deadCollector).now = func() time.Time { return now }
+	reg2 := prometheus.NewRegistry()
+	reg2.MustRegister(c2)
+	walks = 0
+	for range 2 {
+		if _, code := scrape(t, reg2); code != http.StatusInternalServerError {
+			t.Fatalf("scrape %d with the storage error, want 500", code)
+		}
+	}
+	if walks != 2 {
+		t.Fatalf("%d walks for two failed scrapes, want 2 (a failure is not kept)", walks)
+	}
+}
+
 // TestInFlightCollector: every configured source has a series (0 when it
 // holds no worker), and a source that is no longer configured has one while
 // its events hold workers.
