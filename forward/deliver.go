@@ -94,10 +94,7 @@ func (f *Forwarder) leaseLeft(ev *engine.Event, leased, now time.Time) (bool, st
 		return true, "" // try hands it back as ReasonNoTarget
 	}
 	end := f.leaseEnd(ev, leased)
-	length := f.opts.DefaultLease
-	if ev.LeaseFor > 0 {
-		length = time.Duration(ev.LeaseFor)
-	}
+	length := f.leaseLength(ev)
 	timeout := tgt.withDefaults().Timeout
 	last := end.Add(-timeout)
 	if timeout >= length {
@@ -138,6 +135,29 @@ func (f *Forwarder) leaseEnd(ev *engine.Event, leased time.Time) time.Time {
 		return leased.Add(f.opts.DefaultLease)
 	}
 	return time.Unix(0, ev.LeaseUntil)
+}
+
+// leaseLength is the length of ev's lease: its own, or the default.
+func (f *Forwarder) leaseLength(ev *engine.Event) time.Duration {
+	if ev.LeaseFor > 0 {
+		return time.Duration(ev.LeaseFor)
+	}
+	return f.opts.DefaultLease
+}
+
+// leaseOverBy is when ev's lease, under an attempt started at start, is
+// over for sure: its end by the wall clock, or its length after start by the
+// monotonic clock when that is sooner. The lease was granted before the
+// attempt started, so the latter is never early; a wall clock stepped back
+// (here or on the leader that stamped the lease) would otherwise stretch a
+// wait for the lease's end by the step. The result reads the monotonic
+// clock.
+func (f *Forwarder) leaseOverBy(ev *engine.Event, start time.Time) time.Time {
+	byLength := start.Add(f.leaseLength(ev))
+	if left := time.Until(time.Unix(0, ev.LeaseUntil)); left < time.Until(byLength) {
+		return time.Now().Add(left)
+	}
+	return byLength
 }
 
 // maxReason bounds a failure reason kept with the event.
@@ -544,7 +564,8 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 		// The handler may still be working on it: the next attempt starts
 		// no sooner than the lease's end, which forward_timeout < lease
 		// leaves it, so that one handler never runs the event twice at once.
-		retryIn = max(retryIn, time.Until(time.Unix(0, ev.LeaseUntil)))
+		over := f.leaseOverBy(&ev, start)
+		retryIn = max(retryIn, time.Until(over))
 		if ev.OrderObject != "" && maxAttempts > 0 && attempt >= maxAttempts {
 			// Dead, the event releases its object, and the next event of
 			// the object would reach the handler while it may still run
@@ -552,7 +573,7 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 			// drain (a hand-over, a stop) does not wait that long: the
 			// attempt is recorded as not the last, and whichever node leads
 			// then retries the event once more after the lease's end.
-			reached, release := f.waitForLeaseEnd(ctx, ev.LeaseUntil)
+			reached, release := f.waitForLeaseEnd(ctx, over)
 			defer release()
 			if !reached {
 				maxAttempts = 0
@@ -584,14 +605,13 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	f.finish(fin, took)
 }
 
-// waitForLeaseEnd waits until a lease's end (until) and reports whether it
+// waitForLeaseEnd waits until a lease's end (leaseOverBy) and reports whether it
 // got there; it gives up when the run ends or a drain starts (a drain waits
 // for this worker). From shortly before the end until release is called
 // (after the attempt is recorded) the sweeper reclaims nothing, so that it
 // cannot take the lease from under the Fail proposed at its end.
-func (f *Forwarder) waitForLeaseEnd(ctx context.Context, until int64) (reached bool, release func()) {
+func (f *Forwarder) waitForLeaseEnd(ctx context.Context, end time.Time) (reached bool, release func()) {
 	const step = 100 * time.Millisecond
-	end := time.Unix(0, until)
 	ending := false
 	release = func() {
 		if ending {

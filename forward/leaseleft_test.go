@@ -309,3 +309,32 @@ func TestSyncBodyTimeoutWaitsForTheLeaseSynctest(t *testing.T) {
 		}
 	})
 }
+
+// TestLeaseOverBy: a wait for a lease's end ends at its end by the wall
+// clock, but never later than its length after the attempt started: a wall
+// clock stepped back (an hour here, on the leader that stamped the lease)
+// would stretch the wait by the step, holding the worker and, on an ordered
+// source, the event's object.
+func TestLeaseOverBy(t *testing.T) {
+	f := New(Options{DefaultLease: 30 * time.Second})
+	start := time.Now()
+	for _, tc := range []struct {
+		name     string
+		until    time.Duration // the lease's end by the wall clock, from start
+		leaseFor time.Duration // the event's own lease length; 0: DefaultLease
+		want     time.Duration // from start
+	}{
+		{"in time", 8 * time.Second, 10 * time.Second, 8 * time.Second},
+		{"stamped an hour ahead", time.Hour, 10 * time.Second, 10 * time.Second},
+		{"stamped an hour ahead, the default length", time.Hour, 0, 30 * time.Second},
+		{"already over", -time.Second, 10 * time.Second, -time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ev := engine.Event{LeaseUntil: start.Add(tc.until).UnixNano(), LeaseFor: int64(tc.leaseFor)}
+			got := f.leaseOverBy(&ev, start).Sub(start)
+			if d := got - tc.want; d < -time.Second || d > time.Second {
+				t.Fatalf("over %v after the start, want %v", got, tc.want)
+			}
+		})
+	}
+}
