@@ -333,13 +333,6 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 
 // deliveryInFlight is, per source, the events holding a delivery worker
 // (oncehook_delivery_in_flight); nil when this node does not lead.
-// intakeIdleHook tells the intake's listener which of its connections wait
-// between requests: a full intake closes the one idle longest to take a new
-// one (connlimit.Listener.ConnState).
-func intakeIdleHook(ln *connlimit.Listener) func(net.Conn, fasthttp.ConnState) {
-	return func(c net.Conn, st fasthttp.ConnState) { ln.ConnState(c, st == fasthttp.StateIdle) }
-}
-
 func (n *node) deliveryInFlight() map[string]int {
 	if f := n.forwarder.Load(); f != nil {
 		return f.InFlight()
@@ -816,5 +809,20 @@ func logWarnings(log *slog.Logger, cfg *config.Config) {
 			continue
 		}
 		log.Warn(w, "file", cfg.Path)
+	}
+}
+
+// intakeIdleHook tells the intake's listener which of its connections wait
+// between requests: a full intake closes the one idle longest to take a new
+// one (connlimit.Listener.ConnState). A new connection is idle already (the
+// listener counts it so from its accept to its first byte).
+func intakeIdleHook(ln *connlimit.Listener) func(net.Conn, fasthttp.ConnState) {
+	return func(c net.Conn, st fasthttp.ConnState) {
+		switch st {
+		case fasthttp.StateIdle:
+			ln.ConnState(c, true)
+		case fasthttp.StateActive, fasthttp.StateHijacked:
+			ln.ConnState(c, false)
+		}
 	}
 }

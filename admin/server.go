@@ -190,7 +190,14 @@ func (s *Server) UseStore(st Store) { s.store = st }
 // http.ErrServerClosed after Shutdown.
 func (s *Server) Serve(ln net.Listener) error {
 	if t, ok := ln.(idleTracker); ok {
-		s.srv.ConnState = func(c net.Conn, st http.ConnState) { t.ConnState(c, st == http.StateIdle) }
+		s.srv.ConnState = func(c net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateIdle:
+				t.ConnState(c, true)
+			case http.StateActive, http.StateHijacked:
+				t.ConnState(c, false)
+			}
+		}
 	}
 	if s.srv.TLSConfig != nil {
 		return s.srv.ServeTLS(ln, "", "")

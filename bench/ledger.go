@@ -72,11 +72,17 @@ func (l *keyLedger) claim(seq int64) {
 		l.claimed.Add(1)
 		return
 	}
-	if old := w.Or(bit); old&bit == 0 {
-		l.claimed.Add(1)
-		if old&(bit<<1) != 0 {
-			l.delivered.Add(1)
-		}
+	// Counted before the bit is set, so that a receive seeing the bit
+	// never counts a delivery of a claim not counted yet (delivered never
+	// passes claimed); taken back when the key was claimed already.
+	l.claimed.Add(1)
+	old := w.Or(bit)
+	if old&bit != 0 {
+		l.claimed.Add(-1)
+		return
+	}
+	if old&(bit<<1) != 0 {
+		l.delivered.Add(1)
 	}
 }
 

@@ -101,6 +101,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		wc := &conn{Conn: c, l: l}
 		wc.release = func() { l.unidle(wc); l.count.Release(key) }
+		// Silent since it connected: idle until its first byte (Read).
+		l.ConnState(wc, true)
 		return wc, nil
 	}
 }
@@ -110,10 +112,14 @@ func (l *Listener) Reaped() uint64 { return l.reaped.Load() }
 
 // ConnState tells the listener that c, a connection it accepted (or a TLS
 // connection over one), waits for its next request (idle true) or serves one;
-// an HTTP server's connection-state hook calls it. Without it nothing is
-// idle: a connection held open between requests, thousands of them from a
-// few client networks, would fill the total cap, and every other client be
-// refused until the server's idle timeout closed them.
+// an HTTP server's connection-state hook calls it. A connection is idle from
+// its accept and from each idle until a byte arrives (conn.Read): net/http
+// says a connection is active only once a whole request head is read, and
+// one whose head is arriving is not to be closed. Without the hook a
+// connection is idle only until its first byte: one held open between
+// requests, thousands of them from a few client networks, would fill the
+// total cap, and every other client be refused until the server's idle
+// timeout closed them.
 func (l *Listener) ConnState(c net.Conn, idle bool) {
 	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
 		c = nc.NetConn()
@@ -132,6 +138,7 @@ func (l *Listener) ConnState(c net.Conn, idle bool) {
 		return
 	}
 	wc.idle, wc.idleAt = true, time.Now()
+	wc.onIdle.Store(true)
 	wc.prev, wc.next = l.idleTail, nil
 	if l.idleTail != nil {
 		l.idleTail.next = wc
@@ -164,6 +171,7 @@ func (l *Listener) unlink(c *conn) {
 		l.idleTail = c.prev
 	}
 	c.prev, c.next, c.idle = nil, nil, false
+	c.onIdle.Store(false)
 }
 
 // reapIdle closes the connection idle longest, when it has been for
@@ -173,6 +181,10 @@ func (l *Listener) unlink(c *conn) {
 func (l *Listener) reapIdle(now time.Time) bool {
 	l.idleMu.Lock()
 	c := l.idleHead
+	for c != nil && c.closed { // its Close is taking it off
+		l.unlink(c)
+		c = l.idleHead
+	}
 	if c == nil || now.Sub(c.idleAt) < l.opts.MinIdle {
 		l.idleMu.Unlock()
 		return false
@@ -209,11 +221,24 @@ type conn struct {
 	release func()
 	l       *Listener
 
+	// onIdle mirrors idle for Read, which must not take the lock on
+	// every call.
+	onIdle atomic.Bool
 	// On the listener's idle list; guarded by its idleMu.
 	idle       bool
 	closed     bool
 	idleAt     time.Time
 	prev, next *conn
+}
+
+// Read takes the connection off the idle list once a byte arrives: the
+// next request has begun.
+func (c *conn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	if n > 0 && c.onIdle.Load() {
+		c.l.unidle(c)
+	}
+	return n, err
 }
 
 func (c *conn) Close() error {
@@ -284,11 +309,14 @@ func NewCounter(l Limits) *Counter {
 func (c *Counter) Acquire(key netip.Prefix) string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.limits.Total > 0 && c.total >= c.limits.Total {
-		return "total"
-	}
+	// The network's cap first: "total" then means the network has room,
+	// and a full listener closes an idle connection only for a new one it
+	// will take.
 	if c.limits.PerNetwork > 0 && c.per[key] >= c.limits.PerNetwork {
 		return "network"
+	}
+	if c.limits.Total > 0 && c.total >= c.limits.Total {
+		return "total"
 	}
 	c.total++
 	c.per[key]++

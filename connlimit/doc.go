@@ -12,11 +12,12 @@
 //     address, an IPv6 /64, since one holder of a /64 has 2^64 addresses); a
 //     connection over a cap is closed at once, after an optional refusal
 //     (the intake writes a 503 or 429), and counted. Over the total cap, a
-//     new connection first takes the place of the one that has waited
-//     longest between requests (an HTTP server reports which do through
-//     Listener.ConnState): idle keep-alive connections cost their holder
-//     nothing, and thousands of them must not keep every other client out
-//     until the server's idle timeout.
+//     new connection its network's cap allows first takes the place of the
+//     one that has waited longest between requests, or silent since it
+//     connected (an HTTP server reports which wait through
+//     Listener.ConnState; a byte read ends a wait): idle connections cost
+//     their holder nothing, and thousands of them must not keep every
+//     other client out until the server's timeouts.
 //   - Caps derives the caps from the process's file descriptor limit, so
 //     that a flood on one listener leaves descriptors for the others, the
 //     Raft log, the engine and outgoing deliveries.

@@ -37,8 +37,15 @@ func serveIdle(t *testing.T, total int, minIdle time.Duration) (*Listener, strin
 			io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 		}})
 	srv := &http.Server{
-		Handler:   http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}),
-		ConnState: func(c net.Conn, st http.ConnState) { wl.ConnState(c, st == http.StateIdle) },
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}),
+		ConnState: func(c net.Conn, st http.ConnState) {
+			switch st {
+			case http.StateIdle:
+				wl.ConnState(c, true)
+			case http.StateActive, http.StateHijacked:
+				wl.ConnState(c, false)
+			}
+		},
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(wl) }()
@@ -69,10 +76,16 @@ func get(t *testing.T, c net.Conn, br *bufio.Reader) int {
 func TestIdleConnectionGivesWay(t *testing.T) {
 	t.Run("the oldest idle goes", func(t *testing.T) {
 		wl, addr := serveIdle(t, 2, time.Nanosecond)
-		a, b := dialFrom(t, "127.0.0.1", addr), dialFrom(t, "127.0.0.2", addr)
-		ab, bb := bufio.NewReader(a), bufio.NewReader(b)
-		if get(t, a, ab) != 200 || get(t, b, bb) != 200 {
-			t.Fatal("first requests failed")
+		a := dialFrom(t, "127.0.0.1", addr)
+		ab := bufio.NewReader(a)
+		if get(t, a, ab) != 200 {
+			t.Fatal("a's request failed")
+		}
+		waitFor(t, "a idle", func() bool { return wl.idleCount() == 1 })
+		b := dialFrom(t, "127.0.0.2", addr)
+		bb := bufio.NewReader(b)
+		if get(t, b, bb) != 200 {
+			t.Fatal("b's request failed")
 		}
 		waitFor(t, "both connections idle", func() bool { return wl.idleCount() == 2 })
 		c := dialFrom(t, "127.0.0.3", addr)
@@ -98,13 +111,85 @@ func TestIdleConnectionGivesWay(t *testing.T) {
 		wl, addr := serveIdle(t, 1, time.Nanosecond)
 		a := dialFrom(t, "127.0.0.1", addr)
 		io.WriteString(a, "GET / HTTP/1.1\r\nHost:") // the head, cut short
-		waitFor(t, "the connection to be accepted", func() bool { return wl.Open() == 1 })
+		waitFor(t, "the head's first bytes to be read", func() bool { return wl.Open() == 1 && wl.idleCount() == 0 })
 		b := dialFrom(t, "127.0.0.2", addr)
 		if st := get(t, b, bufio.NewReader(b)); st != 503 {
 			t.Errorf("over the cap beside a request in progress: %d, want the 503 refusal", st)
 		}
 		if n := wl.Reaped(); n != 0 {
 			t.Errorf("reaped %d, want 0", n)
+		}
+	})
+	// net/http says a connection is active only once the whole head is
+	// read: one whose next head is arriving after an idle wait is busy.
+	t.Run("a next request in progress stays", func(t *testing.T) {
+		wl, addr := serveIdle(t, 1, time.Nanosecond)
+		a := dialFrom(t, "127.0.0.1", addr)
+		ab := bufio.NewReader(a)
+		if get(t, a, ab) != 200 {
+			t.Fatal("first request failed")
+		}
+		waitFor(t, "the connection idle", func() bool { return wl.idleCount() == 1 })
+		io.WriteString(a, "GET / HTTP/1.1\r\nHost:")
+		waitFor(t, "the next head's first bytes to be read", func() bool { return wl.idleCount() == 0 })
+		b := dialFrom(t, "127.0.0.2", addr)
+		if st := get(t, b, bufio.NewReader(b)); st != 503 {
+			t.Errorf("over the cap beside a head arriving: %d, want the 503 refusal", st)
+		}
+		io.WriteString(a, " x\r\n\r\n")
+		resp, err := http.ReadResponse(ab, nil)
+		if err != nil || resp.StatusCode != 200 {
+			t.Fatalf("the request whose head was arriving: %v %v, want 200", resp, err)
+		}
+		resp.Body.Close()
+	})
+	t.Run("a connection silent since it connected goes", func(t *testing.T) {
+		wl, addr := serveIdle(t, 1, time.Nanosecond)
+		a := dialFrom(t, "127.0.0.1", addr)
+		waitFor(t, "the silent connection to be accepted", func() bool { return wl.Open() == 1 })
+		b := dialFrom(t, "127.0.0.2", addr)
+		if st := get(t, b, bufio.NewReader(b)); st != 200 {
+			t.Fatalf("a connection over the cap beside a silent one: %d, want 200", st)
+		}
+		_ = a.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := a.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Errorf("the silent connection read %v, want EOF (closed)", err)
+		}
+	})
+	// A new connection its own network's cap refuses closes nobody's.
+	t.Run("a network at its cap closes nothing", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wl := Wrap(ln, Limits{Total: 2, PerNetwork: 1}, Options{Name: "test", Logger: slog.New(slog.DiscardHandler), MinIdle: time.Nanosecond})
+		defer wl.Close()
+		accepted := make(chan net.Conn, 4)
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for {
+				c, err := wl.Accept()
+				if err != nil {
+					return
+				}
+				accepted <- c
+			}
+		}()
+		defer func() { wl.Close(); <-done }()
+		dialFrom(t, "127.0.0.1", ln.Addr().String())
+		dialFrom(t, "127.0.0.2", ln.Addr().String())
+		for range 2 {
+			c := <-accepted
+			defer c.Close()
+		}
+		dialFrom(t, "127.0.0.1", ln.Addr().String())
+		waitFor(t, "the third connection refused", func() bool { return wl.Refused() == 1 })
+		if n := wl.Reaped(); n != 0 {
+			t.Errorf("reaped %d for a connection its network's cap refused, want 0", n)
+		}
+		if n := wl.Open(); n != 2 {
+			t.Errorf("open %d, want 2", n)
 		}
 	})
 	t.Run("idle for less than MinIdle stays", func(t *testing.T) {
@@ -141,25 +226,27 @@ func TestConnStateTakesTLS(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	tc := tls.Server(c, &tls.Config{})
-	wl.ConnState(tc, true)
 	if n := wl.idleCount(); n != 1 {
-		t.Fatalf("idle after the TLS connection's hook: %d, want 1", n)
+		t.Fatalf("idle after the accept: %d, want 1 (silent since it connected)", n)
 	}
+	tc := tls.Server(c, &tls.Config{})
 	wl.ConnState(tc, false)
 	if n := wl.idleCount(); n != 0 {
-		t.Fatalf("idle after it went active: %d, want 0", n)
+		t.Fatalf("idle after the TLS connection went active: %d, want 0", n)
+	}
+	wl.ConnState(tc, true)
+	if n := wl.idleCount(); n != 1 {
+		t.Fatalf("idle after the TLS connection's idle hook: %d, want 1", n)
 	}
 	other, peer := net.Pipe()
 	defer other.Close()
 	defer peer.Close()
 	wl.ConnState(tls.Server(other, &tls.Config{}), true)
 	wl.ConnState(other, true)
-	if n := wl.idleCount(); n != 0 {
-		t.Fatalf("a connection the listener did not accept went on its idle list (%d)", n)
+	if n := wl.idleCount(); n != 1 {
+		t.Fatalf("a connection the listener did not accept went on its idle list (%d on it, want 1)", n)
 	}
 	// A closed connection never goes back on the list.
-	wl.ConnState(c, true)
 	c.Close()
 	wl.ConnState(c, true)
 	if n := wl.idleCount(); n != 0 {

@@ -129,12 +129,23 @@ func (f *Forwarder) leasedBySource(source string) bool {
 	return false
 }
 
-// leaseEnd is when ev's lease, taken at leased, ends.
+// leaseEnd is when ev's lease, taken at leased (or later: an attempt's
+// start), ends for this node: its end by the wall clock, or its length after
+// leased by the monotonic clock when that is sooner. The lease was granted
+// before leased, so the latter is never early; a wall clock stepped back
+// (here, or on the leader that stamped the lease, whose reclaim then cuts
+// the lease to its length: engine Command.Horizon) would otherwise stretch
+// the lease by the step: an attempt started after the leader's end, a wait
+// for the end held that much longer. The result reads the monotonic clock.
 func (f *Forwarder) leaseEnd(ev *engine.Event, leased time.Time) time.Time {
+	byLength := leased.Add(f.leaseLength(ev))
 	if ev.LeaseUntil == 0 {
-		return leased.Add(f.opts.DefaultLease)
+		return byLength
 	}
-	return time.Unix(0, ev.LeaseUntil)
+	if left := time.Until(time.Unix(0, ev.LeaseUntil)); left < time.Until(byLength) {
+		return time.Now().Add(left)
+	}
+	return byLength
 }
 
 // leaseLength is the length of ev's lease: its own, or the default.
@@ -143,21 +154,6 @@ func (f *Forwarder) leaseLength(ev *engine.Event) time.Duration {
 		return time.Duration(ev.LeaseFor)
 	}
 	return f.opts.DefaultLease
-}
-
-// leaseOverBy is when ev's lease, under an attempt started at start, is
-// over for sure: its end by the wall clock, or its length after start by the
-// monotonic clock when that is sooner. The lease was granted before the
-// attempt started, so the latter is never early; a wall clock stepped back
-// (here or on the leader that stamped the lease) would otherwise stretch a
-// wait for the lease's end by the step. The result reads the monotonic
-// clock.
-func (f *Forwarder) leaseOverBy(ev *engine.Event, start time.Time) time.Time {
-	byLength := start.Add(f.leaseLength(ev))
-	if left := time.Until(time.Unix(0, ev.LeaseUntil)); left < time.Until(byLength) {
-		return time.Now().Add(left)
-	}
-	return byLength
 }
 
 // maxReason bounds a failure reason kept with the event.
@@ -564,7 +560,7 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 		// The handler may still be working on it: the next attempt starts
 		// no sooner than the lease's end, which forward_timeout < lease
 		// leaves it, so that one handler never runs the event twice at once.
-		over := f.leaseOverBy(&ev, start)
+		over := f.leaseEnd(&ev, start)
 		retryIn = max(retryIn, time.Until(over))
 		if ev.OrderObject != "" && maxAttempts > 0 && attempt >= maxAttempts {
 			// Dead, the event releases its object, and the next event of
@@ -605,7 +601,7 @@ func (f *Forwarder) fail(ctx context.Context, ev engine.Event, attempt int, tgt 
 	f.finish(fin, took)
 }
 
-// waitForLeaseEnd waits until a lease's end (leaseOverBy) and reports whether it
+// waitForLeaseEnd waits until a lease's end (leaseEnd) and reports whether it
 // got there; it gives up when the run ends or a drain starts (a drain waits
 // for this worker). From shortly before the end until release is called
 // (after the attempt is recorded) the sweeper reclaims nothing, so that it

@@ -310,30 +310,35 @@ func TestSyncBodyTimeoutWaitsForTheLeaseSynctest(t *testing.T) {
 	})
 }
 
-// TestLeaseOverBy: a wait for a lease's end ends at its end by the wall
-// clock, but never later than its length after the attempt started: a wall
-// clock stepped back (an hour here, on the leader that stamped the lease)
-// would stretch the wait by the step, holding the worker and, on an ordered
-// source, the event's object.
-func TestLeaseOverBy(t *testing.T) {
+// TestLeaseEnd: a lease ends at its end by the wall clock, but never later
+// than its length after it was taken (or its attempt started): a wall clock
+// stepped back (an hour here, on the leader that stamped the lease) would
+// stretch it by the step, starting an attempt after the leader's own end of
+// the lease, or holding a worker and, on an ordered source, the event's
+// object that much longer.
+func TestLeaseEnd(t *testing.T) {
 	f := New(Options{DefaultLease: 30 * time.Second})
-	start := time.Now()
+	leased := time.Now()
 	for _, tc := range []struct {
 		name     string
-		until    time.Duration // the lease's end by the wall clock, from start
+		until    time.Duration // the lease's end by the wall clock, from leased; 0: none given
 		leaseFor time.Duration // the event's own lease length; 0: DefaultLease
-		want     time.Duration // from start
+		want     time.Duration // from leased
 	}{
 		{"in time", 8 * time.Second, 10 * time.Second, 8 * time.Second},
 		{"stamped an hour ahead", time.Hour, 10 * time.Second, 10 * time.Second},
 		{"stamped an hour ahead, the default length", time.Hour, 0, 30 * time.Second},
 		{"already over", -time.Second, 10 * time.Second, -time.Second},
+		{"no end given", 0, 0, 30 * time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ev := engine.Event{LeaseUntil: start.Add(tc.until).UnixNano(), LeaseFor: int64(tc.leaseFor)}
-			got := f.leaseOverBy(&ev, start).Sub(start)
+			ev := engine.Event{LeaseFor: int64(tc.leaseFor)}
+			if tc.until != 0 {
+				ev.LeaseUntil = leased.Add(tc.until).UnixNano()
+			}
+			got := f.leaseEnd(&ev, leased).Sub(leased)
 			if d := got - tc.want; d < -time.Second || d > time.Second {
-				t.Fatalf("over %v after the start, want %v", got, tc.want)
+				t.Fatalf("ends %v after the lease was taken, want %v", got, tc.want)
 			}
 		})
 	}

@@ -175,7 +175,9 @@ type Options struct {
 	// BodyMemory caps the bytes of request bodies read or held at once, all
 	// connections together; 0: DefaultBodyMemory, or twice the largest
 	// max_body when that is more. One client network (connlimit.Network)
-	// holds at most a quarter of it, or one largest body when that is more.
+	// holds at most an eighth of it, or one largest body when that is more;
+	// bodies past 64 KiB hold at most three quarters of it, or one largest
+	// body (reserveBody).
 	BodyMemory int64
 }
 
@@ -272,7 +274,7 @@ func (in *Server) reserveBody(from netip.Prefix, n, total int64) bool {
 	// one over it (413) from one of exactly max_body.
 	room := limit
 	if total > smallBody {
-		room = max(limit-limit/4, largest+1)
+		room = min(limit, max(limit-limit/4, largest+1))
 	}
 	if in.bodies.Add(n) > room {
 		in.bodies.Add(-n)
