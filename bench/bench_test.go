@@ -368,9 +368,11 @@ func TestSpawnOneNeighbour(t *testing.T) {
 	}
 }
 
-// TestSpawnOneOpenStorm runs the open model with storms of 4 copies.
+// TestSpawnOneOpenStorm runs the open model with storms of 4 copies. The
+// drain waits for the deliveries (it ends as the last arrives): without it
+// the last storm's delivery, still on its way, fails the run as pending.
 func TestSpawnOneOpenStorm(t *testing.T) {
-	res, err := runJSON(t, "-spawn", "1", "-rate", "100", "-n", "100", "-c", "32", "-storm", "4", "-drain", "0s")
+	res, err := runJSON(t, "-spawn", "1", "-rate", "100", "-n", "100", "-c", "32", "-storm", "4", "-drain", "10s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,6 +382,9 @@ func TestSpawnOneOpenStorm(t *testing.T) {
 	}
 	if res.Claims != 100 || res.StatusCodes["200"] != 300 {
 		t.Fatalf("codes %v: want one 202 per storm", res.StatusCodes)
+	}
+	if d := res.Delivery; d == nil || d.Delivered != 100 || d.Pending != 0 || d.Repeated != 0 {
+		t.Fatalf("delivery %+v: want each storm's event delivered once", res.Delivery)
 	}
 }
 
