@@ -414,6 +414,19 @@ func TestAdminOverTLS(t *testing.T) {
 	if code := tn.adminGet("/v1/status", &st); code != http.StatusOK || st.State != "leader" {
 		t.Fatalf("status over TLS: %d %+v", code, st)
 	}
+	// HTTP/1.1 only, to a client that offers HTTP/2 too (docs/security.md):
+	// the listener's idle accounting sees requests, not HTTP/2's frames.
+	h2 := trusting(cert)
+	h2.ForceAttemptHTTP2 = true
+	t.Cleanup(h2.CloseIdleConnections)
+	if resp, err := (&http.Client{Transport: h2, Timeout: 20 * time.Second}).Get(tn.admin + "/livez"); err != nil {
+		t.Fatal(err)
+	} else {
+		resp.Body.Close()
+		if resp.ProtoMajor != 1 {
+			t.Fatalf("the admin listener answered over %s, want HTTP/1.1", resp.Proto)
+		}
+	}
 	// Clear text is refused; so is a client that does not trust the certificate.
 	if resp, err := http.Get("http://" + addr + "/v1/status"); err == nil {
 		resp.Body.Close()

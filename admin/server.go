@@ -166,6 +166,13 @@ func New(o Options, cfg *config.Config) (*Server, error) {
 		// handler) go to the node's log in its format, not to stderr.
 		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelWarn),
 	}
+	// HTTP/1.1 only, over TLS too: an HTTP/2 connection stays open between
+	// streams on frames (a PING now and then) that are no request, which
+	// the listener could not tell from use when it closes an idle
+	// connection for room (connlimit.Listener.ConnState).
+	var http1 http.Protocols
+	http1.SetHTTP1(true)
+	s.srv.Protocols = &http1
 	if !cfg.Admin.TLS() {
 		return s, nil
 	}

@@ -41,6 +41,7 @@ type Listener struct {
 	count   *Counter
 	refused atomic.Uint64
 	reaped  atomic.Uint64
+	renewed atomic.Uint64 // idle waits restarted by bytes (tests)
 	quiet   Sampler
 
 	// The connections waiting between requests (ConnState), oldest idle
@@ -113,13 +114,12 @@ func (l *Listener) Reaped() uint64 { return l.reaped.Load() }
 // ConnState tells the listener that c, a connection it accepted (or a TLS
 // connection over one), waits for its next request (idle true) or serves one;
 // an HTTP server's connection-state hook calls it. A connection is idle from
-// its accept and from each idle until a byte arrives (conn.Read): net/http
-// says a connection is active only once a whole request head is read, and
-// one whose head is arriving is not to be closed. Without the hook a
-// connection is idle only until its first byte: one held open between
-// requests, thousands of them from a few client networks, would fill the
-// total cap, and every other client be refused until the server's idle
-// timeout closed them.
+// its accept until its server says it serves a request, and again from the
+// server's idle; bytes arriving meanwhile restart the wait (conn.Read), so
+// only a connection that has sent nothing for MinIdle is closed for room.
+// Without the hook connections, held open between requests, thousands of
+// them from a few client networks, would fill the total cap, and every
+// other client be refused until the server's timeouts closed them.
 func (l *Listener) ConnState(c net.Conn, idle bool) {
 	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
 		c = nc.NetConn()
@@ -129,7 +129,11 @@ func (l *Listener) ConnState(c net.Conn, idle bool) {
 		return
 	}
 	if !idle {
-		l.unidle(wc)
+		// The hooks run on the connection's own goroutine, as its Reads
+		// do: off the list already is off the list still.
+		if wc.onIdle.Load() {
+			l.unidle(wc)
+		}
 		return
 	}
 	l.idleMu.Lock()
@@ -137,15 +141,32 @@ func (l *Listener) ConnState(c net.Conn, idle bool) {
 	if wc.closed || wc.idle {
 		return
 	}
-	wc.idle, wc.idleAt = true, time.Now()
-	wc.onIdle.Store(true)
-	wc.prev, wc.next = l.idleTail, nil
+	l.link(wc, time.Now())
+}
+
+// link puts c at the idle list's end, idle since at; idleMu is held.
+func (l *Listener) link(c *conn, at time.Time) {
+	c.idle, c.idleAt = true, at
+	c.onIdle.Store(true)
+	c.prev, c.next = l.idleTail, nil
 	if l.idleTail != nil {
-		l.idleTail.next = wc
+		l.idleTail.next = c
 	} else {
-		l.idleHead = wc
+		l.idleHead = c
 	}
-	l.idleTail = wc
+	l.idleTail = c
+}
+
+// renew moves c, idle, to the list's end, idle from now.
+func (l *Listener) renew(c *conn) {
+	l.idleMu.Lock()
+	defer l.idleMu.Unlock()
+	if !c.idle || c.closed {
+		return
+	}
+	l.unlink(c)
+	l.link(c, time.Now())
+	l.renewed.Add(1)
 }
 
 // unidle takes c off the idle list.
@@ -231,12 +252,15 @@ type conn struct {
 	prev, next *conn
 }
 
-// Read takes the connection off the idle list once a byte arrives: the
-// next request has begun.
+// Read restarts the connection's idle wait when bytes arrive during it: a
+// connection is idle for as long as it sends nothing, until its server says
+// a request is being served (net/http only once the whole head is read; a
+// head that arrives keeps renewing the wait, one that stalls for MinIdle
+// is idle again, as is a connection kept open with a byte now and then).
 func (c *conn) Read(p []byte) (int, error) {
 	n, err := c.Conn.Read(p)
 	if n > 0 && c.onIdle.Load() {
-		c.l.unidle(c)
+		c.l.renew(c)
 	}
 	return n, err
 }

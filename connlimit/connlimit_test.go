@@ -150,7 +150,8 @@ func TestCaps(t *testing.T) {
 	}
 	var logs lockedBuffer
 	wl := Wrap(ln, Limits{Total: 3, PerNetwork: 2}, Options{
-		Name: "test", Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+		MinIdle: time.Hour, // the held connections never read: idle, but never for room here
+		Name:    "test", Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 		Refuse: func(c net.Conn, over string) {
 			io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nX-Over: "+over+"\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 		},

@@ -12,6 +12,9 @@ import (
 	"time"
 )
 
+// renewals is how often bytes restarted an idle wait on l.
+func (l *Listener) renewals() uint64 { return l.renewed.Load() }
+
 // idleCount is the length of l's idle list.
 func (l *Listener) idleCount() int {
 	l.idleMu.Lock()
@@ -28,6 +31,8 @@ func (l *Listener) idleCount() int {
 // connections are idle.
 func serveIdle(t *testing.T, total int, minIdle time.Duration) (*Listener, string) {
 	t.Helper()
+	slow := make(chan struct{}) // a request to /slow is served until the test ends
+	t.Cleanup(func() { close(slow) })
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +42,11 @@ func serveIdle(t *testing.T, total int, minIdle time.Duration) (*Listener, strin
 			io.WriteString(c, "HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
 		}})
 	srv := &http.Server{
-		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}),
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/slow" {
+				<-slow
+			}
+		}),
 		ConnState: func(c net.Conn, st http.ConnState) {
 			switch st {
 			case http.StateIdle:
@@ -107,41 +116,52 @@ func TestIdleConnectionGivesWay(t *testing.T) {
 			t.Errorf("refused %d, want 0", n)
 		}
 	})
-	t.Run("a request in progress stays", func(t *testing.T) {
+	t.Run("a request being served stays", func(t *testing.T) {
 		wl, addr := serveIdle(t, 1, time.Nanosecond)
 		a := dialFrom(t, "127.0.0.1", addr)
-		io.WriteString(a, "GET / HTTP/1.1\r\nHost:") // the head, cut short
-		waitFor(t, "the head's first bytes to be read", func() bool { return wl.Open() == 1 && wl.idleCount() == 0 })
+		io.WriteString(a, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+		waitFor(t, "the request to be served", func() bool { return wl.Open() == 1 && wl.idleCount() == 0 })
 		b := dialFrom(t, "127.0.0.2", addr)
 		if st := get(t, b, bufio.NewReader(b)); st != 503 {
-			t.Errorf("over the cap beside a request in progress: %d, want the 503 refusal", st)
+			t.Errorf("over the cap beside a request being served: %d, want the 503 refusal", st)
 		}
 		if n := wl.Reaped(); n != 0 {
 			t.Errorf("reaped %d, want 0", n)
 		}
 	})
-	// net/http says a connection is active only once the whole head is
-	// read: one whose next head is arriving after an idle wait is busy.
-	t.Run("a next request in progress stays", func(t *testing.T) {
-		wl, addr := serveIdle(t, 1, time.Nanosecond)
+	// Bytes arriving restart a connection's idle wait: of two idle
+	// connections, the one that sent last goes last.
+	t.Run("bytes renew the wait", func(t *testing.T) {
+		wl, addr := serveIdle(t, 2, time.Nanosecond)
 		a := dialFrom(t, "127.0.0.1", addr)
 		ab := bufio.NewReader(a)
 		if get(t, a, ab) != 200 {
-			t.Fatal("first request failed")
+			t.Fatal("a's request failed")
 		}
-		waitFor(t, "the connection idle", func() bool { return wl.idleCount() == 1 })
-		io.WriteString(a, "GET / HTTP/1.1\r\nHost:")
-		waitFor(t, "the next head's first bytes to be read", func() bool { return wl.idleCount() == 0 })
+		waitFor(t, "a idle", func() bool { return wl.idleCount() == 1 })
 		b := dialFrom(t, "127.0.0.2", addr)
-		if st := get(t, b, bufio.NewReader(b)); st != 503 {
-			t.Errorf("over the cap beside a head arriving: %d, want the 503 refusal", st)
+		bb := bufio.NewReader(b)
+		if get(t, b, bb) != 200 {
+			t.Fatal("b's request failed")
+		}
+		waitFor(t, "both idle", func() bool { return wl.idleCount() == 2 })
+		renewed := wl.renewals()
+		io.WriteString(a, "GET / HTTP/1.1\r\nHost:") // a's next head begins
+		waitFor(t, "a's bytes to be read", func() bool { return wl.renewals() > renewed })
+		c := dialFrom(t, "127.0.0.3", addr)
+		if st := get(t, c, bufio.NewReader(c)); st != 200 {
+			t.Fatalf("a connection over the cap: %d, want 200", st)
+		}
+		_ = b.SetReadDeadline(time.Now().Add(10 * time.Second))
+		if _, err := bb.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("b, idle longest, read %v, want EOF (closed)", err)
 		}
 		io.WriteString(a, " x\r\n\r\n")
-		resp, err := http.ReadResponse(ab, nil)
-		if err != nil || resp.StatusCode != 200 {
-			t.Fatalf("the request whose head was arriving: %v %v, want 200", resp, err)
+		if resp, err := http.ReadResponse(ab, nil); err != nil || resp.StatusCode != 200 {
+			t.Fatalf("a's request, begun before the new connection came: %v %v, want 200", resp, err)
+		} else {
+			resp.Body.Close()
 		}
-		resp.Body.Close()
 	})
 	t.Run("a connection silent since it connected goes", func(t *testing.T) {
 		wl, addr := serveIdle(t, 1, time.Nanosecond)
