@@ -15,16 +15,28 @@ import (
 )
 
 // TestIdleIntakeConnectionGivesWay: the intake's fasthttp server tells its
-// listener which connections wait between requests (intakeIdleHook), so a
-// full intake takes a new delivery's connection in place of one held idle
-// after its answer, instead of refusing every sender until the idle timeout.
+// listener which connections wait for a request head (intakeIdleHook,
+// intakeServing), so a full intake takes a new delivery's connection in
+// place of one held idle after its answer, or trickling its next head a
+// byte at a time (fasthttp calls a connection active at its first byte),
+// instead of refusing every sender until the timeouts.
 func TestIdleIntakeConnectionGivesWay(t *testing.T) {
+	for _, next := range []string{"", "GET /livez HTTP/1.1\r\nHo"} {
+		name := "idle"
+		if next != "" {
+			name = "trickling"
+		}
+		t.Run(name, func(t *testing.T) { idleIntakeGivesWay(t, next) })
+	}
+}
+
+func idleIntakeGivesWay(t *testing.T, next string) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	wl := connlimit.Wrap(ln, connlimit.Limits{Total: 1}, connlimit.Options{Name: "intake", MinIdle: time.Nanosecond})
-	srv := &fasthttp.Server{Handler: func(ctx *fasthttp.RequestCtx) {}, ConnState: intakeIdleHook(wl), IdleTimeout: time.Minute}
+	srv := &fasthttp.Server{Handler: intakeServing(wl, func(ctx *fasthttp.RequestCtx) {}), ConnState: intakeIdleHook(wl), IdleTimeout: time.Minute}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(wl) }()
 	defer func() { srv.Shutdown(); <-done }()
@@ -52,6 +64,9 @@ func TestIdleIntakeConnectionGivesWay(t *testing.T) {
 	ib := bufio.NewReader(idler)
 	if st := get(idler, ib); st != http.StatusOK {
 		t.Fatalf("first request: %d", st)
+	}
+	if next != "" {
+		io.WriteString(idler, next)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {

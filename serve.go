@@ -317,6 +317,7 @@ func startNode(cfg *config.Config, log *slog.Logger, level *slog.LevelVar, stder
 	// counted: one count, connlimit's.
 	n.httpSrv.MaxConnsPerIP = 0
 	n.httpSrv.ConnState = intakeIdleHook(intakeLn)
+	n.httpSrv.Handler = intakeServing(intakeLn, n.httpSrv.Handler)
 	go func() {
 		if err := n.httpSrv.Serve(n.httpLn); err != nil {
 			n.served <- fmt.Errorf("intake: %w", err)
@@ -813,16 +814,27 @@ func logWarnings(log *slog.Logger, cfg *config.Config) {
 }
 
 // intakeIdleHook tells the intake's listener which of its connections wait
-// between requests: a full intake closes the one idle longest to take a new
-// one (connlimit.Listener.ConnState). A new connection is idle already (the
-// listener counts it so from its accept to its first byte).
+// for a request head: a full intake closes the one waiting longest to take a
+// new one (connlimit.Listener.ConnState). A connection waits from its accept
+// and from each answer (StateIdle) until its handler runs (intakeServing):
+// fasthttp's StateActive comes at the first byte, and a head trickled a
+// byte at a time must still count as waiting.
 func intakeIdleHook(ln *connlimit.Listener) func(net.Conn, fasthttp.ConnState) {
 	return func(c net.Conn, st fasthttp.ConnState) {
 		switch st {
 		case fasthttp.StateIdle:
 			ln.ConnState(c, true)
-		case fasthttp.StateActive, fasthttp.StateHijacked:
+		case fasthttp.StateHijacked:
 			ln.ConnState(c, false)
 		}
+	}
+}
+
+// intakeServing wraps the intake's handler: its request's head is whole,
+// the connection serves it (intakeIdleHook).
+func intakeServing(ln *connlimit.Listener, h fasthttp.RequestHandler) fasthttp.RequestHandler {
+	return func(ctx *fasthttp.RequestCtx) {
+		ln.ConnState(ctx.Conn(), false)
+		h(ctx)
 	}
 }

@@ -41,7 +41,6 @@ type Listener struct {
 	count   *Counter
 	refused atomic.Uint64
 	reaped  atomic.Uint64
-	renewed atomic.Uint64 // idle waits restarted by bytes (tests)
 	quiet   Sampler
 
 	// The connections waiting between requests (ConnState), oldest idle
@@ -113,13 +112,15 @@ func (l *Listener) Reaped() uint64 { return l.reaped.Load() }
 
 // ConnState tells the listener that c, a connection it accepted (or a TLS
 // connection over one), waits for its next request (idle true) or serves one;
-// an HTTP server's connection-state hook calls it. A connection is idle from
-// its accept until its server says it serves a request, and again from the
-// server's idle; bytes arriving meanwhile restart the wait (conn.Read), so
-// only a connection that has sent nothing for MinIdle is closed for room.
-// Without the hook connections, held open between requests, thousands of
-// them from a few client networks, would fill the total cap, and every
-// other client be refused until the server's timeouts closed them.
+// the HTTP server calls it when a request's head is whole (net/http's
+// StateActive; the intake's handler, fasthttp's StateActive coming at the
+// first byte) and when the answer is sent (StateIdle). A connection waits
+// from its accept until then, bytes arriving or not: one whose head has
+// not come whole within MinIdle, trickled a byte at a time or never sent,
+// is closed for room like one held open between requests. Without the
+// hook such connections, thousands of them from a few client networks,
+// would fill the total cap, and every other client be refused until the
+// server's timeouts closed them.
 func (l *Listener) ConnState(c net.Conn, idle bool) {
 	if nc, ok := c.(interface{ NetConn() net.Conn }); ok { // *tls.Conn
 		c = nc.NetConn()
@@ -155,18 +156,6 @@ func (l *Listener) link(c *conn, at time.Time) {
 		l.idleHead = c
 	}
 	l.idleTail = c
-}
-
-// renew moves c, idle, to the list's end, idle from now.
-func (l *Listener) renew(c *conn) {
-	l.idleMu.Lock()
-	defer l.idleMu.Unlock()
-	if !c.idle || c.closed {
-		return
-	}
-	l.unlink(c)
-	l.link(c, time.Now())
-	l.renewed.Add(1)
 }
 
 // unidle takes c off the idle list.
@@ -242,27 +231,13 @@ type conn struct {
 	release func()
 	l       *Listener
 
-	// onIdle mirrors idle for Read, which must not take the lock on
-	// every call.
+	// onIdle mirrors idle for ConnState's fast path.
 	onIdle atomic.Bool
 	// On the listener's idle list; guarded by its idleMu.
 	idle       bool
 	closed     bool
 	idleAt     time.Time
 	prev, next *conn
-}
-
-// Read restarts the connection's idle wait when bytes arrive during it: a
-// connection is idle for as long as it sends nothing, until its server says
-// a request is being served (net/http only once the whole head is read; a
-// head that arrives keeps renewing the wait, one that stalls for MinIdle
-// is idle again, as is a connection kept open with a byte now and then).
-func (c *conn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	if n > 0 && c.onIdle.Load() {
-		c.l.renew(c)
-	}
-	return n, err
 }
 
 func (c *conn) Close() error {

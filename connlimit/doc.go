@@ -13,11 +13,11 @@
 //     connection over a cap is closed at once, after an optional refusal
 //     (the intake writes a 503 or 429), and counted. Over the total cap, a
 //     new connection its network's cap allows first takes the place of the
-//     one that has sent nothing for longest, since it connected or since
-//     its last request was served (an HTTP server reports which are served
-//     through Listener.ConnState; bytes read restart a wait): idle
-//     connections cost their holder nothing, and thousands of them must not
-//     keep every other client out until the server's timeouts.
+//     one that has waited longest for a whole request head, since it
+//     connected or since its last answer (an HTTP server reports which are
+//     served through Listener.ConnState): silent, trickling or idle
+//     connections cost their holder nothing, and thousands of them must
+//     not keep every other client out until the server's timeouts.
 //   - Caps derives the caps from the process's file descriptor limit, so
 //     that a flood on one listener leaves descriptors for the others, the
 //     Raft log, the engine and outgoing deliveries.
