@@ -75,6 +75,19 @@ func get(t *testing.T, c net.Conn, br *bufio.Reader) int {
 	return resp.StatusCode
 }
 
+// servedOnce connects from ip, has one request answered, and returns the
+// connection once its listener holds it idle, the only one.
+func servedOnce(t *testing.T, wl *Listener, addr, ip string) (net.Conn, *bufio.Reader) {
+	t.Helper()
+	c := dialFrom(t, ip, addr)
+	br := bufio.NewReader(c)
+	if st := get(t, c, br); st != 200 {
+		t.Fatalf("the first request from %s: %d", ip, st)
+	}
+	waitFor(t, ip+"'s connection idle", func() bool { return wl.idleCount() == 1 })
+	return c, br
+}
+
 // TestIdleConnectionGivesWay: at the total cap, a new connection takes the
 // place of the one idle longest between requests, which its server sees
 // closed; a connection in the middle of a request, or idle for less than
@@ -82,12 +95,7 @@ func get(t *testing.T, c net.Conn, br *bufio.Reader) int {
 func TestIdleConnectionGivesWay(t *testing.T) {
 	t.Run("the oldest idle goes", func(t *testing.T) {
 		wl, addr := serveIdle(t, 2, time.Nanosecond)
-		a := dialFrom(t, "127.0.0.1", addr)
-		ab := bufio.NewReader(a)
-		if get(t, a, ab) != 200 {
-			t.Fatal("a's request failed")
-		}
-		waitFor(t, "a idle", func() bool { return wl.idleCount() == 1 })
+		a, ab := servedOnce(t, wl, addr, "127.0.0.1")
 		b := dialFrom(t, "127.0.0.2", addr)
 		bb := bufio.NewReader(b)
 		if get(t, b, bb) != 200 {
@@ -130,12 +138,7 @@ func TestIdleConnectionGivesWay(t *testing.T) {
 	// arriving do not make a connection served.
 	t.Run("a head that trickles goes", func(t *testing.T) {
 		wl, addr := serveIdle(t, 1, time.Nanosecond)
-		a := dialFrom(t, "127.0.0.1", addr)
-		ab := bufio.NewReader(a)
-		if get(t, a, ab) != 200 {
-			t.Fatal("a's request failed")
-		}
-		waitFor(t, "a idle", func() bool { return wl.idleCount() == 1 })
+		a, ab := servedOnce(t, wl, addr, "127.0.0.1")
 		io.WriteString(a, "GET / HTTP/1.1\r\nHo") // a's next head, a piece of it
 		b := dialFrom(t, "127.0.0.2", addr)
 		if st := get(t, b, bufio.NewReader(b)); st != 200 {
@@ -197,12 +200,7 @@ func TestIdleConnectionGivesWay(t *testing.T) {
 	})
 	t.Run("idle for less than MinIdle stays", func(t *testing.T) {
 		wl, addr := serveIdle(t, 1, time.Hour)
-		a := dialFrom(t, "127.0.0.1", addr)
-		ab := bufio.NewReader(a)
-		if get(t, a, ab) != 200 {
-			t.Fatal("first request failed")
-		}
-		waitFor(t, "the connection idle", func() bool { return wl.idleCount() == 1 })
+		a, ab := servedOnce(t, wl, addr, "127.0.0.1")
 		b := dialFrom(t, "127.0.0.2", addr)
 		if st := get(t, b, bufio.NewReader(b)); st != 503 {
 			t.Errorf("over the cap beside a connection idle a moment: %d, want the 503 refusal", st)
