@@ -43,9 +43,9 @@ type Listener struct {
 	reaped  atomic.Uint64
 	quiet   Sampler
 
-	// The connections waiting between requests (ConnState), oldest idle
-	// first: a connection over the total cap takes the place of the one
-	// idle longest (reapIdle).
+	// The connections waiting for a request head (ConnState), longest
+	// waiting first: a connection over the total cap takes the place of
+	// the first (reapIdle).
 	idleMu             sync.Mutex
 	idleHead, idleTail *conn
 }
@@ -101,7 +101,8 @@ func (l *Listener) Accept() (net.Conn, error) {
 		}
 		wc := &conn{Conn: c, l: l}
 		wc.release = func() { l.unidle(wc); l.count.Release(key) }
-		// Silent since it connected: idle until its first byte (Read).
+		// Waiting for its first request's head until its server says
+		// it serves one (ConnState).
 		l.ConnState(wc, true)
 		return wc, nil
 	}
@@ -130,8 +131,8 @@ func (l *Listener) ConnState(c net.Conn, idle bool) {
 		return
 	}
 	if !idle {
-		// The hooks run on the connection's own goroutine, as its Reads
-		// do: off the list already is off the list still.
+		// Only the connection's own serving goroutine (or Accept, before)
+		// puts it on the list: off it already is off it still.
 		if wc.onIdle.Load() {
 			l.unidle(wc)
 		}
