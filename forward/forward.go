@@ -167,7 +167,8 @@ type Options struct {
 	// at once, again and again). nil: the lengths stored at claim.
 	Leases func() []engine.LeaseLength
 	// Client makes the outgoing requests. nil: a client tuned for local
-	// handlers (keep-alives, 64 idle connections per host, no proxy), whose
+	// handlers (keep-alives, as many idle connections per host as the pool may
+	// grow to, at least 64, no proxy), whose
 	// plain-HTTP requests are written without an http.Request (request.go).
 	// Redirects are never followed: when Client.CheckRedirect is nil, a copy
 	// of the client with one returning http.ErrUseLastResponse is used.
@@ -345,7 +346,12 @@ func New(opts Options) *Forwarder {
 	f.log = f.log.With("component", "forward")
 	switch {
 	case opts.Client == nil:
-		f.client = NewClient(opts.Workers)
+		// As many idle connections as the pool may grow to: a pool above
+		// the idle cap closed a connection after most answers and dialled
+		// one before the next request, as it caught up with a backlog,
+		// which is when the CPU was shortest (docs/performance.md,
+		// "Connections kept for the whole pool").
+		f.client = NewClient(max(opts.Workers, opts.MaxWorkers))
 		f.direct = f.client.Transport.(*transport)
 	case opts.Client.CheckRedirect == nil:
 		c := *opts.Client
@@ -358,7 +364,8 @@ func New(opts Options) *Forwarder {
 }
 
 // NewClient returns the client New uses when Options.Client is nil: keep-alives
-// with up to max(64, workers) idle connections per host, no proxy (handlers are
+// with up to max(64, workers) idle connections per host (New passes the most
+// workers the pool may grow to), no proxy (handlers are
 // local), no transparent compression, and redirects returned, not followed.
 // Plain-HTTP handlers are called on the worker's goroutine (see transport.go);
 // https goes through an http.Transport. Request timeouts come from each

@@ -414,17 +414,34 @@ func (t *transport) dropIdle(addr string) {
 }
 
 // put keeps c idle for the next request to addr, or closes it when enough
-// are kept.
+// are kept. Idle connections are reused last in, first out, so those at the
+// bottom are the ones a pool that has shrunk no longer reaches: put closes
+// up to two of them once they have been idle for idleFor, so that the
+// connections a burst opened do not stay open for good.
 func (t *transport) put(addr string, c *conn) {
 	c.used = time.Now()
+	var stale [2]*conn
+	n := 0
 	t.mu.Lock()
-	if cs := t.idle[addr]; len(cs) < t.maxIdle {
-		t.idle[addr] = append(cs, c)
-		t.mu.Unlock()
-		return
+	cs := t.idle[addr]
+	for n < len(stale) && len(cs) > 0 && c.used.Sub(cs[0].used) >= t.idleFor {
+		stale[n] = cs[0]
+		cs[0] = nil
+		cs = cs[1:]
+		n++
 	}
+	keep := len(cs) < t.maxIdle
+	if keep {
+		cs = append(cs, c)
+	}
+	t.idle[addr] = cs
 	t.mu.Unlock()
-	c.nc.Close()
+	for _, s := range stale[:n] {
+		s.nc.Close()
+	}
+	if !keep {
+		c.nc.Close()
+	}
 }
 
 // CloseIdleConnections closes every idle connection (http.Client calls it).
