@@ -11,24 +11,42 @@ import (
 )
 
 // Workers are shared by two sources of events: the dispatcher's leases, and
-// claims that carry their lease (the cluster's proposer reserves a free worker
+// claims that carry their lease (the cluster's proposer reserves a worker
 // when it packs a claim, and the claim's entry leases the event for it; see
 // docs/architecture.md, "Delivery"). slots counts the workers taken by
 // either.
 //
-// A lease in flight takes every free worker, but claims may still reserve
-// the workers it takes: a lease usually finds nothing due (the claims lease
-// their own events), and refusing claims while it commits would leave them
-// pending, wake the dispatcher, and start the next lease: one lease entry per
-// claim again. So busy may exceed n by what claims reserved while a lease was
-// in flight, never by more than n: the jobs and freed channels hold twice the
-// largest pool, and an event beyond n waits in the jobs channel for the next
-// free worker.
+// A reservation is not a worker's request to a handler: it stands for a
+// claim on its way through Raft, for the commit's time. So reservations are
+// counted apart (reserved), and a claim may reserve while a worker is not
+// taken by an event already handed over, up to reserveCap reservations at
+// once. Had they counted as workers, a leader whose commits took longer than
+// its deliveries (tens of milliseconds against one, and hundreds while the
+// disk is slow) ran out of workers with most of them waiting for commits:
+// claims then left their events pending, and the leases that followed took
+// a log entry each and fell behind by seconds, while the handler was idle
+// (docs/performance.md, "Reservations are not workers").
+//
+// A lease in flight takes every free worker, but claims may still reserve:
+// a lease usually finds nothing due (the claims lease their own events), and
+// refusing claims while it commits would leave them pending, wake the
+// dispatcher, and start the next lease: one lease entry per claim again. So
+// busy may exceed n, by the lease's workers and by reservations handed over
+// (at most reserveFactor times n), never beyond maxSent times n: the jobs
+// and freed channels hold that many for the largest pool, and an event
+// beyond n waits in the jobs channel for the next free worker. Handlers
+// never see more than n requests at once: there are n worker goroutines.
 type slots struct {
 	mu      sync.Mutex
-	n       int    // workers: the pool's size (poolsize.go)
-	busy    int    // delivering, reserved by a claim, or taken for a lease in flight
-	leasing int    // of busy: taken by the lease in flight
+	n       int // workers: the pool's size (poolsize.go)
+	busy    int // delivering, waiting for a worker, or taken for a lease in flight
+	leasing int // of busy: taken by the lease in flight
+	// reserved: claims on their way through Raft with a worker reserved,
+	// not yet handed over (DeliverLeased) nor given back (ReleaseSlot).
+	reserved int
+	// avgBody: the average body of the attempts of the last tick that
+	// started any (0: none yet), which bounds reservations (reserveCap).
+	avgBody int64
 	gen     uint64 // the Run the counts belong to; 0: not running
 	handed  []job  // leased by claims, not yet placed by the dispatcher
 	changed chan struct{}
@@ -192,10 +210,40 @@ func (s *slots) quotas(skip []string) ([]engine.Quota, int) {
 	return qs, share
 }
 
+// reserveFactor bounds the reservations of claims in flight to reserveFactor
+// times the workers: at 6,500 events/s a commit slowed to 200 ms has 1,300
+// claims in flight.
+const reserveFactor = 4
+
+// maxSent bounds the events sent to the workers and not yet freed, in pools:
+// the pool's own, a lease in flight's, and what reservations hand over.
+const maxSent = reserveFactor + 2
+
+// reserveCap is how many reservations a pool of n may hold at once: n, and
+// up to reserveFactor times n while the bodies are small enough that the
+// events they hand over, waiting for a worker, stay within poolBytes beside
+// what the pool itself may hold (Options.PoolBytes: three bodies a worker).
+// Before any body was seen (avgBody 0), n.
+func reserveCap(n int, avgBody, poolBytes int64) int {
+	if avgBody <= 0 {
+		return n
+	}
+	extra := poolBytes/avgBody - 3*int64(n)
+	return n + int(max(0, min(int64((reserveFactor-1)*n), extra)))
+}
+
+// setAvgBody records the average body of the last tick's attempts.
+func (s *slots) setAvgBody(b int64) {
+	s.mu.Lock()
+	s.avgBody = b
+	s.mu.Unlock()
+}
+
 // recordFactor bounds the outcomes committing in the background to
 // recordFactor times the workers: enough for a commit as long as several
-// handler answers, and a bound on what waits in memory.
-const recordFactor = 4
+// handler answers (8 × 256 outcomes: 6,500 events/s for 300 ms), and a
+// bound on what waits in memory (an outcome holds no body).
+const recordFactor = 8
 
 // startRecording counts one more outcome committing in the background, if
 // fewer than recordFactor times the pool's size are.
@@ -224,7 +272,7 @@ func newSlots() *slots {
 // open starts the accounting of a Run with n workers.
 func (s *slots) open(n int) {
 	s.mu.Lock()
-	s.n, s.busy, s.leasing, s.handed, s.parked = n, 0, 0, nil, 0
+	s.n, s.busy, s.leasing, s.reserved, s.handed, s.parked, s.avgBody = n, 0, 0, 0, nil, 0, 0
 	s.draining, s.idle = false, nil
 	clear(s.bySource)
 	clear(s.recent)
@@ -244,7 +292,7 @@ func (s *slots) close() {
 	if s.gen == 0 {
 		s.gen++
 	}
-	s.n, s.busy, s.leasing, s.handed, s.parked = 0, 0, 0, nil, 0
+	s.n, s.busy, s.leasing, s.reserved, s.handed, s.parked = 0, 0, 0, 0, nil, 0
 	s.draining = false
 	clear(s.bySource)
 	clear(s.recent)
@@ -334,6 +382,14 @@ func (s *slots) put(k int) {
 	s.mu.Unlock()
 }
 
+// freeBesideLease reports how many workers are free or taken by the lease
+// in flight (which gives back what it does not lease).
+func (s *slots) freeBesideLease() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.n - s.busy + s.leasing
+}
+
 // free reports how many workers are free.
 func (s *slots) free() int {
 	s.mu.Lock()
@@ -373,7 +429,7 @@ func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket u
 	s := f.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n == 0 || s.draining || s.busy-s.leasing >= s.n {
+	if s.n == 0 || s.draining || s.busy-s.leasing >= s.n || s.reserved >= reserveCap(s.n, s.avgBody, f.opts.PoolBytes) {
 		return 0, 0, false, false
 	}
 	now := time.Now()
@@ -384,7 +440,7 @@ func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket u
 	if f.lim.throttled(source, now) {
 		return 0, 0, false, true
 	}
-	s.busy++
+	s.reserved++
 	return leaseFor, s.gen, true, true
 }
 
@@ -398,6 +454,8 @@ func (f *Forwarder) DeliverLeased(ticket uint64, ev engine.Event) {
 		s.mu.Unlock()
 		return
 	}
+	s.reserved--
+	s.busy++
 	s.handed = append(s.handed, job{ev: ev, leased: time.Now()})
 	s.bySource[ev.Source]++
 	s.mu.Unlock()
@@ -412,7 +470,7 @@ func (f *Forwarder) ReleaseSlot(ticket uint64) {
 		s.mu.Unlock()
 		return
 	}
-	s.busy--
+	s.reserved--
 	s.checkIdle()
 	s.mu.Unlock()
 	s.signal()

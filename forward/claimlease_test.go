@@ -233,3 +233,157 @@ func TestReservedSlotTakesTheSourcesLease(t *testing.T) {
 		}
 	}
 }
+
+// TestReservationsAreNotWorkers: workers reserved for claims still on their
+// way through Raft do not keep the dispatcher from leasing: with every
+// reservation of the pool taken, a pending event is leased and delivered, and
+// a further claim gets no reservation. Counted as workers, reservations
+// held the whole pool for the commits' time under load, and the events that
+// found no worker waited for leases that could take none.
+func TestReservationsAreNotWorkers(t *testing.T) {
+	l := newLeader(t)
+	var mu sync.Mutex
+	active, most := 0, 0
+	s := &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		active++
+		most = max(most, active)
+		mu.Unlock()
+		defer func() { mu.Lock(); active--; mu.Unlock() }()
+	}}
+	srv := serve(t, s)
+	wake := make(chan struct{}, 1)
+	f := New(Options{Store: l, Targets: only(Target{URL: srv.URL}), Workers: 2, Wake: wake, PollInterval: time.Hour, SweepInterval: time.Hour})
+	runF(t, f)
+	waitFor(t, "the first lease", func() bool { return l.leases.Load() == 1 })
+
+	// Two claims in flight, each with a reservation.
+	type reservation struct {
+		lf     time.Duration
+		ticket uint64
+	}
+	var rs []reservation
+	for range 2 {
+		waitFor(t, "a reservation", func() bool {
+			lf, ticket, ok, _ := f.ReserveSlot("src")
+			if ok {
+				rs = append(rs, reservation{lf, ticket})
+			}
+			return ok
+		})
+	}
+	if _, _, ok, _ := f.ReserveSlot("src"); ok {
+		t.Fatal("a third reservation with a pool of 2")
+	}
+
+	// An event the dispatcher must lease goes meanwhile.
+	l.claim("src:due", "src", "x")
+	wake <- struct{}{}
+	waitFor(t, "the pending event delivered while the claims commit", stateIs(l, "src:due", engine.StateDone))
+
+	// The claims commit and hand their events over.
+	for i, r := range rs {
+		key := []string{"src:a", "src:b"}[i]
+		res, err := l.apply(engine.Command{Op: engine.OpClaim, Key: key, Source: "src", Payload: []byte("x"),
+			Retention: int64(24 * time.Hour), LeaseFor: int64(r.lf), LeaseNow: int64(r.lf)})
+		if err != nil || len(res.Events) != 1 {
+			t.Fatalf("claim %s: %+v %v", key, res, err)
+		}
+		f.DeliverLeased(r.ticket, res.Events[0])
+	}
+	for _, k := range []string{"src:a", "src:b"} {
+		waitFor(t, k+" done", stateIs(l, k, engine.StateDone))
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if most > 2 {
+		t.Errorf("%d deliveries at once with 2 workers", most)
+	}
+}
+
+// TestReserveCap: claims in flight may reserve up to reserveFactor times the
+// pool while the events they would hand over fit in the pool's bytes beside
+// the pool's own three bodies a worker, and never fewer than the pool.
+func TestReserveCap(t *testing.T) {
+	const pool = 256 << 20
+	for _, c := range []struct {
+		n       int
+		avgBody int64
+		want    int
+	}{
+		{256, 0, 256},          // no body seen yet
+		{256, 1, 1024},         // empty bodies
+		{256, 1 << 10, 1024},   // 1 KiB: reserveFactor × n
+		{256, 300 << 10, 361},  // 873 bodies fit, 768 are the pool's
+		{256, 342 << 10, 256},  // the pool's own bodies fill the bytes
+		{256, 1 << 20, 256},    // larger: never below the pool
+		{1024, 1 << 10, 4096},  // a grown pool
+		{1024, 64 << 10, 2048}, // 4,096 bodies fit, 3,072 are the pool's
+		{16, 4 << 10, 64},      // a small pool, small bodies
+		{16, 5 << 20, 19},      // 51 bodies fit, 48 are the pool's
+		{16, 6 << 20, 16},      // 42 fit: fewer than the pool's own
+	} {
+		if got := reserveCap(c.n, c.avgBody, pool); got != c.want {
+			t.Errorf("reserveCap(%d, %d B) = %d, want %d", c.n, c.avgBody, got, c.want)
+		}
+	}
+}
+
+// heldLeases runs every Lease call at once and holds its result at gate
+// after reporting it on in (when nobody took the last report, the new one
+// is dropped): a lease whose commit is slow.
+type heldLeases struct {
+	*leader
+	in   chan struct{}
+	gate chan struct{}
+}
+
+func (h *heldLeases) LeaseFrom(ctx context.Context, max int, leaseFor time.Duration, leases []engine.LeaseLength, quotas []engine.Quota, share, spare int) ([]engine.Event, []string, error) {
+	evs, waiting, err := h.leader.LeaseFrom(ctx, max, leaseFor, leases, quotas, share, spare)
+	select {
+	case h.in <- struct{}{}:
+	default:
+	}
+	<-h.gate
+	return evs, waiting, err
+}
+
+// TestClaimLeasedEventsGoDuringALease: while a lease commits, the events
+// claims leased go to their workers at once. The dispatcher waited for its
+// lease's commit before it placed them, and under load, with a lease
+// proposed whenever a claim found no worker, most events waited a commit
+// more, seconds when the disk was slow.
+func TestClaimLeasedEventsGoDuringALease(t *testing.T) {
+	l := newLeader(t)
+	s := &sink{}
+	srv := serve(t, s)
+	g := &gatedLeases{leader: l, in: make(chan struct{}, 1), gate: make(chan struct{})}
+	f := New(Options{Store: g, Targets: only(Target{URL: srv.URL}), Workers: 2, PollInterval: time.Hour, SweepInterval: time.Hour})
+	runF(t, f)
+	var once sync.Once
+	open := func() { once.Do(func() { close(g.gate) }) }
+	t.Cleanup(open) // before the forwarder stops, should the test fail
+	<-g.in          // the first lease is in flight
+	l.leasingClaim(f, "src:a")
+	waitFor(t, "a delivered while the lease commits", stateIs(l, "src:a", engine.StateDone))
+	open()
+}
+
+// TestWakeDuringALeaseLeasesAgain: events that came due while a lease was
+// committing are leased after it, though that lease, proposed before them,
+// came back short.
+func TestWakeDuringALeaseLeasesAgain(t *testing.T) {
+	l := newLeader(t)
+	s := &sink{}
+	srv := serve(t, s)
+	h := &heldLeases{leader: l, in: make(chan struct{}, 1), gate: make(chan struct{})}
+	wake := make(chan struct{}, 1)
+	f := New(Options{Store: h, Targets: only(Target{URL: srv.URL}), Workers: 2, Wake: wake, PollInterval: time.Hour, SweepInterval: time.Hour})
+	runF(t, f)
+	<-h.in // the first lease found nothing and is committing
+	l.claim("src:a", "src", "a")
+	wake <- struct{}{}
+	waitFor(t, "the wake taken", func() bool { return len(wake) == 0 })
+	close(h.gate)
+	waitFor(t, "a delivered", stateIs(l, "src:a", engine.StateDone))
+}

@@ -14,7 +14,9 @@
 //     handlers answer more for it (poolsize.go). It
 //     leases again when Options.Wake is signalled, on every PollInterval tick
 //     (which is also how retries that became due are found), and when a worker
-//     frees up while the last lease filled every free slot;
+//     frees up while the last lease filled every free slot. One lease is in
+//     flight at a time, on its own goroutine: meanwhile the dispatcher hands
+//     the events claims leased to the workers;
 //   - the workers POST each event to its source's Target and record the outcome
 //     with Complete (2xx) or Fail (anything else, with the retry delay and the
 //     attempt limit decided here, on the leader, and carried in the command);

@@ -44,10 +44,10 @@ func (f *Forwarder) Drain(ctx context.Context) error {
 	}
 }
 
-// checkIdle closes idle when a drain waits and no worker is busy. Call with
-// s.mu held.
+// checkIdle closes idle when a drain waits, no worker is busy and no claim
+// holds a reservation. Call with s.mu held.
 func (s *slots) checkIdle() {
-	if s.draining && s.busy <= 0 && s.recording <= 0 && s.parked <= 0 {
+	if s.draining && s.busy <= 0 && s.reserved <= 0 && s.recording <= 0 && s.parked <= 0 {
 		s.wakeIdle()
 	}
 }

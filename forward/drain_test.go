@@ -150,3 +150,44 @@ func TestUndrain(t *testing.T) {
 		r.f.ReleaseSlot(ticket)
 	}
 }
+
+// TestDrainWaitsForReservations: a claim that reserved a worker before the
+// drain may still commit with its lease and hand its event over: the drain
+// is not idle until that reservation ended, so no leased event is left for
+// a lease to run out after the hand-over of leadership.
+func TestDrainWaitsForReservations(t *testing.T) {
+	l := newLeader(t)
+	h := &sink{}
+	srv := serve(t, h)
+	r := start(t, l, &recorder{}, Options{Targets: only(Target{URL: srv.URL})})
+	var lf time.Duration
+	var ticket uint64
+	waitFor(t, "a reservation", func() bool {
+		var ok bool
+		lf, ticket, ok, _ = r.f.ReserveSlot("src")
+		return ok
+	})
+
+	drained := make(chan error, 1)
+	go func() { drained <- r.f.Drain(context.Background()) }()
+	waitFor(t, "the drain seen", r.f.slots.isDraining)
+	ticks(t, l, 3)
+	select {
+	case err := <-drained:
+		t.Fatalf("Drain returned %v while a claim held a reservation", err)
+	default:
+	}
+
+	res, err := l.apply(engine.Command{Op: engine.OpClaim, Key: "src:a", Source: "src", Payload: []byte("a"),
+		Retention: int64(24 * time.Hour), LeaseFor: int64(lf), LeaseNow: int64(lf)})
+	if err != nil || len(res.Events) != 1 {
+		t.Fatalf("claim: %+v %v", res, err)
+	}
+	r.f.DeliverLeased(ticket, res.Events[0])
+	if err := <-drained; err != nil {
+		t.Fatalf("Drain: %v", err)
+	}
+	if ev := l.get("src:a"); ev.State != engine.StateDone || h.n() != 1 {
+		t.Errorf("a is %v, handler called %d times, want done and 1", ev.State, h.n())
+	}
+}

@@ -178,17 +178,19 @@ type Options struct {
 	// A worker is free again when its handler answered: the outcome is
 	// recorded (Complete or Fail, a Raft commit) in the background, with at
 	// most recordFactor*Workers outcomes waiting to commit; beyond that a
-	// worker waits for its own. Claims that carry their lease may add as
-	// many events again as Workers, waiting for a worker (claimlease.go).
+	// worker waits for its own. Claims that carry their lease may add
+	// events waiting for a worker (claimlease.go); handlers never get more
+	// than the pool's size of requests at once.
 	Workers int
 	// MaxWorkers is how far the pool may grow while it is what limits
 	// delivery (poolsize.go): every worker busy, events waiting, and each
 	// step up answered by more 2xx per tick. Not above Workers: a fixed pool.
 	MaxWorkers int
 	// PoolBytes bounds the pool's growth by memory: every request in flight
-	// holds its event's body, and as many events again may wait for a
-	// worker, so the pool grows to at most PoolBytes / (2 × the average
-	// body delivered), and never below Workers. 0: DefaultPoolBytes.
+	// holds its event's body, and twice as many events again may wait for
+	// a worker while claims carry their lease (claimlease.go), so the pool
+	// grows to at most PoolBytes / (3 × the average body delivered), and
+	// never below Workers. 0: DefaultPoolBytes.
 	PoolBytes int64
 	// OnWorkers, when set, is told the pool's size when Run starts, each
 	// time it changes, and 0 when Run returns. It runs on the dispatcher and
@@ -402,15 +404,16 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	f.delivered.Store(0)
 	f.attempts.Store(0)
 	f.bodyBytes.Store(0)
-	// At most twice the pool's size of events are ever sent and not yet
-	// freed (f.slots: claims may reserve workers a lease in flight also
-	// took), so neither jobs nor freed, sized for the largest pool, ever
-	// blocks its sender. The freed token is true for an event with an order
+	// At most maxSent times the pool's size of events are ever sent and
+	// not yet freed (f.slots: a lease in flight takes the free workers, and
+	// claims reserved meanwhile may hand over reserveFactor times the pool
+	// beyond the events workers hold), so neither jobs nor freed, sized for
+	// the largest pool, ever blocks its sender. The freed token is true for an event with an order
 	// object: its end may let the next event of its object go (the engine
 	// leases one per object at a time), so the dispatcher leases again at
 	// once.
-	jobs := make(chan job, 2*sizer.max)
-	freed := make(chan bool, 2*sizer.max)
+	jobs := make(chan job, maxSent*sizer.max)
+	freed := make(chan bool, maxSent*sizer.max)
 	kick := make(chan struct{}, 1) // events may be due (a reclaim, an ordered event recorded): lease soon
 
 	var wg sync.WaitGroup
@@ -481,7 +484,10 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		}
 		// The handler answered: the worker is free for the next event
 		// while the outcome commits (workers bound the requests to
-		// handlers, not the commits; see Workers).
+		// handlers, not the commits; see Workers). What waits to commit
+		// holds no body: a commit slowed by a busy disk keeps thousands
+		// of outcomes waiting.
+		at.ev.Payload, at.ev.Headers = nil, nil
 		f.slots.leave(j.ev.Source, time.Now())
 		freed <- false
 		select {
@@ -529,11 +535,12 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	var avgBody int64 // bytes, over the last tick that started an attempt
 	f.dispatch(ctx, jobs, freed, kick, func(saturated bool) {
 		if a := f.attempts.Swap(0); a > 0 {
-			avgBody = f.bodyBytes.Swap(0) / a
+			avgBody = max(1, f.bodyBytes.Swap(0)/a)
+			f.slots.setAvgBody(avgBody)
 		}
 		most := f.opts.MaxWorkers
 		if avgBody > 0 {
-			most = int(min(int64(most), f.opts.PoolBytes/(2*avgBody)))
+			most = int(min(int64(most), f.opts.PoolBytes/(3*avgBody)))
 		}
 		sizer.limit(most)
 		k := sizer.step(saturated, int(f.delivered.Swap(0)))
@@ -643,15 +650,37 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 	spareStop := 0
 	send := func(j job) { jobs <- j }
 	var handed []job // takeHanded's spare
+	// lease: the lease in flight's result, nil while none is. wokeDuring:
+	// events may have come due since it was proposed (a wake, a kick, a
+	// tick, an ordered event's end), so that its result, short as it may
+	// be, does not clear want.
+	var lease chan leaseResult
+	wokeDuring := false
+	var afterLease []job // events claims leased for a rate-limited source during a lease
+	var leaseWG sync.WaitGroup
+	defer leaseWG.Wait() // ctx has ended: the lease returns soon
 	for {
 		now := time.Now()
 		// Events leased by claims, each with its worker.
 		handed = f.slots.takeHanded(handed)
 		for _, j := range handed { // counted in bySource by DeliverLeased
 			j.leased = now // what waited so far was the commit, not a rate limit
+			if lease != nil && f.lim.limited(j.ev.Source, now) {
+				// The lease in flight was sized to the slots its source
+				// had left (limiter.room): its events book them first.
+				afterLease = append(afterLease, j)
+				continue
+			}
 			f.place(j, now, &park, send)
 		}
 		clear(handed) // placed: the slice must not keep their payloads alive
+		if lease == nil && len(afterLease) > 0 {
+			for _, j := range afterLease {
+				f.place(j, now, &park, send)
+			}
+			clear(afterLease)
+			afterLease = afterLease[:0]
+		}
 		if f.slots.setParked(len(park)) && len(park) > 0 {
 			// A drain: hand the parked events back (Drain waits for it).
 			f.handBackParked(ctx, &park, now)
@@ -681,7 +710,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		full, fullUntil := f.lim.full(now)
 		full = f.skipOrphans(full)
 		again := false
-		if want && len(park) < parkCap && ctx.Err() == nil && !(spareStop > 0 && f.slots.free() <= spareStop) {
+		if lease == nil && want && len(park) < parkCap && ctx.Err() == nil && !(spareStop > 0 && f.slots.free() <= spareStop) {
 			spareStop = 0
 			if free := f.slots.takeForLease(); free > 0 { // none while draining
 				quotas, share := f.slots.quotas(full)
@@ -694,46 +723,18 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 				if f.opts.Leases != nil {
 					leases = f.opts.Leases()
 				}
-				evs, waiting, err := f.opts.Store.LeaseFrom(ctx, free, f.opts.DefaultLease, leases, quotas, share, spare)
-				f.slots.setWaiting(waiting)
-				switch {
-				case ctx.Err() != nil:
-					// Leadership ended mid-lease: anything leased stays
-					// processing until its lease expires.
-					return
-				case err != nil:
-					f.slots.leased(free, 0)
-					f.log.Warn("lease failed", "err", err)
-					want = false // try again on the next tick or wake
-				default:
-					if len(evs) > free {
-						f.log.Error("store leased more events than asked; extras left to expire",
-							"asked", free, "got", len(evs))
-						evs = evs[:free]
-					}
-					f.slots.leased(free, len(evs))
-					now = time.Now()
-					for _, ev := range evs {
-						f.slots.enter(ev.Source)
-						f.place(job{ev: ev, leased: now}, now, &park, send)
-					}
-					want = len(evs) == free
-					if !want && spare > 0 && waitingBeyond(waiting, full) {
-						// The spare workers stopped it: lease again once
-						// more workers than them are free.
-						want, spareStop = true, spare
-					}
-					// Some may have parked: lease again at once for the workers
-					// still free.
-					again = want && f.slots.free() > spareStop
-				}
+				// The lease commits on its own goroutine: meanwhile the
+				// events claims leased are placed at once, as are the
+				// workers that finish, instead of waiting for the lease's
+				// commit (docs/performance.md, "The dispatcher does not
+				// wait for its lease").
+				lease = make(chan leaseResult, 1)
+				wokeDuring = false
+				leaseWG.Go(func() {
+					evs, waiting, err := f.opts.Store.LeaseFrom(ctx, free, f.opts.DefaultLease, leases, quotas, share, spare)
+					lease <- leaseResult{evs: evs, waiting: waiting, err: err, free: free, spare: spare, full: full}
+				})
 			}
-		}
-		if again {
-			continue
-		}
-		if f.slots.setParked(len(park)) && len(park) > 0 {
-			continue // a drain began: hand the parked events back first
 		}
 
 		var timerC <-chan time.Time
@@ -745,30 +746,94 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		select {
 		case <-ctx.Done():
 			return
+		case r := <-lease:
+			lease = nil
+			f.slots.setWaiting(r.waiting)
+			switch {
+			case ctx.Err() != nil:
+				// Leadership ended mid-lease: anything leased stays
+				// processing until its lease expires.
+				return
+			case r.err != nil:
+				f.slots.leased(r.free, 0)
+				f.log.Warn("lease failed", "err", r.err)
+				want = wokeDuring // else try again on the next tick or wake
+			default:
+				evs := r.evs
+				if len(evs) > r.free {
+					f.log.Error("store leased more events than asked; extras left to expire",
+						"asked", r.free, "got", len(evs))
+					evs = evs[:r.free]
+				}
+				f.slots.leased(r.free, len(evs))
+				now := time.Now()
+				for _, ev := range evs {
+					f.slots.enter(ev.Source)
+					f.place(job{ev: ev, leased: now}, now, &park, send)
+				}
+				for _, j := range afterLease {
+					f.place(j, now, &park, send)
+				}
+				clear(afterLease)
+				afterLease = afterLease[:0]
+				want = len(evs) == r.free
+				if !want && r.spare > 0 && waitingBeyond(r.waiting, r.full) {
+					// The spare workers stopped it: lease again once
+					// more workers than them are free.
+					want, spareStop = true, r.spare
+				}
+				if wokeDuring {
+					// New events may have come due while it committed.
+					want, spareStop = true, 0
+				}
+				// Some may have parked: lease again at once for the workers
+				// still free.
+				again = want && f.slots.free() > spareStop
+			}
 		case <-f.opts.Wake:
-			want, spareStop = true, 0
+			want, spareStop, wokeDuring = true, 0, true
 		case <-kick:
-			want, spareStop = true, 0
+			want, spareStop, wokeDuring = true, 0, true
 		case <-tick.C:
 			// Saturated: every worker busy but the spare ones, with events
 			// waiting.
-			size(want && f.slots.free() <= f.slots.spare(time.Now(), f.manySources()))
-			want, spareStop = true, 0
+			size(want && f.slots.freeBesideLease() <= f.slots.spare(time.Now(), f.manySources()))
+			want, spareStop, wokeDuring = true, 0, true
 			f.rebookChangedRates(&park, time.Now())
 		case <-timerC:
 			// A parked event's slot came, or a full source has room again:
 			// its due events may be leased now.
 			if !fullUntil.IsZero() {
-				want, spareStop = true, 0
+				want, spareStop, wokeDuring = true, 0, true
 			}
 		case <-f.slots.changed: // a claim leased an event, or gave its worker back
 		case ordered := <-freed:
 			done, more := collectFreed(freed, ordered)
 			want = want || more
+			wokeDuring = wokeDuring || more
 			f.slots.put(done)
+		}
+		if again {
+			timer.Stop()
+			continue
+		}
+		if f.slots.setParked(len(park)) && len(park) > 0 {
+			timer.Stop()
+			continue // a drain began: hand the parked events back first
 		}
 		timer.Stop() // timers are unbuffered (Go 1.23+): nothing stale is left
 	}
+}
+
+// leaseResult is what a lease the dispatcher proposed returned, with the
+// workers it took (free), the spare workers it kept, and the sources it
+// skipped as full.
+type leaseResult struct {
+	evs         []engine.Event
+	waiting     []string
+	err         error
+	free, spare int
+	full        []string
 }
 
 // skipOrphans adds to full (sorted) the sources whose events were leased

@@ -174,6 +174,14 @@ func (l *limiter) book(src string, tgt Target, now, deadline time.Time) (start t
 	return start, b.gen, true
 }
 
+// limited reports whether src has a rate or is held past now.
+func (l *limiter) limited(src string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b := l.b[src]
+	return b != nil && (b.rate > 0 || b.hold.After(now))
+}
+
 // held reports whether src is held past t.
 func (l *limiter) held(src string, t time.Time) bool {
 	l.mu.Lock()
