@@ -370,10 +370,11 @@ func (n *node) lead(ctx context.Context) {
 			return nil
 		},
 		// Requests to handlers at once. A worker is held from its event's
-		// lease (the lease's or the claim's commit) to the handler's answer
-		// (the outcome then commits in the background): at 3,000 events/s
-		// and 25 ms commits under load that is 75 workers; 64 made delivery
-		// fall seconds behind intake there. A handler that takes 200 ms caps
+		// lease to the handler's answer (a claim's commit holds a
+		// reservation, counted apart, and the outcome commits in the
+		// background): at 3,000 events/s and 25 ms commits under load
+		// that was 75 workers; 64 made delivery fall seconds behind
+		// intake there. A handler that takes 200 ms caps
 		// 256 workers at 1,280 events/s, so the pool grows toward 1,024
 		// while a slow handler answers more for it (forward/poolsize.go).
 		Workers:    256,

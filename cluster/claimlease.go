@@ -19,9 +19,10 @@ import (
 // deliver is not lost: the event stays processing until its lease ends and a
 // leader's sweeper reclaims it.
 type LeaseSlots interface {
-	// ReserveSlot takes a free worker for a claim of source and returns the
-	// source's lease length (the leader's running config's), which the
-	// claim then stores and is leased for, and a ticket. ok is
+	// ReserveSlot reserves a worker for a claim of source (one that is free,
+	// or one the forwarder lets commits in flight hold beyond them) and
+	// returns the source's lease length (the leader's running config's),
+	// which the claim then stores and is leased for, and a ticket. ok is
 	// false when the claim gets none: none is free, delivery is not running
 	// (more is false then: no other claim gets one either), or the source
 	// has its share of the workers or is throttled (more is true).

@@ -18,9 +18,9 @@ import (
 //
 // A reservation is not a worker's request to a handler: it stands for a
 // claim on its way through Raft, for the commit's time. So reservations are
-// counted apart (reserved), and a claim may reserve while a worker is not
-// taken by an event already handed over, up to reserveCap reservations at
-// once. Had they counted as workers, a leader whose commits took longer than
+// counted apart (reserved): a claim may reserve a worker that is free, and,
+// while no worker is free but some are not taken by an event already handed
+// over, one of up to reserveCap more (small bodies, one active source). Had they counted as workers, a leader whose commits took longer than
 // its deliveries (tens of milliseconds against one, and hundreds while the
 // disk is slow) ran out of workers with most of them waiting for commits:
 // claims then left their events pending, and the leases that followed took
@@ -219,17 +219,19 @@ const reserveFactor = 4
 // the pool's own, a lease in flight's, and what reservations hand over.
 const maxSent = reserveFactor + 2
 
-// reserveCap is how many reservations a pool of n may hold at once: n, and
-// up to reserveFactor times n while the bodies are small enough that the
-// events they hand over, waiting for a worker, stay within poolBytes beside
-// what the pool itself may hold (Options.PoolBytes: three bodies a worker).
-// Before any body was seen (avgBody 0), n.
+// reserveCap is how many reservations may be in flight at once when no
+// worker is free for the next one (a reservation of a free worker, the rule
+// before reservations were counted apart, is always allowed): up to
+// reserveFactor times the pool, while the
+// bodies are small enough that the events they hand over, with the pool's
+// own and a lease's, stay within poolBytes (Options.PoolBytes). None before
+// any body was seen (avgBody 0), nor for bodies so large that the pool and a
+// lease fill poolBytes by themselves.
 func reserveCap(n int, avgBody, poolBytes int64) int {
 	if avgBody <= 0 {
-		return n
+		return 0
 	}
-	extra := poolBytes/avgBody - 3*int64(n)
-	return n + int(max(0, min(int64((reserveFactor-1)*n), extra)))
+	return int(max(0, min(int64(reserveFactor*n), poolBytes/avgBody-2*int64(n))))
 }
 
 // setAvgBody records the average body of the last tick's attempts.
@@ -242,7 +244,8 @@ func (s *slots) setAvgBody(b int64) {
 // recordFactor bounds the outcomes committing in the background to
 // recordFactor times the workers: enough for a commit as long as several
 // handler answers (8 × 256 outcomes: 6,500 events/s for 300 ms), and a
-// bound on what waits in memory (an outcome holds no body).
+// bound on what waits in memory (an outcome holds no request body; a sync
+// handler's answer stays).
 const recordFactor = 8
 
 // startRecording counts one more outcome committing in the background, if
@@ -409,14 +412,19 @@ func (s *slots) takeHanded(spare []job) []job {
 	return h
 }
 
-// ReserveSlot takes a free worker for a claim's lease (cluster.LeaseSlots).
+// ReserveSlot reserves a worker for a claim's lease (cluster.LeaseSlots):
+// one that is free, or, while the bodies are small, one of reserveCap
+// beyond them (a reservation stands for a commit, not a request; see slots).
 // It fails for every claim while the Forwarder is not running or every
-// worker is taken (a lease in flight takes none from it; see slots), and for
-// a claim of a source whose rate limit stops its leases, or that holds its
-// share of the workers while another source's events wait, or while only
-// the spare workers are free and another source is active or configured
-// (Options.Sources): that claim's event waits for a lease, where the other
-// sources' due events go first.
+// worker is taken by an event (a lease in flight takes none from it), and
+// for a claim of a source whose rate limit stops its leases, or that holds
+// its share of the workers while another source's events wait, or while
+// only the spare workers are free and another source is active or
+// configured (Options.Sources): that claim's event waits for a lease, where
+// the other sources' due events go first. Reservations beyond the free
+// workers go only to a source without a rate limit while no other source is
+// active or waiting: their events may wait for a worker, and would wait
+// ahead of the others' or past their slots.
 func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket uint64, ok, more bool) {
 	many := f.manySources() // before the lock: it reads the configuration
 	// The running config's lease of the source, as a lease command names
@@ -429,12 +437,20 @@ func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket u
 	s := f.slots
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.n == 0 || s.draining || s.busy-s.leasing >= s.n || s.reserved >= reserveCap(s.n, s.avgBody, f.opts.PoolBytes) {
+	taken := s.busy - s.leasing
+	if s.n == 0 || s.draining || taken >= s.n {
+		return 0, 0, false, false
+	}
+	beyond := taken+s.reserved >= s.n // no worker is free for it
+	if beyond && s.reserved >= reserveCap(s.n, s.avgBody, f.opts.PoolBytes) {
 		return 0, 0, false, false
 	}
 	now := time.Now()
+	if beyond && (s.othersWaitLocked(source) || s.activeLocked(source, now) > 0 || f.lim.limited(source, now)) {
+		return 0, 0, false, true
+	}
 	if k := s.bySource[source]; k >= shareOf(s.n) && (s.othersWaitLocked(source) ||
-		s.busy-s.leasing >= s.n-spareOf(s.n) && (many || s.activeLocked(source, now) > 0)) {
+		taken+s.reserved >= s.n-spareOf(s.n) && (many || s.activeLocked(source, now) > 0)) {
 		return 0, 0, false, true
 	}
 	if f.lim.throttled(source, now) {

@@ -301,9 +301,10 @@ func TestReservationsAreNotWorkers(t *testing.T) {
 	}
 }
 
-// TestReserveCap: claims in flight may reserve up to reserveFactor times the
-// pool while the events they would hand over fit in the pool's bytes beside
-// the pool's own three bodies a worker, and never fewer than the pool.
+// TestReserveCap: beyond the free workers, claims in flight may reserve up
+// to reserveFactor times the pool while the events they would hand over fit
+// in the pool's bytes beside the pool's own and a lease's; none before a
+// body was seen.
 func TestReserveCap(t *testing.T) {
 	const pool = 256 << 20
 	for _, c := range []struct {
@@ -311,21 +312,72 @@ func TestReserveCap(t *testing.T) {
 		avgBody int64
 		want    int
 	}{
-		{256, 0, 256},          // no body seen yet
-		{256, 1, 1024},         // empty bodies
-		{256, 1 << 10, 1024},   // 1 KiB: reserveFactor × n
-		{256, 300 << 10, 361},  // 873 bodies fit, 768 are the pool's
-		{256, 342 << 10, 256},  // the pool's own bodies fill the bytes
-		{256, 1 << 20, 256},    // larger: never below the pool
-		{1024, 1 << 10, 4096},  // a grown pool
-		{1024, 64 << 10, 2048}, // 4,096 bodies fit, 3,072 are the pool's
-		{16, 4 << 10, 64},      // a small pool, small bodies
-		{16, 5 << 20, 19},      // 51 bodies fit, 48 are the pool's
-		{16, 6 << 20, 16},      // 42 fit: fewer than the pool's own
+		{256, 0, 0},           // no body seen yet
+		{256, 1, 1024},        // empty bodies
+		{256, 1 << 10, 1024},  // 1 KiB: reserveFactor × n
+		{256, 300 << 10, 361}, // 873 bodies fit, 512 are the pool's and a lease's
+		{256, 342 << 10, 254}, // 766 fit
+		{256, 1 << 20, 0},     // 256 fit: none beyond the free workers
+		{1024, 1 << 10, 4096}, // a grown pool
+		{1024, 64 << 10, 2048},
+		{16, 4 << 10, 64},
+		{16, 5 << 20, 19}, // 51 fit
+		{16, 9 << 20, 0},  // 28 fit
 	} {
 		if got := reserveCap(c.n, c.avgBody, pool); got != c.want {
 			t.Errorf("reserveCap(%d, %d B) = %d, want %d", c.n, c.avgBody, got, c.want)
 		}
+	}
+}
+
+// TestReservationsBeyondTheFreeWorkers: once every free worker is reserved,
+// more reservations go to a source without a rate limit while no other
+// source is active, up to reserveCap; not to one with a rate limit, nor while
+// another source is active, whose events would wait behind them.
+func TestReservationsBeyondTheFreeWorkers(t *testing.T) {
+	l := newLeader(t)
+	srv := serve(t, &sink{})
+	targets := func(src string) (Target, bool) {
+		if src == "limited" {
+			return Target{URL: srv.URL, MaxRate: 1000}, true
+		}
+		return Target{URL: srv.URL}, true
+	}
+	f := New(Options{Store: l, Targets: targets, Workers: 2, PollInterval: time.Hour, SweepInterval: time.Hour})
+	runF(t, f)
+	waitFor(t, "the first lease", func() bool { return l.leases.Load() == 1 })
+	f.slots.setAvgBody(1 << 10) // as a tick after 1 KiB deliveries sets it
+	f.lim.mu.Lock()
+	f.lim.bucketLocked("limited", Target{MaxRate: 1000}, time.Now())
+	f.lim.mu.Unlock()
+
+	reserve := func(src string) bool {
+		_, _, ok, _ := f.ReserveSlot(src)
+		return ok
+	}
+	waitFor(t, "the free workers reserved", func() bool { return reserve("src") })
+	if !reserve("limited") {
+		t.Fatal("a rate-limited source got no free worker")
+	}
+	// No worker is free now: only src goes beyond, up to 4 × 2 in all.
+	if reserve("limited") {
+		t.Error("a rate-limited source reserved beyond the free workers")
+	}
+	for i := range 6 {
+		if !reserve("src") {
+			t.Fatalf("reservation %d beyond the free workers refused", i+1)
+		}
+	}
+	if reserve("src") {
+		t.Error("more reservations than reserveCap")
+	}
+	// Another source active: nothing beyond the free workers.
+	f.slots.mu.Lock()
+	f.slots.reserved = 2
+	f.slots.recent["other"] = time.Now()
+	f.slots.mu.Unlock()
+	if reserve("src") {
+		t.Error("reserved beyond the free workers while another source is active")
 	}
 }
 

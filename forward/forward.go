@@ -187,10 +187,11 @@ type Options struct {
 	// step up answered by more 2xx per tick. Not above Workers: a fixed pool.
 	MaxWorkers int
 	// PoolBytes bounds the pool's growth by memory: every request in flight
-	// holds its event's body, and twice as many events again may wait for
-	// a worker while claims carry their lease (claimlease.go), so the pool
-	// grows to at most PoolBytes / (3 × the average body delivered), and
-	// never below Workers. 0: DefaultPoolBytes.
+	// holds its event's body, and as many events again may wait for a
+	// worker (a lease's), so the pool grows to at most PoolBytes / (2 × the
+	// average body delivered), and never below Workers; claims reserve
+	// workers beyond the free ones only within what is left of PoolBytes
+	// (claimlease.go, reserveCap). 0: DefaultPoolBytes.
 	PoolBytes int64
 	// OnWorkers, when set, is told the pool's size when Run starts, each
 	// time it changes, and 0 when Run returns. It runs on the dispatcher and
@@ -485,8 +486,9 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		// The handler answered: the worker is free for the next event
 		// while the outcome commits (workers bound the requests to
 		// handlers, not the commits; see Workers). What waits to commit
-		// holds no body: a commit slowed by a busy disk keeps thousands
-		// of outcomes waiting.
+		// holds no request body (a sync handler's answer, at most
+		// MaxBody, stays): a commit slowed by a busy disk keeps
+		// thousands of outcomes waiting.
 		at.ev.Payload, at.ev.Headers = nil, nil
 		f.slots.leave(j.ev.Source, time.Now())
 		freed <- false
@@ -540,7 +542,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 		}
 		most := f.opts.MaxWorkers
 		if avgBody > 0 {
-			most = int(min(int64(most), f.opts.PoolBytes/(3*avgBody)))
+			most = int(min(int64(most), f.opts.PoolBytes/(2*avgBody)))
 		}
 		sizer.limit(most)
 		k := sizer.step(saturated, int(f.delivered.Swap(0)))
@@ -676,6 +678,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 		clear(handed) // placed: the slice must not keep their payloads alive
 		if lease == nil && len(afterLease) > 0 {
 			for _, j := range afterLease {
+				j.leased = now // it waited for the lease's commit, not a rate limit
 				f.place(j, now, &park, send)
 			}
 			clear(afterLease)
@@ -709,7 +712,6 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 
 		full, fullUntil := f.lim.full(now)
 		full = f.skipOrphans(full)
-		again := false
 		if lease == nil && want && len(park) < parkCap && ctx.Err() == nil && !(spareStop > 0 && f.slots.free() <= spareStop) {
 			spareStop = 0
 			if free := f.slots.takeForLease(); free > 0 { // none while draining
@@ -728,11 +730,11 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 				// workers that finish, instead of waiting for the lease's
 				// commit (docs/performance.md, "The dispatcher does not
 				// wait for its lease").
-				lease = make(chan leaseResult, 1)
-				wokeDuring = false
+				done := make(chan leaseResult, 1)
+				lease, wokeDuring = done, false
 				leaseWG.Go(func() {
 					evs, waiting, err := f.opts.Store.LeaseFrom(ctx, free, f.opts.DefaultLease, leases, quotas, share, spare)
-					lease <- leaseResult{evs: evs, waiting: waiting, err: err, free: free, spare: spare, full: full}
+					done <- leaseResult{evs: evs, waiting: waiting, err: err, free: free, spare: spare, full: full}
 				})
 			}
 		}
@@ -772,6 +774,7 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 					f.place(job{ev: ev, leased: now}, now, &park, send)
 				}
 				for _, j := range afterLease {
+					j.leased = now // it waited for the lease's commit, not a rate limit
 					f.place(j, now, &park, send)
 				}
 				clear(afterLease)
@@ -786,9 +789,8 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 					// New events may have come due while it committed.
 					want, spareStop = true, 0
 				}
-				// Some may have parked: lease again at once for the workers
-				// still free.
-				again = want && f.slots.free() > spareStop
+				// Some may have parked: the loop leases again at once for
+				// the workers still free.
 			}
 		case <-f.opts.Wake:
 			want, spareStop, wokeDuring = true, 0, true
@@ -812,10 +814,6 @@ func (f *Forwarder) dispatch(ctx context.Context, jobs chan<- job, freed <-chan 
 			want = want || more
 			wokeDuring = wokeDuring || more
 			f.slots.put(done)
-		}
-		if again {
-			timer.Stop()
-			continue
 		}
 		if f.slots.setParked(len(park)) && len(park) > 0 {
 			timer.Stop()
