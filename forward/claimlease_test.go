@@ -161,37 +161,49 @@ func (g *gatedLeases) LeaseFrom(ctx context.Context, max int, leaseFor time.Dura
 	case g.in <- struct{}{}:
 	default:
 	}
-	<-g.gate
+	select {
+	case <-g.gate:
+	case <-ctx.Done(): // the forwarder stops: a failed test must not hang
+		return nil, nil, ctx.Err()
+	}
 	return g.leader.LeaseFrom(ctx, max, leaseFor, leases, quotas, share, spare)
 }
 
 // TestClaimLeaseDuringLease: while a lease is in flight (it took every free
-// worker), claims still reserve workers; when the lease then returns as many
-// events as it asked for, every event is delivered, at most Workers at once.
+// worker), claims still reserve workers, and their events go to the handler
+// at once; with both workers delivering, no claim reserves one; when the
+// lease then returns as many events as it asked for, every event is
+// delivered, at most Workers at once.
 func TestClaimLeaseDuringLease(t *testing.T) {
 	l := newLeader(t)
 	l.claim("src:due1", "src", "x")
 	l.claim("src:due2", "src", "x")
 	var mu sync.Mutex
 	active, most := 0, 0
+	hold := make(chan struct{})
 	s := &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		active++
 		most = max(most, active)
 		mu.Unlock()
 		defer func() { mu.Lock(); active--; mu.Unlock() }()
+		<-hold
 	}}
 	srv := serve(t, s)
 	g := &gatedLeases{leader: l, in: make(chan struct{}, 1), gate: make(chan struct{})}
 	f := New(Options{Store: g, Targets: only(Target{URL: srv.URL}), Workers: 2, PollInterval: time.Hour, SweepInterval: time.Hour})
 	runF(t, f)
-	<-g.in // the first lease is in flight and holds both workers
+	var once sync.Once
+	release := func() { once.Do(func() { close(hold); close(g.gate) }) }
+	t.Cleanup(release) // before the forwarder stops, should the test fail
+	<-g.in             // the first lease is in flight and holds both workers
 	l.leasingClaim(f, "src:a")
 	l.leasingClaim(f, "src:b")
+	waitFor(t, "a and b at the handler during the lease", func() bool { return s.n() == 2 })
 	if _, _, ok, _ := f.ReserveSlot("src"); ok {
-		t.Fatal("a third reservation with two workers")
+		t.Fatal("a third reservation with two workers delivering")
 	}
-	close(g.gate) // this lease and later ones pass
+	release() // the handler answers; this lease and later ones pass
 	for _, k := range []string{"src:due1", "src:due2", "src:a", "src:b"} {
 		waitFor(t, k+" done", stateIs(l, k, engine.StateDone))
 	}
@@ -242,16 +254,8 @@ func TestReservedSlotTakesTheSourcesLease(t *testing.T) {
 // found no worker waited for leases that could take none.
 func TestReservationsAreNotWorkers(t *testing.T) {
 	l := newLeader(t)
-	var mu sync.Mutex
-	active, most := 0, 0
-	s := &sink{serve: func(n int, w http.ResponseWriter, r *http.Request) {
-		mu.Lock()
-		active++
-		most = max(most, active)
-		mu.Unlock()
-		defer func() { mu.Lock(); active--; mu.Unlock() }()
-	}}
-	srv := serve(t, s)
+	h := &concurrencySink{latency: func(int) time.Duration { return time.Millisecond }}
+	srv := serve(t, h)
 	wake := make(chan struct{}, 1)
 	f := New(Options{Store: l, Targets: only(Target{URL: srv.URL}), Workers: 2, Wake: wake, PollInterval: time.Hour, SweepInterval: time.Hour})
 	runF(t, f)
@@ -294,9 +298,7 @@ func TestReservationsAreNotWorkers(t *testing.T) {
 	for _, k := range []string{"src:a", "src:b"} {
 		waitFor(t, k+" done", stateIs(l, k, engine.StateDone))
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if most > 2 {
+	if _, most := h.stats(); most > 2 {
 		t.Errorf("%d deliveries at once with 2 workers", most)
 	}
 }
@@ -396,7 +398,10 @@ func (h *heldLeases) LeaseFrom(ctx context.Context, max int, leaseFor time.Durat
 	case h.in <- struct{}{}:
 	default:
 	}
-	<-h.gate
+	select {
+	case <-h.gate:
+	case <-ctx.Done(): // the forwarder stops: a failed test must not hang
+	}
 	return evs, waiting, err
 }
 
