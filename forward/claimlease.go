@@ -20,9 +20,10 @@ import (
 // claim on its way through Raft, for the commit's time. So reservations are
 // counted apart (reserved): a claim may reserve a worker that is free, and,
 // while no worker is free but some are not taken by an event already handed
-// over, one of up to reserveCap more (small bodies, one active source). Had they counted as workers, a leader whose commits took longer than
-// its deliveries (tens of milliseconds against one, and hundreds while the
-// disk is slow) ran out of workers with most of them waiting for commits:
+// over, one of up to reserveCap more (small bodies, one active source). Had
+// they counted as workers, a leader whose commits took longer than its
+// deliveries (tens of milliseconds against one, and hundreds while the disk
+// is slow) ran out of workers with most of them waiting for commits:
 // claims then left their events pending, and the leases that followed took
 // a log entry each and fell behind by seconds, while the handler was idle
 // (docs/performance.md, "Reservations are not workers").
@@ -222,9 +223,9 @@ const maxSent = reserveFactor + 2
 // reserveCap is how many reservations may be in flight at once when no
 // worker is free for the next one (a reservation of a free worker, the rule
 // before reservations were counted apart, is always allowed): up to
-// reserveFactor times the pool, while the
-// bodies are small enough that the events they hand over, with the pool's
-// own and a lease's, stay within poolBytes (Options.PoolBytes). None before
+// reserveFactor times the pool, while the bodies are small enough that the
+// events they hand over, with the pool's own and a lease's, stay within
+// poolBytes (Options.PoolBytes). None before
 // any body was seen (avgBody 0), nor for bodies so large that the pool and a
 // lease fill poolBytes by themselves.
 func reserveCap(n int, avgBody, poolBytes int64) int {
