@@ -27,6 +27,14 @@ func TestReplayGuardDefaults(t *testing.T) {
 		{"standard keyed on its own header", `provider = "standard"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:X-Custom-Id\"]", "body", ""},
 		{"standard keyed on it, guard off", `provider = "standard"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:X-Custom-Id\"]\nreplay_guard = \"off\"", "off", ""},
 		{"standard keyed on the signed id and the body", `provider = "standard"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:Webhook-Id\", \"json:data.id\"]", "off", ""},
+		// A signed timestamp is not the sender's to write: the guard stays
+		// off, so that a later event with a body seen before (a heartbeat)
+		// is not taken for a replay. keyPartChangesPerDelivery warns of
+		// such a key for its own reason.
+		{"standard keyed on the id and the timestamp", `provider = "standard"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:webhook-id\", \"header:Webhook-Timestamp\"]", "off", ""},
+		{"slack keyed on its timestamp", `provider = "slack"` + "\nkey = [\"json:event_id\", \"header:X-Slack-Request-Timestamp\"]", "off", ""},
+		{"hmac signs an id and a timestamp, keyed on both", `provider = "hmac"` + "\nkey = [\"header:X-Id\", \"header:X-Ts\"]\nhmac = { header = \"X-Sig\", id_header = \"X-Id\", timestamp_header = \"X-Ts\", template = \"{id}.{timestamp}.{body}\" }", "off", ""},
+		{"standard keyed on its signature header", `provider = "standard"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:webhook-signature\"]", "body", ""},
 		{"svix keyed on svix-id", `provider = "svix"` + "\nsecrets = [\"whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw\"]\nkey = [\"header:svix-id\"]", "off", ""},
 		{"stripe keyed on a header", `provider = "stripe"` + "\nkey = [\"header:X-Request-Id\"]", "body", ""},
 		{"shopify keyed on its own header", `provider = "shopify"` + "\nkey = [\"header:X-Shopify-Webhook-Id\"]", "off", ""},
@@ -94,6 +102,11 @@ func TestUnsignedKeyWarnings(t *testing.T) {
 		{"standard on it, guard off", `provider = "standard"` + whsec + "\nkey = [\"header:X-Custom-Id\"]\nreplay_guard = \"off\"",
 			`with replay_guard = "off" such a replay is delivered again`},
 		{"standard on the body", `provider = "standard"` + whsec + "\nkey = [\"json:data.id\"]", ""},
+		{"standard on the id and the timestamp", `provider = "standard"` + whsec + "\nkey = [\"header:webhook-id\", \"header:webhook-timestamp\"]", ""},
+		// The guard a per-delivery header turns on is said, beside the
+		// warning that every resend would be a new event.
+		{"standard on its signature header", `provider = "standard"` + whsec + "\nkey = [\"header:webhook-signature\"]",
+			"source[0].key[0]: header:webhook-signature is not covered by standard's signature: a captured delivery resent with another value there verifies as a new event; the replay guard is on for this source"},
 		{"github on its delivery header", `provider = "github"` + "\nkey = [\"header:X-GitHub-Delivery\"]", ""},
 		{"shopify on its own header", `provider = "shopify"` + "\nkey = [\"header:X-Shopify-Webhook-Id\"]", ""},
 		{"hmac signs no id, keyed on a header", `provider = "hmac"` + "\nkey = [\"header:X-Request-Id\"]\nhmac = { header = \"X-Sig\" }", ""},

@@ -64,7 +64,8 @@ func TestRetentionWarnings(t *testing.T) {
 		{"retries just fit", "provider = \"twilio\"\nretention = \"9h\"\nmax_attempts = 10\nbackoff_max = \"1h\"", nil},
 		{"one attempt never waits", "provider = \"twilio\"\nretention = \"100h\"\nmax_attempts = 1\nbackoff_max = \"200h\"", nil},
 		{"signature header", "provider = \"stripe\"\nkey = [\"header:Stripe-Signature\"]",
-			[]string{"source[0].key[0]: header:Stripe-Signature is a signature, timestamp or token header"}},
+			[]string{"source[0].key[0]: header:Stripe-Signature is a signature, timestamp or token header",
+				"source[0].key[0]: header:Stripe-Signature is not covered by stripe's signature: a captured delivery resent with another value there verifies as a new event; the replay guard is on for this source"}},
 		{"any case", "provider = \"github\"\nkey = [\"header:x-hub-signature-256\"]",
 			[]string{"source[0].key[0]: header:x-hub-signature-256"}},
 		{"an alternative", "provider = \"standard\"\nkey = [\"json:id\", \"header:webhook-id|header:webhook-timestamp\"]",
@@ -78,7 +79,7 @@ func TestRetentionWarnings(t *testing.T) {
 			[]string{"source[0].retention: 1m is shorter than twice tolerance 5m: a delivery still inside its signed time's tolerance after its key expired is claimed and delivered again; set at least 10m"}},
 		{"hmac without a signed time", "provider = \"hmac\"\nkey = [\"header:X-Id\"]\nretention = \"1m\"\nmax_attempts = 1\nhmac = { header = \"X-Sig\", template = \"{body}\" }", nil},
 		{"all three", "provider = \"stripe\"\nretention = \"1h\"\nkey = [\"header:Stripe-Signature\"]",
-			[]string{"source[0].retention: 1h is shorter", "source[0].max_attempts: max_attempts 8 waits up to backoff_max 10m before each of 7 retries, beyond retention 1h", "source[0].key[0]: header:Stripe-Signature"}},
+			[]string{"source[0].retention: 1h is shorter", "source[0].max_attempts: max_attempts 8 waits up to backoff_max 10m before each of 7 retries, beyond retention 1h", "source[0].key[0]: header:Stripe-Signature", "the replay guard is on"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

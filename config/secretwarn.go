@@ -92,8 +92,11 @@ func unsignedKeys(c *Config) []string {
 		if j < 0 {
 			continue
 		}
-		if !guardedByDefault && (defaultKeyUnsigned(s.Provider, sch.Defaults().Key) || perDeliveryPart(s, s.Key[j])) {
-			continue // keyPartChangesPerDelivery warns of the last
+		// keyPartChangesPerDelivery warns of a per-delivery header; with
+		// the guard off that says all, with it on the operator learns of
+		// the guard here.
+		if !guardedByDefault && (defaultKeyUnsigned(s.Provider, sch.Defaults().Key) || perDeliveryPart(s, s.Key[j]) && s.ReplayGuard == ReplayGuardOff) {
+			continue
 		}
 		then := "the replay guard is on for this source (a body seen before under another key is a duplicate)"
 		switch {

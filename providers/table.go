@@ -175,7 +175,11 @@ func SharedKey(provider string, secret []byte) (key []byte, ok bool) {
 // scheme that signs the body (all but the shared-token ones, gitlab and
 // asaas), and the id header a scheme signs (webhook-id for standard; svix-id
 // and webhook-id for svix; an hmac source's id_header when its template
-// signs {id}). Any other header is the sender's to write.
+// signs {id}), and the timestamp header a scheme signs (webhook-timestamp,
+// Slack's and Zoom's, an hmac source's timestamp_header when its template
+// signs {timestamp}). A timestamp in a key is warned of for another reason
+// (each resend carries a new one), but it is not the sender's to write.
+// Any other header is.
 func KeyPartSigned(provider, part string, spec *HMACSpec) bool {
 	gs, err := parseGetters(part)
 	if err != nil {
@@ -189,12 +193,21 @@ func KeyPartSigned(provider, part string, spec *HMACSpec) bool {
 	var signedHeaders []string
 	switch provider {
 	case "standard":
-		signedHeaders = []string{"webhook-id"}
+		signedHeaders = []string{"webhook-id", "webhook-timestamp"}
 	case "svix":
+		// Not the timestamps: a request may carry both names with different
+		// values, and only one of them is the signed one.
 		signedHeaders = []string{"svix-id", "webhook-id"}
+	case "slack":
+		signedHeaders = []string{"x-slack-request-timestamp"}
+	case "zoom":
+		signedHeaders = []string{"x-zm-request-timestamp"}
 	case "hmac":
 		if spec != nil && spec.IDHeader != "" && strings.Contains(spec.Template, "{id}") {
-			signedHeaders = []string{strings.ToLower(spec.IDHeader)}
+			signedHeaders = append(signedHeaders, strings.ToLower(spec.IDHeader))
+		}
+		if spec != nil && spec.TimestampHeader != "" && strings.Contains(spec.Template, "{timestamp}") {
+			signedHeaders = append(signedHeaders, strings.ToLower(spec.TimestampHeader))
 		}
 		bodySigned = spec == nil || spec.Template == "" || strings.Contains(spec.Template, "{body}")
 	}
