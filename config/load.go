@@ -9,6 +9,7 @@ import (
 	"math"
 	"net/netip"
 	"os"
+	"os/user"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -153,7 +154,7 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		msg := err.Error()
 		if pe := (*fs.PathError)(nil); errors.As(err, &pe) {
-			msg = pe.Err.Error() // the path is already the prefix
+			msg = pe.Err.Error() + permissionHint(err, pe.Path) // the path is already the prefix
 		}
 		return nil, &Error{File: path, Message: "cannot read config: " + msg, Err: err}
 	}
@@ -880,13 +881,35 @@ func (l *loader) readSecret(key, path string) (Secret, bool) {
 // file: EF BB BF.
 var utf8BOM = []byte{0xEF, 0xBB, 0xBF}
 
-// errText is an os error's text: "open /x: no such file or directory".
+// errText is an os error's text: "open /x: no such file or directory",
+// followed for a refused read by who is reading and how to let it.
 func errText(err error) string {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
-		return pe.Op + " " + pe.Path + ": " + pe.Err.Error()
+		return pe.Op + " " + pe.Path + ": " + pe.Err.Error() + permissionHint(err, pe.Path)
 	}
 	return err.Error()
+}
+
+// permissionHint says, after a permission error on path, which user and
+// group this process runs as and the usual fix: under systemd the service
+// user reads files that root wrote, and "permission denied" alone does not
+// say whose permission. "" for any other error.
+func permissionHint(err error, path string) string {
+	if !errors.Is(err, fs.ErrPermission) {
+		return ""
+	}
+	uid, gid := os.Geteuid(), os.Getegid()
+	who := fmt.Sprintf("uid %d", uid)
+	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
+		who = fmt.Sprintf("user %s (uid %d)", u.Username, uid)
+	}
+	group := strconv.Itoa(gid)
+	if g, err := user.LookupGroupId(group); err == nil {
+		group = g.Name
+	}
+	return fmt.Sprintf(" (this process runs as %s, group %s: let that group read the file, e.g. chgrp %s %s && chmod 0640 %s, and enter each directory above it)",
+		who, group, group, path, path)
 }
 
 // unsafeMode says what is wrong with the mode of a secret, token or key file

@@ -10,6 +10,7 @@ import (
 	"reflect"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -974,5 +975,29 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 	}
 	if len(lines) != 4 {
 		t.Errorf("%d problems, want 4 (an undecoded value judged again?):\n%v", len(lines), err)
+	}
+}
+
+// TestPermissionDeniedSaysWhoReads: a file this process may not read is
+// reported with the user and group it runs as and the chgrp/chmod that
+// lets it (the likeliest first failure under systemd: files written by
+// root, read by the service user); other errors get no such hint. The
+// tests run as root, which reads anything, so the error is made here.
+func TestPermissionDeniedSaysWhoReads(t *testing.T) {
+	denied := &fs.PathError{Op: "open", Path: "/etc/oncehook/orders.secret", Err: syscall.EACCES}
+	got := errText(denied)
+	for _, want := range []string{
+		"open /etc/oncehook/orders.secret: permission denied",
+		fmt.Sprintf("uid %d", os.Geteuid()),
+		"chmod 0640 /etc/oncehook/orders.secret",
+		"chgrp ",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("errText = %q, want it to contain %q", got, want)
+		}
+	}
+	missing := &fs.PathError{Op: "open", Path: "/etc/oncehook/x", Err: syscall.ENOENT}
+	if got := errText(missing); got != "open /etc/oncehook/x: no such file or directory" {
+		t.Errorf("errText(missing) = %q", got)
 	}
 }
