@@ -396,9 +396,9 @@ func buildResult(o *options, e *env, lr *loadResult, dr *drainResult, cpu CPU) *
 		for sec, v := range dr.metric {
 			at(sec).MetricBacklog = &v
 		}
-		if len(dr.snap.perSecNew) > 0 {
-			fillBacklog(res.Timeline)
-		}
+		// Filled even when nothing arrived: a backlog that only grows is
+		// what a source forwarding elsewhere looks like.
+		fillBacklog(res.Timeline)
 	}
 	if e != nil {
 		res.NodeStats = e.nodeStats()
@@ -571,7 +571,12 @@ func formatTimeline(tl []Second) string {
 
 func pendingNote(d *Delivery) string {
 	var s string
-	if d.Pending > 0 {
+	switch {
+	case d.Pending > 0 && d.Delivered == 0 && d.Unclaimed == 0:
+		// Not one arrived: rather the source forwards elsewhere than a
+		// drain too short.
+		s = fmt.Sprintf("; none of the %d claims reached the sink: check that the source's forward URL is the sink's address (-sink), then raise -drain for a slow handler", d.Pending)
+	case d.Pending > 0:
 		s = fmt.Sprintf("; %d claimed but not delivered when it ended: raise -drain", d.Pending)
 	}
 	if d.Unclaimed > 0 {

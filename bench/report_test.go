@@ -150,3 +150,24 @@ func TestVerdict(t *testing.T) {
 		}
 	}
 }
+
+// TestPendingNote: a run whose claims never reached the sink points at the
+// source's forward URL, one that delivered some at the drain.
+func TestPendingNote(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		d    Delivery
+		want string
+	}{
+		{"all delivered", Delivery{Claimed: 10, Delivered: 10}, ""},
+		{"none delivered", Delivery{Claimed: 100, Pending: 100},
+			"; none of the 100 claims reached the sink: check that the source's forward URL is the sink's address (-sink), then raise -drain for a slow handler"},
+		{"some pending", Delivery{Claimed: 100, Delivered: 60, Pending: 40}, "; 40 claimed but not delivered when it ended: raise -drain"},
+		{"others' keys only", Delivery{Claimed: 5, Pending: 5, Unclaimed: 3},
+			"; 5 claimed but not delivered when it ended: raise -drain; 3 keys received that this run did not claim"},
+	} {
+		if got := pendingNote(&tt.d); got != tt.want {
+			t.Errorf("%s: pendingNote = %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
