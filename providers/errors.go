@@ -63,6 +63,7 @@ func newErr(kind error, why string) error { return &verifyError{kind: kind, why:
 var (
 	errNoMatch       = newErr(ErrBadSignature, "no signature matches an active secret")
 	errNoSupported   = newErr(ErrBadSignature, "no signature of a supported version")
+	errSigUndecoded  = newErr(ErrBadSignature, "no signature could be decoded: v1 and v1a signatures are standard base64 (with padding) of 32 and 64 bytes")
 	errTokenMismatch = newErr(ErrBadSignature, "token does not match an active secret")
 	errTooOld        = newErr(ErrTimestamp, "timestamp too old")
 	errTooNew        = newErr(ErrTimestamp, "timestamp too far in the future")

@@ -261,10 +261,16 @@ func (v *stdVerifier) Verify(r *Request) error {
 	}
 	st := v.ring.get()
 	defer v.ring.put(st)
-	if err := parseSigList(raw, st, v.v1, len(v.pub) > 0); err != nil {
+	undecoded, err := parseSigList(raw, st, v.v1, len(v.pub) > 0)
+	if err != nil {
 		return err
 	}
 	if st.nsig == 0 && st.ned == 0 {
+		if undecoded {
+			// A sender that hex-encodes or base64url-encodes its v1 would
+			// otherwise read "no supported version" and look elsewhere.
+			return errSigUndecoded
+		}
 		return errNoSupported
 	}
 	matched := false
@@ -338,7 +344,10 @@ func (v *stdVerifier) svixNames(h Headers) *stdHeaders {
 // and an undecodable neighbour does not spoil it. More than MaxSignatures
 // entries of any kind is refused before anything is decoded, and so is a list
 // with more than MaxEd25519Signatures v1a entries when v1a is read.
-func parseSigList(raw []byte, st *macState, v1, v1a bool) error {
+//
+// undecoded reports an entry of a version read here that was skipped for its
+// encoding or length: the sender's mistake to name when nothing else decoded.
+func parseSigList(raw []byte, st *macState, v1, v1a bool) (undecoded bool, err error) {
 	entries := 0
 	for i := 0; i < len(raw); i++ {
 		if raw[i] != ' ' && (i == 0 || raw[i-1] == ' ') {
@@ -346,7 +355,7 @@ func parseSigList(raw []byte, st *macState, v1, v1a bool) error {
 		}
 	}
 	if entries > MaxSignatures {
-		return errTooManySigs
+		return false, errTooManySigs
 	}
 	nv1a := 0
 	for len(raw) > 0 {
@@ -368,18 +377,22 @@ func parseSigList(raw []byte, st *macState, v1, v1a bool) error {
 			if v1 {
 				// An entry that is not base64 of 32 bytes cannot match:
 				// skipped, like an unknown version.
-				_ = st.addSig(e[c+1:], encBase64, algSHA256.size)
+				if st.addSig(e[c+1:], encBase64, algSHA256.size) != nil {
+					undecoded = true
+				}
 			}
 		case "v1a":
 			if v1a {
 				if nv1a++; nv1a > MaxEd25519Signatures {
-					return errTooManyV1a
+					return false, errTooManyV1a
 				}
-				_ = st.addEd25519(e[c+1:])
+				if st.addEd25519(e[c+1:]) != nil {
+					undecoded = true
+				}
 			}
 		}
 	}
-	return nil
+	return undecoded, nil
 }
 
 // addEd25519 decodes one received v1a signature into the next ed25519 slot.

@@ -3,6 +3,7 @@ package providers
 import (
 	"crypto/ed25519"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"strings"
 	"testing"
@@ -208,4 +209,34 @@ func TestV1aSpecExampleParses(t *testing.T) {
 	}
 	v := mustVerifier(t, "standard", Options{Secrets: secrets(whpkA, whsecA)})
 	wantErr(t, "spec example", v.Verify(&Request{Body: body, Header: h, Now: unix(1674087231)}), ErrBadSignature)
+}
+
+// TestUndecodableSignatureSaysSo: a header whose only entries of a version
+// the source reads could not be decoded (hex, base64url, a cut copy) is
+// answered with what a signature must look like; one with no entry of such
+// a version says that instead, as before. Both are ErrBadSignature (401).
+func TestUndecodableSignatureSaysSo(t *testing.T) {
+	now := unix(testT)
+	body := []byte(`{"type":"ping"}`)
+	good := signStd(t, "standard", whsecA, body, "msg_1", now)
+	mac, _ := base64.StdEncoding.DecodeString(strings.TrimPrefix(good.get("webhook-signature"), "v1,"))
+	v1 := mustVerifier(t, "standard", Options{Secrets: secrets(whsecA)})
+	v1a := mustVerifier(t, "standard", Options{Secrets: secrets(whpkA)})
+	for _, tt := range []struct {
+		name string
+		v    Verifier
+		sig  string
+		want string
+	}{
+		{"v1 in hex", v1, "v1," + hex.EncodeToString(mac), "no signature could be decoded"},
+		{"v1 in base64url without padding", v1, "v1," + base64.RawURLEncoding.EncodeToString(mac), "no signature could be decoded"},
+		{"v1a cut short", v1a, "v1a,abc", "no signature could be decoded"},
+		{"only an unknown version", v1, "v2," + base64.StdEncoding.EncodeToString(mac), "no signature of a supported version"},
+		{"v1 to a v1a-only source", v1a, "v1,x", "no signature of a supported version"},
+	} {
+		err := tt.v.Verify(&Request{Body: body, Header: good.with("webhook-signature", tt.sig), Now: now})
+		if !errors.Is(err, ErrBadSignature) || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%s: Verify = %v, want ErrBadSignature saying %q", tt.name, err, tt.want)
+		}
+	}
 }
