@@ -52,8 +52,9 @@ type slots struct {
 	handed  []job  // leased by claims, not yet placed by the dispatcher
 	changed chan struct{}
 	// draining: Drain was called in this Run; no claim reserves a worker and
-	// the dispatcher leases nothing. idle is closed when busy reaches zero
-	// while draining (drain.go).
+	// the dispatcher leases nothing. idle is closed, while draining, once
+	// busy, reserved, recording and parked are all zero (checkIdle,
+	// drain.go).
 	draining bool
 	idle     chan struct{}
 	// parked: events the dispatcher holds for their rate-limit slot, on
@@ -246,7 +247,9 @@ func (s *slots) setAvgBody(b int64) {
 // recordFactor times the workers: enough for a commit as long as several
 // handler answers (8 × 256 outcomes: 6,500 events/s for 300 ms), and a
 // bound on what waits in memory (an outcome holds no request body; a sync
-// handler's answer stays).
+// handler's answer stays: up to 64 KiB each, so at most 8 x 1,024 x 64 KiB
+// = 512 MiB with a grown pool of sync sources whose handlers all answer that
+// much while commits stall).
 const recordFactor = 8
 
 // startRecording counts one more outcome committing in the background, if
@@ -491,4 +494,14 @@ func (f *Forwarder) ReleaseSlot(ticket uint64) {
 	s.checkIdle()
 	s.mu.Unlock()
 	s.signal()
+}
+
+// parkOne moves the worker of an event that was just parked to the parked
+// count in one step, so that a drain never sees it in neither.
+func (s *slots) parkOne() {
+	s.mu.Lock()
+	s.busy--
+	s.parked++
+	s.checkIdle()
+	s.mu.Unlock()
 }

@@ -929,7 +929,7 @@ func (f *Forwarder) place(j job, now time.Time, park *parkQueue, send func(job))
 		send(j)
 	case start.After(now):
 		park.push(parked{job: j, start: start, gen: gen})
-		f.slots.put(1) // a parked event holds no worker
+		f.slots.parkOne() // a parked event holds no worker
 	default:
 		if f.opts.RateLimited != nil && now.After(j.leased) {
 			f.opts.RateLimited(j.ev.Source, now.Sub(j.leased))
