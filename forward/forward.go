@@ -957,6 +957,9 @@ func (f *Forwarder) sweep(ctx context.Context, kick chan<- struct{}) {
 		case <-ctx.Done():
 			return
 		case <-reclaim.C:
+			if f.direct != nil {
+				f.direct.closeStale(time.Now())
+			}
 			if f.endingLeases.Load() > 0 {
 				continue // the next tick reclaims what this one would have
 			}

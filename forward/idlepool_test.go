@@ -161,3 +161,86 @@ func TestTransportClosesConnectionsABurstLeftIdle(t *testing.T) {
 		t.Fatalf("%d idle and %d dialled, want 1 and 3", idle, conns())
 	}
 }
+
+// TestTransportClosesAQuietHandlersIdleConnections: a handler that gets no
+// more deliveries after a burst does not keep its connections: closeStale
+// (the sweeper's tick) closes those idle for idleFor, to every handler,
+// and keeps the younger ones. put alone only reaches the handler it puts a
+// connection back for.
+func TestTransportClosesAQuietHandlersIdleConnections(t *testing.T) {
+	urlA, _, _, endedA := burstServer(t)
+	urlB, _, _, _ := burstServer(t)
+	tr := newTransport(8)
+	defer tr.CloseIdleConnections()
+	addrA, addrB := parsePlain(urlA+"/hook").addr, parsePlain(urlB+"/hook").addr
+	deadline := time.Now().Add(10 * time.Second)
+	open := func(addr string, n int) {
+		var cs []*conn
+		for range n {
+			c, _, err := tr.get(context.Background(), deadline, addr, true)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cs = append(cs, c)
+		}
+		for _, c := range cs {
+			tr.put(addr, c)
+		}
+	}
+	open(addrA, 3)
+	open(addrB, 2)
+	now := time.Now()
+	tr.mu.Lock()
+	for _, c := range tr.idle[addrA] {
+		c.used = now.Add(-2 * tr.idleFor) // A's burst was long ago
+	}
+	tr.idle[addrB][0].used = now.Add(-tr.idleFor) // one of B's just reached it
+	tr.mu.Unlock()
+
+	tr.closeStale(now)
+	for range 3 {
+		select {
+		case <-endedA:
+		case <-time.After(10 * time.Second):
+			t.Fatal("a quiet handler's idle connections were not closed")
+		}
+	}
+	tr.mu.Lock()
+	a, b := len(tr.idle[addrA]), len(tr.idle[addrB])
+	tr.mu.Unlock()
+	if a != 0 || b != 1 {
+		t.Fatalf("idle after closeStale: %d to the quiet handler, %d to the other; want 0 and 1", a, b)
+	}
+	tr.closeStale(now) // nothing more is stale
+	tr.mu.Lock()
+	b = len(tr.idle[addrB])
+	tr.mu.Unlock()
+	if b != 1 {
+		t.Fatalf("a second closeStale closed a connection idle for less than idleFor (%d left)", b)
+	}
+}
+
+// TestSweeperClosesIdleConnections: the running forwarder's sweeper is
+// what calls closeStale, so a connection left idle to a handler that gets
+// nothing more is closed without another delivery.
+func TestSweeperClosesIdleConnections(t *testing.T) {
+	url, _, _, ended := burstServer(t)
+	l := newLeader(t)
+	f := New(Options{Store: l, Targets: only(Target{URL: url}), Workers: 2, PollInterval: time.Hour, SweepInterval: 10 * time.Millisecond})
+	defer f.client.CloseIdleConnections()    // a failure here must not leave the server's handler waiting
+	f.direct.idleFor = 50 * time.Millisecond // set before anything runs
+	runF(t, f)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodPost, url+"/hook", strings.NewReader("x"))
+	resp, err := f.client.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeBody(resp.Body)
+	select {
+	case <-ended:
+	case <-ctx.Done():
+		t.Fatal("the sweeper did not close a connection idle past idleFor")
+	}
+}

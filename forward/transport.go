@@ -417,7 +417,8 @@ func (t *transport) dropIdle(addr string) {
 // are kept. Idle connections are reused last in, first out, so those at the
 // bottom are the ones a pool that has shrunk no longer reaches: put closes
 // up to two of them once they have been idle for idleFor, so that the
-// connections a burst opened do not stay open for good.
+// connections a burst opened do not stay open for good (closeStale does it
+// for a handler that gets no more deliveries).
 func (t *transport) put(addr string, c *conn) {
 	c.used = time.Now()
 	var stale [2]*conn
@@ -440,6 +441,36 @@ func (t *transport) put(addr string, c *conn) {
 		s.nc.Close()
 	}
 	if !keep {
+		c.nc.Close()
+	}
+}
+
+// closeStale closes the connections idle for idleFor, to every handler:
+// put does so for a handler still receiving deliveries, this (on the
+// sweeper's tick) for one that went quiet after a burst, which would
+// otherwise keep up to maxIdle descriptors open for as long as the node
+// leads. A stack's bottom is its oldest: put appends, get takes the top.
+func (t *transport) closeStale(now time.Time) {
+	var stale []*conn
+	t.mu.Lock()
+	for addr, cs := range t.idle {
+		i := 0
+		for i < len(cs) && now.Sub(cs[i].used) >= t.idleFor {
+			i++
+		}
+		if i == 0 {
+			continue
+		}
+		stale = append(stale, cs[:i]...)
+		clear(cs[:i])
+		if i == len(cs) {
+			delete(t.idle, addr)
+		} else {
+			t.idle[addr] = cs[i:]
+		}
+	}
+	t.mu.Unlock()
+	for _, c := range stale {
 		c.nc.Close()
 	}
 }
