@@ -48,6 +48,9 @@ type slots struct {
 	// avgBody: the average body of the attempts of the last tick that
 	// started any (0: none yet), which bounds reservations (reserveCap).
 	avgBody int64
+	// pace: deliveries per second over the last tick (0: none measured),
+	// which bounds the reservations beyond the free workers (beyondFits).
+	pace float64
 	gen     uint64 // the Run the counts belong to; 0: not running
 	handed  []job  // leased by claims, not yet placed by the dispatcher
 	changed chan struct{}
@@ -236,6 +239,25 @@ func reserveCap(n int, avgBody, poolBytes int64) int {
 	return int(max(0, min(int64(reserveFactor*n), poolBytes/avgBody-2*int64(n))))
 }
 
+// setPace records the deliveries per second of the last tick.
+func (s *slots) setPace(perSec float64) {
+	s.mu.Lock()
+	s.pace = perSec
+	s.mu.Unlock()
+}
+
+// beyondFits reports whether one more event handed over beyond the free
+// workers would still start well inside its lease: the events ahead of it
+// (every reservation, at most) drain at the last tick's pace, and the wait
+// may take half of what the lease leaves beside the request's timeout. A
+// slow handler's queue would otherwise hold claim-leased events past their
+// lease's usable part, to be handed back and leased again; a failing one
+// (no deliveries) gets none beyond the free workers.
+func beyondFits(reserved int, pace float64, lease, timeout time.Duration) bool {
+	margin := (lease - timeout) / 2
+	return margin > 0 && float64(reserved+1) <= pace*margin.Seconds()
+}
+
 // setAvgBody records the average body of the last tick's attempts.
 func (s *slots) setAvgBody(b int64) {
 	s.mu.Lock()
@@ -279,7 +301,7 @@ func newSlots() *slots {
 // open starts the accounting of a Run with n workers.
 func (s *slots) open(n int) {
 	s.mu.Lock()
-	s.n, s.busy, s.leasing, s.reserved, s.handed, s.parked, s.avgBody = n, 0, 0, 0, nil, 0, 0
+	s.n, s.busy, s.leasing, s.reserved, s.handed, s.parked, s.avgBody, s.pace = n, 0, 0, 0, nil, 0, 0, 0
 	s.draining, s.idle = false, nil
 	clear(s.bySource)
 	clear(s.recent)
@@ -427,16 +449,23 @@ func (s *slots) takeHanded(spare []job) []job {
 // configured (Options.Sources): that claim's event waits for a lease, where
 // the other sources' due events go first. Reservations beyond the free
 // workers go only to a source without a rate limit while no other source is
-// active or waiting: their events may wait for a worker, and would wait
-// ahead of the others' or past their slots.
+// active or waiting, and while the handlers' pace would start them well
+// inside their lease (beyondFits): their events may wait for a worker, and
+// would wait ahead of the others' or past their slots.
 func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket uint64, ok, more bool) {
 	many := f.manySources() // before the lock: it reads the configuration
 	// The running config's lease of the source, as a lease command names
 	// it (Options.Leases): the claim stores it and is leased for it,
 	// whatever length the intake that took the delivery had.
 	leaseFor = f.opts.DefaultLease
-	if t, known := f.opts.Targets(source); known && t.Lease > 0 {
-		leaseFor = t.Lease
+	timeout := DefaultTimeout
+	if t, known := f.opts.Targets(source); known {
+		if t.Lease > 0 {
+			leaseFor = t.Lease
+		}
+		if t.Timeout > 0 {
+			timeout = t.Timeout
+		}
 	}
 	s := f.slots
 	s.mu.Lock()
@@ -446,7 +475,7 @@ func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket u
 		return 0, 0, false, false
 	}
 	beyond := taken+s.reserved >= s.n // no worker is free for it
-	if beyond && s.reserved >= reserveCap(s.n, s.avgBody, f.opts.PoolBytes) {
+	if beyond && (s.reserved >= reserveCap(s.n, s.avgBody, f.opts.PoolBytes) || !beyondFits(s.reserved, s.pace, leaseFor, timeout)) {
 		return 0, 0, false, false
 	}
 	now := time.Now()

@@ -2,6 +2,7 @@ package forward
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync"
 	"testing"
@@ -349,6 +350,7 @@ func TestReservationsBeyondTheFreeWorkers(t *testing.T) {
 	runF(t, f)
 	waitFor(t, "the first lease", func() bool { return l.leases.Load() == 1 })
 	f.slots.setAvgBody(1 << 10) // as a tick after 1 KiB deliveries sets it
+	f.slots.setPace(1e5)        // and a fast handler's pace
 	f.lim.mu.Lock()
 	f.lim.bucketLocked("limited", Target{MaxRate: 1000}, time.Now())
 	f.lim.mu.Unlock()
@@ -380,6 +382,106 @@ func TestReservationsBeyondTheFreeWorkers(t *testing.T) {
 	f.slots.mu.Unlock()
 	if reserve("src") {
 		t.Error("reserved beyond the free workers while another source is active")
+	}
+}
+
+// TestBeyondFits: one more event beyond the free workers goes only while
+// the reservations ahead of it drain, at the last tick's pace, within half
+// of what the lease leaves beside the request timeout.
+func TestBeyondFits(t *testing.T) {
+	for _, c := range []struct {
+		reserved       int
+		pace           float64
+		lease, timeout time.Duration
+		want           bool
+	}{
+		{256, 7000, 5 * time.Minute, 30 * time.Second, true}, // a fast handler: 2,100 s of margin
+		{1023, 7000, 5 * time.Minute, 30 * time.Second, true},
+		{256, 128, 60 * time.Second, 30 * time.Second, true}, // 256 workers, 2 s each: 1,920 fit in 15 s
+		{1920, 128, 60 * time.Second, 30 * time.Second, false},
+		{2, 4, 1500 * time.Millisecond, 400 * time.Millisecond, false}, // 2 workers, 500 ms each: 2.2 fit
+		{1, 4, 1500 * time.Millisecond, 400 * time.Millisecond, true},
+		{0, 0, time.Minute, 10 * time.Second, false},         // nothing delivered in the last tick
+		{0, 1000, 10 * time.Second, 10 * time.Second, false}, // no margin
+	} {
+		if got := beyondFits(c.reserved, c.pace, c.lease, c.timeout); got != c.want {
+			t.Errorf("beyondFits(%d reserved, %.0f/s, lease %v, timeout %v) = %v, want %v", c.reserved, c.pace, c.lease, c.timeout, got, c.want)
+		}
+	}
+}
+
+// TestSlowHandlerGetsNoReservationsBeyondItsPace: with a handler whose pace
+// would start the events handed over beyond the free workers past their
+// lease's usable part, claims reserve only the free workers; their events
+// are delivered and none is handed back for a lease that ran out in the
+// queue. A fast pace gives the same source the reservations beyond.
+func TestSlowHandlerGetsNoReservationsBeyondItsPace(t *testing.T) {
+	l := newLeader(t)
+	h := &concurrencySink{latency: func(int) time.Duration { return 500 * time.Millisecond }}
+	srv := serve(t, h)
+	f := New(Options{Store: l, Targets: only(Target{URL: srv.URL, Timeout: 400 * time.Millisecond}), Workers: 2,
+		DefaultLease: 1500 * time.Millisecond, PollInterval: time.Hour, SweepInterval: time.Hour})
+	runF(t, f)
+	waitFor(t, "the first lease ended", func() bool {
+		f.slots.mu.Lock()
+		defer f.slots.mu.Unlock()
+		return l.leases.Load() == 1 && f.slots.leasing == 0
+	})
+	f.slots.setAvgBody(1 << 10)
+	f.slots.setPace(4) // two workers, 500 ms a delivery
+
+	type reservation struct {
+		lf     time.Duration
+		ticket uint64
+	}
+	var rs []reservation
+	for {
+		lf, ticket, ok, _ := f.ReserveSlot("src")
+		if !ok {
+			break
+		}
+		rs = append(rs, reservation{lf, ticket})
+	}
+	if len(rs) != 2 {
+		t.Fatalf("%d reservations at the slow pace, want the 2 free workers", len(rs))
+	}
+	for i, r := range rs {
+		key := fmt.Sprintf("src:%d", i)
+		res, err := l.apply(engine.Command{Op: engine.OpClaim, Key: key, Source: "src", Payload: []byte("x"),
+			Retention: int64(24 * time.Hour), LeaseFor: int64(r.lf), LeaseNow: int64(r.lf)})
+		if err != nil || len(res.Events) != 1 {
+			t.Fatalf("claim %s: %+v %v", key, res, err)
+		}
+		f.DeliverLeased(r.ticket, res.Events[0])
+	}
+	waitFor(t, "both delivered", func() bool { n, _ := h.stats(); return n == len(rs) })
+	l.mu.Lock()
+	for _, c := range l.fails {
+		if c.Refund && c.Reason == ReasonLeaseEnded {
+			t.Errorf("%s handed back: its lease ran out waiting for a worker", c.Key)
+		}
+	}
+	l.mu.Unlock()
+
+	// At a fast handler's pace the same source goes beyond the free
+	// workers, up to reserveCap (4 x 2).
+	waitFor(t, "the workers free", func() bool {
+		f.slots.mu.Lock()
+		defer f.slots.mu.Unlock()
+		return f.slots.busy == 0 && f.slots.recording == 0
+	})
+	f.slots.setPace(1e4)
+	n := 0
+	for {
+		_, ticket, ok, _ := f.ReserveSlot("src")
+		if !ok {
+			break
+		}
+		defer f.ReleaseSlot(ticket)
+		n++
+	}
+	if n != reserveFactor*2 {
+		t.Errorf("%d reservations at a fast pace, want reserveFactor x the pool (%d)", n, reserveFactor*2)
 	}
 }
 

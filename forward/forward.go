@@ -535,7 +535,14 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	f.slots.open(n)
 	f.onWorkers(n)
 	var avgBody int64 // bytes, over the last tick that started an attempt
+	lastTick := time.Now()
 	f.dispatch(ctx, jobs, freed, kick, func(saturated bool) {
+		now := time.Now()
+		delivered := f.delivered.Swap(0)
+		if d := now.Sub(lastTick); d > 0 {
+			f.slots.setPace(float64(delivered) / d.Seconds())
+		}
+		lastTick = now
 		if a := f.attempts.Swap(0); a > 0 {
 			avgBody = max(1, f.bodyBytes.Swap(0)/a)
 			f.slots.setAvgBody(avgBody)
@@ -545,7 +552,7 @@ func (f *Forwarder) Run(ctx context.Context) error {
 			most = int(min(int64(most), f.opts.PoolBytes/(2*avgBody)))
 		}
 		sizer.limit(most)
-		k := sizer.step(saturated, int(f.delivered.Swap(0)))
+		k := sizer.step(saturated, int(delivered))
 		if was := f.slots.size(); k != was {
 			resize(k)
 			f.slots.resize(k)
