@@ -118,6 +118,26 @@ func TestPercentileCurve(t *testing.T) {
 	}
 }
 
+// TestBacklogWhenNothingArrives: a run none of whose claims reached the
+// sink (its source forwards elsewhere) shows the backlog growing by the
+// claims, not zeros, and says to check the forward URL.
+func TestBacklogWhenNothingArrives(t *testing.T) {
+	lr := &loadResult{
+		start: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC), elapsed: 2 * time.Second, lat: newHist(), ops: 100,
+		rec: recorder{requests: 100, newSent: 100, accepted: 100, codes: map[int]int64{202: 100},
+			perSec: []Second{{T: 0, Accepted: 60}, {T: 1, Accepted: 40}}},
+	}
+	dr := &drainResult{waited: time.Second, snap: sinkSnapshot{lat: newHist(), claimed: 100}}
+	o := &options{spawn: 1, source: "bench", provider: "standard", clients: 4, duration: 2 * time.Second, size: 256, storm: 1}
+	res := buildResult(o, nil, lr, dr, CPU{})
+	if len(res.Timeline) != 2 || res.Timeline[0].Backlog != 60 || res.Timeline[1].Backlog != 100 {
+		t.Fatalf("timeline %+v, want backlogs 60 and 100", res.Timeline)
+	}
+	if note := pendingNote(res.Delivery); !strings.Contains(note, "none of the 100 claims reached the sink") {
+		t.Fatalf("pending note %q", note)
+	}
+}
+
 // TestBuildResult checks rates, means and counts on a synthetic run:
 // 1,000 requests in 2 s, 700 claims, 250 duplicates, 40 503s, 10 timeouts.
 func TestBuildResult(t *testing.T) {
@@ -141,7 +161,7 @@ func TestBuildResult(t *testing.T) {
 	dlat := newHist()
 	recordValue(dlat, 2000)
 	dr := &drainResult{waited: 500 * time.Millisecond, snap: sinkSnapshot{
-		lat: dlat, unique: 690, claimed: 700, delivered: 690, deliveries: 691, repeats: 1, perSec: []int64{300, 300, 90},
+		lat: dlat, unique: 690, claimed: 700, delivered: 690, deliveries: 691, repeats: 1, perSec: []int64{300, 300, 90}, perSecNew: []int64{300, 299, 91},
 	}}
 	o := &options{spawn: 1, source: "bench", provider: "standard", clients: 64, duration: 2 * time.Second, size: 1024, dup: 0.25, storm: 1}
 	res := buildResult(o, nil, lr, dr, CPU{Nodes: []float64{1.5}, Bench: 0.4})
@@ -167,7 +187,8 @@ func TestBuildResult(t *testing.T) {
 		{"delivery/s", res.Delivery.PerSec, 276.0}, // 690 / 2.5 s
 		{"delivery p50", res.Delivery.Latency.P50, int64(2000)},
 		{"timeline", len(res.Timeline), 3},
-		{"timeline[2]", res.Timeline[2], Second{T: 2, Delivered: 90}},
+		{"timeline[2]", res.Timeline[2], Second{T: 2, Delivered: 90, FirstDelivered: 91, Backlog: 10}},
+		{"backlog after 1 s", res.Timeline[0].Backlog, int64(100)},
 		{"model", res.Model, "closed"},
 	}
 	for _, c := range checks {
