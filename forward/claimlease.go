@@ -50,7 +50,7 @@ type slots struct {
 	avgBody int64
 	// pace: deliveries per second over the last tick (0: none measured),
 	// which bounds the reservations beyond the free workers (beyondFits).
-	pace float64
+	pace    float64
 	gen     uint64 // the Run the counts belong to; 0: not running
 	handed  []job  // leased by claims, not yet placed by the dispatcher
 	changed chan struct{}
