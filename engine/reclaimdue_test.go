@@ -199,3 +199,31 @@ func TestPayloadsDueWithDeferredApplies(t *testing.T) {
 		t.Fatalf("PayloadsDue = %v, %v; want true once committed", due, err)
 	}
 }
+
+// TestLastAttemptLostIsTriedOnceMore: an attempt whose lease ran out
+// unanswered (its leader lost mid-delivery) has an unknown outcome, so a
+// reclaim never makes the event dead, even when it was the last attempt
+// max_attempts allowed: the event is pending again, tried once more, and
+// only that attempt's failure makes it dead (docs: README, the attempts
+// history).
+func TestLastAttemptLostIsTriedOnceMore(t *testing.T) {
+	h := newHarness(t)
+	h.one(claimCmd("src:a", t0))
+	ev := h.one(leaseCmd(t0, 1)).Events[0] // attempt 1
+	h.one(Command{Op: OpFail, Now: t0 + sec, Key: ev.Key, Token: ev.Token, RetryIn: sec, MaxAttempts: 2, Reason: "500"})
+	ev = h.one(leaseCmd(t0+2*sec, 1)).Events[0] // attempt 2 of 2, lost: its lease ends at 32 s
+	if r := h.one(Command{Op: OpReclaim, Now: t0 + 40*sec}); r.N != 1 {
+		t.Fatalf("reclaim: %+v", r)
+	}
+	if got := h.get("src:a"); got.State != StatePending || got.Attempts != 2 {
+		t.Fatalf("after the lost last attempt: %s, %d attempts; want pending, 2", got.State, got.Attempts)
+	}
+	ev = h.one(leaseCmd(t0+41*sec, 1)).Events[0]
+	if ev.Attempts != 3 {
+		t.Fatalf("the attempt after it is number %d, want 3", ev.Attempts)
+	}
+	h.one(Command{Op: OpFail, Now: t0 + 42*sec, Key: ev.Key, Token: ev.Token, RetryIn: sec, MaxAttempts: 2, Reason: "500"})
+	if got := h.get("src:a"); got.State != StateDead {
+		t.Fatalf("after a failed attempt past max_attempts: %s, want dead", got.State)
+	}
+}
