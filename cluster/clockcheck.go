@@ -103,6 +103,14 @@ func (n *Node) clockHeld(ctx context.Context) string {
 		}
 		if len(peers) > 0 {
 			reason = n.compareClocks(ctx, peers, voters)
+			if ctx.Err() != nil {
+				// Cut short (leadership lost, the node stopping): the
+				// voters' silence says nothing of the clocks. Nothing is
+				// kept nor logged (a false "disagrees" at ERROR, then an
+				// "agrees again" a term later), and the caller, ending
+				// too, still holds.
+				return "the clock comparison was cut short: " + ctx.Err().Error()
+			}
 		}
 	}
 	prev := c.heldReason(c.term)

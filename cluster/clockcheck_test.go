@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
@@ -179,5 +180,30 @@ func TestClockStepAfterAPassingComparison(t *testing.T) {
 	}
 	if held := leader.Status().ClockHeld; !strings.Contains(held, "1 of 3 voters agree") {
 		t.Fatalf("status clock_held = %q", held)
+	}
+}
+
+// TestClockCheckCutShortSaysNothing: a comparison cut short by its caller
+// (the sweeper of a leader losing its leadership after a freeze) holds the
+// caller but is neither kept as the verdict nor logged as a disagreement;
+// the next comparison, with every clock agreeing, says nothing either.
+func TestClockCheckCutShortSaysNothing(t *testing.T) {
+	var logs lockedBuffer
+	clocks := &skewedClocks{off: map[string]time.Duration{}}
+	c := newTestCluster(t, 3, clocks.tune(&logs))
+	leader := c.nodes[c.waitLeader(-1)]
+	cut, cancel := context.WithCancel(context.Background())
+	cancel()
+	if held := leader.clockHeld(cut); held == "" {
+		t.Fatal("a comparison cut short let the caller go on")
+	}
+	if held := leader.Status().ClockHeld; held != "" {
+		t.Fatalf("status clock_held after a comparison cut short = %q, want none", held)
+	}
+	if held := leader.clockHeld(ctxT(t, 30*time.Second)); held != "" {
+		t.Fatalf("clocks agreeing: held %q", held)
+	}
+	if out := logs.String(); strings.Contains(out, "disagrees") || strings.Contains(out, "agrees with the cluster again") {
+		t.Fatalf("log speaks of the clocks:\n%s", out)
 	}
 }
