@@ -15,9 +15,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // TestErrorHints: the two first mistakes with a client command get a hint on
@@ -531,5 +533,50 @@ func TestAddressWithAPathHint(t *testing.T) {
 	}
 	if err := callStatus(newTestClient(t, url, "tok")); err == nil || strings.Contains(err.Error(), hint) {
 		t.Fatalf("status at %s: %v, want no path hint", url, err)
+	}
+}
+
+// TestStatusOfAFrozenNodeEnds: a node that accepts the connection but never
+// answers (stopped with SIGSTOP: the kernel still accepts) ends status and
+// peers after StatusWait, saying what it may mean, instead of after the
+// 60 s other commands may need.
+func TestStatusOfAFrozenNodeEnds(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var held []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			held = append(held, c) // read nothing, answer nothing
+			mu.Unlock()
+		}
+	}()
+	defer func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	was := StatusWait
+	StatusWait = 300 * time.Millisecond
+	defer func() { StatusWait = was }()
+	c := newTestClient(t, "http://"+ln.Addr().String(), "admin-token-for-tests-0123456789abcdef")
+	for name, call := range map[string]func() error{
+		"status": func() error { return c.Status(context.Background(), io.Discard, false) },
+		"peers":  func() error { return c.ListPeers(context.Background(), io.Discard) },
+	} {
+		err := call()
+		if err == nil || !strings.Contains(err.Error(), "no answer within 300ms: the node may be stopped or frozen") {
+			t.Errorf("%s of a frozen node: %v", name, err)
+		}
 	}
 }

@@ -25,9 +25,11 @@ import (
 // Status prints GET /v1/status: the node's line, the members, the event
 // counts and the sources, or with asJSON the answer as it came.
 func (c *Client) Status(ctx context.Context, w io.Writer, asJSON bool) error {
+	ctx, cancel := context.WithTimeout(ctx, StatusWait)
+	defer cancel()
 	var raw json.RawMessage
 	if err := c.Do(ctx, http.MethodGet, "/v1/status", nil, &raw); err != nil {
-		return err
+		return statusWaitError(ctx, err)
 	}
 	if asJSON {
 		return printAnswer(w, raw)
@@ -38,6 +40,21 @@ func (c *Client) Status(ctx context.Context, w io.Writer, asJSON bool) error {
 	}
 	printStatus(w, &st)
 	return nil
+}
+
+// StatusWait bounds status and peers: a node answers them within a few
+// seconds (it asks each member for 2 s at most), so a longer silence is a
+// node that is stopped (SIGSTOP), frozen or unreachable, which the operator
+// should learn now rather than after the 60 s other commands may need.
+var StatusWait = 15 * time.Second
+
+// statusWaitError says what a status request that ran out of StatusWait
+// means.
+func statusWaitError(ctx context.Context, err error) error {
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return fmt.Errorf("%w (no answer within %s: the node may be stopped or frozen; ask another member)", err, StatusWait)
+	}
+	return err
 }
 
 // EventsQuery selects the events GET /v1/events lists; empty fields do not
@@ -204,8 +221,10 @@ func (c *Client) ListPeers(ctx context.Context, w io.Writer) error {
 		Nodes    []struct{ ID, Address, Suffrage, State string } `json:"nodes"`
 		ReadyWhy string                                          `json:"ready_reason"`
 	}
+	ctx, cancel := context.WithTimeout(ctx, StatusWait)
+	defer cancel()
 	if err := c.Do(ctx, http.MethodGet, "/v1/status", nil, &st); err != nil {
-		return err
+		return statusWaitError(ctx, err)
 	}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tAddress\tState\tVoter")
