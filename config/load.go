@@ -475,6 +475,54 @@ func syntaxMessage(msg string) string {
 	return "syntax error (the text found is not shown: it may be a secret)"
 }
 
+// nearestKey is the known key k was most likely meant to be: the same but
+// for case, '_' and '-' (maxAttempts, max-attempts), or within two edits of
+// it (max_attemps, nodes for node); "" when none is that close, or when two
+// are equally close.
+func nearestKey(k string, fields map[string]reflect.Type) string {
+	fold := func(s string) string {
+		return strings.NewReplacer("_", "", "-", "").Replace(strings.ToLower(s))
+	}
+	best, bestD, tie := "", 3, false
+	for name := range fields {
+		d := editDistance(fold(k), fold(name))
+		if d > 0 && len(name) < 4 {
+			continue // a short key is too near too many typos
+		}
+		switch {
+		case d < bestD:
+			best, bestD, tie = name, d, false
+		case d == bestD:
+			tie = true
+		}
+	}
+	if tie || bestD > 2 {
+		return ""
+	}
+	return best
+}
+
+// editDistance is the Levenshtein distance of a and b, in bytes.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
+}
+
 // unknownKeys reports every key of v (a decoded table) that t has no field
 // for. Matching is exact: toml's case-insensitive fallback would otherwise
 // accept "Listen" for "listen".
@@ -489,7 +537,11 @@ func (l *loader) unknownKeys(v map[string]any, t reflect.Type, section, path str
 		ft, ok := fields[k]
 		p := join(path, quoteKey(k))
 		if !ok {
-			l.p.add(p, ErrUnknownKey, "unknown key")
+			msg := "unknown key"
+			if near := nearestKey(k, fields); near != "" {
+				msg += fmt.Sprintf(" (did you mean %s?)", near)
+			}
+			l.p.add(p, ErrUnknownKey, msg)
 			continue
 		}
 		sec := join(section, k)
