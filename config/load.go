@@ -351,6 +351,8 @@ func tomlType(v any) string {
 var reDecode = regexp.MustCompile(`^toml: (?:line (\d+) )?\(last key "((?:[^"\\]|\\.)*)"\): (.*)$`)
 
 // reDefinedTwice matches the parser's error for a key or table defined twice.
+var reArrayAfterInline = regexp.MustCompile(`^Key '((?:[^'\\]|\\.)*)' was already created and cannot be used as an array\.?$`)
+
 var reDefinedTwice = regexp.MustCompile(`^Key '((?:[^'\\]|\\.)*)' has already been defined\.?$`)
 
 // decodeError turns a toml error into an *Error. prefix, when set, is the
@@ -396,6 +398,15 @@ func (l *loader) decodeError(prefix string, err error) {
 			key = m[1]
 		}
 		msg = "set twice: a key, or a [table] other than an array of tables ([[source]]), may appear once"
+	}
+	if m := reArrayAfterInline.FindStringSubmatch(msg); m != nil {
+		// tokens = [...] and then [[admin.tokens]] (or the other way):
+		// one list written in both forms.
+		key = m[1]
+		last := key[strings.LastIndexByte(key, '.')+1:]
+		msg = fmt.Sprintf("%s is written twice, as an inline list (%s = [...]) and as [[%s]] tables: use one form for all of its entries", key, last, key)
+		l.p.list = append(l.p.list, &Error{File: l.p.file, Line: line, Key: key, Message: msg, Err: err})
+		return
 	}
 	if (key == "source" || key == "admin.tokens") &&
 		strings.HasPrefix(msg, "incompatible types: TOML value has type map[string]any; destination has type slice") {

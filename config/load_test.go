@@ -821,6 +821,8 @@ func TestLoadShapes(t *testing.T) {
 			`:6: admin.tokens[1].token_file: incompatible types`},
 		{"[\"weird key\"]\na = 1\n", `:1: "weird key": unknown key`},
 		{"[node]\nid = \"a\"\n[node]\nid = \"b\"\n", `:3: node: set twice`},
+		{"[admin]\ntokens = [{ name = \"a\", token = \"t\" }]\n\n[[admin.tokens]]\nname = \"b\"\n",
+			`:4: admin.tokens: admin.tokens is written twice, as an inline list (tokens = [...]) and as [[admin.tokens]] tables: use one form for all of its entries`},
 	} {
 		path := writeFile(t, t.TempDir(), "c.toml", tt.src, 0o644)
 		_, err := Load(path)
