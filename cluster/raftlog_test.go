@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"log/slog"
 	"slices"
 	"strings"
@@ -195,6 +196,26 @@ func TestStartupElectionIsNoWarning(t *testing.T) {
 		l.Warn(startupElection, "last-leader-addr", tt.leader, "last-leader-id", tt.leader)
 		if !strings.Contains(buf.String(), tt.want) {
 			t.Errorf("last leader %q: %q, want %s", tt.leader, buf.String(), tt.want)
+		}
+	}
+}
+
+// TestMissingLogForASnapshotIsNoError: the leader's "failed to get log" for
+// an entry compacted away (it then sends that follower a snapshot) is INFO;
+// the same words with any other error stay ERROR.
+func TestMissingLogForASnapshotIsNoError(t *testing.T) {
+	for _, tt := range []struct {
+		err  error
+		want string
+	}{
+		{raft.ErrLogNotFound, "level=INFO"},
+		{errors.New("disk I/O error"), "level=ERROR"},
+	} {
+		var buf bytes.Buffer
+		l := newRaftLogger(slog.New(slog.NewTextHandler(&buf, nil)), "info", nil)
+		l.Error(missingLog, "index", 42, "error", tt.err)
+		if !strings.Contains(buf.String(), tt.want) {
+			t.Errorf("%v: %q, want %s", tt.err, buf.String(), tt.want)
 		}
 	}
 }

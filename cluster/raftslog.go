@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 )
 
 // raftLogger is the hclog.Logger that raft, its transport and its snapshot
@@ -25,6 +26,9 @@ import (
 // no leader was ever heard since this node started, which is every start of
 // a single node and the first election of a cluster; without a last leader
 // it is written at INFO, and with one (a leader went quiet) it stays WARN.
+// And "failed to get log" for an entry compacted away is INFO: a follower
+// that needs it is sent a snapshot, which is routine (a restore, a follower
+// back after a long absence).
 type raftLogger struct {
 	base    *slog.Logger // the node's
 	log     *slog.Logger // base with component and implied args
@@ -48,11 +52,21 @@ func newRaftLogger(node *slog.Logger, level string, exclude func(hclog.Level, st
 // startupElection is the message whose level depends on its last leader.
 const startupElection = "heartbeat timeout reached, starting election"
 
+// missingLog is raft's message for an entry its log no longer holds.
+const missingLog = "failed to get log"
+
 func (l *raftLogger) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.NoLevel {
 		level = hclog.Info
 	}
 	if level == hclog.Warn && msg == startupElection && argValue(args, "last-leader-id") == "" {
+		level = hclog.Info
+	}
+	if level == hclog.Error && msg == missingLog && argValue(args, "error") == raft.ErrLogNotFound.Error() {
+		// The leader's replication reads an entry a follower needs that a
+		// compaction or a restore took away: it sends that follower a
+		// snapshot instead, as designed. Every catch-up by snapshot said
+		// so at ERROR.
 		level = hclog.Info
 	}
 	if level == hclog.Off || level < hclog.Level(l.level.Load()) {
