@@ -10,8 +10,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptrace"
+	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -31,12 +33,16 @@ type Client struct {
 	http  *http.Client
 }
 
+// DefaultAdminPort is the admin listener's port when [admin] listen gives
+// none of its own (config.example.toml: 127.0.0.1:7071).
+const DefaultAdminPort = "7071"
+
 // Flags adds -addr, -token-file and -ca to fs and returns a constructor, to
 // call once fs is parsed. The client speaks https when the address says
 // https:// or when a CA bundle is given (an address without a scheme then
 // means https).
 func Flags(fs *flag.FlagSet) func() (*Client, error) {
-	addr := fs.String("addr", os.Getenv("ONCEHOOK_ADDR"), "admin address (env ONCEHOOK_ADDR; default 127.0.0.1:7071; https://host:port for TLS)")
+	addr := fs.String("addr", os.Getenv("ONCEHOOK_ADDR"), "admin address (env ONCEHOOK_ADDR; default 127.0.0.1:7071, and port 7071 when none is given; https://host:port for TLS)")
 	tokenFile := fs.String("token-file", os.Getenv("ONCEHOOK_TOKEN_FILE"), "file holding the admin token (env ONCEHOOK_TOKEN_FILE, or ONCEHOOK_TOKEN)")
 	caFile := fs.String("ca", os.Getenv("ONCEHOOK_CA"), "PEM bundle of the CAs to trust for an https admin address (env ONCEHOOK_CA; implies https)")
 	return func() (*Client, error) {
@@ -51,6 +57,12 @@ func Flags(fs *flag.FlagSet) func() (*Client, error) {
 			a = "http://" + a
 		case strings.HasPrefix(a, "http://") && *caFile != "":
 			return nil, UsageError{fmt.Sprintf("-ca (or ONCEHOOK_CA) is for https, but the address is %s", a)}
+		}
+		// A host without a port means the admin listener's default port,
+		// not the scheme's (80 or 443, where no node listens).
+		if u, err := url.Parse(a); err == nil && u.Host != "" && u.Port() == "" && !strings.HasSuffix(u.Host, ":") {
+			u.Host = net.JoinHostPort(u.Hostname(), DefaultAdminPort)
+			a = u.String()
 		}
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		if *caFile != "" {

@@ -580,3 +580,23 @@ func TestStatusOfAFrozenNodeEnds(t *testing.T) {
 		}
 	}
 }
+
+// TestAddressWithoutAPort: an address naming no port means the admin
+// listener's default one, not the scheme's (80, 443), where no node
+// listens; a port, a path and IPv6 brackets are kept as given.
+func TestAddressWithoutAPort(t *testing.T) {
+	for _, tt := range []struct{ addr, want string }{
+		{"127.0.0.1", "http://127.0.0.1:7071"},
+		{"10.0.0.2:8000", "http://10.0.0.2:8000"},
+		{"http://node1.internal", "http://node1.internal:7071"},
+		{"https://node1.internal", "https://node1.internal:7071"},
+		{"https://node1.internal:443", "https://node1.internal:443"},
+		{"[::1]", "http://[::1]:7071"},
+		{"http://[fd00::2]/", "http://[fd00::2]:7071"},
+		{"http://10.0.0.2/oncehook", "http://10.0.0.2:7071/oncehook"},
+	} {
+		if c := newTestClient(t, tt.addr, "admin-token-for-tests-0123456789abcdef"); c.base != tt.want {
+			t.Errorf("-addr %s: base %s, want %s", tt.addr, c.base, tt.want)
+		}
+	}
+}
