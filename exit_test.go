@@ -110,8 +110,14 @@ func TestSubcommandHelp(t *testing.T) {
 		{[]string{"snapshot", "save"}, "-addr"},
 		{[]string{"version"}, "Usage: oncehook version"},
 	} {
+		asked := [][]string{}
 		for _, h := range []string{"-h", "-help", "--help"} {
-			args := append(append([]string(nil), tc.args...), h)
+			asked = append(asked, append(append([]string(nil), tc.args...), h))
+		}
+		if len(tc.args) == 1 {
+			asked = append(asked, []string{"help", tc.args[0]}) // oncehook help status
+		}
+		for _, args := range asked {
 			t.Run(strings.Join(args, " "), func(t *testing.T) {
 				var stdout, stderr strings.Builder
 				err := run(t.Context(), args, &stdout, &stderr)

@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"runtime"
 	"runtime/debug"
+	"strings"
 	"syscall"
 )
 
@@ -118,6 +119,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "version", "-version", "--version":
 		return cmdVersion(rest, stdout, stderr)
 	case "help", "-h", "-help", "--help":
+		if cmd == "help" && len(rest) > 0 && !isHelp(rest[0]) && !strings.HasPrefix(rest[0], "-") {
+			// oncehook help status: the command's own help, as status -h.
+			return run(ctx, []string{rest[0], "-h"}, stdout, stderr)
+		}
 		fmt.Fprint(stdout, usage)
 		return nil
 	}
