@@ -600,3 +600,24 @@ func TestAddressWithoutAPort(t *testing.T) {
 		}
 	}
 }
+
+// TestNoEventsSaysSo: an empty page prints the table's header on stdout and
+// says on stderr that nothing matched, naming the filter.
+func TestNoEventsSaysSo(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{"events":[],"next":""}`)
+	}))
+	defer srv.Close()
+	c := newTestClient(t, srv.URL, "admin-token-for-tests-0123456789abcdef")
+	var stdout, stderr bytes.Buffer
+	if err := c.Events(context.Background(), &stdout, &stderr, EventsQuery{State: "dead", Source: "orders", Limit: 50}, false); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(stdout.String(), "KEY") || strings.Count(stdout.String(), "\n") != 1 {
+		t.Errorf("stdout %q, want the header alone", stdout.String())
+	}
+	if got := stderr.String(); got != "no events in state dead, of source orders\n" {
+		t.Errorf("stderr %q", got)
+	}
+}

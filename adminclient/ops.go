@@ -104,12 +104,34 @@ func (c *Client) Events(ctx context.Context, stdout, stderr io.Writer, eq Events
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(out.Events) == 0 {
+		// On stderr: a script reading the table sees only its header.
+		fmt.Fprintf(stderr, "no events%s\n", eventsFilter(eq))
+	}
 	if out.Next != "" {
 		// The cursor is an event key, which the sender chose: quoted for a
 		// shell, so that pasting the line runs nothing it holds.
 		fmt.Fprintf(stderr, "more events: add -after %s\n", shellQuote(out.Next))
 	}
 	return nil
+}
+
+// eventsFilter says what an events query selected, for "no events".
+func eventsFilter(eq EventsQuery) string {
+	var f []string
+	if eq.State != "" {
+		f = append(f, "in state "+eq.State)
+	}
+	if eq.Source != "" {
+		f = append(f, "of source "+eq.Source)
+	}
+	if eq.After != "" {
+		f = append(f, "after "+shellQuote(eq.After))
+	}
+	if len(f) == 0 {
+		return ""
+	}
+	return " " + strings.Join(f, ", ")
 }
 
 // ShowEvent prints GET /v1/events/{key} as it came; with body, its headers,
