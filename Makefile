@@ -120,12 +120,16 @@ install:
 	install -Dm0644 README.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/README.md
 	install -Dm0644 docs/alerts.yml $(DESTDIR)$(PREFIX)/share/doc/oncehook/alerts.yml
 	install -Dm0644 docs/grafana-dashboard.json $(DESTDIR)$(PREFIX)/share/doc/oncehook/grafana-dashboard.json
+	# README's links: docs/*.md and providers/SCHEMES.md beside it
+	install -Dm0644 -t $(DESTDIR)$(PREFIX)/share/doc/oncehook/docs docs/*.md
+	install -Dm0644 providers/SCHEMES.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/providers/SCHEMES.md
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/oncehook $(DESTDIR)/etc/systemd/system/oncehook.service \
 	      $(DESTDIR)/usr/lib/sysusers.d/oncehook.conf $(DESTDIR)/etc/oncehook/oncehook.toml.example \
 	      $(DESTDIR)$(PREFIX)/share/doc/oncehook/README.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/alerts.yml \
 	      $(DESTDIR)$(PREFIX)/share/doc/oncehook/grafana-dashboard.json
+	rm -rf $(DESTDIR)$(PREFIX)/share/doc/oncehook/docs $(DESTDIR)$(PREFIX)/share/doc/oncehook/providers
 
 # A .deb (bin/oncehook_<version>_<arch>.deb) with nfpm, run as a tool: it is
 # not a module dependency. Static binary in /usr/bin, the unit in
