@@ -15,10 +15,12 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/user"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"oncehook/cluster"
@@ -73,6 +75,9 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 			at += ":" + strconv.Itoa(n) // the file sets it (else the default: no line)
 		}
 		return fmt.Errorf("%s: node.data_dir: %w", at, err)
+	}
+	if note := rootOwnerNote(cfg.Node.DataDir); note != "" {
+		fmt.Fprintf(stdout, "%s: note: %s\n", *path, note)
 	}
 	// Compile the sources as serve and a reload do (schemas, verifiers, key
 	// rules, fields): what would refuse the start is refused here.
@@ -343,4 +348,26 @@ func dialable(listen string) string {
 		host = "127.0.0.1"
 	}
 	return net.JoinHostPort(host, port)
+}
+
+// rootOwnerNote says, when validate runs as root, that a data dir another
+// user owns is judged for that user: serve run as that user (the systemd
+// unit's) takes it, serve run as root refuses it. "" otherwise.
+func rootOwnerNote(dir string) string {
+	if os.Geteuid() != 0 {
+		return ""
+	}
+	info, err := os.Stat(dir)
+	if err != nil {
+		return ""
+	}
+	st, ok := info.Sys().(*syscall.Stat_t)
+	if !ok || st.Uid == 0 {
+		return ""
+	}
+	who := fmt.Sprintf("uid %d", st.Uid)
+	if u, err := user.LookupId(strconv.FormatUint(uint64(st.Uid), 10)); err == nil {
+		who = fmt.Sprintf("user %s (uid %d)", u.Username, st.Uid)
+	}
+	return fmt.Sprintf("node.data_dir %s is owned by %s and was checked for that user: serve must run as it (the systemd unit does); run as root, serve refuses a data dir another user owns", dir, who)
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"oncehook/cluster"
 	"oncehook/forward"
 )
 
@@ -138,5 +140,41 @@ func TestLeadBeforeTheNodeIsWired(t *testing.T) {
 	<-done
 	if n.forwarder.Load() != nil {
 		t.Fatal("a forwarder started before the node was wired")
+	}
+}
+
+// TestValidateAsRootNotesAnotherOwnersDataDir: run as root (ahead of the
+// service user's start), validate judges a data dir another user owns for
+// that user, and says so: serve run as root would refuse it.
+func TestValidateAsRootNotesAnotherOwnersDataDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to give the data dir to another user")
+	}
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(data, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "oncehook.toml")
+	if err := os.WriteFile(path, []byte("[node]\ndata_dir = \""+data+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr bytes.Buffer
+	if err := run(context.Background(), []string{"validate", "-config", path}, &stdout, &stderr); err != nil {
+		t.Fatalf("validate: %v\n%s", err, stderr.String())
+	}
+	if want := "is owned by user nobody (uid 65534) and was checked for that user: serve must run as it"; !strings.Contains(stdout.String(), want) &&
+		!strings.Contains(stdout.String(), "is owned by uid 65534 and was checked for that user") {
+		t.Errorf("validate printed:\n%s\nwant a note that the data dir is another user's", stdout.String())
+	}
+	// What the note warns of: serve's own check, as root, refuses it.
+	if lock, err := cluster.LockDataDir(data); !errors.Is(err, cluster.ErrDataDirUnsafe) {
+		if lock != nil {
+			lock.Close()
+		}
+		t.Fatalf("LockDataDir as root of another user's dir: %v, want ErrDataDirUnsafe", err)
 	}
 }
