@@ -13,7 +13,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptrace"
-	"net/url"
 	"os"
 	"strings"
 	"sync/atomic"
@@ -37,18 +36,44 @@ type Client struct {
 // none of its own (config.example.toml: 127.0.0.1:7071).
 const DefaultAdminPort = "7071"
 
+// withAdminPort gives a bare host (no scheme written: "10.0.0.2",
+// "node1:", "[::1]") the admin listener's default port, not the one http
+// would take (80), where no node listens. An address with a scheme is kept
+// as written: https://admin.example.com is a proxy's or an ingress's 443.
+func withAdminPort(a string) string {
+	host, path, _ := strings.Cut(a, "/")
+	if h, p, err := net.SplitHostPort(host); err == nil {
+		if p != "" {
+			return a
+		}
+		host = h // "node1:"
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if host == "" {
+		return a
+	}
+	a = net.JoinHostPort(host, DefaultAdminPort)
+	if path != "" {
+		a += "/" + path
+	}
+	return a
+}
+
 // Flags adds -addr, -token-file and -ca to fs and returns a constructor, to
 // call once fs is parsed. The client speaks https when the address says
 // https:// or when a CA bundle is given (an address without a scheme then
 // means https).
 func Flags(fs *flag.FlagSet) func() (*Client, error) {
-	addr := fs.String("addr", os.Getenv("ONCEHOOK_ADDR"), "admin address (env ONCEHOOK_ADDR; default 127.0.0.1:7071, and port 7071 when none is given; https://host:port for TLS)")
+	addr := fs.String("addr", os.Getenv("ONCEHOOK_ADDR"), "admin address (env ONCEHOOK_ADDR; default 127.0.0.1:7071; a host alone means port 7071; https://host:port for TLS)")
 	tokenFile := fs.String("token-file", os.Getenv("ONCEHOOK_TOKEN_FILE"), "file holding the admin token (env ONCEHOOK_TOKEN_FILE, or ONCEHOOK_TOKEN)")
 	caFile := fs.String("ca", os.Getenv("ONCEHOOK_CA"), "PEM bundle of the CAs to trust for an https admin address (env ONCEHOOK_CA; implies https)")
 	return func() (*Client, error) {
 		a := *addr
 		if a == "" {
 			a = "127.0.0.1:7071"
+		}
+		if !strings.Contains(a, "://") {
+			a = withAdminPort(a)
 		}
 		switch {
 		case !strings.Contains(a, "://") && *caFile != "":
@@ -57,12 +82,6 @@ func Flags(fs *flag.FlagSet) func() (*Client, error) {
 			a = "http://" + a
 		case strings.HasPrefix(a, "http://") && *caFile != "":
 			return nil, UsageError{fmt.Sprintf("-ca (or ONCEHOOK_CA) is for https, but the address is %s", a)}
-		}
-		// A host without a port means the admin listener's default port,
-		// not the scheme's (80 or 443, where no node listens).
-		if u, err := url.Parse(a); err == nil && u.Host != "" && u.Port() == "" && !strings.HasSuffix(u.Host, ":") {
-			u.Host = net.JoinHostPort(u.Hostname(), DefaultAdminPort)
-			a = u.String()
 		}
 		tr := http.DefaultTransport.(*http.Transport).Clone()
 		if *caFile != "" {

@@ -575,32 +575,34 @@ func TestStatusOfAFrozenNodeEnds(t *testing.T) {
 		"peers":  func() error { return c.ListPeers(context.Background(), io.Discard) },
 	} {
 		err := call()
-		if err == nil || !strings.Contains(err.Error(), "no answer within 300ms: the node may be stopped or frozen") {
+		if err == nil || !strings.Contains(err.Error(), "no answer within 300ms: the node may be stopped, frozen or busy") {
 			t.Errorf("%s of a frozen node: %v", name, err)
 		}
 	}
 }
 
-// TestAddressWithoutAPort: an address naming no port means the admin
-// listener's default one, not the scheme's (80, 443), where no node
-// listens; a port, a path and IPv6 brackets are kept as given.
+// TestAddressWithoutAPort: a bare host (no scheme written) means the admin
+// listener's default port, not http's 80, where no node listens; an address
+// with a scheme is kept as written (a proxy's or an ingress's 443), and so
+// are a port, a path and IPv6 brackets.
 func TestAddressWithoutAPort(t *testing.T) {
 	for _, tt := range []struct{ addr, want string }{
 		{"127.0.0.1", "http://127.0.0.1:7071"},
+		{"node1:", "http://node1:7071"},
 		{"10.0.0.2:8000", "http://10.0.0.2:8000"},
-		{"http://node1.internal", "http://node1.internal:7071"},
-		{"https://node1.internal", "https://node1.internal:7071"},
-		{"https://node1.internal:443", "https://node1.internal:443"},
 		{"[::1]", "http://[::1]:7071"},
-		{"http://[fd00::2]/", "http://[fd00::2]:7071"},
-		{"http://10.0.0.2/oncehook", "http://10.0.0.2:7071/oncehook"},
+		{"fd00::2", "http://[fd00::2]:7071"},
+		{"10.0.0.2/oncehook", "http://10.0.0.2:7071/oncehook"},
+		{"http://node1.internal", "http://node1.internal"},
+		{"https://admin.example.com", "https://admin.example.com"},
+		{"https://node1.internal:7443", "https://node1.internal:7443"},
+		{"http://10.0.0.2/oncehook", "http://10.0.0.2/oncehook"},
 	} {
 		if c := newTestClient(t, tt.addr, "admin-token-for-tests-0123456789abcdef"); c.base != tt.want {
 			t.Errorf("-addr %s: base %s, want %s", tt.addr, c.base, tt.want)
 		}
 	}
 }
-
 // TestNoEventsSaysSo: an empty page prints the table's header on stdout and
 // says on stderr that nothing matched, naming the filter.
 func TestNoEventsSaysSo(t *testing.T) {

@@ -52,7 +52,7 @@ var StatusWait = 15 * time.Second
 // means.
 func statusWaitError(ctx context.Context, err error) error {
 	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("%w (no answer within %s: the node may be stopped or frozen; ask another member)", err, StatusWait)
+		return fmt.Errorf("%w (no answer within %s: the node may be stopped, frozen or busy (installing a large snapshot); ask another member)", err, StatusWait)
 	}
 	return err
 }
