@@ -603,6 +603,7 @@ func TestAddressWithoutAPort(t *testing.T) {
 		}
 	}
 }
+
 // TestNoEventsSaysSo: an empty page prints the table's header on stdout and
 // says on stderr that nothing matched, naming the filter.
 func TestNoEventsSaysSo(t *testing.T) {
