@@ -48,7 +48,8 @@ type slots struct {
 	// avgBody: the average body of the attempts of the last tick that
 	// started any (0: none yet), which bounds reservations (reserveCap).
 	avgBody int64
-	// pace: deliveries per second over the last tick (0: none measured),
+	// pace: deliveries per second over the last tick that attempted or
+	// delivered any (0: none measured, or every attempt failed),
 	// which bounds the reservations beyond the free workers (beyondFits).
 	pace    float64
 	gen     uint64 // the Run the counts belong to; 0: not running

@@ -410,6 +410,29 @@ func TestBeyondFits(t *testing.T) {
 	}
 }
 
+// TestTickPace: a tick that attempted or delivered sets the pace (0 when
+// every attempt failed); a quiet one keeps the last, so that a burst after
+// a quiet second is not refused the reservations its handler's pace allows.
+func TestTickPace(t *testing.T) {
+	for _, c := range []struct {
+		attempts, delivered int64
+		d                   time.Duration
+		pace                float64
+		ok                  bool
+	}{
+		{300, 301, time.Second, 301, true},
+		{10, 5, 500 * time.Millisecond, 10, true},
+		{50, 0, time.Second, 0, true}, // a failing handler
+		{0, 3, time.Second, 3, true},  // slow requests ending
+		{0, 0, time.Second, 0, false}, // quiet: keep the last
+		{5, 5, 0, 0, false},
+	} {
+		if p, ok := tickPace(c.attempts, c.delivered, c.d); p != c.pace || ok != c.ok {
+			t.Errorf("tickPace(%d, %d, %v) = %v, %v; want %v, %v", c.attempts, c.delivered, c.d, p, ok, c.pace, c.ok)
+		}
+	}
+}
+
 // TestSlowHandlerGetsNoReservationsBeyondItsPace: with a handler whose pace
 // would start the events handed over beyond the free workers past their
 // lease's usable part, claims reserve only the free workers; their events

@@ -539,11 +539,12 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	f.dispatch(ctx, jobs, freed, kick, func(saturated bool) {
 		now := time.Now()
 		delivered := f.delivered.Swap(0)
-		if d := now.Sub(lastTick); d > 0 {
-			f.slots.setPace(float64(delivered) / d.Seconds())
+		a := f.attempts.Swap(0)
+		if p, ok := tickPace(a, delivered, now.Sub(lastTick)); ok {
+			f.slots.setPace(p)
 		}
 		lastTick = now
-		if a := f.attempts.Swap(0); a > 0 {
+		if a > 0 {
 			avgBody = max(1, f.bodyBytes.Swap(0)/a)
 			f.slots.setAvgBody(avgBody)
 		}
@@ -568,6 +569,18 @@ func (f *Forwarder) Run(ctx context.Context) error {
 	f.client.CloseIdleConnections()
 	f.log.Info("forwarder stopped")
 	return nil
+}
+
+// tickPace is the deliveries per second of a tick of length d that started
+// attempts and delivered delivered, and whether the tick says anything: a
+// quiet one (nothing started, nothing delivered) keeps the last pace, as
+// avgBody is kept, so that the next burst starts with the reservations its
+// handler's pace allows; a tick whose attempts all failed says 0.
+func tickPace(attempts, delivered int64, d time.Duration) (float64, bool) {
+	if d <= 0 || attempts == 0 && delivered == 0 {
+		return 0, false
+	}
+	return float64(delivered) / d.Seconds(), true
 }
 
 // outcome is a delivery's outcome for a recorder to commit; ordered tells
