@@ -110,9 +110,16 @@ func keyPartChangesPerDelivery(c *Config) []string {
 				if kind != "header" || !containsFold(bad, name) || readsSecret(s, name) {
 					continue
 				}
+				off := ""
+				if s.ReplayGuard == ReplayGuardOff {
+					// A key on a signed timestamp leaves the guard off (it
+					// is not the sender's to write): nothing else catches
+					// the provider's resends then.
+					off = "; the replay guard is off for this source, so nothing else catches such a resend"
+				}
 				w = append(w, fmt.Sprintf(
-					"%s: header:%s is a signature, timestamp or token header: its value changes on every delivery (or is the secret), so every resend would be a new event; key on the event's id",
-					sourceKey(i, "key")+"["+strconv.Itoa(j)+"]", name))
+					"%s: header:%s is a signature, timestamp or token header: its value changes on every delivery (or is the secret), so every resend would be a new event; key on the event's id%s",
+					sourceKey(i, "key")+"["+strconv.Itoa(j)+"]", name, off))
 			}
 		}
 	}
