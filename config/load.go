@@ -400,11 +400,14 @@ func (l *loader) decodeError(prefix string, err error) {
 		msg = "set twice: a key, or a [table] other than an array of tables ([[source]]), may appear once"
 	}
 	if m := reArrayAfterInline.FindStringSubmatch(msg); m != nil {
-		// tokens = [...] and then [[admin.tokens]] (or the other way):
-		// one list written in both forms.
+		// [[key]] after key was set another way: an inline list
+		// (tokens = [...]), a [key] table, a value.
 		key = m[1]
-		last := key[strings.LastIndexByte(key, '.')+1:]
-		msg = fmt.Sprintf("%s is written twice, as an inline list (%s = [...]) and as [[%s]] tables: use one form for all of its entries", key, last, key)
+		if key == "source" || key == "admin.tokens" { // the arrays of tables
+			msg = fmt.Sprintf("[[%s]] cannot add to the %s set above (an inline list or a [%s] table): write every entry as a [[%s]] table, or all of them in one inline list", key, key, key, key)
+		} else {
+			msg = fmt.Sprintf("[[%s]] after %s was set above: %s is one table, written once as [%s]", key, key, key, key)
+		}
 		l.p.list = append(l.p.list, &Error{File: l.p.file, Line: line, Key: key, Message: msg, Err: err})
 		return
 	}

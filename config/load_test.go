@@ -822,7 +822,9 @@ func TestLoadShapes(t *testing.T) {
 		{"[\"weird key\"]\na = 1\n", `:1: "weird key": unknown key`},
 		{"[node]\nid = \"a\"\n[node]\nid = \"b\"\n", `:3: node: set twice`},
 		{"[admin]\ntokens = [{ name = \"a\", token = \"t\" }]\n\n[[admin.tokens]]\nname = \"b\"\n",
-			`:4: admin.tokens: admin.tokens is written twice, as an inline list (tokens = [...]) and as [[admin.tokens]] tables: use one form for all of its entries`},
+			`:4: admin.tokens: [[admin.tokens]] cannot add to the admin.tokens set above (an inline list or a [admin.tokens] table): write every entry as a [[admin.tokens]] table, or all of them in one inline list`},
+		{"[source]\nname = \"a\"\n[[source]]\nname = \"b\"\n", `:3: source: [[source]] cannot add to the source set above`},
+		{"[node]\nid = \"a\"\n[[node]]\nid = \"b\"\n", `:3: node: [[node]] after node was set above: node is one table, written once as [node]`},
 	} {
 		path := writeFile(t, t.TempDir(), "c.toml", tt.src, 0o644)
 		_, err := Load(path)
