@@ -371,6 +371,7 @@ func (n *Node) open() error {
 	n.logs = logs
 	// An unreachable peer would otherwise fill the log (raftlog.go).
 	hl := newRaftLogger(n.log, orDefault(n.cfg.RaftLogLevel, "warn"), n.raftLogFilter().exclude)
+	hl.firstIndex = logs.FirstIndex
 	snaps, err := openSnapshots(raftDir, hl, n.storing)
 	if err != nil {
 		return err

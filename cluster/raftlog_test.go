@@ -201,21 +201,25 @@ func TestStartupElectionIsNoWarning(t *testing.T) {
 }
 
 // TestMissingLogForASnapshotIsNoError: the leader's "failed to get log" for
-// an entry compacted away (it then sends that follower a snapshot) is INFO;
-// the same words with any other error stay ERROR.
+// an entry compacted away (below the log's first: it then sends that
+// follower a snapshot) is INFO; one missing inside the log, or any other
+// error, stays ERROR.
 func TestMissingLogForASnapshotIsNoError(t *testing.T) {
 	for _, tt := range []struct {
-		err  error
-		want string
+		index uint64
+		err   error
+		want  string
 	}{
-		{raft.ErrLogNotFound, "level=INFO"},
-		{errors.New("disk I/O error"), "level=ERROR"},
+		{42, raft.ErrLogNotFound, "level=INFO"},   // compacted away: the log starts at 100
+		{150, raft.ErrLogNotFound, "level=ERROR"}, // missing inside the log: raft panics next
+		{42, errors.New("disk I/O error"), "level=ERROR"},
 	} {
 		var buf bytes.Buffer
 		l := newRaftLogger(slog.New(slog.NewTextHandler(&buf, nil)), "info", nil)
-		l.Error(missingLog, "index", 42, "error", tt.err)
+		l.firstIndex = func() (uint64, error) { return 100, nil }
+		l.Named("replication").Error(missingLog, "index", tt.index, "error", tt.err)
 		if !strings.Contains(buf.String(), tt.want) {
-			t.Errorf("%v: %q, want %s", tt.err, buf.String(), tt.want)
+			t.Errorf("index %d, %v: %q, want %s", tt.index, tt.err, buf.String(), tt.want)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/hashicorp/go-hclog"
@@ -26,9 +27,9 @@ import (
 // no leader was ever heard since this node started, which is every start of
 // a single node and the first election of a cluster; without a last leader
 // it is written at INFO, and with one (a leader went quiet) it stays WARN.
-// And "failed to get log" for an entry compacted away is INFO: a follower
-// that needs it is sent a snapshot, which is routine (a restore, a follower
-// back after a long absence).
+// And "failed to get log" for an entry compacted away (below the log's
+// first) is INFO: a follower that needs it is sent a snapshot, which is
+// routine (a restore, a follower back after a long absence).
 type raftLogger struct {
 	base    *slog.Logger // the node's
 	log     *slog.Logger // base with component and implied args
@@ -36,6 +37,9 @@ type raftLogger struct {
 	implied []any
 	level   *atomic.Int32 // an hclog.Level, shared with the loggers derived from this one
 	exclude func(level hclog.Level, msg string, args ...any) bool
+	// firstIndex is the log store's FirstIndex, once it is open (nil
+	// before): it tells an entry compacted away from one missing.
+	firstIndex func() (uint64, error)
 }
 
 func newRaftLogger(node *slog.Logger, level string, exclude func(hclog.Level, string, ...any) bool) *raftLogger {
@@ -62,11 +66,12 @@ func (l *raftLogger) Log(level hclog.Level, msg string, args ...any) {
 	if level == hclog.Warn && msg == startupElection && argValue(args, "last-leader-id") == "" {
 		level = hclog.Info
 	}
-	if level == hclog.Error && msg == missingLog && argValue(args, "error") == raft.ErrLogNotFound.Error() {
+	if level == hclog.Error && msg == missingLog && argValue(args, "error") == raft.ErrLogNotFound.Error() && l.compactedAway(args) {
 		// The leader's replication reads an entry a follower needs that a
 		// compaction or a restore took away: it sends that follower a
 		// snapshot instead, as designed. Every catch-up by snapshot said
-		// so at ERROR.
+		// so at ERROR. An entry missing inside the log (raft panics next)
+		// stays ERROR.
 		level = hclog.Info
 	}
 	if level == hclog.Off || level < hclog.Level(l.level.Load()) {
@@ -76,6 +81,20 @@ func (l *raftLogger) Log(level hclog.Level, msg string, args ...any) {
 		return
 	}
 	l.log.Log(context.Background(), slogLevel(level), msg, plainArgs(args)...)
+}
+
+// compactedAway reports whether the "index" argument names an entry below
+// the log's first: one a compaction took away, not one missing inside it.
+func (l *raftLogger) compactedAway(args []any) bool {
+	if l.firstIndex == nil {
+		return false
+	}
+	idx, err := strconv.ParseUint(argValue(args, "index"), 10, 64)
+	if err != nil {
+		return false
+	}
+	first, err := l.firstIndex()
+	return err == nil && idx < first
 }
 
 // argValue returns the value of one of hclog's key/value arguments as text,
