@@ -974,8 +974,11 @@ func permissionHint(err error, path string) string {
 	if g, err := user.LookupGroupId(group); err == nil {
 		group = g.Name
 	}
-	return fmt.Sprintf(" (this process runs as %s, group %s: let that group read the file, e.g. chgrp %s %s && chmod 0640 %s, and enter each directory above it)",
-		who, group, group, path, path)
+	// The fix names the service's group, not the caller's: an operator
+	// checking the file as someone else must not hand a secret to a group
+	// of their own.
+	return fmt.Sprintf(" (this process runs as %s, group %s; the user serve runs as must be able to read the file and enter each directory above it: for the packaged unit's user, chgrp oncehook %s && chmod 0640 %s)",
+		who, group, path, path)
 }
 
 // unsafeMode says what is wrong with the mode of a secret, token or key file

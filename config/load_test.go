@@ -994,7 +994,7 @@ func TestPermissionDeniedSaysWhoReads(t *testing.T) {
 		"open /etc/oncehook/orders.secret: permission denied",
 		fmt.Sprintf("uid %d", os.Geteuid()),
 		"chmod 0640 /etc/oncehook/orders.secret",
-		"chgrp ",
+		"chgrp oncehook /etc/oncehook/orders.secret",
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("errText = %q, want it to contain %q", got, want)
