@@ -123,13 +123,19 @@ install:
 	# README's links: docs/*.md and providers/SCHEMES.md beside it
 	install -Dm0644 -t $(DESTDIR)$(PREFIX)/share/doc/oncehook/docs docs/*.md
 	install -Dm0644 providers/SCHEMES.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/providers/SCHEMES.md
+	install -Dm0644 cluster/DESIGN.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/cluster/DESIGN.md
+	install -Dm0644 systest/chaos/RELIABILITY.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/systest/chaos/RELIABILITY.md
+	install -Dm0644 config.example.toml $(DESTDIR)$(PREFIX)/share/doc/oncehook/config.example.toml
+	install -Dm0644 -t $(DESTDIR)$(PREFIX)/share/doc/oncehook/bench/results bench/results/20261205-230435-d1a256e-3n-sustain.png
 
 uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/oncehook $(DESTDIR)/etc/systemd/system/oncehook.service \
 	      $(DESTDIR)/usr/lib/sysusers.d/oncehook.conf $(DESTDIR)/etc/oncehook/oncehook.toml.example \
 	      $(DESTDIR)$(PREFIX)/share/doc/oncehook/README.md $(DESTDIR)$(PREFIX)/share/doc/oncehook/alerts.yml \
 	      $(DESTDIR)$(PREFIX)/share/doc/oncehook/grafana-dashboard.json
-	rm -rf $(DESTDIR)$(PREFIX)/share/doc/oncehook/docs $(DESTDIR)$(PREFIX)/share/doc/oncehook/providers
+	rm -rf $(DESTDIR)$(PREFIX)/share/doc/oncehook/docs $(DESTDIR)$(PREFIX)/share/doc/oncehook/providers \
+	      $(DESTDIR)$(PREFIX)/share/doc/oncehook/cluster $(DESTDIR)$(PREFIX)/share/doc/oncehook/systest \
+	      $(DESTDIR)$(PREFIX)/share/doc/oncehook/bench $(DESTDIR)$(PREFIX)/share/doc/oncehook/config.example.toml
 
 # A .deb (bin/oncehook_<version>_<arch>.deb) with nfpm, run as a tool: it is
 # not a module dependency. Static binary in /usr/bin, the unit in
