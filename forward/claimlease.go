@@ -476,8 +476,11 @@ func (f *Forwarder) ReserveSlot(source string) (leaseFor time.Duration, ticket u
 		return 0, 0, false, false
 	}
 	beyond := taken+s.reserved >= s.n // no worker is free for it
-	if beyond && (s.reserved >= reserveCap(s.n, s.avgBody, f.opts.PoolBytes) || !beyondFits(s.reserved, s.pace, leaseFor, timeout)) {
+	if beyond && s.reserved >= reserveCap(s.n, s.avgBody, f.opts.PoolBytes) {
 		return 0, 0, false, false
+	}
+	if beyond && !beyondFits(s.reserved, s.pace, leaseFor, timeout) {
+		return 0, 0, false, true // a source with a longer lease may fit
 	}
 	now := time.Now()
 	if beyond && (s.othersWaitLocked(source) || s.activeLocked(source, now) > 0 || f.lim.limited(source, now)) {

@@ -459,8 +459,13 @@ func TestSlowHandlerGetsNoReservationsBeyondItsPace(t *testing.T) {
 	}
 	var rs []reservation
 	for {
-		lf, ticket, ok, _ := f.ReserveSlot("src")
+		lf, ticket, ok, more := f.ReserveSlot("src")
 		if !ok {
+			if !more {
+				// The pace is per source's lease: the claims after it in
+				// the batch, another source's with a longer lease, may fit.
+				t.Error("a refusal for the pace stopped the batch's other claims (more = false)")
+			}
 			break
 		}
 		rs = append(rs, reservation{lf, ticket})
@@ -496,8 +501,11 @@ func TestSlowHandlerGetsNoReservationsBeyondItsPace(t *testing.T) {
 	f.slots.setPace(1e4)
 	n := 0
 	for {
-		_, ticket, ok, _ := f.ReserveSlot("src")
+		_, ticket, ok, more := f.ReserveSlot("src")
 		if !ok {
+			if more {
+				t.Error("reserveCap reached, but the batch's other claims are told to go on trying")
+			}
 			break
 		}
 		defer f.ReleaseSlot(ticket)
