@@ -938,7 +938,9 @@ func (n *Node) afterApply(cmds [][]engine.Command, res [][]engine.Result) {
 			}
 			switch c.Op {
 			case engine.OpClaim:
-				if r.Created && r.State == engine.StatePending {
+				// A paused source's claim wakes no lease: it would find
+				// nothing, and cost an entry per claim.
+				if r.Created && r.State == engine.StatePending && !r.Held {
 					wake = true
 				}
 				if r.Created && n.waitedKeys.Load() > 0 {

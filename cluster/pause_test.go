@@ -47,3 +47,47 @@ func TestPauseOnAFollowerHoldsOnEveryNode(t *testing.T) {
 	}
 	c.waitConverged()
 }
+
+// TestPausedClaimWakesNoLease: a claim of a paused source does not wake the
+// forwarder. Its lease would find nothing to take, and under load that was
+// one more log entry for every claim of a paused source.
+func TestPausedClaimWakesNoLease(t *testing.T) {
+	n := openSolo(t, t.TempDir(), nil)
+	defer n.Close()
+	ctx := ctxT(t, 10*time.Second)
+	woken := func() bool {
+		select {
+		case <-n.Wake():
+			return true
+		default:
+			return false
+		}
+	}
+	// The apply that signals runs before Claim returns, so the signal is
+	// there, or not, when it does.
+	woken()
+	if _, err := n.Claim(ctx, claimCmd("src:a")); err != nil {
+		t.Fatal(err)
+	}
+	if !woken() {
+		t.Fatal("a claim of a running source woke no lease")
+	}
+	if _, err := n.Pause(ctx, "src", "ops", "handler down"); err != nil {
+		t.Fatal(err)
+	}
+	woken()
+	for _, key := range []string{"src:b", "src:c"} {
+		if r, err := n.Claim(ctx, claimCmd(key)); err != nil || !r.Created {
+			t.Fatalf("claim %s: %+v %v", key, r, err)
+		}
+		if woken() {
+			t.Fatalf("the claim of %s, a paused source, woke a lease", key)
+		}
+	}
+	if _, err := n.Resume(ctx, "src", "ops", "fixed"); err != nil {
+		t.Fatal(err)
+	}
+	if !woken() {
+		t.Fatal("the resume woke no lease for the held events")
+	}
+}

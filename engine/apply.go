@@ -625,7 +625,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 	if c.OrderObject != "" && c.semantics() >= formatOrderedObjects {
 		ev.OrderObject, ev.OrderTime, ev.OrderIndex, ev.OrderPos = c.OrderObject, c.OrderTime, a.index, a.pos
 	}
-	leased := false
+	leased, held := false, false
 	if st == StatePending {
 		ev.NextAttemptAt = c.Now
 		if ev.OrderObject != "" {
@@ -642,6 +642,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 			if err := a.putPending(c, c.Source, c.Now, c.Key); err != nil {
 				return Result{}, err
 			}
+			held = a.paused(c.Source) || ev.OrderObject != "" && !a.isHead(&ev)
 		}
 	}
 	var flags byte
@@ -680,7 +681,7 @@ func (a *applier) claim(c *Command) (Result, error) {
 	if leased {
 		return claimLeaseResult(c, &ev), nil
 	}
-	return Result{Created: true, State: st}, nil
+	return Result{Created: true, State: st, Held: held}, nil
 }
 
 // bodyDuplicate answers a claim whose body another event already holds: a

@@ -335,6 +335,10 @@ type Result struct {
 	// (for a duplicate, the state the existing event is in).
 	Created bool
 	State   State
+	// Held on a claim that created a pending event: no lease can take it
+	// yet (its source is paused, or it is an ordered event behind another of
+	// its object), so a new lease would find nothing of it.
+	Held bool
 	// Lease: the events now processing, oldest due first, with payload, headers
 	// and the new Token.
 	// Expire: the dead letters it deleted (record fields only), for the
