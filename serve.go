@@ -145,6 +145,9 @@ func cmdServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	// Before anything reads or writes in it, the demo's files included.
 	lock, err := cluster.LockDataDir(dataDir)
 	if err != nil {
+		if cfg != nil {
+			return dataDirError(*cfgPath, cfg, err)
+		}
 		return err
 	}
 	defer lock.Close()

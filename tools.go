@@ -70,11 +70,7 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 		err = cluster.CheckDataDirOwner(cfg.Node.DataDir, cfg.Node.ID)
 	}
 	if err != nil {
-		at := *path
-		if n := cfg.WarningLine("node.data_dir: "); n > 0 {
-			at += ":" + strconv.Itoa(n) // the file sets it (else the default: no line)
-		}
-		return fmt.Errorf("%s: node.data_dir: %w", at, err)
+		return dataDirError(*path, cfg, err)
 	}
 	if note := rootOwnerNote(cfg.Node.DataDir); note != "" {
 		fmt.Fprintf(stdout, "%s: note: %s\n", *path, note)
@@ -94,6 +90,17 @@ func cmdValidate(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "%s: ok (%s, %s); data in %s\n", *path, mode, sources, cfg.Node.DataDir)
 	return nil
+}
+
+// dataDirError places an error about the data dir in the file, as Load's
+// errors are: file:line: node.data_dir: message (no line when the file
+// leaves the key to its default).
+func dataDirError(path string, cfg *config.Config, err error) error {
+	at := path
+	if n := cfg.WarningLine("node.data_dir: "); n > 0 {
+		at += ":" + strconv.Itoa(n)
+	}
+	return fmt.Errorf("%s: node.data_dir: %w", at, err)
 }
 
 // sourceErrorAt places a compileSources error in the file, as Load's

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,5 +187,43 @@ func mustMkdir(t *testing.T, p string, mode os.FileMode) {
 	}
 	if err := os.Chmod(p, mode); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestValidateAndServeSayWhyTheDataDirCannotBeMade: a data dir that does not
+// exist and cannot be made (a file on its way) is refused by validate as
+// serve refuses it, and both place the problem in the file, as Load's
+// errors are, with what to do about it.
+func TestValidateAndServeSayWhyTheDataDirCannotBeMade(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "afile")
+	mustWrite(t, file, "x")
+	data := filepath.Join(file, "data")
+	path := filepath.Join(dir, "oncehook.toml")
+	mustWrite(t, path, fmt.Sprintf(`[node]
+data_dir = %q
+listen = "127.0.0.1:0"
+
+[admin]
+listen = "127.0.0.1:0"
+
+[[source]]
+name = "gh"
+provider = "github"
+secrets = ["github-test-secret"]
+forward = "http://127.0.0.1:9000/gh"
+`, data))
+	want := path + ":2: node.data_dir: data dir: cannot make " + data + ": "
+	var out, errOut bytes.Buffer
+	err := cmdValidate([]string{"-config", path}, &out, &errOut)
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "is a file: name a directory") {
+		t.Errorf("validate: %v\nwant %q ... a file on its way", err, want)
+	}
+	err = cmdServe(t.Context(), []string{"-config", path}, io.Discard, io.Discard)
+	if err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "is a file: name a directory") {
+		t.Errorf("serve: %v\nwant %q ... a file on its way", err, want)
+	}
+	if strings.Count(fmt.Sprint(err), "name a directory") != 1 {
+		t.Errorf("serve: %v\nthe hint is given more than once", err)
 	}
 }

@@ -50,7 +50,7 @@ func (l *DataDirLock) Close() error { return l.f.Close() }
 func LockDataDir(dir string) (lock *DataDirLock, err error) {
 	defer func() { err = dataDirHint(dir, err) }()
 	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("data dir: %w", err)
+		return nil, cannotMake(dir, err)
 	}
 	if err := checkDataDir(dir, os.Geteuid()); err != nil {
 		return nil, err
@@ -75,9 +75,12 @@ func LockDataDir(dir string) (lock *DataDirLock, err error) {
 // a file under it this process may not open (a permission error about
 // another file, a TLS key, is left as it is).
 func dataDirHint(dir string, err error) error {
+	var made makeError
 	switch {
 	case err == nil:
 		return nil
+	case errors.As(err, &made):
+		return err
 	case errors.Is(err, syscall.ENOTDIR):
 		return fmt.Errorf("%w; data_dir %s, or a directory on its way, is a file: name a directory", err, dir)
 	case errors.Is(err, fs.ErrPermission) && strings.Contains(err.Error(), dir):
@@ -88,20 +91,76 @@ func dataDirHint(dir string, err error) error {
 }
 
 // CheckDataDir runs LockDataDir's checks on dir without making, locking or
-// changing anything, for validate: nil when dir does not exist yet (serve
-// makes it), or when this user may not look into it (serve, as the service
-// user, will). Run as root, ahead of the service user's start, it judges the
-// entries against the directory's own owner instead of this process's user.
+// changing anything, for validate: nil when this user may not look into it
+// (serve, as the service user, will), and when dir does not exist yet and
+// serve could make it (canMake). Run as root, ahead of the service user's
+// start, it judges the entries against the directory's own owner instead of
+// this process's user.
 func CheckDataDir(dir string) error {
 	uid := os.Geteuid()
 	if uid == 0 {
 		uid = -1
 	}
 	err := checkDataDir(dir, uid)
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) {
+	switch {
+	case errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		return canMake(dir, uid == -1)
+	case errors.Is(err, fs.ErrPermission):
 		return nil
 	}
-	return err
+	return dataDirHint(dir, err)
+}
+
+// cannotMake is the error of a data dir that could not be made, with what
+// the operator can do about it (dataDirHint adds nothing to it).
+func cannotMake(dir string, err error) error {
+	switch {
+	case errors.Is(err, fs.ErrPermission):
+		uid := os.Geteuid()
+		err = fmt.Errorf("data dir: cannot make %s: %w; this process runs as uid %d: make it as root for that user "+
+			"(install -d -m 700 -o %d %s), or name a directory it may write in", dir, err, uid, uid, dir)
+	case errors.Is(err, syscall.ENOTDIR):
+		err = fmt.Errorf("data dir: cannot make %s: %w; a directory on its way is a file: name a directory", dir, err)
+	default:
+		err = fmt.Errorf("data dir: cannot make %s: %w", dir, err)
+	}
+	return makeError{err}
+}
+
+// makeError is an error cannotMake explained.
+type makeError struct{ error }
+
+func (e makeError) Unwrap() error { return e.error }
+
+// canMake reports why serve could not make the missing directory dir, as
+// MkdirAll would fail: nil when it could, or cannot be judged. The nearest
+// existing directory on its way must be a directory, and one this user may
+// write to; root is not judged on that (it writes anywhere, and the service
+// user it validates for is not known here).
+func canMake(dir string, root bool) error {
+	p := filepath.Clean(dir)
+	for {
+		info, err := os.Stat(p)
+		switch {
+		case err == nil && !info.IsDir():
+			return cannotMake(dir, &fs.PathError{Op: "mkdir", Path: p, Err: syscall.ENOTDIR})
+		case err == nil:
+			if root {
+				return nil
+			}
+			if err := syscall.Access(p, 2|1); err != nil { // W_OK|X_OK: what mkdir in it needs
+				return cannotMake(dir, &fs.PathError{Op: "mkdir in", Path: p, Err: err})
+			}
+			return nil
+		case !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR):
+			return nil // unreadable on the way: serve, as another user, may do better
+		}
+		up := filepath.Dir(p)
+		if up == p {
+			return nil
+		}
+		p = up
+	}
 }
 
 // checkDataDir refuses a data dir that is not a directory, is writable by

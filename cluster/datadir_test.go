@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -32,7 +33,7 @@ func TestLockDataDir(t *testing.T) {
 			p := filepath.Join(dir, "f")
 			write(t, p)
 			return filepath.Join(p, "data")
-		}, "or a directory on its way, is a file: name a directory"},
+		}, "a directory on its way is a file: name a directory"},
 		{"a link to a private dir", func(t *testing.T, dir string) string {
 			real := filepath.Join(dir, "real")
 			if err := os.Mkdir(real, 0o700); err != nil {
@@ -339,5 +340,55 @@ func TestDataDirPermissionHint(t *testing.T) {
 	}
 	if dataDirHint(dir, nil) != nil {
 		t.Error("a nil error got a hint")
+	}
+}
+
+// TestCanMake: validate judges a missing data dir as serve's MkdirAll would
+// meet it: a file on its way, or (for a user other than root) a directory on
+// its way this user may not write in, is refused with what to do.
+func TestCanMake(t *testing.T) {
+	root := os.Geteuid() == 0
+	for _, tt := range []struct {
+		name  string
+		setup func(t *testing.T, dir string) string // returns the data dir
+		want  error                                 // nil: serve can make it
+		hint  string
+	}{
+		{"missing, in a writable dir", func(t *testing.T, dir string) string {
+			return filepath.Join(dir, "a", "b")
+		}, nil, ""},
+		{"a file on its way", func(t *testing.T, dir string) string {
+			if err := os.WriteFile(filepath.Join(dir, "f"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(dir, "f", "a", "b")
+		}, syscall.ENOTDIR, "a directory on its way is a file"},
+		{"a read-only dir on its way", func(t *testing.T, dir string) string {
+			if root {
+				t.Skip("root writes in any directory")
+			}
+			ro := filepath.Join(dir, "ro")
+			if err := os.Mkdir(ro, 0o500); err != nil {
+				t.Fatal(err)
+			}
+			return filepath.Join(ro, "a")
+		}, fs.ErrPermission, "make it as root for that user (install -d -m 700"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			data := tt.setup(t, t.TempDir())
+			err := CheckDataDir(data)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("CheckDataDir: %v", err)
+				}
+				return
+			}
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), "cannot make "+data) || !strings.Contains(err.Error(), tt.hint) {
+				t.Fatalf("CheckDataDir: %v, want %v, naming %s, with %q", err, tt.want, data, tt.hint)
+			}
+			if _, err := os.Stat(data); !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
+				t.Errorf("the check made something: %v", err)
+			}
+		})
 	}
 }
