@@ -352,7 +352,8 @@ func TestAdminRestoreIsBounded(t *testing.T) {
 	// restores a backup within the bound.
 	var out, errOut bytes.Buffer
 	if err := run(ctxTimeout(t, 30*time.Second), []string{"snapshot", "restore", "-addr", tn.admin,
-		"-token-file", filepath.Join(tn.dir, "admin.token"), backupFile}, &out, &errOut); err != nil || !strings.Contains(out.String(), "restored") {
+		"-token-file", filepath.Join(tn.dir, "admin.token"), backupFile}, &out, &errOut); err != nil || !strings.Contains(out.String(), "restored") ||
+		!strings.Contains(out.String(), "again if they were delivered since") {
 		t.Fatalf("oncehook snapshot restore within max_restore: %v\n%s", err, out.String())
 	}
 }

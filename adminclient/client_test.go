@@ -624,3 +624,25 @@ func TestNoEventsSaysSo(t *testing.T) {
 		t.Errorf("stderr %q", got)
 	}
 }
+
+// TestRestoreToNobodySaysNothingWasSent: a restore whose connection was
+// never made (nothing listens at the address) sent nothing, and says so,
+// rather than that its outcome is unknown.
+func TestRestoreToNobodySaysNothingWasSent(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // nothing listens there now
+	backup := filepath.Join(t.TempDir(), "backup.db")
+	if err := os.WriteFile(backup, []byte("a backup"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newTestClient(t, "http://"+addr, "admin-token-for-tests-0123456789abcdef")
+	var out bytes.Buffer
+	err = c.RestoreSnapshot(context.Background(), &out, backup)
+	if err == nil || !strings.Contains(err.Error(), "nothing sent: no restore") || strings.Contains(err.Error(), "unknown") {
+		t.Fatalf("restore to nobody: %v, want it to say nothing was sent", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -413,6 +414,11 @@ func (c *Client) RestoreSnapshot(ctx context.Context, w io.Writer, file string) 
 	req.Header.Set("Expect", "100-continue")
 	resp, err := c.send(req)
 	if err != nil {
+		var op *net.OpError
+		if errors.As(err, &op) && op.Op == "dial" {
+			// No connection, so no byte of it reached a node.
+			return fmt.Errorf("%w (nothing sent: no restore)", err)
+		}
 		// The node may have taken the backup before the connection broke
 		// (it stopped, say): only the cluster can tell.
 		return fmt.Errorf("%w (whether the restore took is unknown: compare `oncehook status` event counts with the backup's, and run it again if it did not)", err)
@@ -422,7 +428,13 @@ func (c *Client) RestoreSnapshot(ctx context.Context, w io.Writer, file string) 
 	if resp.StatusCode != http.StatusOK {
 		return c.statusError("restore", resp.StatusCode, b)
 	}
-	fmt.Fprintf(w, "restored %s\n", file)
+	// What the cluster now is, since it surprises: the handler gets again
+	// what it finished since the backup (docs/operations.md, "Backup and
+	// restore").
+	fmt.Fprintf(w, "restored %s: the whole cluster is back at the backup. Events claimed since it are forgotten; "+
+		"events it holds as pending or processing are delivered, again if they were delivered since (same idempotency key, "+
+		"attempts counted from the backup's, a higher fencing token); sources are paused or running as in the backup "+
+		"(`oncehook status` lists them)\n", file)
 	return nil
 }
 
