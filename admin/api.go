@@ -512,12 +512,20 @@ func parseCursor(after string, f *engine.ListFilter) error {
 }
 
 // unscoped says, for a key not found that names no source, how keys are
-// written: an operator copies the provider's event id first.
-func unscoped(key string) string {
+// written: an operator copies the provider's event id first. The example
+// names a source of the running config (the first), when it has one.
+func (s *Server) unscoped(key string) string {
 	if strings.Contains(key, ":") {
 		return ""
 	}
-	return ": keys are scoped by their source, SOURCE:ID (e.g. \"github:" + key + "\"), as intake answers them"
+	if s.cfg == nil {
+		return ": keys are scoped by their source, SOURCE:ID, as intake answers them"
+	}
+	src := "SOURCE"
+	if c := s.cfg(); c != nil && len(c.Sources) > 0 {
+		src = c.Sources[0].Name
+	}
+	return ": keys are scoped by their source, SOURCE:ID (e.g. " + strconv.Quote(src+":"+key) + "), as intake answers them"
 }
 
 func (s *Server) adminEvent(w http.ResponseWriter, r *http.Request) {
@@ -525,7 +533,7 @@ func (s *Server) adminEvent(w http.ResponseWriter, r *http.Request) {
 	withBody := r.URL.Query().Get("body") == "1" || r.URL.Query().Get("body") == "true"
 	ev, err := s.store.Get(key, withBody)
 	if errors.Is(err, engine.ErrNotFound) {
-		jsonError(w, http.StatusNotFound, "no event with key "+strconv.Quote(key)+unscoped(key))
+		jsonError(w, http.StatusNotFound, "no event with key "+strconv.Quote(key)+s.unscoped(key))
 		return
 	}
 	if err != nil {
@@ -743,7 +751,7 @@ func (s *Server) replayKeys(ctx context.Context, w http.ResponseWriter, cmd engi
 		}
 		msg := fmt.Sprintf("event %s: %s", keys[0], skipped[0].Error)
 		if status == http.StatusNotFound {
-			msg += unscoped(keys[0])
+			msg += s.unscoped(keys[0])
 		}
 		jsonError(w, status, msg)
 	default:

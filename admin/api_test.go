@@ -222,7 +222,7 @@ func TestAPIAnswers(t *testing.T) {
 		// bytes replaced by U+FFFD in a JSON string.
 		{"event with a binary body", "GET", "/v1/events/orders:x_bin?body=1", "", "", 200, `"payload_base64": "/wDAAQ=="`},
 		{"unknown event", "GET", "/v1/events/orders:nope", "", "", 404, `no event with key \"orders:nope\"`},
-		{"a key without its source", "GET", "/v1/events/msg_1", "", "", 404, `keys are scoped by their source, SOURCE:ID (e.g. \"github:msg_1\")`},
+		{"a key without its source", "GET", "/v1/events/msg_1", "", "", 404, `keys are scoped by their source, SOURCE:ID (e.g. \"orders:msg_1\")`},
 		{"events by state", "GET", "/v1/events?state=pending", "", "", 200, `"key": "orders:msg_1"`},
 		{"unknown state", "GET", "/v1/events?state=lost", "", "", 400, `unknown state \"lost\"`},
 		{"events of a configured source", "GET", "/v1/events?source=orders", "", "", 200, `"key": "orders:msg_1"`},
@@ -241,7 +241,7 @@ func TestAPIAnswers(t *testing.T) {
 		{"replay without a reason", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"]}`, 400, "reason is required"},
 		{"replay of a pending event", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"reason":"test"}`, 409, `event orders:msg_1: event is pending: only dead, done and stale events are replayed`},
 		{"replay of an unknown key", "POST", "/v1/replay", "", `{"keys":["orders:nope"],"reason":"test"}`, 404, `event orders:nope: not found`},
-		{"replay of a key without its source", "POST", "/v1/replay", "", `{"keys":["msg_1"],"reason":"test"}`, 404, `event msg_1: not found: keys are scoped by their source, SOURCE:ID (e.g. \"github:msg_1\")`},
+		{"replay of a key without its source", "POST", "/v1/replay", "", `{"keys":["msg_1"],"reason":"test"}`, 404, `event msg_1: not found: keys are scoped by their source, SOURCE:ID (e.g. \"orders:msg_1\")`},
 		{"replay of keys with a source", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"source":"other","reason":"test"}`, 400, "source and since go with state"},
 		{"replay of keys with a since", "POST", "/v1/replay", "", `{"keys":["orders:msg_1"],"since":"1h","reason":"test"}`, 400, "source and since go with state"},
 		{"replay of a state in flight", "POST", "/v1/replay", "", `{"state":"pending","reason":"test"}`, 400, "state must be dead, done or stale"},
