@@ -376,11 +376,9 @@ func firstDue(b, paused *bolt.Bucket, skip []Quota) (int64, bool) {
 func runLast(c *bolt.Cursor, prefix []byte) []byte {
 	var k []byte
 	if end := afterPrefix(prefix); end == nil {
-		k, _ = c.Last()
-	} else if k, _ = c.Seek(end); k == nil {
-		k, _ = c.Last()
+		k, _ = lastKey(c)
 	} else {
-		k, _ = c.Prev()
+		k, _ = seekBefore(c, end)
 	}
 	return k
 }
@@ -424,7 +422,7 @@ func dueBeyond(b *bolt.Bucket, limit int64) ([]dueItem, error) {
 	err := dueRuns(c, func(first []byte) error {
 		src, _, _, _ := splitDueKey(first)
 		prefix := dueRunPrefix(src)
-		for k := runLast(c, prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Prev() {
+		for k := runLast(c, prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = prevKey(c, k) {
 			_, t, key, ok := splitDueKey(k)
 			if !ok {
 				return fmt.Errorf("%w: due index key %x", ErrCorrupt, clip(k))

@@ -181,12 +181,7 @@ var afterEveryEntry = [16]byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0
 func (a *applier) append(ev *Event) error {
 	a.kbuf = append(objectPrefix(a.kbuf[:0], ev.OrderObject), afterEveryEntry[:]...)
 	c := a.objPoint().c
-	k, _ := c.Seek(a.kbuf)
-	if k == nil {
-		k, _ = c.Last()
-	} else {
-		k, _ = c.Prev()
-	}
+	k, _ := seekBefore(c, a.kbuf)
 	if obj, t, _, _, _, ok := parseObjectKey(k); ok && string(obj) == ev.OrderObject && t > ev.OrderTime {
 		ev.OrderTime = t
 	}

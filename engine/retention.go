@@ -327,7 +327,7 @@ func (a *applier) rescheduleAhead(c *Command, h int64) error {
 	walk := func(b *bolt.Bucket, name string) ([]item, error) {
 		var items []item
 		cur := b.Cursor()
-		for k, _ := cur.Last(); k != nil; k, _ = cur.Prev() {
+		for k, _ := lastKey(cur); k != nil; k, _ = prevKey(cur, k) {
 			if len(k) < 9 {
 				return nil, fmt.Errorf("%w: %s index key %x", ErrCorrupt, name, k)
 			}
@@ -358,6 +358,9 @@ func (a *applier) rescheduleAhead(c *Command, h int64) error {
 			return err
 		}
 		ev.NextAttemptAt = limit
+		if a.noteDue != nil {
+			a.noteDue(it.src, limit)
+		}
 		if err := a.due.Put(a.dk(it.src, limit, it.key), empty); err != nil {
 			return err
 		}
