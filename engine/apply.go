@@ -78,6 +78,9 @@ type applier struct {
 	bodies, sources, held                       *bolt.Bucket
 	objects, attempts                           *bolt.Bucket // order.go, history.go: opened on first use
 	pieces                                      *bolt.Bucket // pieces.go: opened on first use
+	// noteDue, when set, is told of every due entry this transaction puts
+	// (LeaseDue reads it while the transaction is open).
+	noteDue func(source string, t int64)
 
 	width int64  // retention bucket width
 	index uint64 // index of the entry being applied (the lease token, plus base)
@@ -376,6 +379,9 @@ func (a *applier) paused(source string) bool {
 func (a *applier) putPending(c *Command, source string, t int64, key string) error {
 	if c.semantics() < formatPauseInPlace && a.paused(source) {
 		return a.held.Put(a.hk(source, t, key), empty)
+	}
+	if a.noteDue != nil {
+		a.noteDue(source, t)
 	}
 	return a.due.Put(a.dk(source, t, key), empty)
 }

@@ -378,3 +378,83 @@ func TestOpenMigratesDueIndex(t *testing.T) {
 		t.Fatalf("first lease after the migration: %q, want %q", got, want)
 	}
 }
+
+// TestLeaseDueWhileATransactionIsOpen: while entries applied in the engine's
+// pending transaction are not committed yet, LeaseDue answers from the due
+// entries that transaction put and from the committed state, instead of
+// saying true whenever one is open: a dispatcher woken with nothing to
+// lease (a completion of an ordered event, a claim of a source past its
+// rate) proposed a lease, an entry, that found nothing. It may still say
+// true for an entry the open transaction put and then leased; never false
+// while one is due.
+func TestLeaseDueWhileATransactionIsOpen(t *testing.T) {
+	e := mustOpen(t, Options{NoSync: true})
+	idx := uint64(0)
+	apply := func(cmds ...Command) []Result {
+		t.Helper()
+		idx++
+		rs, err := e.ApplyBatchDeferred([]Entry{{Index: idx, Cmds: cmds}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range rs[0] {
+			if r.Err != nil {
+				t.Fatal(r.Err)
+			}
+		}
+		return rs[0]
+	}
+	due := func(now int64, quotas []Quota) bool {
+		t.Helper()
+		got, err := e.LeaseDue(now, quotas)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	flush := func() {
+		t.Helper()
+		if err := e.Flush(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	skipA := []Quota{{Source: "a", Hard: true}}
+
+	// A claim applied, not committed: due, unless its source is skipped.
+	apply(claimFrom("a", "a:1", t0))
+	if !due(t0, nil) {
+		t.Error("a claim in the open transaction: LeaseDue says nothing is due")
+	}
+	if due(t0, skipA) {
+		t.Error("a claim of a skipped source in the open transaction: LeaseDue says due")
+	}
+	l := apply(leaseCmd(t0+sec, 10))
+	flush()
+
+	// Nothing due in the committed state; the open transaction completes
+	// the event and claims one that leases itself: nothing is due.
+	withLease := claimFrom("a", "a:2", t0+2*sec)
+	withLease.LeaseNow, withLease.LeaseFor = 30*sec, 30*sec
+	cl := apply(completeCmd("a:1", l[0].Events[0].Token, t0+2*sec), withLease)
+	if cl[1].State != StateProcessing || len(cl[1].Events) != 1 {
+		t.Fatalf("a claim with its lease: %+v", cl[1])
+	}
+	if due(t0+3*sec, nil) {
+		t.Error("no event due, transaction open: LeaseDue says due")
+	}
+	// A retry put in the open transaction is due at its time, not before.
+	r := apply(failCmd("a:2", cl[1].Events[0].Token, t0+3*sec, 5))
+	if r[0].State != StatePending {
+		t.Fatalf("fail of a:2: %+v", r[0])
+	}
+	if due(t0+3*sec, nil) {
+		t.Error("a retry due later, in the open transaction: LeaseDue says due now")
+	}
+	if !due(t0+48*hour, nil) {
+		t.Error("a retry in the open transaction, due by then: LeaseDue says nothing is due")
+	}
+	flush()
+	if !due(t0+48*hour, nil) {
+		t.Error("a retry committed, due by then: LeaseDue says nothing is due")
+	}
+}

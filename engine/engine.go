@@ -174,6 +174,9 @@ type Engine struct {
 	// whether it is committed yet or not.
 	ovMu    sync.RWMutex
 	overlay map[string]State
+	// openDue: the earliest due entry the pending transaction put, by
+	// source (guarded by ovMu; cleared with overlay).
+	openDue map[string]int64
 
 	// bodies is the replay guard's in-memory index of the bodies bucket
 	// (bodyindex.go), as of the last commit. Guarded by wmu.
@@ -450,6 +453,7 @@ func (e *Engine) applyLocked(entries []Entry, deferred bool) ([][]Result, error)
 			return nil, fmt.Errorf("engine: begin: %w", err)
 		}
 		a := newApplier(tx, e.width)
+		a.noteDue = e.noteDue
 		a.bodyIdx = e.bodies
 		a.recent = &e.recent
 		applied := a.lastApplied()
@@ -516,6 +520,7 @@ func (e *Engine) written(key string, st State) {
 // committed (or discarded).
 func (e *Engine) clearOverlay() {
 	e.ovMu.Lock()
+	clear(e.openDue)
 	if len(e.overlay) > 0 {
 		e.overlay = nil
 	}
@@ -1089,4 +1094,32 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(ks)
 	return ks
+}
+
+// noteDue records that the pending transaction put a due entry of source at t.
+func (e *Engine) noteDue(source string, t int64) {
+	e.ovMu.Lock()
+	if e.openDue == nil {
+		e.openDue = make(map[string]int64)
+	}
+	if old, ok := e.openDue[source]; !ok || t < old {
+		e.openDue[source] = t
+	}
+	e.ovMu.Unlock()
+}
+
+// openDueBy reports whether the pending transaction put a due entry, by now,
+// of a source quotas do not skip.
+func (e *Engine) openDueBy(now int64, quotas []Quota) bool {
+	e.ovMu.RLock()
+	defer e.ovMu.RUnlock()
+	for src, t := range e.openDue {
+		if q, ok := quotaOf(quotas, []byte(src)); ok && q.Hard && q.Max == 0 {
+			continue
+		}
+		if t <= now {
+			return true
+		}
+	}
+	return false
 }

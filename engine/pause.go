@@ -158,6 +158,9 @@ func (a *applier) resume(c *Command) (Result, error) {
 		if err := a.held.Delete(a.hk(c.Source, it.t, it.key)); err != nil {
 			return Result{}, err
 		}
+		if a.noteDue != nil {
+			a.noteDue(c.Source, it.t)
+		}
 		if err := a.due.Put(a.dk(c.Source, it.t, it.key), empty); err != nil {
 			return Result{}, err
 		}

@@ -19,7 +19,7 @@ func (e *Engine) ReclaimDue(now, horizon int64) (bool, error) {
 		if horizon <= 0 {
 			return nil
 		}
-		if k, _ := tx.Bucket(bLeases).Cursor().Last(); k != nil && (len(k) < 9 || timeOf(k) > now+horizon) {
+		if k, _ := lastKey(tx.Bucket(bLeases).Cursor()); k != nil && (len(k) < 9 || timeOf(k) > now+horizon) {
 			due = true
 			return nil
 		}
@@ -42,7 +42,7 @@ func (e *Engine) ReclaimDue(now, horizon int64) (bool, error) {
 // transaction (as view would) nor waits for them: while one is open it says
 // true, and the lease looks.
 func (e *Engine) LeaseDue(now int64, quotas []Quota) (bool, error) {
-	if e.open.Load() {
+	if e.open.Load() && e.openDueBy(now, quotas) {
 		return true, nil
 	}
 	var due bool
