@@ -39,8 +39,11 @@ func (e *Engine) ReclaimDue(now, horizon int64) (bool, error) {
 // event waiting for its object's head, an event reclaimed in the same entry);
 // it never says false while an applied event is due. Under load it is asked
 // after every delivery, so it neither commits entries applied in a pending
-// transaction (as view would) nor waits for them: while one is open it says
-// true, and the lease looks.
+// transaction (as view would) nor waits for them: while one is open it
+// says true when that transaction put a due entry, due by now, of a source
+// the quotas do not skip (noteDue; one it put and leased again still
+// counts), and otherwise reads the committed state, where any other due
+// entry is.
 func (e *Engine) LeaseDue(now int64, quotas []Quota) (bool, error) {
 	if e.open.Load() && e.openDueBy(now, quotas) {
 		return true, nil
