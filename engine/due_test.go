@@ -457,4 +457,16 @@ func TestLeaseDueWhileATransactionIsOpen(t *testing.T) {
 	if !due(t0+48*hour, nil) {
 		t.Error("a retry committed, due by then: LeaseDue says nothing is due")
 	}
+
+	// A pause committed, the resume in the open transaction: the source's
+	// due entries are due again at once.
+	apply(pauseCmd("a", t0+4*sec))
+	flush()
+	if due(t0+48*hour, nil) {
+		t.Error("the source paused: LeaseDue says due")
+	}
+	apply(resumeCmd("a", t0+5*sec))
+	if !due(t0+48*hour, nil) {
+		t.Error("the resume in the open transaction: LeaseDue says nothing is due")
+	}
 }

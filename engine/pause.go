@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"strings"
 
 	bolt "go.etcd.io/bbolt"
@@ -147,6 +148,12 @@ func (a *applier) resume(c *Command) (Result, error) {
 	// keys written.
 	if err := a.srcp.del(strBytes(c.Source)); err != nil {
 		return Result{}, err
+	}
+	if a.noteDue != nil {
+		// Its due entries (formatPauseInPlace) stay where they are, in a
+		// committed state that still has it paused, where LeaseDue does not
+		// look: due from now on, as far as LeaseDue knows.
+		a.noteDue(c.Source, math.MinInt64)
 	}
 	for _, it := range items {
 		var ev Event
