@@ -2,6 +2,7 @@ package adminclient
 
 import (
 	"bytes"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -106,12 +107,14 @@ func TestClientAnswersPrint(t *testing.T) {
 		answer string
 		call   func(w io.Writer) error
 	}{
-		{"status", "GET /v1/status", statusNow, func(w io.Writer) error { return c.Status(ctx, w, false) }},
-		{"status_json", "GET /v1/status", statusNow, func(w io.Writer) error { return c.Status(ctx, w, true) }},
+		// Printed, then an error when the answer is not a healthy
+		// cluster's: the command exits 1.
+		{"status", "GET /v1/status", statusNow, notHealthyAfter("member node3 did not answer", func(w io.Writer) error { return c.Status(ctx, w, false) })},
+		{"status_json", "GET /v1/status", statusNow, notHealthyAfter("member node3 did not answer", func(w io.Writer) error { return c.Status(ctx, w, true) })},
 		{"status_upgrading", "GET /v1/status", statusUpgrading, func(w io.Writer) error { return c.Status(ctx, w, false) }},
-		{"status_removed_node", "GET /v1/status", statusRemoved, func(w io.Writer) error { return c.Status(ctx, w, false) }},
-		{"status_older_node", "GET /v1/status", statusOld, func(w io.Writer) error { return c.Status(ctx, w, false) }},
-		{"status_older_node_json", "GET /v1/status", statusOld, func(w io.Writer) error { return c.Status(ctx, w, true) }},
+		{"status_removed_node", "GET /v1/status", statusRemoved, notHealthyAfter("this node is not ready (not a member", func(w io.Writer) error { return c.Status(ctx, w, false) })},
+		{"status_older_node", "GET /v1/status", statusOld, notHealthyAfter("this node is not ready (applying the log)", func(w io.Writer) error { return c.Status(ctx, w, false) })},
+		{"status_older_node_json", "GET /v1/status", statusOld, notHealthyAfter("this node is not ready (applying the log)", func(w io.Writer) error { return c.Status(ctx, w, true) })},
 		{"events_show", "GET /v1/events/stripe:evt_1", eventAnswer, func(w io.Writer) error { return c.ShowEvent(ctx, w, "stripe:evt_1", false) }},
 		{"replay", "POST /v1/replay", replayAnswer, func(w io.Writer) error {
 			return c.Replay(ctx, w, admin.ReplayRequest{Keys: []string{"stripe:evt_1"}, Reason: "fixed"})
@@ -174,6 +177,18 @@ func TestClientAnswersPrint(t *testing.T) {
 	}
 }
 
+// notHealthyAfter wraps a status call that must print its answer and then
+// fail with ErrNotHealthy saying why.
+func notHealthyAfter(why string, call func(io.Writer) error) func(io.Writer) error {
+	return func(w io.Writer) error {
+		var nh ErrNotHealthy
+		if err := call(w); !errors.As(err, &nh) || !strings.Contains(nh.Why, why) {
+			return fmt.Errorf("status: %v, want it not healthy: %s", err, why)
+		}
+		return nil
+	}
+}
+
 // TestCellEscapesControlCharacters: text others wrote reaches a terminal
 // table with its control and format characters escaped, so an escape sequence in a
 // pause reason cannot clear the screen or rewrite the table; plain text is
@@ -205,7 +220,7 @@ func TestStatusTableEscapesAPauseReason(t *testing.T) {
 	}
 	c := answering(t, map[string]string{"GET /v1/status": answer})
 	var out bytes.Buffer
-	if err := c.Status(t.Context(), &out, false); err != nil {
+	if err := c.Status(t.Context(), &out, false); err != nil && !errors.As(err, new(ErrNotHealthy)) {
 		t.Fatal(err)
 	}
 	if bytes.ContainsAny(out.Bytes(), "\x1b\a") || !strings.Contains(out.String(), `ops\a`) || !strings.Contains(out.String(), `\x1b[2Jall good`) {

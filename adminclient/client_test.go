@@ -76,7 +76,15 @@ func TestErrorHints(t *testing.T) {
 	}
 }
 
-func callStatus(c *Client) error { return c.Status(context.Background(), &bytes.Buffer{}, false) }
+// callStatus asks for the status; the test servers' answers are not a
+// healthy cluster's, which Status reports after printing them.
+func callStatus(c *Client) error {
+	err := c.Status(context.Background(), &bytes.Buffer{}, false)
+	if errors.As(err, new(ErrNotHealthy)) {
+		return nil
+	}
+	return err
+}
 func callShow(c *Client) error {
 	return c.ShowEvent(context.Background(), &bytes.Buffer{}, "s:k", false)
 }

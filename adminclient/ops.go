@@ -32,15 +32,47 @@ func (c *Client) Status(ctx context.Context, w io.Writer, asJSON bool) error {
 	if err := c.Do(ctx, http.MethodGet, "/v1/status", nil, &raw); err != nil {
 		return statusWaitError(ctx, err)
 	}
-	if asJSON {
-		return printAnswer(w, raw)
-	}
 	var st statusAnswer
 	if err := json.Unmarshal(raw, &st); err != nil {
 		return fmt.Errorf("GET /v1/status: %w", err)
 	}
-	printStatus(w, &st)
+	if asJSON {
+		if err := printAnswer(w, raw); err != nil {
+			return err
+		}
+	} else {
+		printStatus(w, &st)
+	}
+	if why := notHealthy(&st); why != "" {
+		return ErrNotHealthy{why}
+	}
 	return nil
+}
+
+// ErrNotHealthy is a status answer that says this node cannot serve, or
+// that a member did not answer or has no leader: status prints the answer
+// and fails, so that a script or a check can tell.
+type ErrNotHealthy struct{ Why string }
+
+func (e ErrNotHealthy) Error() string { return "not healthy: " + e.Why }
+
+// notHealthy says why a status answer is not that of a healthy cluster, ""
+// when it is.
+func notHealthy(st *statusAnswer) string {
+	var why []string
+	if !st.Ready {
+		why = append(why, "this node is not ready ("+st.ReadyWhy+")")
+	}
+	for _, m := range st.Nodes {
+		switch {
+		case m.ID == st.NodeID:
+		case m.Error != "":
+			why = append(why, "member "+m.ID+" did not answer")
+		case m.Role == "candidate":
+			why = append(why, "member "+m.ID+" has no leader")
+		}
+	}
+	return strings.Join(why, "; ")
 }
 
 // StatusWait bounds status and peers: a node answers them within a few
