@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -178,6 +179,19 @@ func (n *Node) newLeader(ctx context.Context) string {
 // catchUpPoll is how often waitCaughtUp asks the target how far it is.
 const catchUpPoll = 100 * time.Millisecond
 
+// refusedAsks is how many asks in a row that find nothing listening on the
+// target's cluster port (a second's worth) make waitCaughtUp give up on it.
+const refusedAsks = 10
+
+// refusedAsk returns the count of asks in a row that found nothing
+// listening, after one that ended with err.
+func refusedAsk(err error, n int) int {
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return n + 1
+	}
+	return 0
+}
+
 // waitCaughtUp waits until the voter id (at addr) has committed everything
 // this leader had committed when it last asked, catchUpPoll earlier: it
 // keeps up with the log. It gives up after catchUpLimit, or when ctx ends,
@@ -187,6 +201,7 @@ func (n *Node) waitCaughtUp(ctx context.Context, id string, addr raft.ServerAddr
 	defer cancel()
 	var last memberStats
 	var lastErr error
+	refused := 0 // asks in a row that found nothing listening
 	for {
 		mark := n.raft.CommitIndex()
 		ms, err := n.askStats(ctx, string(addr))
@@ -200,6 +215,11 @@ func (n *Node) waitCaughtUp(ctx context.Context, id string, addr raft.ServerAddr
 			last = ms
 		}
 		lastErr = err
+		if refused = refusedAsk(err, refused); refused >= refusedAsks && last.ID == "" {
+			// Not running (or not yet: a restart takes longer than this);
+			// no point in waiting the whole catchUpLimit for it.
+			return fmt.Errorf("transfer leadership to %q: %w: it is not running: nothing listens on its cluster port (%v)", id, ErrBehind, err)
+		}
 		t := time.NewTimer(catchUpPoll)
 		select {
 		case <-t.C:

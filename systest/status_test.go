@@ -4,6 +4,7 @@ import (
 	"context"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,4 +73,39 @@ func statusRowsProblem(out string, code int, leaderID string) string {
 		}
 	}
 	return ""
+}
+
+// TestAMemberDown: with one member stopped, `oncehook status` prints the
+// cluster and exits 1 naming the member that did not answer, so a script
+// can tell; and `oncehook raft transfer-leader -to` that member says it is
+// not running instead of waiting for it to catch up.
+func TestAMemberDown(t *testing.T) {
+	rec := newRecorder(t)
+	c := startCluster(t, 3, rec.url)
+	leader := c.Leader()
+	down := c.Other(leader)
+	t.Setenv("ONCEHOOK_TOKEN_FILE", filepath.Join(filepath.Dir(leader.Cfg), "admin.token"))
+	testcluster.WaitFor(t, "status of the healthy cluster exits 0", 20*time.Second, func() bool {
+		_, code := run(t, leader.Dir, "status", "-addr", leader.Admin)
+		return code == 0
+	})
+	if err := down.Proc.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-down.Proc.Done():
+	case <-time.After(testcluster.StopTimeout):
+		t.Fatalf("%s did not stop within %s of SIGTERM", down.ID, testcluster.StopTimeout)
+	}
+	out, code := run(t, leader.Dir, "status", "-addr", leader.Admin)
+	if code != 1 || !strings.Contains(out, "not healthy: member "+down.ID+" did not answer") || !strings.Contains(out, leader.ID) {
+		t.Errorf("status with %s down: exit %d\n%s", down.ID, code, out)
+	}
+	out, code = run(t, leader.Dir, "raft", "transfer-leader", "-addr", leader.Admin, "-to", down.ID)
+	if code == 0 || !strings.Contains(out, "it is not running") {
+		t.Errorf("transfer-leader -to %s, stopped: exit %d\n%s", down.ID, code, out)
+	}
+	if l := c.Leader(); l != leader {
+		t.Errorf("the leader is %s after the refused transfer, want %s", l.ID, leader.ID)
+	}
 }
