@@ -25,27 +25,30 @@ import (
 // which steps over emptied leaves. Read-only transactions see committed
 // pages, which hold no emptied leaf, and may use either.
 
-// aboveEveryKey sorts after every key the engine stores: each begins with
-// at most 16 bytes of fixed-width binary (times, indexes) followed by text
-// (a source, an event key), which holds no 0xff byte.
+// aboveEveryKey sorts after the keys the engine stores: each begins with a
+// few bytes of fixed-width binary (a length, a time, an index) and goes on
+// with a source or an event key, which do not begin with 64 bytes of 0xff.
+// A key that did would be found anyway (lastKey walks forwards then).
 var aboveEveryKey = bytes.Repeat([]byte{0xff}, 64)
 
 // prevKey moves c to the key before the one it is at, from (nil: c is past
 // the bucket's last key), and returns it; nil when there is none.
 func prevKey(c *bolt.Cursor, from []byte) ([]byte, []byte) {
-	var check *bolt.Cursor
+	var first []byte // the bucket's first key, once a Prev returned nil
 	for stepped := 0; ; stepped++ {
 		k, v := c.Prev()
 		if k != nil {
 			return k, v
 		}
 		// The bucket's start, or an emptied leaf: a key before from says
-		// which. First steps over emptied leaves.
-		if check == nil {
-			check = c.Bucket().Cursor()
+		// which. First steps over emptied leaves (once per call: walking
+		// them again at every step was quadratic in them).
+		if stepped == 0 {
+			if first, _ = c.Bucket().Cursor().First(); first == nil {
+				return nil, nil
+			}
 		}
-		first, _ := check.First()
-		if first == nil || from != nil && bytes.Compare(first, from) >= 0 {
+		if from != nil && bytes.Compare(first, from) >= 0 {
 			return nil, nil
 		}
 		// Each Prev that returns nil with keys left before from has stepped
