@@ -380,7 +380,11 @@ func (a *applier) putPending(c *Command, source string, t int64, key string) err
 	if c.semantics() < formatPauseInPlace && a.paused(source) {
 		return a.held.Put(a.hk(source, t, key), empty)
 	}
-	if a.noteDue != nil {
+	// Noted for LeaseDue while the transaction is open, also for an ordered
+	// event behind its object's head (Result.Held): the head may end in the
+	// same transaction. Not for a paused source, which no lease takes: its
+	// resume notes it.
+	if a.noteDue != nil && !a.paused(source) {
 		a.noteDue(source, t)
 	}
 	return a.due.Put(a.dk(source, t, key), empty)

@@ -156,8 +156,9 @@ type Engine struct {
 	views     map[*SnapshotView]struct{}
 	replacing bool // a restore is replacing the file: new views begin aborted
 	pending   *pendingTx
-	// open is set while pending is: LeaseDue then answers true without
-	// waiting for wmu or committing what is pending.
+	// open is set while pending is: LeaseDue then answers from the due
+	// entries the pending transaction put (openDue) and the committed
+	// state, without waiting for wmu or committing what is pending.
 	open atomic.Bool
 	// lost is set, for good, when a commit of applied entries failed, or a
 	// storage error discarded them (ErrLostCommit). Whoever triggered that commit (the FSM's timer, or a

@@ -358,7 +358,7 @@ func (a *applier) rescheduleAhead(c *Command, h int64) error {
 			return err
 		}
 		ev.NextAttemptAt = limit
-		if a.noteDue != nil {
+		if a.noteDue != nil && !a.paused(it.src) {
 			a.noteDue(it.src, limit)
 		}
 		if err := a.due.Put(a.dk(it.src, limit, it.key), empty); err != nil {
