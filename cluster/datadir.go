@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrDataDirBusy: another process holds the data dir's lock.
@@ -148,7 +150,9 @@ func canMake(dir string, root bool) error {
 			if root {
 				return nil
 			}
-			if err := syscall.Access(p, 2|1); err != nil { // W_OK|X_OK: what mkdir in it needs
+			// As this process's effective ids, as mkdir will judge it
+			// (access(2) alone checks the real ones).
+			if err := unix.Faccessat(unix.AT_FDCWD, p, unix.W_OK|unix.X_OK, unix.AT_EACCESS); err != nil {
 				return cannotMake(dir, &fs.PathError{Op: "mkdir in", Path: p, Err: err})
 			}
 			return nil
