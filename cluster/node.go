@@ -938,8 +938,9 @@ func (n *Node) afterApply(cmds [][]engine.Command, res [][]engine.Result) {
 			}
 			switch c.Op {
 			case engine.OpClaim:
-				// A paused source's claim wakes no lease: it would find
-				// nothing, and cost an entry per claim.
+				// A claim whose event no lease can take yet (its source is
+				// paused, or it waits behind its object's head) wakes no
+				// lease: it would find nothing, and cost an entry per claim.
 				if r.Created && r.State == engine.StatePending && !r.Held {
 					wake = true
 				}
