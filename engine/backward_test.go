@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"math/rand"
 	"os"
 	"path/filepath"
 	"slices"
@@ -205,5 +206,125 @@ func TestOrderedClaimAfterItsObjectsEmptied(t *testing.T) {
 	}
 	if got := sortedLeased(ls[0]); !slices.Equal(got, []string{"src:again", "src:late"}) {
 		t.Fatalf("leased %v, want both new events", got)
+	}
+}
+
+// TestBackwardWalksRandom: random trees (up to 30,000 keys, three levels)
+// and random runs of deletes, with a few inserts among them, in one write
+// transaction; lastKey, seekBefore at random bounds, walks back from them
+// with prevKey, and the whole backward walk all agree with a forward walk.
+// Many of the seeds leave emptied leaves a plain Prev stops at.
+func TestBackwardWalksRandom(t *testing.T) {
+	key := func(i int) []byte {
+		k := make([]byte, 8, 12)
+		binary.BigEndian.PutUint64(k, uint64(i))
+		return append(k, "/src"...)
+	}
+	seeds := int64(60)
+	if testing.Short() {
+		seeds = 15
+	}
+	for seed := range seeds {
+		rng := rand.New(rand.NewSource(seed))
+		n := []int{1, 10, 200, 3000, 30000}[seed%5]
+		db, err := bolt.Open(filepath.Join(t.TempDir(), "b.db"), 0o600, &bolt.Options{NoSync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		vlen := []int{0, 8, 40, 300}[rng.Intn(4)]
+		if err := db.Update(func(tx *bolt.Tx) error {
+			b, err := tx.CreateBucket([]byte("b"))
+			if err != nil {
+				return err
+			}
+			for i := range n {
+				if err := b.Put(key(2*i), make([]byte, vlen)); err != nil {
+					return err
+				}
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := db.Begin(true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b := tx.Bucket([]byte("b"))
+		for range 1 + rng.Intn(6) {
+			lo := rng.Intn(n)
+			hi := lo + rng.Intn(n-lo+1)
+			mode := rng.Intn(4)
+			for i := lo; i < hi; i++ {
+				var err error
+				switch {
+				case mode == 2 && rng.Intn(50) == 0:
+					err = b.Put(key(2*i+1), nil)
+				case mode == 3 && rng.Intn(3) == 0:
+				default:
+					err = b.Delete(key(2 * i))
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		var forward [][]byte
+		c := b.Cursor()
+		for k, _ := c.First(); k != nil; k, _ = c.Next() {
+			forward = append(forward, bytes.Clone(k))
+		}
+		below := func(bound []byte) [][]byte { // the keys below bound, last first
+			var keys [][]byte
+			for i := len(forward) - 1; i >= 0; i-- {
+				if bound == nil || bytes.Compare(forward[i], bound) < 0 {
+					keys = append(keys, forward[i])
+				}
+			}
+			return keys
+		}
+		first := func(keys [][]byte) []byte {
+			if len(keys) == 0 {
+				return nil
+			}
+			return keys[0]
+		}
+		within(t, 60*time.Second, func() {
+			if k, _ := lastKey(b.Cursor()); !bytes.Equal(k, first(below(nil))) {
+				t.Errorf("seed %d: lastKey = %x, want %x", seed, k, first(below(nil)))
+			}
+			for range 200 {
+				bound := key(rng.Intn(2*n + 4))
+				want := below(bound)
+				c := b.Cursor()
+				k, _ := seekBefore(c, bound)
+				if !bytes.Equal(k, first(want)) {
+					t.Errorf("seed %d: seekBefore(%x) = %x, want %x", seed, bound, k, first(want))
+					continue
+				}
+				var got [][]byte
+				for ; k != nil && len(got) < 50; k, _ = prevKey(c, k) {
+					got = append(got, bytes.Clone(k))
+				}
+				if want = want[:min(len(want), 50)]; !slices.EqualFunc(got, want, bytes.Equal) {
+					t.Errorf("seed %d: the walk back from %x found %d keys, want %d", seed, bound, len(got), len(want))
+				}
+			}
+			var backward [][]byte
+			c := b.Cursor()
+			for k, _ := lastKey(c); k != nil; k, _ = prevKey(c, k) {
+				backward = append(backward, bytes.Clone(k))
+			}
+			slices.Reverse(backward)
+			if !slices.EqualFunc(backward, forward, bytes.Equal) {
+				t.Errorf("seed %d: the backward walk found %d keys, the forward walk %d", seed, len(backward), len(forward))
+			}
+		})
+		if err := tx.Rollback(); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
