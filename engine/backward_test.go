@@ -34,6 +34,56 @@ func within(t *testing.T, limit time.Duration, fn func()) {
 	}
 }
 
+// walkKey is the i-th key of the walk tests' buckets: 8 bytes of big-endian
+// i, then text, as the engine's time-ordered keys are.
+func walkKey(i int) []byte {
+	k := make([]byte, 8, 12)
+	binary.BigEndian.PutUint64(k, uint64(i))
+	return append(k, "/src"...)
+}
+
+// openFilled commits a bucket holding key(i) for i < n, each with a value of
+// vlen bytes, and returns it in a write transaction begun after that commit
+// (rolled back, and the file closed, when the test ends).
+func openFilled(t *testing.T, n, vlen int, key func(int) []byte) *bolt.Bucket {
+	t.Helper()
+	db, err := bolt.Open(filepath.Join(t.TempDir(), "b.db"), 0o600, &bolt.Options{NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := db.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("b"))
+		if err != nil {
+			return err
+		}
+		for i := range n {
+			if err := b.Put(key(i), make([]byte, vlen)); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := db.Begin(true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tx.Rollback() })
+	return tx.Bucket([]byte("b"))
+}
+
+// forwardKeys lists b's keys by a forward walk, which bbolt does right.
+func forwardKeys(b *bolt.Bucket) [][]byte {
+	var keys [][]byte
+	c := b.Cursor()
+	for k, _ := c.First(); k != nil; k, _ = c.Next() {
+		keys = append(keys, bytes.Clone(k))
+	}
+	return keys
+}
+
 // TestBackwardWalksOverEmptiedLeaves: inside a write transaction whose
 // deletes emptied leaves, lastKey, seekBefore and prevKey find what a
 // forward walk (which bbolt does right) finds. bbolt v1.5.0's Cursor.Last
@@ -41,11 +91,7 @@ func within(t *testing.T, limit time.Duration, fn func()) {
 // emptied, and Prev returns nil at an emptied leaf with keys before it.
 func TestBackwardWalksOverEmptiedLeaves(t *testing.T) {
 	const n = 5000
-	key := func(i int) []byte {
-		k := make([]byte, 8, 12)
-		binary.BigEndian.PutUint64(k, uint64(i))
-		return append(k, "/src"...)
-	}
+	key := walkKey
 	tests := []struct {
 		name string
 		gone func(i int) bool // the keys the transaction deletes
@@ -60,31 +106,7 @@ func TestBackwardWalksOverEmptiedLeaves(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			db, err := bolt.Open(filepath.Join(t.TempDir(), "b.db"), 0o600, &bolt.Options{NoSync: true})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer db.Close()
-			if err := db.Update(func(tx *bolt.Tx) error {
-				b, err := tx.CreateBucket([]byte("b"))
-				if err != nil {
-					return err
-				}
-				for i := range n {
-					if err := b.Put(key(i), make([]byte, 40)); err != nil {
-						return err
-					}
-				}
-				return nil
-			}); err != nil {
-				t.Fatal(err)
-			}
-			tx, err := db.Begin(true)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer tx.Rollback()
-			b := tx.Bucket([]byte("b"))
+			b := openFilled(t, n, 40, key)
 			for i := range n {
 				if tt.gone(i) {
 					if err := b.Delete(key(i)); err != nil {
@@ -92,11 +114,7 @@ func TestBackwardWalksOverEmptiedLeaves(t *testing.T) {
 					}
 				}
 			}
-			var forward [][]byte
-			c := b.Cursor()
-			for k, _ := c.First(); k != nil; k, _ = c.Next() {
-				forward = append(forward, bytes.Clone(k))
-			}
+			forward := forwardKeys(b)
 			// The last key below bound, by the forward walk.
 			below := func(bound []byte) []byte {
 				var last []byte
@@ -215,116 +233,85 @@ func TestOrderedClaimAfterItsObjectsEmptied(t *testing.T) {
 // with prevKey, and the whole backward walk all agree with a forward walk.
 // Many of the seeds leave emptied leaves a plain Prev stops at.
 func TestBackwardWalksRandom(t *testing.T) {
-	key := func(i int) []byte {
-		k := make([]byte, 8, 12)
-		binary.BigEndian.PutUint64(k, uint64(i))
-		return append(k, "/src"...)
-	}
 	seeds := int64(60)
 	if testing.Short() {
 		seeds = 15
 	}
 	for seed := range seeds {
-		rng := rand.New(rand.NewSource(seed))
-		n := []int{1, 10, 200, 3000, 30000}[seed%5]
-		db, err := bolt.Open(filepath.Join(t.TempDir(), "b.db"), 0o600, &bolt.Options{NoSync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		vlen := []int{0, 8, 40, 300}[rng.Intn(4)]
-		if err := db.Update(func(tx *bolt.Tx) error {
-			b, err := tx.CreateBucket([]byte("b"))
+		t.Run(fmt.Sprintf("seed %d", seed), func(t *testing.T) { backwardRandom(t, seed) })
+	}
+}
+
+// backwardRandom is one seed of TestBackwardWalksRandom.
+func backwardRandom(t *testing.T, seed int64) {
+	key := walkKey
+	rng := rand.New(rand.NewSource(seed))
+	n := []int{1, 10, 200, 3000, 30000}[seed%5]
+	vlen := []int{0, 8, 40, 300}[rng.Intn(4)]
+	b := openFilled(t, n, vlen, func(i int) []byte { return key(2 * i) })
+	for range 1 + rng.Intn(6) {
+		lo := rng.Intn(n)
+		hi := lo + rng.Intn(n-lo+1)
+		mode := rng.Intn(4)
+		for i := lo; i < hi; i++ {
+			var err error
+			switch {
+			case mode == 2 && rng.Intn(50) == 0:
+				err = b.Put(key(2*i+1), nil)
+			case mode == 3 && rng.Intn(3) == 0:
+			default:
+				err = b.Delete(key(2 * i))
+			}
 			if err != nil {
-				return err
+				t.Fatal(err)
 			}
-			for i := range n {
-				if err := b.Put(key(2*i), make([]byte, vlen)); err != nil {
-					return err
-				}
-			}
-			return nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-		tx, err := db.Begin(true)
-		if err != nil {
-			t.Fatal(err)
-		}
-		b := tx.Bucket([]byte("b"))
-		for range 1 + rng.Intn(6) {
-			lo := rng.Intn(n)
-			hi := lo + rng.Intn(n-lo+1)
-			mode := rng.Intn(4)
-			for i := lo; i < hi; i++ {
-				var err error
-				switch {
-				case mode == 2 && rng.Intn(50) == 0:
-					err = b.Put(key(2*i+1), nil)
-				case mode == 3 && rng.Intn(3) == 0:
-				default:
-					err = b.Delete(key(2 * i))
-				}
-				if err != nil {
-					t.Fatal(err)
-				}
-			}
-		}
-		var forward [][]byte
-		c := b.Cursor()
-		for k, _ := c.First(); k != nil; k, _ = c.Next() {
-			forward = append(forward, bytes.Clone(k))
-		}
-		below := func(bound []byte) [][]byte { // the keys below bound, last first
-			var keys [][]byte
-			for i := len(forward) - 1; i >= 0; i-- {
-				if bound == nil || bytes.Compare(forward[i], bound) < 0 {
-					keys = append(keys, forward[i])
-				}
-			}
-			return keys
-		}
-		first := func(keys [][]byte) []byte {
-			if len(keys) == 0 {
-				return nil
-			}
-			return keys[0]
-		}
-		within(t, 60*time.Second, func() {
-			if k, _ := lastKey(b.Cursor()); !bytes.Equal(k, first(below(nil))) {
-				t.Errorf("seed %d: lastKey = %x, want %x", seed, k, first(below(nil)))
-			}
-			for range 200 {
-				bound := key(rng.Intn(2*n + 4))
-				want := below(bound)
-				c := b.Cursor()
-				k, _ := seekBefore(c, bound)
-				if !bytes.Equal(k, first(want)) {
-					t.Errorf("seed %d: seekBefore(%x) = %x, want %x", seed, bound, k, first(want))
-					continue
-				}
-				var got [][]byte
-				for ; k != nil && len(got) < 50; k, _ = prevKey(c, k) {
-					got = append(got, bytes.Clone(k))
-				}
-				if want = want[:min(len(want), 50)]; !slices.EqualFunc(got, want, bytes.Equal) {
-					t.Errorf("seed %d: the walk back from %x found %d keys, want %d", seed, bound, len(got), len(want))
-				}
-			}
-			var backward [][]byte
-			c := b.Cursor()
-			for k, _ := lastKey(c); k != nil; k, _ = prevKey(c, k) {
-				backward = append(backward, bytes.Clone(k))
-			}
-			slices.Reverse(backward)
-			if !slices.EqualFunc(backward, forward, bytes.Equal) {
-				t.Errorf("seed %d: the backward walk found %d keys, the forward walk %d", seed, len(backward), len(forward))
-			}
-		})
-		if err := tx.Rollback(); err != nil {
-			t.Fatal(err)
-		}
-		if err := db.Close(); err != nil {
-			t.Fatal(err)
 		}
 	}
+	forward := forwardKeys(b)
+	below := func(bound []byte) [][]byte { // the keys below bound, last first
+		var keys [][]byte
+		for i := len(forward) - 1; i >= 0; i-- {
+			if bound == nil || bytes.Compare(forward[i], bound) < 0 {
+				keys = append(keys, forward[i])
+			}
+		}
+		return keys
+	}
+	first := func(keys [][]byte) []byte {
+		if len(keys) == 0 {
+			return nil
+		}
+		return keys[0]
+	}
+	within(t, 60*time.Second, func() {
+		if k, _ := lastKey(b.Cursor()); !bytes.Equal(k, first(below(nil))) {
+			t.Errorf("seed %d: lastKey = %x, want %x", seed, k, first(below(nil)))
+		}
+		for range 200 {
+			bound := key(rng.Intn(2*n + 4))
+			want := below(bound)
+			c := b.Cursor()
+			k, _ := seekBefore(c, bound)
+			if !bytes.Equal(k, first(want)) {
+				t.Errorf("seed %d: seekBefore(%x) = %x, want %x", seed, bound, k, first(want))
+				continue
+			}
+			var got [][]byte
+			for ; k != nil && len(got) < 50; k, _ = prevKey(c, k) {
+				got = append(got, bytes.Clone(k))
+			}
+			if want = want[:min(len(want), 50)]; !slices.EqualFunc(got, want, bytes.Equal) {
+				t.Errorf("seed %d: the walk back from %x found %d keys, want %d", seed, bound, len(got), len(want))
+			}
+		}
+		var backward [][]byte
+		c := b.Cursor()
+		for k, _ := lastKey(c); k != nil; k, _ = prevKey(c, k) {
+			backward = append(backward, bytes.Clone(k))
+		}
+		slices.Reverse(backward)
+		if !slices.EqualFunc(backward, forward, bytes.Equal) {
+			t.Errorf("seed %d: the backward walk found %d keys, the forward walk %d", seed, len(backward), len(forward))
+		}
+	})
 }
