@@ -84,6 +84,18 @@ func forwardKeys(b *bolt.Bucket) [][]byte {
 	return keys
 }
 
+// backwardKeys lists b's keys, in key order, by a walk from lastKey back
+// with prevKey.
+func backwardKeys(b *bolt.Bucket) [][]byte {
+	var keys [][]byte
+	c := b.Cursor()
+	for k, _ := lastKey(c); k != nil; k, _ = prevKey(c, k) {
+		keys = append(keys, bytes.Clone(k))
+	}
+	slices.Reverse(keys)
+	return keys
+}
+
 // TestBackwardWalksOverEmptiedLeaves: inside a write transaction whose
 // deletes emptied leaves, lastKey, seekBefore and prevKey find what a
 // forward walk (which bbolt does right) finds. bbolt v1.5.0's Cursor.Last
@@ -136,13 +148,7 @@ func TestBackwardWalksOverEmptiedLeaves(t *testing.T) {
 						t.Errorf("seekBefore(%d) = %x, want %x", i, k, below(bound))
 					}
 				}
-				var backward [][]byte
-				c := b.Cursor()
-				for k, _ := lastKey(c); k != nil; k, _ = prevKey(c, k) {
-					backward = append(backward, bytes.Clone(k))
-				}
-				slices.Reverse(backward)
-				if !slices.EqualFunc(backward, forward, bytes.Equal) {
+				if backward := backwardKeys(b); !slices.EqualFunc(backward, forward, bytes.Equal) {
 					t.Errorf("the backward walk found %d keys, the forward walk %d", len(backward), len(forward))
 				}
 			})
@@ -304,13 +310,7 @@ func backwardRandom(t *testing.T, seed int64) {
 				t.Errorf("seed %d: the walk back from %x found %d keys, want %d", seed, bound, len(got), len(want))
 			}
 		}
-		var backward [][]byte
-		c := b.Cursor()
-		for k, _ := lastKey(c); k != nil; k, _ = prevKey(c, k) {
-			backward = append(backward, bytes.Clone(k))
-		}
-		slices.Reverse(backward)
-		if !slices.EqualFunc(backward, forward, bytes.Equal) {
+		if backward := backwardKeys(b); !slices.EqualFunc(backward, forward, bytes.Equal) {
 			t.Errorf("seed %d: the backward walk found %d keys, the forward walk %d", seed, len(backward), len(forward))
 		}
 	})
