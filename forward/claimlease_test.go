@@ -36,14 +36,8 @@ func runF(t *testing.T, f *Forwarder) (stop func()) {
 // claim's result.
 func (l *leader) leasingClaim(f *Forwarder, key string) engine.Result {
 	l.t.Helper()
-	var lf time.Duration
-	var ticket uint64
 	// The forwarder's lease in flight holds every free worker for a moment.
-	waitFor(l.t.(*testing.T), "a free worker", func() bool {
-		var ok bool
-		lf, ticket, ok, _ = f.ReserveSlot("src")
-		return ok
-	})
+	lf, ticket := reserveSlot(l.t.(*testing.T), f, "a free worker")
 	res, err := l.apply(engine.Command{Op: engine.OpClaim, Key: key, Source: "src", Payload: []byte("body of " + key),
 		Retention: int64(24 * time.Hour), LeaseFor: int64(lf), LeaseNow: int64(lf)})
 	if err != nil || !res.Created {
@@ -122,13 +116,7 @@ func TestClaimLeaseWithoutWorker(t *testing.T) {
 		SweepInterval: 5 * time.Millisecond, DefaultLease: time.Minute})
 	stop := runF(t, f)
 	waitFor(t, "the first lease", func() bool { return l.leases.Load() == 1 })
-	var lf time.Duration
-	var ticket uint64
-	waitFor(t, "a free worker", func() bool {
-		var ok bool
-		lf, ticket, ok, _ = f.ReserveSlot("src")
-		return ok
-	})
+	lf, ticket := reserveSlot(t, f, "a free worker")
 	res, err := l.apply(engine.Command{Op: engine.OpClaim, Key: "src:a", Source: "src", Payload: []byte("x"),
 		Retention: int64(24 * time.Hour), LeaseNow: int64(lf)})
 	if err != nil || len(res.Events) != 1 {
@@ -576,4 +564,18 @@ func TestWakeDuringALeaseLeasesAgain(t *testing.T) {
 	waitFor(t, "the wake taken", func() bool { return len(wake) == 0 })
 	close(h.gate)
 	waitFor(t, "a delivered", stateIs(l, "src:a", engine.StateDone))
+}
+
+// reserveSlot waits until f reserves a worker for a claim of source "src"
+// (what: the wait's name) and returns the lease length and ticket.
+func reserveSlot(t *testing.T, f *Forwarder, what string) (time.Duration, uint64) {
+	t.Helper()
+	var lf time.Duration
+	var ticket uint64
+	waitFor(t, what, func() bool {
+		var ok bool
+		lf, ticket, ok, _ = f.ReserveSlot("src")
+		return ok
+	})
+	return lf, ticket
 }

@@ -80,13 +80,7 @@ func TestDrainWaitsForAParkedEventsHandBack(t *testing.T) {
 		return stateIs(l, "src:e1", engine.StateDone)() && f.slots.recording == 0 && f.slots.busy == 0
 	})
 	// e2's claim reserves a worker, then the drain starts.
-	var lf time.Duration
-	var ticket uint64
-	waitFor(t, "a reservation", func() bool {
-		var ok bool
-		lf, ticket, ok, _ = f.ReserveSlot("src")
-		return ok
-	})
+	lf, ticket := reserveSlot(t, f, "a reservation")
 	drained := make(chan error, 1)
 	go func() { drained <- f.Drain(context.Background()) }()
 	waitFor(t, "the drain seen", f.slots.isDraining)
