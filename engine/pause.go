@@ -152,7 +152,8 @@ func (a *applier) resume(c *Command) (Result, error) {
 	if a.noteDue != nil {
 		// Its due entries (formatPauseInPlace) stay where they are, in a
 		// committed state that still has it paused, where LeaseDue does not
-		// look: due from now on, as far as LeaseDue knows.
+		// look, and the held ones an older format left move there below:
+		// due from now on, as far as LeaseDue knows.
 		a.noteDue(c.Source, math.MinInt64)
 	}
 	for _, it := range items {
@@ -164,9 +165,6 @@ func (a *applier) resume(c *Command) (Result, error) {
 		}
 		if err := a.held.Delete(a.hk(c.Source, it.t, it.key)); err != nil {
 			return Result{}, err
-		}
-		if a.noteDue != nil {
-			a.noteDue(c.Source, it.t)
 		}
 		if err := a.due.Put(a.dk(c.Source, it.t, it.key), empty); err != nil {
 			return Result{}, err
