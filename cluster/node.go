@@ -227,6 +227,11 @@ type Node struct {
 	// one runs (awaitApplied); readyMu guards it.
 	readyMu      sync.Mutex
 	applyWaiting *applyWait
+	// leaderCommit is the leader's commit index as the leader last gave it
+	// to this follower's readiness (readiness.go); askingCommit makes one
+	// probe at a time ask.
+	leaderCommit atomic.Pointer[leaderCommit]
+	askingCommit sync.Mutex
 	// restoring is set while a restore this node leads is not confirmed:
 	// its state may hold events no majority committed (Lookup).
 	restoring atomic.Bool

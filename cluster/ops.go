@@ -398,6 +398,9 @@ func (n *Node) Ready() (bool, string) {
 	if why := n.leaderRefuses(addr, id); why != "" {
 		return false, why
 	}
+	if why := n.behindLeader(addr, id); why != "" {
+		return false, why
+	}
 	return true, "leader " + string(id)
 }
 
@@ -775,6 +778,12 @@ func (s *Server) setStats(ms memberStats) {
 	s.Format, s.Admin = ms.Format, ms.Admin
 }
 
+// statsRefused is a member's answer to rpcStats other than its stats: an
+// older release that does not know the request, or a failure on its side.
+type statsRefused string
+
+func (e statsRefused) Error() string { return string(e) }
+
 // askStats asks the member at addr for its memberStats on a stream of its
 // own (the relayer's pooled streams are for the leader).
 func (n *Node) askStats(ctx context.Context, addr string) (memberStats, error) {
@@ -787,7 +796,7 @@ func (n *Node) askStats(ctx context.Context, addr string) (memberStats, error) {
 		}
 		status, resp := peer.handleRPC(ctx, rpcStats, nil, nil)
 		if status != rpcOK {
-			return ms, fmt.Errorf("%s answered: %s", addr, resp)
+			return ms, statsRefused(addr + " answered: " + string(resp))
 		}
 		body = resp
 	} else {
@@ -812,7 +821,7 @@ func (n *Node) askStats(ctx context.Context, addr string) (memberStats, error) {
 			return ms, err
 		}
 		if status != rpcOK {
-			return ms, fmt.Errorf("%s answered: %s", addr, resp)
+			return ms, statsRefused(addr + " answered: " + string(resp))
 		}
 		body = resp
 	}

@@ -3,6 +3,7 @@ package cluster
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -154,4 +155,77 @@ func (n *Node) leaderRefuses(addr raft.ServerAddress, id raft.ServerID) string {
 	}
 	return "the leader " + string(id) + " refuses this node's cluster handshake, so claims here cannot reach it " +
 		"(its cluster token differs, or it runs an older release: docs/operations.md, Upgrades)"
+}
+
+// A follower knows the cluster's commit index only as far as the leader's
+// last append told it: raft's heartbeats carry none. A follower that was
+// frozen (SIGSTOP, a paused VM) or cut off hears the leader's heartbeats
+// again before replication, whose back-off grew while it was away, sends it
+// what it missed; until then its applied index equals its stale commit index
+// and it read as caught up while seconds of events behind. So a follower's
+// readiness asks the leader how far it has committed (rpcStats) and waits to
+// apply that far. One answer serves the probes of the next leaderCommitAge;
+// a failed ask is asked again after leaderCommitRetry.
+const (
+	leaderCommitAge   = time.Second
+	leaderCommitRetry = 500 * time.Millisecond
+	leaderCommitAsk   = time.Second // bounds one ask
+)
+
+// leaderCommit is one answer of the leader to a follower's readiness: its
+// commit index, or why it could not be asked.
+type leaderCommit struct {
+	leader raft.ServerID
+	index  uint64
+	err    error
+	at     time.Time
+}
+
+// fresh reports whether c still stands for leader id.
+func (c *leaderCommit) fresh(id raft.ServerID) bool {
+	if c == nil || c.leader != id {
+		return false
+	}
+	age := leaderCommitAge
+	if c.err != nil {
+		age = leaderCommitRetry
+	}
+	return time.Since(c.at) < age
+}
+
+// behindLeader returns why this follower is not caught up with the leader
+// at addr (id), "" when it is, when it leads, or when the leader cannot say
+// (a release that does not answer rpcStats, a test's own transport).
+func (n *Node) behindLeader(addr raft.ServerAddress, id raft.ServerID) string {
+	if n.IsLeader() || (n.mux == nil && n.inproc == nil) {
+		return ""
+	}
+	c := n.leaderCommit.Load()
+	if !c.fresh(id) {
+		n.askingCommit.Lock()
+		if c = n.leaderCommit.Load(); !c.fresh(id) {
+			ctx, cancel := context.WithTimeout(n.probeCtx, leaderCommitAsk)
+			ms, err := n.askStats(ctx, string(addr))
+			cancel()
+			c = &leaderCommit{leader: id, index: ms.CommitIndex, err: err, at: time.Now()}
+			if _, refused := errors.AsType[statsRefused](err); refused {
+				c.err, c.index = nil, 0 // an older leader: nothing to compare with
+			}
+			n.leaderCommit.Store(c)
+			if c.err != nil {
+				n.noteRelayDial(string(addr), err)
+			}
+		}
+		n.askingCommit.Unlock()
+	}
+	if c.err != nil {
+		if why := n.leaderRefuses(addr, id); why != "" {
+			return why
+		}
+		return fmt.Sprintf("cannot ask the leader %s how far it has committed: %v", id, c.err)
+	}
+	if n.raft.AppliedIndex() < c.index && !n.awaitApplied(c.index) {
+		return fmt.Sprintf("catching up: applied %d of the leader's %d (leader %s)", n.raft.AppliedIndex(), c.index, id)
+	}
+	return ""
 }

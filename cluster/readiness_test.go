@@ -592,3 +592,70 @@ func TestReadyNamesAPeerRefusingTheToken(t *testing.T) {
 		t.Fatalf("ready %v %q", ok, why)
 	}
 }
+
+// heartbeatsOnly lets through only the heartbeats a node's raft sends to
+// the peer named in to (none while empty): that peer keeps hearing its
+// leader, as a follower resumed after a freeze or a cut does, while none of
+// the entries or commit indexes it missed reach it.
+type heartbeatsOnly struct {
+	*raft.InmemTransport
+	to *atomic.Pointer[string]
+}
+
+func (h *heartbeatsOnly) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	if to := h.to.Load(); to != nil && *to == string(id) &&
+		(len(args.Entries) > 0 || args.LeaderCommitIndex > 0 || args.PrevLogEntry > 0) {
+		return errors.New("test: only heartbeats reach " + *to)
+	}
+	return h.InmemTransport.AppendEntries(id, target, args, resp)
+}
+
+// AppendEntriesPipeline is refused, so that every append goes through
+// AppendEntries above.
+func (h *heartbeatsOnly) AppendEntriesPipeline(raft.ServerID, raft.ServerAddress) (raft.AppendPipeline, error) {
+	return nil, raft.ErrPipelineReplicationNotSupported
+}
+
+// TestFollowerBehindItsLeaderIsNotReady: a follower that hears the
+// leader's heartbeats but none of its appends (a node resumed after a
+// freeze, before replication's back-off lets the entries through) has
+// applied all it knows to be committed, and read ready while the leader
+// was entries ahead. Its readiness asks the leader how far it has
+// committed.
+func TestFollowerBehindItsLeaderIsNotReady(t *testing.T) {
+	var to atomic.Pointer[string]
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.Transport = &heartbeatsOnly{InmemTransport: cfg.Transport.(*raft.InmemTransport), to: &to}
+	})
+	l := c.waitLeader(-1)
+	f := c.follower(l)
+	c.mustClaim("src:before", -1)
+	c.waitConverged()
+	waitFor(t, "the caught-up follower ready", func() bool { ok, _ := c.nodes[f].Ready(); return ok })
+
+	id := c.ids[f]
+	to.Store(&id)
+	t.Cleanup(func() { to.Store(nil) })
+	for i := range 5 {
+		if _, err := c.nodes[l].Claim(ctxT(t, 10*time.Second), claimCmd(fmt.Sprintf("src:missed-%d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit := c.nodes[l].raft.CommitIndex()
+	waitFor(t, "the follower behind its leader not ready, saying so", func() bool {
+		ok, why := c.nodes[f].Ready()
+		return !ok && strings.Contains(why, "catching up") && strings.Contains(why, fmt.Sprintf("of the leader's %d", commit))
+	})
+	if got := c.nodes[f].raft.CommitIndex(); got >= commit {
+		t.Fatalf("the follower's commit index %d reached the leader's %d: only heartbeats were to reach it", got, commit)
+	}
+	if _, id := c.nodes[f].raft.LeaderWithID(); string(id) != c.ids[l] {
+		t.Fatalf("the follower knows leader %q, want %s: the test needs it to hear the leader", id, c.ids[l])
+	}
+
+	to.Store(nil)
+	waitFor(t, "the follower ready once it has applied what the leader committed", func() bool {
+		ok, _ := c.nodes[f].Ready()
+		return ok && c.nodes[f].raft.AppliedIndex() >= commit
+	})
+}
