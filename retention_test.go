@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"net/http"
 	"path/filepath"
@@ -116,6 +117,25 @@ func TestPurgeThroughTheAdminAPI(t *testing.T) {
 	body := orderBody("evt_dies_1", "obj_dies_1", 0)
 	if a := tn.post("orders", body, tn.signed(body, "dies_1")); a.Status != http.StatusAccepted {
 		t.Fatalf("re-post of a purged key: %d %s", a.Status, a.Raw)
+	}
+
+	// Which is why a purge of done events still within their retention
+	// says so, in the dry run and in the purge: the provider may send them
+	// again, and they would be delivered again. A dead letter's purge does
+	// not (that is what purging dead letters is for).
+	if strings.Contains(a.Raw, "within_retention") {
+		t.Errorf("the purge of dead letters warns of retention: %s", a.Raw)
+	}
+	out.Reset()
+	err = run(ctxTimeout(t, 30*time.Second), []string{"purge", "-addr", tn.admin, "-token-file", filepath.Join(tn.dir, "admin.token"),
+		"-state", "done", "-source", "orders", "-before", before, "-reason", "cleanup", "-dry-run"}, &out, &errOut)
+	if err != nil || !strings.Contains(out.String(), `"within_retention": 1`) || !strings.Contains(out.String(), "would be purged within their source's retention") {
+		t.Fatalf("oncehook purge -state done -dry-run of an event within its retention: %v %s %s", err, out.String(), errOut.String())
+	}
+	done := tn.adminPost("/v1/purge", map[string]any{"state": "done", "source": "orders", "before": before, "reason": "cleanup"})
+	if done.Status != http.StatusOK || done.Body["purged"] != 1.0 || done.Body["within_retention"] != 1.0 ||
+		!strings.Contains(fmt.Sprint(done.Body["warning"]), "a resend after the purge is a new event, delivered again") {
+		t.Fatalf("purge of a done event within its retention: %d %s", done.Status, done.Raw)
 	}
 }
 

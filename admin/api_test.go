@@ -115,6 +115,9 @@ func (s *engineStore) Backlog() (map[string]engine.Backlog, error)     { return 
 func (s *engineStore) PurgePreview(st engine.State, source string, before time.Time, max int) ([]string, int, error) {
 	return s.eng.PurgePreview(st, source, before.UnixNano(), max)
 }
+func (s *engineStore) PurgeRetained(st engine.State, source string, before, now time.Time) (int, error) {
+	return s.eng.PurgeRetained(st, source, before.UnixNano(), now.UnixNano())
+}
 func (s *engineStore) Purge(context.Context, engine.State, string, time.Time, string, string) ([]string, error) {
 	if s.purged != nil {
 		return s.purged, nil

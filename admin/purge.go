@@ -54,6 +54,16 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	who := r.Context().Value(whoKey).(string)
+	// Done events still within their retention are keys a provider may
+	// send again; purged, a resend is a new event and is delivered again.
+	// The answer says how many, before (dry run) and after.
+	retained := 0
+	if st == engine.StateDone {
+		if retained, err = s.store.PurgeRetained(st, req.Source, before, time.Now()); err != nil {
+			jsonError(w, http.StatusInternalServerError, err.Error())
+			return
+		}
+	}
 	if req.DryRun {
 		keys, count, err := s.store.PurgePreview(st, req.Source, before, maxPurgePreview)
 		if err != nil {
@@ -61,7 +71,9 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		// keys: the first maxPurgePreview, oldest first.
-		writeJSON(w, http.StatusOK, map[string]any{"dry_run": true, "would_purge": count, "keys": nonNil(keys)})
+		ans := map[string]any{"dry_run": true, "would_purge": count, "keys": nonNil(keys)}
+		warnRetained(ans, min(retained, count), "would be")
+		writeJSON(w, http.StatusOK, ans)
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), time.Minute)
@@ -76,7 +88,20 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, clusterWriteStatus(err), map[string]any{"error": err.Error(), "purged": len(keys), "keys": shown})
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"purged": len(keys), "keys": shown})
+	ans := map[string]any{"purged": len(keys), "keys": shown}
+	warnRetained(ans, min(retained, len(keys)), "were")
+	writeJSON(w, http.StatusOK, ans)
+}
+
+// warnRetained adds to a purge's answer how many of its done events were
+// still within their source's retention, and what that means, when any.
+func warnRetained(ans map[string]any, n int, were string) {
+	if n == 0 {
+		return
+	}
+	ans["within_retention"] = n
+	ans["warning"] = fmt.Sprintf("%d of these done events %s purged within their source's retention: "+
+		"their provider may still send them again, and a resend after the purge is a new event, delivered again", n, were)
 }
 
 // ParseBefore reads a purge's bound: an RFC 3339 time, or a positive

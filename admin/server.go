@@ -80,6 +80,9 @@ type Store interface {
 	// before a time (docs/architecture.md, Event states).
 	PurgePreview(st engine.State, source string, before time.Time, max int) ([]string, int, error)
 	Purge(ctx context.Context, st engine.State, source string, before time.Time, who, reason string) ([]string, error)
+	// PurgeRetained counts the events of such a purge whose retention
+	// has not ended at now: a provider may still send them again.
+	PurgeRetained(st engine.State, source string, before, now time.Time) (int, error)
 	// Join and RemovePeer change the membership (leader only); Join's
 	// added is false when id was a voter at addr already.
 	Join(ctx context.Context, id, addr string) (added bool, err error)

@@ -42,6 +42,12 @@ func (n *Node) PurgePreview(state engine.State, source string, before time.Time,
 	return n.eng.PurgePreview(state, source, before.UnixNano(), max)
 }
 
+// PurgeRetained counts the events of a purge with these arguments whose
+// retention has not ended at now (see engine.PurgeRetained).
+func (n *Node) PurgeRetained(state engine.State, source string, before, now time.Time) (int, error) {
+	return n.eng.PurgeRetained(state, source, before.UnixNano(), now.UnixNano())
+}
+
 // OldestDeadBySource reads, per source with dead letters, when its oldest
 // went dead (see engine.OldestDeadBySource for the cost and sources).
 func (n *Node) OldestDeadBySource(sources []string) (map[string]int64, error) {

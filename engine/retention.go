@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"encoding/binary"
 	"fmt"
 	"slices"
@@ -242,10 +243,23 @@ func (a *applier) purge(c *Command) (Result, error) {
 func purgeKeys(states *bolt.Bucket, st State, source string, before int64, max int, count bool) ([]string, int, error) {
 	var keys []string
 	n := 0
+	err := walkPurge(states, st, source, before, func(key []byte) bool {
+		if n++; len(keys) < max {
+			keys = append(keys, string(key))
+			return true
+		}
+		return count
+	})
+	return keys, n, err
+}
+
+// walkPurge calls fn with the key of each event of state st with UpdatedAt
+// < before, of source when set, oldest first, until fn returns false.
+func walkPurge(states *bolt.Bucket, st State, source string, before int64, fn func(key []byte) bool) error {
 	cur := states.Cursor()
 	for k, src := cur.Seek([]byte{byte(st)}); k != nil && k[0] == byte(st); k, src = cur.Next() {
 		if len(k) < 10 {
-			return nil, 0, fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+			return fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
 		}
 		if timeOf(k[1:]) >= before {
 			break
@@ -253,13 +267,11 @@ func purgeKeys(states *bolt.Bucket, st State, source string, before int64, max i
 		if source != "" && string(src) != source {
 			continue
 		}
-		if n++; len(keys) < max {
-			keys = append(keys, string(k[9:]))
-		} else if !count {
+		if !fn(k[9:]) {
 			break
 		}
 	}
-	return keys, n, nil
+	return nil
 }
 
 // PurgePreview says how many events a purge with these arguments would
@@ -278,6 +290,38 @@ func (e *Engine) PurgePreview(st State, source string, before int64, max int) ([
 		return err
 	})
 	return keys, n, err
+}
+
+// PurgeRetained counts, of the events a purge with these arguments would
+// delete, those whose retention has not ended at now (ExpiresAt after it):
+// their providers may still send them again, and once purged a resend is a
+// new event, delivered again. Its cost is a record read per event counted.
+func (e *Engine) PurgeRetained(st State, source string, before, now int64) (int, error) {
+	if !purgeable(st) {
+		return 0, fmt.Errorf("%w: purge state %d", ErrBadCommand, st)
+	}
+	n := 0
+	err := e.view(func(tx *bolt.Tx) error {
+		events := tx.Bucket(bEvents)
+		var bad error
+		err := walkPurge(tx.Bucket(bStates), st, source, before, func(key []byte) bool {
+			v := events.Get(key)
+			if v == nil {
+				bad = fmt.Errorf("%w: states index names missing event %q", ErrCorrupt, clip(key))
+				return false
+			}
+			var ev Event
+			if _, bad = decodeRecord(key, v, &ev); bad != nil {
+				return false
+			}
+			if ev.ExpiresAt > now {
+				n++
+			}
+			return true
+		})
+		return cmp.Or(err, bad)
+	})
+	return n, err
 }
 
 // OldestDeadBySource returns, per source with dead letters, the UpdatedAt

@@ -228,6 +228,49 @@ func TestRetentionRules(t *testing.T) {
 	}
 }
 
+// TestPurgeRetained: of the done events a purge would delete, it counts
+// those whose key is still kept against a provider's resend (ExpiresAt after
+// now), of the purge's source and before its bound only.
+func TestPurgeRetained(t *testing.T) {
+	h := newHarness(t, Options{NoSync: true})
+	short := func(key string) Command { c := claimCmd(key, t0); c.Retention = hour; return c }
+	other := otherClaim("other:x", t0)
+	other.Retention = hour
+	for _, c := range []Command{short("src:a"), short("src:b"), claimCmd("src:c", t0), claimCmd("src:d", t0), other} {
+		h.one(c)
+	}
+	for _, ev := range h.one(leaseCmd(t0+sec, 5)).Events {
+		done := t0 + 2*sec
+		if ev.Key == "src:d" {
+			done = t0 + 3*hour // after the bound below
+		}
+		h.one(completeCmd(ev.Key, ev.Token, done))
+	}
+	tests := []struct {
+		name   string
+		source string
+		now    int64
+		want   int
+	}{
+		// a, b (1 h) and c (24 h) done before t0+1h; d done after it.
+		{"inside every window", "src", t0 + 10*sec, 3},
+		{"past the short windows", "src", t0 + 2*hour, 1},
+		{"past every window", "src", t0 + 25*hour + 2*hour, 0},
+		{"every source", "", t0 + 10*sec, 4},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			n, err := h.e.PurgeRetained(StateDone, tt.source, t0+hour, tt.now)
+			if err != nil || n != tt.want {
+				t.Fatalf("PurgeRetained(done, %q, t0+1h, t0%+ds) = %d, %v; want %d", tt.source, (tt.now-t0)/sec, n, err, tt.want)
+			}
+		})
+	}
+	if _, err := h.e.PurgeRetained(StatePending, "", t0+hour, t0); !errors.Is(err, ErrBadCommand) {
+		t.Fatalf("PurgeRetained of pending: %v, want ErrBadCommand", err)
+	}
+}
+
 // TestPurgePreviewAndOldestDead: the dry run lists what Purge would delete
 // and changes nothing; OldestDeadBySource finds each source's earliest dead
 // letter.
