@@ -30,6 +30,9 @@ import (
 // still fail at once, as raft expects of an unreachable peer (a transfer
 // blocks the leader's applies until its TimeoutNow returns).
 //
+// An append the follower refuses because it cannot store it is sent again
+// the same way (errCannotStore).
+//
 // Every refused call waits for up to wait. Past that, it goes on only while
 // the request still matters: this node still leads in the request's term
 // and the peer is still in the configuration (raft stops replicating to a
@@ -71,11 +74,39 @@ func (p *patientTransport) stop() {
 	p.haltOnce.Do(func() { close(p.halt) })
 }
 
-// AppendEntries sends an append, again while the peer refuses connections.
+// AppendEntries sends an append, again while the peer refuses connections
+// or cannot store the entries.
 func (p *patientTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	return p.patiently(id, args.Term, func() error {
-		return p.NetworkTransport.AppendEntries(id, target, args, resp)
+	err := p.patiently(id, args.Term, func() error {
+		err := p.NetworkTransport.AppendEntries(id, target, args, resp)
+		if err == nil && cannotStore(args, resp) {
+			return errCannotStore
+		}
+		return err
 	})
+	if errors.Is(err, errCannotStore) {
+		return nil // raft reads the refusal in resp, as the peer sent it
+	}
+	return err
+}
+
+// A follower that cannot store what the leader sends (a full disk) refuses
+// the append, and raft counts that as it counts an unreachable peer: its
+// wait before the next try doubles up to 10 s, so a follower whose disk was
+// freed waited that long for its next entry (and stayed not ready) though
+// it could store again at once. The patient transport sends the same append
+// again every storeRetryEvery instead, on the same patience as a refused
+// connection: the first try after the disk is freed succeeds.
+var errCannotStore = errors.New("the peer cannot store the entries")
+
+const storeRetryEvery = 500 * time.Millisecond
+
+// cannotStore reports whether resp refuses args because the follower could
+// not read or write its log. A follower refuses an append of the leader's
+// term for a log that does not match (it sets NoRetryBackoff, and raft
+// goes back to find where the logs agree), or else because storing failed.
+func cannotStore(args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) bool {
+	return !resp.Success && !resp.NoRetryBackoff && resp.Term == args.Term && len(args.Entries) > 0
 }
 
 // InstallSnapshot sends a snapshot, again while the peer refuses
@@ -99,21 +130,27 @@ func (p *patientTransport) patiently(id raft.ServerID, term uint64, send func() 
 		if err == nil && refused && p.reach != nil {
 			p.reach.observe(raft.ResumedHeartbeatObservation{PeerID: id}, time.Now())
 		}
-		if err == nil || !errors.Is(err, syscall.ECONNREFUSED) || !p.goOn(id, term, time.Since(start)+redialEvery) {
+		every := redialEvery
+		if errors.Is(err, errCannotStore) {
+			every = storeRetryEvery
+		}
+		if err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errCannotStore)) || !p.goOn(id, term, time.Since(start)+every) {
 			return err
 		}
-		refused = true
-		if p.reach != nil {
-			p.reach.observe(raft.FailedHeartbeatObservation{PeerID: id}, time.Now())
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			refused = true
+			if p.reach != nil {
+				p.reach.observe(raft.FailedHeartbeatObservation{PeerID: id}, time.Now())
+			}
 		}
 		if p.onRefused != nil {
 			p.onRefused()
 		}
 		if retry == nil {
-			retry = time.NewTimer(redialEvery)
+			retry = time.NewTimer(every)
 			defer retry.Stop()
 		} else {
-			retry.Reset(redialEvery)
+			retry.Reset(every)
 		}
 		select {
 		case <-retry.C:

@@ -681,6 +681,75 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 		comeBack(t, addr, done)
 	})
 
+	// A follower whose disk is full refuses the append (no NoRetryBackoff:
+	// its log matched); the append goes again, and once it can store the
+	// call succeeds, raft having counted no failure. A refusal for a log
+	// that does not match is raft's to handle, at once.
+	t.Run("a follower that cannot store is sent the append again", func(t *testing.T) {
+		p, retried := leader(t, time.Minute)
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, peer := raftEnd(t, ln)
+		var full atomic.Bool
+		full.Store(true)
+		var tries atomic.Int32
+		stop := make(chan struct{})
+		served := make(chan struct{})
+		t.Cleanup(func() { close(stop); <-served })
+		go func() {
+			defer close(served)
+			for {
+				var rpc raft.RPC
+				select {
+				case rpc = <-peer.Consumer():
+				case <-stop:
+					return
+				}
+				tries.Add(1)
+				req := rpc.Command.(*raft.AppendEntriesRequest)
+				switch {
+				case req.PrevLogEntry == 9: // a log that does not match
+					rpc.Respond(&raft.AppendEntriesResponse{Term: 1, LastLog: 3, NoRetryBackoff: true}, nil)
+				case full.Load():
+					rpc.Respond(&raft.AppendEntriesResponse{Term: 1, LastLog: req.PrevLogEntry}, nil)
+				default:
+					rpc.Respond(&raft.AppendEntriesResponse{Term: 1, LastLog: req.PrevLogEntry + 1, Success: true}, nil)
+				}
+			}
+		}()
+		appendAt := func(prev uint64) chan error {
+			done := make(chan error, 1)
+			go func() {
+				req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("node1"), Addr: []byte("127.0.0.1:1")},
+					Term: 1, PrevLogEntry: prev, PrevLogTerm: 1, Entries: []*raft.Log{{Index: prev + 1, Term: 1, Type: raft.LogCommand, Data: []byte("x")}}}
+				var resp raft.AppendEntriesResponse
+				err := p.AppendEntries("node2", raft.ServerAddress(ln.Addr().String()), req, &resp)
+				if err == nil && !resp.Success {
+					err = errors.New("the peer did not accept the append")
+				}
+				done <- err
+			}()
+			return done
+		}
+		if err := <-appendAt(9); err == nil || tries.Load() != 1 {
+			t.Fatalf("an append to a log that does not match: %v after %d tries; want its refusal after one", err, tries.Load())
+		}
+		done := appendAt(5)
+		for range 2 {
+			select {
+			case err := <-done:
+				t.Fatalf("an append the follower could not store returned (%v): raft's back-off grows with every refusal", err)
+			case <-retried:
+			}
+		}
+		full.Store(false)
+		if err := <-done; err != nil {
+			t.Fatalf("append once the follower can store: %v", err)
+		}
+	})
+
 	t.Run("a snapshot waits too", func(t *testing.T) {
 		p, refused := leader(t, time.Minute)
 		addr := freePort(t)
