@@ -56,7 +56,9 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 	who := r.Context().Value(whoKey).(string)
 	// Done events still within their retention are keys a provider may
 	// send again; purged, a resend is a new event and is delivered again.
-	// The answer says how many, before (dry run) and after.
+	// The answer says how many, before (dry run) and after: counted here
+	// before the purge, on this node's applied state and clock (a follower
+	// a moment behind may count a few less).
 	retained := 0
 	if st == engine.StateDone {
 		if retained, err = s.store.PurgeRetained(st, req.Source, before, time.Now()); err != nil {
@@ -84,12 +86,13 @@ func (s *Server) adminPurge(w http.ResponseWriter, r *http.Request) {
 	// keys: the first maxPurgePreview deleted, as a dry run names them; a
 	// purge of millions would otherwise answer tens of megabytes.
 	shown := nonNil(keys[:min(len(keys), maxPurgePreview)])
-	if err != nil {
-		writeJSON(w, clusterWriteStatus(err), map[string]any{"error": err.Error(), "purged": len(keys), "keys": shown})
-		return
-	}
 	ans := map[string]any{"purged": len(keys), "keys": shown}
 	warnRetained(ans, min(retained, len(keys)), "were")
+	if err != nil {
+		ans["error"] = err.Error()
+		writeJSON(w, clusterWriteStatus(err), ans)
+		return
+	}
 	writeJSON(w, http.StatusOK, ans)
 }
 

@@ -232,6 +232,9 @@ type Node struct {
 	// probe at a time ask.
 	leaderCommit atomic.Pointer[leaderCommit]
 	askingCommit sync.Mutex
+	// statsUnknown, set by tests, makes this node answer rpcStats as a
+	// release that does not know it ("unknown op").
+	statsUnknown atomic.Bool
 	// restoring is set while a restore this node leads is not confirmed:
 	// its state may hold events no majority committed (Lookup).
 	restoring atomic.Bool

@@ -778,11 +778,19 @@ func (s *Server) setStats(ms memberStats) {
 	s.Format, s.Admin = ms.Format, ms.Admin
 }
 
-// statsRefused is a member's answer to rpcStats other than its stats: an
-// older release that does not know the request, or a failure on its side.
+// statsRefused is a member's answer to rpcStats from a release that does
+// not know the request.
 type statsRefused string
 
 func (e statsRefused) Error() string { return string(e) }
+
+// statsAnswer is the error of an rpcStats answered with status.
+func statsAnswer(addr string, status byte, msg []byte) error {
+	if status == rpcBadRequest {
+		return statsRefused(addr + " answered: " + string(msg))
+	}
+	return fmt.Errorf("%s answered: %s", addr, msg)
+}
 
 // askStats asks the member at addr for its memberStats on a stream of its
 // own (the relayer's pooled streams are for the leader).
@@ -796,7 +804,7 @@ func (n *Node) askStats(ctx context.Context, addr string) (memberStats, error) {
 		}
 		status, resp := peer.handleRPC(ctx, rpcStats, nil, nil)
 		if status != rpcOK {
-			return ms, statsRefused(addr + " answered: " + string(resp))
+			return ms, statsAnswer(addr, status, resp)
 		}
 		body = resp
 	} else {
@@ -821,7 +829,7 @@ func (n *Node) askStats(ctx context.Context, addr string) (memberStats, error) {
 			return ms, err
 		}
 		if status != rpcOK {
-			return ms, statsRefused(addr + " answered: " + string(resp))
+			return ms, statsAnswer(addr, status, resp)
 		}
 		body = resp
 	}

@@ -164,24 +164,32 @@ func (n *Node) leaderRefuses(addr raft.ServerAddress, id raft.ServerID) string {
 // what it missed; until then its applied index equals its stale commit index
 // and it read as caught up while seconds of events behind. So a follower's
 // readiness asks the leader how far it has committed (rpcStats) and waits to
-// apply that far. One answer serves the probes of the next leaderCommitAge;
-// a failed ask is asked again after leaderCommitRetry.
+// apply that far.
+//
+// One answer serves the probes of the next leaderCommitAge. One probe at a
+// time asks; the others meanwhile go by the last answer, or, with none from
+// this leader in leaderCommitStale, are not ready (asking). A failed ask is
+// tried again after leaderCommitRetry, and the last answer stands until it
+// is leaderCommitStale old: one slow or lost ask (a dropped SYN is resent
+// after a second) does not take a healthy follower out of rotation.
 const (
 	leaderCommitAge   = time.Second
 	leaderCommitRetry = 500 * time.Millisecond
+	leaderCommitStale = 5 * time.Second
 	leaderCommitAsk   = time.Second // bounds one ask
 )
 
-// leaderCommit is one answer of the leader to a follower's readiness: its
-// commit index, or why it could not be asked.
+// leaderCommit is what a follower's readiness knows of the leader's commit
+// index: the last answer (index, answered) and the last ask (at, err).
 type leaderCommit struct {
-	leader raft.ServerID
-	index  uint64
-	err    error
-	at     time.Time
+	leader   raft.ServerID
+	index    uint64
+	answered time.Time // zero: no answer from this leader yet
+	at       time.Time
+	err      error
 }
 
-// fresh reports whether c still stands for leader id.
+// fresh reports whether c is recent enough for leader id not to ask again.
 func (c *leaderCommit) fresh(id raft.ServerID) bool {
 	if c == nil || c.leader != id {
 		return false
@@ -193,6 +201,11 @@ func (c *leaderCommit) fresh(id raft.ServerID) bool {
 	return time.Since(c.at) < age
 }
 
+// usable reports whether c holds an answer of leader id young enough to go by.
+func (c *leaderCommit) usable(id raft.ServerID) bool {
+	return c != nil && c.leader == id && !c.answered.IsZero() && time.Since(c.answered) < leaderCommitStale
+}
+
 // behindLeader returns why this follower is not caught up with the leader
 // at addr (id), "" when it is, when it leads, or when the leader cannot say
 // (a release that does not answer rpcStats, a test's own transport).
@@ -202,23 +215,14 @@ func (n *Node) behindLeader(addr raft.ServerAddress, id raft.ServerID) string {
 	}
 	c := n.leaderCommit.Load()
 	if !c.fresh(id) {
-		n.askingCommit.Lock()
-		if c = n.leaderCommit.Load(); !c.fresh(id) {
-			ctx, cancel := context.WithTimeout(n.probeCtx, leaderCommitAsk)
-			ms, err := n.askStats(ctx, string(addr))
-			cancel()
-			c = &leaderCommit{leader: id, index: ms.CommitIndex, err: err, at: time.Now()}
-			if _, refused := errors.AsType[statsRefused](err); refused {
-				c.err, c.index = nil, 0 // an older leader: nothing to compare with
-			}
-			n.leaderCommit.Store(c)
-			if c.err != nil {
-				n.noteRelayDial(string(addr), err)
-			}
+		if n.askingCommit.TryLock() {
+			c = n.askLeaderCommit(addr, id)
+			n.askingCommit.Unlock()
+		} else if !c.usable(id) {
+			return fmt.Sprintf("asking the leader %s how far it has committed", id)
 		}
-		n.askingCommit.Unlock()
 	}
-	if c.err != nil {
+	if !c.usable(id) {
 		if why := n.leaderRefuses(addr, id); why != "" {
 			return why
 		}
@@ -228,4 +232,39 @@ func (n *Node) behindLeader(addr raft.ServerAddress, id raft.ServerID) string {
 		return fmt.Sprintf("catching up: applied %d of the leader's %d (leader %s)", n.raft.AppliedIndex(), c.index, id)
 	}
 	return ""
+}
+
+// askLeaderCommit asks the leader at addr (id) for its commit index, unless
+// another probe did since, and records the outcome. The caller holds
+// askingCommit.
+func (n *Node) askLeaderCommit(addr raft.ServerAddress, id raft.ServerID) *leaderCommit {
+	prev := n.leaderCommit.Load()
+	if prev.fresh(id) {
+		return prev
+	}
+	ctx, cancel := context.WithTimeout(n.probeCtx, leaderCommitAsk)
+	ms, err := n.askStats(ctx, string(addr))
+	cancel()
+	now := time.Now()
+	c := &leaderCommit{leader: id, at: now, err: err}
+	var refused statsRefused
+	switch {
+	case err == nil:
+		c.index, c.answered = ms.CommitIndex, now
+	case errors.As(err, &refused):
+		// A release that does not know the request: nothing to compare with.
+		c.err, c.answered = nil, now
+	default:
+		if prev != nil && prev.leader == id {
+			c.index, c.answered = prev.index, prev.answered
+		}
+		// A refused handshake is the leader's word; a timeout or a reset is
+		// not (the relay's own dial may well pass), and recording it would
+		// fail this node's claims at once for a while (unreachableNow).
+		if errors.Is(err, ErrPeerUnproven) && n.probeCtx.Err() == nil {
+			n.noteRelayDial(string(addr), err)
+		}
+	}
+	n.leaderCommit.Store(c)
+	return c
 }

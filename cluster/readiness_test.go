@@ -659,3 +659,135 @@ func TestFollowerBehindItsLeaderIsNotReady(t *testing.T) {
 		return ok && c.nodes[f].raft.AppliedIndex() >= commit
 	})
 }
+
+// heldDials holds a victim node's dials to one address until released, and
+// says when one began: a connect that takes its time (a dropped SYN is sent
+// again after a second; a leader too busy to accept).
+type heldDials struct {
+	victim  atomic.Int32 // index + 1
+	to      atomic.Pointer[string]
+	began   chan struct{}
+	release chan struct{}
+}
+
+func newHeldDials() *heldDials {
+	return &heldDials{began: make(chan struct{}, 16), release: make(chan struct{})}
+}
+
+func (h *heldDials) tune(i int, cfg *Config) {
+	cfg.dropDial = func(addr string) error {
+		if p := h.to.Load(); p != nil && *p == addr && h.victim.Load() == int32(i)+1 {
+			select { // raft's and the relay's dials are held too
+			case h.began <- struct{}{}:
+			default:
+			}
+			<-h.release
+			return os.ErrDeadlineExceeded
+		}
+		return nil
+	}
+}
+
+// aged makes f's last answer of the leader's commit index due for asking
+// again, as it is a second after it came.
+func aged(f *Node) {
+	c := *f.leaderCommit.Load()
+	c.at = time.Now().Add(-2 * leaderCommitAge)
+	f.leaderCommit.Store(&c)
+}
+
+// TestReadinessAskDoesNotHoldProbesOrClaims: one probe at a time asks the
+// leader how far it has committed. An ask that takes its time holds
+// neither the other probes (they go by the last answer, or say they are
+// asking when there is none) nor, once it fails, this node's claims: a
+// timed-out ask is not the leader refusing this node, and the last answer
+// stands until it is leaderCommitStale old.
+func TestReadinessAskDoesNotHoldProbesOrClaims(t *testing.T) {
+	h := newHeldDials()
+	nodes := tcpCluster(t, 3, h.tune)
+	li := leaderOf(t, nodes)
+	fi := (li + 1) % 3
+	h.victim.Store(int32(fi) + 1)
+	f := nodes[fi]
+	waitFor(t, "the follower is ready", func() bool { ok, _ := f.Ready(); return ok })
+	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:before")); err != nil {
+		t.Fatal(err)
+	}
+	addr := nodes[li].cfg.Advertise
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			close(h.release)
+		}
+	}
+	t.Cleanup(release)
+
+	aged(f)
+	h.to.Store(&addr)
+	asker := make(chan string, 1)
+	go func() { _, why := f.Ready(); asker <- why }()
+	select {
+	case <-h.began:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the probe did not ask the leader")
+	}
+	// readyNow is f.Ready, failing the test if it waits for the held ask.
+	readyNow := func() (bool, string) {
+		type answer struct {
+			ok  bool
+			why string
+		}
+		got := make(chan answer, 1)
+		go func() { ok, why := f.Ready(); got <- answer{ok, why} }()
+		select {
+		case a := <-got:
+			return a.ok, a.why
+		case <-time.After(10 * time.Second):
+			t.Fatal("a probe waited for another probe's ask")
+			return false, ""
+		}
+	}
+	if ok, why := readyNow(); !ok {
+		t.Fatalf("a probe while another asks: not ready (%s); want the last answer to stand", why)
+	}
+	last := f.leaderCommit.Load()
+	f.leaderCommit.Store(nil)
+	if ok, why := readyNow(); ok || !strings.Contains(why, "asking the leader") {
+		t.Fatalf("a probe while another asks, with no answer yet: %v (%s); want not ready, asking", ok, why)
+	}
+	f.leaderCommit.Store(last)
+	release()
+	if why := <-asker; !strings.HasPrefix(why, "leader ") {
+		t.Fatalf("the probe whose ask failed: %q; want ready on the last answer", why)
+	}
+	if c := f.leaderCommit.Load(); c.err == nil {
+		t.Fatalf("the failed ask was not recorded: %+v", c)
+	}
+	h.to.Store(nil)
+	if r := f.refusedBy.Load(); r != nil {
+		t.Fatalf("a timed-out ask was taken for the leader refusing this node: %+v", r)
+	}
+	f.relay.closeAll()
+	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:after")); err != nil {
+		t.Fatalf("a claim through the follower right after its ask timed out: %v", err)
+	}
+}
+
+// TestReadinessOfAFollowerOfAnOlderLeader: a leader of a release that does
+// not know the request for its commit index answers "unknown op"; the
+// follower goes by its own commit index, as before.
+func TestReadinessOfAFollowerOfAnOlderLeader(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	l := c.waitLeader(-1)
+	f := c.follower(l)
+	c.waitKnowsLeader(f, l)
+	c.nodes[l].statsUnknown.Store(true)
+	c.nodes[f].leaderCommit.Store(nil)
+	c.mustClaim("src:a", -1)
+	c.waitConverged()
+	waitFor(t, "the follower of an older leader ready", func() bool { ok, _ := c.nodes[f].Ready(); return ok })
+	if lc := c.nodes[f].leaderCommit.Load(); lc == nil || lc.err != nil || lc.answered.IsZero() || lc.index != 0 {
+		t.Fatalf("the older leader's answer as recorded: %+v; want an answer with nothing to compare", lc)
+	}
+}

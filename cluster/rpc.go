@@ -152,6 +152,9 @@ func (n *Node) handleRPC(ctx context.Context, op byte, body, out []byte) (byte, 
 		}
 		return rpcOK, out
 	case rpcStats:
+		if n.statsUnknown.Load() {
+			break
+		}
 		b, err := json.Marshal(n.ownStats())
 		if err != nil {
 			return rpcErr, append(out, err.Error()...)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"cmp"
 	"encoding/binary"
 	"fmt"
@@ -243,7 +244,7 @@ func (a *applier) purge(c *Command) (Result, error) {
 func purgeKeys(states *bolt.Bucket, st State, source string, before int64, max int, count bool) ([]string, int, error) {
 	var keys []string
 	n := 0
-	err := walkPurge(states, st, source, before, func(key []byte) bool {
+	_, err := walkPurge(states, st, source, before, nil, func(key []byte) bool {
 		if n++; len(keys) < max {
 			keys = append(keys, string(key))
 			return true
@@ -254,12 +255,17 @@ func purgeKeys(states *bolt.Bucket, st State, source string, before int64, max i
 }
 
 // walkPurge calls fn with the key of each event of state st with UpdatedAt
-// < before, of source when set, oldest first, until fn returns false.
-func walkPurge(states *bolt.Bucket, st State, source string, before int64, fn func(key []byte) bool) error {
+// < before, of source when set, oldest first, from the states index key from
+// on (nil: the first of st), until fn returns false. next is then the index
+// key after the last one fn saw (nil: none left), where a walk goes on.
+func walkPurge(states *bolt.Bucket, st State, source string, before int64, from []byte, fn func(key []byte) bool) (next []byte, err error) {
+	if from == nil {
+		from = []byte{byte(st)}
+	}
 	cur := states.Cursor()
-	for k, src := cur.Seek([]byte{byte(st)}); k != nil && k[0] == byte(st); k, src = cur.Next() {
+	for k, src := cur.Seek(from); k != nil && k[0] == byte(st); k, src = cur.Next() {
 		if len(k) < 10 {
-			return fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
+			return nil, fmt.Errorf("%w: states index key %x", ErrCorrupt, k)
 		}
 		if timeOf(k[1:]) >= before {
 			break
@@ -268,10 +274,13 @@ func walkPurge(states *bolt.Bucket, st State, source string, before int64, fn fu
 			continue
 		}
 		if !fn(k[9:]) {
+			if k, _ = cur.Next(); k != nil && k[0] == byte(st) {
+				return bytes.Clone(k), nil
+			}
 			break
 		}
 	}
-	return nil
+	return nil, nil
 }
 
 // PurgePreview says how many events a purge with these arguments would
@@ -295,34 +304,47 @@ func (e *Engine) PurgePreview(st State, source string, before int64, max int) ([
 // PurgeRetained counts, of the events a purge with these arguments would
 // delete, those whose retention has not ended at now (ExpiresAt after it):
 // their providers may still send them again, and once purged a resend is a
-// new event, delivered again. Its cost is a record read per event counted.
+// new event, delivered again. It reads the record of every event the purge
+// would delete, retainedChunk to a read transaction: a long one would hold
+// back the state machine's commits that need the file to grow.
 func (e *Engine) PurgeRetained(st State, source string, before, now int64) (int, error) {
 	if !purgeable(st) {
 		return 0, fmt.Errorf("%w: purge state %d", ErrBadCommand, st)
 	}
 	n := 0
-	err := e.view(func(tx *bolt.Tx) error {
-		events := tx.Bucket(bEvents)
-		var bad error
-		err := walkPurge(tx.Bucket(bStates), st, source, before, func(key []byte) bool {
-			v := events.Get(key)
-			if v == nil {
-				bad = fmt.Errorf("%w: states index names missing event %q", ErrCorrupt, clip(key))
-				return false
-			}
-			var ev Event
-			if _, bad = decodeRecord(key, v, &ev); bad != nil {
-				return false
-			}
-			if ev.ExpiresAt > now {
-				n++
-			}
-			return true
+	var from []byte
+	for {
+		err := e.view(func(tx *bolt.Tx) error {
+			events := tx.Bucket(bEvents)
+			var bad error
+			walked := 0
+			next, err := walkPurge(tx.Bucket(bStates), st, source, before, from, func(key []byte) bool {
+				v := events.Get(key)
+				if v == nil {
+					bad = fmt.Errorf("%w: states index names missing event %q", ErrCorrupt, clip(key))
+					return false
+				}
+				var ev Event
+				if _, bad = decodeRecord(key, v, &ev); bad != nil {
+					return false
+				}
+				if ev.ExpiresAt > now {
+					n++
+				}
+				walked++
+				return walked < retainedChunk
+			})
+			from = next
+			return cmp.Or(err, bad)
 		})
-		return cmp.Or(err, bad)
-	})
-	return n, err
+		if err != nil || from == nil {
+			return n, err
+		}
+	}
 }
+
+// retainedChunk bounds the records PurgeRetained reads in one transaction.
+var retainedChunk = 10000
 
 // OldestDeadBySource returns, per source with dead letters, the UpdatedAt
 // (when it went dead) of its oldest one. It walks the dead range of the
