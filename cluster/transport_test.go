@@ -628,6 +628,7 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 		}
 		_, tr := raftEnd(t, own)
 		p := newPatientTransport(tr, wait, wait)
+		t.Cleanup(p.stop) // a subtest that ends early leaves no call waiting
 		refused := make(chan struct{}, 1)
 		p.onRefused = func() {
 			select {
