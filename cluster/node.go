@@ -228,10 +228,11 @@ type Node struct {
 	readyMu      sync.Mutex
 	applyWaiting *applyWait
 	// leaderCommit is the leader's commit index as the leader last gave it
-	// to this follower's readiness (readiness.go); askingCommit makes one
-	// probe at a time ask.
+	// to this follower's readiness (readiness.go); asking is the ask in
+	// flight, which other probes join (askMu guards it).
 	leaderCommit atomic.Pointer[leaderCommit]
-	askingCommit sync.Mutex
+	askMu        sync.Mutex
+	asking       *commitAsk
 	// statsUnknown, set by tests, makes this node answer rpcStats as a
 	// release that does not know it ("unknown op").
 	statsUnknown atomic.Bool

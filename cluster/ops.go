@@ -786,7 +786,7 @@ func (e statsRefused) Error() string { return string(e) }
 
 // statsAnswer is the error of an rpcStats answered with status.
 func statsAnswer(addr string, status byte, msg []byte) error {
-	if status == rpcBadRequest {
+	if status == rpcBadRequest && string(msg) == "unknown op" {
 		return statsRefused(addr + " answered: " + string(msg))
 	}
 	return fmt.Errorf("%s answered: %s", addr, msg)

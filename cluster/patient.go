@@ -77,10 +77,26 @@ func (p *patientTransport) stop() {
 // AppendEntries sends an append, again while the peer refuses connections
 // or cannot store the entries.
 func (p *patientTransport) AppendEntries(id raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
+	send := args
 	err := p.patiently(id, args.Term, func() error {
-		err := p.NetworkTransport.AppendEntries(id, target, args, resp)
-		if err == nil && cannotStore(args, resp) {
+		err := p.NetworkTransport.AppendEntries(id, target, send, resp)
+		if err == nil && cannotStore(send, resp) {
+			// Until the follower can store again, ask with the first
+			// entry alone: a whole batch (64 entries of up to a MiB each)
+			// every retry would load the leader's link and the follower.
+			one := *args
+			one.Entries = args.Entries[:1]
+			send = &one
 			return errCannotStore
+		}
+		if err == nil && send != args && resp.Success {
+			// It stored the first entry: now the whole batch (the
+			// follower skips the entry it holds).
+			send = args
+			err = p.NetworkTransport.AppendEntries(id, target, send, resp)
+			if err == nil && cannotStore(send, resp) {
+				return errCannotStore
+			}
 		}
 		return err
 	})
@@ -94,9 +110,12 @@ func (p *patientTransport) AppendEntries(id raft.ServerID, target raft.ServerAdd
 // the append, and raft counts that as it counts an unreachable peer: its
 // wait before the next try doubles up to 10 s, so a follower whose disk was
 // freed waited that long for its next entry (and stayed not ready) though
-// it could store again at once. The patient transport sends the same append
-// again every storeRetryEvery instead, on the same patience as a refused
-// connection: the first try after the disk is freed succeeds.
+// it could store again at once. The patient transport sends the append's
+// first entry again every storeRetryEvery instead, and the whole append once
+// that is stored, on the same patience as a refused connection but only
+// while this node leads in the request's term with the peer a member (a
+// resend is delivered, unlike a refused dial): the first try after the disk
+// is freed succeeds.
 var errCannotStore = errors.New("the peer cannot store the entries")
 
 const storeRetryEvery = 500 * time.Millisecond
@@ -134,7 +153,7 @@ func (p *patientTransport) patiently(id raft.ServerID, term uint64, send func() 
 		if errors.Is(err, errCannotStore) {
 			every = storeRetryEvery
 		}
-		if err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errCannotStore)) || !p.goOn(id, term, time.Since(start)+every) {
+		if err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errCannotStore)) || !p.goOn(id, term, time.Since(start)+every, errors.Is(err, errCannotStore)) {
 			return err
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
@@ -161,9 +180,11 @@ func (p *patientTransport) patiently(id raft.ServerID, term uint64, send func() 
 }
 
 // goOn says whether a call refused after waiting for waited tries again.
-func (p *patientTransport) goOn(id raft.ServerID, term uint64, waited time.Duration) bool {
+// An append the follower could not store goes again only while this node
+// leads in its term with the peer a member (stored bool).
+func (p *patientTransport) goOn(id raft.ServerID, term uint64, waited time.Duration, stored bool) bool {
 	switch {
-	case waited <= p.wait:
+	case waited <= p.wait && !stored:
 		return true
 	case waited > p.longWait:
 		return false

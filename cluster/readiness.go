@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -167,17 +168,25 @@ func (n *Node) leaderRefuses(addr raft.ServerAddress, id raft.ServerID) string {
 // apply that far.
 //
 // One answer serves the probes of the next leaderCommitAge. One probe at a
-// time asks; the others meanwhile go by the last answer, or, with none from
-// this leader in leaderCommitStale, are not ready (asking). A failed ask is
-// tried again after leaderCommitRetry, and the last answer stands until it
-// is leaderCommitStale old: one slow or lost ask (a dropped SYN is resent
-// after a second) does not take a healthy follower out of rotation.
+// time asks; the others wait for its answer up to leaderCommitJoin (an ask
+// takes a millisecond or two), then go by the last answer, or, with none
+// from this leader in leaderCommitStale, are not ready (asking). A failed
+// ask is tried again after leaderCommitRetry, and the last answer stands
+// until it is leaderCommitStale old: with probes that come more often than
+// that, one slow or lost ask (a dropped SYN is resent after a second) does
+// not take a healthy follower out of rotation; with rarer ones it fails
+// that one probe, and load balancers take a node out after two or three.
 const (
 	leaderCommitAge   = time.Second
 	leaderCommitRetry = 500 * time.Millisecond
 	leaderCommitStale = 5 * time.Second
-	leaderCommitAsk   = time.Second // bounds one ask
+	leaderCommitAsk   = time.Second            // bounds one ask
+	leaderCommitJoin  = 300 * time.Millisecond // how long a probe waits for another's ask
 )
+
+// commitAsk is an ask of the leader's commit index in flight; done closes
+// when its answer is stored.
+type commitAsk struct{ done chan struct{} }
 
 // leaderCommit is what a follower's readiness knows of the leader's commit
 // index: the last answer (index, answered) and the last ask (at, err).
@@ -215,11 +224,31 @@ func (n *Node) behindLeader(addr raft.ServerAddress, id raft.ServerID) string {
 	}
 	c := n.leaderCommit.Load()
 	if !c.fresh(id) {
-		if n.askingCommit.TryLock() {
+		n.askMu.Lock()
+		a := n.asking
+		first := a == nil
+		if first {
+			a = &commitAsk{done: make(chan struct{})}
+			n.asking = a
+		}
+		n.askMu.Unlock()
+		if first {
 			c = n.askLeaderCommit(addr, id)
-			n.askingCommit.Unlock()
-		} else if !c.usable(id) {
-			return fmt.Sprintf("asking the leader %s how far it has committed", id)
+			n.askMu.Lock()
+			n.asking = nil
+			n.askMu.Unlock()
+			close(a.done)
+		} else {
+			join := time.NewTimer(leaderCommitJoin)
+			select {
+			case <-a.done:
+			case <-join.C:
+			case <-n.probeCtx.Done():
+			}
+			join.Stop()
+			if c = n.leaderCommit.Load(); !c.usable(id) && !c.fresh(id) {
+				return fmt.Sprintf("asking the leader %s how far it has committed", id)
+			}
 		}
 	}
 	if !c.usable(id) {
@@ -235,8 +264,8 @@ func (n *Node) behindLeader(addr raft.ServerAddress, id raft.ServerID) string {
 }
 
 // askLeaderCommit asks the leader at addr (id) for its commit index, unless
-// another probe did since, and records the outcome. The caller holds
-// askingCommit.
+// another probe did since, and records the outcome. One runs at a time
+// (Node.asking).
 func (n *Node) askLeaderCommit(addr raft.ServerAddress, id raft.ServerID) *leaderCommit {
 	prev := n.leaderCommit.Load()
 	if prev.fresh(id) {
@@ -245,23 +274,32 @@ func (n *Node) askLeaderCommit(addr raft.ServerAddress, id raft.ServerID) *leade
 	ctx, cancel := context.WithTimeout(n.probeCtx, leaderCommitAsk)
 	ms, err := n.askStats(ctx, string(addr))
 	cancel()
+	if err == nil && ms.ID != string(id) {
+		err = fmt.Errorf("%s answers as %q, not as the leader %s", addr, ms.ID, id)
+	}
 	now := time.Now()
 	c := &leaderCommit{leader: id, at: now, err: err}
 	var refused statsRefused
 	switch {
 	case err == nil:
 		c.index, c.answered = ms.CommitIndex, now
-	case errors.As(err, &refused):
-		// A release that does not know the request: nothing to compare with.
+		n.noteRelayDial(string(addr), nil) // the leader took this node's connection
+	case errors.As(err, &refused), errors.Is(err, ErrPeerUnproven):
+		// A release that does not know the request, or that predates the
+		// cluster handshake (it cannot tell this node from a stranger
+		// until it is upgraded too, in a rolling upgrade without TLS):
+		// nothing to compare with. Its refusal of this node's claims shows
+		// once a relay meets it (leaderRefuses).
 		c.err, c.answered = nil, now
 	default:
 		if prev != nil && prev.leader == id {
 			c.index, c.answered = prev.index, prev.answered
 		}
-		// A refused handshake is the leader's word; a timeout or a reset is
-		// not (the relay's own dial may well pass), and recording it would
-		// fail this node's claims at once for a while (unreachableNow).
-		if errors.Is(err, ErrPeerUnproven) && n.probeCtx.Err() == nil {
+		// A port that refuses connections (the leader's process is down)
+		// is the leader's word; a timeout or a reset is not (the relay's
+		// own dial may well pass), and recording it would fail this node's
+		// claims at once for a while (unreachableNow).
+		if errors.Is(err, syscall.ECONNREFUSED) && n.probeCtx.Err() == nil {
 			n.noteRelayDial(string(addr), err)
 		}
 	}

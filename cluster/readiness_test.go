@@ -692,7 +692,7 @@ func (h *heldDials) tune(i int, cfg *Config) {
 // again, as it is a second after it came.
 func aged(f *Node) {
 	c := *f.leaderCommit.Load()
-	c.at = time.Now().Add(-2 * leaderCommitAge)
+	c.at, c.answered = time.Now().Add(-2*leaderCommitAge), time.Now()
 	f.leaderCommit.Store(&c)
 }
 

@@ -19,6 +19,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -695,7 +696,9 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 		_, peer := raftEnd(t, ln)
 		var full atomic.Bool
 		full.Store(true)
+		p.stillWanted = func(raft.ServerID, uint64) bool { return true } // it leads with the peer
 		var tries atomic.Int32
+		var sizes sync.Map // try number -> entries in it
 		stop := make(chan struct{})
 		served := make(chan struct{})
 		t.Cleanup(func() { close(stop); <-served })
@@ -708,11 +711,13 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 				case <-stop:
 					return
 				}
-				tries.Add(1)
 				req := rpc.Command.(*raft.AppendEntriesRequest)
+				sizes.Store(tries.Add(1), len(req.Entries))
 				switch {
 				case req.PrevLogEntry == 9: // a log that does not match
 					rpc.Respond(&raft.AppendEntriesResponse{Term: 1, LastLog: 3, NoRetryBackoff: true}, nil)
+				case req.PrevLogEntry == 7: // a follower of a newer term
+					rpc.Respond(&raft.AppendEntriesResponse{Term: 2, LastLog: 7}, nil)
 				case full.Load():
 					rpc.Respond(&raft.AppendEntriesResponse{Term: 1, LastLog: req.PrevLogEntry}, nil)
 				default:
@@ -724,7 +729,11 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 			done := make(chan error, 1)
 			go func() {
 				req := &raft.AppendEntriesRequest{RPCHeader: raft.RPCHeader{ID: []byte("node1"), Addr: []byte("127.0.0.1:1")},
-					Term: 1, PrevLogEntry: prev, PrevLogTerm: 1, Entries: []*raft.Log{{Index: prev + 1, Term: 1, Type: raft.LogCommand, Data: []byte("x")}}}
+					Term: 1, PrevLogEntry: prev, PrevLogTerm: 1, Entries: []*raft.Log{
+						{Index: prev + 1, Term: 1, Type: raft.LogCommand, Data: []byte("x")},
+						{Index: prev + 2, Term: 1, Type: raft.LogCommand, Data: []byte("y")},
+						{Index: prev + 3, Term: 1, Type: raft.LogCommand, Data: []byte("z")},
+					}}
 				var resp raft.AppendEntriesResponse
 				err := p.AppendEntries("node2", raft.ServerAddress(ln.Addr().String()), req, &resp)
 				if err == nil && !resp.Success {
@@ -737,6 +746,9 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 		if err := <-appendAt(9); err == nil || tries.Load() != 1 {
 			t.Fatalf("an append to a log that does not match: %v after %d tries; want its refusal after one", err, tries.Load())
 		}
+		if err := <-appendAt(7); err == nil || tries.Load() != 2 {
+			t.Fatalf("an append refused in a newer term: %v after %d tries; want its refusal after one", err, tries.Load())
+		}
 		done := appendAt(5)
 		for range 2 {
 			select {
@@ -748,6 +760,19 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 		full.Store(false)
 		if err := <-done; err != nil {
 			t.Fatalf("append once the follower can store: %v", err)
+		}
+		// The refused batch, then its first entry alone until it is
+		// stored, then the whole batch.
+		n := tries.Load()
+		for i := int32(3); i <= n; i++ {
+			got, _ := sizes.Load(i)
+			want := 1
+			if i == 3 || i == n {
+				want = 3
+			}
+			if got != want {
+				t.Errorf("try %d of %d carried %v entries, want %d", i, n, got, want)
+			}
 		}
 	})
 
