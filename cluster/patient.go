@@ -180,11 +180,12 @@ func (p *patientTransport) patiently(id raft.ServerID, term uint64, send func() 
 }
 
 // goOn says whether a call refused after waiting for waited tries again.
-// An append the follower could not store goes again only while this node
-// leads in its term with the peer a member (stored bool).
-func (p *patientTransport) goOn(id raft.ServerID, term uint64, waited time.Duration, stored bool) bool {
+// A resend that reaches the peer (delivered: an append it could not store,
+// unlike a refused dial) goes again only while this node leads in its term
+// with the peer a member.
+func (p *patientTransport) goOn(id raft.ServerID, term uint64, waited time.Duration, delivered bool) bool {
 	switch {
-	case waited <= p.wait && !stored:
+	case waited <= p.wait && !delivered:
 		return true
 	case waited > p.longWait:
 		return false
