@@ -81,6 +81,7 @@ func TestRaftGaugesMoveWithEvents(t *testing.T) {
 		"oncehook_raft_last_contact_seconds": 0,
 		"oncehook_raft_store_failing":        0,
 		"oncehook_raft_store_errors_total":   0,
+		"oncehook_raft_peers_not_storing":    0,
 		`oncehook_events{state="done"}`:      0,
 		`oncehook_events{state="dead"}`:      0,
 		`oncehook_events{state="pending"}`:   0,

@@ -23,7 +23,7 @@ var updateGolden = flag.Bool("update", false, "rewrite testdata/client/*.golden 
 // older one (members without their own role, sources as bare counts).
 const (
 	statusNow = `{"node_id":"node1","state":"leader","leader_id":"node1","leader_address":"127.0.0.1:7000",
-"term":7,"commit_index":1234567,"applied_index":1234567,"last_contact":"0s","leader_changes":2,"cluster_id":"5f0c2a9e8d7b4c31a2e6f9b0d1c3e5a7",
+"term":7,"commit_index":1234567,"applied_index":1234567,"last_contact":"0s","leader_changes":2,"peers_not_storing":["node2"],"cluster_id":"5f0c2a9e8d7b4c31a2e6f9b0d1c3e5a7",
 "nodes":[{"id":"node1","address":"127.0.0.1:7000","suffrage":"Voter","state":"leader","role":"leader","term":7,"commit_index":1234567,"applied_index":1234567,"last_contact":"0s"},
 {"id":"node2","address":"127.0.0.1:7001","suffrage":"Voter","state":"follower","role":"follower","term":7,"commit_index":1234560,"applied_index":1234555,"last_contact":"12ms"},
 {"id":"node3","address":"127.0.0.1:7002","suffrage":"Nonvoter","state":"follower","role":"unknown","error":"dial tcp 127.0.0.1:7012: connect: connection refused"}],

@@ -101,6 +101,9 @@ func printStatus(w io.Writer, st *statusAnswer) {
 	if st.StoreFailing != "" {
 		fmt.Fprintf(w, "this node cannot store what raft writes (a full or read-only disk?): %s\n", st.StoreFailing)
 	}
+	if len(st.PeersNotStoring) > 0 {
+		fmt.Fprintf(w, "followers that cannot store what this leader sends them (a full or read-only disk? their status says why): %s\n", strings.Join(st.PeersNotStoring, ", "))
+	}
 	if st.ClockHeld != "" {
 		fmt.Fprintf(w, "retention buckets held (nothing expires, no payload is dropped): %s\n", st.ClockHeld)
 	}

@@ -599,9 +599,33 @@ func (n *Node) openTransport(hl hclog.Logger) error {
 		// A peer whose port refuses is retried here, not failed to raft:
 		// raft observes no failed heartbeat, so the transport says it.
 		n.patient.reach = &n.reach
+		n.patient.onStore = n.logPeerStoring
 		n.trans = n.patient
 	}
 	return nil
+}
+
+// logPeerStoring says on the leader when a follower starts refusing appends
+// it cannot store, and when that ends (patientTransport.storing).
+func (n *Node) logPeerStoring(id raft.ServerID, since time.Time, err error) {
+	switch {
+	case since.IsZero():
+		n.log.Warn("follower cannot store the entries it is sent (a full or read-only disk?): sending them again every "+storeRetryEvery.String()+"; its own log and /readyz say why",
+			"node", n.cfg.ID, "peer", string(id))
+	case err == nil:
+		n.log.Info("follower stores entries again", "node", n.cfg.ID, "peer", string(id), "after", time.Since(since).Round(time.Millisecond).String())
+	default:
+		n.log.Info("stopped sending entries again to a follower that could not store them", "node", n.cfg.ID, "peer", string(id),
+			"after", time.Since(since).Round(time.Millisecond).String(), "why", stopWhy(err))
+	}
+}
+
+// stopWhy says why a run of resends ended without the follower storing.
+func stopWhy(err error) string {
+	if errors.Is(err, errCannotStore) {
+		return "no longer leading with it, or shutting down"
+	}
+	return err.Error()
 }
 
 // raftConfig is raft's configuration for this node: the engine restores

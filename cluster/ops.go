@@ -572,6 +572,10 @@ type Status struct {
 	// disk); "" otherwise. StoreErrors counts such failures since start.
 	StoreFailing string `json:"store_failing,omitempty"`
 	StoreErrors  uint64 `json:"store_errors"`
+	// PeersNotStoring is, on the leader, the followers that refused the
+	// last append it sent them because they could not store it, and that it
+	// is sending it to again (patient.go); empty elsewhere.
+	PeersNotStoring []string `json:"peers_not_storing,omitempty"`
 	// ClusterID is the id the cluster named itself with ("": not yet;
 	// identity.go): a node of another cluster reports another one.
 	ClusterID string   `json:"cluster_id"`
@@ -630,6 +634,9 @@ func (n *Node) Status() Status {
 	if st.State == "leader" {
 		st.LastContact = "0s"
 		st.ClockHeld = n.clock.heldReason(st.Term)
+		if n.patient != nil {
+			st.PeersNotStoring = n.patient.peersNotStoring()
+		}
 	} else if lc := n.raft.LastContact(); !lc.IsZero() {
 		st.LastContact = time.Since(lc).Round(time.Millisecond).String()
 	} else {

@@ -57,6 +57,15 @@ type patientTransport struct {
 	// stillWanted, in tests, stands for the question asked of raft.
 	onRefused   func()
 	stillWanted func(id raft.ServerID, term uint64) bool
+
+	// The followers this leader is resending to because they could not
+	// store an append, since when: the follower's own readiness and metrics
+	// say so, but an operator reads the leader's status and log first.
+	storeMu    sync.Mutex
+	notStoring map[raft.ServerID]time.Time
+	// onStore, when set, hears the start (since zero) and the end of each
+	// such run of resends; the node logs them.
+	onStore func(id raft.ServerID, since time.Time, err error)
 }
 
 const (
@@ -144,6 +153,7 @@ func (p *patientTransport) patiently(id raft.ServerID, term uint64, send func() 
 	var retry *time.Timer
 	start := time.Now()
 	refused := false
+	var storeSince time.Time
 	for {
 		err := send()
 		if err == nil && refused && p.reach != nil {
@@ -153,8 +163,19 @@ func (p *patientTransport) patiently(id raft.ServerID, term uint64, send func() 
 		if errors.Is(err, errCannotStore) {
 			every = storeRetryEvery
 		}
+		if !storeSince.IsZero() && !errors.Is(err, errCannotStore) {
+			p.storing(id, storeSince, err)
+			storeSince = time.Time{}
+		}
 		if err == nil || !(errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, errCannotStore)) || !p.goOn(id, term, time.Since(start)+every, errors.Is(err, errCannotStore)) {
+			if !storeSince.IsZero() {
+				p.storing(id, storeSince, err)
+			}
 			return err
+		}
+		if errors.Is(err, errCannotStore) && storeSince.IsZero() {
+			storeSince = time.Now()
+			p.storing(id, time.Time{}, err)
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			refused = true
@@ -174,9 +195,44 @@ func (p *patientTransport) patiently(id raft.ServerID, term uint64, send func() 
 		select {
 		case <-retry.C:
 		case <-p.halt:
+			if !storeSince.IsZero() {
+				p.storing(id, storeSince, err)
+			}
 			return err
 		}
 	}
+}
+
+// storing records the start (since zero) or the end of a run of resends to
+// a follower that cannot store; err is why it ended (nil: it stores again,
+// errCannotStore: this leader stopped resending, no longer leading, say).
+func (p *patientTransport) storing(id raft.ServerID, since time.Time, err error) {
+	p.storeMu.Lock()
+	if since.IsZero() {
+		if p.notStoring == nil {
+			p.notStoring = map[raft.ServerID]time.Time{}
+		}
+		p.notStoring[id] = time.Now()
+	} else {
+		delete(p.notStoring, id)
+	}
+	p.storeMu.Unlock()
+	if p.onStore != nil {
+		p.onStore(id, since, err)
+	}
+}
+
+// peersNotStoring lists the followers being resent an append they could
+// not store, by id.
+func (p *patientTransport) peersNotStoring() []string {
+	p.storeMu.Lock()
+	defer p.storeMu.Unlock()
+	ids := make([]string, 0, len(p.notStoring))
+	for id := range p.notStoring {
+		ids = append(ids, string(id))
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // goOn says whether a call refused after waiting for waited tries again.

@@ -17,6 +17,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -749,6 +750,16 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 		if err := <-appendAt(7); err == nil || tries.Load() != 2 {
 			t.Fatalf("an append refused in a newer term: %v after %d tries; want its refusal after one", err, tries.Load())
 		}
+		var heard []string // what the node's log is told
+		var heardMu sync.Mutex
+		p.onStore = func(id raft.ServerID, since time.Time, err error) {
+			heardMu.Lock()
+			defer heardMu.Unlock()
+			heard = append(heard, fmt.Sprintf("%s start=%v err=%v", id, since.IsZero(), err))
+		}
+		if got := p.peersNotStoring(); len(got) != 0 {
+			t.Fatalf("refusals for a mismatch or a newer term named %v as not storing", got)
+		}
 		done := appendAt(5)
 		for range 2 {
 			select {
@@ -757,10 +768,21 @@ func TestReplicationWaitsForARefusingPeer(t *testing.T) {
 			case <-retried:
 			}
 		}
+		if got := p.peersNotStoring(); !slices.Equal(got, []string{"node2"}) {
+			t.Errorf("while the follower cannot store, the leader names %v; want [node2]", got)
+		}
 		full.Store(false)
 		if err := <-done; err != nil {
 			t.Fatalf("append once the follower can store: %v", err)
 		}
+		if got := p.peersNotStoring(); len(got) != 0 {
+			t.Errorf("once the follower stores again, the leader still names %v", got)
+		}
+		heardMu.Lock()
+		if want := []string{"node2 start=true err=the peer cannot store the entries", "node2 start=false err=<nil>"}; !slices.Equal(heard, want) {
+			t.Errorf("the log heard %q; want %q", heard, want)
+		}
+		heardMu.Unlock()
 		// The refused batch, then its first entry alone until it is
 		// stored, then the whole batch.
 		n := tries.Load()

@@ -25,7 +25,7 @@ type raftCollector struct {
 	build [3]string // version, revision, goversion
 
 	isLeader, hasLeader, commit, applied, lastContact, unreachable, clockHeld, leaderChanges *prometheus.Desc
-	storeFailing, storeErrors                                                                *prometheus.Desc
+	storeFailing, storeErrors, peersNotStoring                                               *prometheus.Desc
 	events, oldestDead, buildInfo                                                            *prometheus.Desc
 }
 
@@ -51,27 +51,28 @@ func NewRaftCollector(n RaftSource, version string) prometheus.Collector {
 		return prometheus.NewDesc(name, help, labels, nil)
 	}
 	return &raftCollector{
-		node:          n,
-		build:         buildLabels(version),
-		isLeader:      desc("oncehook_raft_is_leader", "1 if this node is the Raft leader."),
-		hasLeader:     desc("oncehook_raft_has_leader", "1 if this node knows a Raft leader."),
-		commit:        desc("oncehook_raft_commit_index", "The Raft commit index this node knows."),
-		applied:       desc("oncehook_raft_applied_index", "The last Raft index applied to this node's state machine."),
-		lastContact:   desc("oncehook_raft_last_contact_seconds", "Seconds since this follower heard from the leader; 0 on the leader, -1 if never."),
-		unreachable:   desc("oncehook_raft_peers_unreachable", "On the leader, the members its heartbeats failed to reach in the last minute; 0 on other nodes."),
-		storeFailing:  desc("oncehook_raft_store_failing", "1 while this node cannot store raft log entries or snapshots (its last attempt failed: a full or read-only disk); 0 otherwise."),
-		storeErrors:   desc("oncehook_raft_store_errors_total", "Failed raft log appends, snapshot writes and snapshot installs on this node since it started: a full or read-only disk, or a snapshot from the leader that would not install."),
-		clockHeld:     desc("oncehook_raft_clock_held", "1 on a leader whose clock disagrees with a majority of the voters by more than a minute: it ends no retention bucket and drops no payload until it agrees; 0 otherwise."),
-		leaderChanges: desc("oncehook_raft_leader_changes_total", "Leader changes this process has seen: another leader, or the same one elected again in a new term."),
-		events:        desc("oncehook_events", "Events in the replicated state, by state.", "state"),
-		oldestDead:    desc("oncehook_oldest_dead_seconds", "Age of the oldest dead letter (since it went dead); 0 when there is none."),
-		buildInfo:     desc("oncehook_build_info", "Always 1; the labels say which build runs.", "version", "revision", "goversion"),
+		node:            n,
+		build:           buildLabels(version),
+		isLeader:        desc("oncehook_raft_is_leader", "1 if this node is the Raft leader."),
+		hasLeader:       desc("oncehook_raft_has_leader", "1 if this node knows a Raft leader."),
+		commit:          desc("oncehook_raft_commit_index", "The Raft commit index this node knows."),
+		applied:         desc("oncehook_raft_applied_index", "The last Raft index applied to this node's state machine."),
+		lastContact:     desc("oncehook_raft_last_contact_seconds", "Seconds since this follower heard from the leader; 0 on the leader, -1 if never."),
+		unreachable:     desc("oncehook_raft_peers_unreachable", "On the leader, the members its heartbeats failed to reach in the last minute; 0 on other nodes."),
+		storeFailing:    desc("oncehook_raft_store_failing", "1 while this node cannot store raft log entries or snapshots (its last attempt failed: a full or read-only disk); 0 otherwise."),
+		peersNotStoring: desc("oncehook_raft_peers_not_storing", "On the leader, the followers that refused the last append it sent them because they could not store it (a full or read-only disk), and that it is sending it to again; 0 on other nodes."),
+		storeErrors:     desc("oncehook_raft_store_errors_total", "Failed raft log appends, snapshot writes and snapshot installs on this node since it started: a full or read-only disk, or a snapshot from the leader that would not install."),
+		clockHeld:       desc("oncehook_raft_clock_held", "1 on a leader whose clock disagrees with a majority of the voters by more than a minute: it ends no retention bucket and drops no payload until it agrees; 0 otherwise."),
+		leaderChanges:   desc("oncehook_raft_leader_changes_total", "Leader changes this process has seen: another leader, or the same one elected again in a new term."),
+		events:          desc("oncehook_events", "Events in the replicated state, by state.", "state"),
+		oldestDead:      desc("oncehook_oldest_dead_seconds", "Age of the oldest dead letter (since it went dead); 0 when there is none."),
+		buildInfo:       desc("oncehook_build_info", "Always 1; the labels say which build runs.", "version", "revision", "goversion"),
 	}
 }
 
 func (c *raftCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{c.isLeader, c.hasLeader, c.commit, c.applied, c.lastContact,
-		c.unreachable, c.storeFailing, c.storeErrors, c.clockHeld, c.leaderChanges, c.events, c.oldestDead, c.buildInfo} {
+		c.unreachable, c.storeFailing, c.storeErrors, c.peersNotStoring, c.clockHeld, c.leaderChanges, c.events, c.oldestDead, c.buildInfo} {
 		ch <- d
 	}
 }
@@ -92,6 +93,7 @@ func (c *raftCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	gauge(c.unreachable, float64(st.Unreachable))
 	gauge(c.storeFailing, b2f(st.StoreFailing != ""))
+	gauge(c.peersNotStoring, float64(len(st.PeersNotStoring)))
 	ch <- prometheus.MustNewConstMetric(c.storeErrors, prometheus.CounterValue, float64(st.StoreErrors))
 	gauge(c.clockHeld, b2f(st.ClockHeld != ""))
 	ch <- prometheus.MustNewConstMetric(c.leaderChanges, prometheus.CounterValue, float64(st.LeaderChanges))
