@@ -1221,12 +1221,14 @@ func lastForwarded(h *fasthttp.RequestHeader, name string) []byte {
 }
 
 // lastListValue returns the last element of a comma-separated header value,
-// trimmed of spaces.
+// trimmed of ASCII white space only: bytes.TrimSpace also drops Unicode
+// spaces (U+00A0, U+0085), and took "host\u00a0" from a trusted proxy for
+// "host" where the value should be ignored.
 func lastListValue(v []byte) []byte {
 	if i := bytes.LastIndexByte(v, ','); i >= 0 {
 		v = v[i+1:]
 	}
-	return bytes.TrimSpace(v)
+	return bytes.Trim(v, " \t\r\n\v\f")
 }
 
 // validForwardedHost accepts a host[:port] made of letters, digits, '.', '-',
