@@ -1055,7 +1055,7 @@ func clusterStatus(err error) int {
 	case errors.Is(err, cluster.ErrNotLeader):
 		return http.StatusMisdirectedRequest
 	case errors.Is(err, cluster.ErrNoLeader), errors.Is(err, cluster.ErrIndeterminate), errors.Is(err, cluster.ErrRestoreUnconfirmed),
-		errors.Is(err, cluster.ErrRestoreNotBegun):
+		errors.Is(err, cluster.ErrRestoreNotBegun), errors.Is(err, cluster.ErrMemberSlow):
 		return http.StatusServiceUnavailable
 	}
 	return http.StatusInternalServerError

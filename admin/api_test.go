@@ -713,10 +713,12 @@ func TestTransferAnswers(t *testing.T) {
 
 // TestJoinAnswers: a join the cluster refuses says why: a member that
 // cannot be (bad id or address, nothing answering there as that id) is 400,
-// a node without [cluster] 409, a join without a leader 503.
+// a node without [cluster] 409, a join without a leader or to a node that
+// took the connection but did not answer in time 503.
 func TestJoinAnswers(t *testing.T) {
 	refusalAnswers(t, "/v1/cluster/join", `{"id":"node5","address":"10.0.0.5:7070"}`, func(s *engineStore, err error) { s.joinErr = err }, []refusal{
 		{fmt.Errorf("join node5: %w: no answer on its cluster port at 10.0.0.5:7070 (start it first)", cluster.ErrBadMember), http.StatusBadRequest},
+		{fmt.Errorf("join node5: %w: its cluster port at 10.0.0.5:7070 took the connection but gave no answer in 2s; ask again", cluster.ErrMemberSlow), http.StatusServiceUnavailable},
 		{fmt.Errorf("join node5: %w", cluster.ErrStandalone), http.StatusConflict},
 		{fmt.Errorf("join node5: %w", cluster.ErrNoLeader), http.StatusServiceUnavailable},
 	})

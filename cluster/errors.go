@@ -28,6 +28,10 @@ var (
 	// a node that does not answer there as that id: adding it would count
 	// a voter that can never vote toward the quorum.
 	ErrBadMember = errors.New("cluster: not a node that can join")
+	// ErrMemberSlow: the node to add took the connection to its cluster
+	// port but did not answer in time (a node starting on a busy host, most
+	// often the one asking to be added): nothing changed, ask again.
+	ErrMemberSlow = errors.New("cluster: the node to add did not answer in time")
 	// ErrStandalone: a node running without a cluster port was asked to
 	// add a member; none could ever reach it.
 	ErrStandalone = errors.New("cluster: this node runs without [cluster]: it has no cluster port for members to reach")

@@ -586,3 +586,45 @@ func TestRejoinWhilePeersAreBusy(t *testing.T) {
 		t.Fatalf("open: %v, want ErrPeerBusy, not ErrUnauthorized, and no cluster of its own", err)
 	}
 }
+
+// TestJoinOfANodeSlowToAnswerIsNoRefusal: a node whose cluster port takes
+// the leader's connection but answers after the leader's check gave up (a
+// node starting on a busy host: most often the one that asked to be added)
+// is not refused as a member that cannot be: the join fails with an error
+// the node asks again on, never ErrBadMember, which ends its start.
+func TestJoinOfANodeSlowToAnswerIsNoRefusal(t *testing.T) {
+	nodes := tcpCluster(t, 3, nil)
+	leader := leaderOf(t, nodes)
+	follower := (leader + 1) % 3
+	waitFor(t, "the follower knows the leader", func() bool { ok, _ := nodes[follower].Ready(); return ok })
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var held sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); held.Wait() })
+	held.Go(func() {
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := ln.Accept() // taken, never answered
+			if err != nil {
+				return
+			}
+			conns = append(conns, c)
+		}
+	})
+	for _, via := range []int{leader, follower} {
+		_, err := nodes[via].Join(ctxT(t, 10*time.Second), "node5", ln.Addr().String())
+		if !errors.Is(err, ErrMemberSlow) || errors.Is(err, ErrBadMember) || strings.Contains(err.Error(), ErrBadMember.Error()) {
+			t.Errorf("join of a node slow to answer via node %d: %v, want ErrMemberSlow to ask again on, not ErrBadMember", via, err)
+		}
+	}
+	if got := members(t, nodes[leader]); len(got) != 3 {
+		t.Fatalf("members after the joins: %v, want the three", got)
+	}
+}

@@ -806,8 +806,9 @@ func (n *Node) peerHoldsHistory(addr string) error {
 		return nil // gone since it answered: it tells nothing, as a peer never reached
 	case err != nil:
 		return fmt.Errorf("knows no leader, and did not say whether it holds the cluster's history: %w", err)
-	case ms.Cluster != "" || ms.CommitIndex > 1:
-		return fmt.Errorf("knows no leader now, but holds the cluster's history (cluster id %q, commit index %d)", ms.Cluster, ms.CommitIndex)
+	case ms.holdsHistory():
+		return fmt.Errorf("knows no leader now, but holds the cluster's history (cluster id %q, commit index %d, log to %d in term %d)",
+			ms.Cluster, ms.CommitIndex, ms.LastLogIndex, ms.LastLogTerm)
 	}
 	return nil
 }

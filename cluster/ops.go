@@ -702,6 +702,16 @@ type memberStats struct {
 	Clock int64 `json:"clock,omitempty"`
 }
 
+// holdsHistory reports whether the member has taken part in a cluster: a
+// cluster id, a commit index past the bootstrap entry (index 1, term 1),
+// or a raft log that goes past it. A new node has none of these. A follower
+// restarted before it learned what its leader committed reports commit 0
+// and, its engine behind, maybe no cluster id; its log says it all the same
+// (a wiped node and it are no majority that starts afresh).
+func (ms *memberStats) holdsHistory() bool {
+	return ms.Cluster != "" || ms.CommitIndex > 1 || ms.LastLogIndex > 1 || ms.LastLogTerm > 1
+}
+
 // ownStats is this node's memberStats.
 func (n *Node) ownStats() memberStats {
 	ms := memberStats{
@@ -913,6 +923,12 @@ func (n *Node) Join(ctx context.Context, id, addr string) (added bool, err error
 	pctx, cancel := context.WithTimeout(ctx, memberStatsTimeout)
 	ms, err := n.askStats(pctx, addr)
 	cancel()
+	if err != nil && !isDialError(err) && isTimeout(err) {
+		// It took the connection but was slow to answer: a node that is
+		// starting on a busy host, most often the one asking to be added.
+		// Not a refusal (ErrBadMember ends a starting node): it asks again.
+		return false, fmt.Errorf("join %s: %w: its cluster port at %s took the connection but gave no answer in %v; ask again: %v", id, ErrMemberSlow, addr, memberStatsTimeout, err)
+	}
 	if err != nil {
 		return false, fmt.Errorf("join %s: %w: no answer on its cluster port at %s (start it first): %v", id, ErrBadMember, addr, err)
 	}
@@ -1095,18 +1111,20 @@ func (n *Node) RemovePeer(ctx context.Context, id string) error {
 	return nil
 }
 
-// badMemberErr gives a join refusal that crossed the internal channel as
-// text back its sentinel (ok false: err is not one).
+// badMemberErr gives a join refusal (ErrBadMember, ErrMemberSlow) that
+// crossed the internal channel as text back its sentinel (ok false: err is
+// not one).
 func badMemberErr(id string, err error) (error, bool) {
 	if err == nil {
 		return nil, false
 	}
 	msg := err.Error()
-	i := strings.Index(msg, ErrBadMember.Error())
-	if i < 0 {
-		return err, false
+	for _, sentinel := range []error{ErrBadMember, ErrMemberSlow} {
+		if i := strings.Index(msg, sentinel.Error()); i >= 0 {
+			return fmt.Errorf("join %s: %w%s", id, sentinel, msg[i+len(sentinel.Error()):]), true
+		}
 	}
-	return fmt.Errorf("join %s: %w%s", id, ErrBadMember, msg[i+len(ErrBadMember.Error()):]), true
+	return err, false
 }
 
 // checkMember refuses an id the configuration would refuse and, on a

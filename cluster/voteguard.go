@@ -306,7 +306,7 @@ func (n *Node) watchVotes(g *voteGuard, stop <-chan struct{}) {
 				}
 			}
 			heard[p.ID] = peerHeard{end: logPos{ms.LastLogTerm, ms.LastLogIndex}, committed: ms.CommitIndex,
-				at: time.Now(), history: ms.Cluster != "" || ms.CommitIndex > 1}
+				at: time.Now(), history: ms.holdsHistory()}
 			if ms.Role == "leader" {
 				leaderCommit, leaderTerm = ms.CommitIndex, ms.Term
 			}
