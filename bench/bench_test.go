@@ -332,7 +332,9 @@ func runJSON(t *testing.T, args ...string) (*Result, error) {
 	var stdout, stderr bytes.Buffer
 	args = append(args, "-json", "-q", "-no-files", "-bin", binPath)
 	if err := run(ctx, args, &stdout, &stderr); err != nil {
-		return nil, fmt.Errorf("%w\nstderr:\n%s", err, stderr.String())
+		// The report says what went wrong (codes, errors, what was not
+		// delivered): keep it with the error.
+		return nil, fmt.Errorf("%w\nstderr:\n%s\nreport:\n%s", err, stderr.String(), stdout.String())
 	}
 	var res Result
 	if err := json.Unmarshal(stdout.Bytes(), &res); err != nil {

@@ -76,9 +76,7 @@ func TestFollowerRefusedByTheLeaderIsNotReady(t *testing.T) {
 
 	older[li].on.Store(false)
 	waitFor(t, "the follower ready again once the leader accepts it", func() bool { ok, _ := f.Ready(); return ok })
-	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:after")); err != nil {
-		t.Fatalf("claim through the follower afterwards: %v", err)
-	}
+	claimThrough(t, f, "src:after") // a claim through the follower afterwards
 }
 
 // termGatedLogs fails, as a full disk does, every write of entries of a term
@@ -250,9 +248,7 @@ func TestFollowerThatCannotReachTheLeaderIsNotReady(t *testing.T) {
 	}
 	drop.Store(nil)
 	waitFor(t, "the follower ready again once it reaches the leader", func() bool { ok, _ := f.Ready(); return ok })
-	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:after")); err != nil {
-		t.Fatalf("claim through the follower afterwards: %v", err)
-	}
+	claimThrough(t, f, "src:after") // a claim through the follower afterwards
 }
 
 // TestFollowerWhoseOpenRelayGoesSilentIsNotReady: a firewall that goes up
@@ -309,9 +305,7 @@ func TestFollowerWhoseOpenRelayGoesSilentIsNotReady(t *testing.T) {
 	drop.Store(nil)
 	freezers[fi].thaw()
 	waitFor(t, "the follower ready again", func() bool { ok, _ := f.Ready(); return ok })
-	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:after")); err != nil {
-		t.Fatalf("claim through the follower afterwards: %v", err)
-	}
+	claimThrough(t, f, "src:after") // a claim through the follower afterwards
 	// A dial refused (the leader went down) reads as that, not as a firewall.
 	f.refusedBy.Store(&relayRefusal{addr: addr, since: time.Now(), unreachable: true})
 	if ok, why := f.Ready(); ok || !strings.Contains(why, "refuses connections from this node") || !strings.Contains(why, "it went down") {
@@ -769,9 +763,7 @@ func TestReadinessAskDoesNotHoldProbesOrClaims(t *testing.T) {
 		t.Fatalf("a timed-out ask was taken for the leader refusing this node: %+v", r)
 	}
 	f.relay.closeAll()
-	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:after")); err != nil {
-		t.Fatalf("a claim through the follower right after its ask timed out: %v", err)
-	}
+	claimThrough(t, f, "src:after") // a claim through the follower right after its ask timed out
 }
 
 // TestReadinessOfAFollowerOfAnOlderLeader: a leader of a release that does

@@ -3,6 +3,7 @@ package cluster
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -37,13 +38,12 @@ func (l *lockedBuffer) String() string {
 func TestPurgeFromAFollower(t *testing.T) {
 	var logs lockedBuffer
 	c := newTestCluster(t, 3, func(cfg *Config) { cfg.Logger = slog.New(slog.NewTextHandler(&logs, nil)) })
-	l := c.waitLeader(-1)
-	leader, follower := c.nodes[l], c.nodes[c.follower(l)]
 	ctx := ctxT(t, 30*time.Second)
 	const n = PurgeBatch + 200
-	applyPer(t, ctx, leader, claimAndLease(t, ctx, leader, n), func(ev engine.Event) engine.Command {
+	applyPer(t, ctx, c, claimAndLease(t, ctx, c, n), func(ev engine.Event) engine.Command {
 		return engine.Command{Op: engine.OpFail, Key: ev.Key, Token: ev.Token, MaxAttempts: 1, DeadRetention: int64(48 * time.Hour)}
 	})
+	follower := c.nodes[c.follower(c.waitLeader(-1))] // a follower of the leader now
 	keys, err := follower.Purge(ctx, engine.StateDead, "src", c.clock.now().Add(time.Minute), "ops", "gdpr")
 	if err != nil || len(keys) != n {
 		t.Fatalf("purge: %d keys, %v", len(keys), err)
@@ -165,7 +165,7 @@ func TestExpireGoesPastOneBatch(t *testing.T) {
 	leader := c.nodes[c.waitLeader(-1)]
 	ctx := ctxT(t, 60*time.Second)
 	const n = ExpireBatch + 300
-	applyPer(t, ctx, leader, claimAndLease(t, ctx, leader, n), func(ev engine.Event) engine.Command {
+	applyPer(t, ctx, c, claimAndLease(t, ctx, c, n), func(ev engine.Event) engine.Command {
 		return engine.Command{Op: engine.OpComplete, Key: ev.Key, Token: ev.Token}
 	})
 	c.clock.advance(1000 * time.Hour)
@@ -174,36 +174,52 @@ func TestExpireGoesPastOneBatch(t *testing.T) {
 	}
 }
 
-// claimAndLease claims n keys (src:k00000 on) through leader, 500 a command,
-// and leases them all.
-func claimAndLease(t *testing.T, ctx context.Context, leader *Node, n int) []engine.Event {
+// claimAndLease claims n keys (src:k00000 on) through the leader, 500 a
+// command, and leases them all.
+func claimAndLease(t *testing.T, ctx context.Context, c *testCluster, n int) []engine.Event {
 	t.Helper()
 	for i := 0; i < n; i += 500 {
 		var cmds []engine.Command
 		for j := i; j < min(n, i+500); j++ {
 			cmds = append(cmds, claimCmd(fmt.Sprintf("src:k%05d", j)))
 		}
-		if _, err := leader.Apply(ctx, cmds...); err != nil {
-			t.Fatal(err)
-		}
+		onLeader(t, c, func(l *Node) error { _, err := l.Apply(ctx, cmds...); return err })
 	}
-	evs, err := leader.Lease(ctx, n, time.Hour)
-	if err != nil || len(evs) != n {
-		t.Fatalf("lease: %d events, %v; want %d", len(evs), err, n)
+	var evs []engine.Event
+	onLeader(t, c, func(l *Node) (err error) { evs, err = l.Lease(ctx, n, time.Hour); return err })
+	if len(evs) != n {
+		t.Fatalf("lease: %d events; want %d", len(evs), n)
 	}
 	return evs
 }
 
-// applyPer applies cmd's command for each of evs through leader, 500 a
+// applyPer applies cmd's command for each of evs through the leader, 500 a
 // command.
-func applyPer(t *testing.T, ctx context.Context, leader *Node, evs []engine.Event, cmd func(engine.Event) engine.Command) {
+func applyPer(t *testing.T, ctx context.Context, c *testCluster, evs []engine.Event, cmd func(engine.Event) engine.Command) {
 	t.Helper()
 	for i := 0; i < len(evs); i += 500 {
 		var cmds []engine.Command
 		for _, ev := range evs[i:min(len(evs), i+500)] {
 			cmds = append(cmds, cmd(ev))
 		}
-		if _, err := leader.Apply(ctx, cmds...); err != nil {
+		onLeader(t, c, func(l *Node) error { _, err := l.Apply(ctx, cmds...); return err })
+	}
+}
+
+// onLeader runs op on the node that leads, again on the next leader when
+// the one it ran on had lost leadership before it proposed anything
+// (ErrNotLeader, ErrNoLeader: nothing was committed). On a loaded machine a
+// 300 ms election timeout can move leadership between two of a test's
+// commands. An outcome unknown fails the test: op may not be safe to resend.
+func onLeader(t *testing.T, c *testCluster, op func(*Node) error) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := op(c.nodes[c.waitLeader(-1)])
+		if err == nil {
+			return
+		}
+		if errors.Is(err, ErrIndeterminate) || !(errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNoLeader)) || time.Now().After(deadline) {
 			t.Fatal(err)
 		}
 	}

@@ -984,10 +984,8 @@ func (nopFSM) Restore(io.ReadCloser) error         { return errors.New("no snaps
 func TestStoppedMemberCountsAsUnreachable(t *testing.T) {
 	const window = 300 * time.Millisecond
 	nodes := tcpCluster(t, 3, func(i int, cfg *Config) { cfg.reachWindow = window })
-	li := leaderOf(t, nodes)
-	if _, err := nodes[li].Claim(ctxT(t, 10*time.Second), claimCmd("src:a")); err != nil {
-		t.Fatal(err)
-	}
+	claimThrough(t, nodes[leaderOf(t, nodes)], "src:a")
+	li := leaderOf(t, nodes) // the leader after the claim: an election may have moved it
 	fi := (li + 1) % 3
 	if err := nodes[fi].Close(); err != nil {
 		t.Fatal(err)
