@@ -340,15 +340,23 @@ func (c *testCluster) mustClaim(key string, not int) int {
 // any send created the event.
 func claimThrough(t testing.TB, n *Node, key string) (created bool) {
 	t.Helper()
+	_, created = sendThrough(t, n, claimCmd(key))
+	return created
+}
+
+// sendThrough is claimThrough for any claim command: it returns the answer
+// of the send that committed, and whether any send created the event.
+func sendThrough(t testing.TB, n *Node, cmd engine.Command) (res engine.Result, created bool) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		res, err := n.Claim(ctxT(t, 5*time.Second), claimCmd(key))
+		res, err := n.Claim(ctxT(t, 5*time.Second), cmd)
 		if err == nil {
-			return created || res.Created
+			return res, created || res.Created
 		}
 		retry := errors.Is(err, ErrIndeterminate) || errors.Is(err, ErrNoLeader) || errors.Is(err, ErrNotLeader)
 		if !retry || time.Now().After(deadline) {
-			t.Fatalf("claim %s through %s: %v", key, n.cfg.ID, err)
+			t.Fatalf("claim %s through %s: %v", cmd.Key, n.cfg.ID, err)
 		}
 		created = created || errors.Is(err, ErrIndeterminate) // it may have been committed
 		time.Sleep(20 * time.Millisecond)
