@@ -282,13 +282,14 @@ func TestFollowerWhoseOpenRelayGoesSilentIsNotReady(t *testing.T) {
 			f.thaw()
 		}
 	})
+	claimThrough(t, nodes[(leaderOf(t, nodes)+1)%3], "src:before") // a relay stream opened
+	// The leader after that claim (an election under load may have moved
+	// it), and a follower of it that relayed a claim to it.
 	li := leaderOf(t, nodes)
 	fi := (li + 1) % 3
 	f := nodes[fi]
 	waitFor(t, "the follower is ready", func() bool { ok, _ := f.Ready(); return ok })
-	if _, err := f.Claim(ctxT(t, 10*time.Second), claimCmd("src:before")); err != nil {
-		t.Fatalf("claim through the follower: %v", err)
-	}
+	claimThrough(t, f, "src:before2")
 	// The firewall: the follower's streams to the leader go silent, and
 	// its new dials to it get no answer.
 	addr := nodes[li].cfg.Advertise
