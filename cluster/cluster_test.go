@@ -563,26 +563,29 @@ func TestRestoreFromBackupReplacesClusterState(t *testing.T) {
 		claimThrough(t, l, fmt.Sprintf("src:later%d", i))
 	}
 	// A follower refuses; a file that is not a backup is refused and changes nothing.
+	ctx = ctxT(t, 20*time.Second)
 	leader := c.waitLeader(-1)
 	if err := c.nodes[c.follower(leader)].Restore(ctx, backup); !errors.Is(err, ErrNotLeader) {
 		t.Fatalf("restore on a follower: %v", err)
 	}
+	// onLeaderRestore restores path on the leader, again on the next one
+	// when leadership moved before the restore began (nothing changed then).
+	onLeaderRestore := func(path string) error {
+		for {
+			leader = c.waitLeader(-1)
+			err := c.nodes[leader].Restore(ctx, path)
+			if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrRestoreNotBegun) {
+				return err
+			}
+		}
+	}
 	junk := t.TempDir() + "/junk.db"
 	os.WriteFile(junk, []byte("not a bbolt file"), 0o600)
-	if err := c.nodes[leader].Restore(ctx, junk); err == nil {
+	if err := onLeaderRestore(junk); err == nil {
 		t.Fatal("a junk file was restored")
 	}
-	for {
-		// Again on the next leader when leadership moved before the
-		// restore began: nothing changed then.
-		leader = c.waitLeader(-1)
-		err := c.nodes[leader].Restore(ctx, backup)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrNotLeader) && !errors.Is(err, ErrRestoreNotBegun) {
-			t.Fatalf("restore: %v", err)
-		}
+	if err := onLeaderRestore(backup); err != nil {
+		t.Fatalf("restore: %v", err)
 	}
 	l = c.nodes[leader]
 	if _, err := os.Stat(filepath.Join(l.cfg.Dir, restorePending)); !errors.Is(err, os.ErrNotExist) {

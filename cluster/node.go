@@ -236,6 +236,9 @@ type Node struct {
 	// statsUnknown, set by tests, makes this node answer rpcStats as a
 	// release that does not know it ("unknown op").
 	statsUnknown atomic.Bool
+	// statsDelay, set by tests, makes this node answer rpcStats this many
+	// nanoseconds late (a node starting on a busy host).
+	statsDelay atomic.Int64
 	// restoring is set while a restore this node leads is not confirmed:
 	// its state may hold events no majority committed (Lookup).
 	restoring atomic.Bool
@@ -622,8 +625,11 @@ func (n *Node) logPeerStoring(id raft.ServerID, since time.Time, err error) {
 
 // stopWhy says why a run of resends ended without the follower storing.
 func stopWhy(err error) string {
-	if errors.Is(err, errCannotStore) {
-		return "no longer leading with it, or shutting down"
+	switch {
+	case errors.Is(err, errCannotStore):
+		return "this node no longer leads with it, is shutting down, or resent for an hour (raft tries again later)"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "its cluster port refuses connections now (it went down): sent again once it is back"
 	}
 	return err.Error()
 }
@@ -771,8 +777,12 @@ func (n *Node) rejoinExisting() (bool, error) {
 				return false, fmt.Errorf("bootstrap: for %v a peer would take no connection from this address (last: %w%s). "+
 					"Not starting a cluster of its own: find what on this host holds connections to the peers' cluster ports (their logs name the address), and start again", patience, unsure, also)
 			}
+			advice := "start again, or check the leader's log"
+			if errors.Is(unsure, ErrMemberSlow) || strings.Contains(unsure.Error(), ErrMemberSlow.Error()) {
+				advice = "the leader reached this node's advertise address but got no answer in time: check that advertise names this node, and the host's load, then start again"
+			}
 			return false, fmt.Errorf("bootstrap: the running cluster took the request to add this node but did not confirm it within %v (last: %v). "+
-				"Not starting a cluster of its own: start again, or check the leader's log", patience, unsure)
+				"Not starting a cluster of its own: %s", patience, unsure, advice)
 		}
 		switch {
 		case joining:
@@ -791,7 +801,8 @@ func (n *Node) rejoinExisting() (bool, error) {
 // peerHoldsHistory is nil when the peer at addr, which knows no leader,
 // has no cluster history either: a first start, where every node
 // bootstraps the same configuration. A peer that holds one (a cluster id,
-// or entries committed under a leader) is a running cluster that lost its
+// entries committed under a leader, or a log past the bootstrap entry:
+// memberStats.holdsHistory) is a running cluster that lost its
 // quorum for now (two of three nodes wiped at once, or a survivor
 // stalled): nodes that bootstrapped beside it would form a second majority
 // of its configuration and accept events it never sees. The node waits for

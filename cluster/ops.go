@@ -838,12 +838,21 @@ func (n *Node) askStats(ctx context.Context, addr string) (memberStats, error) {
 		if d, ok := ctx.Deadline(); ok {
 			_ = c.SetDeadline(d)
 		}
+		// ctx's end closes c as its deadline passes: either may end the
+		// call first, and a timeout must read as one (Join tells a node
+		// slow to answer from one that cannot be a member by it).
+		ended := func(err error) error {
+			if ctx.Err() != nil {
+				return fmt.Errorf("%s: %w (%v)", addr, context.Cause(ctx), err)
+			}
+			return err
+		}
 		if err := writeFrame(bufio.NewWriter(c), rpcStats, nil); err != nil {
-			return ms, err
+			return ms, ended(err)
 		}
 		status, resp, err := readFrame(bufio.NewReader(c), nil)
 		if err != nil {
-			return ms, err
+			return ms, ended(err)
 		}
 		if status != rpcOK {
 			return ms, statsAnswer(addr, status, resp)

@@ -174,8 +174,7 @@ func (p *patientTransport) patiently(id raft.ServerID, term uint64, send func() 
 			return err
 		}
 		if errors.Is(err, errCannotStore) && storeSince.IsZero() {
-			storeSince = time.Now()
-			p.storing(id, time.Time{}, err)
+			storeSince = p.storing(id, time.Time{}, err)
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
 			refused = true
@@ -203,23 +202,33 @@ func (p *patientTransport) patiently(id raft.ServerID, term uint64, send func() 
 	}
 }
 
-// storing records the start (since zero) or the end of a run of resends to
-// a follower that cannot store; err is why it ended (nil: it stores again,
-// errCannotStore: this leader stopped resending, no longer leading, say).
-func (p *patientTransport) storing(id raft.ServerID, since time.Time, err error) {
+// storing records the start (since zero; it returns the start's time) or
+// the end of the run of resends to a follower that cannot store begun at
+// since; err is why it ended (nil: it stores again, errCannotStore: this
+// leader stopped resending). A run of an earlier term ending late leaves a
+// later run's record alone.
+func (p *patientTransport) storing(id raft.ServerID, since time.Time, err error) time.Time {
 	p.storeMu.Lock()
 	if since.IsZero() {
 		if p.notStoring == nil {
 			p.notStoring = map[raft.ServerID]time.Time{}
 		}
 		p.notStoring[id] = time.Now()
-	} else {
+		since = p.notStoring[id]
+		p.storeMu.Unlock()
+		if p.onStore != nil {
+			p.onStore(id, time.Time{}, err)
+		}
+		return since
+	}
+	if at, ok := p.notStoring[id]; ok && at.Equal(since) {
 		delete(p.notStoring, id)
 	}
 	p.storeMu.Unlock()
 	if p.onStore != nil {
 		p.onStore(id, since, err)
 	}
+	return since
 }
 
 // peersNotStoring lists the followers being resent an append they could

@@ -282,14 +282,21 @@ func TestFollowerWhoseOpenRelayGoesSilentIsNotReady(t *testing.T) {
 			f.thaw()
 		}
 	})
-	claimThrough(t, nodes[(leaderOf(t, nodes)+1)%3], "src:before") // a relay stream opened
-	// The leader after that claim (an election under load may have moved
-	// it), and a follower of it that relayed a claim to it.
-	li := leaderOf(t, nodes)
-	fi := (li + 1) % 3
-	f := nodes[fi]
-	waitFor(t, "the follower is ready", func() bool { ok, _ := f.Ready(); return ok })
-	claimThrough(t, f, "src:before2")
+	// A leader and a follower of it that relayed a claim to it: an
+	// election under load may move leadership under a claim, so until the
+	// leader is the same before and after one.
+	var li, fi int
+	var f *Node
+	for i := 0; ; i++ {
+		li = leaderOf(t, nodes)
+		fi = (li + 1) % 3
+		f = nodes[fi]
+		waitFor(t, "the follower is ready", func() bool { ok, _ := f.Ready(); return ok })
+		claimThrough(t, f, fmt.Sprintf("src:before%d", i))
+		if leaderOf(t, nodes) == li {
+			break
+		}
+	}
 	// The firewall: the follower's streams to the leader go silent, and
 	// its new dials to it get no answer.
 	addr := nodes[li].cfg.Advertise

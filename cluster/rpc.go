@@ -155,6 +155,13 @@ func (n *Node) handleRPC(ctx context.Context, op byte, body, out []byte) (byte, 
 		if n.statsUnknown.Load() {
 			break
 		}
+		if d := time.Duration(n.statsDelay.Load()); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-ctx.Done():
+				return rpcErr, append(out, ctx.Err().Error()...)
+			}
+		}
 		b, err := json.Marshal(n.ownStats())
 		if err != nil {
 			return rpcErr, append(out, err.Error()...)

@@ -1024,3 +1024,23 @@ func TestTCPFollowersBecomeCurrent(t *testing.T) {
 		})
 	}
 }
+
+// TestStoreRunOfAnEarlierTermEndsAlone: a run of resends of an earlier term
+// (or before the peer was removed and added back) that ends after a later
+// run began for the same peer leaves the later one listed.
+func TestStoreRunOfAnEarlierTermEndsAlone(t *testing.T) {
+	p := &patientTransport{}
+	first := p.storing("node2", time.Time{}, errCannotStore)
+	for !time.Now().After(first) {
+		// the next run starts at a later instant
+	}
+	second := p.storing("node2", time.Time{}, errCannotStore)
+	p.storing("node2", first, errCannotStore)
+	if got := p.peersNotStoring(); !slices.Equal(got, []string{"node2"}) {
+		t.Fatalf("the earlier run's end took the later run's record: %v, want [node2]", got)
+	}
+	p.storing("node2", second, nil)
+	if got := p.peersNotStoring(); len(got) != 0 {
+		t.Fatalf("after the later run ended: %v, want none", got)
+	}
+}
